@@ -1,0 +1,112 @@
+//! Admin commands: create orgs, signal keys, API keys and bridge tokens. Each prints only the
+//! new value on stdout, so scripts can capture it; secrets are shown this once and stored hashed.
+
+use crate::secrets::{self, Kind};
+use crate::storage::{StorageError, Store};
+
+/// An admin command failure.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// Bad input (exit code 2).
+    #[error("{0}")]
+    Usage(String),
+    /// Storage failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Checks an org slug or bridge name: 1–63 of `a-z 0-9 - _ .`, starting alphanumeric.
+pub fn check_name(what: &str, name: &str) -> Result<(), AdminError> {
+    let ok = (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(AdminError::Usage(format!(
+            "{what} {name:?} is not valid: use 1 to 63 lowercase letters, digits, '-', '_' or '.', starting with a letter or digit"
+        )))
+    }
+}
+
+async fn org(store: &Store, slug: &str) -> Result<i64, AdminError> {
+    store.org_id(slug).await?.ok_or_else(|| {
+        AdminError::Usage(format!(
+            "no org {slug:?}; create it first with `cloud org create {slug}`"
+        ))
+    })
+}
+
+/// `cloud org create SLUG`: returns the slug.
+pub async fn create_org(store: &Store, slug: &str) -> Result<String, AdminError> {
+    check_name("org slug", slug)?;
+    match store.create_org(slug).await {
+        Ok(_) => Ok(slug.to_string()),
+        Err(StorageError::Exists { .. }) => {
+            Err(AdminError::Usage(format!("org {slug:?} exists already")))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `cloud signal-key create`: returns the new signal key.
+pub async fn create_signal_key(
+    store: &Store,
+    slug: &str,
+    name: Option<&str>,
+) -> Result<String, AdminError> {
+    let org_id = org(store, slug).await?;
+    let key = secrets::new_signal_key();
+    store.create_signal_key(org_id, &key, name).await?;
+    Ok(key)
+}
+
+/// `cloud api-key create`: returns the new API key (shown once).
+pub async fn create_api_key(
+    store: &Store,
+    slug: &str,
+    name: Option<&str>,
+) -> Result<String, AdminError> {
+    let org_id = org(store, slug).await?;
+    let minted = secrets::mint(Kind::ApiKey);
+    store
+        .create_api_key(org_id, &minted.id, name, &minted.hash)
+        .await?;
+    Ok(minted.token)
+}
+
+/// `cloud bridge-token create`: returns the new bridge token (shown once).
+pub async fn create_bridge_token(
+    store: &Store,
+    slug: &str,
+    bridge: &str,
+) -> Result<String, AdminError> {
+    check_name("bridge name", bridge)?;
+    let org_id = org(store, slug).await?;
+    let minted = secrets::mint(Kind::BridgeToken);
+    store
+        .create_bridge_token(org_id, &minted.id, bridge, &minted.hash)
+        .await?;
+    Ok(minted.token)
+}
+
+/// `cloud bridge-token revoke`: returns how many tokens were revoked.
+pub async fn revoke_bridge_tokens(
+    store: &Store,
+    slug: &str,
+    bridge: &str,
+) -> Result<u64, AdminError> {
+    let org_id = org(store, slug).await?;
+    let n = store.revoke_bridge_tokens(org_id, bridge).await?;
+    if n == 0 {
+        return Err(AdminError::Usage(format!(
+            "bridge {bridge:?} of org {slug:?} has no live token to revoke"
+        )));
+    }
+    Ok(n)
+}

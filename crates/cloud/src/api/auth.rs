@@ -1,0 +1,135 @@
+//! Who is calling: the API key from `Authorization: Bearer …` (or HTTP Basic with the key as
+//! password, for git, docker and skopeo), checked against its stored hash.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, header};
+use base64::Engine;
+
+use super::problem::Problem;
+use crate::secrets::{self, Kind};
+use crate::storage::{ApiKeyRow, Store};
+
+/// How long a verified key row is reused before it is read again.
+const CACHE_TTL: Duration = Duration::from_secs(30);
+
+/// The authenticated caller.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    /// The org the key acts for.
+    pub org_id: i64,
+    /// The key's public id (for audit records; never the secret).
+    pub key_id: String,
+}
+
+/// Caches key rows so a busy client does not cost a database read per request.
+#[derive(Default)]
+pub struct KeyCache {
+    rows: Mutex<HashMap<String, (ApiKeyRow, Instant)>>,
+    signal_keys: Mutex<HashMap<String, i64>>,
+}
+
+/// Pulls the presented API key out of the headers.
+fn presented_key(headers: &HeaderMap) -> Result<String, Problem> {
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .ok_or_else(|| {
+            Problem::unauthorized(
+                "missing Authorization header; send Authorization: Bearer <API key>",
+            )
+        })?
+        .to_str()
+        .map_err(|_| Problem::unauthorized("the Authorization header is not valid text"))?;
+    let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
+    if scheme.eq_ignore_ascii_case("bearer") {
+        return Ok(rest.trim().to_string());
+    }
+    if scheme.eq_ignore_ascii_case("basic") {
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(rest.trim())
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(|| Problem::unauthorized("the Basic credentials are not valid base64"))?;
+        let (_, password) = decoded.split_once(':').unwrap_or(("", &decoded));
+        return Ok(password.to_string());
+    }
+    Err(Problem::unauthorized(format!(
+        "unsupported Authorization scheme {scheme:?}; use Bearer <API key>"
+    )))
+}
+
+impl KeyCache {
+    /// Authenticates the request's API key.
+    pub async fn authenticate(
+        &self,
+        store: &Store,
+        headers: &HeaderMap,
+    ) -> Result<Principal, Problem> {
+        let presented = presented_key(headers)?;
+        let invalid = || {
+            Problem::unauthorized(
+                "the API key is not valid; create one with `cloud api-key create --org ORG`",
+            )
+        };
+        let (id, secret) = secrets::parse(Kind::ApiKey, &presented).ok_or_else(invalid)?;
+        let cached = {
+            let rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+            rows.get(id)
+                .filter(|(_, at)| at.elapsed() < CACHE_TTL)
+                .map(|(row, _)| row.clone())
+        };
+        let row = match cached {
+            Some(row) => row,
+            None => {
+                let row = store
+                    .api_key(id)
+                    .await
+                    .map_err(|e| storage_unavailable(&e))?
+                    .ok_or_else(invalid)?;
+                self.rows
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id.to_string(), (row.clone(), Instant::now()));
+                row
+            }
+        };
+        if !secrets::verify(secret, &row.secret_hash) {
+            return Err(invalid());
+        }
+        Ok(Principal {
+            org_id: row.org_id,
+            key_id: id.to_string(),
+        })
+    }
+
+    /// The org owning a signal key (signal keys are never deleted, so hits are kept).
+    pub async fn signal_key_org(&self, store: &Store, key: &str) -> Result<Option<i64>, Problem> {
+        if let Some(org) = self
+            .signal_keys
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+        {
+            return Ok(Some(*org));
+        }
+        let org = store
+            .signal_key_org(key)
+            .await
+            .map_err(|e| storage_unavailable(&e))?;
+        if let Some(org) = org {
+            self.signal_keys
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key.to_string(), org);
+        }
+        Ok(org)
+    }
+}
+
+/// Logs a storage failure and turns it into a 503 for the client.
+pub fn storage_unavailable(err: &crate::storage::StorageError) -> Problem {
+    tracing::error!(cause = %err, "storage unavailable");
+    Problem::unavailable(2, "storage is unavailable right now; retry shortly")
+}

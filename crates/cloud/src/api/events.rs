@@ -1,0 +1,153 @@
+//! `GET /v1/events` and `GET /v1/events/{id}`: an org reads back its own events.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, TimeZone, Utc};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::AppState;
+use super::auth::storage_unavailable;
+use super::problem::Problem;
+use crate::signals::event::{EventType, format_time};
+use crate::storage::{EventQuery, StoredEvent};
+
+/// Page size when `limit` is not given.
+const DEFAULT_LIMIT: i64 = 100;
+/// Largest page.
+const MAX_LIMIT: i64 = 500;
+
+/// Query string of `GET /v1/events`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    service: Option<String>,
+    environment: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+/// The event as the API shows it: its body plus `id` and `receivedAt`.
+fn render(e: StoredEvent) -> Value {
+    let mut body: Map<String, Value> = serde_json::from_str(&e.body).unwrap_or_default();
+    body.insert("id".into(), Value::String(e.id));
+    let received = Utc
+        .timestamp_micros(e.received_at)
+        .single()
+        .unwrap_or_default();
+    body.insert("receivedAt".into(), Value::String(format_time(received)));
+    Value::Object(body)
+}
+
+fn time_param(name: &str, value: Option<&str>) -> Result<Option<i64>, Problem> {
+    value
+        .map(|v| {
+            DateTime::parse_from_rfc3339(v)
+                .map(|t| t.with_timezone(&Utc).timestamp_micros())
+                .map_err(|_| {
+                    Problem::bad_request(format!(
+                        "query parameter {name}={v:?} is not an RFC 3339 time; expected e.g. 2024-01-15T10:30:00Z"
+                    ))
+                })
+        })
+        .transpose()
+}
+
+fn encode_cursor(e: &StoredEvent) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{}|{}", e.occurred_at, e.id))
+}
+
+fn decode_cursor(cursor: &str) -> Result<(i64, String), Problem> {
+    let bad = || {
+        Problem::bad_request(
+            "query parameter cursor is not one this API returned; use nextCursor as given",
+        )
+    };
+    let text = URL_SAFE_NO_PAD
+        .decode(cursor)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(bad)?;
+    let (at, id) = text.split_once('|').ok_or_else(bad)?;
+    Ok((at.parse().map_err(|_| bad())?, id.to_string()))
+}
+
+/// Lists the org's events, newest first, a page at a time.
+pub async fn list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, Problem> {
+    let principal = state.keys.authenticate(&state.store, &headers).await?;
+    let Query(p) = params.map_err(|e| {
+        Problem::bad_request(format!(
+            "{}; known parameters: type, service, environment, since, until, limit, cursor",
+            e.body_text()
+        ))
+    })?;
+    if let Some(kind) = &p.kind
+        && EventType::parse(kind).is_none()
+    {
+        return Err(Problem::bad_request(format!(
+            "query parameter type={kind:?} is unknown; expected deployment, alert, change or custom"
+        )));
+    }
+    let limit = match &p.limit {
+        None => DEFAULT_LIMIT,
+        Some(l) => l
+            .parse::<i64>()
+            .ok()
+            .filter(|l| (1..=MAX_LIMIT).contains(l))
+            .ok_or_else(|| {
+                Problem::bad_request(format!(
+                    "query parameter limit={l:?} must be a whole number from 1 to {MAX_LIMIT}"
+                ))
+            })?,
+    };
+    let query = EventQuery {
+        since: time_param("since", p.since.as_deref())?,
+        until: time_param("until", p.until.as_deref())?,
+        after: p.cursor.as_deref().map(decode_cursor).transpose()?,
+        kind: p.kind,
+        service: p.service,
+        environment: p.environment,
+        limit: limit + 1,
+    };
+    let mut rows = state
+        .store
+        .list_events(principal.org_id, &query)
+        .await
+        .map_err(|e| storage_unavailable(&e))?;
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let next = if more {
+        rows.last().map(encode_cursor)
+    } else {
+        None
+    };
+    let events: Vec<Value> = rows.into_iter().map(render).collect();
+    Ok(Json(json!({"events": events, "nextCursor": next})))
+}
+
+/// One event of the org; 404 for another org's event (its existence is not revealed).
+pub async fn get(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    let principal = state.keys.authenticate(&state.store, &headers).await?;
+    let event = state
+        .store
+        .event(principal.org_id, &id)
+        .await
+        .map_err(|e| storage_unavailable(&e))?
+        .ok_or_else(|| Problem::not_found(format!("no event {id:?} in this org")))?;
+    Ok(Json(render(event)))
+}

@@ -1,0 +1,311 @@
+//! `POST /v1/signals/{signalKey}`: authenticate, read the body within its limits, validate,
+//! rate-limit, and answer `202` only once the group commit has the events on disk.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::auth::storage_unavailable;
+use super::problem::Problem;
+use crate::signals::batch::{self, BatchError, MAX_REQUEST_BYTES};
+use crate::signals::event::{FieldError, ValidEvent, format_time};
+use crate::storage::{InsertOutcome, NewEvent, WriteBatch};
+
+/// Longest accepted `Idempotency-Key`.
+const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+/// The handler.
+pub async fn post_signal(
+    State(state): State<AppState>,
+    Path(signal_key): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match ingest(&state, &signal_key, &headers, body).await {
+        Ok(response) => response,
+        Err((reason, problem)) => {
+            state.metrics.rejected(reason);
+            problem.into_response()
+        }
+    }
+}
+
+type Rejection = (&'static str, Problem);
+
+fn reject(reason: &'static str) -> impl FnOnce(Problem) -> Rejection {
+    move |p| (reason, p)
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let mime = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+}
+
+async fn ingest(
+    state: &AppState,
+    signal_key: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, Rejection> {
+    let principal = state
+        .keys
+        .authenticate(&state.store, headers)
+        .await
+        .map_err(reject("unauthorized"))?;
+    let owner = state
+        .keys
+        .signal_key_org(&state.store, signal_key)
+        .await
+        .map_err(reject("unavailable"))?
+        .ok_or_else(|| {
+            Problem::not_found(format!(
+                "no signal key {signal_key:?}; create one with `cloud signal-key create --org ORG`"
+            ))
+        })
+        .map_err(reject("unknown_signal_key"))?;
+    if owner != principal.org_id {
+        return Err(reject("forbidden")(Problem::forbidden(
+            "this API key belongs to another org than the signal key; use a key of the signal key's org",
+        )));
+    }
+    if !is_json(headers) {
+        return Err(reject("unsupported_media_type")(
+            Problem::unsupported_media(
+                "send the event as JSON with Content-Type: application/json",
+            ),
+        ));
+    }
+    let idempotency = idempotency_key(headers).map_err(reject("invalid"))?;
+    if let Some(key) = &idempotency {
+        let first = state
+            .store
+            .idempotent_response(signal_key, key)
+            .await
+            .map_err(|e| ("unavailable", storage_unavailable(&e)))?;
+        if let Some(first) = first {
+            return Ok(replay(first));
+        }
+    }
+    let bytes = read_limited(headers, body).await?;
+    // Microsecond precision: what is stored, so the answer and a later read agree.
+    let received =
+        DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).unwrap_or_default();
+    let batch = batch::parse(&bytes, received).map_err(|e| match e {
+        BatchError::Malformed(m) => (
+            "malformed",
+            Problem::bad_request(format!("the body is not valid JSON: {m}")),
+        ),
+        e @ BatchError::EventTooLarge { .. } => ("too_large", Problem::too_large(e.to_string())),
+        BatchError::Invalid(errors) => ("invalid", Problem::invalid(errors)),
+    })?;
+    if let Err(wait) = state.limiter.check(signal_key, batch.events.len()) {
+        let secs = wait.as_secs_f64().ceil() as u64;
+        return Err(reject("rate_limited")(Problem::rate_limited(
+            secs,
+            format!(
+                "signal key {signal_key:?} is over its rate limit; retry after {} s",
+                secs.max(1)
+            ),
+        )));
+    }
+    let mut events = batch.events;
+    inherit_resolves(state, principal.org_id, &mut events).await?;
+    let new_events: Vec<NewEvent> = events.iter().map(|e| to_new_event(e, received)).collect();
+    let received_at = format_time(received);
+    let answer = if batch.is_array {
+        let ids: Vec<&str> = new_events.iter().map(|e| e.id.as_str()).collect();
+        json!({"ids": ids, "status": "accepted", "receivedAt": received_at})
+    } else {
+        json!({"id": new_events[0].id, "status": "accepted", "receivedAt": received_at})
+    }
+    .to_string();
+    let kinds: Vec<&'static str> = new_events.iter().map(|e| e.kind).collect();
+    let outcome = state
+        .store
+        .insert(WriteBatch {
+            org_id: principal.org_id,
+            signal_key: signal_key.to_string(),
+            idempotency: idempotency.map(|k| (k, answer.clone())),
+            events: new_events,
+        })
+        .await
+        .map_err(|e| ("unavailable", storage_unavailable(&e)))?;
+    match outcome {
+        InsertOutcome::Stored => {
+            for kind in kinds {
+                state.metrics.accepted(kind, 1);
+            }
+            Ok(json_response(StatusCode::ACCEPTED, answer))
+        }
+        InsertOutcome::Duplicate(first) => Ok(replay(first)),
+    }
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value.to_str().unwrap_or("").trim();
+    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY {
+        return Err(Problem::invalid(vec![FieldError {
+            pointer: String::new(),
+            detail: format!(
+                "the Idempotency-Key header must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"
+            ),
+        }]));
+    }
+    Ok(Some(key.to_string()))
+}
+
+/// Reads the body, refusing as soon as it passes the limit (never buffering more).
+///
+/// An over-long body is then drained (read and dropped, up to [`MAX_DRAIN_BYTES`]) so that
+/// HTTP/1.1 clients still writing it see the 413 instead of a reset connection.
+async fn read_limited(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Rejection> {
+    let too_large = || {
+        (
+            "too_large",
+            Problem::too_large(format!(
+                "the request body is over {MAX_REQUEST_BYTES} bytes; send at most 1 MiB per request (split the batch)"
+            )),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > MAX_REQUEST_BYTES) {
+        drain(body).await;
+        return Err(too_large());
+    }
+    let mut body = body;
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            (
+                "malformed",
+                Problem::bad_request(format!("could not read the request body: {e}")),
+            )
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > MAX_REQUEST_BYTES {
+                drain(body).await;
+                return Err(too_large());
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(buf.freeze())
+}
+
+/// Most bytes read and dropped after a body was found too large.
+const MAX_DRAIN_BYTES: usize = 8 * 1024 * 1024;
+
+async fn drain(mut body: Body) {
+    let mut drained = 0;
+    let read = async {
+        while let Some(Ok(frame)) = body.frame().await {
+            drained += frame.data_ref().map_or(0, |d| d.len());
+            if drained > MAX_DRAIN_BYTES {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), read).await;
+}
+
+/// A resolve sent with only `dedupKey` takes the missing fields from the alert it closes.
+async fn inherit_resolves(
+    state: &AppState,
+    org_id: i64,
+    events: &mut [ValidEvent],
+) -> Result<(), Rejection> {
+    const INHERITED: [&str; 5] = ["service", "title", "severity", "environment", "source"];
+    for i in 0..events.len() {
+        let Some(key) = events[i].inherit_from.clone() else {
+            continue;
+        };
+        let earlier_in_batch = events[..i]
+            .iter()
+            .rev()
+            .find(|e| e.get_str("dedupKey") == Some(key.as_str()) && e.inherit_from.is_none())
+            .map(|e| e.body.clone());
+        let source = match earlier_in_batch {
+            Some(body) => Some(body),
+            None => state
+                .store
+                .latest_alert(org_id, &key)
+                .await
+                .map_err(|e| ("unavailable", storage_unavailable(&e)))?
+                .and_then(|stored| {
+                    serde_json::from_str::<serde_json::Map<String, Value>>(&stored.body).ok()
+                }),
+        };
+        let Some(source) = source else {
+            return Err(reject("invalid")(Problem::invalid(vec![FieldError {
+                pointer: "/dedupKey".into(),
+                detail: format!(
+                    "no earlier alert has dedupKey {key:?}; send service, title and severity with this resolve"
+                ),
+            }])));
+        };
+        let event = &mut events[i];
+        for field in INHERITED {
+            if event.body.get(field).is_none_or(Value::is_null)
+                && let Some(v) = source.get(field)
+            {
+                event.body.insert(field.to_string(), v.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn to_new_event(e: &ValidEvent, received: DateTime<Utc>) -> NewEvent {
+    let occurred = e.occurred_at.unwrap_or(received);
+    let mut body = e.body.clone();
+    body.entry("timestamp")
+        .or_insert_with(|| Value::String(format_time(occurred)));
+    let field = |k: &str| body.get(k).and_then(Value::as_str).map(str::to_string);
+    NewEvent {
+        id: uuid::Uuid::now_v7().to_string(),
+        kind: e.kind.as_str(),
+        service: field("service"),
+        environment: field("environment"),
+        status: field("status"),
+        dedup_key: field("dedupKey"),
+        occurred_at: occurred.timestamp_micros(),
+        received_at: received.timestamp_micros(),
+        body: Value::Object(body).to_string(),
+    }
+}
+
+fn json_response(status: StatusCode, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// The first answer to an `Idempotency-Key`, sent again.
+fn replay(first: String) -> Response {
+    let mut response = json_response(StatusCode::ACCEPTED, first);
+    response.headers_mut().insert(
+        "idempotent-replayed",
+        axum::http::HeaderValue::from_static("true"),
+    );
+    response
+}

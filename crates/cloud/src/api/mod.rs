@@ -1,0 +1,121 @@
+//! The HTTP API: one [`router`] serves both listeners (TLS and plain HTTP).
+//!
+//! Handlers stay thin: they authenticate ([`auth`]), call the signals domain and the store, and
+//! turn every failure into an RFC 9457 [`problem::Problem`].
+
+pub mod auth;
+pub mod events;
+pub mod health;
+pub mod ingest;
+pub mod problem;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::relay::{self, Registry};
+use crate::signals::ratelimit::RateLimiter;
+use crate::storage::Store;
+use crate::tls::LocalCa;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// The database.
+    pub store: Store,
+    /// Metrics registry.
+    pub metrics: Metrics,
+    /// Verified-key cache.
+    pub keys: Arc<auth::KeyCache>,
+    /// Per-signal-key rate limit.
+    pub limiter: Arc<RateLimiter>,
+    /// Bridge tunnels.
+    pub relay: Arc<RelayState>,
+}
+
+/// What the bridge relay shares.
+pub struct RelayState {
+    /// Signs bridges' client certificates.
+    pub ca: LocalCa,
+    /// Live tunnels.
+    pub registry: Registry,
+    /// Cancelled at shutdown; every tunnel's token is a child of it.
+    pub shutdown: CancellationToken,
+}
+
+impl AppState {
+    /// State over a store, with a rate limit in events/s per signal key (0: none).
+    pub fn new(store: Store, metrics: Metrics, signal_rate_limit: u32, ca: LocalCa) -> Self {
+        AppState {
+            store,
+            metrics,
+            keys: Arc::new(auth::KeyCache::default()),
+            limiter: Arc::new(RateLimiter::new(signal_rate_limit)),
+            relay: Arc::new(RelayState {
+                ca,
+                registry: Registry::default(),
+                shutdown: CancellationToken::new(),
+            }),
+        }
+    }
+}
+
+/// The API's routes.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/signals/{signal_key}", post(ingest::post_signal))
+        .route("/v1/events", get(events::list))
+        .route("/v1/events/{id}", get(events::get))
+        .route(tunnel::ENROLL_PATH, post(relay::enroll::enroll))
+        .route(tunnel::CONNECT_PATH, get(relay::connect::connect))
+        .route("/v1/bridges", get(relay::forward::list))
+        .route(
+            "/v1/bridges/{bridge}/apis/{api}",
+            any(relay::forward::api_root),
+        )
+        .route(
+            "/v1/bridges/{bridge}/apis/{api}/{*path}",
+            any(relay::forward::api_path),
+        )
+        .route("/livez", get(health::livez))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), track))
+        .with_state(state)
+}
+
+async fn not_found(request: Request) -> Response {
+    problem::Problem::not_found(format!(
+        "no route {} {}; see the API reference in docs/api.md",
+        request.method(),
+        request.uri().path()
+    ))
+    .into_response()
+}
+
+/// Records each request's latency by route.
+async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".into());
+    let response = next.run(request).await;
+    state.metrics.request(
+        method.as_str(),
+        &route,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    response
+}

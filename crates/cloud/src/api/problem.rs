@@ -1,0 +1,160 @@
+//! RFC 9457 problem details: every error the API returns, with a stable `type` and, for
+//! validation errors, one entry per bad field.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::signals::event::FieldError;
+
+/// An API error, rendered as `application/problem+json`.
+#[derive(Debug, Serialize)]
+pub struct Problem {
+    /// Stable identifier of the problem kind (`urn:signals:problem:…`).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Short summary of the kind.
+    pub title: &'static str,
+    /// HTTP status code.
+    pub status: u16,
+    /// What happened in this case and what to do.
+    pub detail: String,
+    /// Field-level errors (JSON pointers), for 422.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FieldError>,
+    /// Seconds to wait (429, 503); sent as `Retry-After` too.
+    #[serde(skip)]
+    pub retry_after: Option<u64>,
+    /// Sends `WWW-Authenticate` (401).
+    #[serde(skip)]
+    pub challenge: bool,
+}
+
+impl Problem {
+    fn new(status: StatusCode, slug: &str, title: &'static str, detail: impl Into<String>) -> Self {
+        Problem {
+            kind: format!("urn:signals:problem:{slug}"),
+            title,
+            status: status.as_u16(),
+            detail: detail.into(),
+            errors: Vec::new(),
+            retry_after: None,
+            challenge: false,
+        }
+    }
+
+    /// 400: the body or a query parameter cannot be read.
+    pub fn bad_request(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "malformed",
+            "Malformed request",
+            detail,
+        )
+    }
+
+    /// 401: no API key, or not a valid one.
+    pub fn unauthorized(detail: impl Into<String>) -> Self {
+        let mut p = Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "Unauthorized",
+            detail,
+        );
+        p.challenge = true;
+        p
+    }
+
+    /// 403: a valid key acting on another org's resource.
+    pub fn forbidden(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", "Forbidden", detail)
+    }
+
+    /// 404: nothing of that name in this org.
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not-found", "Not found", detail)
+    }
+
+    /// 413: body or event too large.
+    pub fn too_large(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too-large",
+            "Payload too large",
+            detail,
+        )
+    }
+
+    /// 415: not JSON.
+    pub fn unsupported_media(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "Unsupported media type",
+            detail,
+        )
+    }
+
+    /// 422: fields are invalid; `errors` names each.
+    pub fn invalid(errors: Vec<FieldError>) -> Self {
+        let detail = format!(
+            "{} field(s) invalid; nothing was stored. Fix the fields listed in errors and resend",
+            errors.len()
+        );
+        let mut p = Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-fields",
+            "Invalid fields",
+            detail,
+        );
+        p.errors = errors;
+        p
+    }
+
+    /// 429: over the signal key's rate.
+    pub fn rate_limited(retry_after: u64, detail: impl Into<String>) -> Self {
+        let mut p = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate-limited",
+            "Too many requests",
+            detail,
+        );
+        p.retry_after = Some(retry_after);
+        p
+    }
+
+    /// 503: storage (or a bridge) unavailable for now.
+    pub fn unavailable(retry_after: u64, detail: impl Into<String>) -> Self {
+        let mut p = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "Service unavailable",
+            detail,
+        );
+        p.retry_after = Some(retry_after);
+        p
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = serde_json::to_vec(&self).unwrap_or_default();
+        let mut response = (status, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if let Some(secs) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+        }
+        if self.challenge {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"signals\", Basic realm=\"signals\""),
+            );
+        }
+        response
+    }
+}

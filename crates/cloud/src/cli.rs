@@ -1,0 +1,145 @@
+//! The command line of `cloud` (DESIGN.md, "Command line"). Every option also reads a
+//! `CLOUD_*` environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::logging::LogFormat;
+
+/// The Signals API, its storage and the bridge relay.
+#[derive(Debug, Parser)]
+#[command(name = "cloud", version, about)]
+pub struct Cli {
+    /// Log format.
+    #[arg(
+        long,
+        global = true,
+        env = "CLOUD_LOG_FORMAT",
+        value_enum,
+        default_value = "json"
+    )]
+    pub log_format: LogFormat,
+    /// Log level: debug, info, warn or error (or a tracing filter directive).
+    #[arg(long, global = true, env = "CLOUD_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the data lives; shared by `serve` and the admin commands.
+#[derive(Debug, Clone, Args)]
+pub struct StorageArgs {
+    /// Directory for the SQLite database, the internal CA and the self-signed certificate.
+    #[arg(long, env = "CLOUD_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+    /// PostgreSQL URL (postgres://user@host:port/db); SQLite in --data-dir when absent.
+    #[arg(long, env = "CLOUD_DATABASE_URL")]
+    pub database_url: Option<String>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the service.
+    Serve(ServeArgs),
+    /// Manage organisations.
+    #[command(subcommand)]
+    Org(OrgCommand),
+    /// Manage signal keys (the address events are posted to).
+    #[command(subcommand, name = "signal-key")]
+    SignalKey(KeyCommand),
+    /// Manage API keys.
+    #[command(subcommand, name = "api-key")]
+    ApiKey(KeyCommand),
+    /// Manage bridge tokens.
+    #[command(subcommand, name = "bridge-token")]
+    BridgeToken(BridgeTokenCommand),
+}
+
+/// Options of `cloud serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Storage.
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    /// TLS 1.3 address: API, bridge tunnel, dashboard.
+    #[arg(long, env = "CLOUD_LISTEN", default_value = "127.0.0.1:8443")]
+    pub listen: SocketAddr,
+    /// Plain HTTP address (API and dashboard only), or `off`.
+    #[arg(long, env = "CLOUD_HTTP_LISTEN", default_value = "127.0.0.1:8000")]
+    pub http_listen: String,
+    /// Server certificate chain (PEM); a self-signed one is made when absent.
+    #[arg(long, env = "CLOUD_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key of --tls-cert (PEM).
+    #[arg(long, env = "CLOUD_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Events per second per signal key (bursts of twice that); 0 turns the limit off.
+    #[arg(long, env = "CLOUD_SIGNAL_RATE_LIMIT", default_value_t = 1000)]
+    pub signal_rate_limit: u32,
+    /// Seconds in-flight requests may take to finish at shutdown.
+    #[arg(long, env = "CLOUD_DRAIN_TIMEOUT", default_value_t = 20)]
+    pub drain_timeout: u64,
+}
+
+/// `cloud org …`.
+#[derive(Debug, Subcommand)]
+pub enum OrgCommand {
+    /// Create an organisation; prints its slug.
+    Create {
+        /// Lowercase name, e.g. acme.
+        slug: String,
+        /// Storage.
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+}
+
+/// `cloud signal-key …` and `cloud api-key …`.
+#[derive(Debug, Subcommand)]
+pub enum KeyCommand {
+    /// Create a key; prints it alone (API keys: shown this once).
+    Create {
+        /// The org's slug.
+        #[arg(long)]
+        org: String,
+        /// A label for humans.
+        #[arg(long)]
+        name: Option<String>,
+        /// Storage.
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+}
+
+/// `cloud bridge-token …`.
+#[derive(Debug, Subcommand)]
+pub enum BridgeTokenCommand {
+    /// Create a token for a bridge; prints it alone, this once.
+    Create {
+        /// The org's slug.
+        #[arg(long)]
+        org: String,
+        /// The bridge's name (SERVICE_BRIDGE_NAME).
+        #[arg(long)]
+        name: String,
+        /// Storage.
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+    /// Revoke every token of a bridge; its live tunnels are closed.
+    Revoke {
+        /// The org's slug.
+        #[arg(long)]
+        org: String,
+        /// The bridge's name.
+        #[arg(long)]
+        name: String,
+        /// Storage.
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+}

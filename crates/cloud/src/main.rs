@@ -1,0 +1,137 @@
+//! The `cloud` binary: parse the command line, set up logs, run, map errors to exit codes
+//! (0 success, 2 usage or configuration, 1 anything else).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use cloud::admin::{self, AdminError};
+use cloud::cli::{
+    BridgeTokenCommand, Cli, Command, KeyCommand, OrgCommand, ServeArgs, StorageArgs,
+};
+use cloud::metrics::Metrics;
+use cloud::server::{self, ServeOptions};
+use cloud::storage::{Backend, Store};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let serving = matches!(cli.command, Command::Serve(_));
+    cloud::logging::init(cli.log_format, &cli.log_level, !serving);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Other(err)) => {
+            tracing::error!(cause = %format!("{err:#}"), "cloud failed");
+            eprintln!("error: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+enum Failure {
+    Usage(String),
+    Other(anyhow::Error),
+}
+
+impl From<AdminError> for Failure {
+    fn from(e: AdminError) -> Self {
+        match e {
+            AdminError::Usage(m) => Failure::Usage(m),
+            other => Failure::Other(other.into()),
+        }
+    }
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Self {
+        Failure::Other(e)
+    }
+}
+
+fn backend(storage: &StorageArgs) -> Result<Backend, Failure> {
+    Backend::choose(&storage.data_dir, storage.database_url.as_deref())
+        .map_err(|e| Failure::Usage(e.to_string()))
+}
+
+async fn open(storage: &StorageArgs) -> Result<Store, Failure> {
+    Store::open(&backend(storage)?, Metrics::new())
+        .await
+        .map_err(|e| Failure::Other(e.into()))
+}
+
+async fn run(command: Command) -> Result<(), Failure> {
+    let (store, output) = match command {
+        Command::Serve(args) => return serve(args).await,
+        Command::Org(OrgCommand::Create { slug, storage }) => {
+            let store = open(&storage).await?;
+            let out = admin::create_org(&store, &slug).await;
+            (store, out)
+        }
+        Command::SignalKey(KeyCommand::Create { org, name, storage }) => {
+            let store = open(&storage).await?;
+            let out = admin::create_signal_key(&store, &org, name.as_deref()).await;
+            (store, out)
+        }
+        Command::ApiKey(KeyCommand::Create { org, name, storage }) => {
+            let store = open(&storage).await?;
+            let out = admin::create_api_key(&store, &org, name.as_deref()).await;
+            (store, out)
+        }
+        Command::BridgeToken(BridgeTokenCommand::Create { org, name, storage }) => {
+            let store = open(&storage).await?;
+            let out = admin::create_bridge_token(&store, &org, &name).await;
+            (store, out)
+        }
+        Command::BridgeToken(BridgeTokenCommand::Revoke { org, name, storage }) => {
+            let store = open(&storage).await?;
+            let out = admin::revoke_bridge_tokens(&store, &org, &name)
+                .await
+                .map(|n| format!("revoked {n} token(s) of bridge {name}"));
+            (store, out)
+        }
+    };
+    store.close().await;
+    println!("{}", output?);
+    Ok(())
+}
+
+async fn serve(args: ServeArgs) -> Result<(), Failure> {
+    let backend = backend(&args.storage)?;
+    let tls_listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| Failure::Usage(format!("cannot listen on --listen {}: {e}", args.listen)))?;
+    let http_listener = match args.http_listen.as_str() {
+        "off" => None,
+        addr => {
+            let parsed: std::net::SocketAddr = addr.parse().map_err(|_| {
+                Failure::Usage(format!(
+                    "--http-listen {addr:?} is not an address like 127.0.0.1:8000, nor `off`"
+                ))
+            })?;
+            Some(tokio::net::TcpListener::bind(parsed).await.map_err(|e| {
+                Failure::Usage(format!("cannot listen on --http-listen {addr}: {e}"))
+            })?)
+        }
+    };
+    let options = ServeOptions {
+        backend,
+        data_dir: args.storage.data_dir,
+        tls_files: args.tls_cert.zip(args.tls_key),
+        signal_rate_limit: args.signal_rate_limit,
+        drain_timeout: Duration::from_secs(args.drain_timeout),
+    };
+    let shutdown = cloud::shutdown::on_signal();
+    server::run(options, tls_listener, http_listener, shutdown)
+        .await
+        .map_err(|e| Failure::Other(e.into()))
+}

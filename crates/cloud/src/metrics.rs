@@ -1,0 +1,152 @@
+//! Every Prometheus metric of `cloud`, defined once here and exposed on `/metrics`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of `signals_events_accepted_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TypeLabel {
+    /// Event type.
+    pub r#type: String,
+}
+
+/// Labels of `signals_events_rejected_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// Why: `invalid`, `too_large`, `rate_limited`, `unauthorized`, …
+    pub reason: String,
+}
+
+/// Labels of `http_request_duration_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    /// HTTP method.
+    pub method: String,
+    /// Matched route pattern (not the raw path, to keep cardinality bounded).
+    pub route: String,
+    /// Response status code.
+    pub status: u16,
+}
+
+fn latency_histogram() -> Histogram {
+    // 50 µs … ~26 s.
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
+}
+
+struct Inner {
+    registry: Registry,
+    accepted: Family<TypeLabel, Counter>,
+    rejected: Family<ReasonLabel, Counter>,
+    requests: Family<RouteLabels, Histogram, fn() -> Histogram>,
+    commit: Histogram,
+    commit_batches: Histogram,
+}
+
+/// Handle to the metrics; cheap to clone.
+#[derive(Clone)]
+pub struct Metrics(Arc<Inner>);
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric in a fresh registry.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let accepted = Family::<TypeLabel, Counter>::default();
+        registry.register(
+            "signals_events_accepted",
+            "Events durably stored, by type",
+            accepted.clone(),
+        );
+        let rejected = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "signals_events_rejected",
+            "Signal requests refused, by reason",
+            rejected.clone(),
+        );
+        let requests = Family::<RouteLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            latency_histogram,
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "Time to answer an HTTP request, by method, route and status",
+            requests.clone(),
+        );
+        let commit = latency_histogram();
+        registry.register(
+            "storage_commit_duration_seconds",
+            "Time of one group commit (transaction + fsync)",
+            commit.clone(),
+        );
+        let commit_batches = Histogram::new(exponential_buckets(1.0, 2.0, 14));
+        registry.register(
+            "storage_commit_batches",
+            "Requests sharing one group commit",
+            commit_batches.clone(),
+        );
+        Metrics(Arc::new(Inner {
+            registry,
+            accepted,
+            rejected,
+            requests,
+            commit,
+            commit_batches,
+        }))
+    }
+
+    /// Counts stored events of one type.
+    pub fn accepted(&self, kind: &str, n: u64) {
+        self.0
+            .accepted
+            .get_or_create(&TypeLabel {
+                r#type: kind.to_string(),
+            })
+            .inc_by(n);
+    }
+
+    /// Counts a refused signal request.
+    pub fn rejected(&self, reason: &str) {
+        self.0
+            .rejected
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Records one answered HTTP request.
+    pub fn request(&self, method: &str, route: &str, status: u16, took: Duration) {
+        self.0
+            .requests
+            .get_or_create(&RouteLabels {
+                method: method.to_string(),
+                route: route.to_string(),
+                status,
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Records one group commit.
+    pub fn observe_commit(&self, took: Duration, batches: usize) {
+        self.0.commit.observe(took.as_secs_f64());
+        self.0.commit_batches.observe(batches as f64);
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.0.registry);
+        out
+    }
+}

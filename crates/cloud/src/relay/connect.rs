@@ -1,0 +1,243 @@
+//! `GET /v1/bridge/connect`: a bridge proves itself twice (token and client certificate),
+//! the connection is upgraded, and the cloud becomes the HTTP/2 client of the bridge over it.
+//! Heartbeats and a revocation check run for as long as the tunnel lives.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::Utc;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rustls_pki_types::CertificateDer;
+use tunnel::ResourceInfo;
+
+use super::Instance;
+use super::enroll::{BridgeCredential, authenticate_bridge, certificate_name};
+use crate::api::AppState;
+use crate::api::problem::Problem;
+
+/// The verified client certificate of a TLS connection (leaf), put in each request's
+/// extensions by the server loop. Absent on plain HTTP and for clients without one.
+#[derive(Clone, Debug)]
+pub struct ClientCert(pub CertificateDer<'static>);
+
+/// How often the tunnel's token is checked for revocation.
+const REVOCATION_CHECK: Duration = Duration::from_secs(2);
+/// Heartbeats missed in a row before a tunnel is dropped.
+const MAX_MISSED_HEARTBEATS: u32 = 3;
+
+fn refuse(mut problem: Problem, why: &str) -> Response {
+    problem.detail = why.to_string();
+    let mut response = problem.into_response();
+    if let Ok(v) = HeaderValue::from_str(why) {
+        response.headers_mut().insert(tunnel::HEADER_REFUSAL, v);
+    }
+    response
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    let cn = parsed
+        .subject()
+        .iter_common_name()
+        .next()?
+        .as_str()
+        .ok()?
+        .to_string();
+    Some(cn)
+}
+
+/// The handler.
+pub async fn connect(State(state): State<AppState>, mut req: Request) -> Response {
+    let headers = req.headers().clone();
+    let credential = match authenticate_bridge(&state, &headers).await {
+        Ok(c) => c,
+        Err(p) => {
+            let why = p.detail.clone();
+            tracing::warn!(reason = %why, "bridge connect refused");
+            return refuse(p, &why);
+        }
+    };
+    let Some(ClientCert(cert)) = req.extensions().get::<ClientCert>().cloned() else {
+        let why = "a client certificate is required to open a tunnel (mutual TLS): the bridge enrolls for one by itself, or set tls_cert_file/tls_key_file";
+        return refuse(Problem::unauthorized(why), why);
+    };
+    let expected = certificate_name(credential.org_id, &credential.bridge_name);
+    if common_name(&cert).as_deref() != Some(expected.as_str()) {
+        let why = "the client certificate was issued for another bridge than this token's";
+        return refuse(Problem::forbidden(why), why);
+    }
+    let name = header_str(&headers, tunnel::HEADER_NAME).unwrap_or("");
+    if name != credential.bridge_name {
+        let why = format!(
+            "this token is for bridge {:?}, not {name:?}: set SERVICE_BRIDGE_NAME to match the token",
+            credential.bridge_name
+        );
+        return refuse(Problem::forbidden(why.clone()), &why);
+    }
+    if let Err(why) =
+        tunnel::check_protocol(header_str(&headers, tunnel::HEADER_PROTOCOL).unwrap_or(""))
+    {
+        tracing::warn!(bridge = %name, reason = %why, "bridge version refused");
+        let mut p = Problem::bad_request(why.clone());
+        p.status = StatusCode::UPGRADE_REQUIRED.as_u16();
+        return refuse(p, &why);
+    }
+    let upgrade_ok = header_str(&headers, header::UPGRADE.as_str())
+        .is_some_and(|u| u.eq_ignore_ascii_case(tunnel::UPGRADE_PROTOCOL));
+    if !upgrade_ok {
+        let why = format!("send Upgrade: {}", tunnel::UPGRADE_PROTOCOL);
+        return refuse(Problem::bad_request(why.clone()), &why);
+    }
+    let resources: Vec<ResourceInfo> = match header_str(&headers, tunnel::HEADER_RESOURCES)
+        .map(serde_json::from_str)
+        .unwrap_or(Ok(Vec::new()))
+    {
+        Ok(r) => r,
+        Err(e) => {
+            let why = format!(
+                "header {} is not a JSON resource list: {e}",
+                tunnel::HEADER_RESOURCES
+            );
+            return refuse(Problem::bad_request(why.clone()), &why);
+        }
+    };
+    let heartbeat = header_str(&headers, tunnel::HEADER_HEARTBEAT)
+        .and_then(|h| h.parse::<u64>().ok())
+        .filter(|h| *h > 0)
+        .map_or(Duration::from_secs(30), Duration::from_secs);
+    let instance_id = header_str(&headers, tunnel::HEADER_INSTANCE)
+        .unwrap_or("unknown")
+        .to_string();
+    let version = header_str(&headers, tunnel::HEADER_VERSION)
+        .unwrap_or("unknown")
+        .to_string();
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let tunnel = Tunnel {
+                    credential,
+                    instance_id,
+                    version,
+                    resources,
+                    heartbeat,
+                };
+                run(state, tunnel, upgraded).await;
+            }
+            Err(e) => tracing::warn!(cause = %e, "bridge upgrade failed"),
+        }
+    });
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "upgrade")
+        .header(header::UPGRADE, tunnel::UPGRADE_PROTOCOL)
+        .body(Body::empty())
+        .unwrap_or_default()
+}
+
+struct Tunnel {
+    credential: BridgeCredential,
+    instance_id: String,
+    version: String,
+    resources: Vec<ResourceInfo>,
+    heartbeat: Duration,
+}
+
+async fn run(state: AppState, t: Tunnel, io: hyper::upgrade::Upgraded) {
+    let handshake = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .keep_alive_interval(t.heartbeat)
+        .keep_alive_timeout(t.heartbeat * MAX_MISSED_HEARTBEATS)
+        .keep_alive_while_idle(true)
+        .handshake::<_, Body>(io)
+        .await;
+    let (sender, connection) = match handshake {
+        Ok(pair) => pair,
+        Err(e) => {
+            tracing::warn!(bridge = %t.credential.bridge_name, cause = %e, "HTTP/2 handshake with bridge failed");
+            return;
+        }
+    };
+    let instance = Arc::new(Instance {
+        id: t.instance_id.clone(),
+        version: t.version.clone(),
+        resources: t.resources,
+        connected_at: Utc::now(),
+        last_heartbeat: std::sync::Mutex::new(Utc::now()),
+        in_flight: AtomicUsize::new(0),
+        sender,
+        closed: state.relay.shutdown.child_token(),
+    });
+    let (org_id, bridge) = (t.credential.org_id, t.credential.bridge_name.clone());
+    state.relay.registry.add(org_id, &bridge, instance.clone());
+    tracing::info!(org_id, bridge = %bridge, instance = %t.instance_id, version = %t.version, "bridge connected");
+    let watch = tokio::spawn(watch(
+        state.clone(),
+        t.credential.token_id.clone(),
+        instance.clone(),
+        t.heartbeat,
+    ));
+    tokio::select! {
+        result = connection => {
+            if let Err(e) = result {
+                tracing::info!(bridge = %bridge, instance = %t.instance_id, cause = %e, "bridge tunnel ended");
+            }
+        }
+        _ = instance.closed.cancelled() => {}
+    }
+    instance.closed.cancel();
+    watch.abort();
+    state.relay.registry.remove(org_id, &bridge, &instance);
+    tracing::info!(org_id, bridge = %bridge, instance = %t.instance_id, "bridge disconnected");
+}
+
+/// Heartbeats through the tunnel and rechecks the token; cancels the tunnel when either fails.
+async fn watch(state: AppState, token_id: String, instance: Arc<Instance>, every: Duration) {
+    let mut beat = tokio::time::interval(every);
+    let mut revocation = tokio::time::interval(REVOCATION_CHECK);
+    let mut missed = 0;
+    loop {
+        tokio::select! {
+            _ = beat.tick() => {
+                let request = Request::builder()
+                    .uri(tunnel::HEARTBEAT_PATH)
+                    .body(Body::empty())
+                    .unwrap_or_default();
+                let mut sender = instance.sender.clone();
+                let ok = matches!(
+                    tokio::time::timeout(every, sender.send_request(request)).await,
+                    Ok(Ok(r)) if r.status().is_success()
+                );
+                if ok {
+                    missed = 0;
+                    *instance.last_heartbeat.lock().unwrap_or_else(|e| e.into_inner()) = Utc::now();
+                } else {
+                    missed += 1;
+                    if missed >= MAX_MISSED_HEARTBEATS {
+                        tracing::warn!(instance = %instance.id, missed, "bridge missed heartbeats; dropping its tunnel");
+                        instance.closed.cancel();
+                        return;
+                    }
+                }
+            }
+            _ = revocation.tick() => {
+                if let Ok(Some(row)) = state.store.bridge_token(&token_id).await
+                    && row.revoked
+                {
+                    tracing::warn!(instance = %instance.id, "bridge token revoked; closing its tunnel");
+                    instance.closed.cancel();
+                    return;
+                }
+            }
+        }
+    }
+}

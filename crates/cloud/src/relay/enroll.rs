@@ -1,0 +1,119 @@
+//! `POST /v1/bridge/enroll`: a bridge trades its token and a CSR for a short-lived client
+//! certificate from the cloud's internal CA. The certificate names the org and the bridge
+//! (`CN=<org id>:<bridge>`), whatever the CSR asked for.
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::api::AppState;
+use crate::api::auth::storage_unavailable;
+use crate::api::problem::Problem;
+use crate::secrets::{self, Kind};
+
+/// How long an enrolled client certificate is valid; bridges renew at two thirds.
+pub const CLIENT_CERT_LIFETIME: time::Duration = time::Duration::hours(24);
+
+/// A verified bridge token.
+#[derive(Debug, Clone)]
+pub struct BridgeCredential {
+    /// The token's public id (rechecked for revocation while the tunnel lives).
+    pub token_id: String,
+    /// The org.
+    pub org_id: i64,
+    /// The bridge the token is for.
+    pub bridge_name: String,
+}
+
+/// Checks `Authorization: Bearer <bridge token>`: known, matching hash, not revoked.
+pub async fn authenticate_bridge(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<BridgeCredential, Problem> {
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| {
+            Problem::unauthorized("missing bridge token: send Authorization: Bearer <bridge token>")
+        })?;
+    let rejected = || {
+        Problem::unauthorized(
+            "the bridge token is not valid; create one with `cloud bridge-token create --org ORG --name BRIDGE`",
+        )
+    };
+    let (id, secret) = secrets::parse(Kind::BridgeToken, presented.trim()).ok_or_else(rejected)?;
+    let row = state
+        .store
+        .bridge_token(id)
+        .await
+        .map_err(|e| storage_unavailable(&e))?
+        .ok_or_else(rejected)?;
+    if !secrets::verify(secret, &row.secret_hash) {
+        return Err(rejected());
+    }
+    if row.revoked {
+        return Err(Problem::unauthorized(
+            "the bridge token was revoked; create a new one with `cloud bridge-token create`",
+        ));
+    }
+    Ok(BridgeCredential {
+        token_id: id.to_string(),
+        org_id: row.org_id,
+        bridge_name: row.bridge_name,
+    })
+}
+
+/// The common name a bridge's client certificate carries.
+pub fn certificate_name(org_id: i64, bridge: &str) -> String {
+    format!("{org_id}:{bridge}")
+}
+
+/// The handler: body is the CSR in PEM; answer `{"certificate","ca"}` in PEM.
+pub async fn enroll(State(state): State<AppState>, headers: HeaderMap, body: String) -> Response {
+    let credential = match authenticate_bridge(&state, &headers).await {
+        Ok(c) => c,
+        Err(p) => return p.into_response(),
+    };
+    match issue(&state, &credential, &body) {
+        Ok((certificate, ca)) => {
+            tracing::info!(org_id = credential.org_id, bridge = %credential.bridge_name, "bridge enrolled");
+            (
+                StatusCode::OK,
+                axum::Json(json!({"certificate": certificate, "ca": ca})),
+            )
+                .into_response()
+        }
+        Err(p) => p.into_response(),
+    }
+}
+
+fn issue(
+    state: &AppState,
+    c: &BridgeCredential,
+    csr_pem: &str,
+) -> Result<(String, String), Problem> {
+    let mut csr = rcgen::CertificateSigningRequestParams::from_pem(csr_pem).map_err(|e| {
+        Problem::bad_request(format!(
+            "the body is not a PEM certificate signing request: {e}"
+        ))
+    })?;
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        certificate_name(c.org_id, &c.bridge_name),
+    );
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::minutes(5);
+    params.not_after = now + CLIENT_CERT_LIFETIME;
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+    csr.params = params;
+    let cert = state.relay.ca.sign_csr(&csr).map_err(|e| {
+        tracing::error!(cause = %e, "cannot sign a bridge certificate");
+        Problem::unavailable(5, "the certificate authority could not sign; retry shortly")
+    })?;
+    Ok((cert, state.relay.ca.cert_pem.clone()))
+}

@@ -1,0 +1,239 @@
+//! Forwarding: `ANY /v1/bridges/{bridge}/apis/{api}/{path…}` becomes one HTTP/2 stream to the
+//! least busy live instance of the bridge. Bodies stream both ways (never buffered); the
+//! caller's API key is not forwarded; a bodiless idempotent request whose tunnel died is
+//! retried once on another instance.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use serde_json::json;
+use tunnel::ResourceKind;
+
+use super::Instance;
+use crate::api::AppState;
+use crate::api::auth::storage_unavailable;
+use crate::api::problem::Problem;
+
+/// Headers that belong to one hop, or to the caller's credentials, and are never forwarded.
+const DROPPED: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "host",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-connection",
+];
+
+/// `GET /v1/bridges`: the org's connected bridges and their instances.
+pub async fn list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, Problem> {
+    let principal = state.keys.authenticate(&state.store, &headers).await?;
+    Ok(Json(
+        json!({"bridges": state.relay.registry.list(principal.org_id)}),
+    ))
+}
+
+/// `ANY /v1/bridges/{bridge}/apis/{api}`.
+pub async fn api_root(
+    State(state): State<AppState>,
+    Path((bridge, api)): Path<(String, String)>,
+    req: Request,
+) -> Response {
+    forward(state, ResourceKind::Api, bridge, api, String::new(), req).await
+}
+
+/// `ANY /v1/bridges/{bridge}/apis/{api}/{*path}`.
+pub async fn api_path(
+    State(state): State<AppState>,
+    Path((bridge, api, path)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    forward(state, ResourceKind::Api, bridge, api, path, req).await
+}
+
+async fn forward(
+    state: AppState,
+    kind: ResourceKind,
+    bridge: String,
+    name: String,
+    path: String,
+    req: Request,
+) -> Response {
+    match try_forward(&state, kind, &bridge, &name, &path, req).await {
+        Ok(r) => r,
+        Err(p) => p.into_response(),
+    }
+}
+
+async fn try_forward(
+    state: &AppState,
+    kind: ResourceKind,
+    bridge: &str,
+    name: &str,
+    path: &str,
+    req: Request,
+) -> Result<Response, Problem> {
+    let principal = state.keys.authenticate(&state.store, req.headers()).await?;
+    let instances = state.relay.registry.instances(principal.org_id, bridge);
+    if instances.is_empty() {
+        let known = state
+            .store
+            .bridge_exists(principal.org_id, bridge)
+            .await
+            .map_err(|e| storage_unavailable(&e))?;
+        return Err(if known {
+            Problem::unavailable(
+                5,
+                format!(
+                    "bridge {bridge:?} has no live tunnel right now (it may be reconnecting); retry shortly"
+                ),
+            )
+        } else {
+            Problem::not_found(format!("no bridge {bridge:?} in this org"))
+        });
+    }
+    if !instances[0]
+        .resources
+        .iter()
+        .any(|r| r.kind == kind && r.name == name)
+    {
+        return Err(Problem::not_found(format!(
+            "bridge {bridge:?} declares no {} named {name:?}",
+            kind.segment()
+        )));
+    }
+    let (parts, body) = req.into_parts();
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let query = parts
+        .uri
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    let uri = format!("/{}/{name}/{path}{query}", kind.segment());
+    let mut headers = HeaderMap::with_capacity(parts.headers.len() + 3);
+    for (k, v) in &parts.headers {
+        if !DROPPED.contains(&k.as_str()) && !k.as_str().starts_with("x-bridge-") {
+            headers.append(k.clone(), v.clone());
+        }
+    }
+    let set = |h: &mut HeaderMap, k: &'static str, v: &str| {
+        if let Ok(v) = HeaderValue::from_str(v) {
+            h.insert(HeaderName::from_static(k), v);
+        }
+    };
+    set(&mut headers, tunnel::HEADER_REQUEST_ID, &request_id);
+    set(&mut headers, tunnel::HEADER_PRINCIPAL, &principal.key_id);
+    set(
+        &mut headers,
+        tunnel::HEADER_ORG,
+        &principal.org_id.to_string(),
+    );
+    let bodiless = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .is_none_or(|v| v == "0")
+        && !parts.headers.contains_key(header::TRANSFER_ENCODING);
+    let retryable =
+        bodiless && matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+    let mut body = Some(body);
+    let mut last_error = String::new();
+    for instance in instances.iter().take(if retryable { 2 } else { 1 }) {
+        let mut builder = hyper::Request::builder()
+            .method(parts.method.clone())
+            .uri(&uri);
+        if let Some(h) = builder.headers_mut() {
+            *h = headers.clone();
+        }
+        let this_body = if retryable {
+            Body::empty()
+        } else {
+            body.take().unwrap_or_default()
+        };
+        let request = builder
+            .body(this_body)
+            .map_err(|e| Problem::bad_request(format!("cannot forward this request: {e}")))?;
+        let guard = InFlight::new(instance.clone());
+        let mut sender = instance.sender.clone();
+        match sender.send_request(request).await {
+            Ok(response) => {
+                let (mut parts, incoming) = response.into_parts();
+                for h in DROPPED {
+                    parts.headers.remove(*h);
+                }
+                let body = Body::new(Tracked {
+                    inner: incoming,
+                    _guard: guard,
+                });
+                return Ok(Response::from_parts(parts, body));
+            }
+            Err(e) => {
+                tracing::warn!(bridge, instance = %instance.id, cause = %e, retryable, "forwarding through tunnel failed");
+                last_error = e.to_string();
+            }
+        }
+    }
+    let mut p = Problem::unavailable(
+        1,
+        format!("the tunnel to bridge {bridge:?} failed while forwarding ({last_error}); retry"),
+    );
+    p.status = StatusCode::BAD_GATEWAY.as_u16();
+    Err(p)
+}
+
+/// Counts a stream as in flight on its instance until the response body is done.
+struct InFlight(Arc<Instance>);
+
+impl InFlight {
+    fn new(instance: Arc<Instance>) -> Self {
+        instance.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(instance)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A response body that holds its [`InFlight`] guard until it ends.
+struct Tracked {
+    inner: hyper::body::Incoming,
+    _guard: InFlight,
+}
+
+impl HttpBody for Tracked {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,107 @@
+//! Credentials: how signal keys, API keys and bridge tokens look, are made and are checked.
+//!
+//! API keys and bridge tokens read `PREFIX_ID_SECRET`: the prefix tells secret scanners and
+//! humans what leaked, the id finds the stored row, and only the SHA-256 of the secret is
+//! stored. The secret has 256 random bits, so a fast hash is enough (no password stretching);
+//! the comparison is constant-time all the same.
+
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// Which kind of credential a string is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Authenticates API calls (`Authorization: Bearer …`).
+    ApiKey,
+    /// Authenticates a bridge's tunnel.
+    BridgeToken,
+}
+
+impl Kind {
+    /// The recognisable prefix of this kind.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Kind::ApiKey => "sigapi_",
+            Kind::BridgeToken => "sigbrt_",
+        }
+    }
+}
+
+/// Prefix of signal keys (an address, not a secret: it goes in the URL path).
+pub const SIGNAL_KEY_PREFIX: &str = "sigkey_";
+
+fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut buf);
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A new signal key.
+pub fn new_signal_key() -> String {
+    format!("{SIGNAL_KEY_PREFIX}{}", random_hex(12))
+}
+
+/// A freshly made credential: show `token` once, store `id` and `hash`.
+pub struct Minted {
+    /// The whole credential, to print once.
+    pub token: String,
+    /// The public part, the row's key.
+    pub id: String,
+    /// SHA-256 of the secret part.
+    pub hash: Vec<u8>,
+}
+
+/// Makes a new credential of a kind.
+pub fn mint(kind: Kind) -> Minted {
+    let id = random_hex(8);
+    let secret = random_hex(32);
+    Minted {
+        token: format!("{}{id}_{secret}", kind.prefix()),
+        hash: hash(&secret),
+        id,
+    }
+}
+
+/// SHA-256 of a secret.
+pub fn hash(secret: &str) -> Vec<u8> {
+    Sha256::digest(secret.as_bytes()).to_vec()
+}
+
+/// Splits a presented credential into (id, secret) when it is of the expected kind and shape.
+pub fn parse(kind: Kind, token: &str) -> Option<(&str, &str)> {
+    let rest = token.strip_prefix(kind.prefix())?;
+    let (id, secret) = rest.split_once('_')?;
+    let hex = |s: &str, len| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+    (hex(id, 16) && hex(secret, 64)).then_some((id, secret))
+}
+
+/// Constant-time check of a presented secret against a stored hash.
+pub fn verify(secret: &str, stored_hash: &[u8]) -> bool {
+    hash(secret).ct_eq(stored_hash).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minted_tokens_verify_and_others_do_not() {
+        let m = mint(Kind::ApiKey);
+        assert!(m.token.starts_with("sigapi_"));
+        let (id, secret) = parse(Kind::ApiKey, &m.token).unwrap();
+        assert_eq!(id, m.id);
+        assert!(verify(secret, &m.hash));
+        let other = mint(Kind::ApiKey);
+        let (_, other_secret) = parse(Kind::ApiKey, &other.token).unwrap();
+        assert!(!verify(other_secret, &m.hash));
+    }
+
+    #[test]
+    fn kinds_are_not_interchangeable() {
+        let m = mint(Kind::BridgeToken);
+        assert!(parse(Kind::ApiKey, &m.token).is_none());
+        assert!(parse(Kind::BridgeToken, &m.token).is_some());
+        assert!(parse(Kind::ApiKey, "sigapi_short_x").is_none());
+    }
+}

@@ -1,0 +1,189 @@
+//! The serving loop: accept on the TLS and plain-HTTP listeners, serve the router over HTTP/1.1
+//! or HTTP/2, and on shutdown stop accepting, drain in-flight requests, then flush storage.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, AppState};
+use crate::metrics::Metrics;
+use crate::relay::connect::ClientCert;
+use crate::storage::{Backend, StorageError, Store};
+use crate::tls::{self, TlsError};
+use tower::ServiceExt;
+
+/// How long a TLS handshake may take before the connection is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Everything `cloud serve` needs besides its listeners.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// SQLite file or PostgreSQL URL.
+    pub backend: Backend,
+    /// Holds the CA and the self-signed certificate.
+    pub data_dir: PathBuf,
+    /// `--tls-cert` and `--tls-key`, when given.
+    pub tls_files: Option<(PathBuf, PathBuf)>,
+    /// Events/s per signal key; 0 turns the limit off.
+    pub signal_rate_limit: u32,
+    /// How long in-flight requests may take to finish at shutdown.
+    pub drain_timeout: Duration,
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Storage could not be opened.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// TLS could not be set up.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+}
+
+/// Runs the service until `shutdown` is cancelled, then drains and flushes.
+pub async fn run(
+    options: ServeOptions,
+    tls_listener: TcpListener,
+    http_listener: Option<TcpListener>,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let identity = tls::server_identity(
+        &options.data_dir,
+        options
+            .tls_files
+            .as_ref()
+            .map(|(c, k)| (c.as_path(), k.as_path())),
+    )?;
+    let ca = tls::LocalCa::load_or_create(&options.data_dir)?;
+    let acceptor = TlsAcceptor::from(tls::server_config(identity, ca.cert_der()?)?);
+    let metrics = Metrics::new();
+    let store = Store::open(&options.backend, metrics.clone()).await?;
+    let state = AppState::new(store.clone(), metrics, options.signal_rate_limit, ca);
+    let relay = state.relay.clone();
+    let app = api::router(state);
+
+    let mut loops = Vec::new();
+    if let Ok(addr) = tls_listener.local_addr() {
+        tracing::info!(addr = %addr, scheme = "https", "listening");
+    }
+    loops.push(tokio::spawn(serve_loop(
+        tls_listener,
+        Some(acceptor),
+        app.clone(),
+        shutdown.clone(),
+        options.drain_timeout,
+    )));
+    if let Some(listener) = http_listener {
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(addr = %addr, scheme = "http", "listening");
+        }
+        loops.push(tokio::spawn(serve_loop(
+            listener,
+            None,
+            app,
+            shutdown.clone(),
+            options.drain_timeout,
+        )));
+    }
+    shutdown.cancelled().await;
+    relay.shutdown.cancel();
+    for task in loops {
+        let _ = task.await;
+    }
+    store.close().await;
+    tracing::info!("stopped: in-flight requests drained, storage flushed");
+    Ok(())
+}
+
+async fn serve_loop(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    app: Router,
+    stop: CancellationToken,
+    drain_timeout: Duration,
+) {
+    let graceful = GracefulShutdown::new();
+    let builder = Arc::new(auto::Builder::new(TokioExecutor::new()));
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(err) => {
+                    tracing::warn!(cause = %err, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.cancelled() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let watcher = graceful.watcher();
+        let builder = builder.clone();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            match tls {
+                None => {
+                    let service = TowerToHyperService::new(app);
+                    let conn = builder
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                        .into_owned();
+                    let _ = watcher.watch(conn).await;
+                }
+                Some(acceptor) => {
+                    let stream = match tokio::time::timeout(
+                        HANDSHAKE_TIMEOUT,
+                        acceptor.accept(stream),
+                    )
+                    .await
+                    {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(err)) => {
+                            tracing::debug!(peer = %peer, cause = %err, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(peer = %peer, "TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    let client_cert = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|certs| certs.first())
+                        .map(|leaf| ClientCert(leaf.clone().into_owned()));
+                    let service = TowerToHyperService::new(app.map_request(
+                        move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                            if let Some(cert) = &client_cert {
+                                req.extensions_mut().insert(cert.clone());
+                            }
+                            req
+                        },
+                    ));
+                    let conn = builder
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                        .into_owned();
+                    let _ = watcher.watch(conn).await;
+                }
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(drain_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(timeout = ?drain_timeout, "drain timed out; closing remaining connections");
+    }
+}

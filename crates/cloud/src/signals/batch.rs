@@ -1,0 +1,206 @@
+//! From request body to validated events: one event or an all-or-nothing array.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::event::{FieldError, ValidEvent, validate};
+
+/// Largest single event, in bytes of its JSON text.
+pub const MAX_EVENT_BYTES: usize = 64 * 1024;
+/// Largest request body.
+pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+/// Most events in one array.
+pub const MAX_BATCH_EVENTS: usize = 500;
+
+/// Why a body could not be turned into events.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    /// Not JSON (400).
+    #[error("the body is not valid JSON: {0}")]
+    Malformed(String),
+    /// One event is over [`MAX_EVENT_BYTES`] (413).
+    #[error("event at {pointer:?} is {size} bytes; at most {MAX_EVENT_BYTES} bytes per event")]
+    EventTooLarge {
+        /// JSON pointer of the event (`""` for a single event).
+        pointer: String,
+        /// Its size.
+        size: usize,
+    },
+    /// Fields are invalid (422); nothing of the batch is stored.
+    #[error("{} invalid field(s)", .0.len())]
+    Invalid(Vec<FieldError>),
+}
+
+/// The events of one request.
+#[derive(Debug)]
+pub struct Batch {
+    /// True when the body was an array (the answer then lists `ids`).
+    pub is_array: bool,
+    /// The events, in order.
+    pub events: Vec<ValidEvent>,
+}
+
+/// Parses and validates a whole body; one bad event rejects all.
+pub fn parse(body: &[u8], now: DateTime<Utc>) -> Result<Batch, BatchError> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    let (is_array, raws): (bool, Vec<&RawValue>) = match first {
+        Some(b'[') => (
+            true,
+            serde_json::from_slice(body).map_err(|e| BatchError::Malformed(e.to_string()))?,
+        ),
+        Some(_) => (
+            false,
+            vec![serde_json::from_slice(body).map_err(|e| BatchError::Malformed(e.to_string()))?],
+        ),
+        None => return Err(BatchError::Malformed("the body is empty".into())),
+    };
+    let pointer = |i: usize| {
+        if is_array {
+            format!("/{i}")
+        } else {
+            String::new()
+        }
+    };
+    if is_array && raws.is_empty() {
+        return Err(BatchError::Invalid(vec![FieldError {
+            pointer: String::new(),
+            detail: "the array is empty; send 1 to 500 events".into(),
+        }]));
+    }
+    if raws.len() > MAX_BATCH_EVENTS {
+        return Err(BatchError::Invalid(vec![FieldError {
+            pointer: String::new(),
+            detail: format!(
+                "the array holds {} events; at most {MAX_BATCH_EVENTS} per request, split it",
+                raws.len()
+            ),
+        }]));
+    }
+    if let Some((i, raw)) = raws
+        .iter()
+        .enumerate()
+        .find(|(_, r)| r.get().len() > MAX_EVENT_BYTES)
+    {
+        return Err(BatchError::EventTooLarge {
+            pointer: pointer(i),
+            size: raw.get().len(),
+        });
+    }
+    let mut errors = Vec::new();
+    let mut events = Vec::with_capacity(raws.len());
+    for (i, raw) in raws.iter().enumerate() {
+        let value: Value =
+            serde_json::from_str(raw.get()).map_err(|e| BatchError::Malformed(e.to_string()))?;
+        if let Some(event) = validate(value, &pointer(i), now, &mut errors) {
+            events.push(event);
+        }
+    }
+    if errors.is_empty() {
+        Ok(Batch { is_array, events })
+    } else {
+        Err(BatchError::Invalid(errors))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn now() -> DateTime<Utc> {
+        "2024-01-15T12:00:00Z".parse().unwrap()
+    }
+
+    fn errors(body: Value) -> Vec<FieldError> {
+        match parse(body.to_string().as_bytes(), now()) {
+            Err(BatchError::Invalid(e)) => e,
+            other => panic!("expected invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_seed_deployment_is_valid() {
+        let body = json!({
+            "type": "deployment", "repository": "org/repo", "service": "api",
+            "version": "v1.2.3", "sha": "abc123", "environment": "production",
+            "triggeredBy": "ci", "status": "success", "timestamp": "2024-01-15T10:30:00Z",
+            "metadata": {"workflow": "deploy", "runId": "1", "runNumber": "7"}
+        });
+        let batch = parse(body.to_string().as_bytes(), now()).unwrap();
+        assert!(!batch.is_array);
+        assert_eq!(batch.events[0].get_str("status"), Some("success"));
+    }
+
+    #[test]
+    fn synonyms_and_offsets_are_normalised() {
+        let body = json!([
+            {"type": "deployment", "service": "a", "environment": "p", "status": "Succeeded",
+             "timestamp": "2024-01-15T12:30:00+02:00"},
+            {"type": "alert", "service": "a", "title": "t", "severity": "critical", "status": "firing"},
+        ]);
+        let batch = parse(body.to_string().as_bytes(), now()).unwrap();
+        assert_eq!(batch.events[0].get_str("status"), Some("success"));
+        assert_eq!(
+            batch.events[0].get_str("timestamp"),
+            Some("2024-01-15T10:30:00Z")
+        );
+        assert_eq!(batch.events[1].get_str("status"), Some("triggered"));
+    }
+
+    #[test]
+    fn every_bad_field_is_named() {
+        let errs = errors(json!([
+            {"type": "deployment", "service": "a", "environment": "p", "status": "success"},
+            {"type": "deployment", "service": 3, "status": "exploded"},
+        ]));
+        let pointers: Vec<_> = errs.iter().map(|e| e.pointer.as_str()).collect();
+        assert_eq!(pointers, ["/1/service", "/1/environment", "/1/status"]);
+        assert!(errs[2].detail.contains("rolled_back"), "{}", errs[2].detail);
+    }
+
+    #[test]
+    fn timestamps_without_zone_or_in_future_are_refused() {
+        let e = errors(json!({"type": "custom", "name": "x", "timestamp": "2024-01-15T10:30:00"}));
+        assert_eq!(e[0].pointer, "/timestamp");
+        assert!(e[0].detail.contains("no time zone"));
+        let e = errors(json!({"type": "custom", "name": "x", "timestamp": "2024-01-15T12:06:00Z"}));
+        assert!(e[0].detail.contains("future"));
+    }
+
+    #[test]
+    fn metadata_limits() {
+        let many: serde_json::Map<_, _> = (0..65).map(|i| (format!("k{i}"), json!("v"))).collect();
+        let e = errors(json!({"type": "custom", "name": "x", "metadata": many}));
+        assert_eq!(e[0].pointer, "/metadata");
+        let e = errors(json!({"type": "custom", "name": "x", "metadata": {"a/b": {"nested": 1}}}));
+        assert_eq!(e[0].pointer, "/metadata/a~1b");
+    }
+
+    #[test]
+    fn resolve_by_dedup_key_needs_no_other_fields() {
+        let body = json!({"type": "alert", "status": "resolve", "dedupKey": "disk-full"});
+        let batch = parse(body.to_string().as_bytes(), now()).unwrap();
+        assert_eq!(batch.events[0].inherit_from.as_deref(), Some("disk-full"));
+        let e = errors(json!({"type": "alert", "status": "resolved"}));
+        assert_eq!(e.len(), 3, "{e:?}");
+    }
+
+    #[test]
+    fn sizes_and_shapes() {
+        assert!(matches!(
+            parse(b"{nope", now()),
+            Err(BatchError::Malformed(_))
+        ));
+        assert!(matches!(parse(b"", now()), Err(BatchError::Malformed(_))));
+        let big = json!({"type": "custom", "name": "x", "blob": "a".repeat(70_000)});
+        assert!(matches!(
+            parse(big.to_string().as_bytes(), now()),
+            Err(BatchError::EventTooLarge { .. })
+        ));
+        let e = errors(json!([]));
+        assert!(e[0].detail.contains("empty"));
+        let e = errors(json!([1]));
+        assert_eq!(e[0].pointer, "/0");
+    }
+}

@@ -1,0 +1,319 @@
+//! The stored records (credentials and events) and the queries that read and write them.
+
+use sqlx::Row;
+
+use super::{Arg, Args, Db, StorageError, Store, now_micros, on_db};
+
+/// An API key as stored: only the hash of its secret part.
+#[derive(Debug, Clone)]
+pub struct ApiKeyRow {
+    /// The org the key acts for.
+    pub org_id: i64,
+    /// SHA-256 of the key's secret part.
+    pub secret_hash: Vec<u8>,
+}
+
+/// A bridge token as stored: only the hash of its secret part.
+#[derive(Debug, Clone)]
+pub struct BridgeTokenRow {
+    /// The org the bridge belongs to.
+    pub org_id: i64,
+    /// The bridge this token opens tunnels for.
+    pub bridge_name: String,
+    /// SHA-256 of the token's secret part.
+    pub secret_hash: Vec<u8>,
+    /// Set once the token was revoked.
+    pub revoked: bool,
+}
+
+/// One event ready to be inserted.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    /// UUIDv7, so ids sort by creation time.
+    pub id: String,
+    /// Event type (`deployment`, `alert`, `change`, `custom`).
+    pub kind: &'static str,
+    /// Indexed copies of the body's fields, for filtering.
+    pub service: Option<String>,
+    /// See `service`.
+    pub environment: Option<String>,
+    /// See `service`.
+    pub status: Option<String>,
+    /// Alert deduplication key, for resolves.
+    pub dedup_key: Option<String>,
+    /// When it happened, µs since the epoch.
+    pub occurred_at: i64,
+    /// When the service received it, µs since the epoch.
+    pub received_at: i64,
+    /// The normalised event as JSON text.
+    pub body: String,
+}
+
+/// One event as read back.
+#[derive(Debug, Clone)]
+pub struct StoredEvent {
+    /// Event id.
+    pub id: String,
+    /// When it happened, µs since the epoch.
+    pub occurred_at: i64,
+    /// When it was received, µs since the epoch.
+    pub received_at: i64,
+    /// The normalised event as JSON text.
+    pub body: String,
+}
+
+/// Filters of `GET /v1/events`; every one optional.
+#[derive(Debug, Default, Clone)]
+pub struct EventQuery {
+    /// Only this type.
+    pub kind: Option<String>,
+    /// Only this service.
+    pub service: Option<String>,
+    /// Only this environment.
+    pub environment: Option<String>,
+    /// Occurred at or after (µs).
+    pub since: Option<i64>,
+    /// Occurred before (µs).
+    pub until: Option<i64>,
+    /// Continue after this (occurred_at, id), exclusive.
+    pub after: Option<(i64, String)>,
+    /// Page size.
+    pub limit: i64,
+}
+
+const EVENT_COLUMNS: &str = "id, occurred_at, received_at, body";
+
+fn event_from_row<R: Row>(row: R) -> StoredEvent
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    StoredEvent {
+        id: row.get("id"),
+        occurred_at: row.get("occurred_at"),
+        received_at: row.get("received_at"),
+        body: row.get("body"),
+    }
+}
+
+impl Store {
+    /// Stores a new signal key for an org.
+    pub async fn create_signal_key(
+        &self,
+        org_id: i64,
+        key: &str,
+        name: Option<&str>,
+    ) -> Result<(), StorageError> {
+        let sql = "INSERT INTO signal_keys (key, org_id, name, created_at) VALUES ($1, $2, $3, $4)";
+        let args = vec![
+            Arg::Text(key),
+            Arg::Int(org_id),
+            Arg::OptText(name),
+            Arg::Int(now_micros()),
+        ];
+        self.execute(sql, Args(args)).await.map(drop)
+    }
+
+    /// The org that owns a signal key.
+    pub async fn signal_key_org(&self, key: &str) -> Result<Option<i64>, StorageError> {
+        let sql = "SELECT org_id FROM signal_keys WHERE key = $1";
+        Ok(
+            on_db!(&self.db, pool => sqlx::query(sql).bind(key).fetch_optional(pool).await?
+            .map(|r| r.get::<i64, _>(0))),
+        )
+    }
+
+    /// Stores a new API key (its hash only).
+    pub async fn create_api_key(
+        &self,
+        org_id: i64,
+        id: &str,
+        name: Option<&str>,
+        secret_hash: &[u8],
+    ) -> Result<(), StorageError> {
+        let sql = "INSERT INTO api_keys (id, org_id, name, secret_hash, created_at) \
+                   VALUES ($1, $2, $3, $4, $5)";
+        let args = vec![
+            Arg::Text(id),
+            Arg::Int(org_id),
+            Arg::OptText(name),
+            Arg::Bytes(secret_hash),
+            Arg::Int(now_micros()),
+        ];
+        self.execute(sql, Args(args)).await.map(drop)
+    }
+
+    /// Looks an API key up by its public id.
+    pub async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRow>, StorageError> {
+        let sql = "SELECT org_id, secret_hash FROM api_keys WHERE id = $1";
+        Ok(
+            on_db!(&self.db, pool => sqlx::query(sql).bind(id).fetch_optional(pool).await?
+            .map(|r| ApiKeyRow { org_id: r.get(0), secret_hash: r.get(1) })),
+        )
+    }
+
+    /// Stores a new bridge token (its hash only).
+    pub async fn create_bridge_token(
+        &self,
+        org_id: i64,
+        id: &str,
+        bridge_name: &str,
+        secret_hash: &[u8],
+    ) -> Result<(), StorageError> {
+        let sql = "INSERT INTO bridge_tokens (id, org_id, bridge_name, secret_hash, created_at) \
+                   VALUES ($1, $2, $3, $4, $5)";
+        let args = vec![
+            Arg::Text(id),
+            Arg::Int(org_id),
+            Arg::Text(bridge_name),
+            Arg::Bytes(secret_hash),
+            Arg::Int(now_micros()),
+        ];
+        self.execute(sql, Args(args)).await.map(drop)
+    }
+
+    /// Revokes every live token of a bridge; returns how many were revoked.
+    pub async fn revoke_bridge_tokens(
+        &self,
+        org_id: i64,
+        bridge_name: &str,
+    ) -> Result<u64, StorageError> {
+        let sql = "UPDATE bridge_tokens SET revoked_at = $1 \
+                   WHERE org_id = $2 AND bridge_name = $3 AND revoked_at IS NULL";
+        let args = vec![
+            Arg::Int(now_micros()),
+            Arg::Int(org_id),
+            Arg::Text(bridge_name),
+        ];
+        self.execute(sql, Args(args)).await
+    }
+
+    /// Looks a bridge token up by its public id.
+    pub async fn bridge_token(&self, id: &str) -> Result<Option<BridgeTokenRow>, StorageError> {
+        let sql = "SELECT org_id, bridge_name, secret_hash, revoked_at FROM bridge_tokens \
+                   WHERE id = $1";
+        Ok(
+            on_db!(&self.db, pool => sqlx::query(sql).bind(id).fetch_optional(pool).await?
+            .map(|r| BridgeTokenRow {
+                org_id: r.get(0),
+                bridge_name: r.get(1),
+                secret_hash: r.get(2),
+                revoked: r.get::<Option<i64>, _>(3).is_some(),
+            })),
+        )
+    }
+
+    /// True when the org ever had a token for this bridge (so it is known, maybe offline).
+    pub async fn bridge_exists(
+        &self,
+        org_id: i64,
+        bridge_name: &str,
+    ) -> Result<bool, StorageError> {
+        let sql = "SELECT 1 FROM bridge_tokens WHERE org_id = $1 AND bridge_name = $2 LIMIT 1";
+        Ok(
+            on_db!(&self.db, pool => sqlx::query(sql).bind(org_id).bind(bridge_name)
+            .fetch_optional(pool).await?.is_some()),
+        )
+    }
+
+    /// The answer first given to a request with this `Idempotency-Key`, if any.
+    pub async fn idempotent_response(
+        &self,
+        signal_key: &str,
+        idem_key: &str,
+    ) -> Result<Option<String>, StorageError> {
+        let sql = "SELECT response FROM idempotency WHERE signal_key = $1 AND idem_key = $2";
+        Ok(match &self.db {
+            // Read on the writer's connection: a replay right after the first answer must see it.
+            Db::Sqlite { write, .. } => sqlx::query(sql)
+                .bind(signal_key)
+                .bind(idem_key)
+                .fetch_optional(write)
+                .await?
+                .map(|r| r.get(0)),
+            Db::Postgres(pool) => sqlx::query(sql)
+                .bind(signal_key)
+                .bind(idem_key)
+                .fetch_optional(pool)
+                .await?
+                .map(|r| r.get(0)),
+        })
+    }
+
+    /// The newest alert of an org with this dedup key (a resolve inherits its fields).
+    pub async fn latest_alert(
+        &self,
+        org_id: i64,
+        dedup_key: &str,
+    ) -> Result<Option<StoredEvent>, StorageError> {
+        let sql = "SELECT id, occurred_at, received_at, body FROM events \
+                   WHERE org_id = $1 AND dedup_key = $2 AND type = 'alert' \
+                   ORDER BY occurred_at DESC, id DESC LIMIT 1";
+        Ok(
+            on_db!(&self.db, pool => sqlx::query(sql).bind(org_id).bind(dedup_key)
+            .fetch_optional(pool).await?.map(event_from_row)),
+        )
+    }
+
+    /// One event of an org.
+    pub async fn event(&self, org_id: i64, id: &str) -> Result<Option<StoredEvent>, StorageError> {
+        let sql = "SELECT id, occurred_at, received_at, body FROM events \
+                   WHERE org_id = $1 AND id = $2";
+        Ok(
+            on_db!(&self.db, pool => sqlx::query(sql).bind(org_id).bind(id)
+            .fetch_optional(pool).await?.map(event_from_row)),
+        )
+    }
+
+    /// A page of an org's events, newest first.
+    pub async fn list_events<'a>(
+        &self,
+        org_id: i64,
+        q: &'a EventQuery,
+    ) -> Result<Vec<StoredEvent>, StorageError> {
+        let mut sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE org_id = $1");
+        let mut binds: Vec<Arg<'_>> = Vec::new();
+        let mut push = |sql: &mut String, cond: &str, arg: Arg<'a>| {
+            binds.push(arg);
+            sql.push_str(&cond.replace('?', &format!("${}", binds.len() + 1)));
+        };
+        for (column, value) in [
+            ("type", &q.kind),
+            ("service", &q.service),
+            ("environment", &q.environment),
+        ] {
+            if let Some(v) = value {
+                push(&mut sql, &format!(" AND {column} = ?"), Arg::Text(v));
+            }
+        }
+        if let Some(since) = q.since {
+            push(&mut sql, " AND occurred_at >= ?", Arg::Int(since));
+        }
+        if let Some(until) = q.until {
+            push(&mut sql, " AND occurred_at < ?", Arg::Int(until));
+        }
+        if let Some((at, id)) = &q.after {
+            // Row-value comparison: strictly older than the last event of the previous page.
+            push(&mut sql, " AND (occurred_at, id) < (?", Arg::Int(*at));
+            push(&mut sql, ", ?)", Arg::Text(id));
+        }
+        sql.push_str(&format!(
+            " ORDER BY occurred_at DESC, id DESC LIMIT {}",
+            q.limit
+        ));
+        Ok(on_db!(&self.db, pool => {
+            // Safe: only fixed column names and `$n` placeholders are formatted in.
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.clone())).bind(org_id);
+            for arg in &binds {
+                query = match arg {
+                    Arg::Text(s) => query.bind(*s),
+                    Arg::Int(i) => query.bind(*i),
+                    Arg::OptText(s) => query.bind(*s),
+                    Arg::Bytes(b) => query.bind(*b),
+                };
+            }
+            query.fetch_all(pool).await?.into_iter().map(event_from_row).collect()
+        }))
+    }
+}

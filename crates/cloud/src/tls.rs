@@ -1,0 +1,208 @@
+//! TLS for `--listen`: a local CA (made on first start, `DIR/ca.pem`) that signs the server's
+//! own certificate unless `--tls-cert/--tls-key` are given. TLS 1.3 only.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use rustls::ServerConfig;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+/// A TLS setup problem.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read or written.
+    #[error("{action} {path}: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// Which file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A PEM file holds no usable certificate or key.
+    #[error("{path}: {what}; expected a PEM file")]
+    Pem {
+        /// Which file.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+    /// Certificate generation failed.
+    #[error("cannot generate a certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+    /// rustls refused the certificate/key pair.
+    #[error("the TLS certificate and key do not form a usable pair: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+fn read(path: &Path) -> Result<String, TlsError> {
+    std::fs::read_to_string(path).map_err(|source| TlsError::Io {
+        action: "cannot read",
+        path: path.into(),
+        source,
+    })
+}
+
+fn write_private(path: &Path, contents: &str) -> Result<(), TlsError> {
+    use std::io::Write;
+    #[cfg(unix)]
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    options.mode(0o600);
+    options
+        .open(path)
+        .and_then(|mut f| f.write_all(contents.as_bytes()))
+        .map_err(|source| TlsError::Io {
+            action: "cannot write",
+            path: path.into(),
+            source,
+        })
+}
+
+/// The service's own certificate authority, kept in the data directory.
+pub struct LocalCa {
+    issuer: Issuer<'static, KeyPair>,
+    /// The CA certificate, PEM (what clients trust: `DIR/ca.pem`).
+    pub cert_pem: String,
+}
+
+impl LocalCa {
+    /// Loads `DIR/ca.pem` + `DIR/ca-key.pem`, or makes them on first start.
+    pub fn load_or_create(dir: &Path) -> Result<Self, TlsError> {
+        let cert_path = dir.join("ca.pem");
+        let key_path = dir.join("ca-key.pem");
+        if cert_path.exists() && key_path.exists() {
+            let cert_pem = read(&cert_path)?;
+            let key = KeyPair::from_pem(&read(&key_path)?)?;
+            let issuer = Issuer::from_ca_cert_pem(&cert_pem, key)?;
+            return Ok(LocalCa { issuer, cert_pem });
+        }
+        std::fs::create_dir_all(dir).map_err(|source| TlsError::Io {
+            action: "cannot create",
+            path: dir.into(),
+            source,
+        })?;
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::default();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "signals local CA");
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = params.self_signed(&key)?;
+        write_private(&key_path, &key.serialize_pem())?;
+        write_private(&cert_path, &cert.pem())?;
+        Ok(LocalCa {
+            issuer: Issuer::new(params, key),
+            cert_pem: cert.pem(),
+        })
+    }
+
+    /// Signs a bridge's certificate request (its parameters already set by the caller).
+    pub fn sign_csr(
+        &self,
+        csr: &rcgen::CertificateSigningRequestParams,
+    ) -> Result<String, TlsError> {
+        Ok(csr.signed_by(&self.issuer)?.pem())
+    }
+
+    /// The CA certificate, DER (the trust anchor for bridges' client certificates).
+    pub fn cert_der(&self) -> Result<CertificateDer<'static>, TlsError> {
+        CertificateDer::from_pem_slice(self.cert_pem.as_bytes()).map_err(|e| TlsError::Pem {
+            path: "ca.pem".into(),
+            what: e.to_string(),
+        })
+    }
+
+    /// Issues a server certificate for these DNS names / IP addresses; returns (cert, key) PEM.
+    pub fn issue_server(&self, names: &[&str]) -> Result<(String, String), TlsError> {
+        let key = KeyPair::generate()?;
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let mut params = CertificateParams::new(names)?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "signals cloud");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+}
+
+/// The server's certificate chain and key.
+pub struct Identity {
+    /// Leaf first.
+    pub chain: Vec<CertificateDer<'static>>,
+    /// Its private key.
+    pub key: PrivateKeyDer<'static>,
+}
+
+/// Loads `--tls-cert/--tls-key`, or the self-signed pair in `DIR` (made on first start).
+pub fn server_identity(
+    data_dir: &Path,
+    cert_and_key: Option<(&Path, &Path)>,
+) -> Result<Identity, TlsError> {
+    let (cert_path, key_path) = match cert_and_key {
+        Some((c, k)) => (c.to_path_buf(), k.to_path_buf()),
+        None => {
+            let cert_path = data_dir.join("server.pem");
+            let key_path = data_dir.join("server-key.pem");
+            if !(cert_path.exists() && key_path.exists()) {
+                let ca = LocalCa::load_or_create(data_dir)?;
+                let (cert, key) = ca.issue_server(&["localhost", "127.0.0.1", "::1"])?;
+                write_private(&key_path, &key)?;
+                write_private(&cert_path, &format!("{cert}{}", ca.cert_pem))?;
+            }
+            (cert_path, key_path)
+        }
+    };
+    let chain = CertificateDer::pem_slice_iter(read(&cert_path)?.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Pem {
+            path: cert_path.clone(),
+            what: e.to_string(),
+        })?;
+    if chain.is_empty() {
+        return Err(TlsError::Pem {
+            path: cert_path,
+            what: "no CERTIFICATE block".into(),
+        });
+    }
+    let key =
+        PrivateKeyDer::from_pem_slice(read(&key_path)?.as_bytes()).map_err(|e| TlsError::Pem {
+            path: key_path.clone(),
+            what: e.to_string(),
+        })?;
+    Ok(Identity { chain, key })
+}
+
+/// A TLS 1.3-only server config offering HTTP/2 and HTTP/1.1.
+///
+/// Clients may present a certificate signed by `client_ca` (bridges do); the tunnel route
+/// requires one, the rest of the API does not.
+pub fn server_config(
+    identity: Identity,
+    client_ca: CertificateDer<'static>,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let verifier = tunnel::tls::optional_client_verifier(client_ca).map_err(|e| TlsError::Pem {
+        path: "ca.pem".into(),
+        what: e.to_string(),
+    })?;
+    let mut config = ServerConfig::builder_with_provider(tunnel::tls::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(identity.chain, identity.key)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}

@@ -1,0 +1,322 @@
+//! Test harness: starts the real `cloud` binary on ephemeral ports, on SQLite or on a fresh
+//! PostgreSQL schema, and runs its admin commands against the same storage.
+#![allow(dead_code, missing_docs)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// Default PostgreSQL of the test machine; override with `SIGNALS_TEST_DATABASE_URL`.
+pub const DEFAULT_PG: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// Which storage a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Runs one async test body once per backend.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::common::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::common::Backend::Postgres).await
+                }
+            )*
+        }
+    };
+}
+
+pub fn pg_base_url() -> String {
+    std::env::var("SIGNALS_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_PG.to_string())
+}
+
+/// A PostgreSQL schema of its own, dropped at the end.
+pub struct PgSchema {
+    pub name: String,
+    pub url: String,
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(f)
+}
+
+fn pg_exec(sql: String) {
+    std::thread::spawn(move || {
+        block_on(async move {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(&pg_base_url())
+                .await
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "PostgreSQL at {} is required for these tests: {e}",
+                        pg_base_url()
+                    )
+                });
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(&mut conn)
+                .await
+                .expect("pg exec");
+        })
+    })
+    .join()
+    .expect("pg thread");
+}
+
+impl PgSchema {
+    pub fn create() -> Self {
+        let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+        pg_exec(format!("CREATE SCHEMA {name}"));
+        let base = pg_base_url();
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{sep}options=-c%20search_path%3D{name}");
+        PgSchema { name, url }
+    }
+
+    /// Runs SQL inside this schema.
+    pub fn exec(&self, sql: &str) {
+        pg_exec(format!("SET search_path TO {}; {sql}", self.name));
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        pg_exec(format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+    }
+}
+
+/// A running `cloud serve`.
+pub struct Cloud {
+    pub backend: Backend,
+    pub data_dir: tempfile::TempDir,
+    pub pg: Option<PgSchema>,
+    pub extra_args: Vec<String>,
+    child: Option<Child>,
+    /// `http://127.0.0.1:PORT`
+    pub http: String,
+    /// `https://localhost:PORT`
+    pub https: String,
+    pub logs: Arc<Mutex<Vec<String>>>,
+}
+
+pub fn cloud_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cloud"))
+}
+
+impl Cloud {
+    /// Starts a server with default options.
+    pub fn start(backend: Backend) -> Self {
+        Self::start_with(backend, &[])
+    }
+
+    /// Starts a server with extra `serve` arguments.
+    pub fn start_with(backend: Backend, extra: &[&str]) -> Self {
+        let pg = (backend == Backend::Postgres).then(PgSchema::create);
+        let mut cloud = Cloud {
+            backend,
+            data_dir: tempfile::tempdir().expect("tempdir"),
+            pg,
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            http: String::new(),
+            https: String::new(),
+            logs: Arc::new(Mutex::new(Vec::new())),
+        };
+        cloud.launch();
+        cloud
+    }
+
+    fn storage_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--data-dir".to_string(),
+            self.data_dir.path().display().to_string(),
+        ];
+        if let Some(pg) = &self.pg {
+            args.push("--database-url".into());
+            args.push(pg.url.clone());
+        }
+        args
+    }
+
+    /// (Re)starts the process and waits until both listeners are up and `/readyz` answers.
+    pub fn launch(&mut self) {
+        let mut cmd = Command::new(cloud_bin());
+        cmd.arg("serve")
+            .args(self.storage_args())
+            .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+            .args(&self.extra_args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn cloud");
+        let stdout = child.stdout.take().expect("stdout");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        let logs = self.logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line)
+                    && v["message"] == "listening"
+                {
+                    let _ = tx.send((
+                        v["scheme"].as_str().unwrap_or("").to_string(),
+                        v["addr"].as_str().unwrap_or("").to_string(),
+                    ));
+                }
+                logs.lock().unwrap().push(line);
+            }
+        });
+        let logs = self.logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                logs.lock().unwrap().push(line);
+            }
+        });
+        self.child = Some(child);
+        for _ in 0..2 {
+            let (scheme, addr) = rx
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("cloud did not start; logs:\n{}", self.log_text()));
+            let port = addr.rsplit(':').next().unwrap_or_default().to_string();
+            match scheme.as_str() {
+                "https" => self.https = format!("https://localhost:{port}"),
+                _ => self.http = format!("http://{addr}"),
+            }
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        self.logs.lock().unwrap().join("\n")
+    }
+
+    /// Runs an admin command against the same storage; returns its output.
+    pub fn admin_output(&self, args: &[&str]) -> Output {
+        Command::new(cloud_bin())
+            .args(args)
+            .args(self.storage_args())
+            .output()
+            .expect("run cloud admin command")
+    }
+
+    /// Runs an admin command that must succeed; returns its stdout, trimmed.
+    pub fn admin(&self, args: &[&str]) -> String {
+        let out = self.admin_output(args);
+        assert!(
+            out.status.success(),
+            "cloud {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .expect("utf8")
+            .trim()
+            .to_string()
+    }
+
+    /// Creates an org with a signal key and an API key.
+    pub fn tenant(&self, slug: &str) -> Tenant {
+        self.admin(&["org", "create", slug]);
+        Tenant {
+            signal_key: self.admin(&["signal-key", "create", "--org", slug]),
+            api_key: self.admin(&["api-key", "create", "--org", slug]),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Sends a signal to the server process.
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args(["-s", sig, &self.pid().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit; returns its exit code.
+    pub fn wait(&mut self) -> Option<i32> {
+        let mut child = self.child.take().expect("running");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                return status.code();
+            }
+            assert!(std::time::Instant::now() < deadline, "cloud did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, then start again on the same storage.
+    pub fn kill_and_restart(&mut self) {
+        self.signal("KILL");
+        self.wait();
+        self.launch();
+    }
+
+    /// A client that trusts the server's CA (`DIR/ca.pem`).
+    pub fn client(&self) -> reqwest::Client {
+        install_crypto();
+        let ca = std::fs::read(self.data_dir.path().join("ca.pem")).expect("ca.pem");
+        reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca).expect("ca"))
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("client")
+    }
+}
+
+pub fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+impl Drop for Cloud {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// An org's credentials.
+#[derive(Debug, Clone)]
+pub struct Tenant {
+    pub signal_key: String,
+    pub api_key: String,
+}
+
+/// The seed's own deployment event.
+pub fn seed_event() -> Value {
+    serde_json::json!({
+        "type": "deployment",
+        "repository": "acme/api",
+        "service": "api",
+        "version": "v1.2.3",
+        "sha": "abc123def456",
+        "environment": "production",
+        "triggeredBy": "github-actions",
+        "status": "success",
+        "timestamp": "2024-01-15T10:30:00Z",
+        "metadata": {"workflow": "deploy", "runId": "123456", "runNumber": "42"}
+    })
+}

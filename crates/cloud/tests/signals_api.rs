@@ -1,0 +1,518 @@
+//! The Signals API end to end, against the real `cloud` binary, on SQLite and PostgreSQL.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Backend, Cloud, Tenant, seed_event};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+on_both_backends!(
+    seed_event_is_accepted_and_read_back,
+    every_error_status_has_a_problem_body,
+    rate_limit_answers_429_with_retry_after,
+    storage_outage_is_503_not_a_client_error,
+    orgs_are_isolated,
+    idempotency_key_replays_the_first_answer,
+    bad_event_rejects_the_whole_batch,
+    offsets_are_normalised_to_utc,
+    list_filters_and_paginates,
+    resolve_inherits_from_the_alert_it_closes,
+    acknowledged_events_survive_sigkill,
+    admin_commands_work_while_serving,
+    sigterm_drains_and_exits_zero,
+);
+
+async fn post(
+    cloud: &Cloud,
+    t: &Tenant,
+    body: &Value,
+) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+    let res = cloud
+        .client()
+        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+        .bearer_auth(&t.api_key)
+        .json(body)
+        .send()
+        .await
+        .expect("post");
+    let status = res.status();
+    let headers = res.headers().clone();
+    let body = res.json().await.unwrap_or(Value::Null);
+    (status, headers, body)
+}
+
+async fn get(cloud: &Cloud, key: &str, path: &str) -> (StatusCode, Value) {
+    let res = cloud
+        .client()
+        .get(format!("{}{path}", cloud.http))
+        .bearer_auth(key)
+        .send()
+        .await
+        .expect("get");
+    (res.status(), res.json().await.unwrap_or(Value::Null))
+}
+
+fn assert_problem(
+    status: StatusCode,
+    headers: &reqwest::header::HeaderMap,
+    body: &Value,
+    want: u16,
+) {
+    assert_eq!(status.as_u16(), want, "{body}");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert_eq!(body["status"], want);
+    assert!(
+        body["type"]
+            .as_str()
+            .unwrap()
+            .starts_with("urn:signals:problem:")
+    );
+    assert!(!body["detail"].as_str().unwrap().is_empty());
+}
+
+async fn seed_event_is_accepted_and_read_back(backend: Backend) {
+    let cloud = Cloud::start(backend);
+    let t = cloud.tenant("acme");
+    let (status, _, body) = post(&cloud, &t, &seed_event()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["status"], "accepted");
+    let id = body["id"].as_str().unwrap();
+    // Over TLS this time, with the CA the server made on first start.
+    let res = cloud
+        .client()
+        .get(format!("{}/v1/events/{id}", cloud.https))
+        .bearer_auth(&t.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let event: Value = res.json().await.unwrap();
+    assert_eq!(event["service"], "api");
+    assert_eq!(event["metadata"]["runNumber"], "42");
+    assert_eq!(event["timestamp"], "2024-01-15T10:30:00Z");
+    assert_eq!(event["receivedAt"], body["receivedAt"]);
+}
+
+async fn every_error_status_has_a_problem_body(backend: Backend) {
+    let cloud = Cloud::start(backend);
+    let t = cloud.tenant("acme");
+    let other = cloud.tenant("globex");
+    let client = cloud.client();
+    let url = format!("{}/v1/signals/{}", cloud.http, t.signal_key);
+    let send = |req: reqwest::RequestBuilder| async move {
+        let res = req.send().await.expect("send");
+        let (s, h) = (res.status(), res.headers().clone());
+        (s, h, res.json::<Value>().await.unwrap_or(Value::Null))
+    };
+
+    let (s, h, b) = send(
+        client
+            .post(&url)
+            .bearer_auth(&t.api_key)
+            .header("content-type", "application/json")
+            .body("{\"type\":"),
+    )
+    .await;
+    assert_problem(s, &h, &b, 400);
+
+    let (s, h, b) = send(client.post(&url).json(&seed_event())).await;
+    assert_problem(s, &h, &b, 401);
+    assert!(h["www-authenticate"].to_str().unwrap().contains("Bearer"));
+    let last = if t.api_key.ends_with('0') { '1' } else { '0' };
+    let forged = format!("{}{last}", &t.api_key[..t.api_key.len() - 1]);
+    let (s, h, b) = send(client.post(&url).bearer_auth(forged).json(&seed_event())).await;
+    assert_problem(s, &h, &b, 401);
+
+    let (s, h, b) = send(
+        client
+            .post(&url)
+            .bearer_auth(&other.api_key)
+            .json(&seed_event()),
+    )
+    .await;
+    assert_problem(s, &h, &b, 403);
+
+    let unknown = format!("{}/v1/signals/sigkey_000000000000000000000000", cloud.http);
+    let (s, h, b) = send(
+        client
+            .post(&unknown)
+            .bearer_auth(&t.api_key)
+            .json(&seed_event()),
+    )
+    .await;
+    assert_problem(s, &h, &b, 404);
+
+    let big_event = json!({"type": "custom", "name": "x", "blob": "a".repeat(70 * 1024)});
+    let (s, h, b) = send(client.post(&url).bearer_auth(&t.api_key).json(&big_event)).await;
+    assert_problem(s, &h, &b, 413);
+    let huge: Vec<Value> = (0..20)
+        .map(|_| json!({"type": "custom", "name": "x", "blob": "a".repeat(60 * 1024)}))
+        .collect();
+    let (s, h, b) = send(client.post(&url).bearer_auth(&t.api_key).json(&huge)).await;
+    assert_problem(s, &h, &b, 413);
+
+    let (s, h, b) = send(
+        client
+            .post(&url)
+            .bearer_auth(&t.api_key)
+            .header("content-type", "text/plain")
+            .body(seed_event().to_string()),
+    )
+    .await;
+    assert_problem(s, &h, &b, 415);
+
+    let (s, h, b) = send(
+        client
+            .post(&url)
+            .bearer_auth(&t.api_key)
+            .json(&json!({"type": "deployment", "service": "api"})),
+    )
+    .await;
+    assert_problem(s, &h, &b, 422);
+    let pointers: Vec<&str> = b["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["pointer"].as_str().unwrap())
+        .collect();
+    assert_eq!(pointers, ["/environment", "/status"]);
+
+    let (s, b) = get(&cloud, &t.api_key, "/v1/events").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        b["events"].as_array().unwrap().len(),
+        0,
+        "no failed request stored anything"
+    );
+}
+
+async fn rate_limit_answers_429_with_retry_after(backend: Backend) {
+    let cloud = Cloud::start_with(backend, &["--signal-rate-limit", "5"]);
+    let t = cloud.tenant("acme");
+    let batch: Vec<Value> = (0..10).map(|_| seed_event()).collect();
+    let (s, _, b) = post(&cloud, &t, &json!(batch)).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "the burst (2 × rate) fits: {b}");
+    let (s, h, b) = post(&cloud, &t, &seed_event()).await;
+    assert_problem(s, &h, &b, 429);
+    assert!(h["retry-after"].to_str().unwrap().parse::<u64>().unwrap() >= 1);
+}
+
+async fn storage_outage_is_503_not_a_client_error(backend: Backend) {
+    let cloud = Cloud::start(backend);
+    let t = cloud.tenant("acme");
+    let (s, _, _) = post(&cloud, &t, &seed_event()).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    // Take the events table away behind the server's back.
+    match &cloud.pg {
+        Some(pg) => pg.exec("ALTER TABLE events RENAME TO events_gone"),
+        None => {
+            let db = cloud.data_dir.path().join("signals.db");
+            let out = std::process::Command::new("python3")
+                .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('ALTER TABLE events RENAME TO events_gone'); c.commit()"])
+                .arg(db)
+                .output()
+                .expect("python3 sqlite3");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    let (s, h, b) = post(&cloud, &t, &seed_event()).await;
+    assert_problem(s, &h, &b, 503);
+    assert!(h.contains_key("retry-after"));
+}
+
+async fn orgs_are_isolated(backend: Backend) {
+    let cloud = Cloud::start(backend);
+    let a = cloud.tenant("acme");
+    let b = cloud.tenant("globex");
+    let (_, _, body) = post(&cloud, &a, &seed_event()).await;
+    let id = body["id"].as_str().unwrap();
+    let cross = Tenant {
+        signal_key: a.signal_key.clone(),
+        api_key: b.api_key.clone(),
+    };
+    let (s, _, _) = post(&cloud, &cross, &seed_event()).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, _) = get(&cloud, &b.api_key, &format!("/v1/events/{id}")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "another org's event is invisible");
+    let (_, list) = get(&cloud, &b.api_key, "/v1/events").await;
+    assert_eq!(list["events"].as_array().unwrap().len(), 0);
+    let (_, list) = get(&cloud, &a.api_key, "/v1/events").await;
+    assert_eq!(list["events"].as_array().unwrap().len(), 1);
+}
+
+async fn idempotency_key_replays_the_first_answer(backend: Backend) {
+    let cloud = Cloud::start(backend);
+    let t = cloud.tenant("acme");
+    let client = cloud.client();
+    let send = || {
+        client
+            .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+            .bearer_auth(&t.api_key)
+            .header("Idempotency-Key", "run-42")
+            .json(&seed_event())
+            .send()
+    };
+    let first: Value = send().await.unwrap().json().await.unwrap();
+    let again = send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::ACCEPTED);
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(first, again);
+    // Concurrent repeats also store once.
+    let results = futures_util::future::join_all((0..8).map(|_| send())).await;
+    for r in results {
+        let body: Value = r.unwrap().json().await.unwrap();
+        assert_eq!(body["id"], first["id"]);
+    }
+    let (_, list) = get(&cloud, &t.api_key, "/v1/events").await;
+    assert_eq!(list["events"].as_array().unwrap().len(), 1);
+}
+
+async fn bad_event_rejects_the_whole_batch(backend: Backend) {
+    let cloud = Cloud::start(backend);
+    let t = cloud.tenant("acme");
+    let mut bad = seed_event();
+    bad["status"] = json!("exploded");
+    let (s, h, b) = post(&cloud, &t, &json!([seed_event(), bad, seed_event()])).await;
+    assert_problem(s, &h, &b, 422);
+    assert_eq!(b["errors"][0]["pointer"], "/1/status");
+    assert!(
+        b["errors"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("rolled_back")
+    );
+    let (_, list) = get(&cloud, &t.api_key, "/v1/events").await;
+    assert_eq!(
+        list["events"].as_array().unwrap().len(),
+        0,
+        "nothing of the batch stored"
+    );
+    let (s, _, b) = post(&cloud, &t, &json!([seed_event(), seed_event()])).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    assert_eq!(b["ids"].as_array().unwrap().len(), 2);
+}
+
+async fn offsets_are_normalised_to_utc(backend: Backend) {
+    let cloud = Cloud::start(backend);
+    let t = cloud.tenant("acme");
+    let mut e = seed_event();
+    e["timestamp"] = json!("2024-01-15T12:30:00+02:00");
+    e["status"] = json!("succeeded");
+    let (_, _, b) = post(&cloud, &t, &e).await;
+    let (_, event) = get(
+        &cloud,
+        &t.api_key,
+        &format!("/v1/events/{}", b["id"].as_str().unwrap()),
+    )
+    .await;
+    assert_eq!(event["timestamp"], "2024-01-15T10:30:00Z");
+    assert_eq!(event["status"], "success");
+    e["timestamp"] = json!("2024-01-15T12:30:00");
+    let (s, _, b) = post(&cloud, &t, &e).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(b["errors"][0]["pointer"], "/timestamp");
+}
+
+async fn list_filters_and_paginates(backend: Backend) {
+    let cloud = Cloud::start(backend);
+    let t = cloud.tenant("acme");
+    let events: Vec<Value> = (0..7)
+        .map(|i| {
+            let mut e = seed_event();
+            e["timestamp"] = json!(format!("2024-01-15T10:3{i}:00Z"));
+            e["environment"] = json!(if i % 2 == 0 { "production" } else { "staging" });
+            e
+        })
+        .chain([json!({"type": "change", "service": "api", "summary": "flag on"})])
+        .collect();
+    let (s, _, _) = post(&cloud, &t, &json!(events)).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let mut seen = Vec::new();
+    let mut path = "/v1/events?type=deployment&environment=production&limit=2".to_string();
+    loop {
+        let (s, page) = get(&cloud, &t.api_key, &path).await;
+        assert_eq!(s, StatusCode::OK, "{page}");
+        for e in page["events"].as_array().unwrap() {
+            seen.push(e["timestamp"].as_str().unwrap().to_string());
+        }
+        match page["nextCursor"].as_str() {
+            Some(c) => {
+                path =
+                    format!("/v1/events?type=deployment&environment=production&limit=2&cursor={c}")
+            }
+            None => break,
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            "2024-01-15T10:36:00Z",
+            "2024-01-15T10:34:00Z",
+            "2024-01-15T10:32:00Z",
+            "2024-01-15T10:30:00Z"
+        ]
+    );
+    let (_, page) = get(
+        &cloud,
+        &t.api_key,
+        "/v1/events?since=2024-01-15T10:33:00Z&until=2024-01-15T10:36:00Z&type=deployment",
+    )
+    .await;
+    assert_eq!(page["events"].as_array().unwrap().len(), 3);
+    let (s, b) = get(&cloud, &t.api_key, "/v1/events?limit=501").await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(b["detail"].as_str().unwrap().contains("limit"));
+}
+
+async fn resolve_inherits_from_the_alert_it_closes(backend: Backend) {
+    let cloud = Cloud::start(backend);
+    let t = cloud.tenant("acme");
+    let alert = json!({"type": "alert", "service": "api", "title": "disk full", "severity": "critical", "status": "firing", "dedupKey": "disk-1"});
+    let (s, _, _) = post(&cloud, &t, &alert).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let (s, _, b) = post(
+        &cloud,
+        &t,
+        &json!({"type": "alert", "status": "resolve", "dedupKey": "disk-1"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{b}");
+    let (_, e) = get(
+        &cloud,
+        &t.api_key,
+        &format!("/v1/events/{}", b["id"].as_str().unwrap()),
+    )
+    .await;
+    assert_eq!(e["status"], "resolved");
+    assert_eq!(e["title"], "disk full");
+    assert_eq!(e["severity"], "critical");
+    let (s, _, b) = post(
+        &cloud,
+        &t,
+        &json!({"type": "alert", "status": "resolved", "dedupKey": "never-seen"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(b["errors"][0]["pointer"], "/dedupKey");
+}
+
+async fn acknowledged_events_survive_sigkill(backend: Backend) {
+    let mut cloud = Cloud::start_with(backend, &["--signal-rate-limit", "0"]);
+    let t = cloud.tenant("acme");
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for _ in 0..6 {
+        let (client, url, key) = (
+            cloud.client(),
+            format!("{}/v1/signals/{}", cloud.http, t.signal_key),
+            t.api_key.clone(),
+        );
+        let (acked, stop) = (acked.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok(res) = client
+                    .post(&url)
+                    .bearer_auth(&key)
+                    .json(&seed_event())
+                    .send()
+                    .await
+                else {
+                    break;
+                };
+                if res.status() != StatusCode::ACCEPTED {
+                    break;
+                }
+                let Ok(body) = res.json::<Value>().await else {
+                    break;
+                };
+                acked
+                    .lock()
+                    .unwrap()
+                    .push(body["id"].as_str().unwrap().to_string());
+            }
+        }));
+    }
+    // Let them post for a moment, then kill the server mid-stream.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while acked.lock().unwrap().len() < 200 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cloud.signal("KILL");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in workers {
+        let _ = w.await;
+    }
+    cloud.wait();
+    cloud.launch();
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() >= 200, "only {} acknowledged", acked.len());
+    let mut stored = std::collections::HashSet::new();
+    let mut path = "/v1/events?limit=500".to_string();
+    loop {
+        let (s, page) = get(&cloud, &t.api_key, &path).await;
+        assert_eq!(s, StatusCode::OK);
+        for e in page["events"].as_array().unwrap() {
+            stored.insert(e["id"].as_str().unwrap().to_string());
+        }
+        match page["nextCursor"].as_str() {
+            Some(c) => path = format!("/v1/events?limit=500&cursor={c}"),
+            None => break,
+        }
+    }
+    let lost: Vec<_> = acked.iter().filter(|id| !stored.contains(*id)).collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged events lost",
+        lost.len(),
+        acked.len()
+    );
+}
+
+async fn admin_commands_work_while_serving(backend: Backend) {
+    let cloud = Cloud::start(backend);
+    let t = cloud.tenant("acme");
+    let second_key = cloud.admin(&["api-key", "create", "--org", "acme", "--name", "ci"]);
+    assert!(second_key.starts_with("sigapi_"));
+    let t2 = Tenant {
+        signal_key: t.signal_key.clone(),
+        api_key: second_key,
+    };
+    let (s, _, _) = post(&cloud, &t2, &seed_event()).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    assert!(token.starts_with("sigbrt_"));
+    assert!(
+        cloud
+            .admin(&["bridge-token", "revoke", "--org", "acme", "--name", "dc1"])
+            .contains("revoked 1")
+    );
+    let out = cloud.admin_output(&["org", "create", "acme"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a duplicate org is a usage error"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exists already"));
+    let out = cloud.admin_output(&["api-key", "create", "--org", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cloud org create nope"));
+    // Secrets are never logged.
+    assert!(!cloud.log_text().contains(&t.api_key));
+}
+
+async fn sigterm_drains_and_exits_zero(backend: Backend) {
+    let mut cloud = Cloud::start(backend);
+    let t = cloud.tenant("acme");
+    let (s, _, _) = post(&cloud, &t, &seed_event()).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    cloud.signal("TERM");
+    assert_eq!(cloud.wait(), Some(0));
+    assert!(cloud.log_text().contains("storage flushed"));
+}

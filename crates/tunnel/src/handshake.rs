@@ -1,0 +1,70 @@
+//! The connect/upgrade handshake: `GET /v1/bridge/connect` with these headers, answered by
+//! `101 Switching Protocols` (the roles then flip: the cloud is the HTTP/2 client).
+
+/// Enrollment: token + CSR in, short-lived client certificate out.
+pub const ENROLL_PATH: &str = "/v1/bridge/enroll";
+/// The tunnel's upgrade request.
+pub const CONNECT_PATH: &str = "/v1/bridge/connect";
+/// Value of the `Upgrade` header.
+pub const UPGRADE_PROTOCOL: &str = "signals-bridge-h2";
+
+/// The bridge's name (`SERVICE_BRIDGE_NAME`).
+pub const HEADER_NAME: &str = "x-bridge-name";
+/// A random id per bridge process, so several instances of one bridge are told apart.
+pub const HEADER_INSTANCE: &str = "x-bridge-instance";
+/// The bridge's release version (`CARGO_PKG_VERSION`).
+pub const HEADER_VERSION: &str = "x-bridge-version";
+/// The tunnel protocol version the bridge speaks.
+pub const HEADER_PROTOCOL: &str = "x-bridge-protocol";
+/// The bridge's heartbeat interval in seconds (the cloud heartbeats at the same pace).
+pub const HEADER_HEARTBEAT: &str = "x-bridge-heartbeat";
+/// JSON list of [`crate::ResourceInfo`]: names and kinds, never credentials.
+pub const HEADER_RESOURCES: &str = "x-bridge-resources";
+/// Why the cloud refused a connect (also in the problem body), for the bridge's log.
+pub const HEADER_REFUSAL: &str = "x-bridge-refusal";
+
+/// Set by the cloud on each forwarded request: its request id (for audit records).
+pub const HEADER_REQUEST_ID: &str = "x-request-id";
+/// Set by the cloud on each forwarded request: the API key id that asked.
+pub const HEADER_PRINCIPAL: &str = "x-bridge-principal";
+/// Set by the cloud on each forwarded request: the org slug.
+pub const HEADER_ORG: &str = "x-bridge-org";
+
+/// Path of the cloud's application heartbeat, sent through the tunnel to the bridge.
+pub const HEARTBEAT_PATH: &str = "/_bridge/heartbeat";
+
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// The oldest protocol version the cloud still accepts.
+pub const MIN_PROTOCOL_VERSION: u32 = 1;
+
+/// Whether the cloud accepts a bridge speaking `version`; `Err` says why not, for both logs.
+pub fn check_protocol(version: &str) -> Result<u32, String> {
+    let v: u32 = version
+        .trim()
+        .parse()
+        .map_err(|_| format!("protocol version {version:?} is not a number"))?;
+    if (MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!(
+            "bridge protocol version {v} is not supported; this cloud accepts {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}: upgrade the bridge"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_versions() {
+        assert_eq!(check_protocol("1"), Ok(1));
+        assert!(
+            check_protocol("99")
+                .unwrap_err()
+                .contains("upgrade the bridge")
+        );
+        assert!(check_protocol("x").is_err());
+    }
+}

@@ -1,0 +1,134 @@
+//! TLS 1.3 configurations of both ends of the tunnel (rustls, ring provider).
+//!
+//! The bridge verifies the cloud against the system roots or `tls_ca_file`, and presents its
+//! client certificate; the cloud asks every TLS client for a certificate signed by its internal
+//! CA but lets clients without one through the handshake, because the Signals API and enrollment
+//! use the same port — the connect route refuses a tunnel without a verified certificate.
+
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::ClientCertVerifier;
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+
+/// A TLS configuration problem.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsConfigError {
+    /// rustls refused the configuration.
+    #[error("TLS configuration refused: {0}")]
+    Rustls(#[from] rustls::Error),
+    /// No usable trust anchor.
+    #[error("no trusted CA certificate could be loaded: {0}")]
+    NoRoots(String),
+    /// The client verifier could not be built.
+    #[error("cannot build the client-certificate verifier: {0}")]
+    Verifier(String),
+}
+
+/// The crypto provider both sides use.
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Whom the bridge trusts as the cloud.
+pub enum Trust {
+    /// These CA certificates (`tls_ca_file`).
+    Roots(Vec<CertificateDer<'static>>),
+    /// Anything (`tls_verify: false`, development only).
+    Anyone,
+}
+
+/// The bridge's client config: TLS 1.3 only, optional client certificate.
+pub fn client_config(
+    trust: Trust,
+    identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+) -> Result<Arc<ClientConfig>, TlsConfigError> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?;
+    let builder = match trust {
+        Trust::Roots(certs) => {
+            let mut roots = RootCertStore::empty();
+            let (added, _) = roots.add_parsable_certificates(certs);
+            if added == 0 {
+                return Err(TlsConfigError::NoRoots("no parsable certificate".into()));
+            }
+            builder.with_root_certificates(roots)
+        }
+        Trust::Anyone => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerification(provider()))),
+    };
+    let mut config = match identity {
+        Some((chain, key)) => builder.with_client_auth_cert(chain, key)?,
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The cloud's client-certificate verifier: certificates must chain to `ca`, but a client may
+/// present none (the route decides).
+pub fn optional_client_verifier(
+    ca: CertificateDer<'static>,
+) -> Result<Arc<dyn ClientCertVerifier>, TlsConfigError> {
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(ca)
+        .map_err(|e| TlsConfigError::Verifier(e.to_string()))?;
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| TlsConfigError::Verifier(e.to_string()))
+}
+
+/// Accepts any server certificate (`tls_verify: false`); signatures are still checked.
+#[derive(Debug)]
+struct NoVerification(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
