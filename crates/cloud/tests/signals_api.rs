@@ -1,12 +1,10 @@
 //! The Signals API end to end, against the real `cloud` binary, on SQLite and PostgreSQL.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Backend, Cloud, Tenant, seed_event};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use testkit::{Backend, Cloud, Tenant, on_both_backends, seed_event};
 
 on_both_backends!(
     seed_event_is_accepted_and_read_back,

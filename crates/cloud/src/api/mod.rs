@@ -81,6 +81,10 @@ pub fn router(state: AppState) -> Router {
             any(relay::forward::api_root),
         )
         .route(
+            "/v1/bridges/{bridge}/apis/{api}/",
+            any(relay::forward::api_root),
+        )
+        .route(
             "/v1/bridges/{bridge}/apis/{api}/{*path}",
             any(relay::forward::api_path),
         )

@@ -1,6 +1,11 @@
-//! Test harness: starts the real `cloud` binary on ephemeral ports, on SQLite or on a fresh
-//! PostgreSQL schema, and runs its admin commands against the same storage.
-#![allow(dead_code, missing_docs)]
+//! Test harness shared by the integration tests of `cloud` and `bridge`: starts the real
+//! `cloud` binary on ephemeral ports, on SQLite or on a fresh PostgreSQL schema, and runs its
+//! admin commands against the same storage. Only ever a dev-dependency.
+#![allow(missing_docs)]
+
+pub mod bridge;
+pub mod freeze;
+pub mod upstream;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -28,7 +33,7 @@ macro_rules! on_both_backends {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name(super::common::Backend::Sqlite).await
+                    super::$name($crate::Backend::Sqlite).await
                 }
             )*
         }
@@ -36,7 +41,7 @@ macro_rules! on_both_backends {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name(super::common::Backend::Postgres).await
+                    super::$name($crate::Backend::Postgres).await
                 }
             )*
         }
@@ -117,10 +122,22 @@ pub struct Cloud {
     /// `https://localhost:PORT`
     pub https: String,
     pub logs: Arc<Mutex<Vec<String>>>,
+    /// Ports of the first launch, reused by later launches (so bridges find it again).
+    ports: Option<(u16, u16)>,
 }
 
+/// The `cloud` binary of this build: `target/<profile>/cloud`, next to the test's own
+/// `deps/` directory. `cargo test --workspace` builds it.
 pub fn cloud_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_cloud"))
+    let exe = std::env::current_exe().expect("test exe");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let bin = dir.join("cloud");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build -p cloud` (cargo test --workspace does)",
+        bin.display()
+    );
+    bin
 }
 
 impl Cloud {
@@ -141,6 +158,7 @@ impl Cloud {
             http: String::new(),
             https: String::new(),
             logs: Arc::new(Mutex::new(Vec::new())),
+            ports: None,
         };
         cloud.launch();
         cloud
@@ -161,9 +179,11 @@ impl Cloud {
     /// (Re)starts the process and waits until both listeners are up and `/readyz` answers.
     pub fn launch(&mut self) {
         let mut cmd = Command::new(cloud_bin());
+        let (tls, http) = self.ports.unwrap_or((0, 0));
         cmd.arg("serve")
             .args(self.storage_args())
-            .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+            .args(["--listen", &format!("127.0.0.1:{tls}")])
+            .args(["--http-listen", &format!("127.0.0.1:{http}")])
             .args(&self.extra_args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -192,16 +212,34 @@ impl Cloud {
             }
         });
         self.child = Some(child);
+        let mut ports = (0, 0);
         for _ in 0..2 {
             let (scheme, addr) = rx
                 .recv_timeout(Duration::from_secs(30))
                 .unwrap_or_else(|_| panic!("cloud did not start; logs:\n{}", self.log_text()));
             let port = addr.rsplit(':').next().unwrap_or_default().to_string();
             match scheme.as_str() {
-                "https" => self.https = format!("https://localhost:{port}"),
-                _ => self.http = format!("http://{addr}"),
+                "https" => {
+                    ports.0 = port.parse().unwrap_or(0);
+                    self.https = format!("https://localhost:{port}");
+                }
+                _ => {
+                    ports.1 = port.parse().unwrap_or(0);
+                    self.http = format!("http://{addr}");
+                }
             }
         }
+        self.ports = Some(ports);
+    }
+
+    /// The CA that signed the server certificate (`DIR/ca.pem`).
+    pub fn ca_path(&self) -> PathBuf {
+        self.data_dir.path().join("ca.pem")
+    }
+
+    /// The TLS port.
+    pub fn tls_port(&self) -> u16 {
+        self.ports.map_or(0, |p| p.0)
     }
 
     pub fn log_text(&self) -> String {

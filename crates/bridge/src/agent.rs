@@ -1,0 +1,234 @@
+//! The agent's main loop: dial out, upgrade, serve HTTP/2 to the cloud over the tunnel until it
+//! drops, then back off (full jitter) and dial again — forever, until shutdown.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::{Backoff, Failure};
+use crate::config::Config;
+use crate::dial;
+use crate::forward::Forwarder;
+use crate::identity::{AgentError, Identity, problem_detail};
+use crate::metrics::Metrics;
+use crate::status::{Connection, Status};
+
+/// How long in-flight streams may take to finish at shutdown.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Everything the loop needs.
+pub struct Agent {
+    /// Configuration.
+    pub cfg: Arc<Config>,
+    /// Shared status (for `/health`).
+    pub status: Arc<Status>,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// This process's instance id.
+    pub instance: String,
+    /// The stream handler.
+    pub forwarder: Arc<Forwarder>,
+    /// TLS identity (client certificate).
+    pub identity: Identity,
+}
+
+impl Agent {
+    /// Runs until `shutdown`; returns after draining the current tunnel.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let mut backoff = Backoff::new(self.cfg.reconnect_delay);
+        let mut ever_connected = false;
+        loop {
+            if shutdown.is_cancelled() {
+                break;
+            }
+            if self.status.connection() != Connection::Unauthorized {
+                self.status.set(if ever_connected {
+                    Connection::Reconnecting
+                } else {
+                    Connection::Connecting
+                });
+            }
+            let failure = match self.session(&shutdown, ever_connected).await {
+                Ok(uptime) => {
+                    ever_connected = true;
+                    backoff.connection_ended(uptime);
+                    if shutdown.is_cancelled() {
+                        break;
+                    }
+                    tracing::warn!(uptime_s = uptime.as_secs(), "tunnel lost; reconnecting");
+                    self.status.set(Connection::Reconnecting);
+                    Failure::Transient
+                }
+                Err(AgentError::Unauthorized(why)) => {
+                    self.metrics.connection_errors.inc();
+                    self.status.set(Connection::Unauthorized);
+                    tracing::error!(reason = %why, "the cloud rejected the bridge token; check SERVICE_BRIDGE_TOKEN (it may be wrong, expired or revoked). Retrying slowly");
+                    Failure::Rejected
+                }
+                Err(e) => {
+                    self.metrics.connection_errors.inc();
+                    tracing::error!(cause = %e, "cannot connect to the cloud");
+                    Failure::Transient
+                }
+            };
+            let delay = backoff.next_delay(failure);
+            tracing::info!(
+                delay_ms = delay.as_millis() as u64,
+                "next connection attempt"
+            );
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = shutdown.cancelled() => break,
+            }
+        }
+        self.metrics.set_connected(false);
+        self.status.set(Connection::Disconnected);
+    }
+
+    /// One tunnel: connect, serve until it ends; returns how long it was up.
+    async fn session(
+        &self,
+        shutdown: &CancellationToken,
+        reconnect: bool,
+    ) -> Result<Duration, AgentError> {
+        let tls = self.identity.client_config().await?;
+        let host = self
+            .cfg
+            .api_url
+            .host_str()
+            .unwrap_or("localhost")
+            .to_string();
+        let port = self.cfg.api_url.port_or_known_default().unwrap_or(443);
+        let tcp = dial::tcp(&host, port, self.cfg.proxy_for(&host, port)).await?;
+        let stream = dial::tls(tcp, &host, tls).await?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| AgentError::Http(e.to_string()))?;
+        let conn = tokio::spawn(conn.with_upgrades());
+        let resources: Vec<tunnel::ResourceInfo> = self
+            .cfg
+            .resources()
+            .into_iter()
+            .map(|(kind, name)| tunnel::ResourceInfo {
+                kind: wire_kind(kind),
+                name: name.to_string(),
+            })
+            .collect();
+        let request = hyper::Request::get(tunnel::CONNECT_PATH)
+            .header("host", format!("{host}:{port}"))
+            .header("connection", "upgrade")
+            .header("upgrade", tunnel::UPGRADE_PROTOCOL)
+            .header(
+                "authorization",
+                format!("Bearer {}", self.cfg.token.expose()),
+            )
+            .header(tunnel::HEADER_NAME, &self.cfg.name)
+            .header(tunnel::HEADER_INSTANCE, &self.instance)
+            .header(tunnel::HEADER_VERSION, crate::VERSION)
+            .header(
+                tunnel::HEADER_PROTOCOL,
+                tunnel::PROTOCOL_VERSION.to_string(),
+            )
+            .header(
+                tunnel::HEADER_HEARTBEAT,
+                self.cfg.heartbeat_interval.as_secs().to_string(),
+            )
+            .header(
+                tunnel::HEADER_RESOURCES,
+                serde_json::to_string(&resources).unwrap_or_default(),
+            )
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| AgentError::Http(e.to_string()))?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| AgentError::Http(e.to_string()))?;
+        let status = response.status();
+        if status != http::StatusCode::SWITCHING_PROTOCOLS {
+            let reason = response
+                .headers()
+                .get(tunnel::HEADER_REFUSAL)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let body = http_body_util::BodyExt::collect(response.into_body())
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let reason = reason.unwrap_or_else(|| problem_detail(&body));
+            return Err(if status.as_u16() == 401 {
+                AgentError::Unauthorized(reason)
+            } else {
+                AgentError::Refused {
+                    status: status.as_u16(),
+                    reason,
+                }
+            });
+        }
+        let upgraded = hyper::upgrade::on(response)
+            .await
+            .map_err(|e| AgentError::Http(e.to_string()))?;
+        drop(conn);
+        let since = Instant::now();
+        if reconnect {
+            self.metrics.reconnections.inc();
+        }
+        self.metrics.set_connected(true);
+        self.status.set(Connection::Connected);
+        tracing::info!(api_url = %self.cfg.api_url, instance = %self.instance, "Bridge connected successfully");
+        let hb = self.cfg.heartbeat_interval;
+        let forwarder = self.forwarder.clone();
+        let service = hyper::service::service_fn(move |req| forwarder.clone().handle(req));
+        let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        builder
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(self.cfg.max_connections)
+            .keep_alive_interval(hb)
+            .keep_alive_timeout(hb * 3);
+        let connection = builder.serve_connection(upgraded, service);
+        tokio::pin!(connection);
+        let mut watchdog = tokio::time::interval(
+            hb.min(Duration::from_secs(1))
+                .max(Duration::from_millis(200)),
+        );
+        loop {
+            tokio::select! {
+                result = &mut connection => {
+                    if let Err(e) = result {
+                        tracing::warn!(cause = %e, "tunnel closed");
+                    }
+                    break;
+                }
+                _ = watchdog.tick() => {
+                    if self.status.heartbeat_age(since) > hb * 3 {
+                        tracing::warn!(missed = 3, "no heartbeat from the cloud in three intervals; dropping the tunnel");
+                        break;
+                    }
+                }
+                _ = shutdown.cancelled() => {
+                    tracing::info!("shutdown: finishing in-flight streams");
+                    connection.as_mut().graceful_shutdown();
+                    if tokio::time::timeout(DRAIN_TIMEOUT, &mut connection).await.is_err() {
+                        tracing::warn!("drain timed out");
+                    }
+                    break;
+                }
+            }
+        }
+        self.metrics.set_connected(false);
+        Ok(since.elapsed())
+    }
+}
+
+fn wire_kind(kind: crate::config::ResourceKind) -> tunnel::ResourceKind {
+    use crate::config::ResourceKind as K;
+    match kind {
+        K::Source => tunnel::ResourceKind::Git,
+        K::Database => tunnel::ResourceKind::Database,
+        K::Api => tunnel::ResourceKind::Api,
+        K::Registry => tunnel::ResourceKind::Registry,
+    }
+}

@@ -1,0 +1,279 @@
+//! The hash-chained audit log (DESIGN.md, "Resources").
+//!
+//! Every forwarded request writes one [`AuditRecord`] as a JSON line with `"type":"audit"` and a
+//! `prev` field: the hex SHA-256 of the previous audit line's exact bytes (without its newline),
+//! or [`GENESIS_HASH`] for the first. Removing, altering or reordering a record therefore breaks
+//! the chain at the next record, which [`verify`] reports. Audit lines may share a file (or
+//! stdout) with ordinary JSON log lines; only lines whose JSON has `"type":"audit"` count.
+//!
+//! A plain hash chain proves no more than that: the last record can be altered, and the file
+//! can be cut short or rewritten from some point on, without a trace inside the file itself.
+//! A record whose `prev` is all zeros starts a new chain (a restart while writing to stdout);
+//! [`VerifySummary::chains`] counts them.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize, Serializer};
+use sha2::{Digest, Sha256};
+
+use crate::config::{AuditTarget, ResourceKind};
+
+mod verify;
+
+pub use verify::{ChainBreak, VerifyError, VerifySummary, verify, verify_reader};
+
+/// The `type` of an audit line.
+pub const AUDIT_TYPE: &str = "audit";
+/// The `prev` of the first record of a chain: 64 zeros.
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// Whether the bridge let a request through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// Forwarded.
+    Allowed,
+    /// Refused by a rule (or because the resource is not declared).
+    Denied,
+}
+
+/// One forwarded (or refused) request. Serialised as one JSON line by [`AuditLog::write`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// When the request finished, UTC; written as RFC 3339 with milliseconds and `Z`.
+    #[serde(serialize_with = "rfc3339_z")]
+    pub time: DateTime<Utc>,
+    /// The request id shared with the cloud's logs.
+    pub request_id: String,
+    /// The organisation (slug) that owns the bridge.
+    pub org: String,
+    /// The bridge name.
+    pub bridge: String,
+    /// This bridge process's instance id.
+    pub instance: String,
+    /// The kind of resource addressed.
+    pub kind: ResourceKind,
+    /// The resource name.
+    pub resource: String,
+    /// HTTP method (`CONNECT`-like verbs for databases are the forwarder's choice).
+    pub method: String,
+    /// Request path; query string values are removed when written ([`strip_query_values`]).
+    #[serde(serialize_with = "stripped_path")]
+    pub path: String,
+    /// Response status sent back to the cloud.
+    pub status: u16,
+    /// Bytes received from the cloud (request body).
+    pub bytes_in: u64,
+    /// Bytes sent to the cloud (response body).
+    pub bytes_out: u64,
+    /// Duration in milliseconds.
+    pub duration_ms: u64,
+    /// The cloud-side principal that asked (API key id).
+    pub principal: String,
+    /// Allowed or denied.
+    pub decision: Decision,
+    /// The rule that decided, e.g. `default:git-fetch` or `apis[0].allow[1]`.
+    pub rule: String,
+}
+
+fn rfc3339_z<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&time.to_rfc3339_opts(SecondsFormat::Millis, true))
+}
+
+fn stripped_path<S: Serializer>(path: &str, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&strip_query_values(path))
+}
+
+/// Removes query string values (and any fragment) from `path`, keeping the parameter names:
+/// `/a?token=x&service=y#f` becomes `/a?token&service`.
+pub fn strip_query_values(path: &str) -> String {
+    let path = path.split_once('#').map_or(path, |(before, _)| before);
+    let Some((base, query)) = path.split_once('?') else {
+        return path.to_owned();
+    };
+    let names: Vec<&str> = query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| pair.split_once('=').map_or(pair, |(name, _)| name))
+        .collect();
+    if names.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", names.join("&"))
+    }
+}
+
+/// The line as written: the record between `type` and `prev`.
+#[derive(Serialize)]
+struct Line<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(flatten)]
+    record: &'a AuditRecord,
+    prev: &'a str,
+}
+
+/// The hex SHA-256 of one line's bytes (without its newline).
+pub fn line_hash(line: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(line))
+}
+
+/// Why an audit record could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// The audit file could not be opened or read.
+    #[error("{}: cannot open the audit log: {source}", path.display())]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// Writing the record failed; the chain still ends at the last record written.
+    #[error("cannot write the audit record: {0}")]
+    Write(#[from] io::Error),
+    /// The record could not be serialised (not expected with these field types).
+    #[error("cannot serialise the audit record: {0}")]
+    Serialize(#[from] serde_json::Error),
+}
+
+/// The writer and the hash of the last audit line it wrote.
+struct Chain {
+    out: Box<dyn Write + Send>,
+    prev: String,
+    /// The file ended without a newline (a torn write): start on a fresh line.
+    needs_newline: bool,
+}
+
+/// A hash-chained audit log writer, shared between request handlers.
+pub struct AuditLog {
+    chain: Mutex<Chain>,
+}
+
+impl std::fmt::Debug for AuditLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditLog")
+            .field("prev", &self.last_hash())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AuditLog {
+    /// Writes to standard output, starting a new chain.
+    pub fn stdout() -> Self {
+        Self::from_writer(io::stdout(), None)
+    }
+
+    /// Appends to the file at `path` (created if missing), continuing the chain from its last
+    /// audit line.
+    pub fn open(path: &Path) -> Result<Self, AuditError> {
+        let open_error = |source| AuditError::Open {
+            path: path.to_owned(),
+            source,
+        };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(path)
+            .map_err(open_error)?;
+        let (prev, needs_newline) = last_audit_hash(&mut file).map_err(open_error)?;
+        let mut log = Self::from_writer(file, prev);
+        log.chain
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .needs_newline = needs_newline;
+        Ok(log)
+    }
+
+    /// The log `target` names.
+    pub fn for_target(target: &AuditTarget) -> Result<Self, AuditError> {
+        match target {
+            AuditTarget::Stdout => Ok(Self::stdout()),
+            AuditTarget::File(path) => Self::open(path),
+        }
+    }
+
+    /// Writes to `out`, continuing after the line whose hash is `prev` (a new chain if `None`).
+    pub fn from_writer(out: impl Write + Send + 'static, prev: Option<String>) -> Self {
+        Self {
+            chain: Mutex::new(Chain {
+                out: Box::new(out),
+                prev: prev.unwrap_or_else(|| GENESIS_HASH.to_owned()),
+                needs_newline: false,
+            }),
+        }
+    }
+
+    /// Appends `record` as one line and flushes it.
+    pub fn write(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        let mut chain = self.chain.lock().unwrap_or_else(PoisonError::into_inner);
+        let line = serde_json::to_string(&Line {
+            kind: AUDIT_TYPE,
+            record,
+            prev: &chain.prev,
+        })?;
+        let mut bytes = Vec::with_capacity(line.len() + 2);
+        if chain.needs_newline {
+            bytes.push(b'\n');
+        }
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+        chain.out.write_all(&bytes)?;
+        chain.out.flush()?;
+        chain.needs_newline = false;
+        chain.prev = line_hash(line.as_bytes());
+        Ok(())
+    }
+
+    /// The hash of the last audit line written (or found when the file was opened).
+    pub fn last_hash(&self) -> String {
+        let chain = self.chain.lock().unwrap_or_else(PoisonError::into_inner);
+        chain.prev.clone()
+    }
+}
+
+/// Scans `file` backwards for its last audit line. Returns that line's hash (`None` if there
+/// is none) and whether the file ends without a newline.
+fn last_audit_hash(file: &mut File) -> io::Result<(Option<String>, bool)> {
+    const BLOCK: u64 = 64 * 1024;
+    let len = file.seek(SeekFrom::End(0))?;
+    let needs_newline = if len == 0 {
+        false
+    } else {
+        let mut last = [0u8];
+        file.seek(SeekFrom::Start(len - 1))?;
+        file.read_exact(&mut last)?;
+        last[0] != b'\n'
+    };
+    // `carry` holds the start of the line cut by the previous block's first byte.
+    let mut end = len;
+    let mut carry: Vec<u8> = Vec::new();
+    while end > 0 {
+        let start = end.saturating_sub(BLOCK);
+        let mut block = vec![0; (end - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut block)?;
+        block.extend_from_slice(&carry);
+        let mut lines: Vec<&[u8]> = block.split(|b| *b == b'\n').collect();
+        // Unless at the file's start, the first piece may be the tail of an earlier line.
+        let first = if start > 0 { lines.remove(0) } else { &[][..] };
+        for line in lines.iter().rev() {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if matches!(verify::audit_prev(line), Some(Ok(_))) {
+                return Ok((Some(line_hash(line)), needs_newline));
+            }
+        }
+        carry = first.to_vec();
+        end = start;
+    }
+    Ok((None, needs_newline))
+}
+
+#[cfg(test)]
+mod tests;

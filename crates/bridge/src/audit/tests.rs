@@ -1,0 +1,281 @@
+//! The audit chain: written records verify; edits, deletions and swaps are caught.
+
+use std::io::Cursor;
+
+use chrono::TimeZone;
+
+use super::*;
+
+fn record(n: u64) -> AuditRecord {
+    AuditRecord {
+        time: Utc.with_ymd_and_hms(2026, 11, 3, 10, 0, 0).unwrap()
+            + chrono::Duration::milliseconds(n as i64),
+        request_id: format!("req-{n}"),
+        org: "acme".into(),
+        bridge: "edge".into(),
+        instance: "i-1".into(),
+        kind: ResourceKind::Source,
+        resource: "git.internal".into(),
+        method: "GET".into(),
+        path: format!("/repo-{n}.git/info/refs?service=git-upload-pack&token=s3cret"),
+        status: 200,
+        bytes_in: 0,
+        bytes_out: 1024 * n,
+        duration_ms: 12,
+        principal: "key_123".into(),
+        decision: Decision::Allowed,
+        rule: "default:git-fetch".into(),
+    }
+}
+
+/// Writes `count` records to a new file and returns its lines.
+fn written(count: u64) -> (tempfile::TempDir, PathBuf, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.log");
+    let log = AuditLog::open(&path).unwrap();
+    for n in 0..count {
+        log.write(&record(n)).unwrap();
+    }
+    let lines = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    (dir, path, lines)
+}
+
+fn check(lines: &[String]) -> Result<VerifySummary, VerifyError> {
+    verify_reader(Cursor::new(lines.join("\n") + "\n"))
+}
+
+fn broken_at(lines: &[String]) -> (u64, ChainBreak) {
+    match check(lines) {
+        Err(VerifyError::Broken { line, reason }) => (line, reason),
+        other => panic!("expected a broken chain, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_record_is_one_json_line_with_type_and_prev() {
+    let (_dir, _path, lines) = written(2);
+    let first: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(first["type"], "audit");
+    assert_eq!(first["prev"], GENESIS_HASH);
+    assert_eq!(first["time"], "2026-11-03T10:00:00.000Z");
+    assert_eq!(first["kind"], "source");
+    assert_eq!(first["decision"], "allowed");
+    assert_eq!(first["path"], "/repo-0.git/info/refs?service&token");
+    assert!(!lines[0].contains("s3cret"));
+    for key in [
+        "request_id",
+        "org",
+        "bridge",
+        "instance",
+        "resource",
+        "method",
+        "status",
+        "bytes_in",
+        "bytes_out",
+        "duration_ms",
+        "principal",
+        "rule",
+    ] {
+        assert!(first.get(key).is_some(), "{key} missing");
+    }
+    let second: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
+    assert_eq!(second["prev"], line_hash(lines[0].as_bytes()));
+}
+
+#[test]
+fn query_values_are_stripped() {
+    assert_eq!(strip_query_values("/a/b"), "/a/b");
+    assert_eq!(strip_query_values("/a?x=1&y&z=3#frag"), "/a?x&y&z");
+    assert_eq!(strip_query_values("/a?"), "/a");
+    assert_eq!(strip_query_values("/a#x?y=1"), "/a");
+}
+
+#[test]
+fn a_written_chain_verifies() {
+    let (_dir, path, _) = written(5);
+    assert_eq!(
+        verify(&path).unwrap(),
+        VerifySummary {
+            records: 5,
+            chains: 1
+        }
+    );
+    let empty = tempfile::NamedTempFile::new().unwrap();
+    assert_eq!(verify(empty.path()).unwrap(), VerifySummary::default());
+}
+
+#[test]
+fn reopening_a_file_continues_the_chain() {
+    let (_dir, path, lines) = written(3);
+    let log = AuditLog::open(&path).unwrap();
+    assert_eq!(log.last_hash(), line_hash(lines[2].as_bytes()));
+    log.write(&record(3)).unwrap();
+    assert_eq!(
+        verify(&path).unwrap(),
+        VerifySummary {
+            records: 4,
+            chains: 1
+        }
+    );
+}
+
+#[test]
+fn reopening_after_a_torn_write_starts_a_fresh_line() {
+    let (_dir, path, _) = written(2);
+    let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+    file.write_all(b"{\"level\":\"info\",\"message\":\"cut sh")
+        .unwrap();
+    drop(file);
+    AuditLog::open(&path).unwrap().write(&record(2)).unwrap();
+    assert_eq!(verify(&path).unwrap().records, 3);
+}
+
+#[test]
+fn continuation_finds_the_last_audit_line_across_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mixed.log");
+    let log = AuditLog::open(&path).unwrap();
+    log.write(&record(0)).unwrap();
+    let last = log.last_hash();
+    drop(log);
+    // More than one 64 KiB block of ordinary log lines after the audit record.
+    let noise = "{\"level\":\"info\",\"message\":\"x\"}\n".repeat(5000);
+    OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(noise.as_bytes())
+        .unwrap();
+    assert_eq!(AuditLog::open(&path).unwrap().last_hash(), last);
+}
+
+#[test]
+fn altering_a_field_is_detected() {
+    let (_dir, _path, mut lines) = written(4);
+    lines[1] = lines[1].replace("\"status\":200", "\"status\":201");
+    assert_eq!(broken_at(&lines), (3, ChainBreak::Mismatch { previous: 2 }));
+}
+
+#[test]
+fn deleting_a_record_is_detected() {
+    let (_dir, _path, mut lines) = written(4);
+    lines.remove(2);
+    assert_eq!(broken_at(&lines), (3, ChainBreak::Mismatch { previous: 2 }));
+    let (_dir, _path, mut lines) = written(3);
+    lines.remove(0);
+    assert_eq!(broken_at(&lines), (1, ChainBreak::NotFirst));
+}
+
+#[test]
+fn swapping_two_records_is_detected() {
+    let (_dir, _path, mut lines) = written(4);
+    lines.swap(1, 2);
+    assert_eq!(broken_at(&lines), (2, ChainBreak::Reordered { follows: 3 }));
+}
+
+#[test]
+fn duplicating_a_record_is_detected() {
+    let (_dir, _path, mut lines) = written(3);
+    lines.insert(2, lines[1].clone());
+    assert_eq!(
+        broken_at(&lines),
+        (
+            3,
+            ChainBreak::Skipped {
+                follows: 1,
+                previous: 2
+            }
+        )
+    );
+}
+
+#[test]
+fn damaged_audit_lines_are_reported() {
+    let (_dir, _path, mut lines) = written(2);
+    lines[1].truncate(40);
+    assert_eq!(broken_at(&lines), (2, ChainBreak::Malformed));
+    let (_dir, _path, mut lines) = written(2);
+    lines[0] = lines[0].replace(GENESIS_HASH, "zz");
+    assert_eq!(broken_at(&lines), (1, ChainBreak::BadPrev));
+}
+
+#[test]
+fn ordinary_log_lines_are_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stdout.log");
+    let file = File::create(&path).unwrap();
+    let log = AuditLog::from_writer(file.try_clone().unwrap(), None);
+    let mut other = file;
+    for n in 0..3 {
+        writeln!(other, "{{\"timestamp\":\"2026-11-03T10:00:00Z\",\"level\":\"info\",\"message\":\"m{n}\",\"type\":\"log\"}}").unwrap();
+        writeln!(other, "plain text, not JSON").unwrap();
+        log.write(&record(n)).unwrap();
+    }
+    let summary = verify(&path).unwrap();
+    assert_eq!(
+        summary,
+        VerifySummary {
+            records: 3,
+            chains: 1
+        }
+    );
+    // The error's line numbers count every line, not only audit ones.
+    let mut lines: Vec<String> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.remove(5); // the second audit record
+    let (line, _) = broken_at(&lines);
+    assert_eq!(line, 8);
+}
+
+#[test]
+fn a_restart_on_stdout_starts_a_new_chain() {
+    let (_dir, _path, mut lines) = written(2);
+    let (_dir2, _path2, more) = written(2);
+    lines.extend(more);
+    assert_eq!(
+        check(&lines).unwrap(),
+        VerifySummary {
+            records: 4,
+            chains: 2
+        }
+    );
+}
+
+#[test]
+fn concurrent_writers_keep_one_chain() {
+    let (_dir, path, _) = written(0);
+    let log = std::sync::Arc::new(AuditLog::open(&path).unwrap());
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for n in 0..25 {
+                    log.write(&record(t * 100 + n)).unwrap();
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert_eq!(verify(&path).unwrap().records, 100);
+}
+
+#[test]
+fn errors_name_the_line_and_the_cause() {
+    let (_dir, _path, mut lines) = written(3);
+    lines.remove(1);
+    let text = check(&lines).unwrap_err().to_string();
+    assert_eq!(
+        text,
+        "line 2: prev does not match the audit record on line 1: that record was altered, \
+         or records after it were removed"
+    );
+}

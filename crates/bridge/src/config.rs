@@ -1,0 +1,271 @@
+//! The bridge's typed configuration (DESIGN.md, "Bridge configuration").
+//!
+//! Loading goes: YAML file (`file.rs`: strict, every value located) → `${NAME}` expansion
+//! (`expand.rs`) and environment overrides (through [`Env`]) → validation (`validate.rs`), which
+//! checks everything at once and yields a [`Config`] or a [`ConfigError`] listing every
+//! problem with its key path and line. A [`Config`] is therefore valid by construction; secrets
+//! in it are [`Secret`]s and proxy credentials are masked, so `{:?}` of it is safe to log.
+//!
+//! Decisions beyond DESIGN.md: `${NAME}` works in string values only (not in numbers); resource
+//! names are unique per kind; relative paths are relative to the working directory; an empty
+//! environment variable counts as unset for overrides.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use url::Url;
+
+mod env;
+mod error;
+mod expand;
+mod file;
+mod proxy;
+mod resources;
+mod secret;
+#[cfg(test)]
+mod tests;
+mod validate;
+
+pub use env::{
+    API_URL_VAR, Env, HEARTBEAT_INTERVAL_VAR, HTTPS_PROXY_VARS, LOG_LEVEL_VAR, MapEnv, NAME_VAR,
+    NO_PROXY_VARS, ProcessEnv, TOKEN_VAR,
+};
+pub use error::{ConfigError, Origin, Problem};
+pub use proxy::{ProxyUrl, bypasses_proxy, parse_no_proxy};
+pub use resources::{
+    AllowRule, Api, Credentials, DEFAULT_POSTGRES_PORT, Database, DatabaseEngine, MAX_NAME_LEN,
+    Registry, ResourceKind, Source, TokenAuth, is_valid_name,
+};
+pub use secret::Secret;
+
+/// Default `api_url`: the `cloud` binary's default TLS address.
+pub const DEFAULT_API_URL: &str = "https://127.0.0.1:8443";
+/// Default `heartbeat_interval`, seconds.
+pub const DEFAULT_HEARTBEAT_INTERVAL_SECS: u64 = 30;
+/// Default `reconnect_delay` (first back-off step), seconds.
+pub const DEFAULT_RECONNECT_DELAY_SECS: u64 = 5;
+/// Default `max_connections`: concurrent forwarded streams per instance.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+/// Default `max_memory_mb`.
+pub const DEFAULT_MAX_MEMORY_MB: u64 = 512;
+/// Default `tls_verify`.
+pub const DEFAULT_TLS_VERIFY: bool = true;
+/// Default `health_check_port` (serves `/livez`, `/health` and `/metrics`).
+pub const DEFAULT_HEALTH_CHECK_PORT: u16 = 8080;
+/// Largest `heartbeat_interval` and `reconnect_delay` accepted, seconds (catches milliseconds
+/// written by mistake).
+pub const MAX_INTERVAL_SECS: u64 = 3600;
+/// Largest `max_connections` accepted, bridge-wide or per resource.
+pub const MAX_MAX_CONNECTIONS: u32 = 10_000;
+/// The `audit_log` value that means standard output.
+pub const AUDIT_LOG_STDOUT: &str = "stdout";
+
+/// The validated configuration of one bridge instance.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Bridge token (`token` / `SERVICE_BRIDGE_TOKEN`).
+    pub token: Secret,
+    /// Bridge name (`name` / `SERVICE_BRIDGE_NAME`), a valid [`is_valid_name`].
+    pub name: String,
+    /// The cloud's address (`api_url` / `SERVICE_API_URL`), always `https`.
+    pub api_url: Url,
+    /// Application heartbeat period (`heartbeat_interval` / `SERVICE_HEARTBEAT_INTERVAL`).
+    pub heartbeat_interval: Duration,
+    /// First reconnect back-off step (`reconnect_delay`).
+    pub reconnect_delay: Duration,
+    /// Log verbosity (`log_level` / `SERVICE_LOG_LEVEL`).
+    pub log_level: LogLevel,
+    /// Log line format (`log_format`).
+    pub log_format: LogFormat,
+    /// Concurrent forwarded streams (`max_connections`).
+    pub max_connections: u32,
+    /// Memory ceiling in MiB above which new streams are refused (`max_memory_mb`).
+    pub max_memory_mb: u64,
+    /// Outbound proxy: `proxy_url`, else `https_proxy` / `HTTPS_PROXY`.
+    pub proxy_url: Option<ProxyUrl>,
+    /// Hosts that bypass the proxy, from `no_proxy` / `NO_PROXY` (see [`bypasses_proxy`]).
+    pub no_proxy: Vec<String>,
+    /// Verify the cloud's certificate (`tls_verify`); `false` is for development only.
+    pub tls_verify: bool,
+    /// CA bundle for the cloud's certificate instead of the system roots (`tls_ca_file`).
+    pub tls_ca_file: Option<PathBuf>,
+    /// Client certificate from the operator's PKI instead of enrollment (`tls_cert_file`);
+    /// set exactly when `tls_key_file` is.
+    pub tls_cert_file: Option<PathBuf>,
+    /// Key of `tls_cert_file` (`tls_key_file`).
+    pub tls_key_file: Option<PathBuf>,
+    /// Where enrollment keeps its key and certificate (`state_dir`); `None` lets the caller
+    /// choose.
+    pub state_dir: Option<PathBuf>,
+    /// Where audit records go (`audit_log`).
+    pub audit_log: AuditTarget,
+    /// Port of the local health and metrics server (`health_check_port`).
+    pub health_check_port: u16,
+    /// Git servers (`sources`).
+    pub sources: Vec<Source>,
+    /// Databases (`databases`).
+    pub databases: Vec<Database>,
+    /// HTTP APIs (`apis`).
+    pub apis: Vec<Api>,
+    /// OCI registries (`registries`).
+    pub registries: Vec<Registry>,
+}
+
+impl Config {
+    /// Reads and validates the YAML file at `path`, with `env` for overrides and `${NAME}`.
+    pub fn load(path: &Path, env: &dyn Env) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_yaml(&text, &path.display().to_string(), env)
+    }
+
+    /// Validates YAML `text`; `source` names it in error messages (usually the file path).
+    pub fn from_yaml(text: &str, source: &str, env: &dyn Env) -> Result<Self, ConfigError> {
+        let invalid = |problems| ConfigError::Invalid {
+            file: source.to_owned(),
+            problems,
+        };
+        let file = parse_file(text).map_err(|problem| invalid(vec![problem]))?;
+        validate::validate(&file, env).map_err(invalid)
+    }
+
+    /// Builds the configuration from the environment alone (no file), as a container would.
+    pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
+        validate::validate(&file::FileConfig::default(), env).map_err(|problems| {
+            ConfigError::Invalid {
+                file: "environment".to_owned(),
+                problems,
+            }
+        })
+    }
+
+    /// The proxy to use for `host:port`, or `None` to connect directly.
+    pub fn proxy_for(&self, host: &str, port: u16) -> Option<&ProxyUrl> {
+        self.proxy_url
+            .as_ref()
+            .filter(|_| !bypasses_proxy(&self.no_proxy, host, port))
+    }
+
+    /// Every declared resource as (kind, name), in file order per kind: what the bridge
+    /// announces in its handshake (never the credentials).
+    pub fn resources(&self) -> Vec<(ResourceKind, &str)> {
+        let sources = self
+            .sources
+            .iter()
+            .map(|r| (ResourceKind::Source, &*r.name));
+        let databases = self
+            .databases
+            .iter()
+            .map(|r| (ResourceKind::Database, &*r.name));
+        let apis = self.apis.iter().map(|r| (ResourceKind::Api, &*r.name));
+        let registries = self
+            .registries
+            .iter()
+            .map(|r| (ResourceKind::Registry, &*r.name));
+        sources
+            .chain(databases)
+            .chain(apis)
+            .chain(registries)
+            .collect()
+    }
+}
+
+/// Parses the file's YAML; a syntax error, a wrong type or an unknown key becomes one located
+/// problem. An empty file (or one of comments only) is an empty configuration.
+fn parse_file(text: &str) -> Result<file::FileConfig, Problem> {
+    let has_content = text
+        .lines()
+        .map(str::trim)
+        .any(|line| !line.is_empty() && !line.starts_with('#') && line != "---");
+    if !has_content {
+        return Ok(file::FileConfig::default());
+    }
+    serde_saphyr::from_str(text).map_err(|err| {
+        use serde_saphyr::MessageFormatter;
+        let bare = err.without_snippet();
+        let message: String = serde_saphyr::UserMessageFormatter
+            .format_message(bare)
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        let origin = err.location().map_or(Origin::Unknown, |at| Origin::at(&at));
+        Problem::new("", origin, message)
+    })
+}
+
+/// Log verbosity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum LogLevel {
+    /// `debug`
+    Debug,
+    /// `info` (default)
+    #[default]
+    Info,
+    /// `warn` (`warning` is accepted too)
+    Warn,
+    /// `error`
+    Error,
+}
+
+impl LogLevel {
+    /// The lowercase name, as `tracing`'s filters spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Debug => "debug",
+            Self::Info => "info",
+            Self::Warn => "warn",
+            Self::Error => "error",
+        }
+    }
+}
+
+impl FromStr for LogLevel {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "debug" => Ok(Self::Debug),
+            "info" => Ok(Self::Info),
+            "warn" | "warning" => Ok(Self::Warn),
+            "error" => Ok(Self::Error),
+            _ => Err(format!(
+                "expected one of debug, info, warn, error, got {s:?}"
+            )),
+        }
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// One JSON object per line (default).
+    #[default]
+    Json,
+    /// Human-readable text.
+    Text,
+}
+
+impl FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "json" => Ok(Self::Json),
+            "text" => Ok(Self::Text),
+            _ => Err(format!("expected json or text, got {s:?}")),
+        }
+    }
+}
+
+/// Where audit records are written.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum AuditTarget {
+    /// Standard output, among the ordinary log lines (default).
+    #[default]
+    Stdout,
+    /// Appended to this file.
+    File(PathBuf),
+}

@@ -1,0 +1,184 @@
+//! The outbound proxy: its URL (credentials masked) and the `NO_PROXY` exceptions.
+
+use std::fmt;
+
+use url::Url;
+
+use super::Secret;
+
+/// An HTTP `CONNECT` proxy URL (`http://` or `https://`). The password in its userinfo is
+/// masked by `Debug` and `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ProxyUrl(Url);
+
+impl ProxyUrl {
+    /// Parses a proxy URL; a value without a scheme (`proxy.corp:3128`, as `HTTPS_PROXY` often
+    /// holds) is read as `http://`. The error says what was expected without echoing the value.
+    pub fn parse(value: &str) -> Result<Self, String> {
+        let value = value.trim();
+        let with_scheme = if value.contains("://") {
+            value.to_owned()
+        } else {
+            format!("http://{value}")
+        };
+        let url = Url::parse(&with_scheme)
+            .map_err(|err| format!("expected a proxy URL like http://proxy:3128 ({err})"))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!(
+                "expected an http:// or https:// proxy URL, got scheme {:?}",
+                url.scheme()
+            ));
+        }
+        if url.host_str().is_none_or(str::is_empty) {
+            return Err("expected a proxy URL with a host".to_owned());
+        }
+        Ok(Self(url))
+    }
+
+    /// The URL, including any credentials.
+    pub fn url(&self) -> &Url {
+        &self.0
+    }
+
+    /// The proxy's host.
+    pub fn host(&self) -> &str {
+        self.0.host_str().unwrap_or_default()
+    }
+
+    /// The proxy's port (the scheme's default when not given).
+    pub fn port(&self) -> u16 {
+        self.0.port_or_known_default().unwrap_or(80)
+    }
+
+    /// The user name and password from the userinfo, percent-decoded, for
+    /// `Proxy-Authorization: Basic`.
+    pub fn credentials(&self) -> Option<(String, Secret)> {
+        if self.0.username().is_empty() {
+            return None;
+        }
+        let password = self.0.password().map(percent_decode).unwrap_or_default();
+        Some((percent_decode(self.0.username()), Secret::new(password)))
+    }
+}
+
+/// Decodes `%XX` escapes (userinfo never uses `+` for a space).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl fmt::Display for ProxyUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut shown = self.0.clone();
+        if shown.password().is_some() {
+            // Cannot fail: the URL already has a host, the only precondition.
+            let _ = shown.set_password(Some("***"));
+        }
+        f.write_str(shown.as_str())
+    }
+}
+
+impl fmt::Debug for ProxyUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ProxyUrl({self})")
+    }
+}
+
+/// Parses a `NO_PROXY` list: comma- or space-separated host names, domain suffixes
+/// (`.corp.example` or `corp.example`, both matching subdomains), `host:port`, or `*`.
+pub fn parse_no_proxy(value: &str) -> Vec<String> {
+    value
+        .split([',', ' '])
+        .map(|entry| entry.trim().to_ascii_lowercase())
+        .filter(|entry| !entry.is_empty())
+        .collect()
+}
+
+/// True when `host` (with `port`) is excluded from proxying by the `no_proxy` entries.
+pub fn bypasses_proxy(no_proxy: &[String], host: &str, port: u16) -> bool {
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .trim_end_matches('.')
+        .to_ascii_lowercase();
+    no_proxy.iter().any(|entry| {
+        if entry == "*" {
+            return true;
+        }
+        let (pattern, entry_port) = match entry.rsplit_once(':') {
+            Some((name, p)) if !name.contains(':') || name.ends_with(']') => {
+                (name, p.parse::<u16>().ok())
+            }
+            _ => (entry.as_str(), None),
+        };
+        if entry_port.is_some_and(|p| p != port) {
+            return false;
+        }
+        let pattern = pattern
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .trim_start_matches('*')
+            .trim_start_matches('.');
+        host == pattern
+            || host
+                .strip_suffix(pattern)
+                .is_some_and(|prefix| prefix.ends_with('.'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_masks_credentials() {
+        let proxy = ProxyUrl::parse("http://alice:s%40cret+x@proxy.corp:3128").unwrap();
+        assert_eq!(proxy.host(), "proxy.corp");
+        assert_eq!(proxy.port(), 3128);
+        let (user, password) = proxy.credentials().unwrap();
+        assert_eq!((user.as_str(), password.expose()), ("alice", "s@cret+x"));
+        assert!(!format!("{proxy:?} {proxy}").contains("cret"));
+    }
+
+    #[test]
+    fn bare_host_port_means_http() {
+        let proxy = ProxyUrl::parse("proxy.corp:8080").unwrap();
+        assert_eq!(proxy.url().scheme(), "http");
+        assert_eq!(proxy.port(), 8080);
+        assert!(proxy.credentials().is_none());
+        assert!(ProxyUrl::parse("socks5://proxy:1080").is_err());
+    }
+
+    #[test]
+    fn no_proxy_matches_hosts_suffixes_and_ports() {
+        let list = parse_no_proxy("localhost, .corp.example,internal.example:8443 ,10.0.0.1");
+        assert!(bypasses_proxy(&list, "localhost", 443));
+        assert!(bypasses_proxy(&list, "git.corp.example", 443));
+        assert!(bypasses_proxy(&list, "corp.example", 443));
+        assert!(!bypasses_proxy(&list, "notcorp.example", 443));
+        assert!(bypasses_proxy(&list, "internal.example", 8443));
+        assert!(!bypasses_proxy(&list, "internal.example", 443));
+        assert!(bypasses_proxy(&list, "10.0.0.1", 443));
+        assert!(!bypasses_proxy(&list, "cloud.example", 443));
+        assert!(bypasses_proxy(&parse_no_proxy("*"), "anything", 1));
+    }
+}

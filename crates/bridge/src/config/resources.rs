@@ -1,0 +1,241 @@
+//! The internal resources a bridge may forward to (`sources`, `databases`, `apis`,
+//! `registries`), after validation, and the rules for their names.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use url::Url;
+
+use super::Secret;
+
+/// PostgreSQL's default port, used when a database entry gives none.
+pub const DEFAULT_POSTGRES_PORT: u16 = 5432;
+/// The longest name a bridge or a resource may have.
+pub const MAX_NAME_LEN: usize = 63;
+
+/// The kind of a resource; also the `kind` of an audit record. (`tunnel::ResourceKind` is
+/// the wire form; the two map one to one.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceKind {
+    /// A Git server (`sources`).
+    Source,
+    /// A database (`databases`).
+    Database,
+    /// An HTTP API (`apis`).
+    Api,
+    /// An OCI registry (`registries`).
+    Registry,
+}
+
+impl ResourceKind {
+    /// The lowercase name: `source`, `database`, `api` or `registry`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Source => "source",
+            Self::Database => "database",
+            Self::Api => "api",
+            Self::Registry => "registry",
+        }
+    }
+
+    /// The configuration list that declares this kind (`sources`, ...).
+    pub fn list_key(self) -> &'static str {
+        match self {
+            Self::Source => "sources",
+            Self::Database => "databases",
+            Self::Api => "apis",
+            Self::Registry => "registries",
+        }
+    }
+}
+
+impl fmt::Display for ResourceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One `allow` rule: a method (`GET`, or `*` for any) and a path pattern in which `*` matches
+/// any run of characters. Matching is the forwarder's job; validation only checks the shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowRule {
+    /// Upper-case method or `*`.
+    pub method: String,
+    /// Path pattern, starting with `/` or `*`.
+    pub path: String,
+}
+
+/// A user name and password (database login, API basic auth, registry login).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// The user name.
+    pub username: String,
+    /// The password (may be empty where the entry allows it).
+    pub password: Secret,
+}
+
+/// `sources[].auth`: a token, sent as the password of HTTP Basic auth.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenAuth {
+    /// The user name to pair with the token; `None` leaves the choice to the forwarder.
+    pub username: Option<String>,
+    /// The access token.
+    pub token: Secret,
+}
+
+/// A Git server reached over smart HTTP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    /// Unique among sources; defaults to the URL's host.
+    pub name: String,
+    /// Base URL (`http` or `https`, no credentials in it).
+    pub url: Url,
+    /// Credentials added to each forwarded request.
+    pub auth: Option<TokenAuth>,
+    /// Whether `git push` (receive-pack) is allowed; fetch only by default.
+    pub allow_push: bool,
+    /// Extra allow rules; empty means the read-only defaults.
+    pub allow: Vec<AllowRule>,
+    /// Concurrent streams to this source; `None` means only the bridge-wide limit applies.
+    pub max_connections: Option<u32>,
+}
+
+/// The database engine of a `databases` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DatabaseEngine {
+    /// PostgreSQL (`type: postgresql` or `postgres`).
+    Postgresql,
+}
+
+/// A database the bridge logs in to on the cloud's behalf.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Database {
+    /// Unique among databases; defaults to `database`.
+    pub name: String,
+    /// The engine.
+    pub engine: DatabaseEngine,
+    /// Host name or address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// Database name on the server.
+    pub database: String,
+    /// Login; the password may be empty (trust authentication).
+    pub credentials: Credentials,
+    /// Concurrent connections to this database; `None` means only the bridge-wide limit.
+    pub max_connections: Option<u32>,
+}
+
+/// An internal HTTP API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Api {
+    /// Unique among APIs; defaults to the URL's host.
+    pub name: String,
+    /// Base URL (`http` or `https`, no credentials in it).
+    pub url: Url,
+    /// HTTP Basic credentials added to each forwarded request.
+    pub auth: Option<Credentials>,
+    /// Allow rules; empty means every method and path.
+    pub allow: Vec<AllowRule>,
+    /// Concurrent streams to this API; `None` means only the bridge-wide limit applies.
+    pub max_connections: Option<u32>,
+}
+
+/// A private OCI registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registry {
+    /// Unique among registries; defaults to the URL's host.
+    pub name: String,
+    /// Base URL (`https://` assumed when the file gives a bare `host:port`).
+    pub url: Url,
+    /// Login used to answer the registry's Basic or Bearer-token challenge.
+    pub auth: Option<Credentials>,
+    /// Extra allow rules; empty means the read-only defaults.
+    pub allow: Vec<AllowRule>,
+    /// Concurrent streams to this registry; `None` means only the bridge-wide limit applies.
+    pub max_connections: Option<u32>,
+}
+
+/// True when `name` is 1-63 characters of `[A-Za-z0-9._-]` and not just dots (a name is a URL
+/// path segment, so `.` and `..` would be dangerous).
+pub fn is_valid_name(name: &str) -> bool {
+    (1..=MAX_NAME_LEN).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && !name.bytes().all(|b| b == b'.')
+}
+
+/// What the error messages say a valid name is.
+pub(crate) const NAME_RULE: &str =
+    "1-63 characters of letters, digits, '-', '_' or '.' (not only dots)";
+
+/// Turns `raw` (a host, a database name) into a valid name: invalid characters become `-`,
+/// the result is cut to [`MAX_NAME_LEN`], and `fallback` is used when nothing is left.
+pub(crate) fn derive_name(raw: &str, fallback: &str) -> String {
+    let mut name: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    name.truncate(MAX_NAME_LEN);
+    let name = name.trim_matches('-');
+    if is_valid_name(name) {
+        name.to_owned()
+    } else {
+        fallback.to_owned()
+    }
+}
+
+/// Makes `base` unique within `taken` by appending `-2`, `-3`, ... and records it.
+pub(crate) fn claim_unique(base: &str, taken: &mut HashSet<String>) -> String {
+    if taken.insert(base.to_owned()) {
+        return base.to_owned();
+    }
+    for n in 2.. {
+        let suffix = format!("-{n}");
+        let mut stem = base.to_owned();
+        stem.truncate(MAX_NAME_LEN - suffix.len());
+        let candidate = format!("{stem}{suffix}");
+        if taken.insert(candidate.clone()) {
+            return candidate;
+        }
+    }
+    unreachable!("the counter is unbounded")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(is_valid_name("git.internal-1_a"));
+        for bad in ["", ".", "..", "a b", "a/b", &"x".repeat(64)] {
+            assert!(!is_valid_name(bad), "{bad:?}");
+        }
+        assert_eq!(derive_name("git.corp:8443", "source"), "git.corp-8443");
+        assert_eq!(derive_name("..", "source"), "source");
+        assert_eq!(derive_name(&"h".repeat(80), "x").len(), MAX_NAME_LEN);
+    }
+
+    #[test]
+    fn unique_names_get_suffixes() {
+        let mut taken = HashSet::new();
+        assert_eq!(claim_unique("git", &mut taken), "git");
+        assert_eq!(claim_unique("git", &mut taken), "git-2");
+        assert_eq!(claim_unique("git", &mut taken), "git-3");
+        let long = "y".repeat(MAX_NAME_LEN);
+        assert_eq!(claim_unique(&long, &mut taken), long);
+        let second = claim_unique(&long, &mut taken);
+        assert!(second.ends_with("-2") && second.len() == MAX_NAME_LEN);
+    }
+}

@@ -1,0 +1,237 @@
+//! Turns the file as written plus the environment into a [`Config`], collecting every problem.
+//!
+//! Every check records what is wrong and carries on with a default, so one pass reports
+//! everything; the field-level checks live in [`fields`], the resource lists in [`resources`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_saphyr::Spanned;
+use url::Url;
+
+use super::env::{
+    API_URL_VAR, Env, HEARTBEAT_INTERVAL_VAR, HTTPS_PROXY_VARS, LOG_LEVEL_VAR, NAME_VAR,
+    NO_PROXY_VARS, TOKEN_VAR,
+};
+use super::error::{Origin, Problem};
+use super::file::FileConfig;
+use super::proxy::{ProxyUrl, parse_no_proxy};
+use super::resources::{NAME_RULE, is_valid_name};
+use super::{
+    AUDIT_LOG_STDOUT, AuditTarget, Config, DEFAULT_API_URL, DEFAULT_HEALTH_CHECK_PORT,
+    DEFAULT_HEARTBEAT_INTERVAL_SECS, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_MEMORY_MB,
+    DEFAULT_RECONNECT_DELAY_SECS, DEFAULT_TLS_VERIFY, LogFormat, LogLevel, MAX_INTERVAL_SECS,
+    MAX_MAX_CONNECTIONS, Secret,
+};
+
+mod fields;
+mod resources;
+
+use fields::{Ctx, Given, located};
+
+/// Validates the whole configuration; `Err` holds every problem found.
+pub(crate) fn validate(file: &FileConfig, env: &dyn Env) -> Result<Config, Vec<Problem>> {
+    let mut cx = Ctx {
+        env,
+        problems: Vec::new(),
+    };
+    let top = Origin::Unknown;
+
+    let token = cx.overridden(file.token.as_ref(), "token", TOKEN_VAR);
+    let token = match token {
+        Some(t) if !t.value.trim().is_empty() => Secret::new(t.value),
+        Some(t) => {
+            cx.fail("token", &t.origin, "must not be empty");
+            Secret::default()
+        }
+        None if file.token.is_some() => Secret::default(),
+        None => {
+            cx.fail(
+                "token",
+                &top,
+                format!("required: set `token` in the file or {TOKEN_VAR}"),
+            );
+            Secret::default()
+        }
+    };
+
+    let name = match cx.overridden(file.name.as_ref(), "name", NAME_VAR) {
+        Some(n) if is_valid_name(&n.value) => n.value,
+        Some(n) => {
+            cx.fail(
+                "name",
+                &n.origin,
+                format!("expected {NAME_RULE}, got {:?}", n.value),
+            );
+            String::new()
+        }
+        None if file.name.is_some() => String::new(),
+        None => {
+            cx.fail(
+                "name",
+                &top,
+                format!("required: set `name` in the file or {NAME_VAR}"),
+            );
+            String::new()
+        }
+    };
+
+    let api_url = cx
+        .overridden(file.api_url.as_ref(), "api_url", API_URL_VAR)
+        .and_then(|given| cx.url(&given, "api_url", &["https"], None));
+    let api_url = api_url.or_else(|| Url::parse(DEFAULT_API_URL).ok());
+
+    let expected = format!("whole seconds from 1 to {MAX_INTERVAL_SECS}");
+    let seconds = 1..=MAX_INTERVAL_SECS as i64;
+    let heartbeat = cx.overridden_int(
+        file.heartbeat_interval.as_ref(),
+        "heartbeat_interval",
+        HEARTBEAT_INTERVAL_VAR,
+    );
+    let heartbeat_interval = cx
+        .int(heartbeat, "heartbeat_interval", seconds.clone(), &expected)
+        .map_or(DEFAULT_HEARTBEAT_INTERVAL_SECS, |s| s as u64);
+    let reconnect = file.reconnect_delay.as_ref().map(located);
+    let reconnect_delay = cx
+        .int(reconnect, "reconnect_delay", seconds, &expected)
+        .map_or(DEFAULT_RECONNECT_DELAY_SECS, |s| s as u64);
+
+    let log_level = match cx.overridden(file.log_level.as_ref(), "log_level", LOG_LEVEL_VAR) {
+        Some(given) => given.value.parse().unwrap_or_else(|message: String| {
+            cx.fail("log_level", &given.origin, message);
+            LogLevel::default()
+        }),
+        None => LogLevel::default(),
+    };
+    let log_format = match cx.optional(file.log_format.as_ref(), "log_format") {
+        Some(given) => given.value.parse().unwrap_or_else(|message: String| {
+            cx.fail("log_format", &given.origin, message);
+            LogFormat::default()
+        }),
+        None => LogFormat::default(),
+    };
+
+    let expected = format!("a whole number from 1 to {MAX_MAX_CONNECTIONS}");
+    let max_connections = cx
+        .int(
+            file.max_connections.as_ref().map(located),
+            "max_connections",
+            1..=MAX_MAX_CONNECTIONS as i64,
+            &expected,
+        )
+        .map_or(DEFAULT_MAX_CONNECTIONS, |n| n as u32);
+    let max_memory_mb = cx
+        .int(
+            file.max_memory_mb.as_ref().map(located),
+            "max_memory_mb",
+            1..=i64::from(u32::MAX),
+            "a positive number of megabytes",
+        )
+        .map_or(DEFAULT_MAX_MEMORY_MB, |n| n as u64);
+    let health_check_port = cx
+        .int(
+            file.health_check_port.as_ref().map(located),
+            "health_check_port",
+            1..=65535,
+            "a port from 1 to 65535",
+        )
+        .map_or(DEFAULT_HEALTH_CHECK_PORT, |n| n as u16);
+
+    let proxy = match &file.proxy_url {
+        Some(value) => cx.string(value, "proxy_url"),
+        None => HTTPS_PROXY_VARS.iter().find_map(|var| {
+            env.get_non_empty(var).map(|value| Given {
+                value,
+                origin: Origin::Env(var),
+            })
+        }),
+    };
+    let proxy_url = proxy.and_then(|given| match ProxyUrl::parse(&given.value) {
+        Ok(proxy) => Some(proxy),
+        Err(message) => {
+            cx.fail("proxy_url", &given.origin, message);
+            None
+        }
+    });
+    let no_proxy = NO_PROXY_VARS
+        .iter()
+        .find_map(|var| env.get_non_empty(var))
+        .map(|value| parse_no_proxy(&value))
+        .unwrap_or_default();
+
+    let mut path = |value: &Option<Spanned<String>>, key: &str| {
+        let given = cx.optional(value.as_ref(), key)?;
+        if given.value.trim().is_empty() {
+            cx.fail(
+                key,
+                &given.origin,
+                "expected a file path, got an empty string",
+            );
+            return None;
+        }
+        Some(PathBuf::from(given.value))
+    };
+    let tls_ca_file = path(&file.tls_ca_file, "tls_ca_file");
+    let tls_cert_file = path(&file.tls_cert_file, "tls_cert_file");
+    let tls_key_file = path(&file.tls_key_file, "tls_key_file");
+    let state_dir = path(&file.state_dir, "state_dir");
+    let audit_log = match path(&file.audit_log, "audit_log") {
+        Some(p) if p.as_os_str() == AUDIT_LOG_STDOUT => AuditTarget::Stdout,
+        Some(p) => AuditTarget::File(p),
+        None => AuditTarget::Stdout,
+    };
+    match (&file.tls_cert_file, &file.tls_key_file) {
+        (Some(cert), None) => cx.fail(
+            "tls_key_file",
+            &Origin::at(&cert.referenced),
+            "required when tls_cert_file is set",
+        ),
+        (None, Some(key)) => cx.fail(
+            "tls_cert_file",
+            &Origin::at(&key.referenced),
+            "required when tls_key_file is set",
+        ),
+        _ => {}
+    }
+
+    let (sources, databases, apis, registries) = resources::all(&mut cx, file);
+
+    let config = Config {
+        token,
+        name,
+        api_url: api_url.ok_or_else(|| {
+            vec![Problem::new(
+                "api_url",
+                Origin::Unknown,
+                "the built-in default is not a URL",
+            )]
+        })?,
+        heartbeat_interval: Duration::from_secs(heartbeat_interval),
+        reconnect_delay: Duration::from_secs(reconnect_delay),
+        log_level,
+        log_format,
+        max_connections,
+        max_memory_mb,
+        proxy_url,
+        no_proxy,
+        tls_verify: file.tls_verify.unwrap_or(DEFAULT_TLS_VERIFY),
+        tls_ca_file,
+        tls_cert_file,
+        tls_key_file,
+        state_dir,
+        audit_log,
+        health_check_port,
+        sources,
+        databases,
+        apis,
+        registries,
+    };
+    if cx.problems.is_empty() {
+        return Ok(config);
+    }
+    cx.problems.sort_by_key(|problem| match problem.origin {
+        Origin::File { line, column } => (line, column),
+        Origin::Env(_) | Origin::Unknown => (0, 0),
+    });
+    Err(cx.problems)
+}

@@ -1,0 +1,213 @@
+//! Dialing the cloud: TCP (directly or through an HTTP CONNECT proxy), then TLS 1.3. Every
+//! error names its layer, so an operator knows whether to look at DNS, the firewall, the proxy
+//! or certificates.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use rustls::ClientConfig;
+use rustls_pki_types::ServerName;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+use crate::config::ProxyUrl;
+
+/// How long each layer may take.
+const STEP_TIMEOUT: Duration = Duration::from_secs(15);
+/// Longest proxy response head accepted.
+const MAX_PROXY_HEAD: usize = 16 * 1024;
+
+/// Why the cloud could not be reached, by layer.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    /// Name resolution failed.
+    #[error("DNS: cannot resolve {host}: {source}. Check the host name and the resolver")]
+    Dns {
+        /// The name.
+        host: String,
+        /// The resolver's error.
+        source: std::io::Error,
+    },
+    /// TCP connect failed.
+    #[error(
+        "TCP: cannot connect to {addr}: {source}. Check that outbound traffic to it is allowed (firewall, port 443)"
+    )]
+    Tcp {
+        /// host:port.
+        addr: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The proxy refused the CONNECT.
+    #[error(
+        "proxy CONNECT to {target} via {proxy} answered {status}: {reason}. Check proxy_url and its credentials"
+    )]
+    ProxyRefused {
+        /// The proxy.
+        proxy: String,
+        /// host:port asked for.
+        target: String,
+        /// The proxy's status code.
+        status: u16,
+        /// Its reason phrase.
+        reason: String,
+    },
+    /// The proxy spoke nonsense or hung up.
+    #[error("proxy {proxy}: {what}")]
+    Proxy {
+        /// The proxy.
+        proxy: String,
+        /// What went wrong.
+        what: String,
+    },
+    /// TLS failed.
+    #[error("TLS with {host}: {source}{hint}")]
+    Tls {
+        /// The server name.
+        host: String,
+        /// rustls's error.
+        source: std::io::Error,
+        /// What to try.
+        hint: &'static str,
+    },
+    /// A step took too long.
+    #[error("{step}: timed out after {STEP_TIMEOUT:?}")]
+    Timeout {
+        /// Which step.
+        step: &'static str,
+    },
+}
+
+async fn step<T>(name: &'static str, f: impl Future<Output = T>) -> Result<T, DialError> {
+    tokio::time::timeout(STEP_TIMEOUT, f)
+        .await
+        .map_err(|_| DialError::Timeout { step: name })
+}
+
+/// Opens a TCP connection to `host:port`, through `proxy` when given.
+pub async fn tcp(host: &str, port: u16, proxy: Option<&ProxyUrl>) -> Result<TcpStream, DialError> {
+    let (dial_host, dial_port) = match proxy {
+        Some(p) => (p.host().to_string(), p.port()),
+        None => (host.to_string(), port),
+    };
+    let addrs: Vec<_> = step(
+        "DNS",
+        tokio::net::lookup_host((dial_host.as_str(), dial_port)),
+    )
+    .await?
+    .map_err(|source| DialError::Dns {
+        host: dial_host.clone(),
+        source,
+    })?
+    .collect();
+    let mut last = None;
+    let mut stream = None;
+    for addr in addrs {
+        match step("TCP", TcpStream::connect(addr)).await? {
+            Ok(s) => {
+                stream = Some(s);
+                break;
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    let stream = stream.ok_or_else(|| DialError::Tcp {
+        addr: format!("{dial_host}:{dial_port}"),
+        source: last.unwrap_or_else(|| std::io::Error::other("no address")),
+    })?;
+    let _ = stream.set_nodelay(true);
+    match proxy {
+        None => Ok(stream),
+        Some(p) => step("proxy CONNECT", connect_via(stream, p, host, port)).await?,
+    }
+}
+
+async fn connect_via(
+    mut stream: TcpStream,
+    proxy: &ProxyUrl,
+    host: &str,
+    port: u16,
+) -> Result<TcpStream, DialError> {
+    let target = format!("{host}:{port}");
+    let proxy_name = format!("{}:{}", proxy.host(), proxy.port());
+    let mut request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
+    if let Some((user, password)) = proxy.credentials() {
+        let token = base64::engine::general_purpose::STANDARD
+            .encode(format!("{user}:{}", password.expose()));
+        request.push_str(&format!("Proxy-Authorization: Basic {token}\r\n"));
+    }
+    request.push_str("\r\n");
+    let io_err = |e: std::io::Error| DialError::Proxy {
+        proxy: proxy_name.clone(),
+        what: e.to_string(),
+    };
+    stream.write_all(request.as_bytes()).await.map_err(io_err)?;
+    let mut head = Vec::with_capacity(512);
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() > MAX_PROXY_HEAD {
+            return Err(DialError::Proxy {
+                proxy: proxy_name,
+                what: "response head too long".into(),
+            });
+        }
+        let n = stream.read(&mut byte).await.map_err(io_err)?;
+        if n == 0 {
+            return Err(DialError::Proxy {
+                proxy: proxy_name,
+                what: "closed the connection during CONNECT".into(),
+            });
+        }
+        head.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&head);
+    let status_line = text.lines().next().unwrap_or("");
+    let mut parts = status_line.splitn(3, ' ');
+    let _version = parts.next();
+    let status: u16 =
+        parts
+            .next()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| DialError::Proxy {
+                proxy: proxy_name.clone(),
+                what: format!("not an HTTP response: {status_line:?}"),
+            })?;
+    if status != 200 {
+        return Err(DialError::ProxyRefused {
+            proxy: proxy_name,
+            target,
+            status,
+            reason: parts.next().unwrap_or("").trim().to_string(),
+        });
+    }
+    Ok(stream)
+}
+
+/// TLS 1.3 over `stream`, verifying the server as `host`.
+pub async fn tls(
+    stream: TcpStream,
+    host: &str,
+    config: Arc<ClientConfig>,
+) -> Result<TlsStream<TcpStream>, DialError> {
+    let name = ServerName::try_from(host.to_string()).map_err(|_| DialError::Tls {
+        host: host.to_string(),
+        source: std::io::Error::other("not a valid server name"),
+        hint: "",
+    })?;
+    step("TLS", TlsConnector::from(config).connect(name, stream))
+        .await?
+        .map_err(|source| {
+            let text = source.to_string();
+            let hint = if text.contains("UnknownIssuer") || text.contains("invalid peer certificate") {
+                ". The server certificate is not the expected one: set tls_ca_file to the cloud's CA, or a TLS-inspecting proxy may be in the path"
+            } else if text.contains("protocol version") || text.contains("PeerIncompatible") {
+                ". The server does not speak TLS 1.3"
+            } else {
+                ""
+            };
+            DialError::Tls { host: host.to_string(), source, hint }
+        })
+}

@@ -1,0 +1,495 @@
+//! The HTTP/2 service the bridge runs for the cloud: every stream names one declared resource
+//! (`/apis/{name}/{path}`); the bridge checks the path and the entry's `allow` rules, injects the
+//! entry's credentials, streams the request to the internal system and the answer back, and
+//! writes one audit record. Anything not declared is unreachable.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use http_body_util::combinators::BoxBody;
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio::sync::Semaphore;
+use tunnel::ResourceKind as WireKind;
+
+use crate::audit::{AuditLog, AuditRecord, Decision, strip_query_values};
+use crate::config::{AllowRule, Api, Config, ResourceKind};
+use crate::metrics::Metrics;
+use crate::status::Status;
+
+/// The response body type of the service.
+pub type ResBody = BoxBody<Bytes, hyper::Error>;
+
+/// How long a stream waits for a free slot under `max_connections` before a 503.
+const QUEUE_WAIT: Duration = Duration::from_secs(5);
+
+/// Headers of one hop, never passed on.
+const HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "authorization",
+];
+
+/// Forwards the cloud's streams to declared resources.
+pub struct Forwarder {
+    cfg: Arc<Config>,
+    status: Arc<Status>,
+    metrics: Metrics,
+    audit: Arc<AuditLog>,
+    instance: String,
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Incoming>,
+    limits: HashMap<String, Arc<Semaphore>>,
+}
+
+impl Forwarder {
+    /// A forwarder over the configuration's `apis`.
+    pub fn new(
+        cfg: Arc<Config>,
+        status: Arc<Status>,
+        metrics: Metrics,
+        audit: Arc<AuditLog>,
+        instance: String,
+    ) -> Self {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        let tls = rustls::ClientConfig::builder_with_provider(tunnel::tls::provider())
+            .with_safe_default_protocol_versions()
+            .map(|b| b.with_root_certificates(roots).with_no_client_auth());
+        let connector = match tls {
+            Ok(tls) => hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls),
+            Err(_) => {
+                hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(unreachable_config())
+            }
+        }
+        .https_or_http()
+        .enable_http1()
+        .build();
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build(connector);
+        let limits = cfg
+            .apis
+            .iter()
+            .map(|a| {
+                let n = a.max_connections.unwrap_or(cfg.max_connections).max(1) as usize;
+                (a.name.clone(), Arc::new(Semaphore::new(n)))
+            })
+            .collect();
+        Forwarder {
+            cfg,
+            status,
+            metrics,
+            audit,
+            instance,
+            client,
+            limits,
+        }
+    }
+
+    /// Handles one stream from the cloud.
+    pub async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+    ) -> Result<Response<ResBody>, hyper::Error> {
+        if req.uri().path() == tunnel::HEARTBEAT_PATH {
+            self.status.heartbeat();
+            return Ok(text(StatusCode::OK, "ok"));
+        }
+        let started = Instant::now();
+        let path = req.uri().path().to_string();
+        let mut audit = AuditRecord {
+            time: chrono::Utc::now(),
+            request_id: header_str(req.headers(), tunnel::HEADER_REQUEST_ID),
+            org: header_str(req.headers(), tunnel::HEADER_ORG),
+            bridge: self.cfg.name.clone(),
+            instance: self.instance.clone(),
+            kind: ResourceKind::Api,
+            resource: String::new(),
+            method: req.method().to_string(),
+            path: strip_query_values(&req.uri().to_string()),
+            status: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+            duration_ms: 0,
+            principal: header_str(req.headers(), tunnel::HEADER_PRINCIPAL),
+            decision: Decision::Denied,
+            rule: String::new(),
+        };
+        let Some((kind, name, rest)) = tunnel::resource::split_tunnel_path(&path) else {
+            return Ok(self.deny(
+                audit,
+                StatusCode::NOT_FOUND,
+                "not_declared",
+                "no such resource on this bridge",
+            ));
+        };
+        audit.resource = name.to_string();
+        let api = match kind {
+            WireKind::Api => self.cfg.apis.iter().find(|a| a.name == name),
+            _ => None,
+        };
+        let Some(api) = api else {
+            return Ok(self.deny(
+                audit,
+                StatusCode::NOT_FOUND,
+                "not_declared",
+                "this bridge declares no such resource",
+            ));
+        };
+        if !path_is_clean(rest) {
+            audit.rule = "path-normalisation".into();
+            return Ok(self.deny(
+                audit,
+                StatusCode::BAD_REQUEST,
+                "not_allowed",
+                "the path has '..', '.', encoded slashes or backslashes; send a normalised path",
+            ));
+        }
+        match allowed(&api.allow, req.method().as_str(), rest) {
+            Ok(rule) => audit.rule = rule,
+            Err(()) => {
+                audit.rule = "no matching allow rule".into();
+                return Ok(self.deny(
+                    audit,
+                    StatusCode::FORBIDDEN,
+                    "not_allowed",
+                    "no allow rule of this resource matches the method and path",
+                ));
+            }
+        }
+        if over_memory(self.cfg.max_memory_mb) {
+            tracing::warn!(
+                limit_mb = self.cfg.max_memory_mb,
+                "memory above max_memory_mb; refusing new streams"
+            );
+            audit.rule = "max_memory_mb".into();
+            return Ok(self.deny(
+                audit,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "memory",
+                "the bridge is above max_memory_mb; retry shortly",
+            ));
+        }
+        let Some(limit) = self.limits.get(&api.name).cloned() else {
+            return Ok(self.deny(
+                audit,
+                StatusCode::NOT_FOUND,
+                "not_declared",
+                "no such resource",
+            ));
+        };
+        let permit = match tokio::time::timeout(QUEUE_WAIT, limit.acquire_owned()).await {
+            Ok(Ok(p)) => p,
+            _ => {
+                audit.rule = "max_connections".into();
+                return Ok(self.deny(
+                    audit,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "overloaded",
+                    "this resource is at its max_connections; retry shortly",
+                ));
+            }
+        };
+        self.metrics.requests.inc();
+        self.metrics.in_flight.inc();
+        let bytes_in = Arc::new(AtomicU64::new(0));
+        let upstream = match build_upstream(api, rest, req, bytes_in.clone()) {
+            Ok(r) => r,
+            Err(why) => {
+                self.metrics.in_flight.dec();
+                return Ok(self.deny(audit, StatusCode::BAD_REQUEST, "not_allowed", &why));
+            }
+        };
+        audit.decision = Decision::Allowed;
+        match self.client.request(upstream).await {
+            Ok(response) => {
+                let (mut parts, body) = response.into_parts();
+                for h in HOP {
+                    parts.headers.remove(*h);
+                }
+                audit.status = parts.status.as_u16();
+                let finish = Finish {
+                    forwarder: self.clone(),
+                    audit: Some(audit),
+                    started,
+                    bytes_in,
+                    bytes_out: 0,
+                    _permit: permit,
+                };
+                Ok(Response::from_parts(
+                    parts,
+                    Counted {
+                        inner: body,
+                        finish,
+                    }
+                    .boxed(),
+                ))
+            }
+            Err(e) => {
+                self.metrics.in_flight.dec();
+                tracing::warn!(resource = %api.name, cause = %e, "internal API unreachable");
+                audit.status = 502;
+                audit.duration_ms = started.elapsed().as_millis() as u64;
+                self.write_audit(&audit);
+                Ok(text(
+                    StatusCode::BAD_GATEWAY,
+                    &format!(
+                        "the bridge cannot reach resource {:?}: {e}. Check that the bridge host can connect to it",
+                        api.name
+                    ),
+                ))
+            }
+        }
+    }
+
+    fn deny(
+        &self,
+        mut audit: AuditRecord,
+        status: StatusCode,
+        reason: &str,
+        why: &str,
+    ) -> Response<ResBody> {
+        self.metrics.refuse(reason);
+        audit.status = status.as_u16();
+        audit.decision = Decision::Denied;
+        if audit.rule.is_empty() {
+            audit.rule = reason.to_string();
+        }
+        self.write_audit(&audit);
+        text(status, why)
+    }
+
+    fn write_audit(&self, record: &AuditRecord) {
+        if let Err(e) = self.audit.write(record) {
+            tracing::error!(cause = %e, "cannot write the audit record");
+        }
+    }
+}
+
+fn unreachable_config() -> rustls::ClientConfig {
+    rustls::ClientConfig::builder_with_provider(tunnel::tls::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("TLS 1.3 is supported by ring")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
+}
+
+fn header_str(h: &HeaderMap, name: &str) -> String {
+    h.get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
+fn text(status: StatusCode, body: &str) -> Response<ResBody> {
+    let mut r = Response::new(
+        http_body_util::Full::new(Bytes::from(format!("{body}\n")))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// Refuses dot segments, encoded slashes/dots/backslashes: no way out of the resource's base.
+pub fn path_is_clean(path: &str) -> bool {
+    let lower = path.to_ascii_lowercase();
+    if ["%2f", "%5c", "%2e", "\\", "%00"]
+        .iter()
+        .any(|bad| lower.contains(bad))
+    {
+        return false;
+    }
+    !path.split('/').any(|seg| seg == ".." || seg == ".")
+}
+
+/// The first matching rule (`METHOD path-glob`), or everything when no rules are given.
+fn allowed(rules: &[AllowRule], method: &str, path: &str) -> Result<String, ()> {
+    if rules.is_empty() {
+        return Ok("default: all".into());
+    }
+    rules
+        .iter()
+        .find(|r| (r.method == "*" || r.method.eq_ignore_ascii_case(method)) && glob(&r.path, path))
+        .map(|r| format!("{} {}", r.method, r.path))
+        .ok_or(())
+}
+
+/// `*` matches any run of characters (including `/`).
+fn glob(pattern: &str, text: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == text,
+        Some((head, tail)) => {
+            let Some(rest) = text.strip_prefix(head) else {
+                return false;
+            };
+            (0..=rest.len()).any(|i| rest.is_char_boundary(i) && glob(tail, &rest[i..]))
+        }
+    }
+}
+
+fn over_memory(limit_mb: u64) -> bool {
+    let rss_kb = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .map(|pages| pages * 4);
+    rss_kb.is_some_and(|kb| kb / 1024 > limit_mb)
+}
+
+fn build_upstream(
+    api: &Api,
+    rest: &str,
+    req: Request<Incoming>,
+    counter: Arc<AtomicU64>,
+) -> Result<Request<Incoming>, String> {
+    let base = api.url.as_str().trim_end_matches('/');
+    let query = req
+        .uri()
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    let uri: http::Uri = format!("{base}{rest}{query}")
+        .parse()
+        .map_err(|e| format!("cannot build the upstream URL: {e}"))?;
+    let (mut parts, body) = req.into_parts();
+    parts.uri = uri;
+    parts.version = http::Version::HTTP_11;
+    for h in HOP {
+        parts.headers.remove(*h);
+    }
+    parts.headers.remove(tunnel::HEADER_PRINCIPAL);
+    parts.headers.remove(tunnel::HEADER_ORG);
+    if let Some(auth) = &api.auth {
+        let token = base64::engine::general_purpose::STANDARD.encode(format!(
+            "{}:{}",
+            auth.username,
+            auth.password.expose()
+        ));
+        if let Ok(v) = HeaderValue::from_str(&format!("Basic {token}")) {
+            parts.headers.insert(header::AUTHORIZATION, v);
+        }
+    }
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    counter.store(declared, Ordering::Relaxed);
+    Ok(Request::from_parts(parts, body))
+}
+
+/// Writes the audit record and metrics when the response body ends (or is dropped).
+struct Finish {
+    forwarder: Arc<Forwarder>,
+    audit: Option<AuditRecord>,
+    started: Instant,
+    bytes_in: Arc<AtomicU64>,
+    bytes_out: u64,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        let f = &self.forwarder;
+        f.metrics.in_flight.dec();
+        f.metrics
+            .duration
+            .observe(self.started.elapsed().as_secs_f64());
+        if let Some(mut audit) = self.audit.take() {
+            audit.bytes_in = self.bytes_in.load(Ordering::Relaxed);
+            audit.bytes_out = self.bytes_out;
+            audit.duration_ms = self.started.elapsed().as_millis() as u64;
+            f.write_audit(&audit);
+        }
+    }
+}
+
+/// A response body that counts its bytes for the audit record.
+struct Counted {
+    inner: Incoming,
+    finish: Finish,
+}
+
+impl Body for Counted {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            self.finish.bytes_out += data.len() as u64;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dirty_paths_are_refused() {
+        assert!(path_is_clean("/v1/items/3"));
+        for bad in [
+            "/../etc",
+            "/a/./b",
+            "/a/%2e%2e/b",
+            "/a%2Fb",
+            "/a\\b",
+            "/a/..",
+        ] {
+            assert!(!path_is_clean(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn allow_rules() {
+        let rules = vec![AllowRule {
+            method: "GET".into(),
+            path: "/v1/*".into(),
+        }];
+        assert!(allowed(&rules, "GET", "/v1/items").is_ok());
+        assert!(allowed(&rules, "POST", "/v1/items").is_err());
+        assert!(allowed(&rules, "GET", "/admin").is_err());
+        assert!(allowed(&[], "DELETE", "/x").is_ok());
+    }
+}

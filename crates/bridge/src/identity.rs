@@ -1,0 +1,245 @@
+//! The bridge's TLS identity: whom it trusts (`tls_ca_file`, the system roots, or nobody with
+//! `tls_verify: false`) and its client certificate — from `tls_cert_file`/`tls_key_file`, or by
+//! enrollment (`POST /v1/bridge/enroll`: token + CSR in, short-lived certificate out), renewed
+//! when two thirds of its life have passed. A renewal only changes the next connection, so
+//! traffic on the current tunnel is never dropped for it.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use rustls::ClientConfig;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tunnel::tls::Trust;
+
+use crate::config::Config;
+use crate::dial::{self, DialError};
+
+/// Why the bridge could not get a usable TLS identity or tunnel.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The cloud could not be reached.
+    #[error(transparent)]
+    Dial(#[from] DialError),
+    /// The cloud rejected the token.
+    #[error("token rejected by the cloud: {0}")]
+    Unauthorized(String),
+    /// The cloud refused for another reason (version, name, …).
+    #[error("the cloud refused the tunnel ({status}): {reason}")]
+    Refused {
+        /// HTTP status.
+        status: u16,
+        /// The cloud's explanation.
+        reason: String,
+    },
+    /// Local TLS files or configuration are unusable.
+    #[error("TLS setup: {0}")]
+    Tls(String),
+    /// The HTTP exchange failed.
+    #[error("HTTP: {0}")]
+    Http(String),
+}
+
+/// Trust anchors from the configuration.
+pub fn trust(cfg: &Config) -> Result<Trust, AgentError> {
+    if !cfg.tls_verify {
+        return Ok(Trust::Anyone);
+    }
+    let certs = match &cfg.tls_ca_file {
+        Some(path) => CertificateDer::pem_file_iter(path)
+            .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| AgentError::Tls(format!("tls_ca_file {}: {e}", path.display())))?,
+        None => rustls_native_certs::load_native_certs().certs,
+    };
+    if certs.is_empty() {
+        return Err(AgentError::Tls(
+            "no CA certificate to trust: set tls_ca_file".into(),
+        ));
+    }
+    Ok(Trust::Roots(certs))
+}
+
+struct Cert {
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    renew_at: SystemTime,
+}
+
+/// Holds the current client certificate and makes TLS configs with it.
+pub struct Identity {
+    cfg: Arc<Config>,
+    current: Mutex<Option<Cert>>,
+}
+
+fn renew_at(der: &CertificateDer<'_>) -> SystemTime {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der.as_ref()) else {
+        return SystemTime::now();
+    };
+    let from = cert.validity().not_before.timestamp();
+    let to = cert.validity().not_after.timestamp();
+    let at = from + (to - from) * 2 / 3;
+    SystemTime::UNIX_EPOCH + Duration::from_secs(at.max(0) as u64)
+}
+
+impl Identity {
+    /// Loads `tls_cert_file`/`tls_key_file` when configured; otherwise enrolls lazily.
+    pub fn new(cfg: Arc<Config>) -> Result<Self, AgentError> {
+        let current = match (&cfg.tls_cert_file, &cfg.tls_key_file) {
+            (Some(cert), Some(key)) => {
+                let chain = CertificateDer::pem_file_iter(cert)
+                    .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+                    .map_err(|e| {
+                        AgentError::Tls(format!("tls_cert_file {}: {e}", cert.display()))
+                    })?;
+                let key = PrivateKeyDer::from_pem_file(key)
+                    .map_err(|e| AgentError::Tls(format!("tls_key_file {}: {e}", key.display())))?;
+                Some(Cert {
+                    chain,
+                    key,
+                    renew_at: SystemTime::now() + Duration::from_secs(u64::MAX / 4),
+                })
+            }
+            _ => None,
+        };
+        Ok(Identity {
+            cfg,
+            current: Mutex::new(current),
+        })
+    }
+
+    fn plain_config(&self) -> Result<Arc<ClientConfig>, AgentError> {
+        tunnel::tls::client_config(trust(&self.cfg)?, None)
+            .map_err(|e| AgentError::Tls(e.to_string()))
+    }
+
+    /// A TLS config with a valid client certificate, enrolling or renewing first when needed.
+    pub async fn client_config(&self) -> Result<Arc<ClientConfig>, AgentError> {
+        let due = self
+            .current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_none_or(|c| SystemTime::now() >= c.renew_at);
+        if due {
+            let cert = self.enroll().await?;
+            *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(cert);
+            tracing::info!("client certificate obtained by enrollment");
+        }
+        let guard = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let cert = guard
+            .as_ref()
+            .ok_or_else(|| AgentError::Tls("no client certificate".into()))?;
+        tunnel::tls::client_config(
+            trust(&self.cfg)?,
+            Some((cert.chain.clone(), cert.key.clone_key())),
+        )
+        .map_err(|e| AgentError::Tls(e.to_string()))
+    }
+
+    /// Time until the current certificate is due for renewal.
+    pub fn renew_in(&self) -> Option<Duration> {
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|c| {
+                c.renew_at
+                    .duration_since(SystemTime::now())
+                    .unwrap_or_default()
+            })
+    }
+
+    async fn enroll(&self) -> Result<Cert, AgentError> {
+        let key = rcgen::KeyPair::generate().map_err(|e| AgentError::Tls(e.to_string()))?;
+        let mut params = rcgen::CertificateParams::default();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, self.cfg.name.clone());
+        let csr = params
+            .serialize_request(&key)
+            .and_then(|c| c.pem())
+            .map_err(|e| AgentError::Tls(e.to_string()))?;
+        let (status, body) = request(
+            &self.cfg,
+            self.plain_config()?,
+            hyper::Request::post(tunnel::ENROLL_PATH)
+                .header(
+                    "authorization",
+                    format!("Bearer {}", self.cfg.token.expose()),
+                )
+                .header("content-type", "application/x-pem-file"),
+            Bytes::from(csr),
+        )
+        .await?;
+        if status == 401 || status == 403 {
+            return Err(AgentError::Unauthorized(problem_detail(&body)));
+        }
+        if status != 200 {
+            return Err(AgentError::Refused {
+                status,
+                reason: problem_detail(&body),
+            });
+        }
+        let answer: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|e| AgentError::Http(format!("enroll answer: {e}")))?;
+        let pem = answer["certificate"].as_str().unwrap_or("");
+        let chain = CertificateDer::pem_slice_iter(pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| AgentError::Tls(format!("enrolled certificate: {e}")))?;
+        let first = chain
+            .first()
+            .ok_or_else(|| AgentError::Tls("enroll returned no certificate".into()))?;
+        let renew_at = renew_at(first);
+        let key = PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes())
+            .map_err(|e| AgentError::Tls(e.to_string()))?;
+        Ok(Cert {
+            chain,
+            key,
+            renew_at,
+        })
+    }
+}
+
+/// The `detail` of a problem+json body, or the body as text.
+pub fn problem_detail(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["detail"].as_str().map(str::to_string))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(300).collect())
+}
+
+/// One HTTP/1.1 request to the cloud on a fresh TLS connection; returns status and body.
+async fn request(
+    cfg: &Config,
+    tls: Arc<ClientConfig>,
+    builder: http::request::Builder,
+    body: Bytes,
+) -> Result<(u16, Bytes), AgentError> {
+    let host = cfg.api_url.host_str().unwrap_or("localhost").to_string();
+    let port = cfg.api_url.port_or_known_default().unwrap_or(443);
+    let tcp = dial::tcp(&host, port, cfg.proxy_for(&host, port)).await?;
+    let stream = dial::tls(tcp, &host, tls).await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| AgentError::Http(e.to_string()))?;
+    tokio::spawn(conn);
+    let req = builder
+        .header("host", format!("{host}:{port}"))
+        .body(Full::new(body))
+        .map_err(|e| AgentError::Http(e.to_string()))?;
+    let res = sender
+        .send_request(req)
+        .await
+        .map_err(|e| AgentError::Http(e.to_string()))?;
+    let status = res.status().as_u16();
+    let body = res
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| AgentError::Http(e.to_string()))?
+        .to_bytes();
+    Ok((status, body))
+}

@@ -1,0 +1,38 @@
+//! The bridge agent (see DESIGN.md): an on-premise process that dials out to `cloud`, keeps a
+//! reverse HTTP/2 tunnel open, and forwards the cloud's requests to the internal resources
+//! declared in its configuration, injecting their credentials.
+//!
+//! # Architecture
+//!
+//! - [`config`]: the typed configuration: YAML file, `${NAME}` expansion, environment
+//!   overrides, and a validation that reports every problem at once. Everything else takes a
+//!   [`config::Config`]; nothing else reads the environment or the file.
+//! - [`audit`]: the hash-chained audit log written for every forwarded request, and its
+//!   verifier (`bridge audit verify`).
+//! - [`backoff`]: reconnect delays (exponential, full jitter, reset after a minute up, slow
+//!   retry for a rejected token). Pure computation; the connection loop does the sleeping.
+//!
+//! - [`run`] wires a process: [`logging`], [`health`] (`/livez`, `/health`, `/metrics`),
+//!   [`agent`] (the reconnect loop over [`dial`] and [`identity`]), [`forward`] (the HTTP/2
+//!   service that reaches declared resources), [`status`] and [`metrics`].
+//!
+//! Data flows config → connection loop (back-off) → tunnel (HTTP/2 server) → forwarder →
+//! resource, with one audit record per request. The wire contract shared with `cloud`
+//! (handshake headers, resource addressing) belongs in the `tunnel` crate, not here; nothing
+//! here may depend on the cloud's storage or web code.
+
+pub mod agent;
+pub mod audit;
+pub mod backoff;
+pub mod config;
+pub mod dial;
+pub mod forward;
+pub mod health;
+pub mod identity;
+pub mod logging;
+pub mod metrics;
+pub mod run;
+pub mod status;
+
+/// This build's version, reported in `/health`, logs and the handshake.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

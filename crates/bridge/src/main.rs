@@ -1,0 +1,59 @@
+//! The `bridge` binary: parse the command line, load and validate the configuration, run the
+//! agent; exit 0 on success, 2 on a usage or configuration error, 1 otherwise.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// The on-premise agent: an outbound tunnel to the service for declared internal resources.
+#[derive(Debug, Parser)]
+#[command(name = "bridge", version, about)]
+struct Cli {
+    /// Configuration file (YAML); environment variables override it.
+    #[arg(long, global = true, env = "SERVICE_BRIDGE_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the agent (the default).
+    Run,
+    /// Validate the configuration and try each resource.
+    Check,
+    /// Audit log tools.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Check the hash chain of an audit log (or of a log file with audit lines in it).
+    Verify {
+        /// The file.
+        file: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command.unwrap_or(Command::Run) {
+        Command::Audit(AuditCommand::Verify { file }) => match bridge::audit::verify(&file) {
+            Ok(summary) => {
+                println!(
+                    "ok: {} audit record(s) in {} chain(s), none removed or altered",
+                    summary.records, summary.chains
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("audit log {}: {e}", file.display());
+                ExitCode::from(1)
+            }
+        },
+        Command::Check => bridge::run::check(cli.config.as_deref()),
+        Command::Run => bridge::run::run(cli.config.as_deref()),
+    }
+}

@@ -1,0 +1,200 @@
+//! Process-level wiring: configuration, logs, health port, audit log, agent loop, signals.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::Agent;
+use crate::audit::AuditLog;
+use crate::config::{Config, ProcessEnv};
+use crate::forward::Forwarder;
+use crate::identity::Identity;
+use crate::metrics::Metrics;
+use crate::status::Status;
+use crate::{health, logging};
+
+fn load(path: Option<&Path>) -> Result<Config, ExitCode> {
+    let loaded = match path {
+        Some(p) => Config::load(p, &ProcessEnv),
+        None => Config::from_env(&ProcessEnv),
+    };
+    loaded.map_err(|e| {
+        eprintln!("{e}");
+        ExitCode::from(2)
+    })
+}
+
+/// `bridge run`.
+pub fn run(path: Option<&Path>) -> ExitCode {
+    let cfg = match load(path) {
+        Ok(c) => Arc::new(c),
+        Err(code) => return code,
+    };
+    logging::init(cfg.log_format, cfg.log_level, &cfg.name);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(serve(cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(cause = %format!("{e:#}"), "bridge failed");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn serve(cfg: Arc<Config>) -> anyhow::Result<()> {
+    if !cfg.tls_verify {
+        tracing::warn!(
+            "tls_verify is false: the cloud's certificate is NOT verified; use this for development only"
+        );
+    }
+    let status = Arc::new(Status::new(cfg.heartbeat_interval));
+    let metrics = Metrics::new(&cfg.name);
+    let audit = Arc::new(AuditLog::for_target(&cfg.audit_log)?);
+    let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+    let shutdown = signals();
+    let listener = tokio::net::TcpListener::bind(("0.0.0.0", cfg.health_check_port))
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot listen on health_check_port {}: {e}",
+                cfg.health_check_port
+            )
+        })?;
+    let health = tokio::spawn(health::serve(
+        listener,
+        status.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+    let forwarder = Arc::new(Forwarder::new(
+        cfg.clone(),
+        status.clone(),
+        metrics.clone(),
+        audit,
+        instance.clone(),
+    ));
+    let identity = Identity::new(cfg.clone())?;
+    let agent = Agent {
+        cfg,
+        status,
+        metrics,
+        instance,
+        forwarder,
+        identity,
+    };
+    agent.run(shutdown.clone()).await;
+    shutdown.cancel();
+    let _ = health.await;
+    tracing::info!("bridge stopped");
+    Ok(())
+}
+
+/// Cancelled at the first SIGTERM/Ctrl-C; a second one exits at once.
+fn signals() -> CancellationToken {
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        wait_signal().await;
+        tracing::info!("shutdown requested; draining (send the signal again to exit at once)");
+        cancel.cancel();
+        wait_signal().await;
+        std::process::exit(1);
+    });
+    token
+}
+
+async fn wait_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// `bridge check`: validate the configuration, then try each resource (DNS, TCP) and print a table.
+pub fn check(path: Option<&Path>) -> ExitCode {
+    let cfg = match load(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let Ok(runtime) = tokio::runtime::Runtime::new() else {
+        return ExitCode::from(1);
+    };
+    println!("configuration: ok ({} resource(s))", cfg.resources().len());
+    println!("{:<10} {:<20} {:<40} result", "kind", "name", "target");
+    let mut failed = 0;
+    let mut targets: Vec<(String, String, String, u16)> = Vec::new();
+    let api_host = cfg.api_url.host_str().unwrap_or("").to_string();
+    targets.push((
+        "cloud".into(),
+        "api_url".into(),
+        api_host,
+        cfg.api_url.port_or_known_default().unwrap_or(443),
+    ));
+    for a in &cfg.apis {
+        targets.push((
+            "api".into(),
+            a.name.clone(),
+            a.url.host_str().unwrap_or("").into(),
+            a.url.port_or_known_default().unwrap_or(80),
+        ));
+    }
+    for s in &cfg.sources {
+        targets.push((
+            "git".into(),
+            s.name.clone(),
+            s.url.host_str().unwrap_or("").into(),
+            s.url.port_or_known_default().unwrap_or(443),
+        ));
+    }
+    for r in &cfg.registries {
+        targets.push((
+            "registry".into(),
+            r.name.clone(),
+            r.url.host_str().unwrap_or("").into(),
+            r.url.port_or_known_default().unwrap_or(443),
+        ));
+    }
+    for d in &cfg.databases {
+        targets.push(("database".into(), d.name.clone(), d.host.clone(), d.port));
+    }
+    for (kind, name, host, port) in targets {
+        let proxy = if kind == "cloud" {
+            cfg.proxy_for(&host, port)
+        } else {
+            None
+        };
+        let result = runtime.block_on(crate::dial::tcp(&host, port, proxy));
+        let outcome = match result {
+            Ok(_) => "ok".to_string(),
+            Err(e) => {
+                failed += 1;
+                format!("FAILED: {e}")
+            }
+        };
+        println!(
+            "{kind:<10} {name:<20} {:<40} {outcome}",
+            format!("{host}:{port}")
+        );
+    }
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

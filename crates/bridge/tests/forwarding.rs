@@ -1,0 +1,247 @@
+//! The internal API reached through `cloud` → tunnel → `bridge`, with the real binaries over
+//! real TLS on loopback.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use testkit::bridge::{INTERNAL_PASSWORD, Rig};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connects_and_reports_health_metrics_and_logs() {
+    let rig = Rig::start("").await;
+    let (code, health) = rig.bridge.health().await.unwrap();
+    assert_eq!(code, 200);
+    for key in [
+        "status",
+        "version",
+        "uptime_seconds",
+        "last_heartbeat",
+        "connection_status",
+    ] {
+        assert!(health.get(key).is_some(), "/health lacks {key}: {health}");
+    }
+    assert_eq!(health["connection_status"], "connected");
+    assert_eq!(
+        rig.bridge
+            .metric("service_bridge_connected{name=\"dc1\"}")
+            .await,
+        1.0
+    );
+    let metrics = rig.bridge.metrics().await;
+    for name in [
+        "service_bridge_requests_total",
+        "service_bridge_request_duration_seconds_bucket",
+        "service_bridge_connection_errors_total",
+        "service_bridge_reconnections_total",
+    ] {
+        assert!(metrics.contains(name), "missing {name}");
+    }
+    let logs = rig.bridge.log_json();
+    let connected = logs
+        .iter()
+        .find(|l| l["message"] == "Bridge connected successfully")
+        .expect("connect log");
+    for key in ["timestamp", "level", "message", "bridge_name", "version"] {
+        assert!(connected.get(key).is_some(), "log lacks {key}: {connected}");
+    }
+    assert!(connected["timestamp"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(connected["bridge_name"], "dc1");
+    // The cloud lists the bridge with its resources (names and kinds only).
+    let list: Value = rig
+        .cloud
+        .client()
+        .get(format!("{}/v1/bridges", rig.cloud.http))
+        .bearer_auth(&rig.tenant.api_key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["bridges"][0]["name"], "dc1");
+    assert_eq!(
+        list["bridges"][0]["instances"][0]["resources"][0]["name"],
+        "internal"
+    );
+    assert!(!list.to_string().contains(INTERNAL_PASSWORD));
+    // After a heartbeat, /health carries its time.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (_, health) = rig.bridge.health().await.unwrap();
+    assert_eq!(health["status"], "healthy");
+    assert!(health["last_heartbeat"].as_str().unwrap().ends_with('Z'));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_are_injected_and_the_api_key_is_not_forwarded() {
+    let rig = Rig::start("").await;
+    let res = rig.get("/v1/items?color=red").await;
+    assert_eq!(res.status(), 200);
+    let echo: Value = res.json().await.unwrap();
+    assert_eq!(echo["path"], "/v1/items");
+    assert_eq!(echo["query"], "color=red");
+    let expected = format!("Basic {}", base64_of(&format!("svc:{INTERNAL_PASSWORD}")));
+    assert_eq!(echo["headers"]["authorization"], expected.as_str());
+    assert!(
+        !echo.to_string().contains(&rig.tenant.api_key),
+        "the cloud API key leaked to the internal API"
+    );
+    assert!(
+        !rig.bridge.log_text().contains(INTERNAL_PASSWORD),
+        "a secret was logged"
+    );
+    assert!(
+        !rig.bridge.log_text().contains(&rig.token),
+        "the token was logged"
+    );
+    // One audit record, hash-chained, without the query value; the chain verifies.
+    let audit: Vec<Value> = rig
+        .bridge
+        .log_json()
+        .into_iter()
+        .filter(|l| l["type"] == "audit")
+        .collect();
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0]["decision"], "allowed");
+    assert_eq!(audit[0]["resource"], "internal");
+    assert!(!audit[0]["path"].as_str().unwrap().contains("red"));
+    let log = rig.bridge.dir.path().join("out.log");
+    std::fs::write(&log, rig.bridge.log_text()).unwrap();
+    let out = std::process::Command::new(testkit::bridge::bridge_bin())
+        .args(["audit", "verify"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn base64_of(s: &str) -> String {
+    use std::fmt::Write;
+    const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let b = s.as_bytes();
+    let mut out = String::new();
+    for chunk in b.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, &x)| acc | (u32::from(x) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                let _ = out.write_char(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_stream_both_ways_intact() {
+    let rig = Rig::start("").await;
+    let size: u64 = 64 * 1024 * 1024;
+    let res = rig.get(&format!("/download?bytes={size}")).await;
+    assert_eq!(res.status(), 200);
+    let mut stream = res.bytes_stream();
+    let mut got = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.unwrap();
+        assert!(chunk.iter().all(|b| *b == b'x'));
+        got += chunk.len() as u64;
+    }
+    assert_eq!(got, size);
+    // Upload 32 MiB as a stream and compare digests.
+    let chunk = vec![7u8; 1024 * 1024];
+    let mut hasher = Sha256::new();
+    for _ in 0..32 {
+        hasher.update(&chunk);
+    }
+    let digest: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let body =
+        futures_util::stream::iter((0..32).map(move |_| Ok::<_, std::io::Error>(chunk.clone())));
+    let res = rig
+        .cloud
+        .client()
+        .post(rig.api_url("/upload"))
+        .bearer_auth(&rig.tenant.api_key)
+        .body(reqwest::Body::wrap_stream(body))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let answer: Value = res.json().await.unwrap();
+    assert_eq!(answer["bytes"], 32 * 1024 * 1024);
+    assert_eq!(answer["sha256"], digest.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_is_respected_under_load() {
+    let rig = Rig::start("    max_connections: 2\n").await;
+    let client = rig.cloud.client();
+    let requests = (0..12).map(|_| {
+        client
+            .get(rig.api_url("/slow?sleep_ms=150"))
+            .bearer_auth(&rig.tenant.api_key)
+            .send()
+    });
+    let results = futures_util::future::join_all(requests).await;
+    for r in results {
+        assert_eq!(r.unwrap().status(), 200);
+    }
+    let peak = rig
+        .upstream
+        .stats
+        .peak
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        peak <= 2,
+        "upstream saw {peak} concurrent requests, limit is 2"
+    );
+    assert_eq!(
+        rig.upstream
+            .stats
+            .total
+            .load(std::sync::atomic::Ordering::SeqCst),
+        12
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_rules_and_path_normalisation_refuse_and_audit() {
+    let rig = Rig::start("    allow:\n      - {method: GET, path: \"/v1/*\"}\n").await;
+    assert_eq!(rig.get("/v1/ok").await.status(), 200);
+    assert_eq!(rig.get("/admin").await.status(), 403);
+    let res = rig
+        .cloud
+        .client()
+        .post(rig.api_url("/v1/ok"))
+        .bearer_auth(&rig.tenant.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 403);
+    assert_eq!(rig.get("/v1/..%2Fadmin").await.status(), 400);
+    let denied = rig
+        .bridge
+        .log_json()
+        .into_iter()
+        .filter(|l| l["type"] == "audit" && l["decision"] == "denied")
+        .count();
+    assert_eq!(denied, 3);
+    assert_eq!(
+        rig.upstream
+            .stats
+            .total
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+}

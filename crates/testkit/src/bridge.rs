@@ -1,0 +1,291 @@
+//! Starts the real `bridge` binary with a generated configuration and watches its logs,
+//! `/health` and `/metrics`.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::Cloud;
+
+/// The `bridge` binary of this build (next to `cloud`).
+pub fn bridge_bin() -> PathBuf {
+    let bin = crate::cloud_bin().with_file_name("bridge");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build -p bridge`",
+        bin.display()
+    );
+    bin
+}
+
+/// A client for plain-HTTP endpoints.
+pub fn plain_client() -> reqwest::Client {
+    crate::install_crypto();
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client")
+}
+
+/// A free loopback port (bound, then released) for the bridge's health endpoint.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// The YAML of a bridge that reaches `cloud`, with `extra` appended (resources etc.).
+pub fn yaml_for(cloud: &Cloud, name: &str, health_port: u16, extra: &str) -> String {
+    format!(
+        "name: {name}\napi_url: https://localhost:{}\ntls_ca_file: {}\nheartbeat_interval: 1\nreconnect_delay: 1\nhealth_check_port: {health_port}\n{extra}",
+        cloud.tls_port(),
+        cloud.ca_path().display()
+    )
+}
+
+/// A running bridge process.
+pub struct BridgeProc {
+    child: Option<Child>,
+    /// Its `/health` and `/metrics` port.
+    pub health_port: u16,
+    /// stdout and stderr lines.
+    pub logs: Arc<Mutex<Vec<String>>>,
+    /// Holds the config file.
+    pub dir: tempfile::TempDir,
+}
+
+impl Drop for BridgeProc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl BridgeProc {
+    /// Writes `yaml` to a file and runs `bridge run --config FILE` with `env` added.
+    pub fn start(yaml: &str, health_port: u16, env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("bridge.yaml");
+        std::fs::write(&path, yaml).expect("write config");
+        let mut child = Command::new(bridge_bin())
+            .args(["run", "--config"])
+            .arg(&path)
+            .envs(env.iter().copied())
+            .env_remove("HTTPS_PROXY")
+            .env_remove("https_proxy")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn bridge");
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        for out in [
+            Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().expect("stderr")),
+        ] {
+            let logs = logs.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    logs.lock().unwrap().push(line);
+                }
+            });
+        }
+        BridgeProc {
+            child: Some(child),
+            health_port,
+            logs,
+            dir,
+        }
+    }
+
+    /// All output so far.
+    pub fn log_text(&self) -> String {
+        self.logs.lock().unwrap().join("\n")
+    }
+
+    /// The JSON log lines so far.
+    pub fn log_json(&self) -> Vec<Value> {
+        self.logs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// `GET /health` (status code and body), or `None` while not listening.
+    pub async fn health(&self) -> Option<(u16, Value)> {
+        let res = plain_client()
+            .get(format!("http://127.0.0.1:{}/health", self.health_port))
+            .send()
+            .await
+            .ok()?;
+        Some((res.status().as_u16(), res.json().await.ok()?))
+    }
+
+    /// `GET /metrics`.
+    pub async fn metrics(&self) -> String {
+        plain_client()
+            .get(format!("http://127.0.0.1:{}/metrics", self.health_port))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics body")
+    }
+
+    /// The value of one metric line (`name{labels}` or `name`).
+    pub async fn metric(&self, series: &str) -> f64 {
+        self.metrics()
+            .await
+            .lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(f64::NAN)
+    }
+
+    /// Waits until `/health` says `connection_status == want`.
+    pub async fn wait_status(&self, want: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some((_, h)) = self.health().await
+                && h["connection_status"] == want
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "bridge never became {want}; logs:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Sends a signal.
+    pub fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        let ok = Command::new("kill")
+            .args(["-s", sig, &pid.to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok);
+    }
+
+    /// Waits for exit; returns the code.
+    pub fn wait(&mut self) -> Option<i32> {
+        let mut child = self.child.take().expect("running");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                return status.code();
+            }
+            assert!(Instant::now() < deadline, "bridge did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Password of the standard internal API, injected by the bridge.
+pub const INTERNAL_PASSWORD: &str = "s3cret-internal-pw";
+
+/// A cloud, an org with keys, an internal API, and a bridge declaring it, connected.
+pub struct Rig {
+    /// The service.
+    pub cloud: Cloud,
+    /// The org's keys.
+    pub tenant: crate::Tenant,
+    /// The bridge token.
+    pub token: String,
+    /// The internal API.
+    pub upstream: crate::upstream::Upstream,
+    /// The bridge process.
+    pub bridge: BridgeProc,
+}
+
+/// The `apis:` block declaring `upstream` as `internal` with basic auth.
+pub fn internal_api_yaml(upstream: &crate::upstream::Upstream, extra: &str) -> String {
+    format!(
+        "apis:\n  - name: internal\n    url: {}\n    auth: {{type: basic, username: svc, password: \"${{INTERNAL_PW}}\"}}\n{extra}",
+        upstream.url
+    )
+}
+
+impl Rig {
+    /// Starts everything with `api_extra` appended to the api entry, and waits for the tunnel.
+    pub async fn start(api_extra: &str) -> Rig {
+        let cloud = Cloud::start(crate::Backend::Sqlite);
+        let tenant = cloud.tenant("acme");
+        let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+        let upstream = crate::upstream::Upstream::start().await;
+        let port = free_port();
+        let yaml = yaml_for(
+            &cloud,
+            "dc1",
+            port,
+            &internal_api_yaml(&upstream, api_extra),
+        );
+        let bridge = BridgeProc::start(
+            &yaml,
+            port,
+            &[
+                ("SERVICE_BRIDGE_TOKEN", &token),
+                ("INTERNAL_PW", INTERNAL_PASSWORD),
+            ],
+        );
+        bridge
+            .wait_status("connected", Duration::from_secs(20))
+            .await;
+        Rig {
+            cloud,
+            tenant,
+            token,
+            upstream,
+            bridge,
+        }
+    }
+
+    /// Starts one more instance of the same bridge.
+    pub async fn another_instance(&self) -> BridgeProc {
+        let port = free_port();
+        let yaml = yaml_for(
+            &self.cloud,
+            "dc1",
+            port,
+            &internal_api_yaml(&self.upstream, ""),
+        );
+        let b = BridgeProc::start(
+            &yaml,
+            port,
+            &[
+                ("SERVICE_BRIDGE_TOKEN", &self.token),
+                ("INTERNAL_PW", INTERNAL_PASSWORD),
+            ],
+        );
+        b.wait_status("connected", Duration::from_secs(20)).await;
+        b
+    }
+
+    /// `{cloud}/v1/bridges/dc1/apis/internal{path}`.
+    pub fn api_url(&self, path: &str) -> String {
+        format!("{}/v1/bridges/dc1/apis/internal{path}", self.cloud.http)
+    }
+
+    /// A GET through the tunnel with the org's API key.
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.cloud
+            .client()
+            .get(self.api_url(path))
+            .bearer_auth(&self.tenant.api_key)
+            .send()
+            .await
+            .expect("request")
+    }
+}

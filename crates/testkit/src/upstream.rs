@@ -1,0 +1,155 @@
+//! A small internal HTTP API for the bridge tests, on an ephemeral port: it echoes what it
+//! received (so tests see injected and stripped headers), streams large bodies both ways, and
+//! counts concurrent requests (to check `max_connections`).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use sha2::{Digest, Sha256};
+
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+/// Counters the tests read.
+#[derive(Default)]
+pub struct Stats {
+    /// Requests now being served.
+    pub current: AtomicUsize,
+    /// Highest `current` seen.
+    pub peak: AtomicUsize,
+    /// Requests served in all.
+    pub total: AtomicUsize,
+}
+
+/// A running upstream.
+pub struct Upstream {
+    /// `http://127.0.0.1:PORT`
+    pub url: String,
+    /// Its counters.
+    pub stats: Arc<Stats>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn full(b: impl Into<Bytes>) -> Body {
+    Full::new(b.into()).map_err(|n| match n {}).boxed()
+}
+
+fn query(req: &Request<Incoming>, key: &str) -> Option<u64> {
+    req.uri().query()?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == key).then(|| v.parse().ok()).flatten()
+    })
+}
+
+async fn handle(req: Request<Incoming>, stats: Arc<Stats>) -> Result<Response<Body>, Infallible> {
+    let now = stats.current.fetch_add(1, Ordering::SeqCst) + 1;
+    stats.peak.fetch_max(now, Ordering::SeqCst);
+    stats.total.fetch_add(1, Ordering::SeqCst);
+    let response = route(req).await;
+    stats.current.fetch_sub(1, Ordering::SeqCst);
+    Ok(response)
+}
+
+async fn route(req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path().to_string();
+    if let Some(ms) = query(&req, "sleep_ms") {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if path.ends_with("/download") {
+        // Streams `bytes` bytes of a repeating pattern in 64 KiB chunks.
+        let total = query(&req, "bytes").unwrap_or(0);
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        let stream = futures_util::stream::unfold(total, move |left| {
+            let chunk = chunk.clone();
+            async move {
+                if left == 0 {
+                    return None;
+                }
+                let n = left.min(chunk.len() as u64) as usize;
+                Some((
+                    Ok::<_, Infallible>(Frame::data(chunk.slice(..n))),
+                    left - n as u64,
+                ))
+            }
+        });
+        return Response::new(StreamBody::new(stream).boxed());
+    }
+    if path.ends_with("/upload") {
+        let mut body = req.into_body();
+        let mut hasher = Sha256::new();
+        let mut n = 0u64;
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Some(d) = frame.data_ref() {
+                n += d.len() as u64;
+                hasher.update(d);
+            }
+        }
+        let digest: String = hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        return Response::new(full(format!("{{\"bytes\":{n},\"sha256\":\"{digest}\"}}")));
+    }
+    let headers: serde_json::Map<String, serde_json::Value> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                serde_json::Value::String(v.to_str().unwrap_or("").to_string()),
+            )
+        })
+        .collect();
+    let echo = serde_json::json!({
+        "method": req.method().as_str(),
+        "path": path,
+        "query": req.uri().query(),
+        "headers": headers,
+    });
+    Response::new(full(echo.to_string()))
+}
+
+impl Upstream {
+    /// Starts on `127.0.0.1:0`.
+    pub async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr: SocketAddr = listener.local_addr().expect("addr");
+        let stats = Arc::new(Stats::default());
+        let s = stats.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| handle(req, s.clone()));
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Upstream {
+            url: format!("http://{addr}"),
+            stats,
+            task,
+        }
+    }
+}
