@@ -1,0 +1,110 @@
+//! Bad configuration files: each problem named with file, line and key; exit code 2.
+
+use std::process::Command;
+
+use testkit::bridge::bridge_bin;
+
+fn run(yaml: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bridge.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let out = Command::new(bridge_bin())
+        .args(["run", "--config"])
+        .arg(&path)
+        .env_remove("SERVICE_BRIDGE_TOKEN")
+        .env_remove("SERVICE_BRIDGE_NAME")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_unknown_key_is_named_with_its_line() {
+    let (code, err) = run("name: dc1\ntoken: t\nheartbeat_intervall: 3\n", &[]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("bridge.yaml:3:"), "{err}");
+    assert!(err.contains("heartbeat_intervall"), "{err}");
+}
+
+#[test]
+fn every_bad_value_is_reported_at_once() {
+    let yaml = "name: dc1\nhealth_check_port: 70000\napi_url: ftp://x\nmax_connections: 0\n";
+    let (code, err) = run(yaml, &[]);
+    assert_eq!(code, Some(2));
+    for needle in ["token", "health_check_port", "api_url", "max_connections"] {
+        assert!(err.contains(needle), "{needle} not named in:\n{err}");
+    }
+    assert!(err.lines().count() >= 4, "{err}");
+}
+
+#[test]
+fn a_missing_variable_is_named() {
+    let yaml = "name: dc1\ntoken: t\napis:\n  - name: a\n    url: http://127.0.0.1:1\n    auth: {type: basic, username: u, password: \"${NOT_SET_ANYWHERE}\"}\n";
+    let (code, err) = run(yaml, &[]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("NOT_SET_ANYWHERE"), "{err}");
+}
+
+#[test]
+fn environment_overrides_the_file() {
+    // The file lacks a token; the environment supplies it, so only the bad port remains.
+    let (code, err) = run(
+        "name: dc1\nhealth_check_port: 0\n",
+        &[("SERVICE_BRIDGE_TOKEN", "x")],
+    );
+    assert_eq!(code, Some(2));
+    assert!(!err.contains("token"), "{err}");
+    assert!(err.contains("health_check_port"), "{err}");
+}
+
+#[test]
+fn audit_verify_reports_tampering() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.log");
+    let log = bridge::audit::AuditLog::open(&path).unwrap();
+    for i in 0..3 {
+        let record = bridge::audit::AuditRecord {
+            time: chrono::Utc::now(),
+            request_id: format!("r{i}"),
+            org: "1".into(),
+            bridge: "dc1".into(),
+            instance: "i".into(),
+            kind: bridge::config::ResourceKind::Api,
+            resource: "internal".into(),
+            method: "GET".into(),
+            path: "/x".into(),
+            status: 200,
+            bytes_in: 0,
+            bytes_out: 10,
+            duration_ms: 1,
+            principal: "k".into(),
+            decision: bridge::audit::Decision::Allowed,
+            rule: "default".into(),
+        };
+        log.write(&record).unwrap();
+    }
+    drop(log);
+    let verify = || {
+        Command::new(bridge_bin())
+            .args(["audit", "verify"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    assert!(verify().status.success());
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("\"status\":200", "\"status\":201");
+    std::fs::write(&path, text).unwrap();
+    let out = verify();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("line"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,139 @@
+//! Through a real HTTP CONNECT proxy (Debian's tinyproxy), with and without proxy auth.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use testkit::bridge::{BridgeProc, free_port, yaml_for};
+use testkit::{Backend, Cloud};
+
+/// A tinyproxy on a free loopback port; killed on drop.
+struct Tinyproxy {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Tinyproxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Tinyproxy {
+    fn start(basic_auth: Option<(&str, &str)>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let mut conf = format!(
+            "Port {port}\nListen 127.0.0.1\nTimeout 600\nMaxClients 50\nAllow 127.0.0.1\nLogLevel Connect\nLogFile \"{}/proxy.log\"\n",
+            dir.path().display()
+        );
+        if let Some((user, pass)) = basic_auth {
+            conf.push_str(&format!("BasicAuth {user} {pass}\n"));
+        }
+        let is_root = Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| o.stdout.starts_with(b"0"))
+            .unwrap_or(false);
+        if is_root {
+            conf.push_str("User nobody\nGroup nogroup\n");
+            let _ = Command::new("chmod").args(["777"]).arg(dir.path()).status();
+        }
+        let path = dir.path().join("tinyproxy.conf");
+        std::fs::write(&path, conf).unwrap();
+        let child = Command::new("tinyproxy")
+            .args(["-d", "-c"])
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tinyproxy must be installed (apt-get install tinyproxy); .ci/run installs it");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "tinyproxy did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Tinyproxy {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+}
+
+fn setup() -> (Cloud, String) {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.tenant("acme");
+    let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    (cloud, token)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connects_through_a_proxy_without_auth() {
+    let (cloud, token) = setup();
+    let proxy = Tinyproxy::start(None);
+    let port = free_port();
+    let yaml = yaml_for(
+        &cloud,
+        "dc1",
+        port,
+        &format!("proxy_url: http://127.0.0.1:{}\n", proxy.port),
+    );
+    let bridge = BridgeProc::start(&yaml, port, &[("SERVICE_BRIDGE_TOKEN", &token)]);
+    bridge
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connects_through_a_proxy_with_basic_auth_from_https_proxy() {
+    let (cloud, token) = setup();
+    let proxy = Tinyproxy::start(Some(("squiduser", "pr0xy-pass")));
+    let port = free_port();
+    let url = format!("http://squiduser:pr0xy-pass@127.0.0.1:{}", proxy.port);
+    let bridge = BridgeProc::start(
+        &yaml_for(&cloud, "dc1", port, ""),
+        port,
+        &[("SERVICE_BRIDGE_TOKEN", &token), ("HTTPS_PROXY", &url)],
+    );
+    bridge
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    assert!(
+        !bridge.log_text().contains("pr0xy-pass"),
+        "the proxy password was logged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusing_proxy_gives_a_clear_error() {
+    let (cloud, token) = setup();
+    let proxy = Tinyproxy::start(Some(("squiduser", "pr0xy-pass")));
+    let port = free_port();
+    let yaml = yaml_for(
+        &cloud,
+        "dc1",
+        port,
+        &format!("proxy_url: http://127.0.0.1:{}\n", proxy.port),
+    );
+    let bridge = BridgeProc::start(&yaml, port, &[("SERVICE_BRIDGE_TOKEN", &token)]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !bridge.log_text().contains("answered 407") {
+        assert!(
+            Instant::now() < deadline,
+            "no proxy error logged:\n{}",
+            bridge.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, health) = bridge.health().await.unwrap();
+    assert_eq!(code, 503);
+    assert_eq!(health["connection_status"], "connecting");
+    assert!(
+        bridge
+            .metric("service_bridge_connection_errors_total")
+            .await
+            >= 1.0
+    );
+}

@@ -1,0 +1,162 @@
+//! Reconnection, heartbeats, several instances and draining, with the real binaries.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use testkit::bridge::{BridgeProc, INTERNAL_PASSWORD, Rig, free_port, internal_api_yaml, yaml_for};
+use testkit::freeze::FreezingRelay;
+use testkit::{Backend, Cloud};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bridge_reconnects_by_itself_when_the_cloud_restarts() {
+    let mut rig = Rig::start("").await;
+    assert_eq!(rig.get("/before").await.status(), 200);
+    rig.cloud.kill_and_restart();
+    rig.bridge
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    // The new cloud process has the tunnel again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while rig.get("/after").await.status() != 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no traffic after reconnect"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        rig.bridge
+            .metric("service_bridge_reconnections_total")
+            .await
+            >= 1.0
+    );
+    assert_eq!(
+        rig.bridge
+            .metric("service_bridge_connected{name=\"dc1\"}")
+            .await,
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silently_dead_connection_is_detected_by_heartbeats() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.tenant("acme");
+    let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    let relay =
+        FreezingRelay::start(format!("127.0.0.1:{}", cloud.tls_port()).parse().unwrap()).await;
+    let upstream = testkit::upstream::Upstream::start().await;
+    let port = free_port();
+    let yaml = yaml_for(&cloud, "dc1", port, &internal_api_yaml(&upstream, "")).replace(
+        &format!("localhost:{}", cloud.tls_port()),
+        &format!("localhost:{}", relay.addr.port()),
+    );
+    let bridge = BridgeProc::start(
+        &yaml,
+        port,
+        &[
+            ("SERVICE_BRIDGE_TOKEN", &token),
+            ("INTERNAL_PW", INTERNAL_PASSWORD),
+        ],
+    );
+    bridge
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    relay.freeze(true);
+    // heartbeat_interval is 1 s: three missed beats, plus slack.
+    bridge
+        .wait_status("reconnecting", Duration::from_secs(8))
+        .await;
+    let (code, health) = bridge.health().await.unwrap();
+    assert_eq!(code, 503, "{health}");
+    assert_eq!(health["status"], "unhealthy");
+    relay.freeze(false);
+    bridge
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_one_of_two_instances_fails_no_idempotent_request() {
+    let mut rig = Rig::start("").await;
+    let second = rig.another_instance().await;
+    let failures = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        let (client, url, key) = (
+            rig.cloud.client(),
+            rig.api_url("/item?sleep_ms=5"),
+            rig.tenant.api_key.clone(),
+        );
+        let (failures, done, stop) = (failures.clone(), done.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let ok = matches!(client.get(&url).bearer_auth(&key).send().await, Ok(r) if r.status() == 200);
+                if !ok {
+                    failures.fetch_add(1, Ordering::SeqCst);
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    while done.load(Ordering::SeqCst) < 100 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    rig.bridge.signal("KILL");
+    rig.bridge.wait();
+    let after_kill = done.load(Ordering::SeqCst);
+    while done.load(Ordering::SeqCst) < after_kill + 200 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.await.unwrap();
+    }
+    assert_eq!(
+        failures.load(Ordering::SeqCst),
+        0,
+        "of {} requests",
+        done.load(Ordering::SeqCst)
+    );
+    drop(second);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_in_flight_streams_then_exits_zero() {
+    let mut rig = Rig::start("").await;
+    let client = rig.cloud.client();
+    let slow = tokio::spawn({
+        let req = client
+            .get(rig.api_url("/slow?sleep_ms=1500"))
+            .bearer_auth(&rig.tenant.api_key);
+        async move { req.send().await.map(|r| r.status().as_u16()) }
+    });
+    while rig.upstream.stats.current.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    rig.bridge.signal("TERM");
+    assert_eq!(
+        slow.await.unwrap().unwrap(),
+        200,
+        "the in-flight request was cut"
+    );
+    assert_eq!(rig.bridge.wait(), Some(0));
+    assert!(rig.bridge.log_text().contains("bridge stopped"));
+    // With no live tunnel, the known bridge answers 503 + Retry-After; an unknown one 404.
+    let res = rig.get("/x").await;
+    assert_eq!(res.status(), 503);
+    assert!(res.headers().contains_key("retry-after"));
+    let res = client
+        .get(format!(
+            "{}/v1/bridges/nope/apis/internal/x",
+            rig.cloud.http
+        ))
+        .bearer_auth(&rig.tenant.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 404);
+}

@@ -1,0 +1,139 @@
+//! Who may open a tunnel and who may use it: tokens, client certificates, TLS versions, orgs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use testkit::bridge::{BridgeProc, Rig, free_port, yaml_for};
+use testkit::{Backend, Cloud};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_is_reported_as_unauthorized() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.tenant("acme");
+    cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    let port = free_port();
+    let forged = format!("sigbrt_{}_{}", "0".repeat(16), "0".repeat(64));
+    let bridge = BridgeProc::start(
+        &yaml_for(&cloud, "dc1", port, ""),
+        port,
+        &[("SERVICE_BRIDGE_TOKEN", &forged)],
+    );
+    bridge
+        .wait_status("unauthorized", Duration::from_secs(20))
+        .await;
+    assert!(
+        bridge
+            .metric("service_bridge_connection_errors_total")
+            .await
+            >= 1.0
+    );
+    assert!(bridge.log_text().contains("rejected the bridge token"));
+    assert!(!bridge.log_text().contains(&forged), "the token was logged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_the_token_closes_the_live_tunnel_within_seconds() {
+    let rig = Rig::start("").await;
+    rig.cloud
+        .admin(&["bridge-token", "revoke", "--org", "acme", "--name", "dc1"]);
+    rig.bridge
+        .wait_status("unauthorized", Duration::from_secs(10))
+        .await;
+    assert_eq!(rig.get("/x").await.status(), 503);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_without_a_client_certificate_opens_no_tunnel() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.tenant("acme");
+    let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    let res = cloud
+        .client()
+        .get(format!("{}/v1/bridge/connect", cloud.https))
+        .bearer_auth(&token)
+        .header("x-bridge-name", "dc1")
+        .header("x-bridge-protocol", "1")
+        .header("connection", "upgrade")
+        .header("upgrade", tunnel::UPGRADE_PROTOCOL)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 401);
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("client certificate"),
+        "{body}"
+    );
+    // Plain HTTP never carries a tunnel either.
+    let res = cloud
+        .client()
+        .get(format!("{}/v1/bridge/connect", cloud.http))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_1_2_is_refused() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let ca = std::fs::read(cloud.ca_path()).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(&ca) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS12])
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", cloud.tls_port()))
+        .await
+        .unwrap();
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    let result = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await;
+    assert!(result.is_err(), "a TLS 1.2 handshake succeeded");
+}
+
+use rustls_pki_types::pem::PemObject;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undeclared_resources_and_other_orgs_are_refused() {
+    let rig = Rig::start("").await;
+    let client = rig.cloud.client();
+    let res = client
+        .get(format!(
+            "{}/v1/bridges/dc1/apis/secret-admin/x",
+            rig.cloud.http
+        ))
+        .bearer_auth(&rig.tenant.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 404, "an undeclared resource is unreachable");
+    let other = rig.cloud.tenant("globex");
+    let res = client
+        .get(rig.api_url("/x"))
+        .bearer_auth(&other.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 404, "another org's bridge is invisible");
+    let res = client.get(rig.api_url("/x")).send().await.unwrap();
+    assert_eq!(res.status(), 401);
+    assert_eq!(
+        rig.upstream
+            .stats
+            .total
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+}
