@@ -33,12 +33,41 @@ pub struct Agent {
     /// The stream handler.
     pub forwarder: Arc<Forwarder>,
     /// TLS identity (client certificate).
-    pub identity: Identity,
+    pub identity: Arc<Identity>,
 }
 
 impl Agent {
     /// Runs until `shutdown`; returns after draining the current tunnel.
     pub async fn run(self, shutdown: CancellationToken) {
+        let renewer = self.spawn_renewal(shutdown.clone());
+        self.reconnect_loop(&shutdown).await;
+        renewer.abort();
+    }
+
+    /// Renews an enrolled certificate at two thirds of its life, connected or not, so the next
+    /// connection never presents an expired one.
+    fn spawn_renewal(&self, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let identity = self.identity.clone();
+        tokio::spawn(async move {
+            loop {
+                let wait = identity
+                    .renew_in()
+                    .unwrap_or(Duration::from_secs(60))
+                    .min(Duration::from_secs(3600));
+                tokio::select! {
+                    _ = tokio::time::sleep(wait.max(Duration::from_secs(1))) => {}
+                    _ = shutdown.cancelled() => return,
+                }
+                if identity.renew_in().is_some_and(|d| d.is_zero())
+                    && let Err(e) = identity.client_config().await
+                {
+                    tracing::warn!(cause = %e, "client certificate renewal failed; will retry");
+                }
+            }
+        })
+    }
+
+    async fn reconnect_loop(&self, shutdown: &CancellationToken) {
         let mut backoff = Backoff::new(self.cfg.reconnect_delay);
         let mut ever_connected = false;
         loop {
@@ -52,7 +81,7 @@ impl Agent {
                     Connection::Connecting
                 });
             }
-            let failure = match self.session(&shutdown, ever_connected).await {
+            let failure = match self.session(shutdown, ever_connected).await {
                 Ok(uptime) => {
                     ever_connected = true;
                     backoff.connection_ended(uptime);
@@ -186,6 +215,10 @@ impl Agent {
         builder
             .timer(TokioTimer::new())
             .max_concurrent_streams(self.cfg.max_connections)
+            .initial_stream_window_size(tunnel::STREAM_WINDOW)
+            .initial_connection_window_size(tunnel::CONNECTION_WINDOW)
+            .max_frame_size(tunnel::MAX_FRAME)
+            .max_send_buf_size(tunnel::MAX_FRAME as usize * 4)
             .keep_alive_interval(hb)
             .keep_alive_timeout(hb * 3);
         let connection = builder.serve_connection(upgraded, service);

@@ -67,20 +67,7 @@ impl Forwarder {
         audit: Arc<AuditLog>,
         instance: String,
     ) -> Self {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-        let tls = rustls::ClientConfig::builder_with_provider(tunnel::tls::provider())
-            .with_safe_default_protocol_versions()
-            .map(|b| b.with_root_certificates(roots).with_no_client_auth());
-        let connector = match tls {
-            Ok(tls) => hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls),
-            Err(_) => {
-                hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(unreachable_config())
-            }
-        }
-        .https_or_http()
-        .enable_http1()
-        .build();
+        let connector = https_connector();
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .build(connector);
@@ -281,6 +268,21 @@ impl Forwarder {
             tracing::error!(cause = %e, "cannot write the audit record");
         }
     }
+}
+
+/// HTTP and HTTPS (system roots) to internal systems; shared by forwarding and `bridge check`.
+pub fn https_connector() -> hyper_rustls::HttpsConnector<HttpConnector> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    let tls = rustls::ClientConfig::builder_with_provider(tunnel::tls::provider())
+        .with_safe_default_protocol_versions()
+        .map(|b| b.with_root_certificates(roots).with_no_client_auth())
+        .unwrap_or_else(|_| unreachable_config());
+    hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .build()
 }
 
 fn unreachable_config() -> rustls::ClientConfig {

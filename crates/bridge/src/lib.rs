@@ -24,6 +24,7 @@
 pub mod agent;
 pub mod audit;
 pub mod backoff;
+pub mod check;
 pub mod config;
 pub mod dial;
 pub mod forward;

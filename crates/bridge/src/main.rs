@@ -37,6 +37,10 @@ enum AuditCommand {
     },
 }
 
+/// mimalloc: many small, short-lived allocations per forwarded stream.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Run) {
@@ -53,7 +57,7 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        Command::Check => bridge::run::check(cli.config.as_deref()),
+        Command::Check => bridge::check::check(cli.config.as_deref()),
         Command::Run => bridge::run::run(cli.config.as_deref()),
     }
 }

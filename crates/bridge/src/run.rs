@@ -15,7 +15,8 @@ use crate::metrics::Metrics;
 use crate::status::Status;
 use crate::{health, logging};
 
-fn load(path: Option<&Path>) -> Result<Config, ExitCode> {
+/// Loads the configuration; on error prints every problem and gives exit code 2.
+pub fn load(path: Option<&Path>) -> Result<Config, ExitCode> {
     let loaded = match path {
         Some(p) => Config::load(p, &ProcessEnv),
         None => Config::from_env(&ProcessEnv),
@@ -81,7 +82,7 @@ async fn serve(cfg: Arc<Config>) -> anyhow::Result<()> {
         audit,
         instance.clone(),
     ));
-    let identity = Identity::new(cfg.clone())?;
+    let identity = Arc::new(Identity::new(cfg.clone())?);
     let agent = Agent {
         cfg,
         status,

@@ -108,3 +108,52 @@ fn audit_verify_reports_tampering() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+fn check(yaml: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bridge.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let out = Command::new(bridge_bin())
+        .args(["check", "--config"])
+        .arg(&path)
+        .env("INTERNAL_PW", testkit::bridge::INTERNAL_PASSWORD)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_tries_the_cloud_and_each_resource() {
+    let cloud = testkit::Cloud::start(testkit::Backend::Sqlite);
+    let upstream = testkit::upstream::Upstream::start().await;
+    let port = testkit::bridge::free_port();
+    let good = testkit::bridge::yaml_for(
+        &cloud,
+        "dc1",
+        port,
+        &format!(
+            "token: x\napis:\n  - name: internal\n    url: {}/protected\n    auth: {{type: basic, username: svc, password: \"${{INTERNAL_PW}}\"}}\n",
+            upstream.url
+        ),
+    );
+    let (code, out) = check(&good);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("ok (TLS 1.3)"), "{out}");
+    assert!(out.contains("ok (HTTP 200)"), "{out}");
+    let wrong_password = good.replace("${INTERNAL_PW}", "nope");
+    let (code, out) = check(&wrong_password);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("credentials rejected (HTTP 401)"), "{out}");
+    let closed = free_closed_port();
+    let unreachable = good.replace(&upstream.url, &format!("http://127.0.0.1:{closed}"));
+    let (code, out) = check(&unreachable);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("FAILED"), "{out}");
+}
+
+fn free_closed_port() -> u16 {
+    testkit::bridge::free_port()
+}

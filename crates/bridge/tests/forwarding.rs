@@ -245,3 +245,24 @@ async fn allow_rules_and_path_normalisation_refuse_and_audit() {
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn above_max_memory_new_streams_are_refused() {
+    let rig = Rig::start("max_memory_mb: 1\n").await;
+    let res = rig.get("/x").await;
+    assert_eq!(res.status(), 503);
+    assert!(rig.bridge.log_text().contains("max_memory_mb"));
+    assert!(
+        rig.bridge
+            .metric("bridge_refused_total{reason=\"memory\"}")
+            .await
+            >= 1.0
+    );
+    assert_eq!(
+        rig.upstream
+            .stats
+            .total
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+}

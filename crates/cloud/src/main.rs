@@ -13,6 +13,11 @@ use cloud::metrics::Metrics;
 use cloud::server::{self, ServeOptions};
 use cloud::storage::{Backend, Store};
 
+/// mimalloc: the request path allocates many small, short-lived objects; glibc malloc cost
+/// ~20% of the server's CPU under load (see docs/benchmarks.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let serving = matches!(cli.command, Command::Serve(_));

@@ -65,6 +65,24 @@ async fn handle(req: Request<Incoming>, stats: Arc<Stats>) -> Result<Response<Bo
 
 async fn route(req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_string();
+    if path.starts_with("/protected") {
+        use base64::Engine;
+        let expected = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD
+                .encode(format!("svc:{}", crate::bridge::INTERNAL_PASSWORD))
+        );
+        if req
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            != Some(expected.as_str())
+        {
+            let mut r = Response::new(full("credentials required"));
+            *r.status_mut() = hyper::StatusCode::UNAUTHORIZED;
+            return r;
+        }
+    }
     if let Some(ms) = query(&req, "sleep_ms") {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }

@@ -33,6 +33,14 @@ pub const HEADER_ORG: &str = "x-bridge-org";
 /// Path of the cloud's application heartbeat, sent through the tunnel to the bridge.
 pub const HEARTBEAT_PATH: &str = "/_bridge/heartbeat";
 
+/// HTTP/2 flow-control window per stream, both sides: big enough that one bulk transfer is not
+/// throttled by round trips (the defaults are 64 KiB–2 MiB).
+pub const STREAM_WINDOW: u32 = 8 * 1024 * 1024;
+/// HTTP/2 flow-control window of the whole tunnel connection.
+pub const CONNECTION_WINDOW: u32 = 32 * 1024 * 1024;
+/// Largest HTTP/2 frame either side accepts (fewer frames per megabyte than the 16 KiB default).
+pub const MAX_FRAME: u32 = 256 * 1024;
+
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 /// The oldest protocol version the cloud still accepts.

@@ -126,7 +126,10 @@ async fn ingest(
     }
     let mut events = batch.events;
     inherit_resolves(state, principal.org_id, &mut events).await?;
-    let new_events: Vec<NewEvent> = events.iter().map(|e| to_new_event(e, received)).collect();
+    let new_events: Vec<NewEvent> = events
+        .into_iter()
+        .map(|e| to_new_event(e, received))
+        .collect();
     let received_at = format_time(received);
     let answer = if batch.is_array {
         let ids: Vec<&str> = new_events.iter().map(|e| e.id.as_str()).collect();
@@ -277,9 +280,9 @@ async fn inherit_resolves(
     Ok(())
 }
 
-fn to_new_event(e: &ValidEvent, received: DateTime<Utc>) -> NewEvent {
+fn to_new_event(e: ValidEvent, received: DateTime<Utc>) -> NewEvent {
     let occurred = e.occurred_at.unwrap_or(received);
-    let mut body = e.body.clone();
+    let mut body = e.body;
     body.entry("timestamp")
         .or_insert_with(|| Value::String(format_time(occurred)));
     let field = |k: &str| body.get(k).and_then(Value::as_str).map(str::to_string);

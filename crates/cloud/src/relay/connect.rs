@@ -158,6 +158,10 @@ async fn run(state: AppState, t: Tunnel, io: hyper::upgrade::Upgraded) {
         .keep_alive_interval(t.heartbeat)
         .keep_alive_timeout(t.heartbeat * MAX_MISSED_HEARTBEATS)
         .keep_alive_while_idle(true)
+        .initial_stream_window_size(tunnel::STREAM_WINDOW)
+        .initial_connection_window_size(tunnel::CONNECTION_WINDOW)
+        .max_frame_size(tunnel::MAX_FRAME)
+        .max_send_buf_size(tunnel::MAX_FRAME as usize * 4)
         .handshake::<_, Body>(io)
         .await;
     let (sender, connection) = match handshake {

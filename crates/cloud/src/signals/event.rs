@@ -118,13 +118,13 @@ impl Checker<'_> {
     }
 
     /// A string field: required or optional, non-empty, at most `max` bytes.
-    fn string(
+    fn string<'b>(
         &mut self,
-        body: &Map<String, Value>,
+        body: &'b Map<String, Value>,
         key: &str,
         required: bool,
         max: usize,
-    ) -> Option<String> {
+    ) -> Option<&'b str> {
         match body.get(key) {
             None | Some(Value::Null) if required => {
                 self.fail(key, format!("{key} is required (a non-empty string)"));
@@ -142,7 +142,7 @@ impl Checker<'_> {
                 );
                 None
             }
-            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::String(s)) => Some(s),
             Some(other) => {
                 self.fail(
                     key,
@@ -223,7 +223,7 @@ fn timestamp(
     now: DateTime<Utc>,
 ) -> Option<DateTime<Utc>> {
     let raw = c.string(body, "timestamp", false, 64)?;
-    match DateTime::parse_from_rfc3339(&raw) {
+    match DateTime::parse_from_rfc3339(raw) {
         Ok(t) => {
             let t = t.with_timezone(&Utc);
             if t > now + MAX_FUTURE {
@@ -235,7 +235,7 @@ fn timestamp(
             }
             Some(t)
         }
-        Err(_) if NaiveDateTime::parse_from_str(&raw, "%Y-%m-%dT%H:%M:%S%.f").is_ok() => {
+        Err(_) if NaiveDateTime::parse_from_str(raw, "%Y-%m-%dT%H:%M:%S%.f").is_ok() => {
             c.fail(
                 "timestamp",
                 format!(
@@ -358,7 +358,7 @@ pub fn validate(
             let resolve_by_key =
                 status.as_deref() == Some("resolved") && dedup.is_some() && missing;
             if resolve_by_key {
-                inherit_from = dedup;
+                inherit_from = dedup.map(str::to_string);
             }
             let required = !resolve_by_key;
             c.string(&body, "service", required, MAX_SHORT);

@@ -3,9 +3,11 @@
 //! Both backends share one schema shape and the same SQL text: queries use `$1`-style
 //! parameters, which SQLite also accepts, and the [`on_db!`] macro expands each query once per
 //! backend so the compiler checks both. Event writes go through the group-commit
-//! [`writer`](self::writer): many concurrent requests share one transaction and one fsync.
+//! [`writer`](self::writer): many concurrent requests share one transaction and one fsync
+//! (on SQLite, a dedicated thread with its own connection: [`sqlite_writer`](self::sqlite_writer)).
 
 mod records;
+mod sqlite_writer;
 mod writer;
 
 use std::path::Path;
@@ -77,6 +79,9 @@ pub enum StorageError {
     /// A query failed (connection lost, disk full, …).
     #[error("database query failed: {0}")]
     Query(#[from] sqlx::Error),
+    /// A group commit failed (every request in the group gets this).
+    #[error("group commit failed: {0}")]
+    Commit(String),
     /// The group-commit writer has stopped (the server is shutting down).
     #[error("the storage writer has stopped; the server is shutting down")]
     WriterGone,
@@ -168,7 +173,7 @@ impl Store {
                 };
                 let options = PgConnectOptions::from_str(url).map_err(open_err)?;
                 let pool = PgPoolOptions::new()
-                    .max_connections(16)
+                    .max_connections(8)
                     .acquire_timeout(Duration::from_secs(5))
                     .connect_with(options)
                     .await
@@ -177,7 +182,11 @@ impl Store {
                 Db::Postgres(pool)
             }
         };
-        let writer = writer::spawn(db.clone(), metrics);
+        let sqlite_file = match backend {
+            Backend::Sqlite(path) => Some(path.clone()),
+            Backend::Postgres(_) => None,
+        };
+        let writer = writer::spawn(db.clone(), sqlite_file, metrics);
         Ok(Store { db, writer })
     }
 

@@ -1,23 +1,21 @@
 //! Group commit: requests queue their events; a writer task takes everything queued, stores it
 //! in one transaction (one fsync), and only then answers each request.
 //!
-//! SQLite has a single writer task (it has a single writer lock anyway); PostgreSQL has a few, so
-//! one slow commit does not hold back the next group.
+//! SQLite has a single writer (it has a single writer lock anyway) on a dedicated thread
+//! ([`super::sqlite_writer`], synchronous: no async round trip per statement); PostgreSQL has a
+//! few async writer tasks, so one slow commit does not hold back the next group.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use sqlx::QueryBuilder;
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::{Db, NewEvent, StorageError, now_micros};
 use crate::metrics::Metrics;
 
-/// Most events one transaction takes; more wait for the next group.
-const MAX_GROUP_EVENTS: usize = 10_000;
-/// Rows per multi-row `INSERT` (12 parameters each stays under SQLite's 32,766 limit).
-const ROWS_PER_STATEMENT: usize = 1_000;
+/// Most events one group takes; more wait for the next group.
+pub(super) const MAX_GROUP_EVENTS: usize = 2_500;
 /// Queued batches before `submit` waits (back-pressure instead of unbounded memory).
 const QUEUE_DEPTH: usize = 4_096;
 
@@ -43,9 +41,9 @@ pub enum InsertOutcome {
     Duplicate(String),
 }
 
-struct Job {
-    batch: WriteBatch,
-    reply: oneshot::Sender<Result<InsertOutcome, StorageError>>,
+pub(super) struct Job {
+    pub(super) batch: WriteBatch,
+    pub(super) reply: oneshot::Sender<Result<InsertOutcome, StorageError>>,
 }
 
 /// The submitting side of the writer.
@@ -55,16 +53,24 @@ pub(crate) struct WriterHandle {
     tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
-pub(crate) fn spawn(db: Db, metrics: Metrics) -> WriterHandle {
+/// Starts the writer(s): a thread on the SQLite file `sqlite_file`, or async tasks on `db`.
+pub(crate) fn spawn(
+    db: Db,
+    sqlite_file: Option<std::path::PathBuf>,
+    metrics: Metrics,
+) -> WriterHandle {
     let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
-    let rx = Arc::new(Mutex::new(rx));
-    let writers = match db {
-        Db::Sqlite { .. } => 1,
-        Db::Postgres(_) => 4,
+    let tasks = match sqlite_file {
+        Some(path) => vec![tokio::task::spawn_blocking(move || {
+            super::sqlite_writer::run(&path, rx, metrics)
+        })],
+        None => {
+            let rx = Arc::new(Mutex::new(rx));
+            (0..4)
+                .map(|_| tokio::spawn(run(db.clone(), rx.clone(), metrics.clone())))
+                .collect()
+        }
     };
-    let tasks = (0..writers)
-        .map(|_| tokio::spawn(run(db.clone(), rx.clone(), metrics.clone())))
-        .collect();
     WriterHandle {
         tx: Arc::new(std::sync::Mutex::new(Some(tx))),
         tasks: Arc::new(Mutex::new(tasks)),
@@ -130,91 +136,111 @@ async fn run(db: Db, rx: Arc<Mutex<mpsc::Receiver<Job>>>, metrics: Metrics) {
                 tracing::error!(cause = %err, batches = jobs.len(), "group commit failed");
                 let message = err.to_string();
                 for job in jobs {
-                    let _ = job
-                        .reply
-                        .send(Err(StorageError::Query(sqlx::Error::Protocol(
-                            message.clone(),
-                        ))));
+                    let _ = job.reply.send(Err(StorageError::Commit(message.clone())));
                 }
             }
         }
     }
 }
 
-/// Inserts every job's events in one transaction. A job whose idempotency key is taken stores
-/// nothing and learns the first answer after the commit.
+/// The PostgreSQL bulk insert: one fixed statement whatever the row count (arrays unnested),
+/// so one prepared statement serves every group.
+const INSERT_EVENTS: &str = "INSERT INTO events (id, org_id, signal_key, type, service, \
+    environment, status, dedup_key, occurred_at, received_at, body) \
+    SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
+    $6::text[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[])";
+
+/// Inserts the events of these (job, event) pairs with [`INSERT_EVENTS`].
+async fn insert_events<'e>(
+    exec: impl sqlx::PgExecutor<'e>,
+    rows: &[(&Job, &NewEvent)],
+) -> Result<(), StorageError> {
+    let col = |f: &dyn Fn(&Job, &NewEvent) -> Option<String>| -> Vec<Option<String>> {
+        rows.iter().map(|(j, e)| f(j, e)).collect()
+    };
+    sqlx::query(INSERT_EVENTS)
+        .bind(col(&|_, e| Some(e.id.clone())))
+        .bind(
+            rows.iter()
+                .map(|(j, _)| j.batch.org_id)
+                .collect::<Vec<i64>>(),
+        )
+        .bind(col(&|j, _| Some(j.batch.signal_key.clone())))
+        .bind(col(&|_, e| Some(e.kind.to_string())))
+        .bind(col(&|_, e| e.service.clone()))
+        .bind(col(&|_, e| e.environment.clone()))
+        .bind(col(&|_, e| e.status.clone()))
+        .bind(col(&|_, e| e.dedup_key.clone()))
+        .bind(
+            rows.iter()
+                .map(|(_, e)| e.occurred_at)
+                .collect::<Vec<i64>>(),
+        )
+        .bind(
+            rows.iter()
+                .map(|(_, e)| e.received_at)
+                .collect::<Vec<i64>>(),
+        )
+        .bind(col(&|_, e| Some(e.body.clone())))
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
+/// Inserts every job's events in one transaction (PostgreSQL). A job whose idempotency key is
+/// taken stores nothing and learns the first answer after the commit. Without keys, the group
+/// is one statement, atomic on its own, so BEGIN and COMMIT round trips are saved.
 async fn commit(db: &Db, jobs: &[Job]) -> Result<Vec<InsertOutcome>, StorageError> {
-    macro_rules! commit_on {
-        ($pool:expr) => {{
-            let mut tx = $pool.begin().await?;
-            let mut fresh = vec![true; jobs.len()];
-            for (i, job) in jobs.iter().enumerate() {
-                if let Some((key, response)) = &job.batch.idempotency {
-                    let done = sqlx::query(
-                        "INSERT INTO idempotency (signal_key, idem_key, response, created_at) \
-                         VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                    )
-                    .bind(&job.batch.signal_key)
-                    .bind(key)
-                    .bind(response)
-                    .bind(now_micros())
-                    .execute(&mut *tx)
-                    .await?;
-                    fresh[i] = done.rows_affected() == 1;
-                }
-            }
-            let rows: Vec<(&Job, &NewEvent)> = jobs
-                .iter()
-                .zip(&fresh)
-                .filter(|(_, fresh)| **fresh)
-                .flat_map(|(job, _)| job.batch.events.iter().map(move |e| (job, e)))
-                .collect();
-            for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-                let mut insert = QueryBuilder::new(
-                    "INSERT INTO events (id, org_id, signal_key, type, service, environment, \
-                     status, dedup_key, occurred_at, received_at, body) ",
-                );
-                insert.push_values(chunk, |mut row, (job, e)| {
-                    row.push_bind(&e.id)
-                        .push_bind(job.batch.org_id)
-                        .push_bind(&job.batch.signal_key)
-                        .push_bind(e.kind)
-                        .push_bind(&e.service)
-                        .push_bind(&e.environment)
-                        .push_bind(&e.status)
-                        .push_bind(&e.dedup_key)
-                        .push_bind(e.occurred_at)
-                        .push_bind(e.received_at)
-                        .push_bind(&e.body);
-                });
-                insert.build().execute(&mut *tx).await?;
-            }
-            tx.commit().await?;
-            let mut outcomes = Vec::with_capacity(jobs.len());
-            for (job, fresh) in jobs.iter().zip(fresh) {
-                if fresh {
-                    outcomes.push(InsertOutcome::Stored);
-                    continue;
-                }
-                let (key, _) = job
-                    .batch
-                    .idempotency
-                    .as_ref()
-                    .expect("only keyed jobs repeat");
+    let Db::Postgres(pool) = db else {
+        return Err(StorageError::Commit(
+            "the async writer serves PostgreSQL only".into(),
+        ));
+    };
+    let all = |fresh: &[bool]| -> Vec<(&Job, &NewEvent)> {
+        jobs.iter()
+            .zip(fresh)
+            .filter(|(_, fresh)| **fresh)
+            .flat_map(|(job, _)| job.batch.events.iter().map(move |e| (job, e)))
+            .collect()
+    };
+    if jobs.iter().all(|j| j.batch.idempotency.is_none()) {
+        insert_events(pool, &all(&vec![true; jobs.len()])).await?;
+        return Ok(vec![InsertOutcome::Stored; jobs.len()]);
+    }
+    let mut tx = pool.begin().await?;
+    let mut fresh = vec![true; jobs.len()];
+    for (i, job) in jobs.iter().enumerate() {
+        if let Some((key, response)) = &job.batch.idempotency {
+            let done = sqlx::query(
+                "INSERT INTO idempotency (signal_key, idem_key, response, created_at) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+            )
+            .bind(&job.batch.signal_key)
+            .bind(key)
+            .bind(response)
+            .bind(now_micros())
+            .execute(&mut *tx)
+            .await?;
+            fresh[i] = done.rows_affected() == 1;
+        }
+    }
+    insert_events(&mut *tx, &all(&fresh)).await?;
+    tx.commit().await?;
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    for (job, fresh) in jobs.iter().zip(fresh) {
+        match (&job.batch.idempotency, fresh) {
+            (Some((key, _)), false) => {
                 let first: String = sqlx::query_scalar(
                     "SELECT response FROM idempotency WHERE signal_key = $1 AND idem_key = $2",
                 )
                 .bind(&job.batch.signal_key)
                 .bind(key)
-                .fetch_one($pool)
+                .fetch_one(pool)
                 .await?;
                 outcomes.push(InsertOutcome::Duplicate(first));
             }
-            Ok(outcomes)
-        }};
+            _ => outcomes.push(InsertOutcome::Stored),
+        }
     }
-    match db {
-        Db::Sqlite { write, .. } => commit_on!(write),
-        Db::Postgres(pool) => commit_on!(pool),
-    }
+    Ok(outcomes)
 }

@@ -1,0 +1,107 @@
+//! `bench ingest`: the Signals API on SQLite and PostgreSQL: `/livez` (no storage work, the
+//! machine's ceiling), single events, batches of 100, single events paced at half their peak,
+//! and the server's peak RSS.
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+
+use crate::load::{Load, drive, report};
+use crate::procs::{peak_rss_mb, start};
+
+/// Options of `bench ingest`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Concurrent keep-alive connections.
+    #[arg(long, default_value_t = 32)]
+    pub connections: usize,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// Also measure on this PostgreSQL (a fresh schema is created and dropped).
+    #[arg(long)]
+    pub pg_url: Option<String>,
+}
+
+fn event(i: usize) -> serde_json::Value {
+    serde_json::json!({
+        "type": "deployment", "repository": "acme/api", "service": format!("svc-{}", i % 10),
+        "version": "v1.2.3", "sha": "abc123def456", "environment": "production",
+        "triggeredBy": "bench", "status": "success",
+        "metadata": {"workflow": "deploy", "runId": i.to_string()}
+    })
+}
+
+async fn bench_backend(name: &str, db: &[String], args: &Args) -> Result<()> {
+    let (server, signal_key, api_key) = start(db)?;
+    let single = Load {
+        method: hyper::Method::POST,
+        path: format!("/v1/signals/{signal_key}"),
+        api_key: api_key.clone(),
+        body: Bytes::from(event(1).to_string()),
+    };
+    let batch = Load {
+        body: Bytes::from(serde_json::Value::Array((0..100).map(event).collect()).to_string()),
+        ..single.clone()
+    };
+    let livez = Load {
+        method: hyper::Method::GET,
+        path: "/livez".into(),
+        body: Bytes::new(),
+        ..single.clone()
+    };
+    println!(
+        "\n== {name}: {} connections, {} s each",
+        args.connections, args.seconds
+    );
+    println!(
+        "{:<34} {:>12} {:>9} {:>9} {:>7}",
+        "load", "events/s", "p50 ms", "p99 ms", "errors"
+    );
+    let (c, s) = (args.connections, args.seconds);
+    let ceiling = report(
+        "GET /livez (no storage, ceiling)",
+        &drive(server.addr, livez.clone(), c, s, None).await,
+        1,
+    );
+    let peak = report(
+        "POST single event",
+        &drive(server.addr, single.clone(), c, s, None).await,
+        1,
+    );
+    report(
+        "POST batch of 100",
+        &drive(server.addr, batch, c, s, None).await,
+        100,
+    );
+    let half = peak / 2.0;
+    report(
+        &format!("POST single at {half:.0}/s (half peak)"),
+        &drive(server.addr, single, c, s, Some(half)).await,
+        1,
+    );
+    println!("single events / ceiling: {:.0}%", 100.0 * peak / ceiling);
+    println!("server peak RSS: {:.1} MB", peak_rss_mb(server.child.id()));
+    Ok(())
+}
+
+/// Runs the ingestion benchmark.
+pub async fn run(args: Args) -> Result<()> {
+    bench_backend("SQLite", &[], &args).await?;
+    if let Some(url) = &args.pg_url {
+        let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
+        let pool = sqlx::PgPool::connect(url)
+            .await
+            .context("connect to --pg-url")?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+            .execute(&pool)
+            .await?;
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let scoped = format!("{url}{sep}options=-c%20search_path%3D{schema}");
+        let result = bench_backend("PostgreSQL", &["--database-url".into(), scoped], &args).await;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+            .execute(&pool)
+            .await?;
+        result?;
+    }
+    Ok(())
+}

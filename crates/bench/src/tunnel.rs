@@ -1,0 +1,275 @@
+//! `bench tunnel`: the same in-process internal HTTP server (hyper) reached directly and through
+//! `cloud` → TLS tunnel → `bridge`: requests/s with p50/p99, a 1 GiB download, and the bridge's
+//! RSS idle and with 1,000 concurrent streams.
+
+use std::convert::Infallible;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full, StreamBody};
+use hyper::body::Frame;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+use crate::load::{Load, drive, percentile, report};
+use crate::procs::{Server, sibling, start};
+
+/// Options of `bench tunnel`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Concurrent keep-alive connections for the request-rate runs.
+    #[arg(long, default_value_t = 32)]
+    pub connections: usize,
+    /// Seconds per request-rate run.
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// Bytes of the bulk download.
+    #[arg(long, default_value_t = 1 << 30)]
+    pub bulk_bytes: u64,
+    /// Concurrent streams for the memory measurement.
+    #[arg(long, default_value_t = 1000)]
+    pub streams: usize,
+}
+
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+fn query(req: &Request<hyper::body::Incoming>, key: &str) -> Option<u64> {
+    req.uri().query()?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == key).then(|| v.parse().ok()).flatten()
+    })
+}
+
+async fn internal(req: Request<hyper::body::Incoming>) -> Result<Response<Body>, Infallible> {
+    if let Some(ms) = query(&req, "sleep_ms") {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if req.uri().path().ends_with("/bulk") {
+        let total = query(&req, "bytes").unwrap_or(0);
+        let chunk = Bytes::from(vec![b'x'; 256 * 1024]);
+        let stream = futures_util::stream::unfold(total, move |left| {
+            let chunk = chunk.clone();
+            async move {
+                (left > 0).then(|| {
+                    let n = left.min(chunk.len() as u64) as usize;
+                    (
+                        Ok::<_, Infallible>(Frame::data(chunk.slice(..n))),
+                        left - n as u64,
+                    )
+                })
+            }
+        });
+        return Ok(Response::new(StreamBody::new(stream).boxed()));
+    }
+    Ok(Response::new(
+        Full::new(Bytes::from_static(b"hello, world\n")).boxed(),
+    ))
+}
+
+async fn start_internal() -> Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(async move {
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), hyper::service::service_fn(internal))
+                    .await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+struct BridgeProcess(Child);
+
+impl Drop for BridgeProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn start_bridge(
+    cloud: &Server,
+    token: &str,
+    internal: SocketAddr,
+    streams: usize,
+) -> Result<BridgeProcess> {
+    let yaml = format!(
+        "name: dc1\napi_url: https://localhost:{}\ntls_ca_file: {}\nhealth_check_port: {}\nlog_level: warn\nmax_connections: {streams}\naudit_log: {}\napis:\n  - name: up\n    url: http://{internal}\n",
+        cloud.tls_port,
+        cloud.dir.path().join("ca.pem").display(),
+        free_port()?,
+        cloud.dir.path().join("audit.log").display(),
+    );
+    let path = cloud.dir.path().join("bridge.yaml");
+    std::fs::write(&path, yaml)?;
+    let mut child = Command::new(sibling("bridge")?)
+        .args(["run", "--config"])
+        .arg(&path)
+        .env("SERVICE_BRIDGE_TOKEN", token)
+        .env("SERVICE_LOG_LEVEL", "info")
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+    loop {
+        let line = lines.next().context("bridge exited before connecting")??;
+        if line.contains("Bridge connected successfully") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    Ok(BridgeProcess(child))
+}
+
+fn rss_mb(pid: u32, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+async fn get(addr: SocketAddr, path: &str, key: &str) -> Result<(u16, u64)> {
+    let stream = tokio::net::TcpStream::connect(addr).await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let req = Request::get(path)
+        .header("host", "bench")
+        .header("authorization", format!("Bearer {key}"))
+        .body(Empty::<Bytes>::new())?;
+    let res = sender.send_request(req).await?;
+    let status = res.status().as_u16();
+    let mut body = res.into_body();
+    let mut n = 0u64;
+    while let Some(frame) = body.frame().await {
+        if let Some(d) = frame?.data_ref() {
+            n += d.len() as u64;
+        }
+    }
+    Ok((status, n))
+}
+
+async fn bulk(addr: SocketAddr, path: &str, key: &str, bytes: u64) -> Result<f64> {
+    let t = Instant::now();
+    let (status, n) = get(addr, path, key).await?;
+    if status != 200 || n != bytes {
+        bail!("bulk download {path}: status {status}, {n} of {bytes} bytes");
+    }
+    Ok(bytes as f64 / t.elapsed().as_secs_f64() / 1e6)
+}
+
+/// Runs the tunnel benchmark.
+pub async fn run(args: Args) -> Result<()> {
+    let internal_addr = start_internal().await?;
+    let (cloud, _, api_key) = start(&[])?;
+    let out = Command::new(sibling("cloud")?)
+        .args([
+            "bridge-token",
+            "create",
+            "--org",
+            "bench",
+            "--name",
+            "dc1",
+            "--data-dir",
+        ])
+        .arg(cloud.dir.path())
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "bridge-token create: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let token = String::from_utf8(out.stdout)?.trim().to_string();
+    let bridge = start_bridge(&cloud, &token, internal_addr, args.streams)?;
+    let bridge_pid = bridge.0.id();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_rss = rss_mb(bridge_pid, "VmRSS:");
+
+    let (c, s) = (args.connections, args.seconds);
+    let direct = Load {
+        method: hyper::Method::GET,
+        path: "/hello".into(),
+        api_key: api_key.clone(),
+        body: Bytes::new(),
+    };
+    let tunneled = Load {
+        path: "/v1/bridges/dc1/apis/up/hello".into(),
+        ..direct.clone()
+    };
+    println!("\n== bridge tunnel: {c} connections, {s} s each");
+    println!(
+        "{:<34} {:>12} {:>9} {:>9} {:>7}",
+        "load", "requests/s", "p50 ms", "p99 ms", "errors"
+    );
+    let d = drive(internal_addr, direct, c, s, None).await;
+    let direct_rps = report("direct to the internal server", &d, 1);
+    let t = drive(cloud.addr, tunneled, c, s, None).await;
+    let tunnel_rps = report("cloud -> tunnel -> bridge", &t, 1);
+    println!(
+        "tunnel/direct requests/s: {:.0}%   added p50 latency: {:.2} ms",
+        100.0 * tunnel_rps / direct_rps,
+        percentile(&t.latencies_us, 0.5) - percentile(&d.latencies_us, 0.5)
+    );
+
+    let b = args.bulk_bytes;
+    let direct_mbs = bulk(internal_addr, &format!("/bulk?bytes={b}"), &api_key, b).await?;
+    let tunnel_mbs = bulk(
+        cloud.addr,
+        &format!("/v1/bridges/dc1/apis/up/bulk?bytes={b}"),
+        &api_key,
+        b,
+    )
+    .await?;
+    println!(
+        "bulk download of {} MiB: direct {direct_mbs:.0} MB/s, through the tunnel {tunnel_mbs:.0} MB/s ({:.0}%)",
+        b >> 20,
+        100.0 * tunnel_mbs / direct_mbs
+    );
+
+    let path = "/v1/bridges/dc1/apis/up/slow?sleep_ms=3000".to_string();
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..args.streams)
+        .map(|_| {
+            let (path, key, addr) = (path.clone(), api_key.clone(), cloud.addr);
+            tokio::spawn(async move {
+                get(addr, &path, &key)
+                    .await
+                    .map(|r| r.0 == 200)
+                    .unwrap_or(false)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let busy_rss = rss_mb(bridge_pid, "VmRSS:");
+    let mut ok = 0;
+    for t in tasks {
+        ok += usize::from(t.await.unwrap_or(false));
+    }
+    println!(
+        "bridge RSS: idle {idle_rss:.1} MB; with {} concurrent streams {busy_rss:.1} MB (peak {:.1} MB); {ok}/{} streams succeeded in {:.1} s",
+        args.streams,
+        rss_mb(bridge_pid, "VmHWM:"),
+        args.streams,
+        started.elapsed().as_secs_f64()
+    );
+    drop(bridge);
+    Ok(())
+}

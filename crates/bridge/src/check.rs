@@ -1,0 +1,150 @@
+//! `bridge check`: validate the configuration, then try the cloud (DNS, TCP, proxy, TLS) and each
+//! resource (DNS, TCP; for APIs an HTTP request with the entry's credentials), and print a table.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::config::{Api, Config};
+use crate::{dial, forward, identity};
+
+/// How long one probe may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One line of the table.
+struct Row {
+    kind: &'static str,
+    name: String,
+    target: String,
+    result: Result<String, String>,
+}
+
+async fn probe_cloud(cfg: &Config) -> Row {
+    let host = cfg.api_url.host_str().unwrap_or("").to_string();
+    let port = cfg.api_url.port_or_known_default().unwrap_or(443);
+    let result = async {
+        let tcp = dial::tcp(&host, port, cfg.proxy_for(&host, port))
+            .await
+            .map_err(|e| e.to_string())?;
+        let tls = identity::trust(cfg)
+            .and_then(|t| {
+                tunnel::tls::client_config(t, None)
+                    .map_err(|e| identity::AgentError::Tls(e.to_string()))
+            })
+            .map_err(|e| e.to_string())?;
+        dial::tls(tcp, &host, tls)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>("ok (TLS 1.3)".to_string())
+    }
+    .await;
+    Row {
+        kind: "cloud",
+        name: cfg.name.clone(),
+        target: format!("{host}:{port}"),
+        result,
+    }
+}
+
+async fn probe_api(api: &Api) -> Row {
+    let client: Client<_, Empty<Bytes>> =
+        Client::builder(TokioExecutor::new()).build(forward::https_connector());
+    let mut req = hyper::Request::get(api.url.as_str());
+    if let Some(auth) = &api.auth {
+        let token = base64::engine::general_purpose::STANDARD.encode(format!(
+            "{}:{}",
+            auth.username,
+            auth.password.expose()
+        ));
+        req = req.header("authorization", format!("Basic {token}"));
+    }
+    let result = match req.body(Empty::new()) {
+        Err(e) => Err(e.to_string()),
+        Ok(req) => match tokio::time::timeout(PROBE_TIMEOUT, client.request(req)).await {
+            Err(_) => Err("timed out".into()),
+            Ok(Err(e)) => Err(format!("unreachable: {e:?}")),
+            Ok(Ok(r)) if matches!(r.status().as_u16(), 401 | 403) => Err(format!(
+                "credentials rejected (HTTP {})",
+                r.status().as_u16()
+            )),
+            Ok(Ok(r)) => Ok(format!("ok (HTTP {})", r.status().as_u16())),
+        },
+    };
+    Row {
+        kind: "api",
+        name: api.name.clone(),
+        target: api.url.to_string(),
+        result,
+    }
+}
+
+async fn probe_tcp(kind: &'static str, name: &str, host: &str, port: u16) -> Row {
+    let result = dial::tcp(host, port, None)
+        .await
+        .map(|_| "ok (TCP)".to_string())
+        .map_err(|e| e.to_string());
+    Row {
+        kind,
+        name: name.to_string(),
+        target: format!("{host}:{port}"),
+        result,
+    }
+}
+
+async fn probe_all(cfg: &Config) -> Vec<Row> {
+    let mut rows = vec![probe_cloud(cfg).await];
+    for api in &cfg.apis {
+        rows.push(probe_api(api).await);
+    }
+    for s in &cfg.sources {
+        let port = s.url.port_or_known_default().unwrap_or(443);
+        rows.push(probe_tcp("git", &s.name, s.url.host_str().unwrap_or(""), port).await);
+    }
+    for r in &cfg.registries {
+        let port = r.url.port_or_known_default().unwrap_or(443);
+        rows.push(probe_tcp("registry", &r.name, r.url.host_str().unwrap_or(""), port).await);
+    }
+    for d in &cfg.databases {
+        rows.push(probe_tcp("database", &d.name, &d.host, d.port).await);
+    }
+    rows
+}
+
+/// Runs the check; exit 0 when everything answered, 1 when something failed, 2 for a bad config.
+pub fn check(path: Option<&Path>) -> ExitCode {
+    let cfg = match crate::run::load(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let Ok(runtime) = tokio::runtime::Runtime::new() else {
+        return ExitCode::from(1);
+    };
+    println!("configuration: ok ({} resource(s))", cfg.resources().len());
+    let rows = runtime.block_on(probe_all(&cfg));
+    println!("{:<9} {:<20} {:<36} result", "kind", "name", "target");
+    let mut failed = 0;
+    for row in rows {
+        let result = match row.result {
+            Ok(ok) => ok,
+            Err(e) => {
+                failed += 1;
+                format!("FAILED: {e}")
+            }
+        };
+        println!(
+            "{:<9} {:<20} {:<36} {result}",
+            row.kind, row.name, row.target
+        );
+    }
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

@@ -1,0 +1,136 @@
+//! The SQLite group-commit writer: one OS thread that owns one connection and runs each group
+//! as one transaction with cached prepared statements. Synchronous on purpose: through an async
+//! driver every statement is a round trip to a worker thread, and on a busy 2-core machine
+//! those hops, not SQLite, set the commit latency (docs/benchmarks.md has the numbers).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::mpsc;
+
+use super::writer::{InsertOutcome, Job, MAX_GROUP_EVENTS};
+use super::{StorageError, now_micros};
+use crate::metrics::Metrics;
+
+const INSERT_EVENT: &str = "INSERT INTO events (id, org_id, signal_key, type, service, \
+    environment, status, dedup_key, occurred_at, received_at, body) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+const INSERT_IDEMPOTENCY: &str = "INSERT INTO idempotency (signal_key, idem_key, response, \
+    created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING";
+const FIRST_ANSWER: &str =
+    "SELECT response FROM idempotency WHERE signal_key = ?1 AND idem_key = ?2";
+
+fn open(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(10))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    // 16 MiB of page cache and a checkpoint every ~40 MB of WAL: the hot index pages stay in
+    // memory and are copied to the database file far less often than with the defaults.
+    conn.pragma_update(None, "cache_size", -16_384)?;
+    conn.pragma_update(None, "wal_autocheckpoint", 10_000)?;
+    conn.set_prepared_statement_cache_capacity(16);
+    Ok(conn)
+}
+
+/// Runs until every sender is gone and the queue is empty.
+pub(super) fn run(path: &Path, mut rx: mpsc::Receiver<Job>, metrics: Metrics) {
+    let mut conn = match open(path) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::error!(cause = %e, file = %path.display(), "cannot open the SQLite writer connection");
+            None
+        }
+    };
+    while let Some(first) = rx.blocking_recv() {
+        let mut count = first.batch.events.len();
+        let mut jobs = vec![first];
+        while count < MAX_GROUP_EVENTS {
+            match rx.try_recv() {
+                Ok(job) => {
+                    count += job.batch.events.len();
+                    jobs.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        if conn.is_none() {
+            conn = open(path).ok();
+        }
+        let started = Instant::now();
+        let result = match conn.as_mut() {
+            Some(c) => commit(c, &jobs),
+            None => Err(rusqlite::Error::InvalidPath(path.to_path_buf())),
+        };
+        metrics.observe_commit(started.elapsed(), jobs.len());
+        match result {
+            Ok(outcomes) => {
+                for (job, outcome) in jobs.into_iter().zip(outcomes) {
+                    let _ = job.reply.send(Ok(outcome));
+                }
+            }
+            Err(err) => {
+                tracing::error!(cause = %err, batches = jobs.len(), "group commit failed");
+                // Prepared statements may refer to a changed schema; start clean next time.
+                if let Some(c) = conn.as_ref() {
+                    c.flush_prepared_statement_cache();
+                }
+                let message = err.to_string();
+                for job in jobs {
+                    let _ = job.reply.send(Err(StorageError::Commit(message.clone())));
+                }
+            }
+        }
+    }
+}
+
+fn commit(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<InsertOutcome>> {
+    let tx = conn.transaction()?;
+    let mut fresh = vec![true; jobs.len()];
+    {
+        let mut insert = tx.prepare_cached(INSERT_EVENT)?;
+        let mut idempotency = tx.prepare_cached(INSERT_IDEMPOTENCY)?;
+        for (i, job) in jobs.iter().enumerate() {
+            let b = &job.batch;
+            if let Some((key, response)) = &b.idempotency {
+                fresh[i] =
+                    idempotency.execute(params![b.signal_key, key, response, now_micros()])? == 1;
+                if !fresh[i] {
+                    continue;
+                }
+            }
+            for e in &b.events {
+                insert.execute(params![
+                    e.id,
+                    b.org_id,
+                    b.signal_key,
+                    e.kind,
+                    e.service,
+                    e.environment,
+                    e.status,
+                    e.dedup_key,
+                    e.occurred_at,
+                    e.received_at,
+                    e.body
+                ])?;
+            }
+        }
+    }
+    tx.commit()?;
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    for (job, fresh) in jobs.iter().zip(fresh) {
+        let first = match (&job.batch.idempotency, fresh) {
+            (Some((key, _)), false) => conn
+                .prepare_cached(FIRST_ANSWER)?
+                .query_row(params![job.batch.signal_key, key], |r| {
+                    r.get::<_, String>(0)
+                })
+                .optional()?,
+            _ => None,
+        };
+        outcomes.push(first.map_or(InsertOutcome::Stored, InsertOutcome::Duplicate));
+    }
+    Ok(outcomes)
+}
