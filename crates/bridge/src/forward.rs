@@ -24,8 +24,9 @@ use tokio::sync::Semaphore;
 use tunnel::ResourceKind as WireKind;
 
 use crate::audit::{AuditLog, AuditRecord, Decision, strip_query_values};
-use crate::config::{AllowRule, Api, Config, ResourceKind};
+use crate::config::{Api, Config, ResourceKind};
 use crate::metrics::Metrics;
+use crate::rules::{allowed, path_is_clean};
 use crate::status::Status;
 
 /// The response body type of the service.
@@ -150,8 +151,8 @@ impl Forwarder {
             ));
         }
         match allowed(&api.allow, req.method().as_str(), rest) {
-            Ok(rule) => audit.rule = rule,
-            Err(()) => {
+            Some(rule) => audit.rule = rule,
+            None => {
                 audit.rule = "no matching allow rule".into();
                 return Ok(self.deny(
                     audit,
@@ -314,43 +315,6 @@ fn text(status: StatusCode, body: &str) -> Response<ResBody> {
     r
 }
 
-/// Refuses dot segments, encoded slashes/dots/backslashes: no way out of the resource's base.
-pub fn path_is_clean(path: &str) -> bool {
-    let lower = path.to_ascii_lowercase();
-    if ["%2f", "%5c", "%2e", "\\", "%00"]
-        .iter()
-        .any(|bad| lower.contains(bad))
-    {
-        return false;
-    }
-    !path.split('/').any(|seg| seg == ".." || seg == ".")
-}
-
-/// The first matching rule (`METHOD path-glob`), or everything when no rules are given.
-fn allowed(rules: &[AllowRule], method: &str, path: &str) -> Result<String, ()> {
-    if rules.is_empty() {
-        return Ok("default: all".into());
-    }
-    rules
-        .iter()
-        .find(|r| (r.method == "*" || r.method.eq_ignore_ascii_case(method)) && glob(&r.path, path))
-        .map(|r| format!("{} {}", r.method, r.path))
-        .ok_or(())
-}
-
-/// `*` matches any run of characters (including `/`).
-fn glob(pattern: &str, text: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == text,
-        Some((head, tail)) => {
-            let Some(rest) = text.strip_prefix(head) else {
-                return false;
-            };
-            (0..=rest.len()).any(|i| rest.is_char_boundary(i) && glob(tail, &rest[i..]))
-        }
-    }
-}
-
 fn over_memory(limit_mb: u64) -> bool {
     let rss_kb = std::fs::read_to_string("/proc/self/statm")
         .ok()
@@ -461,37 +425,5 @@ impl Body for Counted {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dirty_paths_are_refused() {
-        assert!(path_is_clean("/v1/items/3"));
-        for bad in [
-            "/../etc",
-            "/a/./b",
-            "/a/%2e%2e/b",
-            "/a%2Fb",
-            "/a\\b",
-            "/a/..",
-        ] {
-            assert!(!path_is_clean(bad), "{bad}");
-        }
-    }
-
-    #[test]
-    fn allow_rules() {
-        let rules = vec![AllowRule {
-            method: "GET".into(),
-            path: "/v1/*".into(),
-        }];
-        assert!(allowed(&rules, "GET", "/v1/items").is_ok());
-        assert!(allowed(&rules, "POST", "/v1/items").is_err());
-        assert!(allowed(&rules, "GET", "/admin").is_err());
-        assert!(allowed(&[], "DELETE", "/x").is_ok());
     }
 }

@@ -14,7 +14,7 @@
 //!
 //! - [`run`] wires a process: [`logging`], [`health`] (`/livez`, `/health`, `/metrics`),
 //!   [`agent`] (the reconnect loop over [`dial`] and [`identity`]), [`forward`] (the HTTP/2
-//!   service that reaches declared resources), [`status`] and [`metrics`].
+//!   service that reaches declared resources, within [`rules`]), [`status`] and [`metrics`].
 //!
 //! Data flows config → connection loop (back-off) → tunnel (HTTP/2 server) → forwarder →
 //! resource, with one audit record per request. The wire contract shared with `cloud`
@@ -32,6 +32,7 @@ pub mod health;
 pub mod identity;
 pub mod logging;
 pub mod metrics;
+pub mod rules;
 pub mod run;
 pub mod status;
 

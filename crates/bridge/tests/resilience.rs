@@ -42,7 +42,7 @@ async fn bridge_reconnects_by_itself_when_the_cloud_restarts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silently_dead_connection_is_detected_by_heartbeats() {
     let cloud = Cloud::start(Backend::Sqlite);
-    cloud.tenant("acme");
+    let tenant = cloud.tenant("acme");
     let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
     let relay =
         FreezingRelay::start(format!("127.0.0.1:{}", cloud.tls_port()).parse().unwrap()).await;
@@ -71,6 +71,28 @@ async fn a_silently_dead_connection_is_detected_by_heartbeats() {
     let (code, health) = bridge.health().await.unwrap();
     assert_eq!(code, 503, "{health}");
     assert_eq!(health["status"], "unhealthy");
+    // The cloud notices too (its heartbeats go unanswered) and drops the instance.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let list: serde_json::Value = cloud
+            .client()
+            .get(format!("{}/v1/bridges", cloud.http))
+            .bearer_auth(&tenant.api_key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if list["bridges"].as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cloud kept the dead tunnel: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     relay.freeze(false);
     bridge
         .wait_status("connected", Duration::from_secs(20))

@@ -137,3 +137,87 @@ async fn undeclared_resources_and_other_orgs_are_refused() {
         0
     );
 }
+
+/// Enrolls like a bridge would: returns (certificate PEM, key PEM).
+async fn enroll(cloud: &Cloud, token: &str, name: &str) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let csr = params.serialize_request(&key).unwrap().pem().unwrap();
+    let res = cloud
+        .client()
+        .post(format!("{}/v1/bridge/enroll", cloud.https))
+        .bearer_auth(token)
+        .body(csr)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let body: serde_json::Value = res.json().await.unwrap();
+    (
+        body["certificate"].as_str().unwrap().to_string(),
+        key.serialize_pem(),
+    )
+}
+
+async fn connect_with(
+    cloud: &Cloud,
+    cert: &(String, String),
+    token: &str,
+    name: &str,
+    protocol: &str,
+) -> reqwest::Response {
+    let ca = std::fs::read(cloud.ca_path()).unwrap();
+    let identity = reqwest::Identity::from_pem(format!("{}{}", cert.0, cert.1).as_bytes()).unwrap();
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+        .identity(identity)
+        .http1_only()
+        .build()
+        .unwrap();
+    client
+        .get(format!("{}/v1/bridge/connect", cloud.https))
+        .bearer_auth(token)
+        .header("x-bridge-name", name)
+        .header("x-bridge-protocol", protocol)
+        .header("connection", "upgrade")
+        .header("upgrade", tunnel::UPGRADE_PROTOCOL)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsupported_versions_and_borrowed_certificates_are_refused() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.tenant("acme");
+    let dc1 = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    let dc2 = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc2"]);
+    let cert = enroll(&cloud, &dc1, "dc1").await;
+    let res = connect_with(&cloud, &cert, &dc1, "dc1", "99").await;
+    assert_eq!(res.status(), 426);
+    let why = res.headers()["x-bridge-refusal"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(why.contains("upgrade the bridge"), "{why}");
+    assert!(cloud.log_text().contains("bridge version refused"));
+    // dc1's certificate does not open a tunnel for dc2, even with dc2's token.
+    let res = connect_with(&cloud, &cert, &dc2, "dc2", "1").await;
+    assert_eq!(res.status(), 403);
+    // A certificate alone, without a valid token, opens nothing.
+    let res = connect_with(
+        &cloud,
+        &cert,
+        "sigbrt_0000000000000000_0000000000000000000000000000000000000000000000000000000000000000",
+        "dc1",
+        "1",
+    )
+    .await;
+    assert_eq!(res.status(), 401);
+    // The right pair is accepted (101).
+    let res = connect_with(&cloud, &cert, &dc1, "dc1", "1").await;
+    assert_eq!(res.status(), 101);
+}

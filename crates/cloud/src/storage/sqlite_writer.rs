@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::mpsc;
 
-use super::writer::{InsertOutcome, Job, MAX_GROUP_EVENTS};
+use super::writer::{InsertOutcome, Job, group};
 use super::{StorageError, now_micros};
 use crate::metrics::Metrics;
 
@@ -45,17 +45,7 @@ pub(super) fn run(path: &Path, mut rx: mpsc::Receiver<Job>, metrics: Metrics) {
         }
     };
     while let Some(first) = rx.blocking_recv() {
-        let mut count = first.batch.events.len();
-        let mut jobs = vec![first];
-        while count < MAX_GROUP_EVENTS {
-            match rx.try_recv() {
-                Ok(job) => {
-                    count += job.batch.events.len();
-                    jobs.push(job);
-                }
-                Err(_) => break,
-            }
-        }
+        let jobs = group(first, &mut rx);
         if conn.is_none() {
             conn = open(path).ok();
         }

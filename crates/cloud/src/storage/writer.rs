@@ -15,7 +15,7 @@ use super::{Db, NewEvent, StorageError, now_micros};
 use crate::metrics::Metrics;
 
 /// Most events one group takes; more wait for the next group.
-pub(super) const MAX_GROUP_EVENTS: usize = 2_500;
+const MAX_GROUP_EVENTS: usize = 2_500;
 /// Queued batches before `submit` waits (back-pressure instead of unbounded memory).
 const QUEUE_DEPTH: usize = 4_096;
 
@@ -103,6 +103,22 @@ impl WriterHandle {
     }
 }
 
+/// `first` plus whatever else is queued already, up to [`MAX_GROUP_EVENTS`] events: one group.
+pub(super) fn group(first: Job, rx: &mut mpsc::Receiver<Job>) -> Vec<Job> {
+    let mut count = first.batch.events.len();
+    let mut jobs = vec![first];
+    while count < MAX_GROUP_EVENTS {
+        match rx.try_recv() {
+            Ok(job) => {
+                count += job.batch.events.len();
+                jobs.push(job);
+            }
+            Err(_) => break,
+        }
+    }
+    jobs
+}
+
 async fn run(db: Db, rx: Arc<Mutex<mpsc::Receiver<Job>>>, metrics: Metrics) {
     loop {
         let jobs = {
@@ -110,18 +126,7 @@ async fn run(db: Db, rx: Arc<Mutex<mpsc::Receiver<Job>>>, metrics: Metrics) {
             let Some(first) = rx.recv().await else {
                 return;
             };
-            let mut count = first.batch.events.len();
-            let mut jobs = vec![first];
-            while count < MAX_GROUP_EVENTS {
-                match rx.try_recv() {
-                    Ok(job) => {
-                        count += job.batch.events.len();
-                        jobs.push(job);
-                    }
-                    Err(_) => break,
-                }
-            }
-            jobs
+            group(first, &mut rx)
         };
         let started = Instant::now();
         let result = commit(&db, &jobs).await;
