@@ -221,3 +221,23 @@ async fn unsupported_versions_and_borrowed_certificates_are_refused() {
     let res = connect_with(&cloud, &cert, &dc1, "dc1", "1").await;
     assert_eq!(res.status(), 101);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cloud_processes_on_one_database_share_their_ca() {
+    let first = Cloud::start(Backend::Postgres);
+    let second = Cloud::start_beside(&first);
+    let ca = std::fs::read_to_string(first.ca_path()).unwrap();
+    assert_eq!(ca, std::fs::read_to_string(second.ca_path()).unwrap());
+    // A bridge enrolled and connected through the second process trusts the first's ca.pem.
+    first.tenant("acme");
+    let token = first.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    let port = free_port();
+    let yaml = yaml_for(&second, "dc1", port, "").replace(
+        &second.ca_path().display().to_string(),
+        &first.ca_path().display().to_string(),
+    );
+    let bridge = BridgeProc::start(&yaml, port, &[("SERVICE_BRIDGE_TOKEN", &token)]);
+    bridge
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+}

@@ -57,17 +57,17 @@ pub async fn run(
     http_listener: Option<TcpListener>,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
+    let metrics = Metrics::new();
+    let store = Store::open(&options.backend, metrics.clone()).await?;
+    let ca = shared_ca(&store, &options.data_dir).await?;
     let identity = tls::server_identity(
-        &options.data_dir,
+        &ca,
         options
             .tls_files
             .as_ref()
             .map(|(c, k)| (c.as_path(), k.as_path())),
     )?;
-    let ca = tls::LocalCa::load_or_create(&options.data_dir)?;
     let acceptor = TlsAcceptor::from(tls::server_config(identity, ca.cert_der()?)?);
-    let metrics = Metrics::new();
-    let store = Store::open(&options.backend, metrics.clone()).await?;
     let state = AppState::new(store.clone(), metrics, options.signal_rate_limit, ca);
     let relay = state.relay.clone();
     let app = api::router(state);
@@ -103,6 +103,18 @@ pub async fn run(
     store.close().await;
     tracing::info!("stopped: in-flight requests drained, storage flushed");
     Ok(())
+}
+
+/// The CA shared through the database: an existing `DIR/ca.pem` pair or a new one is offered,
+/// the stored one is used, and `DIR/ca.pem` is rewritten to match it.
+async fn shared_ca(store: &Store, data_dir: &std::path::Path) -> Result<tls::LocalCa, ServeError> {
+    let (cert, key) = match tls::LocalCa::read_files(data_dir)? {
+        Some(pair) => pair,
+        None => tls::LocalCa::generate()?,
+    };
+    let (cert, key) = store.ca_get_or_insert(&cert, &key).await?;
+    tls::LocalCa::write_files(data_dir, &cert, &key)?;
+    Ok(tls::LocalCa::from_pem(&cert, &key)?)
 }
 
 async fn serve_loop(

@@ -1,5 +1,6 @@
-//! TLS for `--listen`: a local CA (made on first start, `DIR/ca.pem`) that signs the server's
-//! own certificate unless `--tls-cert/--tls-key` are given. TLS 1.3 only.
+//! TLS for `--listen`: the internal CA (made on first start and kept in the database, so every
+//! `cloud` process on it shares one; exported to `DIR/ca.pem`) signs the server's certificate
+//! unless `--tls-cert/--tls-key` are given, and bridges' client certificates. TLS 1.3 only.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -67,7 +68,7 @@ fn write_private(path: &Path, contents: &str) -> Result<(), TlsError> {
         })
 }
 
-/// The service's own certificate authority, kept in the data directory.
+/// The service's own certificate authority.
 pub struct LocalCa {
     issuer: Issuer<'static, KeyPair>,
     /// The CA certificate, PEM (what clients trust: `DIR/ca.pem`).
@@ -75,21 +76,8 @@ pub struct LocalCa {
 }
 
 impl LocalCa {
-    /// Loads `DIR/ca.pem` + `DIR/ca-key.pem`, or makes them on first start.
-    pub fn load_or_create(dir: &Path) -> Result<Self, TlsError> {
-        let cert_path = dir.join("ca.pem");
-        let key_path = dir.join("ca-key.pem");
-        if cert_path.exists() && key_path.exists() {
-            let cert_pem = read(&cert_path)?;
-            let key = KeyPair::from_pem(&read(&key_path)?)?;
-            let issuer = Issuer::from_ca_cert_pem(&cert_pem, key)?;
-            return Ok(LocalCa { issuer, cert_pem });
-        }
-        std::fs::create_dir_all(dir).map_err(|source| TlsError::Io {
-            action: "cannot create",
-            path: dir.into(),
-            source,
-        })?;
+    /// A new CA: (certificate PEM, private key PEM).
+    pub fn generate() -> Result<(String, String), TlsError> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::default();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -102,12 +90,38 @@ impl LocalCa {
             KeyUsagePurpose::DigitalSignature,
         ];
         let cert = params.self_signed(&key)?;
-        write_private(&key_path, &key.serialize_pem())?;
-        write_private(&cert_path, &cert.pem())?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+
+    /// The CA from its certificate and key.
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, TlsError> {
+        let key = KeyPair::from_pem(key_pem)?;
+        let issuer = Issuer::from_ca_cert_pem(cert_pem, key)?;
         Ok(LocalCa {
-            issuer: Issuer::new(params, key),
-            cert_pem: cert.pem(),
+            issuer,
+            cert_pem: cert_pem.to_string(),
         })
+    }
+
+    /// `DIR/ca.pem` and `DIR/ca-key.pem`, when both exist (an older data directory).
+    pub fn read_files(dir: &Path) -> Result<Option<(String, String)>, TlsError> {
+        let (cert, key) = (dir.join("ca.pem"), dir.join("ca-key.pem"));
+        if cert.exists() && key.exists() {
+            Ok(Some((read(&cert)?, read(&key)?)))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Writes `DIR/ca.pem` (what clients trust) and `DIR/ca-key.pem` (mode 0600).
+    pub fn write_files(dir: &Path, cert_pem: &str, key_pem: &str) -> Result<(), TlsError> {
+        std::fs::create_dir_all(dir).map_err(|source| TlsError::Io {
+            action: "cannot create",
+            path: dir.into(),
+            source,
+        })?;
+        write_private(&dir.join("ca-key.pem"), key_pem)?;
+        write_private(&dir.join("ca.pem"), cert_pem)
     }
 
     /// Signs a bridge's certificate request (its parameters already set by the caller).
@@ -148,25 +162,29 @@ pub struct Identity {
     pub key: PrivateKeyDer<'static>,
 }
 
-/// Loads `--tls-cert/--tls-key`, or the self-signed pair in `DIR` (made on first start).
+/// Loads `--tls-cert/--tls-key`; without them, issues a fresh server certificate from `ca`
+/// (at every start: clients trust the CA, so the leaf need not persist, and it always matches
+/// the CA that this database shares).
 pub fn server_identity(
-    data_dir: &Path,
+    ca: &LocalCa,
     cert_and_key: Option<(&Path, &Path)>,
 ) -> Result<Identity, TlsError> {
-    let (cert_path, key_path) = match cert_and_key {
-        Some((c, k)) => (c.to_path_buf(), k.to_path_buf()),
-        None => {
-            let cert_path = data_dir.join("server.pem");
-            let key_path = data_dir.join("server-key.pem");
-            if !(cert_path.exists() && key_path.exists()) {
-                let ca = LocalCa::load_or_create(data_dir)?;
-                let (cert, key) = ca.issue_server(&["localhost", "127.0.0.1", "::1"])?;
-                write_private(&key_path, &key)?;
-                write_private(&cert_path, &format!("{cert}{}", ca.cert_pem))?;
-            }
-            (cert_path, key_path)
-        }
+    let Some((cert_path, key_path)) = cert_and_key else {
+        let (cert, key) = ca.issue_server(&["localhost", "127.0.0.1", "::1"])?;
+        let chain = vec![
+            CertificateDer::from_pem_slice(cert.as_bytes()).map_err(|e| TlsError::Pem {
+                path: "server certificate".into(),
+                what: e.to_string(),
+            })?,
+            ca.cert_der()?,
+        ];
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| TlsError::Pem {
+            path: "server key".into(),
+            what: e.to_string(),
+        })?;
+        return Ok(Identity { chain, key });
     };
+    let (cert_path, key_path) = (cert_path.to_path_buf(), key_path.to_path_buf());
     let chain = CertificateDer::pem_slice_iter(read(&cert_path)?.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| TlsError::Pem {

@@ -124,6 +124,8 @@ pub struct Cloud {
     pub logs: Arc<Mutex<Vec<String>>>,
     /// Ports of the first launch, reused by later launches (so bridges find it again).
     ports: Option<(u16, u16)>,
+    /// A PostgreSQL URL borrowed from another `Cloud` (see [`Cloud::start_beside`]).
+    shared_url: Option<String>,
 }
 
 /// The `cloud` binary of this build: `target/<profile>/cloud`, next to the test's own
@@ -159,6 +161,26 @@ impl Cloud {
             https: String::new(),
             logs: Arc::new(Mutex::new(Vec::new())),
             ports: None,
+            shared_url: None,
+        };
+        cloud.launch();
+        cloud
+    }
+
+    /// A second `cloud` process on the same PostgreSQL schema as `other` (own data directory
+    /// and ports), as when several processes serve one database.
+    pub fn start_beside(other: &Cloud) -> Self {
+        let mut cloud = Cloud {
+            backend: other.backend,
+            data_dir: tempfile::tempdir().expect("tempdir"),
+            pg: None,
+            extra_args: other.extra_args.clone(),
+            child: None,
+            http: String::new(),
+            https: String::new(),
+            logs: Arc::new(Mutex::new(Vec::new())),
+            ports: None,
+            shared_url: other.pg.as_ref().map(|p| p.url.clone()),
         };
         cloud.launch();
         cloud
@@ -169,9 +191,14 @@ impl Cloud {
             "--data-dir".to_string(),
             self.data_dir.path().display().to_string(),
         ];
-        if let Some(pg) = &self.pg {
+        if let Some(url) = self
+            .pg
+            .as_ref()
+            .map(|p| &p.url)
+            .or(self.shared_url.as_ref())
+        {
             args.push("--database-url".into());
-            args.push(pg.url.clone());
+            args.push(url.clone());
         }
         args
     }

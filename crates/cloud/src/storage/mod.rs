@@ -148,7 +148,8 @@ impl Store {
                     .journal_mode(SqliteJournalMode::Wal)
                     .synchronous(SqliteSynchronous::Full)
                     .busy_timeout(Duration::from_secs(10))
-                    .foreign_keys(true);
+                    .foreign_keys(true)
+                    .page_size(16_384);
                 let open_err = |source| StorageError::Open {
                     target: path.display().to_string(),
                     source,

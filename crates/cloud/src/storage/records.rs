@@ -204,6 +204,30 @@ impl Store {
         )
     }
 
+    /// The internal CA: stores (`cert`, `key`) unless one is stored already, and returns the
+    /// stored pair (the first process to start wins; the rest share its CA).
+    pub async fn ca_get_or_insert(
+        &self,
+        cert: &str,
+        key: &str,
+    ) -> Result<(String, String), StorageError> {
+        let sql = "INSERT INTO ca (id, cert_pem, key_pem, created_at) VALUES (1, $1, $2, $3) \
+                   ON CONFLICT DO NOTHING";
+        let args = vec![Arg::Text(cert), Arg::Text(key), Arg::Int(now_micros())];
+        self.execute(sql, Args(args)).await?;
+        let sql = "SELECT cert_pem, key_pem FROM ca WHERE id = 1";
+        Ok(match &self.db {
+            Db::Sqlite { write, .. } => {
+                let r = sqlx::query(sql).fetch_one(write).await?;
+                (r.get(0), r.get(1))
+            }
+            Db::Postgres(pool) => {
+                let r = sqlx::query(sql).fetch_one(pool).await?;
+                (r.get(0), r.get(1))
+            }
+        })
+    }
+
     /// True when the org ever had a token for this bridge (so it is known, maybe offline).
     pub async fn bridge_exists(
         &self,
