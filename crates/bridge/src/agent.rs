@@ -17,6 +17,9 @@ use crate::identity::{AgentError, Identity, problem_detail};
 use crate::metrics::Metrics;
 use crate::status::{Connection, Status};
 
+/// How long the upgrade exchange may take once TLS is up.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// How long in-flight streams may take to finish at shutdown.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -172,10 +175,14 @@ impl Agent {
             )
             .body(Empty::<Bytes>::new())
             .map_err(|e| AgentError::Http(e.to_string()))?;
-        let response = sender
-            .send_request(request)
+        let response = tokio::time::timeout(EXCHANGE_TIMEOUT, sender.send_request(request))
             .await
-            .map_err(|e| AgentError::Http(e.to_string()))?;
+            .map_err(|_| {
+                AgentError::Http(format!(
+                    "the cloud did not answer the tunnel upgrade within {EXCHANGE_TIMEOUT:?}"
+                ))
+            })?
+            .map_err(|e| AgentError::Http(format!("tunnel upgrade request: {e}")))?;
         let status = response.status();
         if status != http::StatusCode::SWITCHING_PROTOCOLS {
             let reason = response
@@ -188,7 +195,7 @@ impl Agent {
                 .map(|b| b.to_bytes())
                 .unwrap_or_default();
             let reason = reason.unwrap_or_else(|| problem_detail(&body));
-            return Err(if status.as_u16() == 401 {
+            return Err(if matches!(status.as_u16(), 401 | 403) {
                 AgentError::Unauthorized(reason)
             } else {
                 AgentError::Refused {
@@ -197,9 +204,10 @@ impl Agent {
                 }
             });
         }
-        let upgraded = hyper::upgrade::on(response)
+        let upgraded = tokio::time::timeout(EXCHANGE_TIMEOUT, hyper::upgrade::on(response))
             .await
-            .map_err(|e| AgentError::Http(e.to_string()))?;
+            .map_err(|_| AgentError::Http("the tunnel upgrade did not complete".into()))?
+            .map_err(|e| AgentError::Http(format!("tunnel upgrade: {e}")))?;
         drop(conn);
         let since = Instant::now();
         if reconnect {
@@ -214,7 +222,7 @@ impl Agent {
         let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
         builder
             .timer(TokioTimer::new())
-            .max_concurrent_streams(self.cfg.max_connections)
+            .max_concurrent_streams(tunnel_streams(self.cfg.max_connections))
             .initial_stream_window_size(tunnel::STREAM_WINDOW)
             .initial_connection_window_size(tunnel::CONNECTION_WINDOW)
             .max_frame_size(tunnel::MAX_FRAME)
@@ -254,6 +262,14 @@ impl Agent {
         self.metrics.set_connected(false);
         Ok(since.elapsed())
     }
+}
+
+/// HTTP/2 streams the tunnel admits: `max_connections` forwarded at once per resource (the
+/// forwarder's semaphore), up to three times that waiting (at most [`crate::forward`]'s queue
+/// wait, then 503), and one slot kept for the heartbeat so a busy tunnel is never taken for a
+/// dead one.
+fn tunnel_streams(max_connections: u32) -> u32 {
+    max_connections.saturating_mul(4).saturating_add(1)
 }
 
 fn wire_kind(kind: crate::config::ResourceKind) -> tunnel::ResourceKind {

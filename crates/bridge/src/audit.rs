@@ -49,7 +49,7 @@ pub struct AuditRecord {
     pub time: DateTime<Utc>,
     /// The request id shared with the cloud's logs.
     pub request_id: String,
-    /// The organisation (slug) that owns the bridge.
+    /// The numeric id of the organisation whose API key asked (from the cloud).
     pub org: String,
     /// The bridge name.
     pub bridge: String,

@@ -211,8 +211,26 @@ pub fn problem_detail(body: &[u8]) -> String {
         .unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(300).collect())
 }
 
+/// How long one enrollment exchange may take.
+const ENROLL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// One HTTP/1.1 request to the cloud on a fresh TLS connection; returns status and body.
 async fn request(
+    cfg: &Config,
+    tls: Arc<ClientConfig>,
+    builder: http::request::Builder,
+    body: Bytes,
+) -> Result<(u16, Bytes), AgentError> {
+    tokio::time::timeout(ENROLL_TIMEOUT, request_unbounded(cfg, tls, builder, body))
+        .await
+        .map_err(|_| {
+            AgentError::Http(format!(
+                "enrollment: the cloud did not answer within {ENROLL_TIMEOUT:?}"
+            ))
+        })?
+}
+
+async fn request_unbounded(
     cfg: &Config,
     tls: Arc<ClientConfig>,
     builder: http::request::Builder,

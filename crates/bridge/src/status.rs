@@ -83,7 +83,12 @@ impl Status {
 
     /// Sets the connection state.
     pub fn set(&self, c: Connection) {
-        self.lock().connection = c;
+        let mut inner = self.lock();
+        if c == Connection::Connected && inner.connection != Connection::Connected {
+            // A new tunnel: the last connection's heartbeat says nothing about this one.
+            inner.last_heartbeat_at = None;
+        }
+        inner.connection = c;
     }
 
     /// The connection state.

@@ -67,15 +67,17 @@ async fn a_token_without_a_client_certificate_opens_no_tunnel() {
             .contains("client certificate"),
         "{body}"
     );
-    // Plain HTTP never carries a tunnel either.
-    let res = cloud
-        .client()
-        .get(format!("{}/v1/bridge/connect", cloud.http))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 401);
+    // Plain HTTP serves neither tunnels nor enrollment (the token would travel in clear).
+    for path in ["/v1/bridge/connect", "/v1/bridge/enroll"] {
+        let res = cloud
+            .client()
+            .get(format!("{}{path}", cloud.http))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 404, "{path}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

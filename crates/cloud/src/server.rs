@@ -70,7 +70,8 @@ pub async fn run(
     let acceptor = TlsAcceptor::from(tls::server_config(identity, ca.cert_der()?)?);
     let state = AppState::new(store.clone(), metrics, options.signal_rate_limit, ca);
     let relay = state.relay.clone();
-    let app = api::router(state);
+    let tls_app = api::router(state.clone(), api::Listener::Tls);
+    let plain_app = api::router(state, api::Listener::Plain);
 
     let mut loops = Vec::new();
     if let Ok(addr) = tls_listener.local_addr() {
@@ -79,7 +80,7 @@ pub async fn run(
     loops.push(tokio::spawn(serve_loop(
         tls_listener,
         Some(acceptor),
-        app.clone(),
+        tls_app,
         shutdown.clone(),
         options.drain_timeout,
     )));
@@ -90,16 +91,16 @@ pub async fn run(
         loops.push(tokio::spawn(serve_loop(
             listener,
             None,
-            app,
+            plain_app,
             shutdown.clone(),
             options.drain_timeout,
         )));
     }
-    shutdown.cancelled().await;
-    relay.shutdown.cancel();
+    // Drain consumers' in-flight requests (some go through tunnels) before closing the tunnels.
     for task in loops {
         let _ = task.await;
     }
+    relay.shutdown.cancel();
     store.close().await;
     tracing::info!("stopped: in-flight requests drained, storage flushed");
     Ok(())

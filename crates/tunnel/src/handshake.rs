@@ -27,7 +27,7 @@ pub const HEADER_REFUSAL: &str = "x-bridge-refusal";
 pub const HEADER_REQUEST_ID: &str = "x-request-id";
 /// Set by the cloud on each forwarded request: the API key id that asked.
 pub const HEADER_PRINCIPAL: &str = "x-bridge-principal";
-/// Set by the cloud on each forwarded request: the org slug.
+/// Set by the cloud on each forwarded request: the numeric id of the calling org.
 pub const HEADER_ORG: &str = "x-bridge-org";
 
 /// Path of the cloud's application heartbeat, sent through the tunnel to the bridge.

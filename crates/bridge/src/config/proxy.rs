@@ -23,9 +23,9 @@ impl ProxyUrl {
         };
         let url = Url::parse(&with_scheme)
             .map_err(|err| format!("expected a proxy URL like http://proxy:3128 ({err})"))?;
-        if !matches!(url.scheme(), "http" | "https") {
+        if url.scheme() != "http" {
             return Err(format!(
-                "expected an http:// or https:// proxy URL, got scheme {:?}",
+                "expected an http:// proxy URL (the CONNECT and its credentials go in clear to the proxy; TLS to the proxy is not supported), got scheme {:?}",
                 url.scheme()
             ));
         }

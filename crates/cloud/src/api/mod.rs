@@ -67,14 +67,28 @@ impl AppState {
     }
 }
 
-/// The API's routes.
-pub fn router(state: AppState) -> Router {
-    Router::new()
+/// Which listener a router serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// `--listen`: everything, including bridge enrollment and tunnels.
+    Tls,
+    /// `--http-listen`: the API only; bridge tokens never travel in clear.
+    Plain,
+}
+
+/// The API's routes for one listener.
+pub fn router(state: AppState, listener: Listener) -> Router {
+    let routes = Router::new();
+    let routes = match listener {
+        Listener::Tls => routes
+            .route(tunnel::ENROLL_PATH, post(relay::enroll::enroll))
+            .route(tunnel::CONNECT_PATH, get(relay::connect::connect)),
+        Listener::Plain => routes,
+    };
+    routes
         .route("/v1/signals/{signal_key}", post(ingest::post_signal))
         .route("/v1/events", get(events::list))
         .route("/v1/events/{id}", get(events::get))
-        .route(tunnel::ENROLL_PATH, post(relay::enroll::enroll))
-        .route(tunnel::CONNECT_PATH, get(relay::connect::connect))
         .route("/v1/bridges", get(relay::forward::list))
         .route(
             "/v1/bridges/{bridge}/apis/{api}",
@@ -115,8 +129,13 @@ async fn track(State(state): State<AppState>, request: Request, next: Next) -> R
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "unmatched".into());
     let response = next.run(request).await;
+    let method = match method.as_str() {
+        m @ ("GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE" | "OPTIONS") => m,
+        // Unbounded label values would grow the metrics without limit.
+        _ => "other",
+    };
     state.metrics.request(
-        method.as_str(),
+        method,
         &route,
         response.status().as_u16(),
         started.elapsed(),

@@ -112,8 +112,9 @@ pub async fn connect(State(state): State<AppState>, mut req: Request) -> Respons
     };
     let heartbeat = header_str(&headers, tunnel::HEADER_HEARTBEAT)
         .and_then(|h| h.parse::<u64>().ok())
-        .filter(|h| *h > 0)
-        .map_or(Duration::from_secs(30), Duration::from_secs);
+        .map_or(Duration::from_secs(30), |h| {
+            Duration::from_secs(h.clamp(1, 3600))
+        });
     let instance_id = header_str(&headers, tunnel::HEADER_INSTANCE)
         .unwrap_or("unknown")
         .to_string();

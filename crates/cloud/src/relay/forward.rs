@@ -55,16 +55,16 @@ pub async fn api_root(
     Path((bridge, api)): Path<(String, String)>,
     req: Request,
 ) -> Response {
-    forward(state, ResourceKind::Api, bridge, api, String::new(), req).await
+    forward(state, ResourceKind::Api, bridge, api, req).await
 }
 
 /// `ANY /v1/bridges/{bridge}/apis/{api}/{*path}`.
 pub async fn api_path(
     State(state): State<AppState>,
-    Path((bridge, api, path)): Path<(String, String, String)>,
+    Path((bridge, api, _rest)): Path<(String, String, String)>,
     req: Request,
 ) -> Response {
-    forward(state, ResourceKind::Api, bridge, api, path, req).await
+    forward(state, ResourceKind::Api, bridge, api, req).await
 }
 
 async fn forward(
@@ -72,10 +72,9 @@ async fn forward(
     kind: ResourceKind,
     bridge: String,
     name: String,
-    path: String,
     req: Request,
 ) -> Response {
-    match try_forward(&state, kind, &bridge, &name, &path, req).await {
+    match try_forward(&state, kind, &bridge, &name, req).await {
         Ok(r) => r,
         Err(p) => p.into_response(),
     }
@@ -86,12 +85,11 @@ async fn try_forward(
     kind: ResourceKind,
     bridge: &str,
     name: &str,
-    path: &str,
     req: Request,
 ) -> Result<Response, Problem> {
     let principal = state.keys.authenticate(&state.store, req.headers()).await?;
-    let instances = state.relay.registry.instances(principal.org_id, bridge);
-    if instances.is_empty() {
+    let all = state.relay.registry.instances(principal.org_id, bridge);
+    if all.is_empty() {
         let known = state
             .store
             .bridge_exists(principal.org_id, bridge)
@@ -108,11 +106,13 @@ async fn try_forward(
             Problem::not_found(format!("no bridge {bridge:?} in this org"))
         });
     }
-    if !instances[0]
-        .resources
-        .iter()
-        .any(|r| r.kind == kind && r.name == name)
-    {
+    // During a rollout instances may declare different resources: only those that declare
+    // this one are candidates.
+    let instances: Vec<_> = all
+        .into_iter()
+        .filter(|i| i.resources.iter().any(|r| r.kind == kind && r.name == name))
+        .collect();
+    if instances.is_empty() {
         return Err(Problem::not_found(format!(
             "bridge {bridge:?} declares no {} named {name:?}",
             kind.segment()
@@ -125,7 +125,10 @@ async fn try_forward(
         .query()
         .map(|q| format!("?{q}"))
         .unwrap_or_default();
-    let uri = format!("/{}/{name}/{path}{query}", kind.segment());
+    // The raw (still percent-encoded) rest of the path, so `%2F` stays `%2F` and the bridge's
+    // path check sees exactly what the caller sent: /v1/bridges/{b}/apis/{api}/{rest}.
+    let rest = parts.uri.path().splitn(7, '/').nth(6).unwrap_or("");
+    let uri = format!("/{}/{name}/{rest}{query}", kind.segment());
     let mut headers = HeaderMap::with_capacity(parts.headers.len() + 3);
     for (k, v) in &parts.headers {
         if !DROPPED.contains(&k.as_str()) && !k.as_str().starts_with("x-bridge-") {

@@ -44,11 +44,14 @@ impl RateLimiter {
         bucket.tokens = (bucket.tokens + elapsed * self.rate).min(self.burst);
         bucket.refilled = now;
         let need = n as f64;
-        if bucket.tokens >= need {
+        // A batch larger than the burst passes once the bucket is full, leaving it in debt, so
+        // small limits never refuse a batch forever and the average rate still holds.
+        let threshold = need.min(self.burst);
+        if bucket.tokens >= threshold {
             bucket.tokens -= need;
             Ok(())
         } else {
-            let wait = (need.min(self.burst) - bucket.tokens) / self.rate;
+            let wait = (threshold - bucket.tokens) / self.rate;
             Err(Duration::from_secs_f64(wait.max(0.001)))
         }
     }
@@ -67,6 +70,20 @@ mod tests {
         assert!(wait <= Duration::from_millis(101), "{wait:?}");
         assert!(rl.check_at("other", 1, t0).is_ok(), "keys are independent");
         assert!(rl.check_at("k", 5, t0 + Duration::from_millis(500)).is_ok());
+    }
+
+    #[test]
+    fn a_batch_above_the_burst_passes_once_then_waits_for_the_debt() {
+        let rl = RateLimiter::new(10);
+        let t0 = Instant::now();
+        assert!(
+            rl.check_at("k", 500, t0).is_ok(),
+            "a full bucket lets a big batch through"
+        );
+        let wait = rl
+            .check_at("k", 1, t0 + Duration::from_secs(1))
+            .unwrap_err();
+        assert!(wait > Duration::from_secs(40), "{wait:?}");
     }
 
     #[test]
