@@ -34,7 +34,13 @@ pub fn run(path: Option<&Path>) -> ExitCode {
         Err(code) => return code,
     };
     logging::init(cfg.log_format, cfg.log_level, &cfg.name);
-    let runtime = match tokio::runtime::Runtime::new() {
+    // One thread: every stream goes through one tunnel connection, so extra worker threads
+    // mostly wake each other up (measured: ~20% more requests/s and less memory on one thread;
+    // docs/benchmarks.md). One core still forwards >10k requests/s or ~700 MB/s.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot start the async runtime: {e}");
