@@ -122,8 +122,15 @@ pub fn check(path: Option<&Path>) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let Ok(runtime) = tokio::runtime::Runtime::new() else {
-        return ExitCode::from(1);
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
     };
     println!("configuration: ok ({} resource(s))", cfg.resources().len());
     let rows = runtime.block_on(probe_all(&cfg));

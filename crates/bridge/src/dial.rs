@@ -33,7 +33,7 @@ pub enum DialError {
     },
     /// TCP connect failed.
     #[error(
-        "TCP: cannot connect to {addr}: {source}. Check that outbound traffic to it is allowed (firewall, port 443)"
+        "TCP: cannot connect to {addr}: {source}. Check that this host may connect out to that address and port (firewall, proxy_url)"
     )]
     Tcp {
         /// host:port.

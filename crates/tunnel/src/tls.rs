@@ -53,7 +53,9 @@ pub fn client_config(
             let mut roots = RootCertStore::empty();
             let (added, _) = roots.add_parsable_certificates(certs);
             if added == 0 {
-                return Err(TlsConfigError::NoRoots("no parsable certificate".into()));
+                return Err(TlsConfigError::NoRoots(
+                    "none of the given CA certificates (tls_ca_file) could be parsed".into(),
+                ));
             }
             builder.with_root_certificates(roots)
         }

@@ -19,7 +19,8 @@ use crate::storage::{InsertOutcome, NewEvent, WriteBatch};
 /// Longest accepted `Idempotency-Key`.
 const MAX_IDEMPOTENCY_KEY: usize = 255;
 
-/// The handler.
+/// `POST /v1/signals/{signalKey}`: 202 once stored, else a problem (400, 401, 403, 404, 413,
+/// 415, 422, 429, 503; see docs/api.md).
 pub async fn post_signal(
     State(state): State<AppState>,
     Path(signal_key): Path<String>,

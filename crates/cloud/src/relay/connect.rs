@@ -55,7 +55,8 @@ fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
     Some(cn)
 }
 
-/// The handler.
+/// `GET /v1/bridge/connect`: 101 and the tunnel, or 400/401/403/426 with the reason in
+/// `x-bridge-refusal` (the bridge logs it).
 pub async fn connect(State(state): State<AppState>, mut req: Request) -> Response {
     let headers = req.headers().clone();
     let credential = match authenticate_bridge(&state, &headers).await {

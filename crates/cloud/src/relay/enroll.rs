@@ -70,7 +70,8 @@ pub fn certificate_name(org_id: i64, bridge: &str) -> String {
     format!("{org_id}:{bridge}")
 }
 
-/// The handler: body is the CSR in PEM; answer `{"certificate","ca"}` in PEM.
+/// `POST /v1/bridge/enroll`: body is the CSR in PEM; answer `{"certificate","ca"}` in PEM,
+/// or 400 (not a CSR), 401 (token), 503 (CA unavailable).
 pub async fn enroll(State(state): State<AppState>, headers: HeaderMap, body: String) -> Response {
     let credential = match authenticate_bridge(&state, &headers).await {
         Ok(c) => c,

@@ -248,21 +248,11 @@ impl Store {
         idem_key: &str,
     ) -> Result<Option<String>, StorageError> {
         let sql = "SELECT response FROM idempotency WHERE signal_key = $1 AND idem_key = $2";
-        Ok(match &self.db {
-            // Read on the writer's connection: a replay right after the first answer must see it.
-            Db::Sqlite { write, .. } => sqlx::query(sql)
-                .bind(signal_key)
-                .bind(idem_key)
-                .fetch_optional(write)
-                .await?
-                .map(|r| r.get(0)),
-            Db::Postgres(pool) => sqlx::query(sql)
-                .bind(signal_key)
-                .bind(idem_key)
-                .fetch_optional(pool)
-                .await?
-                .map(|r| r.get(0)),
-        })
+        // Any connection sees the group commit's data once it has answered (WAL).
+        Ok(
+            on_db!(&self.db, pool => sqlx::query(sql).bind(signal_key).bind(idem_key)
+            .fetch_optional(pool).await?.map(|r| r.get(0))),
+        )
     }
 
     /// The newest alert of an org with this dedup key (a resolve inherits its fields).
