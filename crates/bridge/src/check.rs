@@ -122,15 +122,9 @@ pub fn check(path: Option<&Path>) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::run::runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     println!("configuration: ok ({} resource(s))", cfg.resources().len());
     let rows = runtime.block_on(probe_all(&cfg));

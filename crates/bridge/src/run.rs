@@ -27,6 +27,19 @@ pub fn load(path: Option<&Path>) -> Result<Config, ExitCode> {
     })
 }
 
+/// The async runtime. One thread: every stream goes through one tunnel connection, so extra
+/// worker threads mostly wake each other up (measured: ~20% more requests/s and less memory on
+/// one thread; docs/benchmarks.md). One core still forwards >10k requests/s or ~700 MB/s.
+pub fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("cannot start the async runtime: {e}");
+            ExitCode::from(1)
+        })
+}
+
 /// `bridge run`.
 pub fn run(path: Option<&Path>) -> ExitCode {
     let cfg = match load(path) {
@@ -34,18 +47,9 @@ pub fn run(path: Option<&Path>) -> ExitCode {
         Err(code) => return code,
     };
     logging::init(cfg.log_format, cfg.log_level, &cfg.name);
-    // One thread: every stream goes through one tunnel connection, so extra worker threads
-    // mostly wake each other up (measured: ~20% more requests/s and less memory on one thread;
-    // docs/benchmarks.md). One core still forwards >10k requests/s or ~700 MB/s.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(serve(cfg)) {
         Ok(()) => ExitCode::SUCCESS,

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::mpsc;
 
-use super::writer::{InsertOutcome, Job, group};
-use super::{StorageError, now_micros};
+use super::now_micros;
+use super::writer::{InsertOutcome, Job, answer, group};
 use crate::metrics::Metrics;
 
 const INSERT_EVENT: &str = "INSERT INTO events (id, org_id, signal_key, type, service, \
@@ -55,24 +55,13 @@ pub(super) fn run(path: &Path, mut rx: mpsc::Receiver<Job>, metrics: Metrics) {
             None => Err(rusqlite::Error::InvalidPath(path.to_path_buf())),
         };
         metrics.observe_commit(started.elapsed(), jobs.len());
-        match result {
-            Ok(outcomes) => {
-                for (job, outcome) in jobs.into_iter().zip(outcomes) {
-                    let _ = job.reply.send(Ok(outcome));
-                }
-            }
-            Err(err) => {
-                tracing::error!(cause = %err, batches = jobs.len(), "group commit failed");
-                // Prepared statements may refer to a changed schema; start clean next time.
-                if let Some(c) = conn.as_ref() {
-                    c.flush_prepared_statement_cache();
-                }
-                let message = err.to_string();
-                for job in jobs {
-                    let _ = job.reply.send(Err(StorageError::Commit(message.clone())));
-                }
-            }
+        if result.is_err()
+            && let Some(c) = conn.as_ref()
+        {
+            // Prepared statements may refer to a changed schema; start clean next time.
+            c.flush_prepared_statement_cache();
         }
+        answer(jobs, result.map_err(|e| e.to_string()));
     }
 }
 

@@ -103,6 +103,23 @@ impl WriterHandle {
     }
 }
 
+/// Answers every request of a group: its outcome, or the commit's error.
+pub(super) fn answer(jobs: Vec<Job>, result: Result<Vec<InsertOutcome>, String>) {
+    match result {
+        Ok(outcomes) => {
+            for (job, outcome) in jobs.into_iter().zip(outcomes) {
+                let _ = job.reply.send(Ok(outcome));
+            }
+        }
+        Err(message) => {
+            tracing::error!(cause = %message, batches = jobs.len(), "group commit failed");
+            for job in jobs {
+                let _ = job.reply.send(Err(StorageError::Commit(message.clone())));
+            }
+        }
+    }
+}
+
 /// `first` plus whatever else is queued already, up to [`MAX_GROUP_EVENTS`] events: one group.
 pub(super) fn group(first: Job, rx: &mut mpsc::Receiver<Job>) -> Vec<Job> {
     let mut count = first.batch.events.len();
@@ -131,20 +148,7 @@ async fn run(db: Db, rx: Arc<Mutex<mpsc::Receiver<Job>>>, metrics: Metrics) {
         let started = Instant::now();
         let result = commit(&db, &jobs).await;
         metrics.observe_commit(started.elapsed(), jobs.len());
-        match result {
-            Ok(outcomes) => {
-                for (job, outcome) in jobs.into_iter().zip(outcomes) {
-                    let _ = job.reply.send(Ok(outcome));
-                }
-            }
-            Err(err) => {
-                tracing::error!(cause = %err, batches = jobs.len(), "group commit failed");
-                let message = err.to_string();
-                for job in jobs {
-                    let _ = job.reply.send(Err(StorageError::Commit(message.clone())));
-                }
-            }
-        }
+        answer(jobs, result.map_err(|e| e.to_string()));
     }
 }
 
