@@ -98,7 +98,7 @@ impl Agent {
                 Err(AgentError::Unauthorized(why)) => {
                     self.metrics.connection_errors.inc();
                     self.status.set(Connection::Unauthorized);
-                    tracing::error!(reason = %why, "the cloud rejected the bridge token; check SERVICE_BRIDGE_TOKEN (it may be wrong, expired or revoked). Retrying slowly");
+                    tracing::error!(reason = %why, "the cloud rejected the bridge token or its certificate (see reason): check SERVICE_BRIDGE_TOKEN (wrong, expired or revoked?), SERVICE_BRIDGE_NAME, and that no TLS-inspecting proxy strips the client certificate. Retrying slowly");
                     Failure::Rejected
                 }
                 Err(e) => {

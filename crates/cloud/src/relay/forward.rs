@@ -196,6 +196,7 @@ async fn try_forward(
         format!("the tunnel to bridge {bridge:?} failed while forwarding ({last_error}); retry"),
     );
     p.status = StatusCode::BAD_GATEWAY.as_u16();
+    p.retry_after = None;
     Err(p)
 }
 
