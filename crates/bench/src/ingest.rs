@@ -63,10 +63,18 @@ async fn bench_backend(name: &str, db: &[String], args: &Args) -> Result<()> {
         &drive(server.addr, livez.clone(), c, s, None).await,
         1,
     );
+    let before = commit_totals(server.addr).await?;
     let peak = report(
         "POST single event",
         &drive(server.addr, single.clone(), c, s, None).await,
         1,
+    );
+    let after = commit_totals(server.addr).await?;
+    let commits = after.count - before.count;
+    println!(
+        "  single events: {commits:.0} group commits, {:.1} requests and {:.2} ms each on average",
+        (after.requests - before.requests) / commits.max(1.0),
+        1000.0 * (after.seconds - before.seconds) / commits.max(1.0),
     );
     report(
         "POST batch of 100",
@@ -104,4 +112,31 @@ pub async fn run(args: Args) -> Result<()> {
         result?;
     }
     Ok(())
+}
+
+/// Running totals of the server's group commits, from its `/metrics`.
+struct CommitTotals {
+    count: f64,
+    requests: f64,
+    seconds: f64,
+}
+
+async fn commit_totals(addr: std::net::SocketAddr) -> Result<CommitTotals> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")
+        .await?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await?;
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    Ok(CommitTotals {
+        count: value("storage_commit_batches_count "),
+        requests: value("storage_commit_batches_sum "),
+        seconds: value("storage_commit_duration_seconds_sum "),
+    })
 }

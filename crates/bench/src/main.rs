@@ -11,6 +11,7 @@ mod ingest;
 mod load;
 mod procs;
 mod tunnel;
+mod upstream;
 
 use clap::{Parser, Subcommand};
 
@@ -27,6 +28,8 @@ enum Command {
     Ingest(ingest::Args),
     /// Requests/s, latency, bulk throughput and RSS through the bridge tunnel.
     Tunnel(tunnel::Args),
+    /// The tunnel benchmark's internal HTTP server, alone (also handy for `wrk`).
+    Upstream(upstream::Args),
 }
 
 #[tokio::main]
@@ -34,5 +37,6 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Ingest(args) => ingest::run(args).await,
         Command::Tunnel(args) => tunnel::run(args).await,
+        Command::Upstream(args) => upstream::run(args).await,
     }
 }

@@ -1,8 +1,7 @@
-//! `bench tunnel`: the same in-process internal HTTP server (hyper) reached directly and through
-//! `cloud` → TLS tunnel → `bridge`: requests/s with p50/p99, a 1 GiB download, and the bridge's
-//! RSS idle and with 1,000 concurrent streams.
+//! `bench tunnel`: the same internal HTTP server (`bench upstream`, hyper, its own process)
+//! reached directly and through `cloud` → TLS tunnel → `bridge`: requests/s with p50/p99, a
+//! 1 GiB download, and the bridge's RSS idle and with 1,000 concurrent streams.
 
-use std::convert::Infallible;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -10,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Full, StreamBody};
-use hyper::body::Frame;
-use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use http_body_util::{BodyExt, Empty};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
 
 use crate::load::{Load, drive, percentile, report};
 use crate::procs::{Server, sibling, start};
+use crate::upstream::Upstream;
 
 /// Options of `bench tunnel`.
 #[derive(Debug, clap::Args)]
@@ -33,57 +32,6 @@ pub struct Args {
     /// Concurrent streams for the memory measurement.
     #[arg(long, default_value_t = 1000)]
     pub streams: usize,
-}
-
-type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
-
-fn query(req: &Request<hyper::body::Incoming>, key: &str) -> Option<u64> {
-    req.uri().query()?.split('&').find_map(|kv| {
-        let (k, v) = kv.split_once('=')?;
-        (k == key).then(|| v.parse().ok()).flatten()
-    })
-}
-
-async fn internal(req: Request<hyper::body::Incoming>) -> Result<Response<Body>, Infallible> {
-    if let Some(ms) = query(&req, "sleep_ms") {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-    }
-    if req.uri().path().ends_with("/bulk") {
-        let total = query(&req, "bytes").unwrap_or(0);
-        let chunk = Bytes::from(vec![b'x'; 256 * 1024]);
-        let stream = futures_util::stream::unfold(total, move |left| {
-            let chunk = chunk.clone();
-            async move {
-                (left > 0).then(|| {
-                    let n = left.min(chunk.len() as u64) as usize;
-                    (
-                        Ok::<_, Infallible>(Frame::data(chunk.slice(..n))),
-                        left - n as u64,
-                    )
-                })
-            }
-        });
-        return Ok(Response::new(StreamBody::new(stream).boxed()));
-    }
-    Ok(Response::new(
-        Full::new(Bytes::from_static(b"hello, world\n")).boxed(),
-    ))
-}
-
-async fn start_internal() -> Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let _ = stream.set_nodelay(true);
-            tokio::spawn(async move {
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), hyper::service::service_fn(internal))
-                    .await;
-            });
-        }
-    });
-    Ok(addr)
 }
 
 struct BridgeProcess(Child);
@@ -177,7 +125,8 @@ async fn bulk(addr: SocketAddr, path: &str, key: &str, bytes: u64) -> Result<f64
 
 /// Runs the tunnel benchmark.
 pub async fn run(args: Args) -> Result<()> {
-    let internal_addr = start_internal().await?;
+    let upstream = Upstream::start()?;
+    let internal_addr = upstream.addr;
     let (cloud, _, api_key) = start(&[])?;
     let out = Command::new(sibling("cloud")?)
         .args([

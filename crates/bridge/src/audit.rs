@@ -14,7 +14,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize, Serializer};
@@ -148,11 +148,17 @@ struct Chain {
     prev: String,
     /// The file ended without a newline (a torn write): start on a fresh line.
     needs_newline: bool,
+    /// Chained lines not yet written (only with a flusher; see [`AuditLog::spawn_flusher`]).
+    pending: Vec<u8>,
+    /// Whether a flusher task writes `pending`; without one every record is written at once.
+    deferred: bool,
 }
 
 /// A hash-chained audit log writer, shared between request handlers.
 pub struct AuditLog {
     chain: Mutex<Chain>,
+    /// Wakes the flusher when `pending` stops being empty.
+    wake: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -160,6 +166,13 @@ impl std::fmt::Debug for AuditLog {
         f.debug_struct("AuditLog")
             .field("prev", &self.last_hash())
             .finish_non_exhaustive()
+    }
+}
+
+impl Drop for AuditLog {
+    /// Records of streams dropped at exit still reach the file.
+    fn drop(&mut self) {
+        let _ = self.flush();
     }
 }
 
@@ -206,11 +219,15 @@ impl AuditLog {
                 out: Box::new(out),
                 prev: prev.unwrap_or_else(|| GENESIS_HASH.to_owned()),
                 needs_newline: false,
+                pending: Vec::new(),
+                deferred: false,
             }),
+            wake: tokio::sync::Notify::new(),
         }
     }
 
-    /// Appends `record` as one line and flushes it.
+    /// Chains `record` as one line and writes it: at once, or, once a flusher runs, together
+    /// with the other records of the same scheduler tick (one `write` for many requests).
     pub fn write(&self, record: &AuditRecord) -> Result<(), AuditError> {
         let mut chain = self.chain.lock().unwrap_or_else(PoisonError::into_inner);
         let line = serde_json::to_string(&Line {
@@ -218,17 +235,57 @@ impl AuditLog {
             record,
             prev: &chain.prev,
         })?;
-        let mut bytes = Vec::with_capacity(line.len() + 2);
+        let was_empty = chain.pending.is_empty();
         if chain.needs_newline {
-            bytes.push(b'\n');
+            chain.pending.push(b'\n');
+            chain.needs_newline = false;
         }
-        bytes.extend_from_slice(line.as_bytes());
-        bytes.push(b'\n');
-        chain.out.write_all(&bytes)?;
-        chain.out.flush()?;
-        chain.needs_newline = false;
+        chain.pending.extend_from_slice(line.as_bytes());
+        chain.pending.push(b'\n');
         chain.prev = line_hash(line.as_bytes());
+        if !chain.deferred {
+            return Self::write_pending(&mut chain);
+        }
+        if was_empty {
+            self.wake.notify_one();
+        }
         Ok(())
+    }
+
+    /// Writes the records not yet written (the flusher does this; call it once more at exit).
+    pub fn flush(&self) -> Result<(), AuditError> {
+        let mut chain = self.chain.lock().unwrap_or_else(PoisonError::into_inner);
+        Self::write_pending(&mut chain)
+    }
+
+    fn write_pending(chain: &mut Chain) -> Result<(), AuditError> {
+        if chain.pending.is_empty() {
+            return Ok(());
+        }
+        let Chain { out, pending, .. } = chain;
+        let written = out.write_all(pending).and_then(|()| out.flush());
+        pending.clear();
+        Ok(written?)
+    }
+
+    /// From now on, records are written by a task that runs after the handlers woken in the
+    /// same tick, so a busy bridge makes one `write` for many records instead of one each.
+    /// Records wait for microseconds, not for a timer; [`AuditLog::flush`] writes the rest.
+    pub fn spawn_flusher(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        self.chain
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .deferred = true;
+        let log = self.clone();
+        tokio::spawn(async move {
+            loop {
+                log.wake.notified().await;
+                tokio::task::yield_now().await;
+                if let Err(e) = log.flush() {
+                    tracing::error!(cause = %e, "cannot write audit records");
+                }
+            }
+        })
     }
 
     /// The hash of the last audit line written (or found when the file was opened).

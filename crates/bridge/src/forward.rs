@@ -25,6 +25,7 @@ use tunnel::ResourceKind as WireKind;
 
 use crate::audit::{AuditLog, AuditRecord, Decision, strip_query_values};
 use crate::config::{Api, Config, ResourceKind};
+use crate::memory::MemoryGauge;
 use crate::metrics::Metrics;
 use crate::rules::{allowed, path_is_clean};
 use crate::status::Status;
@@ -57,6 +58,7 @@ pub struct Forwarder {
     instance: String,
     client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Incoming>,
     limits: HashMap<String, Arc<Semaphore>>,
+    memory: MemoryGauge,
 }
 
 impl Forwarder {
@@ -88,6 +90,7 @@ impl Forwarder {
             instance,
             client,
             limits,
+            memory: MemoryGauge::default(),
         }
     }
 
@@ -162,7 +165,7 @@ impl Forwarder {
                 ));
             }
         }
-        if over_memory(self.cfg.max_memory_mb) {
+        if self.memory.rss_mb() > self.cfg.max_memory_mb {
             tracing::warn!(
                 limit_mb = self.cfg.max_memory_mb,
                 "memory above max_memory_mb; refusing new streams"
@@ -183,9 +186,17 @@ impl Forwarder {
                 "no such resource",
             ));
         };
-        let permit = match tokio::time::timeout(QUEUE_WAIT, limit.acquire_owned()).await {
-            Ok(Ok(p)) => p,
-            _ => {
+        // A free slot needs no timer; only a full resource waits (up to QUEUE_WAIT).
+        let permit = match limit.clone().try_acquire_owned() {
+            Ok(p) => Ok(p),
+            Err(_) => tokio::time::timeout(QUEUE_WAIT, limit.acquire_owned())
+                .await
+                .map_err(|_| ())
+                .and_then(|r| r.map_err(|_| ())),
+        };
+        let permit = match permit {
+            Ok(p) => p,
+            Err(()) => {
                 audit.rule = "max_connections".into();
                 return Ok(self.deny(
                     audit,
@@ -313,18 +324,6 @@ fn text(status: StatusCode, body: &str) -> Response<ResBody> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     r
-}
-
-fn over_memory(limit_mb: u64) -> bool {
-    let rss_kb = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .nth(1)
-                .and_then(|p| p.parse::<u64>().ok())
-        })
-        .map(|pages| pages * 4);
-    rss_kb.is_some_and(|kb| kb / 1024 > limit_mb)
 }
 
 fn build_upstream(

@@ -31,6 +31,7 @@ pub mod forward;
 pub mod health;
 pub mod identity;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod rules;
 pub mod run;

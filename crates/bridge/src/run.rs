@@ -69,6 +69,7 @@ async fn serve(cfg: Arc<Config>) -> anyhow::Result<()> {
     let status = Arc::new(Status::new(cfg.heartbeat_interval));
     let metrics = Metrics::new(&cfg.name);
     let audit = Arc::new(AuditLog::for_target(&cfg.audit_log)?);
+    let flusher = audit.spawn_flusher();
     let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
     let shutdown = signals();
     let listener = tokio::net::TcpListener::bind(("0.0.0.0", cfg.health_check_port))
@@ -89,7 +90,7 @@ async fn serve(cfg: Arc<Config>) -> anyhow::Result<()> {
         cfg.clone(),
         status.clone(),
         metrics.clone(),
-        audit,
+        audit.clone(),
         instance.clone(),
     ));
     let identity = Arc::new(Identity::new(cfg.clone())?);
@@ -104,6 +105,10 @@ async fn serve(cfg: Arc<Config>) -> anyhow::Result<()> {
     agent.run(shutdown.clone()).await;
     shutdown.cancel();
     let _ = health.await;
+    flusher.abort();
+    if let Err(e) = audit.flush() {
+        tracing::error!(cause = %e, "cannot write the last audit records");
+    }
     tracing::info!("bridge stopped");
     Ok(())
 }

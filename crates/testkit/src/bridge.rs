@@ -120,6 +120,23 @@ impl BridgeProc {
             .collect()
     }
 
+    /// The audit records logged so far, once there are at least `want` (the bridge writes
+    /// them just after the response leaves, so a test that has its answer may still wait).
+    pub async fn audit_records(&self, want: usize) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let records: Vec<Value> = self
+                .log_json()
+                .into_iter()
+                .filter(|l| l["type"] == "audit")
+                .collect();
+            if records.len() >= want || tokio::time::Instant::now() >= deadline {
+                return records;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// `GET /health` (status code and body), or `None` while not listening.
     pub async fn health(&self) -> Option<(u16, Value)> {
         let res = plain_client()
