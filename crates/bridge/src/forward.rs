@@ -56,7 +56,7 @@ pub struct Forwarder {
     metrics: Metrics,
     audit: Arc<AuditLog>,
     instance: String,
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Incoming>,
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, CountedIn>,
     limits: HashMap<String, Arc<Semaphore>>,
     memory: MemoryGauge,
 }
@@ -245,6 +245,8 @@ impl Forwarder {
                 self.metrics.in_flight.dec();
                 tracing::warn!(resource = %api.name, cause = %e, "internal API unreachable");
                 audit.status = 502;
+                audit.time = chrono::Utc::now();
+                audit.bytes_in = bytes_in.load(Ordering::Relaxed);
                 audit.duration_ms = started.elapsed().as_millis() as u64;
                 self.write_audit(&audit);
                 Ok(text(
@@ -331,7 +333,7 @@ fn build_upstream(
     rest: &str,
     req: Request<Incoming>,
     counter: Arc<AtomicU64>,
-) -> Result<Request<Incoming>, String> {
+) -> Result<Request<CountedIn>, String> {
     let base = api.url.as_str().trim_end_matches('/');
     let query = req
         .uri()
@@ -359,14 +361,46 @@ fn build_upstream(
             parts.headers.insert(header::AUTHORIZATION, v);
         }
     }
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    counter.store(declared, Ordering::Relaxed);
-    Ok(Request::from_parts(parts, body))
+    Ok(Request::from_parts(
+        parts,
+        CountedIn {
+            inner: body,
+            counter,
+        },
+    ))
+}
+
+/// The request body on its way to the internal system, counting its bytes for the audit
+/// record as they pass (the declared length may be absent or a lie).
+pub struct CountedIn {
+    inner: Incoming,
+    counter: Arc<AtomicU64>,
+}
+
+impl Body for CountedIn {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            self.counter.fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// Writes the audit record and metrics when the response body ends (or is dropped).
@@ -387,6 +421,7 @@ impl Drop for Finish {
             .duration
             .observe(self.started.elapsed().as_secs_f64());
         if let Some(mut audit) = self.audit.take() {
+            audit.time = chrono::Utc::now();
             audit.bytes_in = self.bytes_in.load(Ordering::Relaxed);
             audit.bytes_out = self.bytes_out;
             audit.duration_ms = self.started.elapsed().as_millis() as u64;

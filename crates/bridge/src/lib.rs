@@ -33,6 +33,7 @@ pub mod identity;
 pub mod logging;
 pub mod memory;
 pub mod metrics;
+pub mod reachability;
 pub mod rules;
 pub mod run;
 pub mod status;

@@ -24,6 +24,15 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+/// Labels of `bridge_resource_up`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabel {
+    /// api, git, registry or database.
+    pub kind: String,
+    /// The resource's name.
+    pub name: String,
+}
+
 /// Handle to every metric; cheap to clone.
 #[derive(Clone)]
 pub struct Metrics {
@@ -43,6 +52,8 @@ pub struct Metrics {
     pub in_flight: Gauge,
     /// `bridge_refused_total{reason}`.
     pub refused: Family<ReasonLabel, Counter>,
+    /// `bridge_resource_up{kind,name}`: 1 when the resource answered its last check.
+    pub resource_up: Family<ResourceLabel, Gauge>,
 }
 
 impl Metrics {
@@ -91,6 +102,12 @@ impl Metrics {
             "Requests refused by the bridge, by reason",
             refused.clone(),
         );
+        let resource_up = Family::<ResourceLabel, Gauge>::default();
+        registry.register(
+            "bridge_resource_up",
+            "1 when the declared resource answered its last reachability check (DNS and TCP)",
+            resource_up.clone(),
+        );
         connected
             .get_or_create(&NameLabel {
                 name: name.to_string(),
@@ -106,6 +123,7 @@ impl Metrics {
             reconnections,
             in_flight,
             refused,
+            resource_up,
         }
     }
 

@@ -13,7 +13,7 @@ use crate::forward::Forwarder;
 use crate::identity::Identity;
 use crate::metrics::Metrics;
 use crate::status::Status;
-use crate::{health, logging};
+use crate::{health, logging, reachability};
 
 /// Loads the configuration; on error prints every problem and gives exit code 2.
 pub fn load(path: Option<&Path>) -> Result<Config, ExitCode> {
@@ -86,6 +86,12 @@ async fn serve(cfg: Arc<Config>) -> anyhow::Result<()> {
         metrics.clone(),
         shutdown.clone(),
     ));
+    let reachability = tokio::spawn(reachability::watch(
+        cfg.clone(),
+        status.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    ));
     let forwarder = Arc::new(Forwarder::new(
         cfg.clone(),
         status.clone(),
@@ -105,6 +111,7 @@ async fn serve(cfg: Arc<Config>) -> anyhow::Result<()> {
     agent.run(shutdown.clone()).await;
     shutdown.cancel();
     let _ = health.await;
+    reachability.abort();
     flusher.abort();
     if let Err(e) = audit.flush() {
         tracing::error!(cause = %e, "cannot write the last audit records");

@@ -176,6 +176,12 @@ async fn large_bodies_stream_both_ways_intact() {
     let answer: Value = res.json().await.unwrap();
     assert_eq!(answer["bytes"], 32 * 1024 * 1024);
     assert_eq!(answer["sha256"], digest.as_str());
+    // The audit records count what really streamed (the upload declared no length).
+    let audit = rig.bridge.audit_records(2).await;
+    assert_eq!(audit.len(), 2, "{audit:?}");
+    assert_eq!(audit[0]["bytes_out"], size);
+    assert_eq!(audit[1]["method"], "POST");
+    assert_eq!(audit[1]["bytes_in"], 32 * 1024 * 1024);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

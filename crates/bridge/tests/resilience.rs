@@ -182,3 +182,52 @@ async fn sigterm_drains_in_flight_streams_then_exits_zero() {
         .unwrap();
     assert_eq!(res.status(), 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_resource_makes_health_degraded_until_it_answers() {
+    let port = free_port();
+    let rig = Rig::start(&format!(
+        "  - name: dead\n    url: http://127.0.0.1:{port}\n"
+    ))
+    .await;
+    rig.bridge
+        .wait_health("degraded", Duration::from_secs(10))
+        .await;
+    let (code, health) = rig.bridge.health().await.expect("health");
+    assert_eq!(code, 200, "degraded is still ready: {health}");
+    assert_eq!(health["connection_status"], "connected");
+    assert_eq!(
+        rig.bridge
+            .metric("bridge_resource_up{kind=\"api\",name=\"dead\"}")
+            .await,
+        0.0
+    );
+    assert_eq!(
+        rig.bridge
+            .metric("bridge_resource_up{kind=\"api\",name=\"internal\"}")
+            .await,
+        1.0
+    );
+    assert!(
+        rig.bridge.log_json().iter().any(|l| l["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("resource unreachable"))
+            && l["resource"] == "dead"),
+        "no warning naming the resource:\n{}",
+        rig.bridge.log_text()
+    );
+    // The other resource still works meanwhile.
+    assert_eq!(rig.get("/still-up").await.status(), 200);
+
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind the dead port");
+    rig.bridge
+        .wait_health("healthy", Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        rig.bridge
+            .metric("bridge_resource_up{kind=\"api\",name=\"dead\"}")
+            .await,
+        1.0
+    );
+    drop(listener);
+}

@@ -39,7 +39,13 @@ async fn revoking_the_token_closes_the_live_tunnel_within_seconds() {
     rig.bridge
         .wait_status("unauthorized", Duration::from_secs(10))
         .await;
-    assert_eq!(rig.get("/x").await.status(), 503);
+    let res = rig.get("/x").await;
+    assert_eq!(res.status(), 503);
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert!(
+        body["detail"].as_str().unwrap().contains("revoked"),
+        "{body}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

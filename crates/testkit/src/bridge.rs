@@ -186,6 +186,24 @@ impl BridgeProc {
         }
     }
 
+    /// Waits until `/health` says `status == want` (healthy, degraded, unhealthy).
+    pub async fn wait_health(&self, want: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some((_, h)) = self.health().await
+                && h["status"] == want
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "/health never said {want}; logs:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Sends a signal.
     pub fn signal(&self, sig: &str) {
         let pid = self.child.as_ref().expect("running").id();

@@ -90,20 +90,25 @@ async fn try_forward(
     let principal = state.keys.authenticate(&state.store, req.headers()).await?;
     let all = state.relay.registry.instances(principal.org_id, bridge);
     if all.is_empty() {
-        let known = state
+        let (tokens, active) = state
             .store
-            .bridge_exists(principal.org_id, bridge)
+            .bridge_tokens_count(principal.org_id, bridge)
             .await
             .map_err(|e| storage_unavailable(&e))?;
-        return Err(if known {
-            Problem::unavailable(
+        return Err(match (tokens, active) {
+            (0, _) => Problem::not_found(format!("no bridge {bridge:?} in this org")),
+            (_, 0) => Problem::unavailable(
+                30,
+                format!(
+                    "bridge {bridge:?} has no tunnel and every token of it is revoked; create one with `cloud bridge-token create --org ORG --name {bridge}` and give it to the bridge"
+                ),
+            ),
+            _ => Problem::unavailable(
                 5,
                 format!(
                     "bridge {bridge:?} has no live tunnel right now (it may be reconnecting); retry shortly"
                 ),
-            )
-        } else {
-            Problem::not_found(format!("no bridge {bridge:?} in this org"))
+            ),
         });
     }
     // During a rollout instances may declare different resources: only those that declare

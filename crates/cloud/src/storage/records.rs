@@ -228,16 +228,17 @@ impl Store {
         })
     }
 
-    /// True when the org ever had a token for this bridge (so it is known, maybe offline).
-    pub async fn bridge_exists(
+    /// Tokens of a bridge: `(all, not revoked)`; `(0, 0)` for a bridge this org never had.
+    pub async fn bridge_tokens_count(
         &self,
         org_id: i64,
         bridge_name: &str,
-    ) -> Result<bool, StorageError> {
-        let sql = "SELECT 1 FROM bridge_tokens WHERE org_id = $1 AND bridge_name = $2 LIMIT 1";
+    ) -> Result<(i64, i64), StorageError> {
+        let sql = "SELECT COUNT(*), COUNT(CASE WHEN revoked_at IS NULL THEN 1 END) \
+            FROM bridge_tokens WHERE org_id = $1 AND bridge_name = $2";
         Ok(
-            on_db!(&self.db, pool => sqlx::query(sql).bind(org_id).bind(bridge_name)
-            .fetch_optional(pool).await?.is_some()),
+            on_db!(&self.db, pool => sqlx::query_as(sql).bind(org_id).bind(bridge_name)
+            .fetch_one(pool).await?),
         )
     }
 
