@@ -264,7 +264,7 @@ impl Agent {
     }
 }
 
-/// HTTP/2 streams the tunnel admits: `max_connections` forwarded at once per resource (the
+/// HTTP/2 streams the tunnel admits: `max_connections` forwarded at once by this instance (the
 /// forwarder's semaphore), up to three times that waiting (at most [`crate::forward`]'s queue
 /// wait, then 503), and one slot kept for the heartbeat so a busy tunnel is never taken for a
 /// dead one.

@@ -57,6 +57,9 @@ pub struct Forwarder {
     audit: Arc<AuditLog>,
     instance: String,
     client: Client<hyper_rustls::HttpsConnector<HttpConnector>, CountedIn>,
+    /// `max_connections`: streams of this instance, all resources together.
+    all: Arc<Semaphore>,
+    /// A resource's own `max_connections`, where it sets one.
     limits: HashMap<String, Arc<Semaphore>>,
     memory: MemoryGauge,
 }
@@ -74,12 +77,13 @@ impl Forwarder {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .build(connector);
+        let all = Arc::new(Semaphore::new(cfg.max_connections.max(1) as usize));
         let limits = cfg
             .apis
             .iter()
-            .map(|a| {
-                let n = a.max_connections.unwrap_or(cfg.max_connections).max(1) as usize;
-                (a.name.clone(), Arc::new(Semaphore::new(n)))
+            .filter_map(|a| {
+                let n = a.max_connections?.max(1) as usize;
+                Some((a.name.clone(), Arc::new(Semaphore::new(n))))
             })
             .collect();
         Forwarder {
@@ -89,6 +93,7 @@ impl Forwarder {
             audit,
             instance,
             client,
+            all,
             limits,
             memory: MemoryGauge::default(),
         }
@@ -104,6 +109,8 @@ impl Forwarder {
             return Ok(text(StatusCode::OK, "ok"));
         }
         let started = Instant::now();
+        // Every request the cloud sends counts, refused ones too (`bridge_refused_total` says why).
+        self.metrics.requests.inc();
         let path = req.uri().path().to_string();
         let mut audit = AuditRecord {
             time: chrono::Utc::now(),
@@ -125,6 +132,7 @@ impl Forwarder {
         };
         let Some((kind, name, rest)) = tunnel::resource::split_tunnel_path(&path) else {
             return Ok(self.deny(
+                started,
                 audit,
                 StatusCode::NOT_FOUND,
                 "not_declared",
@@ -138,6 +146,7 @@ impl Forwarder {
         };
         let Some(api) = api else {
             return Ok(self.deny(
+                started,
                 audit,
                 StatusCode::NOT_FOUND,
                 "not_declared",
@@ -147,6 +156,7 @@ impl Forwarder {
         if !path_is_clean(rest) {
             audit.rule = "path-normalisation".into();
             return Ok(self.deny(
+                started,
                 audit,
                 StatusCode::BAD_REQUEST,
                 "not_allowed",
@@ -158,6 +168,7 @@ impl Forwarder {
             None => {
                 audit.rule = "no matching allow rule".into();
                 return Ok(self.deny(
+                    started,
                     audit,
                     StatusCode::FORBIDDEN,
                     "not_allowed",
@@ -172,48 +183,30 @@ impl Forwarder {
             );
             audit.rule = "max_memory_mb".into();
             return Ok(self.deny(
+                started,
                 audit,
                 StatusCode::SERVICE_UNAVAILABLE,
                 "memory",
                 "the bridge is above max_memory_mb; retry shortly",
             ));
         }
-        let Some(limit) = self.limits.get(&api.name).cloned() else {
+        let Some(permits) = self.permits(&api.name).await else {
+            audit.rule = "max_connections".into();
             return Ok(self.deny(
+                started,
                 audit,
-                StatusCode::NOT_FOUND,
-                "not_declared",
-                "no such resource",
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                "the bridge or this resource is at its max_connections; retry shortly",
             ));
         };
-        // A free slot needs no timer; only a full resource waits (up to QUEUE_WAIT).
-        let permit = match limit.clone().try_acquire_owned() {
-            Ok(p) => Ok(p),
-            Err(_) => tokio::time::timeout(QUEUE_WAIT, limit.acquire_owned())
-                .await
-                .map_err(|_| ())
-                .and_then(|r| r.map_err(|_| ())),
-        };
-        let permit = match permit {
-            Ok(p) => p,
-            Err(()) => {
-                audit.rule = "max_connections".into();
-                return Ok(self.deny(
-                    audit,
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "overloaded",
-                    "this resource is at its max_connections; retry shortly",
-                ));
-            }
-        };
-        self.metrics.requests.inc();
         self.metrics.in_flight.inc();
         let bytes_in = Arc::new(AtomicU64::new(0));
         let upstream = match build_upstream(api, rest, req, bytes_in.clone()) {
             Ok(r) => r,
             Err(why) => {
                 self.metrics.in_flight.dec();
-                return Ok(self.deny(audit, StatusCode::BAD_REQUEST, "not_allowed", &why));
+                return Ok(self.deny(started, audit, StatusCode::BAD_REQUEST, "not_allowed", &why));
             }
         };
         audit.decision = Decision::Allowed;
@@ -230,7 +223,7 @@ impl Forwarder {
                     started,
                     bytes_in,
                     bytes_out: 0,
-                    _permit: permit,
+                    _permits: permits,
                 };
                 Ok(Response::from_parts(
                     parts,
@@ -243,6 +236,9 @@ impl Forwarder {
             }
             Err(e) => {
                 self.metrics.in_flight.dec();
+                self.metrics
+                    .duration
+                    .observe(started.elapsed().as_secs_f64());
                 tracing::warn!(resource = %api.name, cause = %e, "internal API unreachable");
                 audit.status = 502;
                 audit.time = chrono::Utc::now();
@@ -260,14 +256,42 @@ impl Forwarder {
         }
     }
 
+    /// A slot under `max_connections` and, where the resource sets one, under its own limit.
+    /// A free slot is taken at once; otherwise the stream waits, up to [`QUEUE_WAIT`] in all.
+    async fn permits(&self, resource: &str) -> Option<Permits> {
+        let deadline = tokio::time::Instant::now() + QUEUE_WAIT;
+        let take = |sem: Arc<Semaphore>| async move {
+            match sem.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => tokio::time::timeout_at(deadline, sem.acquire_owned())
+                    .await
+                    .ok()?
+                    .ok(),
+            }
+        };
+        let all = take(self.all.clone()).await?;
+        let own = match self.limits.get(resource) {
+            Some(sem) => Some(take(sem.clone()).await?),
+            None => None,
+        };
+        Some(Permits {
+            _all: all,
+            _own: own,
+        })
+    }
+
     fn deny(
         &self,
+        started: Instant,
         mut audit: AuditRecord,
         status: StatusCode,
         reason: &str,
         why: &str,
     ) -> Response<ResBody> {
         self.metrics.refuse(reason);
+        self.metrics
+            .duration
+            .observe(started.elapsed().as_secs_f64());
         audit.status = status.as_u16();
         audit.decision = Decision::Denied;
         if audit.rule.is_empty() {
@@ -403,6 +427,12 @@ impl Body for CountedIn {
     }
 }
 
+/// Held for as long as a stream is forwarded.
+struct Permits {
+    _all: tokio::sync::OwnedSemaphorePermit,
+    _own: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
 /// Writes the audit record and metrics when the response body ends (or is dropped).
 struct Finish {
     forwarder: Arc<Forwarder>,
@@ -410,7 +440,7 @@ struct Finish {
     started: Instant,
     bytes_in: Arc<AtomicU64>,
     bytes_out: u64,
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    _permits: Permits,
 }
 
 impl Drop for Finish {

@@ -13,7 +13,7 @@ use crate::forward::Forwarder;
 use crate::identity::Identity;
 use crate::metrics::Metrics;
 use crate::status::Status;
-use crate::{health, logging, reachability};
+use crate::{health, identity, logging, reachability};
 
 /// Loads the configuration; on error prints every problem and gives exit code 2.
 pub fn load(path: Option<&Path>) -> Result<Config, ExitCode> {
@@ -51,7 +51,11 @@ pub fn run(path: Option<&Path>) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    match runtime.block_on(serve(cfg)) {
+    let (identity, audit) = match preflight(&cfg) {
+        Ok(opened) => opened,
+        Err(code) => return code,
+    };
+    match runtime.block_on(serve(cfg, identity, audit)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(cause = %format!("{e:#}"), "bridge failed");
@@ -60,7 +64,29 @@ pub fn run(path: Option<&Path>) -> ExitCode {
     }
 }
 
-async fn serve(cfg: Arc<Config>) -> anyhow::Result<()> {
+/// Opens what the configuration points at: the CA to trust, the operator's certificate and
+/// key, the audit log. A file that cannot be read or parsed is a configuration error like a bad
+/// value (exit 2, each one named by its key), not a failure found later on every reconnect.
+fn preflight(cfg: &Arc<Config>) -> Result<(Identity, AuditLog), ExitCode> {
+    let mut problems = Vec::new();
+    if let Err(e) = identity::trust(cfg) {
+        problems.push(e.to_string());
+    }
+    let identity = Identity::new(cfg.clone()).map_err(|e| problems.push(e.to_string()));
+    let audit =
+        AuditLog::for_target(&cfg.audit_log).map_err(|e| problems.push(format!("audit_log: {e}")));
+    match (identity, audit) {
+        (Ok(identity), Ok(audit)) if problems.is_empty() => Ok((identity, audit)),
+        _ => {
+            for p in &problems {
+                eprintln!("configuration error: {p}");
+            }
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow::Result<()> {
     if !cfg.tls_verify {
         tracing::warn!(
             "tls_verify is false: the cloud's certificate is NOT verified; use this for development only"
@@ -68,7 +94,7 @@ async fn serve(cfg: Arc<Config>) -> anyhow::Result<()> {
     }
     let status = Arc::new(Status::new(cfg.heartbeat_interval));
     let metrics = Metrics::new(&cfg.name);
-    let audit = Arc::new(AuditLog::for_target(&cfg.audit_log)?);
+    let audit = Arc::new(audit);
     let flusher = audit.spawn_flusher();
     let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
     let shutdown = signals();
@@ -99,7 +125,7 @@ async fn serve(cfg: Arc<Config>) -> anyhow::Result<()> {
         audit.clone(),
         instance.clone(),
     ));
-    let identity = Arc::new(Identity::new(cfg.clone())?);
+    let identity = Arc::new(identity);
     let agent = Agent {
         cfg,
         status,

@@ -128,7 +128,12 @@ impl Status {
             Connection::Connected if fresh && inner.resource_failures == 0 => "healthy",
             Connection::Connected if fresh => "degraded",
             // Just connected: the first heartbeat is not due yet.
-            Connection::Connected if inner.last_heartbeat_at.is_none() => "healthy",
+            Connection::Connected
+                if inner.last_heartbeat_at.is_none() && inner.resource_failures == 0 =>
+            {
+                "healthy"
+            }
+            Connection::Connected if inner.last_heartbeat_at.is_none() => "degraded",
             _ => "unhealthy",
         };
         Health {

@@ -157,3 +157,22 @@ async fn check_tries_the_cloud_and_each_resource() {
 fn free_closed_port() -> u16 {
     testkit::bridge::free_port()
 }
+
+#[test]
+fn unreadable_files_the_config_names_are_configuration_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_pem = dir.path().join("ca.pem");
+    std::fs::write(&not_pem, "this is not a certificate").unwrap();
+    let yaml = format!(
+        "name: dc1\ntoken: t\ntls_ca_file: {}\ntls_cert_file: {}\ntls_key_file: {}\naudit_log: {}\n",
+        not_pem.display(),
+        dir.path().join("missing-cert.pem").display(),
+        dir.path().join("missing-key.pem").display(),
+        dir.path().join("no-such-dir/audit.log").display(),
+    );
+    let (code, err) = run(&yaml, &[]);
+    assert_eq!(code, Some(2), "{err}");
+    for key in ["tls_ca_file", "tls_cert_file", "audit_log"] {
+        assert!(err.contains(key), "{key} not named in:\n{err}");
+    }
+}

@@ -217,6 +217,39 @@ async fn max_connections_is_respected_under_load() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_bounds_the_instance_across_resources() {
+    let rig = Rig::start_with(|up| {
+        format!(
+            "max_connections: 3\n{}  - name: second\n    url: {}\n",
+            testkit::bridge::internal_api_yaml(up, ""),
+            up.url
+        )
+    })
+    .await;
+    let client = rig.cloud.client();
+    let requests = (0..12).map(|i| {
+        let api = if i % 2 == 0 { "internal" } else { "second" };
+        client
+            .get(format!(
+                "{}/v1/bridges/dc1/apis/{api}/slow?sleep_ms=150",
+                rig.cloud.http
+            ))
+            .bearer_auth(&rig.tenant.api_key)
+            .send()
+    });
+    for r in futures_util::future::join_all(requests).await {
+        assert_eq!(r.unwrap().status(), 200);
+    }
+    let stats = &rig.upstream.stats;
+    let peak = stats.peak.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        (2..=3).contains(&peak),
+        "upstream saw {peak} concurrent requests over two resources; the instance limit is 3"
+    );
+    assert_eq!(stats.total.load(std::sync::atomic::Ordering::SeqCst), 12);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allow_rules_and_path_normalisation_refuse_and_audit() {
     let rig = Rig::start("    allow:\n      - {method: GET, path: \"/v1/*\"}\n").await;
     assert_eq!(rig.get("/v1/ok").await.status(), 200);

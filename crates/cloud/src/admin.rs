@@ -15,21 +15,14 @@ pub enum AdminError {
     Storage(#[from] StorageError),
 }
 
-/// Checks an org slug or bridge name: 1–63 of `a-z 0-9 - _ .`, starting alphanumeric.
+/// Checks an org slug or bridge name against [`tunnel::is_valid_bridge_name`].
 pub fn check_name(what: &str, name: &str) -> Result<(), AdminError> {
-    let ok = (1..=63).contains(&name.len())
-        && name
-            .bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_alphanumeric())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b));
-    if ok {
+    if tunnel::is_valid_bridge_name(name) {
         Ok(())
     } else {
         Err(AdminError::Usage(format!(
-            "{what} {name:?} is not valid: use 1 to 63 lowercase letters, digits, '-', '_' or '.', starting with a letter or digit"
+            "{what} {name:?} is not valid: use {}",
+            tunnel::BRIDGE_NAME_RULE
         )))
     }
 }

@@ -65,10 +65,10 @@ pub struct ServeArgs {
     /// Storage.
     #[command(flatten)]
     pub storage: StorageArgs,
-    /// TLS 1.3 address: API, bridge tunnel, dashboard.
+    /// TLS 1.3 address: the API and the bridge tunnel.
     #[arg(long, env = "CLOUD_LISTEN", default_value = "127.0.0.1:8443")]
     pub listen: SocketAddr,
-    /// Plain HTTP address (API and dashboard only), or `off`.
+    /// Plain HTTP address (the API only, never the bridge tunnel), or `off`.
     #[arg(long, env = "CLOUD_HTTP_LISTEN", default_value = "127.0.0.1:8000")]
     pub http_listen: String,
     /// Server certificate chain (PEM); a self-signed one is made when absent.
@@ -104,10 +104,10 @@ pub enum KeyCommand {
     /// Create a key; prints it alone (API keys: shown this once).
     Create {
         /// The org's slug.
-        #[arg(long)]
+        #[arg(long, env = "CLOUD_ORG")]
         org: String,
         /// A label for humans.
-        #[arg(long)]
+        #[arg(long, env = "CLOUD_KEY_NAME")]
         name: Option<String>,
         /// Storage.
         #[command(flatten)]
@@ -121,10 +121,10 @@ pub enum BridgeTokenCommand {
     /// Create a token for a bridge; prints it alone, this once.
     Create {
         /// The org's slug.
-        #[arg(long)]
+        #[arg(long, env = "CLOUD_ORG")]
         org: String,
         /// The bridge's name (SERVICE_BRIDGE_NAME).
-        #[arg(long)]
+        #[arg(long, env = "CLOUD_BRIDGE_NAME")]
         name: String,
         /// Storage.
         #[command(flatten)]
@@ -133,10 +133,10 @@ pub enum BridgeTokenCommand {
     /// Revoke every token of a bridge; its live tunnels are closed.
     Revoke {
         /// The org's slug.
-        #[arg(long)]
+        #[arg(long, env = "CLOUD_ORG")]
         org: String,
         /// The bridge's name.
-        #[arg(long)]
+        #[arg(long, env = "CLOUD_BRIDGE_NAME")]
         name: String,
         /// Storage.
         #[command(flatten)]

@@ -138,5 +138,8 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
     let shutdown = cloud::shutdown::on_signal();
     server::run(options, tls_listener, http_listener, shutdown)
         .await
-        .map_err(|e| Failure::Other(e.into()))
+        .map_err(|e| match e {
+            e @ server::ServeError::TlsFiles(_) => Failure::Usage(e.to_string()),
+            e => Failure::Other(e.into()),
+        })
 }

@@ -48,6 +48,9 @@ pub enum ServeError {
     /// TLS could not be set up.
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// The operator's `--tls-cert`/`--tls-key` files are unusable (a configuration error).
+    #[error("--tls-cert/--tls-key: {0}")]
+    TlsFiles(TlsError),
 }
 
 /// Runs the service until `shutdown` is cancelled, then drains and flushes.
@@ -66,7 +69,11 @@ pub async fn run(
             .tls_files
             .as_ref()
             .map(|(c, k)| (c.as_path(), k.as_path())),
-    )?;
+    )
+    .map_err(|e| match options.tls_files {
+        Some(_) => ServeError::TlsFiles(e),
+        None => ServeError::Tls(e),
+    })?;
     let acceptor = TlsAcceptor::from(tls::server_config(identity, ca.cert_der()?)?);
     let state = AppState::new(store.clone(), metrics, options.signal_rate_limit, ca);
     let relay = state.relay.clone();

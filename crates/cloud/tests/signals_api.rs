@@ -142,6 +142,10 @@ async fn every_error_status_has_a_problem_body(backend: Backend) {
     .await;
     assert_problem(s, &h, &b, 404);
 
+    let (s, h, b) = send(client.get(&url).bearer_auth(&t.api_key)).await;
+    assert_problem(s, &h, &b, 405);
+    assert_eq!(h["allow"], "POST");
+
     let big_event = json!({"type": "custom", "name": "x", "blob": "a".repeat(70 * 1024)});
     let (s, h, b) = send(client.post(&url).bearer_auth(&t.api_key).json(&big_event)).await;
     assert_problem(s, &h, &b, 413);
@@ -513,4 +517,23 @@ async fn sigterm_drains_and_exits_zero(backend: Backend) {
     cloud.signal("TERM");
     assert_eq!(cloud.wait(), Some(0));
     assert!(cloud.log_text().contains("storage flushed"));
+}
+
+#[test]
+fn unusable_tls_files_are_a_configuration_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(testkit::cloud_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .arg("--tls-cert")
+        .arg(dir.path().join("missing-cert.pem"))
+        .arg("--tls-key")
+        .arg(dir.path().join("missing-key.pem"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--tls-cert"), "{stderr}");
+    assert!(stderr.contains("missing-cert.pem"), "{stderr}");
 }

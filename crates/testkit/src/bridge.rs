@@ -257,17 +257,18 @@ pub fn internal_api_yaml(upstream: &crate::upstream::Upstream, extra: &str) -> S
 impl Rig {
     /// Starts everything with `api_extra` appended to the api entry, and waits for the tunnel.
     pub async fn start(api_extra: &str) -> Rig {
+        Self::start_with(|upstream| internal_api_yaml(upstream, api_extra)).await
+    }
+
+    /// Starts everything with the resources (and any other keys) `resources` writes for the
+    /// internal API, and waits for the tunnel.
+    pub async fn start_with(resources: impl FnOnce(&crate::upstream::Upstream) -> String) -> Rig {
         let cloud = Cloud::start(crate::Backend::Sqlite);
         let tenant = cloud.tenant("acme");
         let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
         let upstream = crate::upstream::Upstream::start().await;
         let port = free_port();
-        let yaml = yaml_for(
-            &cloud,
-            "dc1",
-            port,
-            &internal_api_yaml(&upstream, api_extra),
-        );
+        let yaml = yaml_for(&cloud, "dc1", port, &resources(&upstream));
         let bridge = BridgeProc::start(
             &yaml,
             port,

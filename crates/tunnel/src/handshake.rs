@@ -61,9 +61,37 @@ pub fn check_protocol(version: &str) -> Result<u32, String> {
     }
 }
 
+/// What [`is_valid_bridge_name`] accepts, for error messages on both sides.
+pub const BRIDGE_NAME_RULE: &str =
+    "1 to 63 lowercase letters, digits, '-', '_' or '.', starting with a letter or digit";
+
+/// A bridge name (and an org slug): the cloud issues tokens only for such names and the bridge
+/// refuses to start with another, so the two always agree. It is a URL path segment and part
+/// of the client certificate's name, hence the narrow alphabet.
+pub fn is_valid_bridge_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bridge_names_are_what_the_cloud_issues_tokens_for() {
+        for ok in ["dc1", "eu-west.1", "a", "0_x", &"a".repeat(63)] {
+            assert!(is_valid_bridge_name(ok), "{ok:?}");
+        }
+        for bad in ["", "DC1", "-dc", ".x", "a b", "dc/1", &"a".repeat(64)] {
+            assert!(!is_valid_bridge_name(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn protocol_versions() {

@@ -230,7 +230,7 @@ fn bad_environment_values_name_the_variable() {
         .with(API_URL_VAR, "http://cloud.example");
     let text = Config::from_env(&env).unwrap_err().to_string();
     for expected in [
-        "environment: name (from SERVICE_BRIDGE_NAME): expected 1-63 characters",
+        "environment: name (from SERVICE_BRIDGE_NAME): expected 1 to 63 lowercase letters",
         "environment: log_level (from SERVICE_LOG_LEVEL): expected one of debug, info, warn, error, got \"verbose\"",
         "environment: heartbeat_interval (from SERVICE_HEARTBEAT_INTERVAL): expected a whole number, got \"30s\"",
         "environment: api_url (from SERVICE_API_URL): expected an absolute https URL, got scheme \"http\"",
@@ -323,7 +323,7 @@ databases:
     let text = err.to_string();
     let expected = [
         "bridge.yaml: token: required: set `token` in the file or SERVICE_BRIDGE_TOKEN",
-        "bridge.yaml:2:7: name: expected 1-63 characters",
+        "bridge.yaml:2:7: name: expected 1 to 63 lowercase letters",
         "bridge.yaml:3:10: api_url: expected an absolute https URL, got scheme \"ftp\"",
         "bridge.yaml:4:21: heartbeat_interval: expected whole seconds from 1 to 3600, got 0",
         "bridge.yaml:5:18: reconnect_delay: expected whole seconds from 1 to 3600, got -1",

@@ -16,7 +16,6 @@ use super::env::{
 use super::error::{Origin, Problem};
 use super::file::FileConfig;
 use super::proxy::{ProxyUrl, parse_no_proxy};
-use super::resources::{NAME_RULE, is_valid_name};
 use super::{
     AUDIT_LOG_STDOUT, AuditTarget, Config, DEFAULT_API_URL, DEFAULT_HEALTH_CHECK_PORT,
     DEFAULT_HEARTBEAT_INTERVAL_SECS, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_MEMORY_MB,
@@ -56,12 +55,16 @@ pub(crate) fn validate(file: &FileConfig, env: &dyn Env) -> Result<Config, Vec<P
     };
 
     let name = match cx.overridden(file.name.as_ref(), "name", NAME_VAR) {
-        Some(n) if is_valid_name(&n.value) => n.value,
+        Some(n) if tunnel::is_valid_bridge_name(&n.value) => n.value,
         Some(n) => {
             cx.fail(
                 "name",
                 &n.origin,
-                format!("expected {NAME_RULE}, got {:?}", n.value),
+                format!(
+                    "expected {} (what `cloud bridge-token create --name` accepts), got {:?}",
+                    tunnel::BRIDGE_NAME_RULE,
+                    n.value
+                ),
             );
             String::new()
         }

@@ -296,7 +296,8 @@ fn to_new_event(e: ValidEvent, received: DateTime<Utc>) -> NewEvent {
         dedup_key: field("dedupKey"),
         occurred_at: occurred.timestamp_micros(),
         received_at: received.timestamp_micros(),
-        body: Value::Object(body).to_string(),
+        // serde_json's writer, not `Display` (which goes through fmt::Write: 2x slower).
+        body: serde_json::to_string(&body).unwrap_or_default(),
     }
 }
 

@@ -75,6 +75,16 @@ impl Problem {
         Self::new(StatusCode::NOT_FOUND, "not-found", "Not found", detail)
     }
 
+    /// 405: the path exists, the method does not.
+    pub fn method_not_allowed(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            "Method not allowed",
+            detail,
+        )
+    }
+
     /// 413: body or event too large.
     pub fn too_large(detail: impl Into<String>) -> Self {
         Self::new(
