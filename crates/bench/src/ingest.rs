@@ -20,6 +20,9 @@ pub struct Args {
     /// Also measure on this PostgreSQL (a fresh schema is created and dropped).
     #[arg(long)]
     pub pg_url: Option<String>,
+    /// Async worker threads of `cloud` (TOKIO_WORKER_THREADS); default one per core.
+    #[arg(long)]
+    pub cloud_threads: Option<usize>,
 }
 
 fn event(i: usize) -> serde_json::Value {
@@ -32,7 +35,7 @@ fn event(i: usize) -> serde_json::Value {
 }
 
 async fn bench_backend(name: &str, db: &[String], args: &Args) -> Result<()> {
-    let (server, signal_key, api_key) = start(db)?;
+    let (server, signal_key, api_key) = start(db, args.cloud_threads)?;
     let single = Load {
         method: hyper::Method::POST,
         path: format!("/v1/signals/{signal_key}"),

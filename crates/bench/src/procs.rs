@@ -41,8 +41,9 @@ fn cloud_bin() -> Result<std::path::PathBuf> {
     sibling("cloud")
 }
 
-/// Starts `cloud serve` on `db` (empty: SQLite) with org `bench`; returns it, a signal key and an API key.
-pub fn start(db: &[String]) -> Result<(Server, String, String)> {
+/// Starts `cloud serve` on `db` (empty: SQLite) with org `bench`, with `threads` async worker
+/// threads (`None`: one per core, the default); returns it, a signal key and an API key.
+pub fn start(db: &[String], threads: Option<usize>) -> Result<(Server, String, String)> {
     let dir = tempfile::tempdir()?;
     let mut storage = vec!["--data-dir".to_string(), dir.path().display().to_string()];
     storage.extend_from_slice(db);
@@ -68,6 +69,7 @@ pub fn start(db: &[String]) -> Result<(Server, String, String)> {
             "127.0.0.1:0",
         ])
         .args(["--signal-rate-limit", "0", "--log-level", "warn,cloud=info"])
+        .envs(threads.map(|n| ("TOKIO_WORKER_THREADS", n.to_string())))
         .args(&storage)
         .stdout(Stdio::piped())
         .spawn()?;

@@ -32,6 +32,9 @@ pub struct Args {
     /// Concurrent streams for the memory measurement.
     #[arg(long, default_value_t = 1000)]
     pub streams: usize,
+    /// Async worker threads of `cloud` (TOKIO_WORKER_THREADS); default one per core.
+    #[arg(long)]
+    pub cloud_threads: Option<usize>,
 }
 
 struct BridgeProcess(Child);
@@ -123,11 +126,16 @@ async fn bulk(addr: SocketAddr, path: &str, key: &str, bytes: u64) -> Result<f64
     Ok(bytes as f64 / t.elapsed().as_secs_f64() / 1e6)
 }
 
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
 /// Runs the tunnel benchmark.
 pub async fn run(args: Args) -> Result<()> {
     let upstream = Upstream::start()?;
     let internal_addr = upstream.addr;
-    let (cloud, _, api_key) = start(&[])?;
+    let (cloud, _, api_key) = start(&[], args.cloud_threads)?;
     let out = Command::new(sibling("cloud")?)
         .args([
             "bridge-token",
@@ -168,27 +176,44 @@ pub async fn run(args: Args) -> Result<()> {
         "{:<34} {:>12} {:>9} {:>9} {:>7}",
         "load", "requests/s", "p50 ms", "p99 ms", "errors"
     );
-    let d = drive(internal_addr, direct, c, s, None).await;
+    let d = drive(internal_addr, direct.clone(), c, s, None).await;
     let direct_rps = report("direct to the internal server", &d, 1);
-    let t = drive(cloud.addr, tunneled, c, s, None).await;
+    let t = drive(cloud.addr, tunneled.clone(), c, s, None).await;
     let tunnel_rps = report("cloud -> tunnel -> bridge", &t, 1);
     println!(
-        "tunnel/direct requests/s: {:.0}%   added p50 latency: {:.2} ms",
+        "tunnel/direct requests/s: {:.0}%   added p50 latency at this load: {:.2} ms",
         100.0 * tunnel_rps / direct_rps,
         percentile(&t.latencies_us, 0.5) - percentile(&d.latencies_us, 0.5)
     );
-
-    let b = args.bulk_bytes;
-    let direct_mbs = bulk(internal_addr, &format!("/bulk?bytes={b}"), &api_key, b).await?;
-    let tunnel_mbs = bulk(
-        cloud.addr,
-        &format!("/v1/bridges/dc1/apis/up/bulk?bytes={b}"),
-        &api_key,
-        b,
-    )
-    .await?;
+    // One request at a time: what the two hops add when nothing queues.
+    let d1 = drive(internal_addr, direct.clone(), 1, s.min(3), None).await;
+    report("direct, one connection", &d1, 1);
+    let t1 = drive(cloud.addr, tunneled, 1, s.min(3), None).await;
+    report("tunnel, one connection", &t1, 1);
     println!(
-        "bulk download of {} MiB: direct {direct_mbs:.0} MB/s, through the tunnel {tunnel_mbs:.0} MB/s ({:.0}%)",
+        "added p50 latency, one request at a time: {:.2} ms",
+        percentile(&t1.latencies_us, 0.5) - percentile(&d1.latencies_us, 0.5)
+    );
+
+    // Loopback bulk speed swings run to run (page cache, CPU frequency, neighbours): the
+    // median of three downloads each way, alternating, is what is compared.
+    let b = args.bulk_bytes;
+    let (mut direct_mbs, mut tunnel_mbs) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        direct_mbs.push(bulk(internal_addr, &format!("/bulk?bytes={b}"), &api_key, b).await?);
+        tunnel_mbs.push(
+            bulk(
+                cloud.addr,
+                &format!("/v1/bridges/dc1/apis/up/bulk?bytes={b}"),
+                &api_key,
+                b,
+            )
+            .await?,
+        );
+    }
+    let (direct_mbs, tunnel_mbs) = (median(&mut direct_mbs), median(&mut tunnel_mbs));
+    println!(
+        "bulk download of {} MiB (median of 3): direct {direct_mbs:.0} MB/s, through the tunnel {tunnel_mbs:.0} MB/s ({:.0}%)",
         b >> 20,
         100.0 * tunnel_mbs / direct_mbs
     );

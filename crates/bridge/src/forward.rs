@@ -56,7 +56,7 @@ pub struct Forwarder {
     metrics: Metrics,
     audit: Arc<AuditLog>,
     instance: String,
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, CountedIn>,
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Counted<Arc<AtomicU64>>>,
     /// `max_connections`: streams of this instance, all resources together.
     all: Arc<Semaphore>,
     /// A resource's own `max_connections`, where it sets one.
@@ -229,7 +229,7 @@ impl Forwarder {
                     parts,
                     Counted {
                         inner: body,
-                        finish,
+                        tally: finish,
                     }
                     .boxed(),
                 ))
@@ -357,7 +357,7 @@ fn build_upstream(
     rest: &str,
     req: Request<Incoming>,
     counter: Arc<AtomicU64>,
-) -> Result<Request<CountedIn>, String> {
+) -> Result<Request<Counted<Arc<AtomicU64>>>, String> {
     let base = api.url.as_str().trim_end_matches('/');
     let query = req
         .uri()
@@ -387,44 +387,11 @@ fn build_upstream(
     }
     Ok(Request::from_parts(
         parts,
-        CountedIn {
+        Counted {
             inner: body,
-            counter,
+            tally: counter,
         },
     ))
-}
-
-/// The request body on its way to the internal system, counting its bytes for the audit
-/// record as they pass (the declared length may be absent or a lie).
-pub struct CountedIn {
-    inner: Incoming,
-    counter: Arc<AtomicU64>,
-}
-
-impl Body for CountedIn {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled
-            && let Some(data) = frame.data_ref()
-        {
-            self.counter.fetch_add(data.len() as u64, Ordering::Relaxed);
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
 }
 
 /// Held for as long as a stream is forwarded.
@@ -460,13 +427,34 @@ impl Drop for Finish {
     }
 }
 
-/// A response body that counts its bytes for the audit record.
-struct Counted {
-    inner: Incoming,
-    finish: Finish,
+/// Where a [`Counted`] body reports the size of each data frame.
+pub trait Tally: Unpin {
+    /// `n` more body bytes went through.
+    fn add(&mut self, n: u64);
 }
 
-impl Body for Counted {
+/// The request's bytes_in, read when the response ends.
+impl Tally for Arc<AtomicU64> {
+    fn add(&mut self, n: u64) {
+        self.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// The response's bytes_out, written with the audit record.
+impl Tally for Finish {
+    fn add(&mut self, n: u64) {
+        self.bytes_out += n;
+    }
+}
+
+/// A body passed on unchanged while its bytes are counted for the audit record: what really
+/// streamed, since a declared length may be absent or wrong.
+pub struct Counted<T> {
+    inner: Incoming,
+    tally: T,
+}
+
+impl<T: Tally> Body for Counted<T> {
     type Data = Bytes;
     type Error = hyper::Error;
 
@@ -478,7 +466,7 @@ impl Body for Counted {
         if let Poll::Ready(Some(Ok(frame))) = &polled
             && let Some(data) = frame.data_ref()
         {
-            self.finish.bytes_out += data.len() as u64;
+            self.tally.add(data.len() as u64);
         }
         polled
     }
