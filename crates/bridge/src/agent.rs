@@ -190,10 +190,16 @@ impl Agent {
                 .get(tunnel::HEADER_REFUSAL)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string);
-            let body = http_body_util::BodyExt::collect(response.into_body())
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
+            // At most 64 KiB, within the exchange time-out: a proxy or a broken peer that
+            // streams or stalls a refusal must not hold the reconnect loop.
+            let limited = http_body_util::Limited::new(response.into_body(), 64 * 1024);
+            let body =
+                tokio::time::timeout(EXCHANGE_TIMEOUT, http_body_util::BodyExt::collect(limited))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .map(|b| b.to_bytes())
+                    .unwrap_or_default();
             let reason = reason.unwrap_or_else(|| problem_detail(&body));
             return Err(if matches!(status.as_u16(), 401 | 403) {
                 AgentError::Unauthorized(reason)

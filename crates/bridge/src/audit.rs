@@ -98,7 +98,18 @@ pub fn strip_query_values(path: &str) -> String {
     let names: Vec<&str> = query
         .split('&')
         .filter(|pair| !pair.is_empty())
-        .map(|pair| pair.split_once('=').map_or(pair, |(name, _)| name))
+        // `name=value` keeps a name-like name; a bare `?<word>` may itself be a token: `*`.
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _))
+                if (1..=64).contains(&name.len())
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"_.-[]".contains(&b)) =>
+            {
+                name
+            }
+            _ => "*",
+        })
         .collect();
     if names.is_empty() {
         base.to_owned()

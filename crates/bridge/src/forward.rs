@@ -27,17 +27,32 @@ use crate::audit::{AuditLog, AuditRecord, Decision, strip_query_values};
 use crate::config::{Api, Config, ResourceKind};
 use crate::memory::MemoryGauge;
 use crate::metrics::Metrics;
-use crate::rules::{allowed, path_is_clean};
+use crate::rules::{allowed, method_is_forbidden, path_is_clean};
 use crate::status::Status;
 
 /// The response body type of the service.
 pub type ResBody = BoxBody<Bytes, hyper::Error>;
 
+/// How long connecting to an internal system may take before the request gets a 502.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long a stream waits for a free slot under `max_connections` before a 503.
 const QUEUE_WAIT: Duration = Duration::from_secs(5);
 
-/// Headers of one hop, never passed on.
+/// Headers never passed on: those of one hop, the caller's credentials, and those with which a
+/// caller could make the internal server see another method, path or client address than the
+/// allow rules checked.
 const HOP: &[&str] = &[
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+    "x-original-url",
+    "x-rewrite-url",
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-real-ip",
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -160,7 +175,17 @@ impl Forwarder {
                 audit,
                 StatusCode::BAD_REQUEST,
                 "not_allowed",
-                "the path has '..', '.', encoded slashes or backslashes; send a normalised path",
+                "the path has '..', '.', encoded slashes, dots, semicolons or percent signs, or backslashes; send a normalised path",
+            ));
+        }
+        if method_is_forbidden(req.method().as_str()) {
+            audit.rule = "forbidden-method".into();
+            return Ok(self.deny(
+                started,
+                audit,
+                StatusCode::METHOD_NOT_ALLOWED,
+                "not_allowed",
+                "TRACE and CONNECT are never forwarded (TRACE would echo the injected credentials)",
             ));
         }
         match allowed(&api.allow, req.method().as_str(), rest) {
@@ -316,11 +341,16 @@ pub fn https_connector() -> hyper_rustls::HttpsConnector<HttpConnector> {
         .with_safe_default_protocol_versions()
         .map(|b| b.with_root_certificates(roots).with_no_client_auth())
         .unwrap_or_else(|_| unreachable_config());
+    // An internal system that does not answer SYN must not hold a `max_connections` slot.
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
     hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
-        .build()
+        .wrap_connector(tcp)
 }
 
 fn unreachable_config() -> rustls::ClientConfig {

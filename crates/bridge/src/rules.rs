@@ -3,16 +3,27 @@
 
 use crate::config::AllowRule;
 
-/// Refuses dot segments, encoded slashes/dots/backslashes: no way out of the resource's base.
+/// Refuses dot segments (also `..;x`, which Java servers read as `..`), encoded slashes, dots,
+/// backslashes, semicolons and percent signs (a double encoding decoded twice downstream), and
+/// NUL: no way out of the resource's base, whatever the internal server's URL rules.
 pub fn path_is_clean(path: &str) -> bool {
     let lower = path.to_ascii_lowercase();
-    if ["%2f", "%5c", "%2e", "\\", "%00"]
+    if ["%2f", "%5c", "%2e", "%3b", "%25", "\\", "%00"]
         .iter()
         .any(|bad| lower.contains(bad))
     {
         return false;
     }
-    !path.split('/').any(|seg| seg == ".." || seg == ".")
+    !path.split('/').any(|seg| {
+        let name = seg.split(';').next().unwrap_or(seg);
+        name == ".." || name == "."
+    })
+}
+
+/// Methods never forwarded, whatever the allow rules: `TRACE` echoes the request, with the
+/// credentials the bridge injected, back to the caller; `CONNECT` would open a raw tunnel.
+pub fn method_is_forbidden(method: &str) -> bool {
+    method.eq_ignore_ascii_case("TRACE") || method.eq_ignore_ascii_case("CONNECT")
 }
 
 /// The first matching rule (`METHOD path-glob`), or everything when no rules are given.
@@ -26,17 +37,28 @@ pub fn allowed(rules: &[AllowRule], method: &str, path: &str) -> Option<String> 
         .map(|r| format!("{} {}", r.method, r.path))
 }
 
-/// `*` matches any run of characters (including `/`).
+/// `*` matches any run of characters (including `/`). Iterative, remembering only the last
+/// star: O(pattern × text) at worst, so no path can make a rule with several stars explode.
 fn glob(pattern: &str, text: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == text,
-        Some((head, tail)) => {
-            let Some(rest) = text.strip_prefix(head) else {
-                return false;
-            };
-            (0..=rest.len()).any(|i| rest.is_char_boundary(i) && glob(tail, &rest[i..]))
+    let (p, t) = (pattern.as_bytes(), text.as_bytes());
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
         }
     }
+    p[pi..].iter().all(|&c| c == b'*')
 }
 
 #[cfg(test)]
@@ -53,6 +75,10 @@ mod tests {
             "/a%2Fb",
             "/a\\b",
             "/a/..",
+            "/public/..;/admin",
+            "/public/..%3b/admin",
+            "/public/%252e%252e/admin",
+            "/a/.;x/b",
         ] {
             assert!(!path_is_clean(bad), "{bad}");
         }
@@ -68,5 +94,26 @@ mod tests {
         assert!(allowed(&rules, "POST", "/v1/items").is_none());
         assert!(allowed(&rules, "GET", "/admin").is_none());
         assert!(allowed(&[], "DELETE", "/x").is_some());
+    }
+
+    #[test]
+    fn globs_match_like_before_and_stay_linear() {
+        for (pattern, text, want) in [
+            ("/v1/*", "/v1/a/b", true),
+            ("/v1/*", "/v2/a", false),
+            ("*", "", true),
+            ("/a/*/c", "/a/b/x/c", true),
+            ("/a/*/c", "/a/b/x/d", false),
+            ("/repos/*/*/contents/*", "/repos/o/r/contents/p/q", true),
+            ("/x*y*z", "/xaaybbz", true),
+            ("/x*y*z", "/xaaybb", false),
+        ] {
+            assert_eq!(glob(pattern, text), want, "{pattern} ~ {text}");
+        }
+        // Exponential for a backtracking matcher; instant here.
+        let hostile = format!("/repos/{}", "/contents/".repeat(1600));
+        assert!(!glob("/repos/*/*/*/contents/*x", &hostile));
+        assert!(method_is_forbidden("trace") && method_is_forbidden("CONNECT"));
+        assert!(!method_is_forbidden("GET"));
     }
 }

@@ -76,9 +76,29 @@ async fn connects_and_reports_health_metrics_and_logs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_are_injected_and_the_api_key_is_not_forwarded() {
     let rig = Rig::start("").await;
-    let res = rig.get("/v1/items?color=red").await;
+    let res = rig
+        .cloud
+        .client()
+        .get(rig.api_url("/v1/items?color=red"))
+        .bearer_auth(&rig.tenant.api_key)
+        .header("x-http-method-override", "DELETE")
+        .header("x-forwarded-for", "127.0.0.1")
+        .header("x-original-url", "/admin")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 200);
     let echo: Value = res.json().await.unwrap();
+    for header in [
+        "x-http-method-override",
+        "x-forwarded-for",
+        "x-original-url",
+    ] {
+        assert!(
+            echo["headers"][header].is_null(),
+            "{header} reached the API: {echo}"
+        );
+    }
     assert_eq!(echo["path"], "/v1/items");
     assert_eq!(echo["query"], "color=red");
     let expected = format!("Basic {}", base64_of(&format!("svc:{INTERNAL_PASSWORD}")));
@@ -264,14 +284,25 @@ async fn allow_rules_and_path_normalisation_refuse_and_audit() {
         .unwrap();
     assert_eq!(res.status(), 403);
     assert_eq!(rig.get("/v1/..%2Fadmin").await.status(), 400);
+    assert_eq!(rig.get("/v1/..;/admin").await.status(), 400);
+    // TRACE would echo the injected credentials back: never forwarded, rules or not.
+    let trace = rig
+        .cloud
+        .client()
+        .request(reqwest::Method::TRACE, rig.api_url("/v1/ok"))
+        .bearer_auth(&rig.tenant.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(trace.status(), 405);
     let denied = rig
         .bridge
-        .audit_records(3)
+        .audit_records(6)
         .await
         .into_iter()
         .filter(|l| l["decision"] == "denied")
         .count();
-    assert_eq!(denied, 3);
+    assert_eq!(denied, 5);
     assert_eq!(
         rig.upstream
             .stats

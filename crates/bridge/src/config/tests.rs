@@ -414,3 +414,13 @@ fn load_reads_a_file_and_reports_a_missing_one() {
     assert!(matches!(err, ConfigError::Read { .. }));
     assert!(err.to_string().contains("nope.yaml: cannot read"), "{err}");
 }
+
+#[test]
+fn a_resource_url_with_a_query_is_refused() {
+    let text = failure(
+        "name: dc1\ntoken: t\napis:\n  - name: a\n    url: https://api.example/v1?key=1\n",
+        &MapEnv::new(),
+    );
+    assert!(text.contains("apis[0].url"), "{text}");
+    assert!(text.contains("without ?query"), "{text}");
+}

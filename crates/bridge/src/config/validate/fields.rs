@@ -178,6 +178,12 @@ impl Ctx<'_> {
                 &given.origin,
                 "credentials belong in `auth`, not in the URL",
             );
+        } else if url.query().is_some() || url.fragment().is_some() {
+            self.fail(
+                key,
+                &given.origin,
+                "expected a base URL without ?query or #fragment (the caller's path and query are appended to it)",
+            );
         } else {
             return Some(url);
         }
