@@ -83,6 +83,10 @@ pub struct ServeArgs {
     /// Seconds in-flight requests may take to finish at shutdown.
     #[arg(long, env = "CLOUD_DRAIN_TIMEOUT", default_value_t = 20)]
     pub drain_timeout: u64,
+    /// Seconds a client may take to send a request's headers, and a keep-alive connection
+    /// may stay idle, before it is closed.
+    #[arg(long, env = "CLOUD_HEADER_READ_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub header_read_timeout: u64,
 }
 
 /// `cloud org …`.

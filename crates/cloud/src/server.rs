@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -37,7 +37,15 @@ pub struct ServeOptions {
     pub signal_rate_limit: u32,
     /// How long in-flight requests may take to finish at shutdown.
     pub drain_timeout: Duration,
+    /// How long a client may take to send a request's headers (and how long a keep-alive
+    /// connection may sit idle) before it is closed.
+    pub header_read_timeout: Duration,
 }
+
+/// Open connections per listener; beyond it the listener stops accepting until one closes
+/// (the kernel's backlog holds the rest), so a flood of idle connections cannot use up the
+/// process's file descriptors.
+const MAX_CONNECTIONS: usize = 10_000;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -89,7 +97,7 @@ pub async fn run(
         Some(acceptor),
         tls_app,
         shutdown.clone(),
-        options.drain_timeout,
+        (options.drain_timeout, options.header_read_timeout),
     )));
     if let Some(listener) = http_listener {
         if let Ok(addr) = listener.local_addr() {
@@ -100,7 +108,7 @@ pub async fn run(
             None,
             plain_app,
             shutdown.clone(),
-            options.drain_timeout,
+            (options.drain_timeout, options.header_read_timeout),
         )));
     }
     // Drain consumers' in-flight requests (some go through tunnels) before closing the tunnels.
@@ -125,16 +133,41 @@ async fn shared_ca(store: &Store, data_dir: &std::path::Path) -> Result<tls::Loc
     Ok(tls::LocalCa::from_pem(&cert, &key)?)
 }
 
+/// The per-connection HTTP settings: without a timer hyper enforces no header time-out at all,
+/// and a client sending a byte a minute would hold its connection forever.
+fn http_builder(header_read_timeout: Duration) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(Duration::from_secs(20));
+    builder
+}
+
 async fn serve_loop(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     app: Router,
     stop: CancellationToken,
-    drain_timeout: Duration,
+    timeouts: (Duration, Duration),
 ) {
+    let (drain_timeout, header_read_timeout) = timeouts;
     let graceful = GracefulShutdown::new();
-    let builder = Arc::new(auto::Builder::new(TokioExecutor::new()));
+    let builder = Arc::new(http_builder(header_read_timeout));
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+            _ = stop.cancelled() => break,
+        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
@@ -152,6 +185,7 @@ async fn serve_loop(
         let builder = builder.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             match tls {
                 None => {
                     let service = TowerToHyperService::new(app);

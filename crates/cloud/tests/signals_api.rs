@@ -122,6 +122,16 @@ async fn every_error_status_has_a_problem_body(backend: Backend) {
     let forged = format!("{}{last}", &t.api_key[..t.api_key.len() - 1]);
     let (s, h, b) = send(client.post(&url).bearer_auth(forged).json(&seed_event())).await;
     assert_problem(s, &h, &b, 401);
+    // A key sent without its scheme is refused without being echoed back.
+    let (s, h, b) = send(
+        client
+            .post(&url)
+            .header("authorization", &t.api_key)
+            .json(&seed_event()),
+    )
+    .await;
+    assert_problem(s, &h, &b, 401);
+    assert!(!b.to_string().contains(&t.api_key), "{b}");
 
     let (s, h, b) = send(
         client
@@ -536,4 +546,29 @@ fn unusable_tls_files_are_a_configuration_error() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--tls-cert"), "{stderr}");
     assert!(stderr.contains("missing-cert.pem"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_finishes_its_headers_is_disconnected() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cloud = Cloud::start_with(Backend::Sqlite, &["--header-read-timeout", "1"]);
+    let addr = cloud.http.trim_start_matches("http://");
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), slow.read_to_end(&mut rest)).await;
+    assert!(
+        closed.is_ok(),
+        "the connection was still open 10 s after a 1 s header time-out"
+    );
+    // The server itself is fine.
+    let res = cloud
+        .client()
+        .get(format!("{}/livez", cloud.http))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
 }

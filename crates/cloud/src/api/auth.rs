@@ -55,9 +55,10 @@ fn presented_key(headers: &HeaderMap) -> Result<String, Problem> {
         let (_, password) = decoded.split_once(':').unwrap_or(("", &decoded));
         return Ok(password.to_string());
     }
-    Err(Problem::unauthorized(format!(
-        "unsupported Authorization scheme {scheme:?}; use Bearer <API key>"
-    )))
+    // The scheme is not echoed: a key sent without `Bearer ` would be the "scheme".
+    Err(Problem::unauthorized(
+        "unsupported Authorization scheme; use Authorization: Bearer <API key>",
+    ))
 }
 
 impl KeyCache {

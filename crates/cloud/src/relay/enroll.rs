@@ -2,6 +2,7 @@
 //! certificate from the cloud's internal CA. The certificate names the org and the bridge
 //! (`CN=<org id>:<bridge>`), whatever the CSR asked for.
 
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -65,6 +66,11 @@ pub async fn authenticate_bridge(
     })
 }
 
+/// Largest CSR accepted (a PEM CSR is about 1 KiB).
+const MAX_CSR_BYTES: usize = 64 * 1024;
+/// How long the CSR may take to arrive.
+const CSR_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The common name a bridge's client certificate carries.
 pub fn certificate_name(org_id: i64, bridge: &str) -> String {
     format!("{org_id}:{bridge}")
@@ -72,12 +78,37 @@ pub fn certificate_name(org_id: i64, bridge: &str) -> String {
 
 /// `POST /v1/bridge/enroll`: body is the CSR in PEM; answer `{"certificate","ca"}` in PEM,
 /// or 400 (not a CSR), 401 (token), 503 (CA unavailable).
-pub async fn enroll(State(state): State<AppState>, headers: HeaderMap, body: String) -> Response {
+pub async fn enroll(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    // The token first: nobody without one makes the server read a body.
     let credential = match authenticate_bridge(&state, &headers).await {
         Ok(c) => c,
         Err(p) => return p.into_response(),
     };
-    match issue(&state, &credential, &body) {
+    let read = tokio::time::timeout(
+        CSR_READ_TIMEOUT,
+        http_body_util::BodyExt::collect(http_body_util::Limited::new(body, MAX_CSR_BYTES)),
+    )
+    .await;
+    let body = match read {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(_)) => {
+            return Problem::too_large(format!(
+                "a certificate signing request is at most {MAX_CSR_BYTES} bytes of PEM"
+            ))
+            .into_response();
+        }
+        Err(_) => {
+            return Problem::bad_request(format!(
+                "the certificate signing request did not arrive within {CSR_READ_TIMEOUT:?}"
+            ))
+            .into_response();
+        }
+    };
+    let Ok(body) = std::str::from_utf8(&body) else {
+        return Problem::bad_request("the body is not a PEM certificate signing request")
+            .into_response();
+    };
+    match issue(&state, &credential, body) {
         Ok((certificate, ca)) => {
             tracing::info!(org_id = credential.org_id, bridge = %credential.bridge_name, "bridge enrolled");
             (
@@ -101,6 +132,11 @@ fn issue(
         ))
     })?;
     let mut params = rcgen::CertificateParams::default();
+    // Random, positive, unique per certificate (rcgen would derive it from the public key,
+    // so renewing with the same key would repeat it).
+    let mut serial = *uuid::Uuid::new_v4().as_bytes();
+    serial[0] &= 0x7f;
+    params.serial_number = Some(rcgen::SerialNumber::from_slice(&serial));
     params.distinguished_name = rcgen::DistinguishedName::new();
     params.distinguished_name.push(
         rcgen::DnType::CommonName,
