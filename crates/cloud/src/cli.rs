@@ -29,8 +29,9 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Where the data lives; shared by `serve` and the admin commands.
-#[derive(Debug, Clone, Args)]
+/// Where the data lives; shared by `serve` and the admin commands. `Debug` hides the
+/// database URL's password.
+#[derive(Clone, Args)]
 pub struct StorageArgs {
     /// Directory for the SQLite database, the internal CA and the self-signed certificate.
     #[arg(long, env = "CLOUD_DATA_DIR", default_value = "./data")]
@@ -38,6 +39,18 @@ pub struct StorageArgs {
     /// PostgreSQL URL (postgres://user@host:port/db); SQLite in --data-dir when absent.
     #[arg(long, env = "CLOUD_DATABASE_URL")]
     pub database_url: Option<String>,
+}
+
+impl std::fmt::Debug for StorageArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StorageArgs")
+            .field("data_dir", &self.data_dir)
+            .field(
+                "database_url",
+                &self.database_url.as_deref().map(crate::storage::redact_url),
+            )
+            .finish()
+    }
 }
 
 /// The subcommands.

@@ -28,8 +28,8 @@ use crate::metrics::Metrics;
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
 
-/// Where the data lives, as chosen on the command line.
-#[derive(Debug, Clone)]
+/// Where the data lives, as chosen on the command line. `Debug` hides the URL's password.
+#[derive(Clone)]
 pub enum Backend {
     /// An SQLite file (created when missing), in WAL mode with full fsync on commit.
     Sqlite(std::path::PathBuf),
@@ -120,14 +120,40 @@ pub struct Store {
     writer: writer::WriterHandle,
 }
 
-fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}://{}@{}", &url[..scheme], user, &url[at + 1..])
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Backend::Sqlite(path) => f.debug_tuple("Sqlite").field(path).finish(),
+            Backend::Postgres(url) => f.debug_tuple("Postgres").field(&redact_url(url)).finish(),
         }
-        _ => url.to_string(),
+    }
+}
+
+/// The URL without its password: neither `user:password@` nor a `password=` parameter.
+pub fn redact_url(url: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let base = match (base.find("://"), base.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &base[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}://{}@{}", &base[..scheme], user, &base[at + 1..])
+        }
+        _ => base.to_string(),
+    };
+    match query {
+        None => base,
+        Some(q) => {
+            let params: Vec<String> = q
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                    _ => kv.to_string(),
+                })
+                .collect();
+            format!("{base}?{}", params.join("&"))
+        }
     }
 }
 
@@ -290,4 +316,18 @@ struct Args<'a>(Vec<Arg<'a>>);
 /// Microseconds since the Unix epoch, the unit of every stored time.
 pub fn now_micros() -> i64 {
     chrono::Utc::now().timestamp_micros()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_passwords_never_show() {
+        let url = "postgres://app:s3cret@db:5432/signals?sslmode=require&password=s3cret";
+        let shown = format!("{:?}", Backend::Postgres(url.into()));
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("app@db:5432/signals"), "{shown}");
+        assert!(shown.contains("sslmode=require"), "{shown}");
+    }
 }
