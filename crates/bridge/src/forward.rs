@@ -238,9 +238,7 @@ impl Forwarder {
         match self.client.request(upstream).await {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
-                for h in HOP {
-                    parts.headers.remove(*h);
-                }
+                strip_headers(&mut parts.headers, HOP);
                 audit.status = parts.status.as_u16();
                 let finish = Finish {
                     forwarder: self.clone(),
@@ -361,6 +359,19 @@ fn unreachable_config() -> rustls::ClientConfig {
         .with_no_client_auth()
 }
 
+/// Removes the headers named in `names` (lowercase). One pass over the few headers a message
+/// has, instead of one hash lookup per listed name: this runs twice per forwarded request.
+fn strip_headers(headers: &mut HeaderMap, names: &[&str]) {
+    let present: Vec<http::HeaderName> = headers
+        .keys()
+        .filter(|k| names.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    for name in present {
+        headers.remove(name);
+    }
+}
+
 fn header_str(h: &HeaderMap, name: &str) -> String {
     h.get(name)
         .and_then(|v| v.to_str().ok())
@@ -400,11 +411,11 @@ fn build_upstream(
     let (mut parts, body) = req.into_parts();
     parts.uri = uri;
     parts.version = http::Version::HTTP_11;
-    for h in HOP {
-        parts.headers.remove(*h);
-    }
-    parts.headers.remove(tunnel::HEADER_PRINCIPAL);
-    parts.headers.remove(tunnel::HEADER_ORG);
+    strip_headers(&mut parts.headers, HOP);
+    strip_headers(
+        &mut parts.headers,
+        &[tunnel::HEADER_PRINCIPAL, tunnel::HEADER_ORG],
+    );
     if let Some(auth) = &api.auth {
         let token = base64::engine::general_purpose::STANDARD.encode(format!(
             "{}:{}",

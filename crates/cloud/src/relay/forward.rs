@@ -181,8 +181,15 @@ async fn try_forward(
         match sender.send_request(request).await {
             Ok(response) => {
                 let (mut parts, incoming) = response.into_parts();
-                for h in DROPPED {
-                    parts.headers.remove(*h);
+                // One pass over the response's few headers, not one lookup per listed name.
+                let dropped: Vec<HeaderName> = parts
+                    .headers
+                    .keys()
+                    .filter(|k| DROPPED.contains(&k.as_str()))
+                    .cloned()
+                    .collect();
+                for name in dropped {
+                    parts.headers.remove(name);
                 }
                 let body = Body::new(Tracked {
                     inner: incoming,
