@@ -185,7 +185,11 @@ async fn sigterm_drains_in_flight_streams_then_exits_zero() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_resource_makes_health_degraded_until_it_answers() {
-    let port = free_port();
+    // Bound but not listening: the port is ours for the whole test and refuses connections
+    // until `listen` is called.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
     let rig = Rig::start(&format!(
         "  - name: dead\n    url: http://127.0.0.1:{port}\n"
     ))
@@ -219,7 +223,7 @@ async fn an_unreachable_resource_makes_health_degraded_until_it_answers() {
     // The other resource still works meanwhile.
     assert_eq!(rig.get("/still-up").await.status(), 200);
 
-    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind the dead port");
+    let listener = socket.listen(16).unwrap();
     rig.bridge
         .wait_health("healthy", Duration::from_secs(10))
         .await;
