@@ -235,3 +235,26 @@ async fn an_unreachable_resource_makes_health_degraded_until_it_answers() {
     );
     drop(listener);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_slower_than_the_forward_timeout_is_a_504() {
+    let rig = Rig::start_full(&["--forward-timeout", "1"], |up| internal_api_yaml(up, "")).await;
+    let started = std::time::Instant::now();
+    let res = rig.get("/slow?sleep_ms=4000").await;
+    assert_eq!(res.status(), 504);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("--forward-timeout"),
+        "{body}"
+    );
+    // The tunnel is fine afterwards.
+    assert_eq!(rig.get("/fast").await.status(), 200);
+}

@@ -100,6 +100,10 @@ pub struct ServeArgs {
     /// may stay idle, before it is closed.
     #[arg(long, env = "CLOUD_HEADER_READ_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub header_read_timeout: u64,
+    /// Seconds a request forwarded through a bridge may wait for the response's headers
+    /// (a free tunnel stream included) before a 504.
+    #[arg(long, env = "CLOUD_FORWARD_TIMEOUT", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub forward_timeout: u64,
 }
 
 /// `cloud org …`.

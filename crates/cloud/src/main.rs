@@ -135,6 +135,7 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
         signal_rate_limit: args.signal_rate_limit,
         drain_timeout: Duration::from_secs(args.drain_timeout),
         header_read_timeout: Duration::from_secs(args.header_read_timeout),
+        forward_timeout: Duration::from_secs(args.forward_timeout),
     };
     let shutdown = cloud::shutdown::on_signal();
     server::run(options, tls_listener, http_listener, shutdown)

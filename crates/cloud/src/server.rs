@@ -40,6 +40,8 @@ pub struct ServeOptions {
     /// How long a client may take to send a request's headers (and how long a keep-alive
     /// connection may sit idle) before it is closed.
     pub header_read_timeout: Duration,
+    /// How long a forwarded request may wait for its response's headers.
+    pub forward_timeout: Duration,
 }
 
 /// Open connections per listener; beyond it the listener stops accepting until one closes
@@ -83,7 +85,13 @@ pub async fn run(
         None => ServeError::Tls(e),
     })?;
     let acceptor = TlsAcceptor::from(tls::server_config(identity, ca.cert_der()?)?);
-    let state = AppState::new(store.clone(), metrics, options.signal_rate_limit, ca);
+    let state = AppState::new(
+        store.clone(),
+        metrics,
+        options.signal_rate_limit,
+        ca,
+        options.forward_timeout,
+    );
     let relay = state.relay.clone();
     let tls_app = api::router(state.clone(), api::Listener::Tls);
     let plain_app = api::router(state, api::Listener::Plain);

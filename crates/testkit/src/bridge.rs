@@ -263,7 +263,15 @@ impl Rig {
     /// Starts everything with the resources (and any other keys) `resources` writes for the
     /// internal API, and waits for the tunnel.
     pub async fn start_with(resources: impl FnOnce(&crate::upstream::Upstream) -> String) -> Rig {
-        let cloud = Cloud::start(crate::Backend::Sqlite);
+        Self::start_full(&[], resources).await
+    }
+
+    /// [`Rig::start_with`], with extra `cloud serve` arguments.
+    pub async fn start_full(
+        cloud_args: &[&str],
+        resources: impl FnOnce(&crate::upstream::Upstream) -> String,
+    ) -> Rig {
+        let cloud = Cloud::start_with(crate::Backend::Sqlite, cloud_args);
         let tenant = cloud.tenant("acme");
         let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
         let upstream = crate::upstream::Upstream::start().await;

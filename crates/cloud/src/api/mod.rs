@@ -60,11 +60,20 @@ pub struct RelayState {
     pub registry: Registry,
     /// Cancelled at shutdown; every tunnel's token is a child of it.
     pub shutdown: CancellationToken,
+    /// How long a forwarded request waits for its response's headers (`--forward-timeout`).
+    pub forward_timeout: std::time::Duration,
 }
 
 impl AppState {
-    /// State over a store, with a rate limit in events/s per signal key (0: none).
-    pub fn new(store: Store, metrics: Metrics, signal_rate_limit: u32, ca: LocalCa) -> Self {
+    /// State over a store, with a rate limit in events/s per signal key (0: none) and the
+    /// time a forwarded request may wait for its response's headers.
+    pub fn new(
+        store: Store,
+        metrics: Metrics,
+        signal_rate_limit: u32,
+        ca: LocalCa,
+        forward_timeout: std::time::Duration,
+    ) -> Self {
         AppState(Arc::new(Shared {
             store,
             metrics,
@@ -74,6 +83,7 @@ impl AppState {
                 ca,
                 registry: Registry::default(),
                 shutdown: CancellationToken::new(),
+                forward_timeout,
             }),
         }))
     }

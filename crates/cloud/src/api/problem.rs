@@ -85,6 +85,16 @@ impl Problem {
         )
     }
 
+    /// 504: the bridge's resource did not answer in time.
+    pub fn gateway_timeout(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "gateway-timeout",
+            "Gateway timeout",
+            detail,
+        )
+    }
+
     /// 413: body or event too large.
     pub fn too_large(detail: impl Into<String>) -> Self {
         Self::new(

@@ -178,7 +178,19 @@ async fn try_forward(
             .map_err(|e| Problem::bad_request(format!("cannot forward this request: {e}")))?;
         let guard = InFlight::new(instance.clone());
         let mut sender = instance.sender.clone();
-        match sender.send_request(request).await {
+        let timeout = state.relay.forward_timeout;
+        let answered = match tokio::time::timeout(timeout, sender.send_request(request)).await {
+            Ok(answered) => answered,
+            Err(_) => {
+                // Dropping the request resets its stream: the bridge stops waiting too.
+                tracing::warn!(bridge, instance = %instance.id, timeout = ?timeout, "forwarded request timed out");
+                return Err(Problem::gateway_timeout(format!(
+                    "bridge {bridge:?} did not answer within {} s (--forward-timeout); the internal system may be slow or the bridge busy",
+                    timeout.as_secs()
+                )));
+            }
+        };
+        match answered {
             Ok(response) => {
                 let (mut parts, incoming) = response.into_parts();
                 // One pass over the response's few headers, not one lookup per listed name.
