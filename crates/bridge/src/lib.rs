@@ -14,7 +14,9 @@
 //!
 //! - [`run`] wires a process: [`logging`], [`health`] (`/livez`, `/health`, `/metrics`),
 //!   [`agent`] (the reconnect loop over [`dial`] and [`identity`]), [`forward`] (the HTTP/2
-//!   service that reaches declared resources, within [`rules`]), [`status`] and [`metrics`].
+//!   service that reaches declared resources, within [`rules`] and under [`memory`]'s
+//!   `max_memory_mb`), [`reachability`] (the periodic resource checks behind `degraded`),
+//!   [`status`] and [`metrics`].
 //!
 //! Data flows config → connection loop (back-off) → tunnel (HTTP/2 server) → forwarder →
 //! resource, with one audit record per request. The wire contract shared with `cloud`

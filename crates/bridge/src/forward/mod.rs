@@ -3,17 +3,16 @@
 //! entry's credentials, streams the request to the internal system and the answer back, and
 //! writes one audit record. Anything not declared is unreachable.
 
+mod counted;
+mod upstream;
+
 use std::collections::HashMap;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use base64::Engine;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
-use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
 use hyper::body::Incoming;
@@ -23,8 +22,12 @@ use hyper_util::rt::TokioExecutor;
 use tokio::sync::Semaphore;
 use tunnel::ResourceKind as WireKind;
 
+pub use counted::{Counted, Tally};
+pub use upstream::https_connector;
+use upstream::{HOP, build_upstream, strip_headers};
+
 use crate::audit::{AuditLog, AuditRecord, Decision, strip_query_values};
-use crate::config::{Api, Config, ResourceKind};
+use crate::config::{Config, ResourceKind};
 use crate::memory::MemoryGauge;
 use crate::metrics::Metrics;
 use crate::rules::{allowed, method_is_forbidden, path_is_clean};
@@ -33,36 +36,8 @@ use crate::status::Status;
 /// The response body type of the service.
 pub type ResBody = BoxBody<Bytes, hyper::Error>;
 
-/// How long connecting to an internal system may take before the request gets a 502.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// How long a stream waits for a free slot under `max_connections` before a 503.
 const QUEUE_WAIT: Duration = Duration::from_secs(5);
-
-/// Headers never passed on: those of one hop, the caller's credentials, and those with which a
-/// caller could make the internal server see another method, path or client address than the
-/// allow rules checked.
-const HOP: &[&str] = &[
-    "x-http-method-override",
-    "x-http-method",
-    "x-method-override",
-    "x-original-url",
-    "x-rewrite-url",
-    "forwarded",
-    "x-forwarded-for",
-    "x-forwarded-host",
-    "x-forwarded-proto",
-    "x-real-ip",
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "authorization",
-];
 
 /// Forwards the cloud's streams to declared resources.
 pub struct Forwarder {
@@ -331,47 +306,6 @@ impl Forwarder {
     }
 }
 
-/// HTTP and HTTPS (system roots) to internal systems; shared by forwarding and `bridge check`.
-pub fn https_connector() -> hyper_rustls::HttpsConnector<HttpConnector> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-    let tls = rustls::ClientConfig::builder_with_provider(tunnel::tls::provider())
-        .with_safe_default_protocol_versions()
-        .map(|b| b.with_root_certificates(roots).with_no_client_auth())
-        .unwrap_or_else(|_| unreachable_config());
-    // An internal system that does not answer SYN must not hold a `max_connections` slot.
-    let mut tcp = HttpConnector::new();
-    tcp.enforce_http(false);
-    tcp.set_nodelay(true);
-    tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(tcp)
-}
-
-fn unreachable_config() -> rustls::ClientConfig {
-    rustls::ClientConfig::builder_with_provider(tunnel::tls::provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("TLS 1.3 is supported by ring")
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth()
-}
-
-/// Removes the headers named in `names` (lowercase). One pass over the few headers a message
-/// has, instead of one hash lookup per listed name: this runs twice per forwarded request.
-fn strip_headers(headers: &mut HeaderMap, names: &[&str]) {
-    let present: Vec<http::HeaderName> = headers
-        .keys()
-        .filter(|k| names.contains(&k.as_str()))
-        .cloned()
-        .collect();
-    for name in present {
-        headers.remove(name);
-    }
-}
-
 fn header_str(h: &HeaderMap, name: &str) -> String {
     h.get(name)
         .and_then(|v| v.to_str().ok())
@@ -391,48 +325,6 @@ fn text(status: StatusCode, body: &str) -> Response<ResBody> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     r
-}
-
-fn build_upstream(
-    api: &Api,
-    rest: &str,
-    req: Request<Incoming>,
-    counter: Arc<AtomicU64>,
-) -> Result<Request<Counted<Arc<AtomicU64>>>, String> {
-    let base = api.url.as_str().trim_end_matches('/');
-    let query = req
-        .uri()
-        .query()
-        .map(|q| format!("?{q}"))
-        .unwrap_or_default();
-    let uri: http::Uri = format!("{base}{rest}{query}")
-        .parse()
-        .map_err(|e| format!("cannot build the upstream URL: {e}"))?;
-    let (mut parts, body) = req.into_parts();
-    parts.uri = uri;
-    parts.version = http::Version::HTTP_11;
-    strip_headers(&mut parts.headers, HOP);
-    strip_headers(
-        &mut parts.headers,
-        &[tunnel::HEADER_PRINCIPAL, tunnel::HEADER_ORG],
-    );
-    if let Some(auth) = &api.auth {
-        let token = base64::engine::general_purpose::STANDARD.encode(format!(
-            "{}:{}",
-            auth.username,
-            auth.password.expose()
-        ));
-        if let Ok(v) = HeaderValue::from_str(&format!("Basic {token}")) {
-            parts.headers.insert(header::AUTHORIZATION, v);
-        }
-    }
-    Ok(Request::from_parts(
-        parts,
-        Counted {
-            inner: body,
-            tally: counter,
-        },
-    ))
 }
 
 /// Held for as long as a stream is forwarded.
@@ -468,55 +360,9 @@ impl Drop for Finish {
     }
 }
 
-/// Where a [`Counted`] body reports the size of each data frame.
-pub trait Tally: Unpin {
-    /// `n` more body bytes went through.
-    fn add(&mut self, n: u64);
-}
-
-/// The request's bytes_in, read when the response ends.
-impl Tally for Arc<AtomicU64> {
-    fn add(&mut self, n: u64) {
-        self.fetch_add(n, Ordering::Relaxed);
-    }
-}
-
 /// The response's bytes_out, written with the audit record.
 impl Tally for Finish {
     fn add(&mut self, n: u64) {
         self.bytes_out += n;
-    }
-}
-
-/// A body passed on unchanged while its bytes are counted for the audit record: what really
-/// streamed, since a declared length may be absent or wrong.
-pub struct Counted<T> {
-    inner: Incoming,
-    tally: T,
-}
-
-impl<T: Tally> Body for Counted<T> {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled
-            && let Some(data) = frame.data_ref()
-        {
-            self.tally.add(data.len() as u64);
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }

@@ -1,0 +1,125 @@
+//! The request as the internal system gets it: which headers never pass, where credentials
+//! are injected, and the HTTP(S) connector that reaches internal systems.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use base64::Engine;
+use http::{HeaderMap, HeaderValue, Request, header};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+
+use super::counted::Counted;
+use crate::config::Api;
+
+/// How long connecting to an internal system may take before the request gets a 502.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Headers never passed on: those of one hop, the caller's credentials, and those with which a
+/// caller could make the internal server see another method, path or client address than the
+/// allow rules checked.
+pub(super) const HOP: &[&str] = &[
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+    "x-original-url",
+    "x-rewrite-url",
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-real-ip",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "authorization",
+];
+
+/// HTTP and HTTPS (system roots) to internal systems; shared by forwarding and `bridge check`.
+pub fn https_connector() -> hyper_rustls::HttpsConnector<HttpConnector> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    let tls = rustls::ClientConfig::builder_with_provider(tunnel::tls::provider())
+        .with_safe_default_protocol_versions()
+        .map(|b| b.with_root_certificates(roots).with_no_client_auth())
+        .unwrap_or_else(|_| unreachable_config());
+    // An internal system that does not answer SYN must not hold a `max_connections` slot.
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tcp)
+}
+
+fn unreachable_config() -> rustls::ClientConfig {
+    rustls::ClientConfig::builder_with_provider(tunnel::tls::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("TLS 1.3 is supported by ring")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
+}
+
+/// Removes the headers named in `names` (lowercase). One pass over the few headers a message
+/// has, instead of one hash lookup per listed name: this runs twice per forwarded request.
+pub(super) fn strip_headers(headers: &mut HeaderMap, names: &[&str]) {
+    let present: Vec<http::HeaderName> = headers
+        .keys()
+        .filter(|k| names.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    for name in present {
+        headers.remove(name);
+    }
+}
+
+pub(super) fn build_upstream(
+    api: &Api,
+    rest: &str,
+    req: Request<Incoming>,
+    counter: Arc<AtomicU64>,
+) -> Result<Request<Counted<Arc<AtomicU64>>>, String> {
+    let base = api.url.as_str().trim_end_matches('/');
+    let query = req
+        .uri()
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    let uri: http::Uri = format!("{base}{rest}{query}")
+        .parse()
+        .map_err(|e| format!("cannot build the upstream URL: {e}"))?;
+    let (mut parts, body) = req.into_parts();
+    parts.uri = uri;
+    parts.version = http::Version::HTTP_11;
+    strip_headers(&mut parts.headers, HOP);
+    strip_headers(
+        &mut parts.headers,
+        &[tunnel::HEADER_PRINCIPAL, tunnel::HEADER_ORG],
+    );
+    if let Some(auth) = &api.auth {
+        let token = base64::engine::general_purpose::STANDARD.encode(format!(
+            "{}:{}",
+            auth.username,
+            auth.password.expose()
+        ));
+        if let Ok(v) = HeaderValue::from_str(&format!("Basic {token}")) {
+            parts.headers.insert(header::AUTHORIZATION, v);
+        }
+    }
+    Ok(Request::from_parts(
+        parts,
+        Counted {
+            inner: body,
+            tally: counter,
+        },
+    ))
+}
