@@ -96,12 +96,14 @@ impl Agent {
                     Failure::Transient
                 }
                 Err(AgentError::Unauthorized(why)) => {
+                    self.identity.attempt_failed();
                     self.metrics.connection_errors.inc();
                     self.status.set(Connection::Unauthorized);
                     tracing::error!(reason = %why, "the cloud rejected the bridge token or its certificate (see reason): check SERVICE_BRIDGE_TOKEN (wrong, expired or revoked?), SERVICE_BRIDGE_NAME, and that no TLS-inspecting proxy strips the client certificate. Retrying slowly");
                     Failure::Rejected
                 }
                 Err(e) => {
+                    self.identity.attempt_failed();
                     self.metrics.connection_errors.inc();
                     tracing::error!(cause = %e, "cannot connect to the cloud");
                     Failure::Transient
@@ -221,6 +223,7 @@ impl Agent {
         }
         self.metrics.set_connected(true);
         self.status.set(Connection::Connected);
+        self.identity.accepted();
         tracing::info!(api_url = %self.cfg.api_url, instance = %self.instance, "Bridge connected successfully");
         let hb = self.cfg.heartbeat_interval;
         let forwarder = self.forwarder.clone();

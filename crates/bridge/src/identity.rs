@@ -66,6 +66,8 @@ struct Cert {
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
     renew_at: SystemTime,
+    /// Read from `state_dir` and not yet accepted by the cloud on this run.
+    unproven: bool,
 }
 
 /// Holds the current client certificate and makes TLS configs with it.
@@ -84,8 +86,25 @@ fn renew_at(der: &CertificateDer<'_>) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(at.max(0) as u64)
 }
 
+/// The certificate saved in `state_dir`, while it is not yet due for renewal.
+fn saved_cert(dir: &std::path::Path) -> Option<Cert> {
+    let saved = crate::state::load(dir)?;
+    let renew_at = renew_at(saved.chain.first()?);
+    if SystemTime::now() >= renew_at {
+        return None;
+    }
+    tracing::info!(state_dir = %dir.display(), "using the client certificate saved in state_dir");
+    Some(Cert {
+        chain: saved.chain,
+        key: saved.key,
+        renew_at,
+        unproven: true,
+    })
+}
+
 impl Identity {
-    /// Loads `tls_cert_file`/`tls_key_file` when configured; otherwise enrolls lazily.
+    /// Loads `tls_cert_file`/`tls_key_file` when configured, else a certificate saved in
+    /// `state_dir`; otherwise enrolls lazily.
     pub fn new(cfg: Arc<Config>) -> Result<Self, AgentError> {
         let current = match (&cfg.tls_cert_file, &cfg.tls_key_file) {
             (Some(cert), Some(key)) => {
@@ -100,9 +119,10 @@ impl Identity {
                     chain,
                     key,
                     renew_at: SystemTime::now() + Duration::from_secs(100 * 365 * 24 * 3600),
+                    unproven: false,
                 })
             }
-            _ => None,
+            _ => cfg.state_dir.as_deref().and_then(saved_cert),
         };
         Ok(Identity {
             cfg,
@@ -137,6 +157,34 @@ impl Identity {
             Some((cert.chain.clone(), cert.key.clone_key())),
         )
         .map_err(|e| AgentError::Tls(e.to_string()))
+    }
+
+    /// The cloud accepted the certificate (a tunnel opened with it).
+    pub fn accepted(&self) {
+        if let Some(cert) = self
+            .current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            cert.unproven = false;
+        }
+    }
+
+    /// A tunnel attempt failed: a certificate saved in `state_dir` that the cloud has not
+    /// accepted yet is dropped (it may come from another cloud or CA), so the next attempt
+    /// enrolls. Enrolled and operator certificates are kept.
+    pub fn attempt_failed(&self) {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if current.as_ref().is_some_and(|c| c.unproven) {
+            *current = None;
+            if let Some(dir) = &self.cfg.state_dir {
+                crate::state::forget(dir);
+            }
+            tracing::info!(
+                "the certificate saved in state_dir did not open a tunnel; enrolling again"
+            );
+        }
     }
 
     /// Time until the current certificate is due for renewal.
@@ -193,12 +241,19 @@ impl Identity {
             .first()
             .ok_or_else(|| AgentError::Tls("enroll returned no certificate".into()))?;
         let renew_at = renew_at(first);
-        let key = PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes())
+        let key_pem = key.serialize_pem();
+        if let Some(dir) = &self.cfg.state_dir
+            && let Err(e) = crate::state::save(dir, pem, &key_pem)
+        {
+            tracing::warn!(state_dir = %dir.display(), cause = %e, "cannot save the client certificate in state_dir; it will be enrolled again after a restart");
+        }
+        let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
             .map_err(|e| AgentError::Tls(e.to_string()))?;
         Ok(Cert {
             chain,
             key,
             renew_at,
+            unproven: false,
         })
     }
 }

@@ -9,6 +9,7 @@
 //!   [`config::Config`]; nothing else reads the environment or the file.
 //! - [`audit`]: the hash-chained audit log written for every forwarded request, and its
 //!   verifier (`bridge audit verify`).
+//! - [`state`]: the enrolled certificate kept in `state_dir` across restarts.
 //! - [`backoff`]: reconnect delays (exponential, full jitter, reset after a minute up, slow
 //!   retry for a rejected token). Pure computation; the connection loop does the sleeping.
 //!
@@ -38,6 +39,7 @@ pub mod metrics;
 pub mod reachability;
 pub mod rules;
 pub mod run;
+pub mod state;
 pub mod status;
 
 /// This build's version, reported in `/health`, logs and the handshake.

@@ -69,6 +69,14 @@ pub fn run(path: Option<&Path>) -> ExitCode {
 /// value (exit 2, each one named by its key), not a failure found later on every reconnect.
 fn preflight(cfg: &Arc<Config>) -> Result<(Identity, AuditLog), ExitCode> {
     let mut problems = Vec::new();
+    if let Some(dir) = &cfg.state_dir
+        && let Err(e) = crate::state::prepare(dir)
+    {
+        problems.push(format!(
+            "state_dir {}: cannot create it or write in it: {e}",
+            dir.display()
+        ));
+    }
     if let Err(e) = identity::trust(cfg) {
         problems.push(e.to_string());
     }

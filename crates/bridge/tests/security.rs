@@ -249,3 +249,62 @@ async fn cloud_processes_on_one_database_share_their_ca() {
         .wait_status("connected", Duration::from_secs(20))
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_dir_keeps_the_certificate_across_restarts_and_drops_one_the_cloud_refuses() {
+    let state = tempfile::tempdir().unwrap();
+    let extra = format!("state_dir: {}\n", state.path().display());
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.tenant("acme");
+    let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    let enrolled = |c: &Cloud| c.log_text().matches("bridge enrolled").count();
+
+    let port = free_port();
+    let mut first = BridgeProc::start(
+        &yaml_for(&cloud, "dc1", port, &extra),
+        port,
+        &[("SERVICE_BRIDGE_TOKEN", &token)],
+    );
+    first
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    assert_eq!(enrolled(&cloud), 1);
+    assert!(state.path().join(bridge::state::CERT_FILE).exists());
+    first.signal("TERM");
+    first.wait();
+
+    // Restarted: connects with the saved certificate, no second enrollment.
+    let port = free_port();
+    let second = BridgeProc::start(
+        &yaml_for(&cloud, "dc1", port, &extra),
+        port,
+        &[("SERVICE_BRIDGE_TOKEN", &token)],
+    );
+    second
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    assert_eq!(enrolled(&cloud), 1, "{}", cloud.log_text());
+    drop(second);
+
+    // Another cloud (another CA) refuses that certificate: the bridge drops it and enrolls.
+    let other = Cloud::start(Backend::Sqlite);
+    other.tenant("acme");
+    let other_token = other.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    let port = free_port();
+    let third = BridgeProc::start(
+        &yaml_for(&other, "dc1", port, &extra),
+        port,
+        &[("SERVICE_BRIDGE_TOKEN", &other_token)],
+    );
+    third
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    assert_eq!(enrolled(&other), 1);
+    assert!(
+        third
+            .log_text()
+            .contains("did not open a tunnel; enrolling again"),
+        "{}",
+        third.log_text()
+    );
+}
