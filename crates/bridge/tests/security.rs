@@ -254,51 +254,40 @@ async fn cloud_processes_on_one_database_share_their_ca() {
 async fn state_dir_keeps_the_certificate_across_restarts_and_drops_one_the_cloud_refuses() {
     let state = tempfile::tempdir().unwrap();
     let extra = format!("state_dir: {}\n", state.path().display());
+    let connected_bridge = |cloud: &Cloud, token: &str| {
+        let port = free_port();
+        let bridge = BridgeProc::start(
+            &yaml_for(cloud, "dc1", port, &extra),
+            port,
+            &[("SERVICE_BRIDGE_TOKEN", token)],
+        );
+        async move {
+            bridge
+                .wait_status("connected", Duration::from_secs(20))
+                .await;
+            bridge
+        }
+    };
+    let enrolled = |c: &Cloud| c.log_text().matches("bridge enrolled").count();
     let cloud = Cloud::start(Backend::Sqlite);
     cloud.tenant("acme");
     let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
-    let enrolled = |c: &Cloud| c.log_text().matches("bridge enrolled").count();
 
-    let port = free_port();
-    let mut first = BridgeProc::start(
-        &yaml_for(&cloud, "dc1", port, &extra),
-        port,
-        &[("SERVICE_BRIDGE_TOKEN", &token)],
-    );
-    first
-        .wait_status("connected", Duration::from_secs(20))
-        .await;
+    let mut first = connected_bridge(&cloud, &token).await;
     assert_eq!(enrolled(&cloud), 1);
     assert!(state.path().join(bridge::state::CERT_FILE).exists());
     first.signal("TERM");
     first.wait();
 
     // Restarted: connects with the saved certificate, no second enrollment.
-    let port = free_port();
-    let second = BridgeProc::start(
-        &yaml_for(&cloud, "dc1", port, &extra),
-        port,
-        &[("SERVICE_BRIDGE_TOKEN", &token)],
-    );
-    second
-        .wait_status("connected", Duration::from_secs(20))
-        .await;
+    drop(connected_bridge(&cloud, &token).await);
     assert_eq!(enrolled(&cloud), 1, "{}", cloud.log_text());
-    drop(second);
 
     // Another cloud (another CA) refuses that certificate: the bridge drops it and enrolls.
     let other = Cloud::start(Backend::Sqlite);
     other.tenant("acme");
     let other_token = other.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
-    let port = free_port();
-    let third = BridgeProc::start(
-        &yaml_for(&other, "dc1", port, &extra),
-        port,
-        &[("SERVICE_BRIDGE_TOKEN", &other_token)],
-    );
-    third
-        .wait_status("connected", Duration::from_secs(20))
-        .await;
+    let third = connected_bridge(&other, &other_token).await;
     assert_eq!(enrolled(&other), 1);
     assert!(
         third

@@ -170,34 +170,26 @@ impl BridgeProc {
 
     /// Waits until `/health` says `connection_status == want`.
     pub async fn wait_status(&self, want: &str, within: Duration) {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some((_, h)) = self.health().await
-                && h["connection_status"] == want
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "bridge never became {want}; logs:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.wait_health_field("connection_status", want, within)
+            .await;
     }
 
     /// Waits until `/health` says `status == want` (healthy, degraded, unhealthy).
     pub async fn wait_health(&self, want: &str, within: Duration) {
+        self.wait_health_field("status", want, within).await;
+    }
+
+    async fn wait_health_field(&self, field: &str, want: &str, within: Duration) {
         let deadline = Instant::now() + within;
         loop {
             if let Some((_, h)) = self.health().await
-                && h["status"] == want
+                && h[field] == want
             {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "/health never said {want}; logs:\n{}",
+                "/health never said {field} = {want}; logs:\n{}",
                 self.log_text()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
