@@ -96,14 +96,15 @@ impl Agent {
                     Failure::Transient
                 }
                 Err(AgentError::Unauthorized(why)) => {
-                    self.identity.attempt_failed();
+                    self.identity
+                        .attempt_failed(&AgentError::Unauthorized(why.clone()));
                     self.metrics.connection_errors.inc();
                     self.status.set(Connection::Unauthorized);
                     tracing::error!(reason = %why, "the cloud rejected the bridge token or its certificate (see reason): check SERVICE_BRIDGE_TOKEN (wrong, expired or revoked?), SERVICE_BRIDGE_NAME, and that no TLS-inspecting proxy strips the client certificate. Retrying slowly");
                     Failure::Rejected
                 }
                 Err(e) => {
-                    self.identity.attempt_failed();
+                    self.identity.attempt_failed(&e);
                     self.metrics.connection_errors.inc();
                     tracing::error!(cause = %e, "cannot connect to the cloud");
                     Failure::Transient

@@ -98,10 +98,11 @@ pub fn strip_query_values(path: &str) -> String {
     let names: Vec<&str> = query
         .split('&')
         .filter(|pair| !pair.is_empty())
-        // `name=value` keeps a name-like name; a bare `?<word>` may itself be a token: `*`.
+        // `name=value` keeps a short, name-like name; a bare `?<word>` or a long name may itself
+        // be a token: `*`. Apply once, to the raw path (the record's serializer does).
         .map(|pair| match pair.split_once('=') {
             Some((name, _))
-                if (1..=64).contains(&name.len())
+                if (1..=32).contains(&name.len())
                     && name
                         .bytes()
                         .all(|b| b.is_ascii_alphanumeric() || b"_.-[]".contains(&b)) =>
@@ -269,14 +270,22 @@ impl AuditLog {
         Self::write_pending(&mut chain)
     }
 
+    /// Writes `pending` and drops only what reached the writer: after a failed write (disk
+    /// full) the rest stays queued and goes out with the next flush, so the file never holds a
+    /// torn line or a gap in the hash chain.
     fn write_pending(chain: &mut Chain) -> Result<(), AuditError> {
-        if chain.pending.is_empty() {
-            return Ok(());
-        }
         let Chain { out, pending, .. } = chain;
-        let written = out.write_all(pending).and_then(|()| out.flush());
-        pending.clear();
-        Ok(written?)
+        while !pending.is_empty() {
+            match out.write(pending) {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero).into()),
+                Ok(n) => {
+                    pending.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(out.flush()?)
     }
 
     /// From now on, records are written by a task that runs after the handlers woken in the

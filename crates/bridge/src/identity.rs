@@ -171,10 +171,25 @@ impl Identity {
         }
     }
 
-    /// A tunnel attempt failed: a certificate saved in `state_dir` that the cloud has not
-    /// accepted yet is dropped (it may come from another cloud or CA), so the next attempt
-    /// enrolls. Enrolled and operator certificates are kept.
-    pub fn attempt_failed(&self) {
+    /// A tunnel attempt failed with `error`. When the cloud was reached and still no tunnel
+    /// opened, a certificate saved in `state_dir` that it has not accepted yet is dropped (it
+    /// may come from another cloud or CA), so the next attempt enrolls. A cloud that cannot be
+    /// reached (DNS, TCP, proxy, time-out) says nothing about the certificate: it is kept.
+    /// Enrolled and operator certificates are always kept.
+    pub fn attempt_failed(&self, error: &AgentError) {
+        let unreached = matches!(
+            error,
+            AgentError::Dial(
+                DialError::Dns { .. }
+                    | DialError::Tcp { .. }
+                    | DialError::ProxyRefused { .. }
+                    | DialError::Proxy { .. }
+                    | DialError::Timeout { .. }
+            )
+        );
+        if unreached {
+            return;
+        }
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if current.as_ref().is_some_and(|c| c.unproven) {
             *current = None;

@@ -26,10 +26,16 @@ struct Target {
 }
 
 fn url_target(kind: ResourceKind, name: &str, url: &url::Url) -> Target {
+    // `host_str` keeps an IPv6 literal's brackets, which no resolver takes.
+    let host = match url.host() {
+        Some(url::Host::Ipv6(ip)) => ip.to_string(),
+        Some(host) => host.to_string(),
+        None => String::new(),
+    };
     Target {
         kind,
         name: name.to_string(),
-        host: url.host_str().unwrap_or("").to_string(),
+        host,
         port: url.port_or_known_default().unwrap_or(443),
     }
 }
@@ -118,5 +124,20 @@ pub async fn watch(
             *was_up = result.is_ok();
         }
         status.set_resource_failures(up.iter().filter(|u| !**u).count());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv6_literals_lose_their_brackets() {
+        let url = url::Url::parse("http://[::1]:9000/x").unwrap();
+        let target = url_target(ResourceKind::Api, "a", &url);
+        assert_eq!((target.host.as_str(), target.port), ("::1", 9000));
+        let url = url::Url::parse("https://api.internal/").unwrap();
+        let target = url_target(ResourceKind::Api, "b", &url);
+        assert_eq!((target.host.as_str(), target.port), ("api.internal", 443));
     }
 }

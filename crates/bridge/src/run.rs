@@ -105,7 +105,7 @@ async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow:
     let audit = Arc::new(audit);
     let flusher = audit.spawn_flusher();
     let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
-    let shutdown = signals();
+    let shutdown = signals(audit.clone());
     let listener = tokio::net::TcpListener::bind(("0.0.0.0", cfg.health_check_port))
         .await
         .map_err(|e| {
@@ -154,8 +154,9 @@ async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow:
     Ok(())
 }
 
-/// Cancelled at the first SIGTERM/Ctrl-C; a second one exits at once.
-fn signals() -> CancellationToken {
+/// Cancelled at the first SIGTERM/Ctrl-C; a second one exits at once (after writing the audit
+/// records still queued).
+fn signals(audit: Arc<AuditLog>) -> CancellationToken {
     let token = CancellationToken::new();
     let cancel = token.clone();
     tokio::spawn(async move {
@@ -163,6 +164,7 @@ fn signals() -> CancellationToken {
         tracing::info!("shutdown requested; draining (send the signal again to exit at once)");
         cancel.cancel();
         wait_signal().await;
+        let _ = audit.flush();
         std::process::exit(1);
     });
     token

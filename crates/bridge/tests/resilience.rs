@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use testkit::bridge::{BridgeProc, INTERNAL_PASSWORD, Rig, free_port, internal_api_yaml, yaml_for};
 use testkit::freeze::FreezingRelay;
 use testkit::{Backend, Cloud};
@@ -255,6 +256,33 @@ async fn a_response_slower_than_the_forward_timeout_is_a_504() {
             .contains("--forward-timeout"),
         "{body}"
     );
+    // The bridge saw its stream reset: the request is audited as 499 and no longer in flight.
+    let audit = rig.bridge.audit_records(1).await;
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0]["status"], 499, "{audit:?}");
+    assert_eq!(
+        rig.bridge.metric("bridge_streams_in_flight").await,
+        0.0,
+        "{}",
+        rig.bridge.metrics().await
+    );
     // The tunnel is fine afterwards.
     assert_eq!(rig.get("/fast").await.status(), 200);
+    // An upload slower than the time-out is not cut: the clock starts when the body ends.
+    let chunks = futures_util::stream::iter(0..3).then(|_| async {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        Ok::<_, std::io::Error>(vec![7u8; 1024])
+    });
+    let res = rig
+        .cloud
+        .client()
+        .post(rig.api_url("/upload"))
+        .bearer_auth(&rig.tenant.api_key)
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let answer: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(answer["bytes"], 3 * 1024);
 }

@@ -45,8 +45,8 @@ pub struct ServeOptions {
 }
 
 /// Open connections per listener; beyond it the listener stops accepting until one closes
-/// (the kernel's backlog holds the rest), so a flood of idle connections cannot use up the
-/// process's file descriptors.
+/// (the kernel's backlog holds the rest), so a flood of connections is bounded. For the bound
+/// to protect file descriptors, the process's limit (`ulimit -n`) must be above twice this.
 const MAX_CONNECTIONS: usize = 10_000;
 
 /// Why the server could not start.

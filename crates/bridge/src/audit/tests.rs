@@ -283,3 +283,46 @@ fn errors_name_the_line_and_the_cause() {
          or records after it were removed"
     );
 }
+
+/// A writer that fails while `broken` is set, like a full disk, and otherwise appends.
+#[derive(Clone, Default)]
+struct FlakyDisk {
+    bytes: Arc<Mutex<Vec<u8>>>,
+    broken: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Write for FlakyDisk {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.broken.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(io::Error::other("disk full"));
+        }
+        // Half at a time: partial writes must not tear lines either.
+        let n = buf.len().div_ceil(2);
+        self.bytes.lock().unwrap().extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn deferred_records_survive_a_failed_write_and_the_chain_holds() {
+    let disk = FlakyDisk::default();
+    let log = Arc::new(AuditLog::from_writer(disk.clone(), None));
+    let flusher = log.spawn_flusher();
+    disk.broken.store(true, std::sync::atomic::Ordering::SeqCst);
+    log.write(&record(0)).unwrap();
+    log.write(&record(1)).unwrap();
+    assert!(log.flush().is_err(), "the disk is full");
+    disk.broken
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    log.write(&record(2)).unwrap();
+    log.flush().unwrap();
+    flusher.abort();
+    let text = String::from_utf8(disk.bytes.lock().unwrap().clone()).unwrap();
+    let lines: Vec<String> = text.lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert_eq!(check(&lines).unwrap().records, 3);
+}

@@ -26,7 +26,7 @@ pub use counted::{Counted, Tally};
 pub use upstream::https_connector;
 use upstream::{HOP, build_upstream, strip_headers};
 
-use crate::audit::{AuditLog, AuditRecord, Decision, strip_query_values};
+use crate::audit::{AuditLog, AuditRecord, Decision};
 use crate::config::{Config, ResourceKind};
 use crate::memory::MemoryGauge;
 use crate::metrics::Metrics;
@@ -111,7 +111,8 @@ impl Forwarder {
             kind: ResourceKind::Api,
             resource: String::new(),
             method: req.method().to_string(),
-            path: strip_query_values(&req.uri().to_string()),
+            // Written without query values: the record's serializer strips them.
+            path: req.uri().to_string(),
             status: 0,
             bytes_in: 0,
             bytes_out: 0,
@@ -200,29 +201,34 @@ impl Forwarder {
                 "the bridge or this resource is at its max_connections; retry shortly",
             ));
         };
-        self.metrics.in_flight.inc();
         let bytes_in = Arc::new(AtomicU64::new(0));
         let upstream = match build_upstream(api, rest, req, bytes_in.clone()) {
             Ok(r) => r,
             Err(why) => {
-                self.metrics.in_flight.dec();
                 return Ok(self.deny(started, audit, StatusCode::BAD_REQUEST, "not_allowed", &why));
             }
         };
         audit.decision = Decision::Allowed;
+        // Until the internal system answers, a stream that goes away (the caller left, the
+        // cloud's --forward-timeout, the tunnel dropped) is recorded as 499; `Finish` writes
+        // the record and settles the metrics however the stream ends.
+        audit.status = 499;
+        self.metrics.in_flight.inc();
+        let mut finish = Finish {
+            forwarder: self.clone(),
+            audit: Some(audit),
+            started,
+            bytes_in,
+            bytes_out: 0,
+            _permits: permits,
+        };
         match self.client.request(upstream).await {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
                 strip_headers(&mut parts.headers, HOP);
-                audit.status = parts.status.as_u16();
-                let finish = Finish {
-                    forwarder: self.clone(),
-                    audit: Some(audit),
-                    started,
-                    bytes_in,
-                    bytes_out: 0,
-                    _permits: permits,
-                };
+                if let Some(audit) = finish.audit.as_mut() {
+                    audit.status = parts.status.as_u16();
+                }
                 Ok(Response::from_parts(
                     parts,
                     Counted {
@@ -233,16 +239,11 @@ impl Forwarder {
                 ))
             }
             Err(e) => {
-                self.metrics.in_flight.dec();
-                self.metrics
-                    .duration
-                    .observe(started.elapsed().as_secs_f64());
                 tracing::warn!(resource = %api.name, cause = %e, "internal API unreachable");
-                audit.status = 502;
-                audit.time = chrono::Utc::now();
-                audit.bytes_in = bytes_in.load(Ordering::Relaxed);
-                audit.duration_ms = started.elapsed().as_millis() as u64;
-                self.write_audit(&audit);
+                if let Some(audit) = finish.audit.as_mut() {
+                    audit.status = 502;
+                }
+                drop(finish);
                 Ok(text(
                     StatusCode::BAD_GATEWAY,
                     &format!(
@@ -267,11 +268,13 @@ impl Forwarder {
                     .ok(),
             }
         };
-        let all = take(self.all.clone()).await?;
+        // The resource's own limit first: streams queued for one busy resource must not sit
+        // on instance-wide slots that other resources could use.
         let own = match self.limits.get(resource) {
             Some(sem) => Some(take(sem.clone()).await?),
             None => None,
         };
+        let all = take(self.all.clone()).await?;
         Some(Permits {
             _all: all,
             _own: own,

@@ -91,9 +91,15 @@ pub async fn enroll(State(state): State<AppState>, headers: HeaderMap, body: Bod
     .await;
     let body = match read {
         Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(_)) => {
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
             return Problem::too_large(format!(
                 "a certificate signing request is at most {MAX_CSR_BYTES} bytes of PEM"
+            ))
+            .into_response();
+        }
+        Ok(Err(e)) => {
+            return Problem::bad_request(format!(
+                "could not read the certificate signing request: {e}"
             ))
             .into_response();
         }

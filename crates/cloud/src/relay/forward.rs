@@ -168,10 +168,22 @@ async fn try_forward(
         if let Some(h) = builder.headers_mut() {
             *h = headers.clone();
         }
-        let this_body = if retryable {
-            Body::empty()
+        // The --forward-timeout counts from the end of the request body: a slow upload is
+        // not a slow answer.
+        let (this_body, uploaded) = if retryable {
+            (Body::empty(), None)
+        } else if bodiless {
+            (body.take().unwrap_or_default(), None)
         } else {
-            body.take().unwrap_or_default()
+            let (done, uploaded) = tokio::sync::oneshot::channel();
+            let inner = body.take().unwrap_or_default();
+            (
+                Body::new(Announced {
+                    inner,
+                    done: Some(done),
+                }),
+                Some(uploaded),
+            )
         };
         let request = builder
             .body(this_body)
@@ -179,9 +191,15 @@ async fn try_forward(
         let guard = InFlight::new(instance.clone());
         let mut sender = instance.sender.clone();
         let timeout = state.relay.forward_timeout;
-        let answered = match tokio::time::timeout(timeout, sender.send_request(request)).await {
-            Ok(answered) => answered,
-            Err(_) => {
+        let deadline = async move {
+            if let Some(uploaded) = uploaded {
+                let _ = uploaded.await;
+            }
+            tokio::time::sleep(timeout).await;
+        };
+        let answered = tokio::select! {
+            answered = sender.send_request(request) => answered,
+            () = deadline => {
                 // Dropping the request resets its stream: the bridge stops waiting too.
                 tracing::warn!(bridge, instance = %instance.id, timeout = ?timeout, "forwarded request timed out");
                 return Err(Problem::gateway_timeout(format!(
@@ -222,6 +240,47 @@ async fn try_forward(
     p.status = StatusCode::BAD_GATEWAY.as_u16();
     p.retry_after = None;
     Err(p)
+}
+
+/// A request body that says when it has been sent whole (or given up), so that the
+/// `--forward-timeout` starts only then.
+struct Announced {
+    inner: Body,
+    done: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl HttpBody for Announced {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None | Some(Err(_))))
+            && let Some(done) = self.done.take()
+        {
+            let _ = done.send(());
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Announced {
+    fn drop(&mut self) {
+        if let Some(done) = self.done.take() {
+            let _ = done.send(());
+        }
+    }
 }
 
 /// Counts a stream as in flight on its instance until the response body is done.
