@@ -297,3 +297,50 @@ async fn state_dir_keeps_the_certificate_across_restarts_and_drops_one_the_cloud
         third.log_text()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saved_certificate_outlives_a_cloud_outage() {
+    let state = tempfile::tempdir().unwrap();
+    let extra = format!("state_dir: {}\n", state.path().display());
+    let mut cloud = Cloud::start(Backend::Sqlite);
+    cloud.tenant("acme");
+    let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    let start = |cloud: &Cloud| {
+        let port = free_port();
+        BridgeProc::start(
+            &yaml_for(cloud, "dc1", port, &extra),
+            port,
+            &[("SERVICE_BRIDGE_TOKEN", &token)],
+        )
+    };
+    let mut first = start(&cloud);
+    first
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    first.signal("TERM");
+    first.wait();
+
+    // The bridge restarts while the cloud is down: its attempts fail, the certificate stays.
+    cloud.signal("KILL");
+    cloud.wait();
+    let second = start(&cloud);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !second.log_text().contains("cannot connect to the cloud") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            second.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(state.path().join(bridge::state::CERT_FILE).exists());
+    cloud.launch();
+    second
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    assert_eq!(
+        cloud.log_text().matches("bridge enrolled").count(),
+        1,
+        "the saved certificate was used, not a new enrollment"
+    );
+}
