@@ -5,24 +5,18 @@
 use anyhow::{Context, Result};
 use bytes::Bytes;
 
-use crate::load::{Load, drive, report};
+use crate::load::{Load, LoadArgs, drive, report};
 use crate::procs::{peak_rss_mb, start};
 
 /// Options of `bench ingest`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Concurrent keep-alive connections.
-    #[arg(long, default_value_t = 32)]
-    pub connections: usize,
-    /// Seconds per measurement.
-    #[arg(long, default_value_t = 5)]
-    pub seconds: u64,
+    /// Connections, seconds, cloud threads.
+    #[command(flatten)]
+    pub load: LoadArgs,
     /// Also measure on this PostgreSQL (a fresh schema is created and dropped).
     #[arg(long)]
     pub pg_url: Option<String>,
-    /// Async worker threads of `cloud` (TOKIO_WORKER_THREADS); default one per core.
-    #[arg(long)]
-    pub cloud_threads: Option<usize>,
 }
 
 fn event(i: usize) -> serde_json::Value {
@@ -35,7 +29,7 @@ fn event(i: usize) -> serde_json::Value {
 }
 
 async fn bench_backend(name: &str, db: &[String], args: &Args) -> Result<()> {
-    let (server, signal_key, api_key) = start(db, args.cloud_threads)?;
+    let (server, signal_key, api_key) = start(db, args.load.cloud_threads)?;
     let single = Load {
         method: hyper::Method::POST,
         path: format!("/v1/signals/{signal_key}"),
@@ -54,13 +48,13 @@ async fn bench_backend(name: &str, db: &[String], args: &Args) -> Result<()> {
     };
     println!(
         "\n== {name}: {} connections, {} s each",
-        args.connections, args.seconds
+        args.load.connections, args.load.seconds
     );
     println!(
         "{:<34} {:>12} {:>9} {:>9} {:>7}",
         "load", "events/s", "p50 ms", "p99 ms", "errors"
     );
-    let (c, s) = (args.connections, args.seconds);
+    let (c, s) = (args.load.connections, args.load.seconds);
     let ceiling = report(
         "GET /livez (no storage, ceiling)",
         &drive(server.addr, livez.clone(), c, s, None).await,

@@ -10,6 +10,20 @@ use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
 
+/// The options every benchmark shares.
+#[derive(Debug, clap::Args)]
+pub struct LoadArgs {
+    /// Concurrent keep-alive connections for the request-rate runs.
+    #[arg(long, default_value_t = 32)]
+    pub connections: usize,
+    /// Seconds per request-rate run.
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// Async worker threads of `cloud` (TOKIO_WORKER_THREADS); default one per core.
+    #[arg(long)]
+    pub cloud_threads: Option<usize>,
+}
+
 /// One kind of request to repeat.
 #[derive(Clone)]
 pub struct Load {

@@ -13,28 +13,22 @@ use http_body_util::{BodyExt, Empty};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
 
-use crate::load::{Load, drive, percentile, report};
+use crate::load::{Load, LoadArgs, drive, percentile, report};
 use crate::procs::{Server, sibling, start};
 use crate::upstream::Upstream;
 
 /// Options of `bench tunnel`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Concurrent keep-alive connections for the request-rate runs.
-    #[arg(long, default_value_t = 32)]
-    pub connections: usize,
-    /// Seconds per request-rate run.
-    #[arg(long, default_value_t = 5)]
-    pub seconds: u64,
+    /// Connections, seconds, cloud threads.
+    #[command(flatten)]
+    pub load: LoadArgs,
     /// Bytes of the bulk download.
     #[arg(long, default_value_t = 1 << 30)]
     pub bulk_bytes: u64,
     /// Concurrent streams for the memory measurement.
     #[arg(long, default_value_t = 1000)]
     pub streams: usize,
-    /// Async worker threads of `cloud` (TOKIO_WORKER_THREADS); default one per core.
-    #[arg(long)]
-    pub cloud_threads: Option<usize>,
 }
 
 struct BridgeProcess(Child);
@@ -135,7 +129,7 @@ fn median(values: &mut [f64]) -> f64 {
 pub async fn run(args: Args) -> Result<()> {
     let upstream = Upstream::start()?;
     let internal_addr = upstream.addr;
-    let (cloud, _, api_key) = start(&[], args.cloud_threads)?;
+    let (cloud, _, api_key) = start(&[], args.load.cloud_threads)?;
     let out = Command::new(sibling("cloud")?)
         .args([
             "bridge-token",
@@ -160,7 +154,7 @@ pub async fn run(args: Args) -> Result<()> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_rss = rss_mb(bridge_pid, "VmRSS:");
 
-    let (c, s) = (args.connections, args.seconds);
+    let (c, s) = (args.load.connections, args.load.seconds);
     let direct = Load {
         method: hyper::Method::GET,
         path: "/hello".into(),

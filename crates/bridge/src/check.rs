@@ -5,14 +5,13 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use base64::Engine;
 use bytes::Bytes;
 use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::config::{Api, Config};
-use crate::{dial, forward, identity};
+use crate::config::{Api, Config, ResourceKind, basic_authorization};
+use crate::{dial, forward, identity, reachability};
 
 /// How long one probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -57,12 +56,10 @@ async fn probe_api(api: &Api) -> Row {
         Client::builder(TokioExecutor::new()).build(forward::https_connector());
     let mut req = hyper::Request::get(api.url.as_str());
     if let Some(auth) = &api.auth {
-        let token = base64::engine::general_purpose::STANDARD.encode(format!(
-            "{}:{}",
-            auth.username,
-            auth.password.expose()
-        ));
-        req = req.header("authorization", format!("Basic {token}"));
+        req = req.header(
+            "authorization",
+            basic_authorization(&auth.username, &auth.password),
+        );
     }
     let result = match req.body(Empty::new()) {
         Err(e) => Err(e.to_string()),
@@ -102,16 +99,15 @@ async fn probe_all(cfg: &Config) -> Vec<Row> {
     for api in &cfg.apis {
         rows.push(probe_api(api).await);
     }
-    for s in &cfg.sources {
-        let port = s.url.port_or_known_default().unwrap_or(443);
-        rows.push(probe_tcp("git", &s.name, s.url.host_str().unwrap_or(""), port).await);
-    }
-    for r in &cfg.registries {
-        let port = r.url.port_or_known_default().unwrap_or(443);
-        rows.push(probe_tcp("registry", &r.name, r.url.host_str().unwrap_or(""), port).await);
-    }
-    for d in &cfg.databases {
-        rows.push(probe_tcp("database", &d.name, &d.host, d.port).await);
+    // The others are tried as the periodic reachability check tries them: DNS and TCP.
+    for t in reachability::targets(cfg) {
+        let kind = match t.kind {
+            ResourceKind::Api => continue,
+            ResourceKind::Source => "git",
+            ResourceKind::Registry => "registry",
+            ResourceKind::Database => "database",
+        };
+        rows.push(probe_tcp(kind, &t.name, &t.host, t.port).await);
     }
     rows
 }

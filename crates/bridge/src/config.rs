@@ -37,7 +37,7 @@ pub use resources::{
     AllowRule, Api, Credentials, DEFAULT_POSTGRES_PORT, Database, DatabaseEngine, MAX_NAME_LEN,
     Registry, ResourceKind, Source, TokenAuth, is_valid_name,
 };
-pub use secret::Secret;
+pub use secret::{Secret, basic_authorization};
 
 /// Default `api_url`: the `cloud` binary's default TLS address.
 pub const DEFAULT_API_URL: &str = "https://127.0.0.1:8443";

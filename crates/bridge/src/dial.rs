@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine;
 use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -13,7 +12,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use crate::config::ProxyUrl;
+use crate::config::{ProxyUrl, basic_authorization};
 
 /// How long each layer may take.
 const STEP_TIMEOUT: Duration = Duration::from_secs(15);
@@ -135,9 +134,10 @@ async fn connect_via(
     let proxy_name = format!("{}:{}", proxy.host(), proxy.port());
     let mut request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
     if let Some((user, password)) = proxy.credentials() {
-        let token = base64::engine::general_purpose::STANDARD
-            .encode(format!("{user}:{}", password.expose()));
-        request.push_str(&format!("Proxy-Authorization: Basic {token}\r\n"));
+        request.push_str(&format!(
+            "Proxy-Authorization: {}\r\n",
+            basic_authorization(&user, &password)
+        ));
     }
     request.push_str("\r\n");
     let io_err = |e: std::io::Error| DialError::Proxy {

@@ -18,11 +18,15 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One resource's address.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Target {
-    kind: ResourceKind,
-    name: String,
-    host: String,
-    port: u16,
+pub(crate) struct Target {
+    /// What it is.
+    pub(crate) kind: ResourceKind,
+    /// Its name in the configuration.
+    pub(crate) name: String,
+    /// Host name or IP address (an IPv6 literal without brackets).
+    pub(crate) host: String,
+    /// TCP port.
+    pub(crate) port: u16,
 }
 
 fn url_target(kind: ResourceKind, name: &str, url: &url::Url) -> Target {
@@ -40,7 +44,8 @@ fn url_target(kind: ResourceKind, name: &str, url: &url::Url) -> Target {
     }
 }
 
-fn targets(cfg: &Config) -> Vec<Target> {
+/// Every declared resource's address, in the configuration's order per kind.
+pub(crate) fn targets(cfg: &Config) -> Vec<Target> {
     let sources = cfg
         .sources
         .iter()

@@ -152,9 +152,7 @@ async fn sigterm_drains_in_flight_streams_then_exits_zero() {
     let mut rig = Rig::start("").await;
     let client = rig.cloud.client();
     let slow = tokio::spawn({
-        let req = client
-            .get(rig.api_url("/slow?sleep_ms=1500"))
-            .bearer_auth(&rig.tenant.api_key);
+        let req = rig.request(reqwest::Method::GET, "/slow?sleep_ms=1500");
         async move { req.send().await.map(|r| r.status().as_u16()) }
     });
     while rig.upstream.stats.current.load(Ordering::SeqCst) == 0 {
@@ -274,10 +272,7 @@ async fn a_response_slower_than_the_forward_timeout_is_a_504() {
         Ok::<_, std::io::Error>(vec![7u8; 1024])
     });
     let res = rig
-        .cloud
-        .client()
-        .post(rig.api_url("/upload"))
-        .bearer_auth(&rig.tenant.api_key)
+        .request(reqwest::Method::POST, "/upload")
         .body(reqwest::Body::wrap_stream(chunks))
         .send()
         .await

@@ -317,12 +317,18 @@ impl Rig {
 
     /// A GET through the tunnel with the org's API key.
     pub async fn get(&self, path: &str) -> reqwest::Response {
-        self.cloud
-            .client()
-            .get(self.api_url(path))
-            .bearer_auth(&self.tenant.api_key)
+        self.request(reqwest::Method::GET, path)
             .send()
             .await
             .expect("request")
+    }
+
+    /// A request to `{cloud}/v1/bridges/dc1/apis/internal{path}` with the org's API key, to
+    /// finish (headers, body) and send.
+    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.cloud
+            .client()
+            .request(method, self.api_url(path))
+            .bearer_auth(&self.tenant.api_key)
     }
 }

@@ -50,6 +50,18 @@ impl From<String> for Secret {
     }
 }
 
+/// The `Authorization` (or `Proxy-Authorization`) value of HTTP Basic for `user` and
+/// `password`: what the bridge injects into forwarded requests, sends to a proxy, and tries in
+/// `bridge check`. It carries the password: never log it.
+pub fn basic_authorization(user: &str, password: &Secret) -> String {
+    use base64::Engine;
+    let pair = format!("{user}:{}", password.expose());
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,13 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use base64::Engine;
 use http::{HeaderMap, HeaderValue, Request, header};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::counted::Counted;
-use crate::config::Api;
+use crate::config::{Api, basic_authorization};
 
 /// How long connecting to an internal system may take before the request gets a 502.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -105,15 +104,10 @@ pub(super) fn build_upstream(
         &mut parts.headers,
         &[tunnel::HEADER_PRINCIPAL, tunnel::HEADER_ORG],
     );
-    if let Some(auth) = &api.auth {
-        let token = base64::engine::general_purpose::STANDARD.encode(format!(
-            "{}:{}",
-            auth.username,
-            auth.password.expose()
-        ));
-        if let Ok(v) = HeaderValue::from_str(&format!("Basic {token}")) {
-            parts.headers.insert(header::AUTHORIZATION, v);
-        }
+    if let Some(auth) = &api.auth
+        && let Ok(v) = HeaderValue::from_str(&basic_authorization(&auth.username, &auth.password))
+    {
+        parts.headers.insert(header::AUTHORIZATION, v);
     }
     Ok(Request::from_parts(
         parts,
