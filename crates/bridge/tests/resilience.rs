@@ -236,6 +236,28 @@ async fn an_unreachable_resource_makes_health_degraded_until_it_answers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_that_stalls_midway_is_cut_after_the_forward_timeout() {
+    let rig = Rig::start_full(&["--forward-timeout", "1"], |up| internal_api_yaml(up, "")).await;
+    let started = std::time::Instant::now();
+    let res = rig.get("/stall").await;
+    assert_eq!(res.status(), 200);
+    let body = res.bytes().await;
+    assert!(body.is_err(), "a stalled body ended normally: {body:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // The reset reached the bridge: the record shows the internal system's 200 and only the
+    // 8 bytes that streamed, and the stream is no longer in flight.
+    let audit = rig.bridge.audit_records(1).await;
+    assert_eq!(audit[0]["status"], 200, "{audit:?}");
+    assert_eq!(audit[0]["bytes_out"], "partial ".len(), "{audit:?}");
+    assert_eq!(rig.bridge.metric("bridge_streams_in_flight").await, 0.0);
+    assert_eq!(rig.get("/fast").await.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_slower_than_the_forward_timeout_is_a_504() {
     let rig = Rig::start_full(&["--forward-timeout", "1"], |up| internal_api_yaml(up, "")).await;
     let started = std::time::Instant::now();

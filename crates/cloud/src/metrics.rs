@@ -13,21 +13,21 @@ use prometheus_client::registry::Registry;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TypeLabel {
     /// Event type.
-    pub r#type: String,
+    pub r#type: &'static str,
 }
 
 /// Labels of `signals_events_rejected_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     /// Why: `invalid`, `too_large`, `rate_limited`, `unauthorized`, …
-    pub reason: String,
+    pub reason: &'static str,
 }
 
 /// Labels of `http_request_duration_seconds`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
-    /// HTTP method.
-    pub method: String,
+    /// HTTP method (`other` for unusual ones, to keep cardinality bounded).
+    pub method: &'static str,
     /// Matched route pattern (not the raw path, to keep cardinality bounded).
     pub route: String,
     /// Response status code.
@@ -105,32 +105,25 @@ impl Metrics {
     }
 
     /// Counts stored events of one type.
-    pub fn accepted(&self, kind: &str, n: u64) {
+    pub fn accepted(&self, kind: &'static str, n: u64) {
         self.0
             .accepted
-            .get_or_create(&TypeLabel {
-                r#type: kind.to_string(),
-            })
+            .get_or_create(&TypeLabel { r#type: kind })
             .inc_by(n);
     }
 
     /// Counts a refused signal request.
-    pub fn rejected(&self, reason: &str) {
-        self.0
-            .rejected
-            .get_or_create(&ReasonLabel {
-                reason: reason.to_string(),
-            })
-            .inc();
+    pub fn rejected(&self, reason: &'static str) {
+        self.0.rejected.get_or_create(&ReasonLabel { reason }).inc();
     }
 
     /// Records one answered HTTP request.
-    pub fn request(&self, method: &str, route: &str, status: u16, took: Duration) {
+    pub fn request(&self, method: &'static str, route: String, status: u16, took: Duration) {
         self.0
             .requests
             .get_or_create(&RouteLabels {
-                method: method.to_string(),
-                route: route.to_string(),
+                method,
+                route,
                 status,
             })
             .observe(took.as_secs_f64());

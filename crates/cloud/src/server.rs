@@ -3,16 +3,18 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::GracefulConnection;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::api::{self, AppState};
 use crate::metrics::Metrics;
@@ -157,6 +159,48 @@ fn http_builder(header_read_timeout: Duration) -> auto::Builder<TokioExecutor> {
     builder
 }
 
+/// Requests started on one connection: a connection whose count stays still for a whole idle
+/// period is closed (HTTP/2 clients that only answer pings would otherwise stay forever).
+#[derive(Default)]
+struct Activity(AtomicU64);
+
+impl Activity {
+    fn request(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Resolves once a whole `period` has passed without a new request.
+    async fn idle(&self, period: Duration) {
+        let mut seen = self.0.load(Ordering::Relaxed);
+        loop {
+            tokio::time::sleep(period).await;
+            let now = self.0.load(Ordering::Relaxed);
+            if now == seen {
+                return;
+            }
+            seen = now;
+        }
+    }
+}
+
+/// Serves one connection to its end, closing it gracefully (in-flight requests finish, and a
+/// streaming answer streams on) at shutdown or once it has been idle for `idle`.
+async fn drive<C: GracefulConnection>(
+    conn: C,
+    activity: &Activity,
+    stop: &CancellationToken,
+    idle: Duration,
+) {
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        () = stop.cancelled() => {}
+        () = activity.idle(idle) => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    let _ = conn.await;
+}
+
 async fn serve_loop(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
@@ -165,7 +209,7 @@ async fn serve_loop(
     timeouts: (Duration, Duration),
 ) {
     let (drain_timeout, header_read_timeout) = timeouts;
-    let graceful = GracefulShutdown::new();
+    let connections = TaskTracker::new();
     let builder = Arc::new(http_builder(header_read_timeout));
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
@@ -189,18 +233,25 @@ async fn serve_loop(
         };
         let _ = stream.set_nodelay(true);
         let app = app.clone();
-        let watcher = graceful.watcher();
+        let stop = stop.clone();
         let builder = builder.clone();
         let tls = tls.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let _slot = slot;
+            let activity = Arc::new(Activity::default());
+            let counted = activity.clone();
             match tls {
                 None => {
-                    let service = TowerToHyperService::new(app);
+                    let service = TowerToHyperService::new(app.map_request(
+                        move |req: axum::http::Request<hyper::body::Incoming>| {
+                            counted.request();
+                            req
+                        },
+                    ));
                     let conn = builder
                         .serve_connection_with_upgrades(TokioIo::new(stream), service)
                         .into_owned();
-                    let _ = watcher.watch(conn).await;
+                    drive(conn, &activity, &stop, header_read_timeout).await;
                 }
                 Some(acceptor) => {
                     let stream = match tokio::time::timeout(
@@ -227,6 +278,7 @@ async fn serve_loop(
                         .map(|leaf| ClientCert(leaf.clone().into_owned()));
                     let service = TowerToHyperService::new(app.map_request(
                         move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                            counted.request();
                             if let Some(cert) = &client_cert {
                                 req.extensions_mut().insert(cert.clone());
                             }
@@ -236,13 +288,14 @@ async fn serve_loop(
                     let conn = builder
                         .serve_connection_with_upgrades(TokioIo::new(stream), service)
                         .into_owned();
-                    let _ = watcher.watch(conn).await;
+                    drive(conn, &activity, &stop, header_read_timeout).await;
                 }
             }
         });
     }
     drop(listener);
-    if tokio::time::timeout(drain_timeout, graceful.shutdown())
+    connections.close();
+    if tokio::time::timeout(drain_timeout, connections.wait())
         .await
         .is_err()
     {

@@ -572,3 +572,47 @@ async fn a_client_that_never_finishes_its_headers_is_disconnected() {
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_http2_connection_is_closed_but_a_slow_request_on_it_finishes() {
+    use futures_util::StreamExt;
+    use http_body_util::{BodyExt, StreamBody};
+    use hyper::body::Frame;
+    let cloud = Cloud::start_with(Backend::Sqlite, &["--header-read-timeout", "1"]);
+    let t = cloud.tenant("acme");
+    let addr = cloud.http.trim_start_matches("http://");
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    let conn = tokio::spawn(conn);
+    // An upload taking 2.5 s, longer than the 1 s idle limit: the connection is told to close
+    // (GOAWAY) but this stream still completes.
+    let event = seed_event().to_string().into_bytes();
+    let (head, tail) = event.split_at(event.len() / 2);
+    let parts = [head.to_vec(), tail.to_vec()];
+    let body = StreamBody::new(Box::pin(futures_util::stream::iter(parts).then(
+        |part| async move {
+            tokio::time::sleep(Duration::from_millis(1_250)).await;
+            Ok::<_, std::convert::Infallible>(Frame::data(bytes::Bytes::from(part)))
+        },
+    )));
+    let request = hyper::Request::post(format!("/v1/signals/{}", t.signal_key))
+        .header("authorization", format!("Bearer {}", t.api_key))
+        .header("content-type", "application/json")
+        .body(body)
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status();
+    let answer = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(status, 202, "{}", String::from_utf8_lossy(&answer));
+    // Then, with nothing more to do, the server closes the connection.
+    let closed = tokio::time::timeout(Duration::from_secs(10), conn).await;
+    assert!(
+        closed.is_ok(),
+        "an idle HTTP/2 connection was still open 10 s after a 1 s idle limit"
+    );
+}

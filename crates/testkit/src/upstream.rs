@@ -105,6 +105,14 @@ async fn route(req: Request<Incoming>) -> Response<Body> {
         });
         return Response::new(StreamBody::new(stream).boxed());
     }
+    if path.ends_with("/stall") {
+        // Sends one chunk, then nothing ever again: a hung internal system.
+        let first = futures_util::stream::once(async {
+            Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"partial ")))
+        });
+        let stream = futures_util::StreamExt::chain(first, futures_util::stream::pending());
+        return Response::new(StreamBody::new(stream).boxed());
+    }
     if path.ends_with("/upload") {
         let mut body = req.into_body();
         let mut hasher = Sha256::new();

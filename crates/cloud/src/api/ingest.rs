@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use http_body_util::BodyExt;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::AppState;
 use super::auth::storage_unavailable;
@@ -132,13 +132,7 @@ async fn ingest(
         .map(|e| to_new_event(e, received))
         .collect();
     let received_at = format_time(received);
-    let answer = if batch.is_array {
-        let ids: Vec<&str> = new_events.iter().map(|e| e.id.as_str()).collect();
-        json!({"ids": ids, "status": "accepted", "receivedAt": received_at})
-    } else {
-        json!({"id": new_events[0].id, "status": "accepted", "receivedAt": received_at})
-    }
-    .to_string();
+    let answer = accepted_answer(batch.is_array, &new_events, &received_at);
     let kinds: Vec<&'static str> = new_events.iter().map(|e| e.kind).collect();
     let outcome = state
         .store
@@ -301,6 +295,28 @@ fn to_new_event(e: ValidEvent, received: DateTime<Utc>) -> NewEvent {
     }
 }
 
+/// `{"id":…}` or `{"ids":[…]}`, `"status":"accepted"`, `"receivedAt":…`. Written directly:
+/// ids are UUIDs and the time is RFC 3339, so nothing needs escaping.
+fn accepted_answer(is_array: bool, events: &[NewEvent], received_at: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(80 + events.len() * 40);
+    if is_array {
+        out.push_str("{\"ids\":[");
+        for (i, e) in events.iter().enumerate() {
+            let comma = if i == 0 { "" } else { "," };
+            let _ = write!(out, "{comma}\"{}\"", e.id);
+        }
+        out.push(']');
+    } else {
+        let _ = write!(out, "{{\"id\":\"{}\"", events[0].id);
+    }
+    let _ = write!(
+        out,
+        ",\"status\":\"accepted\",\"receivedAt\":\"{received_at}\"}}"
+    );
+    out
+}
+
 fn json_response(status: StatusCode, body: String) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
@@ -313,4 +329,39 @@ fn replay(first: String) -> Response {
         axum::http::HeaderValue::from_static("true"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(id: &str) -> NewEvent {
+        NewEvent {
+            id: id.into(),
+            kind: "custom",
+            service: None,
+            environment: None,
+            status: None,
+            dedup_key: None,
+            occurred_at: 0,
+            received_at: 0,
+            body: "{}".into(),
+        }
+    }
+
+    #[test]
+    fn the_accepted_answer_is_json_with_the_ids() {
+        let at = "2024-01-15T10:30:00.5Z";
+        let one: Value = serde_json::from_str(&accepted_answer(false, &[event("a")], at)).unwrap();
+        assert_eq!(
+            one,
+            serde_json::json!({"id": "a", "status": "accepted", "receivedAt": at})
+        );
+        let many: Value =
+            serde_json::from_str(&accepted_answer(true, &[event("a"), event("b")], at)).unwrap();
+        assert_eq!(
+            many,
+            serde_json::json!({"ids": ["a", "b"], "status": "accepted", "receivedAt": at})
+        );
+    }
 }

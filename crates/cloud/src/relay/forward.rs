@@ -3,6 +3,7 @@
 //! caller's API key is not forwarded; a bodiless idempotent request whose tunnel died is
 //! retried once on another instance.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -221,10 +222,7 @@ async fn try_forward(
                 for name in dropped {
                     parts.headers.remove(name);
                 }
-                let body = Body::new(Tracked {
-                    inner: incoming,
-                    _guard: guard,
-                });
+                let body = Body::new(Tracked::new(incoming, guard, timeout));
                 return Ok(Response::from_parts(parts, body));
             }
             Err(e) => {
@@ -299,21 +297,69 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body that holds its [`InFlight`] guard until it ends.
+/// A response body that holds its [`InFlight`] guard until it ends, and fails when the bridge
+/// sends nothing for `stall` while the caller waits for more (a hung internal system would
+/// otherwise hold the caller's connection forever). Dropping it resets the tunnel stream.
 struct Tracked {
     inner: hyper::body::Incoming,
     _guard: InFlight,
+    stall: std::time::Duration,
+    /// Armed while a read is pending; made on the first pending read only.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    waiting: bool,
 }
+
+impl Tracked {
+    fn new(inner: hyper::body::Incoming, guard: InFlight, stall: std::time::Duration) -> Self {
+        Tracked {
+            inner,
+            _guard: guard,
+            stall,
+            timer: None,
+            waiting: false,
+        }
+    }
+}
+
+/// The error a stalled response body ends with.
+#[derive(Debug, thiserror::Error)]
+#[error("the bridge sent no response data for {0:?} (--forward-timeout); the stream was reset")]
+struct Stalled(std::time::Duration);
 
 impl HttpBody for Tracked {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                this.waiting = false;
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
+            Poll::Pending => {
+                // The clock runs only while the caller is waiting on the bridge, not while a
+                // slow caller is still reading what it already has.
+                let deadline = tokio::time::Instant::now() + this.stall;
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                if !this.waiting {
+                    timer.as_mut().reset(deadline);
+                    this.waiting = true;
+                }
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        tracing::warn!(stall = ?this.stall, "forwarded response stalled; resetting its stream");
+                        Poll::Ready(Some(Err(Box::new(Stalled(this.stall)))))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
     }
 
     fn is_end_stream(&self) -> bool {

@@ -43,26 +43,14 @@ pub struct Batch {
 
 /// Parses and validates a whole body; one bad event rejects all.
 pub fn parse(body: &[u8], now: DateTime<Utc>) -> Result<Batch, BatchError> {
-    let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    let (is_array, raws): (bool, Vec<&RawValue>) = match first {
-        Some(b'[') => (
-            true,
-            serde_json::from_slice(body).map_err(|e| BatchError::Malformed(e.to_string()))?,
-        ),
-        Some(_) => (
-            false,
-            vec![serde_json::from_slice(body).map_err(|e| BatchError::Malformed(e.to_string()))?],
-        ),
+    let malformed = |e: serde_json::Error| BatchError::Malformed(e.to_string());
+    let raws: Vec<&RawValue> = match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'[') => serde_json::from_slice(body).map_err(malformed)?,
+        Some(_) => return parse_one(body, now),
         None => return Err(BatchError::Malformed("the body is empty".into())),
     };
-    let pointer = |i: usize| {
-        if is_array {
-            format!("/{i}")
-        } else {
-            String::new()
-        }
-    };
-    if is_array && raws.is_empty() {
+    let pointer = |i: usize| format!("/{i}");
+    if raws.is_empty() {
         return Err(BatchError::Invalid(vec![FieldError {
             pointer: String::new(),
             detail: "the array is empty; send 1 to 500 events".into(),
@@ -90,16 +78,40 @@ pub fn parse(body: &[u8], now: DateTime<Utc>) -> Result<Batch, BatchError> {
     let mut errors = Vec::new();
     let mut events = Vec::with_capacity(raws.len());
     for (i, raw) in raws.iter().enumerate() {
-        let value: Value =
-            serde_json::from_str(raw.get()).map_err(|e| BatchError::Malformed(e.to_string()))?;
+        let value: Value = serde_json::from_str(raw.get()).map_err(malformed)?;
         if let Some(event) = validate(value, &pointer(i), now, &mut errors) {
             events.push(event);
         }
     }
     if errors.is_empty() {
-        Ok(Batch { is_array, events })
+        Ok(Batch {
+            is_array: true,
+            events,
+        })
     } else {
         Err(BatchError::Invalid(errors))
+    }
+}
+
+/// A body that is one event (not an array): parsed in a single pass, the body's own length
+/// being the event's size.
+fn parse_one(body: &[u8], now: DateTime<Utc>) -> Result<Batch, BatchError> {
+    let size = body.trim_ascii().len();
+    if size > MAX_EVENT_BYTES {
+        return Err(BatchError::EventTooLarge {
+            pointer: String::new(),
+            size,
+        });
+    }
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| BatchError::Malformed(e.to_string()))?;
+    let mut errors = Vec::new();
+    match validate(value, "", now, &mut errors) {
+        Some(event) if errors.is_empty() => Ok(Batch {
+            is_array: false,
+            events: vec![event],
+        }),
+        _ => Err(BatchError::Invalid(errors)),
     }
 }
 
