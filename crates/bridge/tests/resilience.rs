@@ -258,6 +258,38 @@ async fn a_response_that_stalls_midway_is_cut_after_the_forward_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_that_stops_midway_frees_the_bridge() {
+    let rig = Rig::start_full(&["--header-read-timeout", "1"], |up| {
+        internal_api_yaml(up, "")
+    })
+    .await;
+    let started = std::time::Instant::now();
+    // One chunk, then silence for longer than the test waits.
+    let chunks = futures_util::stream::iter(0..2).then(|i| async move {
+        if i == 1 {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+        }
+        Ok::<_, std::io::Error>(vec![7u8; 1024])
+    });
+    let sent = rig
+        .request(reqwest::Method::POST, "/upload")
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send();
+    match tokio::time::timeout(Duration::from_secs(8), sent).await {
+        Ok(Ok(res)) => assert_eq!(res.status(), 408),
+        // The server may close before the client reads the 408: also a refusal.
+        Ok(Err(_)) => {}
+        Err(_) => panic!("no answer 8 s after a 1 s pause limit"),
+    }
+    // The bridge saw its stream reset: audited as cut, its slot free again.
+    let audit = rig.bridge.audit_records(1).await;
+    assert_eq!(audit[0]["status"], 499, "{audit:?}");
+    assert_eq!(rig.bridge.metric("bridge_streams_in_flight").await, 0.0);
+    assert!(started.elapsed() < Duration::from_secs(8));
+    assert_eq!(rig.get("/fast").await.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_slower_than_the_forward_timeout_is_a_504() {
     let rig = Rig::start_full(&["--forward-timeout", "1"], |up| internal_api_yaml(up, "")).await;
     let started = std::time::Instant::now();

@@ -96,8 +96,8 @@ pub struct ServeArgs {
     /// Seconds in-flight requests may take to finish at shutdown.
     #[arg(long, env = "CLOUD_DRAIN_TIMEOUT", default_value_t = 20)]
     pub drain_timeout: u64,
-    /// Seconds a client may take to send a request's headers, and a keep-alive connection
-    /// may stay idle, before it is closed.
+    /// Seconds a client may take to send a request's headers, may pause while sending a body
+    /// (then 408), and a connection may go without a new request, before it is closed.
     #[arg(long, env = "CLOUD_HEADER_READ_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub header_read_timeout: u64,
     /// Seconds a request forwarded through a bridge may wait for the response's headers

@@ -16,5 +16,6 @@ pub mod secrets;
 pub mod server;
 pub mod shutdown;
 pub mod signals;
+pub mod stall;
 pub mod storage;
 pub mod tls;

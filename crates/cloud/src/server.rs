@@ -92,7 +92,7 @@ pub async fn run(
         metrics,
         options.signal_rate_limit,
         ca,
-        options.forward_timeout,
+        (options.header_read_timeout, options.forward_timeout),
     );
     let relay = state.relay.clone();
     let tls_app = api::router(state.clone(), api::Listener::Tls);

@@ -589,14 +589,16 @@ async fn an_idle_http2_connection_is_closed_but_a_slow_request_on_it_finishes() 
     .await
     .unwrap();
     let conn = tokio::spawn(conn);
-    // An upload taking 2.5 s, longer than the 1 s idle limit: the connection is told to close
-    // (GOAWAY) but this stream still completes.
+    // An upload taking 2.4 s, longer than the 1 s idle limit, in pieces 0.6 s apart (under the
+    // 1 s pause limit): the connection is told to close (GOAWAY) but this stream completes.
     let event = seed_event().to_string().into_bytes();
-    let (head, tail) = event.split_at(event.len() / 2);
-    let parts = [head.to_vec(), tail.to_vec()];
+    let parts: Vec<Vec<u8>> = event
+        .chunks(event.len().div_ceil(4))
+        .map(<[u8]>::to_vec)
+        .collect();
     let body = StreamBody::new(Box::pin(futures_util::stream::iter(parts).then(
         |part| async move {
-            tokio::time::sleep(Duration::from_millis(1_250)).await;
+            tokio::time::sleep(Duration::from_millis(600)).await;
             Ok::<_, std::convert::Infallible>(Frame::data(bytes::Bytes::from(part)))
         },
     )));
@@ -615,4 +617,26 @@ async fn an_idle_http2_connection_is_closed_but_a_slow_request_on_it_finishes() 
         closed.is_ok(),
         "an idle HTTP/2 connection was still open 10 s after a 1 s idle limit"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_stops_arriving_is_a_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cloud = Cloud::start_with(Backend::Sqlite, &["--header-read-timeout", "1"]);
+    let t = cloud.tenant("acme");
+    let addr = cloud.http.trim_start_matches("http://");
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/signals/{} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"type\":",
+        t.signal_key, t.api_key
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), slow.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "no answer 10 s after a 1 s pause limit");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("application/problem+json"), "{answer}");
+    assert!(answer.contains("stopped arriving"), "{answer}");
 }

@@ -103,7 +103,7 @@ async fn ingest(
             return Ok(replay(first));
         }
     }
-    let bytes = read_limited(headers, body).await?;
+    let bytes = read_limited(headers, body, state.read_timeout).await?;
     // Microsecond precision: what is stored, so the answer and a later read agree.
     let received =
         DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).unwrap_or_default();
@@ -171,11 +171,16 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
     Ok(Some(key.to_string()))
 }
 
-/// Reads the body, refusing as soon as it passes the limit (never buffering more).
+/// Reads the body, refusing as soon as it passes the limit (never buffering more), or when it
+/// stops arriving for `pause` (408: a stalled client must not hold its handler forever).
 ///
 /// An over-long body is then drained (read and dropped, up to [`MAX_DRAIN_BYTES`]) so that
 /// HTTP/1.1 clients still writing it see the 413 instead of a reset connection.
-async fn read_limited(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Rejection> {
+async fn read_limited(
+    headers: &HeaderMap,
+    body: Body,
+    pause: std::time::Duration,
+) -> Result<bytes::Bytes, Rejection> {
     let too_large = || {
         (
             "too_large",
@@ -194,7 +199,21 @@ async fn read_limited(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, R
     }
     let mut body = body;
     let mut buf = bytes::BytesMut::new();
-    while let Some(frame) = body.frame().await {
+    loop {
+        // Checked before any timer is armed: a body already received costs no timer.
+        let frame = match tokio::time::timeout(pause, body.frame()).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(_) => {
+                return Err((
+                    "timeout",
+                    Problem::request_timeout(format!(
+                        "the request body stopped arriving for {} s; send it whole without pausing",
+                        pause.as_secs()
+                    )),
+                ));
+            }
+        };
         let frame = frame.map_err(|e| {
             (
                 "malformed",

@@ -50,6 +50,8 @@ pub struct Shared {
     pub limiter: Arc<RateLimiter>,
     /// Bridge tunnels.
     pub relay: Arc<RelayState>,
+    /// The longest pause allowed while a client sends a request body (`--header-read-timeout`).
+    pub read_timeout: std::time::Duration,
 }
 
 /// What the bridge relay shares.
@@ -65,14 +67,15 @@ pub struct RelayState {
 }
 
 impl AppState {
-    /// State over a store, with a rate limit in events/s per signal key (0: none) and the
-    /// time a forwarded request may wait for its response's headers.
+    /// State over a store, with a rate limit in events/s per signal key (0: none), the
+    /// longest pause in a request body, and the time a forwarded request may wait for its
+    /// response's headers.
     pub fn new(
         store: Store,
         metrics: Metrics,
         signal_rate_limit: u32,
         ca: LocalCa,
-        forward_timeout: std::time::Duration,
+        (read_timeout, forward_timeout): (std::time::Duration, std::time::Duration),
     ) -> Self {
         AppState(Arc::new(Shared {
             store,
@@ -85,6 +88,7 @@ impl AppState {
                 shutdown: CancellationToken::new(),
                 forward_timeout,
             }),
+            read_timeout,
         }))
     }
 }

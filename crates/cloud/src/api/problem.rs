@@ -95,6 +95,16 @@ impl Problem {
         )
     }
 
+    /// 408: the client paused mid-request for longer than `--header-read-timeout`.
+    pub fn request_timeout(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request-timeout",
+            "Request timeout",
+            detail,
+        )
+    }
+
     /// 413: body or event too large.
     pub fn too_large(detail: impl Into<String>) -> Self {
         Self::new(

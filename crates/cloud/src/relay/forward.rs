@@ -3,7 +3,6 @@
 //! caller's API key is not forwarded; a bodiless idempotent request whose tunnel died is
 //! retried once on another instance.
 
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -23,6 +22,7 @@ use super::Instance;
 use crate::api::AppState;
 use crate::api::auth::storage_unavailable;
 use crate::api::problem::Problem;
+use crate::stall::StallTimer;
 
 /// Headers that belong to one hop, or to the caller's credentials, and are never forwarded.
 const DROPPED: &[&str] = &[
@@ -162,6 +162,7 @@ async fn try_forward(
         bodiless && matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
     let mut body = Some(body);
     let mut last_error = String::new();
+    let upload_stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
     for instance in instances.iter().take(if retryable { 2 } else { 1 }) {
         let mut builder = hyper::Request::builder()
             .method(parts.method.clone())
@@ -182,6 +183,8 @@ async fn try_forward(
                 Body::new(Announced {
                     inner,
                     done: Some(done),
+                    stall: StallTimer::new(state.read_timeout),
+                    stalled: upload_stalled.clone(),
                 }),
                 Some(uploaded),
             )
@@ -222,8 +225,18 @@ async fn try_forward(
                 for name in dropped {
                     parts.headers.remove(name);
                 }
-                let body = Body::new(Tracked::new(incoming, guard, timeout));
+                let body = Body::new(Tracked {
+                    inner: incoming,
+                    _guard: guard,
+                    stall: StallTimer::new(timeout),
+                });
                 return Ok(Response::from_parts(parts, body));
+            }
+            Err(_) if upload_stalled.load(Ordering::Relaxed) => {
+                return Err(Problem::request_timeout(format!(
+                    "the request body stopped arriving for {} s (--header-read-timeout); the forwarded request was cancelled",
+                    state.read_timeout.as_secs()
+                )));
             }
             Err(e) => {
                 tracing::warn!(bridge, instance = %instance.id, cause = %e, retryable, "forwarding through tunnel failed");
@@ -241,23 +254,39 @@ async fn try_forward(
 }
 
 /// A request body that says when it has been sent whole (or given up), so that the
-/// `--forward-timeout` starts only then.
+/// `--forward-timeout` starts only then; and that fails (resetting the tunnel stream, so the
+/// bridge frees its slot) when the caller pauses mid-upload for `--header-read-timeout`.
 struct Announced {
     inner: Body,
     done: Option<tokio::sync::oneshot::Sender<()>>,
+    stall: StallTimer,
+    stalled: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl HttpBody for Announced {
     type Data = Bytes;
-    type Error = axum::Error;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        let polled = match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                this.stall.progressed();
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
+            Poll::Pending => match this.stall.poll_stalled(cx) {
+                Poll::Ready(()) => {
+                    this.stalled.store(true, Ordering::Relaxed);
+                    Poll::Ready(Some(Err(Cut::Upload(this.stall.limit()).into())))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        };
         if matches!(polled, Poll::Ready(None | Some(Err(_))))
-            && let Some(done) = self.done.take()
+            && let Some(done) = this.done.take()
         {
             let _ = done.send(());
         }
@@ -298,33 +327,25 @@ impl Drop for InFlight {
 }
 
 /// A response body that holds its [`InFlight`] guard until it ends, and fails when the bridge
-/// sends nothing for `stall` while the caller waits for more (a hung internal system would
-/// otherwise hold the caller's connection forever). Dropping it resets the tunnel stream.
+/// sends nothing for `--forward-timeout` while the caller waits for more (a hung internal
+/// system would otherwise hold the caller's connection forever). Dropping it resets the
+/// tunnel stream.
 struct Tracked {
     inner: hyper::body::Incoming,
     _guard: InFlight,
-    stall: std::time::Duration,
-    /// Armed while a read is pending; made on the first pending read only.
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    waiting: bool,
+    stall: StallTimer,
 }
 
-impl Tracked {
-    fn new(inner: hyper::body::Incoming, guard: InFlight, stall: std::time::Duration) -> Self {
-        Tracked {
-            inner,
-            _guard: guard,
-            stall,
-            timer: None,
-            waiting: false,
-        }
-    }
-}
-
-/// The error a stalled response body ends with.
+/// Why a forwarded body was cut.
 #[derive(Debug, thiserror::Error)]
-#[error("the bridge sent no response data for {0:?} (--forward-timeout); the stream was reset")]
-struct Stalled(std::time::Duration);
+enum Cut {
+    /// The bridge went silent mid-response.
+    #[error("the bridge sent no response data for {0:?} (--forward-timeout); the stream was reset")]
+    Response(std::time::Duration),
+    /// The caller went silent mid-upload.
+    #[error("the request body stopped arriving for {0:?} (--header-read-timeout)")]
+    Upload(std::time::Duration),
+}
 
 impl HttpBody for Tracked {
     type Data = Bytes;
@@ -337,28 +358,16 @@ impl HttpBody for Tracked {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(frame) => {
-                this.waiting = false;
+                this.stall.progressed();
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
-            Poll::Pending => {
-                // The clock runs only while the caller is waiting on the bridge, not while a
-                // slow caller is still reading what it already has.
-                let deadline = tokio::time::Instant::now() + this.stall;
-                let timer = this
-                    .timer
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-                if !this.waiting {
-                    timer.as_mut().reset(deadline);
-                    this.waiting = true;
+            Poll::Pending => match this.stall.poll_stalled(cx) {
+                Poll::Ready(()) => {
+                    tracing::warn!(stall = ?this.stall.limit(), "forwarded response stalled; resetting its stream");
+                    Poll::Ready(Some(Err(Box::new(Cut::Response(this.stall.limit())))))
                 }
-                match timer.as_mut().poll(cx) {
-                    Poll::Ready(()) => {
-                        tracing::warn!(stall = ?this.stall, "forwarded response stalled; resetting its stream");
-                        Poll::Ready(Some(Err(Box::new(Stalled(this.stall)))))
-                    }
-                    Poll::Pending => Poll::Pending,
-                }
-            }
+                Poll::Pending => Poll::Pending,
+            },
         }
     }
 
