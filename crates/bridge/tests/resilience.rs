@@ -275,18 +275,52 @@ async fn an_upload_that_stops_midway_frees_the_bridge() {
         .request(reqwest::Method::POST, "/upload")
         .body(reqwest::Body::wrap_stream(chunks))
         .send();
-    match tokio::time::timeout(Duration::from_secs(8), sent).await {
-        Ok(Ok(res)) => assert_eq!(res.status(), 408),
-        // The server may close before the client reads the 408: also a refusal.
-        Ok(Err(_)) => {}
-        Err(_) => panic!("no answer 8 s after a 1 s pause limit"),
-    }
+    let res = tokio::time::timeout(Duration::from_secs(8), sent)
+        .await
+        .expect("no answer 8 s after a 1 s pause limit")
+        .expect("the 408 was not received");
+    assert_eq!(res.status(), 408);
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("stopped arriving"),
+        "{body}"
+    );
     // The bridge saw its stream reset: audited as cut, its slot free again.
     let audit = rig.bridge.audit_records(1).await;
     assert_eq!(audit[0]["status"], 499, "{audit:?}");
     assert_eq!(rig.bridge.metric("bridge_streams_in_flight").await, 0.0);
     assert!(started.elapsed() < Duration::from_secs(8));
     assert_eq!(rig.get("/fast").await.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_nobody_reads_is_a_504() {
+    let rig = Rig::start_full(&["--forward-timeout", "1"], |up| internal_api_yaml(up, "")).await;
+    let started = std::time::Instant::now();
+    // The internal system sleeps without reading; 64 MiB fill every buffer on the way.
+    let chunks =
+        futures_util::stream::iter(0..64).map(|_| Ok::<_, std::io::Error>(vec![1u8; 1 << 20]));
+    let res = rig
+        .request(reqwest::Method::POST, "/slow?sleep_ms=30000")
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .expect("the 504 was not received");
+    assert_eq!(res.status(), 504);
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert!(
+        body["detail"].as_str().unwrap().contains("stopped moving"),
+        "{body}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(rig.bridge.metric("bridge_streams_in_flight").await, 0.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -96,12 +96,14 @@ pub struct ServeArgs {
     /// Seconds in-flight requests may take to finish at shutdown.
     #[arg(long, env = "CLOUD_DRAIN_TIMEOUT", default_value_t = 20)]
     pub drain_timeout: u64,
-    /// Seconds a client may take to send a request's headers, may pause while sending a body
-    /// (then 408), and a connection may go without a new request, before it is closed.
+    /// Seconds a client may take to send a request's headers; the longest pause in a signal's
+    /// or a forwarded request's body (then 408); and how long an HTTP/2 connection may go
+    /// without a new request before it is closed gracefully.
     #[arg(long, env = "CLOUD_HEADER_READ_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub header_read_timeout: u64,
     /// Seconds a request forwarded through a bridge may wait for the response's headers
-    /// (a free tunnel stream included) before a 504.
+    /// (a free tunnel stream included) before a 504; also the longest stretch in which its
+    /// upload makes no progress (504) and the longest pause in its response body (cut).
     #[arg(long, env = "CLOUD_FORWARD_TIMEOUT", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub forward_timeout: u64,
 }

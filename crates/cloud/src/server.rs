@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -143,6 +143,12 @@ async fn shared_ca(store: &Store, data_dir: &std::path::Path) -> Result<tls::Loc
     Ok(tls::LocalCa::from_pem(&cert, &key)?)
 }
 
+/// HTTP/2 flow-control windows for callers: a stream may have 1 MiB in flight, a connection
+/// four times that, so one upload held back by a busy bridge does not starve the others on its
+/// connection (which would then look paused to their `--header-read-timeout`).
+const STREAM_WINDOW: u32 = 1 << 20;
+const CONNECTION_WINDOW: u32 = 4 << 20;
+
 /// The per-connection HTTP settings: without a timer hyper enforces no header time-out at all,
 /// and a client sending a byte a minute would hold its connection forever.
 fn http_builder(header_read_timeout: Duration) -> auto::Builder<TokioExecutor> {
@@ -154,28 +160,39 @@ fn http_builder(header_read_timeout: Duration) -> auto::Builder<TokioExecutor> {
     builder
         .http2()
         .timer(TokioTimer::new())
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
         .keep_alive_interval(Some(Duration::from_secs(30)))
         .keep_alive_timeout(Duration::from_secs(20));
     builder
 }
 
-/// Requests started on one connection: a connection whose count stays still for a whole idle
-/// period is closed (HTTP/2 clients that only answer pings would otherwise stay forever).
+/// What one connection has done, so that an idle HTTP/2 connection can be closed (its client
+/// answering pings would otherwise keep it forever). HTTP/1.1 is left to hyper, whose
+/// keep-alive timer starts when the last response has gone out.
 #[derive(Default)]
-struct Activity(AtomicU64);
+struct Activity {
+    requests: AtomicU64,
+    http2: AtomicBool,
+}
 
 impl Activity {
-    fn request(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
+    fn request(&self, version: axum::http::Version) {
+        if version == axum::http::Version::HTTP_2 {
+            self.http2.store(true, Ordering::Relaxed);
+        }
+        self.requests.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Resolves once a whole `period` has passed without a new request.
+    /// Resolves once a whole `period` has passed without a new request on an HTTP/2
+    /// connection, or on a connection that has never sent one. In-flight HTTP/2 streams do
+    /// not count: the graceful close (GOAWAY) lets them finish.
     async fn idle(&self, period: Duration) {
-        let mut seen = self.0.load(Ordering::Relaxed);
+        let mut seen = self.requests.load(Ordering::Relaxed);
         loop {
             tokio::time::sleep(period).await;
-            let now = self.0.load(Ordering::Relaxed);
-            if now == seen {
+            let now = self.requests.load(Ordering::Relaxed);
+            if now == seen && (now == 0 || self.http2.load(Ordering::Relaxed)) {
                 return;
             }
             seen = now;
@@ -184,7 +201,7 @@ impl Activity {
 }
 
 /// Serves one connection to its end, closing it gracefully (in-flight requests finish, and a
-/// streaming answer streams on) at shutdown or once it has been idle for `idle`.
+/// streaming answer streams on) at shutdown or once [`Activity::idle`].
 async fn drive<C: GracefulConnection>(
     conn: C,
     activity: &Activity,
@@ -244,7 +261,7 @@ async fn serve_loop(
                 None => {
                     let service = TowerToHyperService::new(app.map_request(
                         move |req: axum::http::Request<hyper::body::Incoming>| {
-                            counted.request();
+                            counted.request(req.version());
                             req
                         },
                     ));
@@ -278,7 +295,7 @@ async fn serve_loop(
                         .map(|leaf| ClientCert(leaf.clone().into_owned()));
                     let service = TowerToHyperService::new(app.map_request(
                         move |mut req: axum::http::Request<hyper::body::Incoming>| {
-                            counted.request();
+                            counted.request(req.version());
                             if let Some(cert) = &client_cert {
                                 req.extensions_mut().insert(cert.clone());
                             }

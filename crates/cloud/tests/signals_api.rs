@@ -589,16 +589,16 @@ async fn an_idle_http2_connection_is_closed_but_a_slow_request_on_it_finishes() 
     .await
     .unwrap();
     let conn = tokio::spawn(conn);
-    // An upload taking 2.4 s, longer than the 1 s idle limit, in pieces 0.6 s apart (under the
-    // 1 s pause limit): the connection is told to close (GOAWAY) but this stream completes.
+    // An upload taking 3.2 s, over two 1 s idle periods, in pieces 0.4 s apart (under the 1 s
+    // pause limit): the connection is told to close (GOAWAY) but this stream completes.
     let event = seed_event().to_string().into_bytes();
     let parts: Vec<Vec<u8>> = event
-        .chunks(event.len().div_ceil(4))
+        .chunks(event.len().div_ceil(8))
         .map(<[u8]>::to_vec)
         .collect();
     let body = StreamBody::new(Box::pin(futures_util::stream::iter(parts).then(
         |part| async move {
-            tokio::time::sleep(Duration::from_millis(600)).await;
+            tokio::time::sleep(Duration::from_millis(400)).await;
             Ok::<_, std::convert::Infallible>(Frame::data(bytes::Bytes::from(part)))
         },
     )));

@@ -62,7 +62,8 @@ pub struct RelayState {
     pub registry: Registry,
     /// Cancelled at shutdown; every tunnel's token is a child of it.
     pub shutdown: CancellationToken,
-    /// How long a forwarded request waits for its response's headers (`--forward-timeout`).
+    /// How long a forwarded request waits for its response's headers, and the longest pause
+    /// in its upload's progress or its response body (`--forward-timeout`).
     pub forward_timeout: std::time::Duration,
 }
 

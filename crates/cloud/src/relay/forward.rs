@@ -171,7 +171,8 @@ async fn try_forward(
             *h = headers.clone();
         }
         // The --forward-timeout counts from the end of the request body: a slow upload is
-        // not a slow answer.
+        // not a slow answer. While the body goes out, it bounds each stretch without progress.
+        let moved = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (this_body, uploaded) = if retryable {
             (Body::empty(), None)
         } else if bodiless {
@@ -185,6 +186,7 @@ async fn try_forward(
                     done: Some(done),
                     stall: StallTimer::new(state.read_timeout),
                     stalled: upload_stalled.clone(),
+                    moved: moved.clone(),
                 }),
                 Some(uploaded),
             )
@@ -197,17 +199,31 @@ async fn try_forward(
         let timeout = state.relay.forward_timeout;
         let deadline = async move {
             if let Some(uploaded) = uploaded {
-                let _ = uploaded.await;
+                tokio::pin!(uploaded);
+                let mut seen = moved.load(Ordering::Relaxed);
+                loop {
+                    tokio::select! {
+                        _ = &mut uploaded => break,
+                        () = tokio::time::sleep(timeout) => {
+                            let now = moved.load(Ordering::Relaxed);
+                            if now == seen {
+                                return "the upload stopped moving (the bridge or the internal system stopped reading it)";
+                            }
+                            seen = now;
+                        }
+                    }
+                }
             }
             tokio::time::sleep(timeout).await;
+            "the internal system may be slow or the bridge busy"
         };
         let answered = tokio::select! {
             answered = sender.send_request(request) => answered,
-            () = deadline => {
+            why = deadline => {
                 // Dropping the request resets its stream: the bridge stops waiting too.
-                tracing::warn!(bridge, instance = %instance.id, timeout = ?timeout, "forwarded request timed out");
+                tracing::warn!(bridge, instance = %instance.id, timeout = ?timeout, why, "forwarded request timed out");
                 return Err(Problem::gateway_timeout(format!(
-                    "bridge {bridge:?} did not answer within {} s (--forward-timeout); the internal system may be slow or the bridge busy",
+                    "bridge {bridge:?} did not answer within {} s (--forward-timeout); {why}",
                     timeout.as_secs()
                 )));
             }
@@ -261,6 +277,8 @@ struct Announced {
     done: Option<tokio::sync::oneshot::Sender<()>>,
     stall: StallTimer,
     stalled: Arc<std::sync::atomic::AtomicBool>,
+    /// Pieces sent so far: the forward's watchdog sees whether the upload still moves.
+    moved: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl HttpBody for Announced {
@@ -275,6 +293,7 @@ impl HttpBody for Announced {
         let polled = match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(frame) => {
                 this.stall.progressed();
+                this.moved.fetch_add(1, Ordering::Relaxed);
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
             Poll::Pending => match this.stall.poll_stalled(cx) {

@@ -98,6 +98,9 @@ pub fn parse(body: &[u8], now: DateTime<Utc>) -> Result<Batch, BatchError> {
 fn parse_one(body: &[u8], now: DateTime<Utc>) -> Result<Batch, BatchError> {
     let size = body.trim_ascii().len();
     if size > MAX_EVENT_BYTES {
+        // Not JSON at all (400) comes before too large (413), as for arrays.
+        serde_json::from_slice::<serde::de::IgnoredAny>(body)
+            .map_err(|e| BatchError::Malformed(e.to_string()))?;
         return Err(BatchError::EventTooLarge {
             pointer: String::new(),
             size,
@@ -209,6 +212,11 @@ mod tests {
         assert!(matches!(
             parse(big.to_string().as_bytes(), now()),
             Err(BatchError::EventTooLarge { .. })
+        ));
+        let big_and_broken = format!("{{\"blob\": \"{}\"", "a".repeat(70_000));
+        assert!(matches!(
+            parse(big_and_broken.as_bytes(), now()),
+            Err(BatchError::Malformed(_))
         ));
         let e = errors(json!([]));
         assert!(e[0].detail.contains("empty"));

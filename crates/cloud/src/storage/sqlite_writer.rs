@@ -10,7 +10,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::mpsc;
 
 use super::now_micros;
-use super::writer::{InsertOutcome, Job, answer, group};
+use super::writer::{InsertOutcome, Job, SQLITE_GROUP_EVENTS, answer, group};
 use crate::metrics::Metrics;
 
 const INSERT_EVENT: &str = "INSERT INTO events (id, org_id, signal_key, type, service, \
@@ -45,7 +45,7 @@ pub(super) fn run(path: &Path, mut rx: mpsc::Receiver<Job>, metrics: Metrics) {
         }
     };
     while let Some(first) = rx.blocking_recv() {
-        let jobs = group(first, &mut rx);
+        let jobs = group(first, &mut rx, SQLITE_GROUP_EVENTS);
         if conn.is_none() {
             conn = open(path).ok();
         }

@@ -14,8 +14,15 @@ use tokio::task::JoinHandle;
 use super::{Db, NewEvent, StorageError, now_micros};
 use crate::metrics::Metrics;
 
-/// Most events one group takes; more wait for the next group.
-const MAX_GROUP_EVENTS: usize = 2_500;
+/// Most events one SQLite group takes; more wait for the next group. Large groups amortise
+/// the commit's page writes and fsync.
+pub(super) const SQLITE_GROUP_EVENTS: usize = 2_500;
+/// Most events one PostgreSQL group takes: each group is encoded whole (and the connection's
+/// buffers keep that size), so smaller groups bound the memory of a burst of batches.
+const POSTGRES_GROUP_EVENTS: usize = 1_000;
+/// PostgreSQL writer tasks: two keep a commit in flight while the next group is encoded,
+/// without multiplying the memory of in-flight groups.
+const POSTGRES_WRITERS: usize = 2;
 /// Queued batches before `submit` waits (back-pressure instead of unbounded memory).
 const QUEUE_DEPTH: usize = 4_096;
 
@@ -66,7 +73,7 @@ pub(crate) fn spawn(
         })],
         None => {
             let rx = Arc::new(Mutex::new(rx));
-            (0..4)
+            (0..POSTGRES_WRITERS)
                 .map(|_| tokio::spawn(run(db.clone(), rx.clone(), metrics.clone())))
                 .collect()
         }
@@ -120,11 +127,11 @@ pub(super) fn answer(jobs: Vec<Job>, result: Result<Vec<InsertOutcome>, String>)
     }
 }
 
-/// `first` plus whatever else is queued already, up to [`MAX_GROUP_EVENTS`] events: one group.
-pub(super) fn group(first: Job, rx: &mut mpsc::Receiver<Job>) -> Vec<Job> {
+/// `first` plus whatever else is queued already, up to `max` events: one group.
+pub(super) fn group(first: Job, rx: &mut mpsc::Receiver<Job>, max: usize) -> Vec<Job> {
     let mut count = first.batch.events.len();
     let mut jobs = vec![first];
-    while count < MAX_GROUP_EVENTS {
+    while count < max {
         match rx.try_recv() {
             Ok(job) => {
                 count += job.batch.events.len();
@@ -143,7 +150,7 @@ async fn run(db: Db, rx: Arc<Mutex<mpsc::Receiver<Job>>>, metrics: Metrics) {
             let Some(first) = rx.recv().await else {
                 return;
             };
-            group(first, &mut rx)
+            group(first, &mut rx, POSTGRES_GROUP_EVENTS)
         };
         let started = Instant::now();
         let result = commit(&db, &jobs).await;
@@ -159,38 +166,33 @@ const INSERT_EVENTS: &str = "INSERT INTO events (id, org_id, signal_key, type, s
     SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
     $6::text[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[])";
 
-/// Inserts the events of these (job, event) pairs with [`INSERT_EVENTS`].
+/// Inserts the events of these (job, event) pairs with [`INSERT_EVENTS`]. The arrays borrow
+/// the events' strings: a group of 2,500 events is not copied once more before encoding.
 async fn insert_events<'e>(
     exec: impl sqlx::PgExecutor<'e>,
     rows: &[(&Job, &NewEvent)],
 ) -> Result<(), StorageError> {
-    let col = |f: &dyn Fn(&Job, &NewEvent) -> Option<String>| -> Vec<Option<String>> {
+    let text = |f: &dyn for<'a> Fn(&'a Job, &'a NewEvent) -> &'a str| -> Vec<&str> {
+        rows.iter().map(|(j, e)| f(j, e)).collect()
+    };
+    let optional = |f: &dyn for<'a> Fn(&'a NewEvent) -> Option<&'a str>| -> Vec<Option<&str>> {
+        rows.iter().map(|(_, e)| f(e)).collect()
+    };
+    let number = |f: &dyn Fn(&Job, &NewEvent) -> i64| -> Vec<i64> {
         rows.iter().map(|(j, e)| f(j, e)).collect()
     };
     sqlx::query(INSERT_EVENTS)
-        .bind(col(&|_, e| Some(e.id.clone())))
-        .bind(
-            rows.iter()
-                .map(|(j, _)| j.batch.org_id)
-                .collect::<Vec<i64>>(),
-        )
-        .bind(col(&|j, _| Some(j.batch.signal_key.clone())))
-        .bind(col(&|_, e| Some(e.kind.to_string())))
-        .bind(col(&|_, e| e.service.clone()))
-        .bind(col(&|_, e| e.environment.clone()))
-        .bind(col(&|_, e| e.status.clone()))
-        .bind(col(&|_, e| e.dedup_key.clone()))
-        .bind(
-            rows.iter()
-                .map(|(_, e)| e.occurred_at)
-                .collect::<Vec<i64>>(),
-        )
-        .bind(
-            rows.iter()
-                .map(|(_, e)| e.received_at)
-                .collect::<Vec<i64>>(),
-        )
-        .bind(col(&|_, e| Some(e.body.clone())))
+        .bind(text(&|_, e| &e.id))
+        .bind(number(&|j, _| j.batch.org_id))
+        .bind(text(&|j, _| &j.batch.signal_key))
+        .bind(text(&|_, e| e.kind))
+        .bind(optional(&|e| e.service.as_deref()))
+        .bind(optional(&|e| e.environment.as_deref()))
+        .bind(optional(&|e| e.status.as_deref()))
+        .bind(optional(&|e| e.dedup_key.as_deref()))
+        .bind(number(&|_, e| e.occurred_at))
+        .bind(number(&|_, e| e.received_at))
+        .bind(text(&|_, e| &e.body))
         .execute(exec)
         .await?;
     Ok(())
