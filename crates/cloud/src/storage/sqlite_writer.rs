@@ -35,8 +35,45 @@ fn open(path: &Path) -> rusqlite::Result<Connection> {
     Ok(conn)
 }
 
+/// How often the checkpoint thread copies committed WAL frames into the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
+
+/// Copies committed WAL frames into the database file on its own thread and connection
+/// (a passive checkpoint never blocks the writer), so that the writer's own automatic
+/// checkpoint, when the WAL reaches `wal_autocheckpoint`, finds almost nothing left to copy:
+/// a group commit no longer stalls for a whole checkpoint (batch p99 ~150 ms before).
+/// Returns when `stop` is dropped.
+fn checkpoint_loop(path: &Path, stop: &std::sync::mpsc::Receiver<()>) {
+    let Ok(conn) = open(path) else {
+        return;
+    };
+    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY)
+    {
+        let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+        if let Err(e) = done {
+            tracing::debug!(cause = %e, "background checkpoint skipped");
+        }
+    }
+}
+
 /// Runs until every sender is gone and the queue is empty.
 pub(super) fn run(path: &Path, mut rx: mpsc::Receiver<Job>, metrics: Metrics) {
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let checkpointer = {
+        let path = path.to_path_buf();
+        std::thread::Builder::new()
+            .name("sqlite-checkpoint".into())
+            .spawn(move || checkpoint_loop(&path, &stopped))
+            .ok()
+    };
+    write_loop(path, &mut rx, &metrics);
+    drop(stop);
+    if let Some(thread) = checkpointer {
+        let _ = thread.join();
+    }
+}
+
+fn write_loop(path: &Path, rx: &mut mpsc::Receiver<Job>, metrics: &Metrics) {
     let mut conn = match open(path) {
         Ok(c) => Some(c),
         Err(e) => {
@@ -45,7 +82,7 @@ pub(super) fn run(path: &Path, mut rx: mpsc::Receiver<Job>, metrics: Metrics) {
         }
     };
     while let Some(first) = rx.blocking_recv() {
-        let jobs = group(first, &mut rx, SQLITE_GROUP_EVENTS);
+        let jobs = group(first, rx, SQLITE_GROUP_EVENTS);
         if conn.is_none() {
             conn = open(path).ok();
         }
