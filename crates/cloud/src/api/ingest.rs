@@ -115,6 +115,8 @@ async fn ingest(
         e @ BatchError::EventTooLarge { .. } => ("too_large", Problem::too_large(e.to_string())),
         BatchError::Invalid(errors) => ("invalid", Problem::invalid(errors)),
     })?;
+    // The events own their data now; the raw body need not wait for the commit with them.
+    drop(bytes);
     if let Err(wait) = state.limiter.check(signal_key, batch.events.len()) {
         let secs = wait.as_secs_f64().ceil() as u64;
         return Err(reject("rate_limited")(Problem::rate_limited(
