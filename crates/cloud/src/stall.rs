@@ -6,7 +6,16 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use http_body::{Body, Frame};
 use tokio::time::{Instant, Sleep};
+
+/// A body read that waited a whole `limit` without anything arriving.
+#[derive(Debug)]
+pub struct Stalled;
+
+/// What one read of a body `B` gives: what the body gave (a frame, its end, its error), or
+/// [`Stalled`].
+pub type Read<B> = Result<Option<Result<Frame<<B as Body>::Data>, <B as Body>::Error>>, Stalled>;
 
 /// Trips when one wait for the next piece of a body lasts `limit`.
 pub struct StallTimer {
@@ -31,14 +40,25 @@ impl StallTimer {
         self.limit
     }
 
-    /// The read produced something (or ended): the next wait starts a fresh clock.
-    pub fn progressed(&mut self) {
-        self.waiting = false;
+    /// Polls `body` for its next frame, or `Err(Stalled)` once one wait for it has lasted
+    /// `limit`.
+    pub fn poll_frame<B: Body + Unpin>(
+        &mut self,
+        body: &mut B,
+        cx: &mut Context<'_>,
+    ) -> Poll<Read<B>> {
+        match Pin::new(body).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                self.waiting = false;
+                Poll::Ready(Ok(frame))
+            }
+            Poll::Pending => self.poll_stalled(cx).map(|()| Err(Stalled)),
+        }
     }
 
     /// The read is pending: starts the clock if it is not running, and says whether the
     /// pause has now lasted `limit` (`Ready`) or not yet (`Pending`, the waker registered).
-    pub fn poll_stalled(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll_stalled(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let deadline = Instant::now() + self.limit;
         let sleep = self
             .sleep
@@ -55,22 +75,49 @@ impl StallTimer {
 mod tests {
     use super::*;
 
+    /// A body whose next frame is ready only when `ready` is set.
+    struct Gate {
+        ready: bool,
+    }
+
+    impl Body for Gate {
+        type Data = bytes::Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<bytes::Bytes>, Self::Error>>> {
+            if std::mem::take(&mut self.ready) {
+                Poll::Ready(Some(Ok(Frame::data(bytes::Bytes::from_static(b"x")))))
+            } else {
+                Poll::Pending
+            }
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn trips_only_after_a_whole_pause() {
         let mut timer = StallTimer::new(Duration::from_secs(10));
-        let pending = |t: &mut StallTimer| {
+        let mut body = Gate { ready: false };
+        let poll = |timer: &mut StallTimer, body: &mut Gate| {
             let mut cx = Context::from_waker(std::task::Waker::noop());
-            t.poll_stalled(&mut cx).is_pending()
+            match timer.poll_frame(body, &mut cx) {
+                Poll::Pending => "waiting",
+                Poll::Ready(Ok(_)) => "frame",
+                Poll::Ready(Err(Stalled)) => "stalled",
+            }
         };
-        assert!(pending(&mut timer));
+        assert_eq!(poll(&mut timer, &mut body), "waiting");
         tokio::time::advance(Duration::from_secs(6)).await;
-        assert!(pending(&mut timer));
-        // Progress resets the clock: 6 s more is not a 10 s pause.
-        timer.progressed();
-        assert!(pending(&mut timer));
+        assert_eq!(poll(&mut timer, &mut body), "waiting");
+        // A frame resets the clock: 6 s more is not a 10 s pause.
+        body.ready = true;
+        assert_eq!(poll(&mut timer, &mut body), "frame");
+        assert_eq!(poll(&mut timer, &mut body), "waiting");
         tokio::time::advance(Duration::from_secs(6)).await;
-        assert!(pending(&mut timer));
+        assert_eq!(poll(&mut timer, &mut body), "waiting");
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert!(!pending(&mut timer), "a whole 10 s pause did not trip");
+        assert_eq!(poll(&mut timer, &mut body), "stalled");
     }
 }

@@ -14,6 +14,7 @@ use super::auth::storage_unavailable;
 use super::problem::Problem;
 use crate::signals::batch::{self, BatchError, MAX_REQUEST_BYTES};
 use crate::signals::event::{FieldError, ValidEvent, format_time};
+use crate::stall::{StallTimer, Stalled};
 use crate::storage::{InsertOutcome, NewEvent, WriteBatch};
 
 /// Longest accepted `Idempotency-Key`.
@@ -201,12 +202,13 @@ async fn read_limited(
     }
     let mut body = body;
     let mut buf = bytes::BytesMut::new();
+    // The same pause rule as forwarded bodies; a body already received arms no timer.
+    let mut stall = StallTimer::new(pause);
     loop {
-        // Checked before any timer is armed: a body already received costs no timer.
-        let frame = match tokio::time::timeout(pause, body.frame()).await {
+        let frame = match std::future::poll_fn(|cx| stall.poll_frame(&mut body, cx)).await {
             Ok(Some(frame)) => frame,
             Ok(None) => break,
-            Err(_) => {
+            Err(Stalled) => {
                 return Err((
                     "timeout",
                     Problem::request_timeout(format!(

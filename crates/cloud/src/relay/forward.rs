@@ -6,7 +6,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use axum::Json;
 use axum::body::Body;
@@ -22,7 +22,7 @@ use super::Instance;
 use crate::api::AppState;
 use crate::api::auth::storage_unavailable;
 use crate::api::problem::Problem;
-use crate::stall::StallTimer;
+use crate::stall::{StallTimer, Stalled};
 
 /// Headers that belong to one hop, or to the caller's credentials, and are never forwarded.
 const DROPPED: &[&str] = &[
@@ -290,26 +290,22 @@ impl HttpBody for Announced {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
-        let polled = match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(frame) => {
-                this.stall.progressed();
+        let polled = match ready!(this.stall.poll_frame(&mut this.inner, cx)) {
+            Ok(frame) => {
                 this.moved.fetch_add(1, Ordering::Relaxed);
-                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+                frame.map(|f| f.map_err(Into::into))
             }
-            Poll::Pending => match this.stall.poll_stalled(cx) {
-                Poll::Ready(()) => {
-                    this.stalled.store(true, Ordering::Relaxed);
-                    Poll::Ready(Some(Err(Cut::Upload(this.stall.limit()).into())))
-                }
-                Poll::Pending => Poll::Pending,
-            },
+            Err(Stalled) => {
+                this.stalled.store(true, Ordering::Relaxed);
+                Some(Err(Cut::Upload(this.stall.limit()).into()))
+            }
         };
-        if matches!(polled, Poll::Ready(None | Some(Err(_))))
+        if matches!(polled, None | Some(Err(_)))
             && let Some(done) = this.done.take()
         {
             let _ = done.send(());
         }
-        polled
+        Poll::Ready(polled)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -375,19 +371,13 @@ impl HttpBody for Tracked {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(frame) => {
-                this.stall.progressed();
-                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+        Poll::Ready(match ready!(this.stall.poll_frame(&mut this.inner, cx)) {
+            Ok(frame) => frame.map(|f| f.map_err(Into::into)),
+            Err(Stalled) => {
+                tracing::warn!(stall = ?this.stall.limit(), "forwarded response stalled; resetting its stream");
+                Some(Err(Cut::Response(this.stall.limit()).into()))
             }
-            Poll::Pending => match this.stall.poll_stalled(cx) {
-                Poll::Ready(()) => {
-                    tracing::warn!(stall = ?this.stall.limit(), "forwarded response stalled; resetting its stream");
-                    Poll::Ready(Some(Err(Box::new(Cut::Response(this.stall.limit())))))
-                }
-                Poll::Pending => Poll::Pending,
-            },
-        }
+        })
     }
 
     fn is_end_stream(&self) -> bool {

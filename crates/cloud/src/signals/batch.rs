@@ -43,7 +43,6 @@ pub struct Batch {
 
 /// Parses and validates a whole body; one bad event rejects all.
 pub fn parse(body: &[u8], now: DateTime<Utc>) -> Result<Batch, BatchError> {
-    let malformed = |e: serde_json::Error| BatchError::Malformed(e.to_string());
     let raws: Vec<&RawValue> = match body.iter().find(|b| !b.is_ascii_whitespace()) {
         Some(b'[') => serde_json::from_slice(body).map_err(malformed)?,
         Some(_) => return parse_one(body, now),
@@ -93,21 +92,23 @@ pub fn parse(body: &[u8], now: DateTime<Utc>) -> Result<Batch, BatchError> {
     }
 }
 
+fn malformed(e: serde_json::Error) -> BatchError {
+    BatchError::Malformed(e.to_string())
+}
+
 /// A body that is one event (not an array): parsed in a single pass, the body's own length
 /// being the event's size.
 fn parse_one(body: &[u8], now: DateTime<Utc>) -> Result<Batch, BatchError> {
     let size = body.trim_ascii().len();
     if size > MAX_EVENT_BYTES {
         // Not JSON at all (400) comes before too large (413), as for arrays.
-        serde_json::from_slice::<serde::de::IgnoredAny>(body)
-            .map_err(|e| BatchError::Malformed(e.to_string()))?;
+        serde_json::from_slice::<serde::de::IgnoredAny>(body).map_err(malformed)?;
         return Err(BatchError::EventTooLarge {
             pointer: String::new(),
             size,
         });
     }
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| BatchError::Malformed(e.to_string()))?;
+    let value: Value = serde_json::from_slice(body).map_err(malformed)?;
     let mut errors = Vec::new();
     match validate(value, "", now, &mut errors) {
         Some(event) if errors.is_empty() => Ok(Batch {
