@@ -5,6 +5,7 @@
 use anyhow::{Context, Result};
 use bytes::Bytes;
 
+use crate::cpu::{self, Meter};
 use crate::load::{Load, LoadArgs, drive, report};
 use crate::procs::{peak_rss_mb, start};
 
@@ -55,17 +56,16 @@ async fn bench_backend(name: &str, db: &[String], args: &Args) -> Result<()> {
         "load", "events/s", "p50 ms", "p99 ms", "errors"
     );
     let (c, s) = (args.load.connections, args.load.seconds);
-    let ceiling = report(
-        "GET /livez (no storage, ceiling)",
-        &drive(server.addr, livez.clone(), c, s, None).await,
-        1,
-    );
+    let procs = [("client", std::process::id()), ("cloud", server.child.id())];
+    let meter = Meter::start(&procs);
+    let run = drive(server.addr, livez.clone(), c, s, None).await;
+    let livez_cpu = meter.stop(run.requests);
+    let ceiling = report("GET /livez (no storage, ceiling)", &run, 1);
     let before = commit_totals(server.addr).await?;
-    let peak = report(
-        "POST single event",
-        &drive(server.addr, single.clone(), c, s, None).await,
-        1,
-    );
+    let meter = Meter::start(&procs);
+    let run = drive(server.addr, single.clone(), c, s, None).await;
+    let single_cpu = meter.stop(run.requests);
+    let peak = report("POST single event", &run, 1);
     let after = commit_totals(server.addr).await?;
     let commits = after.count - before.count;
     println!(
@@ -85,6 +85,15 @@ async fn bench_backend(name: &str, db: &[String], args: &Args) -> Result<()> {
         1,
     );
     println!("single events / ceiling: {:.0}%", 100.0 * peak / ceiling);
+    // The ratio as a CPU budget: what 50% of the ceiling would allow, against what is spent.
+    println!("  /livez: {}", livez_cpu.describe());
+    println!("  single: {}", single_cpu.describe());
+    println!(
+        "  50% of the ceiling ({:.0}/s) allows {:.1} µs of CPU per event on {} cores, load generator included",
+        0.5 * ceiling,
+        cpu::budget_us(0.5 * ceiling),
+        cpu::cores()
+    );
     println!("server peak RSS: {:.1} MB", peak_rss_mb(server.child.id()));
     Ok(())
 }

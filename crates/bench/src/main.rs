@@ -7,6 +7,7 @@
 //! target/release/bench tunnel
 //! ```
 
+mod cpu;
 mod ingest;
 mod load;
 mod procs;

@@ -13,6 +13,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
 
+use crate::cpu::{self, Meter};
 use crate::load::{Load, LoadArgs, drive, percentile, report};
 use crate::procs::{Server, sibling, start};
 use crate::upstream::Upstream;
@@ -170,14 +171,33 @@ pub async fn run(args: Args) -> Result<()> {
         "{:<34} {:>12} {:>9} {:>9} {:>7}",
         "load", "requests/s", "p50 ms", "p99 ms", "errors"
     );
+    let procs = [
+        ("client", std::process::id()),
+        ("cloud", cloud.child.id()),
+        ("bridge", bridge_pid),
+        ("internal server", upstream.pid()),
+    ];
+    let meter = Meter::start(&procs);
     let d = drive(internal_addr, direct.clone(), c, s, None).await;
+    let direct_cpu = meter.stop(d.requests);
     let direct_rps = report("direct to the internal server", &d, 1);
+    let meter = Meter::start(&procs);
     let t = drive(cloud.addr, tunneled.clone(), c, s, None).await;
+    let tunnel_cpu = meter.stop(t.requests);
     let tunnel_rps = report("cloud -> tunnel -> bridge", &t, 1);
     println!(
         "tunnel/direct requests/s: {:.0}%   added p50 latency at this load: {:.2} ms",
         100.0 * tunnel_rps / direct_rps,
         percentile(&t.latencies_us, 0.5) - percentile(&d.latencies_us, 0.5)
+    );
+    // The same figures as a CPU budget: what 40% of direct would allow, against what is spent.
+    println!("  direct: {}", direct_cpu.describe());
+    println!("  tunnel: {}", tunnel_cpu.describe());
+    println!(
+        "  40% of direct ({:.0}/s) allows {:.1} µs of CPU per request on {} cores, load generator included",
+        0.4 * direct_rps,
+        cpu::budget_us(0.4 * direct_rps),
+        cpu::cores()
     );
     // One request at a time: what the two hops add when nothing queues.
     let d1 = drive(internal_addr, direct.clone(), 1, s.min(3), None).await;

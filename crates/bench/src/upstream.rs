@@ -101,6 +101,11 @@ impl Upstream {
             .parse()?;
         Ok(Upstream { child, addr })
     }
+
+    /// Its process id (for CPU accounting).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for Upstream {

@@ -1,0 +1,121 @@
+//! CPU accounting of one run: each process's CPU time per request, and the machine's idle
+//! share. It turns a ratio target into a budget anyone can check: at R requests/s on C cores,
+//! everything on the path (load generator included) may spend at most C / R seconds of CPU per
+//! request.
+
+/// `/proc` reports CPU times in USER_HZ ticks, fixed at 100 per second on Linux.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// CPU counters taken at the start of a run.
+pub struct Meter {
+    procs: Vec<(&'static str, u32)>,
+    ticks: Vec<u64>,
+    machine: (u64, u64),
+}
+
+/// What a run cost, per request.
+pub struct Usage {
+    /// Microseconds of CPU per request, by process.
+    pub per_request_us: Vec<(&'static str, f64)>,
+    /// Share of the machine's CPU time nobody used, 0 to 1.
+    pub idle: f64,
+}
+
+/// User plus system ticks of a process, its exited threads included.
+fn process_ticks(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    // The command name is in parentheses and may hold spaces: count fields after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let field = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
+    // utime and stime are the stat file's 14th and 15th fields; `fields` starts at the 3rd.
+    field(11).unwrap_or(0) + field(12).unwrap_or(0)
+}
+
+/// (idle, total) ticks of the whole machine.
+fn machine_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let cpu: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let idle = cpu.get(3).copied().unwrap_or(0) + cpu.get(4).copied().unwrap_or(0);
+    (idle, cpu.iter().sum())
+}
+
+impl Meter {
+    /// Starts counting for these (name, pid) processes.
+    pub fn start(procs: &[(&'static str, u32)]) -> Self {
+        Meter {
+            procs: procs.to_vec(),
+            ticks: procs.iter().map(|(_, pid)| process_ticks(*pid)).collect(),
+            machine: machine_ticks(),
+        }
+    }
+
+    /// What the run cost per request, for `requests` answered requests.
+    pub fn stop(self, requests: usize) -> Usage {
+        let n = requests.max(1) as f64;
+        let per_request_us = self
+            .procs
+            .iter()
+            .zip(&self.ticks)
+            .map(|((name, pid), before)| {
+                let ticks = process_ticks(*pid).saturating_sub(*before);
+                (*name, ticks as f64 / TICKS_PER_SECOND * 1e6 / n)
+            })
+            .collect();
+        let (idle, total) = machine_ticks();
+        let (idle, total) = (idle - self.machine.0, total - self.machine.1);
+        Usage {
+            per_request_us,
+            idle: if total == 0 {
+                0.0
+            } else {
+                idle as f64 / total as f64
+            },
+        }
+    }
+}
+
+impl Usage {
+    /// CPU per request of all the measured processes together, µs.
+    pub fn total_us(&self) -> f64 {
+        self.per_request_us.iter().map(|(_, us)| us).sum()
+    }
+
+    /// `total 52.1 µs (client 9.6, cloud 20.4, …), idle 13%`.
+    pub fn describe(&self) -> String {
+        let parts: Vec<String> = self
+            .per_request_us
+            .iter()
+            .map(|(name, us)| format!("{name} {us:.1}"))
+            .collect();
+        format!(
+            "{:.1} µs of CPU per request ({}), CPU idle {:.0}%",
+            self.total_us(),
+            parts.join(", "),
+            100.0 * self.idle
+        )
+    }
+}
+
+/// Cores of this machine.
+pub fn cores() -> f64 {
+    std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64)
+}
+
+/// The CPU per request that reaching `rate` requests/s allows on this machine, µs.
+pub fn budget_us(rate: f64) -> f64 {
+    cores() * 1e6 / rate
+}
