@@ -123,6 +123,9 @@ pub fn check(path: Option<&Path>) -> ExitCode {
         Err(code) => return code,
     };
     println!("configuration: ok ({} resource(s))", cfg.resources().len());
+    if let Some(warning) = crate::run::raise_fd_limit(cfg.max_connections) {
+        println!("warning: {warning}");
+    }
     let rows = runtime.block_on(probe_all(&cfg));
     println!("{:<9} {:<20} {:<36} result", "kind", "name", "target");
     let mut failed = 0;

@@ -40,6 +40,27 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
         })
 }
 
+/// File descriptors the bridge needs besides one per forwarded stream: the tunnel, the health
+/// port and its clients, the audit log, DNS.
+const RESERVED_FDS: u64 = 64;
+
+/// Raises the soft open-file limit to the hard one (each forwarded stream holds a connection to
+/// its internal system, and the usual soft default, 1,024, is below what a large
+/// `max_connections` needs). Returns a warning when the limit is still too low for
+/// `max_connections`: streams past it would fail to connect.
+pub fn raise_fd_limit(max_connections: u32) -> Option<String> {
+    let needed = u64::from(max_connections) + RESERVED_FDS;
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) if limit < needed => Some(format!(
+            "max_connections {max_connections} needs about {needed} open files (one per forwarded stream) but the open-file limit is {limit}; raise it (`ulimit -n`, systemd LimitNOFILE=) or lower max_connections"
+        )),
+        Ok(_) => None,
+        Err(e) => Some(format!(
+            "cannot read the open-file limit ({e}); max_connections {max_connections} needs about {needed} open files"
+        )),
+    }
+}
+
 /// `bridge run`.
 pub fn run(path: Option<&Path>) -> ExitCode {
     let cfg = match load(path) {
@@ -47,6 +68,9 @@ pub fn run(path: Option<&Path>) -> ExitCode {
         Err(code) => return code,
     };
     logging::init(cfg.log_format, cfg.log_level, &cfg.name);
+    if let Some(warning) = raise_fd_limit(cfg.max_connections) {
+        tracing::warn!("{warning}");
+    }
     let runtime = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,

@@ -176,3 +176,36 @@ fn unreadable_files_the_config_names_are_configuration_errors() {
         assert!(err.contains(key), "{key} not named in:\n{err}");
     }
 }
+
+/// `bridge check` under an open-file limit too small for `max_connections` says so (and raises
+/// the soft limit to the hard one first: a soft limit alone below it is no problem).
+#[test]
+fn check_warns_when_the_open_file_limit_is_below_max_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bridge.yaml");
+    let yaml = format!(
+        "name: dc1\ntoken: x\napi_url: https://127.0.0.1:{}\nhealth_check_port: {}\nmax_connections: 500\n",
+        free_closed_port(),
+        testkit::bridge::free_port()
+    );
+    std::fs::write(&path, yaml).unwrap();
+    let check_under = |limits: &str| {
+        let out = Command::new("prlimit")
+            .arg(format!("--nofile={limits}"))
+            .arg("--")
+            .arg(bridge_bin())
+            .args(["check", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let out = check_under("200:200");
+    assert!(
+        out.contains("warning: max_connections 500 needs about 564 open files"),
+        "{out}"
+    );
+    assert!(out.contains("the open-file limit is 200"), "{out}");
+    let out = check_under("200:4096");
+    assert!(!out.contains("warning"), "{out}");
+}

@@ -112,8 +112,7 @@ async fn run(command: Command) -> Result<(), Failure> {
 
 async fn serve(args: ServeArgs) -> Result<(), Failure> {
     let backend = backend(&args.storage)?;
-    let tls_listener = tokio::net::TcpListener::bind(args.listen)
-        .await
+    let tls_listener = cloud::server::listen(args.listen)
         .map_err(|e| Failure::Usage(format!("cannot listen on --listen {}: {e}", args.listen)))?;
     let http_listener = match args.http_listen.as_str() {
         "off" => None,
@@ -123,7 +122,7 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
                     "--http-listen {addr:?} is not an address like 127.0.0.1:8000, nor `off`"
                 ))
             })?;
-            Some(tokio::net::TcpListener::bind(parsed).await.map_err(|e| {
+            Some(cloud::server::listen(parsed).map_err(|e| {
                 Failure::Usage(format!("cannot listen on --http-listen {addr}: {e}"))
             })?)
         }

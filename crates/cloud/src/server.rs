@@ -46,10 +46,58 @@ pub struct ServeOptions {
     pub forward_timeout: Duration,
 }
 
-/// Open connections per listener; beyond it the listener stops accepting until one closes
-/// (the kernel's backlog holds the rest), so a flood of connections is bounded. For the bound
-/// to protect file descriptors, the process's limit (`ulimit -n`) must be above twice this.
+/// Most open connections per listener; beyond its cap a listener stops accepting until one
+/// closes (the kernel's backlog holds the rest), so a flood of connections is bounded.
 const MAX_CONNECTIONS: usize = 10_000;
+
+/// Connections the kernel completes and queues while a listener is not accepting (at its cap,
+/// or in a burst). The kernel clamps it to `net.core.somaxconn` (4,096 on current Linux); the
+/// usual default of 128 turns a burst of a few hundred connections into SYN retries, a second
+/// or more each.
+const LISTEN_BACKLOG: u32 = 4_096;
+
+/// A listener on `addr` with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR`, so a restarted server
+/// gets its port back at once).
+pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// File descriptors kept out of the listeners' caps: storage connections, the SQLite files,
+/// TLS and CA files, logs.
+const RESERVED_FDS: u64 = 128;
+
+/// Raises the soft open-file limit to the hard one (as Go and nginx setups do: the soft default
+/// of 1,024 is far below what a server needs), then caps each of `listeners` so that their
+/// connections together can never exhaust it: accepting never fails with EMFILE, and storage
+/// can always open a connection.
+fn connection_cap(listeners: usize) -> usize {
+    let limit = match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => limit,
+        Err(e) => {
+            tracing::warn!(cause = %e, "cannot read the open-file limit; assuming 1024");
+            1024
+        }
+    };
+    let per_listener = limit.saturating_sub(RESERVED_FDS) / listeners.max(1) as u64;
+    let cap = usize::try_from(per_listener)
+        .unwrap_or(MAX_CONNECTIONS)
+        .clamp(16, MAX_CONNECTIONS);
+    if cap < MAX_CONNECTIONS {
+        tracing::warn!(
+            open_file_limit = limit,
+            connections_per_listener = cap,
+            "the open-file limit caps connections below {MAX_CONNECTIONS} per listener; raise the hard limit (`ulimit -Hn`, systemd LimitNOFILE=) to allow more"
+        );
+    }
+    cap
+}
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +146,7 @@ pub async fn run(
     let tls_app = api::router(state.clone(), api::Listener::Tls);
     let plain_app = api::router(state, api::Listener::Plain);
 
+    let cap = connection_cap(1 + usize::from(http_listener.is_some()));
     let mut loops = Vec::new();
     if let Ok(addr) = tls_listener.local_addr() {
         tracing::info!(addr = %addr, scheme = "https", "listening");
@@ -108,6 +157,7 @@ pub async fn run(
         tls_app,
         shutdown.clone(),
         (options.drain_timeout, options.header_read_timeout),
+        cap,
     )));
     if let Some(listener) = http_listener {
         if let Ok(addr) = listener.local_addr() {
@@ -119,6 +169,7 @@ pub async fn run(
             plain_app,
             shutdown.clone(),
             (options.drain_timeout, options.header_read_timeout),
+            cap,
         )));
     }
     // Drain consumers' in-flight requests (some go through tunnels) before closing the tunnels.
@@ -224,11 +275,12 @@ async fn serve_loop(
     app: Router,
     stop: CancellationToken,
     timeouts: (Duration, Duration),
+    cap: usize,
 ) {
     let (drain_timeout, header_read_timeout) = timeouts;
     let connections = TaskTracker::new();
     let builder = Arc::new(http_builder(header_read_timeout));
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let slots = Arc::new(tokio::sync::Semaphore::new(cap));
     loop {
         let slot = tokio::select! {
             slot = slots.clone().acquire_owned() => match slot {

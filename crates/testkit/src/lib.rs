@@ -126,6 +126,8 @@ pub struct Cloud {
     ports: Option<(u16, u16)>,
     /// A PostgreSQL URL borrowed from another `Cloud` (see [`Cloud::start_beside`]).
     shared_url: Option<String>,
+    /// The open-file limit (soft and hard) to run the process under (see [`Cloud::start_limited`]).
+    open_files: Option<u64>,
 }
 
 /// The `cloud` binary of this build: `target/<profile>/cloud`, next to the test's own
@@ -150,6 +152,16 @@ impl Cloud {
 
     /// Starts a server with extra `serve` arguments.
     pub fn start_with(backend: Backend, extra: &[&str]) -> Self {
+        Self::start_configured(backend, extra, None)
+    }
+
+    /// Starts a server whose open-file limit, soft and hard, is `open_files` (as a small
+    /// `ulimit -n` would set it), through util-linux's `prlimit`.
+    pub fn start_limited(backend: Backend, open_files: u64) -> Self {
+        Self::start_configured(backend, &[], Some(open_files))
+    }
+
+    fn start_configured(backend: Backend, extra: &[&str], open_files: Option<u64>) -> Self {
         let pg = (backend == Backend::Postgres).then(PgSchema::create);
         let mut cloud = Cloud {
             backend,
@@ -162,6 +174,7 @@ impl Cloud {
             logs: Arc::new(Mutex::new(Vec::new())),
             ports: None,
             shared_url: None,
+            open_files,
         };
         cloud.launch();
         cloud
@@ -181,6 +194,7 @@ impl Cloud {
             logs: Arc::new(Mutex::new(Vec::new())),
             ports: None,
             shared_url: other.pg.as_ref().map(|p| p.url.clone()),
+            open_files: None,
         };
         cloud.launch();
         cloud
@@ -205,7 +219,16 @@ impl Cloud {
 
     /// (Re)starts the process and waits until both listeners are up and `/readyz` answers.
     pub fn launch(&mut self) {
-        let mut cmd = Command::new(cloud_bin());
+        let mut cmd = match self.open_files {
+            Some(n) => {
+                let mut cmd = Command::new("prlimit");
+                cmd.arg(format!("--nofile={n}:{n}"))
+                    .arg("--")
+                    .arg(cloud_bin());
+                cmd
+            }
+            None => Command::new(cloud_bin()),
+        };
         let (tls, http) = self.ports.unwrap_or((0, 0));
         cmd.arg("serve")
             .args(self.storage_args())
