@@ -17,7 +17,8 @@ pub struct Meter {
 pub struct Usage {
     /// Microseconds of CPU per request, by process.
     pub per_request_us: Vec<(&'static str, f64)>,
-    /// Share of the machine's CPU time nobody used, 0 to 1.
+    /// Share of the whole host's CPU time nobody used, 0 to 1 (from `/proc/stat`: on a host
+    /// with more cores than the benchmark may use, this overstates the idle share).
     pub idle: f64,
 }
 
@@ -76,7 +77,10 @@ impl Meter {
             })
             .collect();
         let (idle, total) = machine_ticks();
-        let (idle, total) = (idle - self.machine.0, total - self.machine.1);
+        let (idle, total) = (
+            idle.saturating_sub(self.machine.0),
+            total.saturating_sub(self.machine.1),
+        );
         Usage {
             per_request_us,
             idle: if total == 0 {

@@ -94,6 +94,9 @@ async fn bench_backend(name: &str, db: &[String], args: &Args) -> Result<()> {
         cpu::budget_us(0.5 * ceiling),
         cpu::cores()
     );
+    if !db.is_empty() {
+        println!("  (PostgreSQL's own processes are not in these figures; their CPU is not idle)");
+    }
     println!("server peak RSS: {:.1} MB", peak_rss_mb(server.child.id()));
     Ok(())
 }

@@ -75,8 +75,9 @@ const RESERVED_FDS: u64 = 128;
 
 /// Raises the soft open-file limit to the hard one (as Go and nginx setups do: the soft default
 /// of 1,024 is far below what a server needs), then caps each of `listeners` so that their
-/// connections together can never exhaust it: accepting never fails with EMFILE, and storage
-/// can always open a connection.
+/// connections together stay [`RESERVED_FDS`] under it: accepting does not fail with EMFILE,
+/// and storage can still open a connection. (Below a hard limit of ~160 the cap stays at 16
+/// per listener, and that margin shrinks.) Warns when the cap is well below the usual one.
 fn connection_cap(listeners: usize) -> usize {
     let limit = match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(limit) => limit,
@@ -89,7 +90,7 @@ fn connection_cap(listeners: usize) -> usize {
     let cap = usize::try_from(per_listener)
         .unwrap_or(MAX_CONNECTIONS)
         .clamp(16, MAX_CONNECTIONS);
-    if cap < MAX_CONNECTIONS {
+    if cap < MAX_CONNECTIONS * 9 / 10 {
         tracing::warn!(
             open_file_limit = limit,
             connections_per_listener = cap,
