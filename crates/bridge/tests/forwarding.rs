@@ -308,6 +308,7 @@ async fn above_max_memory_new_streams_are_refused() {
     let rig = Rig::start("max_memory_mb: 1\n").await;
     let res = rig.get("/x").await;
     assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["retry-after"], "1");
     assert!(rig.bridge.log_text().contains("max_memory_mb"));
     assert!(
         rig.bridge

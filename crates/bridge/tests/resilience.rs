@@ -108,16 +108,30 @@ async fn killing_one_of_two_instances_fails_no_idempotent_request() {
     let done = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
-    for _ in 0..4 {
-        let (client, url, key) = (
+    for worker in 0..4 {
+        let (client, url, upload, key) = (
             rig.cloud.client(),
             rig.api_url("/item?sleep_ms=5"),
+            rig.api_url("/upload?sleep_ms=5"),
             rig.tenant.api_key.clone(),
         );
         let (failures, done, stop) = (failures.clone(), done.clone(), stop.clone());
         workers.push(tokio::spawn(async move {
-            while !stop.load(Ordering::SeqCst) {
-                let ok = matches!(client.get(&url).bearer_auth(&key).send().await, Ok(r) if r.status() == 200);
+            // GET, DELETE, and PUT with a body (which must arrive whole, even when resent).
+            let body = vec![b'x'; 1000 + worker];
+            let whole = format!("\"bytes\":{}", body.len());
+            for i in 0usize.. {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let ok = match i % 3 {
+                    0 => matches!(client.get(&url).bearer_auth(&key).send().await, Ok(r) if r.status() == 200),
+                    1 => matches!(client.delete(&url).bearer_auth(&key).send().await, Ok(r) if r.status() == 200),
+                    _ => match client.put(&upload).bearer_auth(&key).body(body.clone()).send().await {
+                        Ok(r) if r.status() == 200 => r.text().await.is_ok_and(|t| t.contains(&whole)),
+                        _ => false,
+                    },
+                };
                 if !ok {
                     failures.fetch_add(1, Ordering::SeqCst);
                 }

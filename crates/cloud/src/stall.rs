@@ -71,6 +71,45 @@ impl StallTimer {
     }
 }
 
+/// Why [`read_whole`] gave up on a body.
+#[derive(Debug)]
+pub enum ReadError<E> {
+    /// It is longer than the limit (reading stopped there; the rest is still unread).
+    TooLarge,
+    /// One wait for its next piece lasted the pause limit.
+    Stalled,
+    /// The body itself failed (the connection broke, say).
+    Body(E),
+}
+
+/// Reads a whole body of at most `max` bytes, never buffering more, under the same pause rule
+/// as [`StallTimer`]: for request bodies that must be held whole (a signal to parse, a small
+/// forwarded upload kept to be sent again).
+pub async fn read_whole<B>(
+    body: &mut B,
+    max: usize,
+    pause: Duration,
+) -> Result<bytes::Bytes, ReadError<B::Error>>
+where
+    B: Body<Data = bytes::Bytes> + Unpin,
+{
+    let mut buf = bytes::BytesMut::new();
+    let mut stall = StallTimer::new(pause);
+    loop {
+        let frame = match std::future::poll_fn(|cx| stall.poll_frame(body, cx)).await {
+            Ok(Some(frame)) => frame.map_err(ReadError::Body)?,
+            Ok(None) => return Ok(buf.freeze()),
+            Err(Stalled) => return Err(ReadError::Stalled),
+        };
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > max {
+                return Err(ReadError::TooLarge);
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

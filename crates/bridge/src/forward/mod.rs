@@ -327,6 +327,11 @@ fn text(status: StatusCode, body: &str) -> Response<ResBody> {
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        // Busy (max_connections) or above max_memory_mb: both pass within moments.
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
     r
 }
 

@@ -14,7 +14,7 @@ use super::auth::storage_unavailable;
 use super::problem::Problem;
 use crate::signals::batch::{self, BatchError, MAX_REQUEST_BYTES};
 use crate::signals::event::{FieldError, ValidEvent, format_time};
-use crate::stall::{StallTimer, Stalled};
+use crate::stall::{ReadError, read_whole};
 use crate::storage::{InsertOutcome, NewEvent, WriteBatch};
 
 /// Longest accepted `Idempotency-Key`.
@@ -201,38 +201,24 @@ async fn read_limited(
         return Err(too_large());
     }
     let mut body = body;
-    let mut buf = bytes::BytesMut::new();
-    // The same pause rule as forwarded bodies; a body already received arms no timer.
-    let mut stall = StallTimer::new(pause);
-    loop {
-        let frame = match std::future::poll_fn(|cx| stall.poll_frame(&mut body, cx)).await {
-            Ok(Some(frame)) => frame,
-            Ok(None) => break,
-            Err(Stalled) => {
-                return Err((
-                    "timeout",
-                    Problem::request_timeout(format!(
-                        "the request body stopped arriving for {} s; send it whole without pausing",
-                        pause.as_secs()
-                    )),
-                ));
-            }
-        };
-        let frame = frame.map_err(|e| {
-            (
-                "malformed",
-                Problem::bad_request(format!("could not read the request body: {e}")),
-            )
-        })?;
-        if let Ok(data) = frame.into_data() {
-            if buf.len() + data.len() > MAX_REQUEST_BYTES {
-                drain(body).await;
-                return Err(too_large());
-            }
-            buf.extend_from_slice(&data);
+    match read_whole(&mut body, MAX_REQUEST_BYTES, pause).await {
+        Ok(bytes) => Ok(bytes),
+        Err(ReadError::TooLarge) => {
+            drain(body).await;
+            Err(too_large())
         }
+        Err(ReadError::Stalled) => Err((
+            "timeout",
+            Problem::request_timeout(format!(
+                "the request body stopped arriving for {} s; send it whole without pausing",
+                pause.as_secs()
+            )),
+        )),
+        Err(ReadError::Body(e)) => Err((
+            "malformed",
+            Problem::bad_request(format!("could not read the request body: {e}")),
+        )),
     }
-    Ok(buf.freeze())
 }
 
 /// Most bytes read and dropped after a body was found too large.

@@ -1,6 +1,7 @@
 //! Forwarding: `ANY /v1/bridges/{bridge}/apis/{api}/{path…}` becomes one HTTP/2 stream to the
-//! least busy live instance of the bridge. Bodies stream both ways (never buffered); the
-//! caller's API key is not forwarded; a bodiless idempotent request whose tunnel died is
+//! least busy live instance of the bridge. Bodies stream both ways (only an idempotent
+//! request's body of at most 64 KiB is held, to be sent again); the caller's API key is not
+//! forwarded; an idempotent request (GET, HEAD, OPTIONS, PUT, DELETE) whose tunnel died is
 //! retried once on another instance.
 
 use std::pin::Pin;
@@ -22,7 +23,11 @@ use super::Instance;
 use crate::api::AppState;
 use crate::api::auth::storage_unavailable;
 use crate::api::problem::Problem;
-use crate::stall::{StallTimer, Stalled};
+use crate::stall::{ReadError, StallTimer, Stalled, read_whole};
+
+/// Largest body of an idempotent request that is held in memory so that the request can be
+/// sent again to another instance if its tunnel dies; larger ones stream and are not retried.
+const REPLAYABLE_BODY: usize = 64 * 1024;
 
 /// Headers that belong to one hop, or to the caller's credentials, and are never forwarded.
 const DROPPED: &[&str] = &[
@@ -153,14 +158,48 @@ async fn try_forward(
         tunnel::HEADER_ORG,
         &principal.org_id.to_string(),
     );
-    let bodiless = parts
+    let chunked = parts.headers.contains_key(header::TRANSFER_ENCODING);
+    let declared = parts
         .headers
         .get(header::CONTENT_LENGTH)
-        .is_none_or(|v| v == "0")
-        && !parts.headers.contains_key(header::TRANSFER_ENCODING);
-    let retryable =
-        bodiless && matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let bodiless = !chunked && declared.is_none_or(|n| n == 0);
+    let idempotent = matches!(
+        parts.method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE
+    );
     let mut body = Some(body);
+    // What an idempotent request sends, kept so that a second instance can be sent the same.
+    let replay = if !idempotent {
+        None
+    } else if bodiless {
+        Some(Bytes::new())
+    } else if !chunked && declared.is_some_and(|n| n <= REPLAYABLE_BODY) {
+        let mut held = body.take().unwrap_or_default();
+        match read_whole(&mut held, REPLAYABLE_BODY, state.read_timeout).await {
+            Ok(bytes) => Some(bytes),
+            Err(ReadError::Stalled) => {
+                return Err(Problem::request_timeout(format!(
+                    "the request body stopped arriving for {} s (--header-read-timeout); send it whole without pausing",
+                    state.read_timeout.as_secs()
+                )));
+            }
+            Err(ReadError::TooLarge) => {
+                return Err(Problem::bad_request(
+                    "the request body is longer than its Content-Length",
+                ));
+            }
+            Err(ReadError::Body(e)) => {
+                return Err(Problem::bad_request(format!(
+                    "could not read the request body: {e}"
+                )));
+            }
+        }
+    } else {
+        None
+    };
+    let retryable = replay.is_some();
     let mut last_error = String::new();
     let upload_stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
     for instance in instances.iter().take(if retryable { 2 } else { 1 }) {
@@ -173,8 +212,13 @@ async fn try_forward(
         // The --forward-timeout counts from the end of the request body: a slow upload is
         // not a slow answer. While the body goes out, it bounds each stretch without progress.
         let moved = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let (this_body, uploaded) = if retryable {
-            (Body::empty(), None)
+        let (this_body, uploaded) = if let Some(bytes) = &replay {
+            let body = if bytes.is_empty() {
+                Body::empty()
+            } else {
+                Body::from(bytes.clone())
+            };
+            (body, None)
         } else if bodiless {
             (body.take().unwrap_or_default(), None)
         } else {
