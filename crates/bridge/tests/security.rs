@@ -344,3 +344,91 @@ async fn a_saved_certificate_outlives_a_cloud_outage() {
         "the saved certificate was used, not a new enrollment"
     );
 }
+
+/// A CA of "the operator's own PKI" and a client certificate it signs for `cn`, as PEM files
+/// in `dir`: (CA, certificate, key).
+struct OperatorPki {
+    dir: tempfile::TempDir,
+    ca: std::path::PathBuf,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl OperatorPki {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::default();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "Acme operations CA");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = params.self_signed(&key).unwrap();
+        let ca = dir.path().join("ops-ca.pem");
+        std::fs::write(&ca, cert.pem()).unwrap();
+        let issuer = rcgen::Issuer::from_ca_cert_pem(&cert.pem(), key).unwrap();
+        OperatorPki { dir, ca, issuer }
+    }
+
+    /// The `tls_cert_file`/`tls_key_file` lines of a client certificate named `cn`.
+    fn client_yaml(&self, cn: &str) -> String {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::default();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let file = cn.replace(':', "_");
+        let (cert_path, key_path) = (
+            self.dir.path().join(format!("{file}.pem")),
+            self.dir.path().join(format!("{file}.key")),
+        );
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        format!(
+            "tls_cert_file: {}\ntls_key_file: {}\n",
+            cert_path.display(),
+            key_path.display()
+        )
+    }
+}
+
+/// With `cloud serve --client-ca`, a bridge certificate from the operator's own CA, named
+/// ORG:BRIDGE, opens the tunnel together with the bridge's token (no enrollment); the same CA's
+/// certificate for another bridge does not, nor for another org.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_certificate_from_a_trusted_ca_opens_the_tunnel() {
+    let pki = OperatorPki::new();
+    let own = pki.client_yaml("acme:dc1");
+    let rig = Rig::start_full(&["--client-ca", pki.ca.to_str().unwrap()], |upstream| {
+        format!("{own}{}", testkit::bridge::internal_api_yaml(upstream, ""))
+    })
+    .await;
+    assert_eq!(rig.get("/x").await.status(), 200);
+    assert!(
+        !rig.cloud.log_text().contains("bridge enrolled"),
+        "the bridge enrolled although it had its own certificate"
+    );
+    rig.cloud.tenant("globex");
+    for wrong in ["acme:other", "globex:dc1"] {
+        let port = free_port();
+        let yaml = yaml_for(&rig.cloud, "dc1", port, &pki.client_yaml(wrong));
+        let bridge = BridgeProc::start(&yaml, port, &[("SERVICE_BRIDGE_TOKEN", &rig.token)]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !bridge
+            .log_text()
+            .contains("another bridge than this token's")
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a certificate named {wrong} was not refused:\n{}",
+                bridge.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

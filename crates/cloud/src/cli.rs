@@ -90,6 +90,11 @@ pub struct ServeArgs {
     /// Private key of --tls-cert (PEM).
     #[arg(long, env = "CLOUD_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// CA certificates (PEM) of an operator's own PKI: bridge client certificates they sign
+    /// may open tunnels too (with a valid token), named `ORG:BRIDGE` (org slug, bridge name).
+    /// Trusted for every org: for a service run by one organisation.
+    #[arg(long, env = "CLOUD_CLIENT_CA")]
+    pub client_ca: Option<PathBuf>,
     /// Events per second per signal key (bursts of twice that); 0 turns the limit off.
     #[arg(long, env = "CLOUD_SIGNAL_RATE_LIMIT", default_value_t = 1000)]
     pub signal_rate_limit: u32,

@@ -131,6 +131,7 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
         backend,
         data_dir: args.storage.data_dir,
         tls_files: args.tls_cert.zip(args.tls_key),
+        client_ca: args.client_ca,
         signal_rate_limit: args.signal_rate_limit,
         drain_timeout: Duration::from_secs(args.drain_timeout),
         header_read_timeout: Duration::from_secs(args.header_read_timeout),
@@ -140,7 +141,9 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
     server::run(options, tls_listener, http_listener, shutdown)
         .await
         .map_err(|e| match e {
-            e @ server::ServeError::TlsFiles(_) => Failure::Usage(e.to_string()),
+            e @ (server::ServeError::TlsFiles(_) | server::ServeError::ClientCa(_)) => {
+                Failure::Usage(e.to_string())
+            }
             e => Failure::Other(e.into()),
         })
 }

@@ -35,6 +35,8 @@ pub struct ServeOptions {
     pub data_dir: PathBuf,
     /// `--tls-cert` and `--tls-key`, when given.
     pub tls_files: Option<(PathBuf, PathBuf)>,
+    /// `--client-ca`: CAs of operators' own PKI, whose bridge certificates are trusted too.
+    pub client_ca: Option<PathBuf>,
     /// Events/s per signal key; 0 turns the limit off.
     pub signal_rate_limit: u32,
     /// How long in-flight requests may take to finish at shutdown.
@@ -112,6 +114,9 @@ pub enum ServeError {
     /// The operator's `--tls-cert`/`--tls-key` files are unusable (a configuration error).
     #[error("--tls-cert/--tls-key: {0}")]
     TlsFiles(TlsError),
+    /// The `--client-ca` file is unusable (a configuration error).
+    #[error("--client-ca: {0}")]
+    ClientCa(TlsError),
 }
 
 /// Runs the service until `shutdown` is cancelled, then drains and flushes.
@@ -135,7 +140,12 @@ pub async fn run(
         Some(_) => ServeError::TlsFiles(e),
         None => ServeError::Tls(e),
     })?;
-    let acceptor = TlsAcceptor::from(tls::server_config(identity, ca.cert_der()?)?);
+    let mut client_cas = vec![ca.cert_der()?];
+    if let Some(path) = &options.client_ca {
+        client_cas.extend(tls::load_cas(path).map_err(ServeError::ClientCa)?);
+    }
+    let acceptor =
+        TlsAcceptor::from(tls::server_config(identity, client_cas).map_err(ServeError::ClientCa)?);
     let state = AppState::new(
         store.clone(),
         metrics,

@@ -205,18 +205,36 @@ pub fn server_identity(
     Ok(Identity { chain, key })
 }
 
+/// The certificates of a PEM file of CA certificates (`--client-ca`); at least one.
+pub fn load_cas(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let cas = CertificateDer::pem_slice_iter(read(path)?.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Pem {
+            path: path.to_path_buf(),
+            what: e.to_string(),
+        })?;
+    if cas.is_empty() {
+        return Err(TlsError::Pem {
+            path: path.to_path_buf(),
+            what: "no CERTIFICATE block".into(),
+        });
+    }
+    Ok(cas)
+}
+
 /// A TLS 1.3-only server config offering HTTP/2 and HTTP/1.1.
 ///
-/// Clients may present a certificate signed by `client_ca` (bridges do); the tunnel route
-/// requires one, the rest of the API does not.
+/// Clients may present a certificate signed by one of `client_cas` (bridges do); the tunnel
+/// route requires one, the rest of the API does not.
 pub fn server_config(
     identity: Identity,
-    client_ca: CertificateDer<'static>,
+    client_cas: Vec<CertificateDer<'static>>,
 ) -> Result<Arc<ServerConfig>, TlsError> {
-    let verifier = tunnel::tls::optional_client_verifier(client_ca).map_err(|e| TlsError::Pem {
-        path: "ca.pem".into(),
-        what: e.to_string(),
-    })?;
+    let verifier =
+        tunnel::tls::optional_client_verifier(client_cas).map_err(|e| TlsError::Pem {
+            path: "client CA".into(),
+            what: e.to_string(),
+        })?;
     let mut config = ServerConfig::builder_with_provider(tunnel::tls::provider())
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_client_cert_verifier(verifier)

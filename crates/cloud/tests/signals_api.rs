@@ -532,20 +532,39 @@ async fn sigterm_drains_and_exits_zero(backend: Backend) {
 #[test]
 fn unusable_tls_files_are_a_configuration_error() {
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(testkit::cloud_bin())
-        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .arg("--tls-cert")
-        .arg(dir.path().join("missing-cert.pem"))
-        .arg("--tls-key")
-        .arg(dir.path().join("missing-key.pem"))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("--tls-cert"), "{stderr}");
-    assert!(stderr.contains("missing-cert.pem"), "{stderr}");
+    let not_pem = dir.path().join("not-a-ca.pem");
+    std::fs::write(&not_pem, "this is not a certificate").unwrap();
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let cases = [
+        (
+            vec![
+                "--tls-cert".to_string(),
+                path("missing-cert.pem"),
+                "--tls-key".to_string(),
+                path("missing-key.pem"),
+            ],
+            "--tls-cert",
+            "missing-cert.pem",
+        ),
+        (
+            vec!["--client-ca".to_string(), path("not-a-ca.pem")],
+            "--client-ca",
+            "not-a-ca.pem",
+        ),
+    ];
+    for (args, flag, file) in cases {
+        let out = std::process::Command::new(testkit::cloud_bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(flag), "{stderr}");
+        assert!(stderr.contains(file), "{stderr}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

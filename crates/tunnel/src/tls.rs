@@ -71,15 +71,17 @@ pub fn client_config(
     Ok(Arc::new(config))
 }
 
-/// The cloud's client-certificate verifier: certificates must chain to `ca`, but a client may
-/// present none (the route decides).
+/// The cloud's client-certificate verifier: certificates must chain to one of `cas`, but a
+/// client may present none (the route decides).
 pub fn optional_client_verifier(
-    ca: CertificateDer<'static>,
+    cas: Vec<CertificateDer<'static>>,
 ) -> Result<Arc<dyn ClientCertVerifier>, TlsConfigError> {
     let mut roots = RootCertStore::empty();
-    roots
-        .add(ca)
-        .map_err(|e| TlsConfigError::Verifier(e.to_string()))?;
+    for ca in cas {
+        roots
+            .add(ca)
+            .map_err(|e| TlsConfigError::Verifier(e.to_string()))?;
+    }
     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
         .allow_unauthenticated()
         .build()

@@ -43,16 +43,38 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
-    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
-    let cn = parsed
+/// Whether the client certificate names the token's bridge: `ORG_ID:BRIDGE` when the internal
+/// CA issued it (enrollment), `ORG_SLUG:BRIDGE` when an operator's CA did (`--client-ca`). The
+/// TLS handshake has already checked that it chains to one of them.
+async fn names_the_bridge(
+    state: &AppState,
+    cert: &CertificateDer<'_>,
+    credential: &BridgeCredential,
+) -> bool {
+    let Ok((_, leaf)) = x509_parser::parse_x509_certificate(cert.as_ref()) else {
+        return false;
+    };
+    let Some(cn) = leaf
         .subject()
         .iter_common_name()
-        .next()?
-        .as_str()
-        .ok()?
-        .to_string();
-    Some(cn)
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+    else {
+        return false;
+    };
+    let internal_ca = state.relay.ca.cert_der().ok();
+    let by_internal_ca = internal_ca.as_ref().is_some_and(|der| {
+        x509_parser::parse_x509_certificate(der.as_ref())
+            .is_ok_and(|(_, ca)| ca.subject().as_raw() == leaf.issuer().as_raw())
+    });
+    if by_internal_ca {
+        return cn == certificate_name(credential.org_id, &credential.bridge_name);
+    }
+    let Some((slug, bridge)) = cn.split_once(':') else {
+        return false;
+    };
+    bridge == credential.bridge_name
+        && matches!(state.store.org_id(slug).await, Ok(Some(id)) if id == credential.org_id)
 }
 
 /// `GET /v1/bridge/connect`: 101 and the tunnel, or 400/401/403/426 with the reason in
@@ -71,9 +93,8 @@ pub async fn connect(State(state): State<AppState>, mut req: Request) -> Respons
         let why = "a client certificate is required to open a tunnel (mutual TLS): the bridge enrolls for one by itself, or set tls_cert_file/tls_key_file";
         return refuse(Problem::unauthorized(why), why);
     };
-    let expected = certificate_name(credential.org_id, &credential.bridge_name);
-    if common_name(&cert).as_deref() != Some(expected.as_str()) {
-        let why = "the client certificate was issued for another bridge than this token's";
+    if !names_the_bridge(&state, &cert, &credential).await {
+        let why = "the client certificate was issued for another bridge than this token's (an operator's own certificate must be named ORG:BRIDGE, the org's slug and the bridge's name)";
         return refuse(Problem::forbidden(why), why);
     }
     let name = header_str(&headers, tunnel::HEADER_NAME).unwrap_or("");
