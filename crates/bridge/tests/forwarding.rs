@@ -204,6 +204,34 @@ async fn large_bodies_stream_both_ways_intact() {
     assert_eq!(audit[1]["bytes_in"], 32 * 1024 * 1024);
 }
 
+/// An HTTP/2 upload streamed without Content-Length reaches the internal API whole, for an
+/// idempotent PUT (whose body may be held for a retry) as for a POST.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_upload_without_content_length_arrives_whole() {
+    let rig = Rig::start("").await;
+    let client = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    for method in [reqwest::Method::PUT, reqwest::Method::POST] {
+        let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+            vec![Ok(vec![b'a'; 1000]), Ok(vec![b'b'; 1000])];
+        let res = client
+            .request(method.clone(), rig.api_url("/upload"))
+            .bearer_auth(&rig.tenant.api_key)
+            .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+                chunks,
+            )))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.version(), reqwest::Version::HTTP_2);
+        assert_eq!(res.status(), 200, "{method}");
+        let text = res.text().await.unwrap();
+        assert!(text.contains("\"bytes\":2000"), "{method}: {text}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_connections_is_respected_under_load() {
     let rig = Rig::start("    max_connections: 2\n").await;

@@ -18,7 +18,9 @@ use tunnel::ResourceInfo;
 use super::Instance;
 use super::enroll::{BridgeCredential, authenticate_bridge, certificate_name};
 use crate::api::AppState;
+use crate::api::auth::storage_unavailable;
 use crate::api::problem::Problem;
+use crate::storage::StorageError;
 
 /// The verified client certificate of a TLS connection (leaf), put in each request's
 /// extensions by the server loop. Absent on plain HTTP and for clients without one.
@@ -50,9 +52,9 @@ async fn names_the_bridge(
     state: &AppState,
     cert: &CertificateDer<'_>,
     credential: &BridgeCredential,
-) -> bool {
+) -> Result<bool, StorageError> {
     let Ok((_, leaf)) = x509_parser::parse_x509_certificate(cert.as_ref()) else {
-        return false;
+        return Ok(false);
     };
     let Some(cn) = leaf
         .subject()
@@ -60,7 +62,7 @@ async fn names_the_bridge(
         .next()
         .and_then(|cn| cn.as_str().ok())
     else {
-        return false;
+        return Ok(false);
     };
     let internal_ca = state.relay.ca.cert_der().ok();
     let by_internal_ca = internal_ca.as_ref().is_some_and(|der| {
@@ -68,13 +70,13 @@ async fn names_the_bridge(
             .is_ok_and(|(_, ca)| ca.subject().as_raw() == leaf.issuer().as_raw())
     });
     if by_internal_ca {
-        return cn == certificate_name(credential.org_id, &credential.bridge_name);
+        return Ok(cn == certificate_name(credential.org_id, &credential.bridge_name));
     }
     let Some((slug, bridge)) = cn.split_once(':') else {
-        return false;
+        return Ok(false);
     };
-    bridge == credential.bridge_name
-        && matches!(state.store.org_id(slug).await, Ok(Some(id)) if id == credential.org_id)
+    Ok(bridge == credential.bridge_name
+        && state.store.org_id(slug).await? == Some(credential.org_id))
 }
 
 /// `GET /v1/bridge/connect`: 101 and the tunnel, or 400/401/403/426 with the reason in
@@ -93,7 +95,15 @@ pub async fn connect(State(state): State<AppState>, mut req: Request) -> Respons
         let why = "a client certificate is required to open a tunnel (mutual TLS): the bridge enrolls for one by itself, or set tls_cert_file/tls_key_file";
         return refuse(Problem::unauthorized(why), why);
     };
-    if !names_the_bridge(&state, &cert, &credential).await {
+    let named = match names_the_bridge(&state, &cert, &credential).await {
+        Ok(named) => named,
+        Err(e) => {
+            let p = storage_unavailable(&e);
+            let why = p.detail.clone();
+            return refuse(p, &why);
+        }
+    };
+    if !named {
         let why = "the client certificate was issued for another bridge than this token's (an operator's own certificate must be named ORG:BRIDGE, the org's slug and the bridge's name)";
         return refuse(Problem::forbidden(why), why);
     }

@@ -12,7 +12,7 @@ use std::task::{Context, Poll, ready};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
@@ -158,13 +158,13 @@ async fn try_forward(
         tunnel::HEADER_ORG,
         &principal.org_id.to_string(),
     );
-    let chunked = parts.headers.contains_key(header::TRANSFER_ENCODING);
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    let bodiless = !chunked && declared.is_none_or(|n| n == 0);
+    // From the body, not the headers: an HTTP/2 request may stream a body with neither
+    // Content-Length nor Transfer-Encoding.
+    let bodiless = body.is_end_stream();
+    let small = body
+        .size_hint()
+        .upper()
+        .is_some_and(|n| n <= REPLAYABLE_BODY as u64);
     let idempotent = matches!(
         parts.method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE
@@ -175,7 +175,7 @@ async fn try_forward(
         None
     } else if bodiless {
         Some(Bytes::new())
-    } else if !chunked && declared.is_some_and(|n| n <= REPLAYABLE_BODY) {
+    } else if small {
         let mut held = body.take().unwrap_or_default();
         match read_whole(&mut held, REPLAYABLE_BODY, state.read_timeout).await {
             Ok(bytes) => Some(bytes),
@@ -187,7 +187,7 @@ async fn try_forward(
             }
             Err(ReadError::TooLarge) => {
                 return Err(Problem::bad_request(
-                    "the request body is longer than its Content-Length",
+                    "the request body is longer than its Content-Length announced",
                 ));
             }
             Err(ReadError::Body(e)) => {
