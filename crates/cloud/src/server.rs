@@ -142,7 +142,7 @@ pub async fn run(
     })?;
     let mut client_cas = vec![ca.cert_der()?];
     if let Some(path) = &options.client_ca {
-        client_cas.extend(tls::load_cas(path).map_err(ServeError::ClientCa)?);
+        client_cas.extend(tls::load_certificates(path).map_err(ServeError::ClientCa)?);
     }
     let acceptor =
         TlsAcceptor::from(tls::server_config(identity, client_cas).map_err(ServeError::ClientCa)?);

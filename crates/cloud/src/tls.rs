@@ -185,18 +185,7 @@ pub fn server_identity(
         return Ok(Identity { chain, key });
     };
     let (cert_path, key_path) = (cert_path.to_path_buf(), key_path.to_path_buf());
-    let chain = CertificateDer::pem_slice_iter(read(&cert_path)?.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::Pem {
-            path: cert_path.clone(),
-            what: e.to_string(),
-        })?;
-    if chain.is_empty() {
-        return Err(TlsError::Pem {
-            path: cert_path,
-            what: "no CERTIFICATE block".into(),
-        });
-    }
+    let chain = load_certificates(&cert_path)?;
     let key =
         PrivateKeyDer::from_pem_slice(read(&key_path)?.as_bytes()).map_err(|e| TlsError::Pem {
             path: key_path.clone(),
@@ -205,8 +194,8 @@ pub fn server_identity(
     Ok(Identity { chain, key })
 }
 
-/// The certificates of a PEM file of CA certificates (`--client-ca`); at least one.
-pub fn load_cas(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+/// The certificates of a PEM file (a chain, or the CAs of `--client-ca`); at least one.
+pub fn load_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let cas = CertificateDer::pem_slice_iter(read(path)?.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| TlsError::Pem {
