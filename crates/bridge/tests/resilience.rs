@@ -251,7 +251,7 @@ async fn an_unreachable_resource_makes_health_degraded_until_it_answers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_that_stalls_midway_is_cut_after_the_forward_timeout() {
-    let rig = Rig::start_full(&["--forward-timeout", "1"], |up| internal_api_yaml(up, "")).await;
+    let rig = Rig::start_with_cloud_args(&["--forward-timeout", "1"]).await;
     let started = std::time::Instant::now();
     let res = rig.get("/stall").await;
     assert_eq!(res.status(), 200);
@@ -273,10 +273,7 @@ async fn a_response_that_stalls_midway_is_cut_after_the_forward_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_that_stops_midway_frees_the_bridge() {
-    let rig = Rig::start_full(&["--header-read-timeout", "1"], |up| {
-        internal_api_yaml(up, "")
-    })
-    .await;
+    let rig = Rig::start_with_cloud_args(&["--header-read-timeout", "1"]).await;
     let started = std::time::Instant::now();
     // One chunk, then silence for longer than the test waits.
     let chunks = futures_util::stream::iter(0..2).then(|i| async move {
@@ -312,7 +309,7 @@ async fn an_upload_that_stops_midway_frees_the_bridge() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_nobody_reads_is_a_504() {
-    let rig = Rig::start_full(&["--forward-timeout", "1"], |up| internal_api_yaml(up, "")).await;
+    let rig = Rig::start_with_cloud_args(&["--forward-timeout", "1"]).await;
     let started = std::time::Instant::now();
     // The internal system sleeps without reading; 64 MiB fill every buffer on the way.
     let chunks =
@@ -339,7 +336,7 @@ async fn an_upload_nobody_reads_is_a_504() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_slower_than_the_forward_timeout_is_a_504() {
-    let rig = Rig::start_full(&["--forward-timeout", "1"], |up| internal_api_yaml(up, "")).await;
+    let rig = Rig::start_with_cloud_args(&["--forward-timeout", "1"]).await;
     let started = std::time::Instant::now();
     let res = rig.get("/slow?sleep_ms=4000").await;
     assert_eq!(res.status(), 504);

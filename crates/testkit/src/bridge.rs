@@ -258,6 +258,11 @@ impl Rig {
         Self::start_full(&[], resources).await
     }
 
+    /// [`Rig::start`] (the standard internal API), with extra `cloud serve` arguments.
+    pub async fn start_with_cloud_args(cloud_args: &[&str]) -> Rig {
+        Self::start_full(cloud_args, |upstream| internal_api_yaml(upstream, "")).await
+    }
+
     /// [`Rig::start_with`], with extra `cloud serve` arguments.
     pub async fn start_full(
         cloud_args: &[&str],

@@ -207,13 +207,7 @@ async fn read_limited(
             drain(body).await;
             Err(too_large())
         }
-        Err(ReadError::Stalled) => Err((
-            "timeout",
-            Problem::request_timeout(format!(
-                "the request body stopped arriving for {} s; send it whole without pausing",
-                pause.as_secs()
-            )),
-        )),
+        Err(ReadError::Stalled) => Err(("timeout", Problem::body_stalled(pause))),
         Err(ReadError::Body(e)) => Err((
             "malformed",
             Problem::bad_request(format!("could not read the request body: {e}")),

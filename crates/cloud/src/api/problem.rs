@@ -105,6 +105,15 @@ impl Problem {
         )
     }
 
+    /// 408 for a request body that paused for `pause` (`--header-read-timeout`): the signal
+    /// route and forwarded uploads say it the same way.
+    pub fn body_stalled(pause: std::time::Duration) -> Self {
+        Self::request_timeout(format!(
+            "the request body stopped arriving for {} s (--header-read-timeout); send it whole without pausing",
+            pause.as_secs()
+        ))
+    }
+
     /// 413: body or event too large.
     pub fn too_large(detail: impl Into<String>) -> Self {
         Self::new(

@@ -179,12 +179,7 @@ async fn try_forward(
         let mut held = body.take().unwrap_or_default();
         match read_whole(&mut held, REPLAYABLE_BODY, state.read_timeout).await {
             Ok(bytes) => Some(bytes),
-            Err(ReadError::Stalled) => {
-                return Err(Problem::request_timeout(format!(
-                    "the request body stopped arriving for {} s (--header-read-timeout); send it whole without pausing",
-                    state.read_timeout.as_secs()
-                )));
-            }
+            Err(ReadError::Stalled) => return Err(Problem::body_stalled(state.read_timeout)),
             Err(ReadError::TooLarge) => {
                 return Err(Problem::bad_request(
                     "the request body is longer than its Content-Length announced",
@@ -293,10 +288,7 @@ async fn try_forward(
                 return Ok(Response::from_parts(parts, body));
             }
             Err(_) if upload_stalled.load(Ordering::Relaxed) => {
-                return Err(Problem::request_timeout(format!(
-                    "the request body stopped arriving for {} s (--header-read-timeout); the forwarded request was cancelled",
-                    state.read_timeout.as_secs()
-                )));
+                return Err(Problem::body_stalled(state.read_timeout));
             }
             Err(e) => {
                 tracing::warn!(bridge, instance = %instance.id, cause = %e, retryable, "forwarding through tunnel failed");
