@@ -13,6 +13,15 @@ pub struct Meter {
     machine: (u64, u64),
 }
 
+/// CPU ticks spent during one or more runs: per process, and the machine's idle and total.
+/// Runs add up, so that interleaved slices of one load are accounted together.
+#[derive(Clone, Default)]
+pub struct Ticks {
+    procs: Vec<(&'static str, u64)>,
+    idle: u64,
+    total: u64,
+}
+
 /// What a run cost, per request.
 pub struct Usage {
     /// Microseconds of CPU per request, by process.
@@ -64,29 +73,48 @@ impl Meter {
         }
     }
 
-    /// What the run cost per request, for `requests` answered requests.
-    pub fn stop(self, requests: usize) -> Usage {
-        let n = requests.max(1) as f64;
-        let per_request_us = self
-            .procs
-            .iter()
-            .zip(&self.ticks)
-            .map(|((name, pid), before)| {
-                let ticks = process_ticks(*pid).saturating_sub(*before);
-                (*name, ticks as f64 / TICKS_PER_SECOND * 1e6 / n)
-            })
-            .collect();
+    /// The ticks spent since `start`.
+    pub fn stop(self) -> Ticks {
         let (idle, total) = machine_ticks();
-        let (idle, total) = (
-            idle.saturating_sub(self.machine.0),
-            total.saturating_sub(self.machine.1),
-        );
+        Ticks {
+            procs: self
+                .procs
+                .iter()
+                .zip(&self.ticks)
+                .map(|((name, pid), before)| (*name, process_ticks(*pid).saturating_sub(*before)))
+                .collect(),
+            idle: idle.saturating_sub(self.machine.0),
+            total: total.saturating_sub(self.machine.1),
+        }
+    }
+}
+
+impl Ticks {
+    /// Adds another run's ticks (of the same processes) to these.
+    pub fn add(&mut self, other: &Ticks) {
+        if self.procs.is_empty() {
+            self.procs = other.procs.iter().map(|(n, _)| (*n, 0)).collect();
+        }
+        for ((_, mine), (_, theirs)) in self.procs.iter_mut().zip(&other.procs) {
+            *mine += theirs;
+        }
+        self.idle += other.idle;
+        self.total += other.total;
+    }
+
+    /// The cost per request, for `requests` answered requests.
+    pub fn per_request(&self, requests: usize) -> Usage {
+        let n = requests.max(1) as f64;
         Usage {
-            per_request_us,
-            idle: if total == 0 {
+            per_request_us: self
+                .procs
+                .iter()
+                .map(|(name, ticks)| (*name, *ticks as f64 / TICKS_PER_SECOND * 1e6 / n))
+                .collect(),
+            idle: if self.total == 0 {
                 0.0
             } else {
-                idle as f64 / total as f64
+                self.idle as f64 / self.total as f64
             },
         }
     }

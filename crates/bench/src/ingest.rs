@@ -1,12 +1,13 @@
-//! `bench ingest`: the Signals API on SQLite and PostgreSQL: `/livez` (no storage work, the
-//! machine's ceiling), single events, batches of 100, single events paced at half their peak,
-//! and the server's peak RSS.
+//! `bench ingest`: the Signals API on SQLite and PostgreSQL. For each connection count:
+//! `/livez` (no storage work, the machine's ceiling) and single events, interleaved in
+//! one-second slices so that their ratio compares like with like; batches of 100; single
+//! events paced at half their peak; and, at the end, the server's peak RSS.
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
 
-use crate::cpu::{self, Meter};
-use crate::load::{Load, LoadArgs, drive, report};
+use crate::cpu;
+use crate::load::{Load, LoadArgs, drive, interleave, percentile, report};
 use crate::procs::{peak_rss_mb, start};
 
 /// Options of `bench ingest`.
@@ -29,6 +30,15 @@ fn event(i: usize) -> serde_json::Value {
     })
 }
 
+/// One connection count's headline figures, for the summary.
+struct Row {
+    connections: usize,
+    ceiling: f64,
+    single: f64,
+    batch: f64,
+    half_p99_ms: f64,
+}
+
 async fn bench_backend(name: &str, db: &[String], args: &Args) -> Result<()> {
     let (server, signal_key, api_key) = start(db, args.load.cloud_threads)?;
     let single = Load {
@@ -47,55 +57,81 @@ async fn bench_backend(name: &str, db: &[String], args: &Args) -> Result<()> {
         body: Bytes::new(),
         ..single.clone()
     };
-    println!(
-        "\n== {name}: {} connections, {} s each",
-        args.load.connections, args.load.seconds
-    );
-    println!(
-        "{:<34} {:>12} {:>9} {:>9} {:>7}",
-        "load", "events/s", "p50 ms", "p99 ms", "errors"
-    );
-    let (c, s) = (args.load.connections, args.load.seconds);
     let procs = [("client", std::process::id()), ("cloud", server.child.id())];
-    let meter = Meter::start(&procs);
-    let run = drive(server.addr, livez.clone(), c, s, None).await;
-    let livez_cpu = meter.stop(run.requests);
-    let ceiling = report("GET /livez (no storage, ceiling)", &run, 1);
-    let before = commit_totals(server.addr).await?;
-    let meter = Meter::start(&procs);
-    let run = drive(server.addr, single.clone(), c, s, None).await;
-    let single_cpu = meter.stop(run.requests);
-    let peak = report("POST single event", &run, 1);
-    let after = commit_totals(server.addr).await?;
-    let commits = after.count - before.count;
+    let s = args.load.seconds;
+    let mut rows = Vec::new();
+    for &c in &args.load.connections {
+        println!(
+            "\n== {name}: {c} connections; /livez and single events interleaved, {s} one-second slices each"
+        );
+        println!(
+            "{:<34} {:>12} {:>9} {:>9} {:>7}",
+            "load", "events/s", "p50 ms", "p99 ms", "errors"
+        );
+        let before = commit_totals(server.addr).await?;
+        let (ceiling_run, single_run) =
+            interleave((server.addr, &livez), (server.addr, &single), c, s, &procs).await;
+        let after = commit_totals(server.addr).await?;
+        let ceiling = report("GET /livez (no storage, ceiling)", &ceiling_run.outcome, 1);
+        let peak = report("POST single event", &single_run.outcome, 1);
+        let commits = after.count - before.count;
+        println!(
+            "  single events: {commits:.0} group commits, {:.1} requests and {:.2} ms each on average",
+            (after.requests - before.requests) / commits.max(1.0),
+            1000.0 * (after.seconds - before.seconds) / commits.max(1.0),
+        );
+        let batch_rate = report(
+            "POST batch of 100",
+            &drive(server.addr, batch.clone(), c, s, None).await,
+            100,
+        );
+        let half = peak / 2.0;
+        let paced = drive(server.addr, single.clone(), c, s, Some(half)).await;
+        report(
+            &format!("POST single at {half:.0}/s (half peak)"),
+            &paced,
+            1,
+        );
+        println!("single events / ceiling: {:.0}%", 100.0 * peak / ceiling);
+        // The ratio as a CPU budget: what 50% of the ceiling would allow, against what is spent.
+        let livez_cpu = ceiling_run.ticks.per_request(ceiling_run.outcome.requests);
+        let single_cpu = single_run.ticks.per_request(single_run.outcome.requests);
+        println!("  /livez: {}", livez_cpu.describe());
+        println!("  single: {}", single_cpu.describe());
+        println!(
+            "  50% of the ceiling ({:.0}/s) allows {:.1} µs of CPU per event on {} cores, load generator included",
+            0.5 * ceiling,
+            cpu::budget_us(0.5 * ceiling),
+            cpu::cores()
+        );
+        if !db.is_empty() {
+            println!(
+                "  (PostgreSQL's own processes are not in these figures; their CPU is not idle)"
+            );
+        }
+        rows.push(Row {
+            connections: c,
+            ceiling,
+            single: peak,
+            batch: batch_rate,
+            half_p99_ms: percentile(&paced.latencies_us, 0.99),
+        });
+    }
+    println!("\n{name} summary");
     println!(
-        "  single events: {commits:.0} group commits, {:.1} requests and {:.2} ms each on average",
-        (after.requests - before.requests) / commits.max(1.0),
-        1000.0 * (after.seconds - before.seconds) / commits.max(1.0),
+        "{:>11} {:>10} {:>10} {:>7} {:>12} {:>17}",
+        "connections", "/livez/s", "single/s", "ratio", "batched ev/s", "p99 at half peak"
     );
-    report(
-        "POST batch of 100",
-        &drive(server.addr, batch, c, s, None).await,
-        100,
-    );
-    let half = peak / 2.0;
-    report(
-        &format!("POST single at {half:.0}/s (half peak)"),
-        &drive(server.addr, single, c, s, Some(half)).await,
-        1,
-    );
-    println!("single events / ceiling: {:.0}%", 100.0 * peak / ceiling);
-    // The ratio as a CPU budget: what 50% of the ceiling would allow, against what is spent.
-    println!("  /livez: {}", livez_cpu.describe());
-    println!("  single: {}", single_cpu.describe());
-    println!(
-        "  50% of the ceiling ({:.0}/s) allows {:.1} µs of CPU per event on {} cores, load generator included",
-        0.5 * ceiling,
-        cpu::budget_us(0.5 * ceiling),
-        cpu::cores()
-    );
-    if !db.is_empty() {
-        println!("  (PostgreSQL's own processes are not in these figures; their CPU is not idle)");
+    for r in &rows {
+        println!(
+            "{:>11} {:>10.0} {:>10.0} {:>6.0}% {:>12.0} {:>14.2} ms",
+            r.connections,
+            r.ceiling,
+            r.single,
+            100.0 * r.single / r.ceiling,
+            r.batch,
+            r.half_p99_ms
+        );
     }
     println!("server peak RSS: {:.1} MB", peak_rss_mb(server.child.id()));
     Ok(())

@@ -13,8 +13,8 @@ use http_body_util::{BodyExt, Empty};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
 
-use crate::cpu::{self, Meter};
-use crate::load::{Load, LoadArgs, drive, percentile, report};
+use crate::cpu;
+use crate::load::{Load, LoadArgs, drive, interleave, percentile, report};
 use crate::procs::{Server, sibling, start};
 use crate::upstream::Upstream;
 
@@ -155,7 +155,7 @@ pub async fn run(args: Args) -> Result<()> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_rss = rss_mb(bridge_pid, "VmRSS:");
 
-    let (c, s) = (args.load.connections, args.load.seconds);
+    let s = args.load.seconds;
     let direct = Load {
         method: hyper::Method::GET,
         path: "/hello".into(),
@@ -166,39 +166,60 @@ pub async fn run(args: Args) -> Result<()> {
         path: "/v1/bridges/dc1/apis/up/hello".into(),
         ..direct.clone()
     };
-    println!("\n== bridge tunnel: {c} connections, {s} s each");
-    println!(
-        "{:<34} {:>12} {:>9} {:>9} {:>7}",
-        "load", "requests/s", "p50 ms", "p99 ms", "errors"
-    );
     let procs = [
         ("client", std::process::id()),
         ("cloud", cloud.child.id()),
         ("bridge", bridge_pid),
         ("internal server", upstream.pid()),
     ];
-    let meter = Meter::start(&procs);
-    let d = drive(internal_addr, direct.clone(), c, s, None).await;
-    let direct_cpu = meter.stop(d.requests);
-    let direct_rps = report("direct to the internal server", &d, 1);
-    let meter = Meter::start(&procs);
-    let t = drive(cloud.addr, tunneled.clone(), c, s, None).await;
-    let tunnel_cpu = meter.stop(t.requests);
-    let tunnel_rps = report("cloud -> tunnel -> bridge", &t, 1);
+    let mut ratios = Vec::new();
+    for &c in &args.load.connections {
+        println!(
+            "\n== bridge tunnel: {c} connections; direct and tunnelled interleaved, {s} one-second slices each"
+        );
+        println!(
+            "{:<34} {:>12} {:>9} {:>9} {:>7}",
+            "load", "requests/s", "p50 ms", "p99 ms", "errors"
+        );
+        let (d, t) = interleave(
+            (internal_addr, &direct),
+            (cloud.addr, &tunneled),
+            c,
+            s,
+            &procs,
+        )
+        .await;
+        let direct_rps = report("direct to the internal server", &d.outcome, 1);
+        let tunnel_rps = report("cloud -> tunnel -> bridge", &t.outcome, 1);
+        println!(
+            "tunnel/direct requests/s: {:.0}%   added p50 latency at this load: {:.2} ms",
+            100.0 * tunnel_rps / direct_rps,
+            percentile(&t.outcome.latencies_us, 0.5) - percentile(&d.outcome.latencies_us, 0.5)
+        );
+        // The same figures as a CPU budget: what 40% of direct would allow, against what is spent.
+        println!(
+            "  direct: {}",
+            d.ticks.per_request(d.outcome.requests).describe()
+        );
+        println!(
+            "  tunnel: {}",
+            t.ticks.per_request(t.outcome.requests).describe()
+        );
+        println!(
+            "  40% of direct ({:.0}/s) allows {:.1} µs of CPU per request on {} cores, load generator included",
+            0.4 * direct_rps,
+            cpu::budget_us(0.4 * direct_rps),
+            cpu::cores()
+        );
+        ratios.push((c, direct_rps, tunnel_rps));
+    }
     println!(
-        "tunnel/direct requests/s: {:.0}%   added p50 latency at this load: {:.2} ms",
-        100.0 * tunnel_rps / direct_rps,
-        percentile(&t.latencies_us, 0.5) - percentile(&d.latencies_us, 0.5)
+        "\n{:>11} {:>10} {:>10} {:>7}",
+        "connections", "direct/s", "tunnel/s", "ratio"
     );
-    // The same figures as a CPU budget: what 40% of direct would allow, against what is spent.
-    println!("  direct: {}", direct_cpu.describe());
-    println!("  tunnel: {}", tunnel_cpu.describe());
-    println!(
-        "  40% of direct ({:.0}/s) allows {:.1} µs of CPU per request on {} cores, load generator included",
-        0.4 * direct_rps,
-        cpu::budget_us(0.4 * direct_rps),
-        cpu::cores()
-    );
+    for (c, d, t) in &ratios {
+        println!("{c:>11} {d:>10.0} {t:>10.0} {:>6.0}%", 100.0 * t / d);
+    }
     // One request at a time: what the two hops add when nothing queues.
     let d1 = drive(internal_addr, direct.clone(), 1, s.min(3), None).await;
     report("direct, one connection", &d1, 1);
