@@ -98,6 +98,11 @@ pub struct ServeArgs {
     /// Events per second per signal key (bursts of twice that); 0 turns the limit off.
     #[arg(long, env = "CLOUD_SIGNAL_RATE_LIMIT", default_value_t = 1000)]
     pub signal_rate_limit: u32,
+    /// MiB of signal request bodies ingested at once (parsed events and their commit take
+    /// about five times that); more requests wait, up to --header-read-timeout, then get 503.
+    /// Keeps memory bounded whatever the number of clients.
+    #[arg(long, env = "CLOUD_INGEST_MEMORY_MB", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub ingest_memory_mb: u32,
     /// Seconds in-flight requests may take to finish at shutdown.
     #[arg(long, env = "CLOUD_DRAIN_TIMEOUT", default_value_t = 20)]
     pub drain_timeout: u64,

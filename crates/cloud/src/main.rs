@@ -133,6 +133,7 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
         tls_files: args.tls_cert.zip(args.tls_key),
         client_ca: args.client_ca,
         signal_rate_limit: args.signal_rate_limit,
+        ingest_memory: args.ingest_memory_mb as usize * 1024 * 1024,
         drain_timeout: Duration::from_secs(args.drain_timeout),
         header_read_timeout: Duration::from_secs(args.header_read_timeout),
         forward_timeout: Duration::from_secs(args.forward_timeout),
@@ -141,7 +142,9 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
     server::run(options, tls_listener, http_listener, shutdown)
         .await
         .map_err(|e| match e {
-            e @ (server::ServeError::TlsFiles(_) | server::ServeError::ClientCa(_)) => {
+            e @ (server::ServeError::TlsFiles(_)
+            | server::ServeError::ClientCa(_)
+            | server::ServeError::Storage(cloud::storage::StorageError::InUse(_))) => {
                 Failure::Usage(e.to_string())
             }
             e => Failure::Other(e.into()),

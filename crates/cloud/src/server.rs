@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 use crate::api::{self, AppState};
 use crate::metrics::Metrics;
 use crate::relay::connect::ClientCert;
-use crate::storage::{Backend, StorageError, Store};
+use crate::storage::{Backend, ServeLock, StorageError, Store};
 use crate::tls::{self, TlsError};
 use tower::ServiceExt;
 
@@ -39,6 +39,8 @@ pub struct ServeOptions {
     pub client_ca: Option<PathBuf>,
     /// Events/s per signal key; 0 turns the limit off.
     pub signal_rate_limit: u32,
+    /// Bytes of signal request bodies ingested at once.
+    pub ingest_memory: usize,
     /// How long in-flight requests may take to finish at shutdown.
     pub drain_timeout: Duration,
     /// How long a client may take to send a request's headers (and how long a keep-alive
@@ -127,6 +129,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     let metrics = Metrics::new();
+    let _lock = ServeLock::acquire(&options.backend)?;
     let store = Store::open(&options.backend, metrics.clone()).await?;
     let ca = shared_ca(&store, &options.data_dir).await?;
     let identity = tls::server_identity(
@@ -149,9 +152,13 @@ pub async fn run(
     let state = AppState::new(
         store.clone(),
         metrics,
-        options.signal_rate_limit,
         ca,
-        (options.header_read_timeout, options.forward_timeout),
+        api::Limits {
+            signal_rate_limit: options.signal_rate_limit,
+            ingest_memory: options.ingest_memory,
+            read_timeout: options.header_read_timeout,
+            forward_timeout: options.forward_timeout,
+        },
     );
     let relay = state.relay.clone();
     let tls_app = api::router(state.clone(), api::Listener::Tls);
@@ -211,6 +218,12 @@ async fn shared_ca(store: &Store, data_dir: &std::path::Path) -> Result<tls::Loc
 const STREAM_WINDOW: u32 = 1 << 20;
 const CONNECTION_WINDOW: u32 = 4 << 20;
 
+/// Largest HTTP/1.1 read buffer of a connection (and so the longest request head). hyper's
+/// default lets each connection's buffer grow to 400 KiB and keep what it grew to: with a
+/// thousand clients sending batches that was 80 MB held by idle connections. Bodies stream
+/// through it in pieces of at most this size.
+const HTTP1_MAX_BUFFER: usize = 16 * 1024;
+
 /// The per-connection HTTP settings: without a timer hyper enforces no header time-out at all,
 /// and a client sending a byte a minute would hold its connection forever.
 fn http_builder(header_read_timeout: Duration) -> auto::Builder<TokioExecutor> {
@@ -218,7 +231,8 @@ fn http_builder(header_read_timeout: Duration) -> auto::Builder<TokioExecutor> {
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout);
+        .header_read_timeout(header_read_timeout)
+        .max_buf_size(HTTP1_MAX_BUFFER);
     builder
         .http2()
         .timer(TokioTimer::new())

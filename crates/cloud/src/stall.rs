@@ -94,16 +94,27 @@ where
     B: Body<Data = bytes::Bytes> + Unpin,
 {
     let mut buf = bytes::BytesMut::new();
+    // A body that comes in one piece is kept as it came, not copied.
+    let mut first: Option<bytes::Bytes> = None;
     let mut stall = StallTimer::new(pause);
     loop {
         let frame = match std::future::poll_fn(|cx| stall.poll_frame(body, cx)).await {
             Ok(Some(frame)) => frame.map_err(ReadError::Body)?,
-            Ok(None) => return Ok(buf.freeze()),
+            Ok(None) => return Ok(first.unwrap_or_else(|| buf.freeze())),
             Err(Stalled) => return Err(ReadError::Stalled),
         };
-        if let Ok(data) = frame.into_data() {
-            if buf.len() + data.len() > max {
-                return Err(ReadError::TooLarge);
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let held = first.as_ref().map_or(0, bytes::Bytes::len) + buf.len();
+        if held + data.len() > max {
+            return Err(ReadError::TooLarge);
+        }
+        if held == 0 {
+            first = Some(data);
+        } else {
+            if let Some(first) = first.take() {
+                buf.extend_from_slice(&first);
             }
             buf.extend_from_slice(&data);
         }
@@ -133,6 +144,48 @@ mod tests {
                 Poll::Pending
             }
         }
+    }
+
+    /// A body of ready frames.
+    struct Frames(std::collections::VecDeque<&'static [u8]>);
+
+    impl Body for Frames {
+        type Data = bytes::Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<bytes::Bytes>, Self::Error>>> {
+            Poll::Ready(
+                self.0
+                    .pop_front()
+                    .map(|d| Ok(Frame::data(bytes::Bytes::from_static(d)))),
+            )
+        }
+    }
+
+    #[tokio::test]
+    async fn whole_bodies_in_one_piece_or_many_and_never_past_the_limit() {
+        let pause = Duration::from_secs(1);
+        let read = |frames: &[&'static [u8]], max| {
+            let mut body = Frames(frames.iter().copied().collect());
+            async move { read_whole(&mut body, max, pause).await }
+        };
+        let one: &'static [u8] = b"{\"a\":1}";
+        let whole = read(&[one], 64).await.unwrap();
+        assert_eq!(whole, one);
+        assert_eq!(whole.as_ptr(), one.as_ptr(), "one piece is not copied");
+        assert_eq!(read(&[b"ab", b"", b"cd", b"e"], 5).await.unwrap(), "abcde");
+        assert!(matches!(
+            read(&[b"abc", b"def"], 5).await,
+            Err(ReadError::TooLarge)
+        ));
+        assert!(matches!(
+            read(&[b"abcdef"], 5).await,
+            Err(ReadError::TooLarge)
+        ));
+        assert_eq!(read(&[], 5).await.unwrap(), "");
     }
 
     #[tokio::test(start_paused = true)]

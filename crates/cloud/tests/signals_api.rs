@@ -17,6 +17,7 @@ on_both_backends!(
     offsets_are_normalised_to_utc,
     list_filters_and_paginates,
     resolve_inherits_from_the_alert_it_closes,
+    unknown_fields_and_escapes_are_kept,
     acknowledged_events_survive_sigkill,
     admin_commands_work_while_serving,
     sigterm_drains_and_exits_zero,
@@ -414,6 +415,52 @@ async fn resolve_inherits_from_the_alert_it_closes(backend: Backend) {
     assert_eq!(b["errors"][0]["pointer"], "/dedupKey");
 }
 
+async fn unknown_fields_and_escapes_are_kept(backend: Backend) {
+    let cloud = Cloud::start(backend);
+    let t = cloud.tenant("acme");
+    // Sent as text: escapes and number forms that a JSON library would not write itself.
+    let text = r#"[
+        {"type": " deployment ", "service": "api\u0020v2", "environment": "prod",
+         "status": "Succeeded", "ext\"ra": {"nested": [1.50, -3, 2e3, null], "emoji": "\ud83d\ude80"},
+         "metadata": {"a/b": true, "n": 7}, "dedupKey": null},
+        {"type": "alert", "service": "db", "title": "disk \"full\"", "severity": "critical",
+         "status": "firing", "dedupKey": "d1", "source": "grafana"},
+        {"type": "alert", "status": "ok", "dedupKey": "d1"}
+    ]"#;
+    let res = cloud
+        .client()
+        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+        .bearer_auth(&t.api_key)
+        .header("content-type", "application/json")
+        .body(text)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::ACCEPTED);
+    let ids: Value = res.json().await.unwrap();
+    let read = |i: usize| {
+        let id = ids["ids"][i].as_str().unwrap().to_string();
+        let key = t.api_key.clone();
+        let cloud = &cloud;
+        async move { get(cloud, &key, &format!("/v1/events/{id}")).await.1 }
+    };
+    let e = read(0).await;
+    assert_eq!(e["type"], "deployment");
+    assert_eq!(e["service"], "api v2");
+    assert_eq!(e["status"], "success");
+    assert_eq!(e["ext\"ra"]["nested"], json!([1.5, -3, 2000.0, null]));
+    assert_eq!(e["ext\"ra"]["emoji"], "\u{1f680}");
+    assert_eq!(e["metadata"], json!({"a/b": true, "n": 7}));
+    assert!(e["dedupKey"].is_null());
+    let (_, list) = get(&cloud, &t.api_key, "/v1/events?service=api%20v2").await;
+    assert_eq!(list["events"].as_array().map(Vec::len), Some(1), "{list}");
+    let resolve = read(2).await;
+    assert_eq!(resolve["status"], "resolved");
+    assert_eq!(resolve["title"], "disk \"full\"");
+    assert_eq!(resolve["source"], "grafana");
+    assert_eq!(resolve["service"], "db");
+}
+
 async fn acknowledged_events_survive_sigkill(backend: Backend) {
     let mut cloud = Cloud::start_with(backend, &["--signal-rate-limit", "0"]);
     let t = cloud.tenant("acme");
@@ -587,4 +634,96 @@ async fn a_body_that_stops_arriving_is_a_408() {
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("application/problem+json"), "{answer}");
     assert!(answer.contains("stopped arriving"), "{answer}");
+}
+
+/// `--ingest-memory-mb` bounds the bodies being ingested at once: a large request that does
+/// not fit waits, then gets 503 with Retry-After; small ones still fit; the budget comes back
+/// when a request is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_memory_is_bounded_and_excess_waits_then_503() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cloud = Cloud::start_with(
+        Backend::Sqlite,
+        &[
+            "--ingest-memory-mb",
+            "1",
+            "--header-read-timeout",
+            "2",
+            "--signal-rate-limit",
+            "0",
+        ],
+    );
+    let t = cloud.tenant("acme");
+    // 15 events of ~45 KB: ~660 KiB, two thirds of the 1 MiB budget.
+    let pad = "a".repeat(45_000);
+    let big: String = format!(
+        "[{}]",
+        vec![format!(r#"{{"type":"custom","name":"x","pad":"{pad}"}}"#); 15].join(",")
+    );
+    let url = format!("{}/v1/signals/{}", cloud.http, t.signal_key);
+    let post = |body: String| {
+        cloud
+            .client()
+            .post(&url)
+            .bearer_auth(&t.api_key)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+
+    // A holds its share while its body trickles in (never pausing as long as 2 s).
+    let addr = cloud.http.trim_start_matches("http://").to_string();
+    let head = format!(
+        "POST /v1/signals/{} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        t.signal_key,
+        t.api_key,
+        big.len()
+    );
+    let body = big.clone();
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let slow = tokio::spawn(async move {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(head.as_bytes()).await.unwrap();
+        let mut started_tx = Some(started_tx);
+        for chunk in body.as_bytes().chunks(body.len() / 12 + 1) {
+            s.write_all(chunk).await.unwrap();
+            if let Some(tx) = started_tx.take() {
+                let _ = tx.send(());
+            }
+            tokio::time::sleep(Duration::from_millis(350)).await;
+        }
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).await.unwrap();
+        String::from_utf8_lossy(&answer).into_owned()
+    });
+    started.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // A small event fits beside A at once.
+    let small = post(seed_event().to_string()).await.unwrap();
+    assert_eq!(small.status(), StatusCode::ACCEPTED);
+    // Another large one does not: it waits its 2 s, then 503 with Retry-After.
+    let waited = std::time::Instant::now();
+    let refused = post(big.clone()).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        waited.elapsed() >= Duration::from_millis(1500),
+        "it waited first"
+    );
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let problem: Value = refused.json().await.unwrap();
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("--ingest-memory-mb"),
+        "{problem}"
+    );
+
+    let answer = slow.await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
+    // A's share is back: the same large request now goes through.
+    let accepted = post(big).await.unwrap();
+    assert_eq!(accepted.status(), StatusCode::ACCEPTED);
 }

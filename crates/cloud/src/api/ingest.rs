@@ -1,21 +1,23 @@
 //! `POST /v1/signals/{signalKey}`: authenticate, read the body within its limits, validate,
 //! rate-limit, and answer `202` only once the group commit has the events on disk.
 
+use std::borrow::Cow;
+
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use http_body_util::BodyExt;
-use serde_json::Value;
 
 use super::AppState;
 use super::auth::storage_unavailable;
 use super::problem::Problem;
 use crate::signals::batch::{self, BatchError, MAX_REQUEST_BYTES};
-use crate::signals::event::{FieldError, ValidEvent, format_time};
+use crate::signals::event::{FieldError, ValidEvent, format_time, member_json};
+use crate::signals::raw;
 use crate::stall::{ReadError, read_whole};
-use crate::storage::{InsertOutcome, NewEvent, WriteBatch};
+use crate::storage::{InsertOutcome, NewEvent, Store, WriteBatch};
 
 /// Longest accepted `Idempotency-Key`.
 const MAX_IDEMPOTENCY_KEY: usize = 255;
@@ -25,10 +27,11 @@ const MAX_IDEMPOTENCY_KEY: usize = 255;
 pub async fn post_signal(
     State(state): State<AppState>,
     Path(signal_key): Path<String>,
-    headers: HeaderMap,
-    body: Body,
+    request: Request,
 ) -> Response {
-    match ingest(&state, &signal_key, &headers, body).await {
+    // The headers are borrowed from the request, not copied (axum's HeaderMap extractor clones).
+    let (parts, body) = request.into_parts();
+    match ingest(&state, &signal_key, &parts.headers, body).await {
         Ok(response) => response,
         Err((reason, problem)) => {
             state.metrics.rejected(reason);
@@ -104,6 +107,8 @@ async fn ingest(
             return Ok(replay(first));
         }
     }
+    // Held until the answer: the body, its events and their commit are in memory till then.
+    let _memory = ingest_memory(state, headers).await?;
     let bytes = read_limited(headers, body, state.read_timeout).await?;
     // Microsecond precision: what is stored, so the answer and a later read agree.
     let received =
@@ -116,8 +121,6 @@ async fn ingest(
         e @ BatchError::EventTooLarge { .. } => ("too_large", Problem::too_large(e.to_string())),
         BatchError::Invalid(errors) => ("invalid", Problem::invalid(errors)),
     })?;
-    // The events own their data now; the raw body need not wait for the commit with them.
-    drop(bytes);
     if let Err(wait) = state.limiter.check(signal_key, batch.events.len()) {
         let secs = wait.as_secs_f64().ceil() as u64;
         return Err(reject("rate_limited")(Problem::rate_limited(
@@ -128,14 +131,17 @@ async fn ingest(
             ),
         )));
     }
+    let is_array = batch.is_array;
     let mut events = batch.events;
     inherit_resolves(state, principal.org_id, &mut events).await?;
     let new_events: Vec<NewEvent> = events
         .into_iter()
-        .map(|e| to_new_event(e, received))
+        .map(|e| to_new_event(&state.store, e, received))
         .collect();
+    // The events own their data now; the raw body need not wait for the commit with them.
+    drop(bytes);
     let received_at = format_time(received);
-    let answer = accepted_answer(batch.is_array, &new_events, &received_at);
+    let answer = accepted_answer(is_array, &new_events, &received_at);
     let kinds: Vec<&'static str> = new_events.iter().map(|e| e.kind).collect();
     let outcome = state
         .store
@@ -174,6 +180,38 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
     Ok(Some(key.to_string()))
 }
 
+/// The request's share of `--ingest-memory-mb`, in KiB of its announced body (1 MiB when it
+/// announces none): taken before the body is read, waiting up to `--header-read-timeout` for
+/// others to finish, else a 503 (the client retries; memory stays bounded).
+async fn ingest_memory<'s>(
+    state: &'s AppState,
+    headers: &HeaderMap,
+) -> Result<tokio::sync::SemaphorePermit<'s>, Rejection> {
+    let announced = declared_length(headers).unwrap_or(MAX_REQUEST_BYTES);
+    let kib = announced.clamp(1, MAX_REQUEST_BYTES).div_ceil(1024) as u32;
+    let budget = &state.ingest_budget;
+    let permit = match budget.try_acquire_many(kib) {
+        Ok(permit) => Ok(permit),
+        Err(_) => tokio::time::timeout(state.read_timeout, budget.acquire_many(kib))
+            .await
+            .map_err(|_| ())
+            .and_then(|p| p.map_err(|_| ())),
+    };
+    permit.map_err(|()| {
+        reject("overloaded")(Problem::unavailable(
+            1,
+            "the server is ingesting as much as --ingest-memory-mb allows; retry shortly",
+        ))
+    })
+}
+
+fn declared_length(headers: &HeaderMap) -> Option<usize> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+}
+
 /// Reads the body, refusing as soon as it passes the limit (never buffering more), or when it
 /// stops arriving for `pause` (408: a stalled client must not hold its handler forever).
 ///
@@ -192,11 +230,7 @@ async fn read_limited(
             )),
         )
     };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > MAX_REQUEST_BYTES) {
+    if declared_length(headers).is_some_and(|n| n > MAX_REQUEST_BYTES) {
         drain(body).await;
         return Err(too_large());
     }
@@ -231,34 +265,34 @@ async fn drain(mut body: Body) {
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), read).await;
 }
 
-/// A resolve sent with only `dedupKey` takes the missing fields from the alert it closes.
+/// A resolve sent with only `dedupKey` takes the missing fields from the alert it closes: an
+/// earlier alert of the same batch, else the latest stored one.
 async fn inherit_resolves(
     state: &AppState,
     org_id: i64,
-    events: &mut [ValidEvent],
+    events: &mut [ValidEvent<'_>],
 ) -> Result<(), Rejection> {
     const INHERITED: [&str; 5] = ["service", "title", "severity", "environment", "source"];
     for i in 0..events.len() {
         let Some(key) = events[i].inherit_from.clone() else {
             continue;
         };
-        let earlier_in_batch = events[..i]
-            .iter()
-            .rev()
-            .find(|e| e.get_str("dedupKey") == Some(key.as_str()) && e.inherit_from.is_none())
-            .map(|e| e.body.clone());
-        let source = match earlier_in_batch {
-            Some(body) => Some(body),
-            None => state
-                .store
-                .latest_alert(org_id, &key)
-                .await
-                .map_err(|e| ("unavailable", storage_unavailable(&e)))?
-                .and_then(|stored| {
-                    serde_json::from_str::<serde_json::Map<String, Value>>(&stored.body).ok()
-                }),
-        };
-        let Some(source) = source else {
+        let (earlier, rest) = events.split_at_mut(i);
+        let event = &mut rest[0];
+        let in_batch = earlier.iter().rev().find(|e| {
+            e.inherit_from.is_none() && e.get_str("dedupKey").as_deref() == Some(key.as_str())
+        });
+        if let Some(source) = in_batch {
+            event.inherit(&INHERITED, |field| source.json_of(field));
+            continue;
+        }
+        let stored = state
+            .store
+            .latest_alert(org_id, &key)
+            .await
+            .map_err(|e| ("unavailable", storage_unavailable(&e)))?;
+        let members = stored.as_ref().and_then(|s| raw::members(&s.body).ok());
+        let Some(members) = members else {
             return Err(reject("invalid")(Problem::invalid(vec![FieldError {
                 pointer: "/dedupKey".into(),
                 detail: format!(
@@ -266,26 +300,19 @@ async fn inherit_resolves(
                 ),
             }])));
         };
-        let event = &mut events[i];
-        for field in INHERITED {
-            if event.body.get(field).is_none_or(Value::is_null)
-                && let Some(v) = source.get(field)
-            {
-                event.body.insert(field.to_string(), v.clone());
-            }
-        }
+        event.inherit(&INHERITED, |field| member_json(&members, field));
     }
     Ok(())
 }
 
-fn to_new_event(e: ValidEvent, received: DateTime<Utc>) -> NewEvent {
+fn to_new_event(store: &Store, mut e: ValidEvent<'_>, received: DateTime<Utc>) -> NewEvent {
+    e.default_time(received);
     let occurred = e.occurred_at.unwrap_or(received);
-    let mut body = e.body;
-    body.entry("timestamp")
-        .or_insert_with(|| Value::String(format_time(occurred)));
-    let field = |k: &str| body.get(k).and_then(Value::as_str).map(str::to_string);
+    let field = |k: &str| e.get_str(k).map(Cow::into_owned);
+    let (id, seq) = store.new_event_id();
     NewEvent {
-        id: uuid::Uuid::now_v7().to_string(),
+        id,
+        seq,
         kind: e.kind.as_str(),
         service: field("service"),
         environment: field("environment"),
@@ -293,8 +320,7 @@ fn to_new_event(e: ValidEvent, received: DateTime<Utc>) -> NewEvent {
         dedup_key: field("dedupKey"),
         occurred_at: occurred.timestamp_micros(),
         received_at: received.timestamp_micros(),
-        // serde_json's writer, not `Display` (which goes through fmt::Write: 2x slower).
-        body: serde_json::to_string(&body).unwrap_or_default(),
+        body: e.body(),
     }
 }
 
@@ -341,6 +367,7 @@ mod tests {
     fn event(id: &str) -> NewEvent {
         NewEvent {
             id: id.into(),
+            seq: None,
             kind: "custom",
             service: None,
             environment: None,
@@ -354,6 +381,7 @@ mod tests {
 
     #[test]
     fn the_accepted_answer_is_json_with_the_ids() {
+        use serde_json::Value;
         let at = "2024-01-15T10:30:00.5Z";
         let one: Value = serde_json::from_str(&accepted_answer(false, &[event("a")], at)).unwrap();
         assert_eq!(

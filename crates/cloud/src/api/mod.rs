@@ -52,6 +52,21 @@ pub struct Shared {
     pub relay: Arc<RelayState>,
     /// The longest pause allowed while a client sends a request body (`--header-read-timeout`).
     pub read_timeout: std::time::Duration,
+    /// Signal request bodies being ingested, in KiB (`--ingest-memory-mb`).
+    pub ingest_budget: Arc<tokio::sync::Semaphore>,
+}
+
+/// The service's limits, from the command line.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Events/s per signal key (0: none).
+    pub signal_rate_limit: u32,
+    /// Bytes of signal request bodies ingested at once.
+    pub ingest_memory: usize,
+    /// The longest pause in a request body.
+    pub read_timeout: std::time::Duration,
+    /// How long a forwarded request may wait for its response's headers.
+    pub forward_timeout: std::time::Duration,
 }
 
 /// What the bridge relay shares.
@@ -68,28 +83,23 @@ pub struct RelayState {
 }
 
 impl AppState {
-    /// State over a store, with a rate limit in events/s per signal key (0: none), the
-    /// longest pause in a request body, and the time a forwarded request may wait for its
-    /// response's headers.
-    pub fn new(
-        store: Store,
-        metrics: Metrics,
-        signal_rate_limit: u32,
-        ca: LocalCa,
-        (read_timeout, forward_timeout): (std::time::Duration, std::time::Duration),
-    ) -> Self {
+    /// State over a store and the internal CA, within `limits`.
+    pub fn new(store: Store, metrics: Metrics, ca: LocalCa, limits: Limits) -> Self {
+        let budget_kib =
+            (limits.ingest_memory / 1024).clamp(1024, tokio::sync::Semaphore::MAX_PERMITS);
         AppState(Arc::new(Shared {
             store,
             metrics,
             keys: Arc::new(auth::KeyCache::default()),
-            limiter: Arc::new(RateLimiter::new(signal_rate_limit)),
+            limiter: Arc::new(RateLimiter::new(limits.signal_rate_limit)),
             relay: Arc::new(RelayState {
                 ca,
                 registry: Registry::default(),
                 shutdown: CancellationToken::new(),
-                forward_timeout,
+                forward_timeout: limits.forward_timeout,
             }),
-            read_timeout,
+            read_timeout: limits.read_timeout,
+            ingest_budget: Arc::new(tokio::sync::Semaphore::new(budget_kib)),
         }))
     }
 }

@@ -1,10 +1,12 @@
-//! From request body to validated events: one event or an all-or-nothing array.
+//! From request body to validated events: one event or an all-or-nothing array. The events
+//! borrow from the body (see [`super::raw`]).
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::event::{FieldError, ValidEvent, validate};
+use super::event::{FieldError, ValidEvent};
+use super::raw::{self, Kind};
+use super::validate::validate;
 
 /// Largest single event, in bytes of its JSON text.
 pub const MAX_EVENT_BYTES: usize = 64 * 1024;
@@ -34,35 +36,42 @@ pub enum BatchError {
 
 /// The events of one request.
 #[derive(Debug)]
-pub struct Batch {
+pub struct Batch<'a> {
     /// True when the body was an array (the answer then lists `ids`).
     pub is_array: bool,
     /// The events, in order.
-    pub events: Vec<ValidEvent>,
+    pub events: Vec<ValidEvent<'a>>,
+}
+
+fn invalid(pointer: String, detail: String) -> BatchError {
+    BatchError::Invalid(vec![FieldError { pointer, detail }])
 }
 
 /// Parses and validates a whole body; one bad event rejects all.
-pub fn parse(body: &[u8], now: DateTime<Utc>) -> Result<Batch, BatchError> {
-    let raws: Vec<&RawValue> = match body.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'[') => serde_json::from_slice(body).map_err(malformed)?,
-        Some(_) => return parse_one(body, now),
+pub fn parse(body: &[u8], now: DateTime<Utc>) -> Result<Batch<'_>, BatchError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|e| BatchError::Malformed(format!("the body is not UTF-8 ({e})")))?;
+    match text.trim_start().as_bytes().first() {
+        Some(b'[') => {}
+        Some(_) => return parse_one(text, now),
         None => return Err(BatchError::Malformed("the body is empty".into())),
-    };
+    }
+    let raws: Vec<&RawValue> = serde_json::from_str(text).map_err(malformed)?;
     let pointer = |i: usize| format!("/{i}");
     if raws.is_empty() {
-        return Err(BatchError::Invalid(vec![FieldError {
-            pointer: String::new(),
-            detail: "the array is empty; send 1 to 500 events".into(),
-        }]));
+        return Err(invalid(
+            String::new(),
+            "the array is empty; send 1 to 500 events".into(),
+        ));
     }
     if raws.len() > MAX_BATCH_EVENTS {
-        return Err(BatchError::Invalid(vec![FieldError {
-            pointer: String::new(),
-            detail: format!(
+        return Err(invalid(
+            String::new(),
+            format!(
                 "the array holds {} events; at most {MAX_BATCH_EVENTS} per request, split it",
                 raws.len()
             ),
-        }]));
+        ));
     }
     if let Some((i, raw)) = raws
         .iter()
@@ -77,9 +86,14 @@ pub fn parse(body: &[u8], now: DateTime<Utc>) -> Result<Batch, BatchError> {
     let mut errors = Vec::new();
     let mut events = Vec::with_capacity(raws.len());
     for (i, raw) in raws.iter().enumerate() {
-        let value: Value = serde_json::from_str(raw.get()).map_err(malformed)?;
-        if let Some(event) = validate(value, &pointer(i), now, &mut errors) {
-            events.push(event);
+        match Kind::of(raw) {
+            Kind::Object => {
+                let members = raw::members(raw.get()).map_err(malformed)?;
+                if let Some(event) = validate(members, &pointer(i), now, &mut errors) {
+                    events.push(event);
+                }
+            }
+            other => errors.push(not_an_object(pointer(i), other)),
         }
     }
     if errors.is_empty() {
@@ -96,21 +110,34 @@ fn malformed(e: serde_json::Error) -> BatchError {
     BatchError::Malformed(e.to_string())
 }
 
-/// A body that is one event (not an array): parsed in a single pass, the body's own length
-/// being the event's size.
-fn parse_one(body: &[u8], now: DateTime<Utc>) -> Result<Batch, BatchError> {
-    let size = body.trim_ascii().len();
-    if size > MAX_EVENT_BYTES {
-        // Not JSON at all (400) comes before too large (413), as for arrays.
-        serde_json::from_slice::<serde::de::IgnoredAny>(body).map_err(malformed)?;
-        return Err(BatchError::EventTooLarge {
-            pointer: String::new(),
-            size,
-        });
+fn not_an_object(pointer: String, kind: Kind) -> FieldError {
+    FieldError {
+        pointer,
+        detail: format!("an event must be a JSON object, not {}", kind.article()),
     }
-    let value: Value = serde_json::from_slice(body).map_err(malformed)?;
+}
+
+/// A body that is one event (not an array), the body's own length being the event's size.
+fn parse_one(text: &str, now: DateTime<Utc>) -> Result<Batch<'_>, BatchError> {
+    let size = text.trim_ascii().len();
+    let is_object = text.trim_start().starts_with('{');
+    if size > MAX_EVENT_BYTES || !is_object {
+        // Not JSON at all (400) comes before too large (413) or not an object (422).
+        let raw: &RawValue = serde_json::from_str(text).map_err(malformed)?;
+        if size > MAX_EVENT_BYTES {
+            return Err(BatchError::EventTooLarge {
+                pointer: String::new(),
+                size,
+            });
+        }
+        return Err(BatchError::Invalid(vec![not_an_object(
+            String::new(),
+            Kind::of(raw),
+        )]));
+    }
+    let members = raw::members(text).map_err(malformed)?;
     let mut errors = Vec::new();
-    match validate(value, "", now, &mut errors) {
+    match validate(members, "", now, &mut errors) {
         Some(event) if errors.is_empty() => Ok(Batch {
             is_array: false,
             events: vec![event],
@@ -122,7 +149,7 @@ fn parse_one(body: &[u8], now: DateTime<Utc>) -> Result<Batch, BatchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn now() -> DateTime<Utc> {
         "2024-01-15T12:00:00Z".parse().unwrap()
@@ -143,9 +170,13 @@ mod tests {
             "triggeredBy": "ci", "status": "success", "timestamp": "2024-01-15T10:30:00Z",
             "metadata": {"workflow": "deploy", "runId": "1", "runNumber": "7"}
         });
-        let batch = parse(body.to_string().as_bytes(), now()).unwrap();
+        let text = body.to_string();
+        let batch = parse(text.as_bytes(), now()).unwrap();
         assert!(!batch.is_array);
-        assert_eq!(batch.events[0].get_str("status"), Some("success"));
+        assert_eq!(
+            batch.events[0].get_str("status").as_deref(),
+            Some("success")
+        );
     }
 
     #[test]
@@ -155,13 +186,20 @@ mod tests {
              "timestamp": "2024-01-15T12:30:00+02:00"},
             {"type": "alert", "service": "a", "title": "t", "severity": "critical", "status": "firing"},
         ]);
-        let batch = parse(body.to_string().as_bytes(), now()).unwrap();
-        assert_eq!(batch.events[0].get_str("status"), Some("success"));
+        let text = body.to_string();
+        let batch = parse(text.as_bytes(), now()).unwrap();
         assert_eq!(
-            batch.events[0].get_str("timestamp"),
+            batch.events[0].get_str("status").as_deref(),
+            Some("success")
+        );
+        assert_eq!(
+            batch.events[0].get_str("timestamp").as_deref(),
             Some("2024-01-15T10:30:00Z")
         );
-        assert_eq!(batch.events[1].get_str("status"), Some("triggered"));
+        assert_eq!(
+            batch.events[1].get_str("status").as_deref(),
+            Some("triggered")
+        );
     }
 
     #[test]
@@ -196,7 +234,8 @@ mod tests {
     #[test]
     fn resolve_by_dedup_key_needs_no_other_fields() {
         let body = json!({"type": "alert", "status": "resolve", "dedupKey": "disk-full"});
-        let batch = parse(body.to_string().as_bytes(), now()).unwrap();
+        let text = body.to_string();
+        let batch = parse(text.as_bytes(), now()).unwrap();
         assert_eq!(batch.events[0].inherit_from.as_deref(), Some("disk-full"));
         let e = errors(json!({"type": "alert", "status": "resolved"}));
         assert_eq!(e.len(), 3, "{e:?}");

@@ -1,11 +1,13 @@
-//! Validation and normalisation of one signal event (DESIGN.md, "Signals API").
-//!
-//! Every problem is collected (not just the first) as a [`FieldError`] whose JSON pointer names
-//! the field, so a client fixes its payload in one round trip.
+//! What a valid signal event is: its type, its members as received, and the canonical values
+//! that replace some of them (type, status, severity, timestamp, fields a resolve inherits).
+//! [`ValidEvent::body`] writes the normalised JSON that is stored and read back.
 
-use chrono::{DateTime, NaiveDateTime, SecondsFormat, TimeDelta, Utc};
+use std::borrow::Cow;
+
+use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
-use serde_json::{Map, Value};
+
+use super::raw::{self, Kind, Members};
 
 /// The four kinds of event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,369 +54,241 @@ pub struct FieldError {
     pub detail: String,
 }
 
-/// Most keys in `metadata`.
-pub const MAX_METADATA_KEYS: usize = 64;
-/// Longest identifier-like string (service, environment, sha, …), in bytes.
-const MAX_SHORT: usize = 1_024;
-/// Longest free text (title, summary), in bytes.
-const MAX_TEXT: usize = 8_192;
-/// How far in the future a timestamp may be (clock skew allowance).
-const MAX_FUTURE: TimeDelta = TimeDelta::minutes(5);
-
-const DEPLOYMENT_STATUSES: &[&str] = &[
-    "queued",
-    "pending",
-    "in_progress",
-    "success",
-    "failure",
-    "error",
-    "cancelled",
-    "rolled_back",
-];
-const ALERT_SEVERITIES: &[&str] = &["critical", "error", "warning", "info"];
-const ALERT_STATUSES: &[&str] = &["triggered", "acknowledged", "resolved"];
+/// A value that replaces (or adds) a member in the stored body.
+#[derive(Debug, Clone)]
+pub(crate) enum Override {
+    /// A canonical word (`success`, `deployment`): plain ASCII, written quoted.
+    Word(&'static str),
+    /// A string, written quoted and escaped.
+    Text(String),
+    /// JSON text, written as it is (a field inherited from an earlier alert).
+    Json(String),
+}
 
 /// A valid event, normalised.
 #[derive(Debug, Clone)]
-pub struct ValidEvent {
+pub struct ValidEvent<'a> {
     /// Its type.
     pub kind: EventType,
-    /// The normalised body (status and timestamp normalised, unknown fields kept).
-    pub body: Map<String, Value>,
+    /// The members as received, borrowed from the request body.
+    members: Members<'a>,
+    /// Canonical values that replace or add members, sorted by key.
+    overrides: Vec<(&'static str, Override)>,
     /// When it happened (`None`: use the receive time).
     pub occurred_at: Option<DateTime<Utc>>,
     /// Set for an alert resolve that must inherit its fields from the alert it closes.
     pub inherit_from: Option<String>,
 }
 
-impl ValidEvent {
-    /// A string field of the body.
-    pub fn get_str(&self, key: &str) -> Option<&str> {
-        self.body.get(key).and_then(Value::as_str)
-    }
-}
-
-/// Escapes a key for use in a JSON pointer.
-pub fn pointer_token(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
-}
-
-struct Checker<'a> {
-    prefix: &'a str,
-    errors: &'a mut Vec<FieldError>,
-}
-
-impl Checker<'_> {
-    fn fail(&mut self, key: &str, detail: impl Into<String>) {
-        self.fail_path(&pointer_token(key), detail);
-    }
-
-    /// Like `fail`, for a path of already escaped tokens (`metadata/runId`).
-    fn fail_path(&mut self, path: &str, detail: impl Into<String>) {
-        self.errors.push(FieldError {
-            pointer: format!("{}/{path}", self.prefix),
-            detail: detail.into(),
-        });
-    }
-
-    /// A string field: required or optional, non-empty, at most `max` bytes.
-    fn string<'b>(
-        &mut self,
-        body: &'b Map<String, Value>,
-        key: &str,
-        required: bool,
-        max: usize,
-    ) -> Option<&'b str> {
-        match body.get(key) {
-            None | Some(Value::Null) if required => {
-                self.fail(key, format!("{key} is required (a non-empty string)"));
-                None
-            }
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) if s.trim().is_empty() => {
-                self.fail(key, format!("{key} must be a non-empty string"));
-                None
-            }
-            Some(Value::String(s)) if s.len() > max => {
-                self.fail(
-                    key,
-                    format!("{key} is {} bytes; at most {max} allowed", s.len()),
-                );
-                None
-            }
-            Some(Value::String(s)) => Some(s),
-            Some(other) => {
-                self.fail(
-                    key,
-                    format!("{key} must be a string, not {}", json_kind(other)),
-                );
-                None
-            }
-        }
-    }
-
-    /// An enumerated string, with synonyms mapped to their canonical value.
-    fn choice(
-        &mut self,
-        body: &Map<String, Value>,
-        key: &str,
-        required: bool,
-        allowed: &[&str],
-        synonym: fn(&str) -> Option<&'static str>,
-    ) -> Option<String> {
-        let raw = self.string(body, key, required, MAX_SHORT)?;
-        let folded = raw.trim().to_ascii_lowercase().replace(['-', ' '], "_");
-        if allowed.contains(&folded.as_str()) {
-            return Some(folded);
-        }
-        if let Some(canonical) = synonym(&folded) {
-            return Some(canonical.to_string());
-        }
-        self.fail(
-            key,
-            format!(
-                "{key} {raw:?} is not allowed; expected one of: {}",
-                allowed.join(", ")
-            ),
-        );
-        None
-    }
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-fn deployment_synonym(s: &str) -> Option<&'static str> {
-    Some(match s {
-        "succeeded" | "successful" | "succeed" | "ok" => "success",
-        "failed" | "fail" => "failure",
-        "canceled" => "cancelled",
-        "running" | "started" | "inprogress" => "in_progress",
-        "rolledback" | "rollback" => "rolled_back",
-        _ => return None,
-    })
-}
-
-fn alert_status_synonym(s: &str) -> Option<&'static str> {
-    Some(match s {
-        "firing" | "trigger" | "open" => "triggered",
-        "ok" | "resolve" | "closed" => "resolved",
-        "ack" | "acknowledge" => "acknowledged",
-        _ => return None,
-    })
-}
-
-fn no_synonym(_: &str) -> Option<&'static str> {
-    None
-}
-
-/// Parses an RFC 3339 time; a time without a zone or too far in the future is refused.
-fn timestamp(
-    c: &mut Checker<'_>,
-    body: &Map<String, Value>,
-    now: DateTime<Utc>,
-) -> Option<DateTime<Utc>> {
-    let raw = c.string(body, "timestamp", false, 64)?;
-    match DateTime::parse_from_rfc3339(raw) {
-        Ok(t) => {
-            let t = t.with_timezone(&Utc);
-            if t > now + MAX_FUTURE {
-                c.fail(
-                    "timestamp",
-                    format!("timestamp {raw:?} is more than 5 minutes in the future; check the sender's clock"),
-                );
-                return None;
-            }
-            Some(t)
-        }
-        Err(_) if NaiveDateTime::parse_from_str(raw, "%Y-%m-%dT%H:%M:%S%.f").is_ok() => {
-            c.fail(
-                "timestamp",
-                format!(
-                    "timestamp {raw:?} has no time zone; add Z (UTC) or an offset such as +02:00"
-                ),
-            );
-            None
-        }
-        Err(_) => {
-            c.fail(
-                "timestamp",
-                format!(
-                    "timestamp {raw:?} is not an RFC 3339 time; expected e.g. 2024-01-15T10:30:00Z"
-                ),
-            );
-            None
-        }
-    }
-}
-
-fn metadata(c: &mut Checker<'_>, body: &Map<String, Value>) {
-    let Some(value) = body.get("metadata") else {
-        return;
-    };
-    let Value::Object(map) = value else {
-        if !value.is_null() {
-            c.fail(
-                "metadata",
-                format!("metadata must be an object, not {}", json_kind(value)),
-            );
-        }
-        return;
-    };
-    if map.len() > MAX_METADATA_KEYS {
-        c.fail(
-            "metadata",
-            format!(
-                "metadata has {} keys; at most {MAX_METADATA_KEYS} allowed",
-                map.len()
-            ),
-        );
-    }
-    for (key, v) in map {
-        let ok = match v {
-            Value::String(s) => s.len() <= MAX_SHORT,
-            Value::Number(_) | Value::Bool(_) => true,
-            _ => false,
+impl<'a> ValidEvent<'a> {
+    /// An event of `kind` over `members`, with canonical values to apply.
+    pub(crate) fn new(
+        kind: EventType,
+        members: Members<'a>,
+        overrides: Vec<(&'static str, Override)>,
+        occurred_at: Option<DateTime<Utc>>,
+        inherit_from: Option<String>,
+    ) -> Self {
+        let mut event = ValidEvent {
+            kind,
+            members,
+            overrides: Vec::with_capacity(overrides.len() + 1),
+            occurred_at,
+            inherit_from,
         };
-        if !ok {
-            c.fail_path(
-                &format!("metadata/{}", pointer_token(key)),
-                format!(
-                    "metadata value {key:?} must be a string (at most {MAX_SHORT} bytes), number or boolean, not {}",
-                    json_kind(v)
-                ),
-            );
+        for (key, value) in overrides {
+            event.set(key, value);
         }
+        event
+    }
+
+    fn set(&mut self, key: &'static str, value: Override) {
+        match self.overrides.binary_search_by(|(k, _)| (*k).cmp(key)) {
+            Ok(i) => self.overrides[i].1 = value,
+            Err(i) => self.overrides.insert(i, (key, value)),
+        }
+    }
+
+    fn override_of(&self, key: &str) -> Option<&Override> {
+        self.overrides
+            .binary_search_by(|(k, _)| (*k).cmp(key))
+            .ok()
+            .map(|i| &self.overrides[i].1)
+    }
+
+    /// A string field as stored (its canonical value where it has one).
+    pub fn get_str(&self, key: &str) -> Option<Cow<'_, str>> {
+        match self.override_of(key) {
+            Some(Override::Word(w)) => Some(Cow::Borrowed(w)),
+            Some(Override::Text(t)) => Some(Cow::Borrowed(t)),
+            Some(Override::Json(j)) => serde_json::from_str::<String>(j).ok().map(Cow::Owned),
+            None => self.members.get(key).and_then(|raw| raw::string(raw)),
+        }
+    }
+
+    /// Whether a field is present and not null (as stored).
+    pub fn has(&self, key: &str) -> bool {
+        self.override_of(key).is_some()
+            || self
+                .members
+                .get(key)
+                .is_some_and(|raw| Kind::of(raw) != Kind::Null)
+    }
+
+    /// The JSON text of a field as stored, if present and not null.
+    fn json(&self, key: &str) -> Option<Cow<'_, str>> {
+        match self.override_of(key) {
+            Some(Override::Word(w)) => Some(Cow::Owned(format!("\"{w}\""))),
+            Some(Override::Text(t)) => serde_json::to_string(t).ok().map(Cow::Owned),
+            Some(Override::Json(j)) => Some(Cow::Borrowed(j)),
+            None => self
+                .members
+                .get(key)
+                .filter(|raw| Kind::of(raw) != Kind::Null)
+                .map(|raw| Cow::Borrowed(raw.get())),
+        }
+    }
+
+    /// Fills each of `fields` this event lacks (absent or null) from `source`, which gives a
+    /// field's JSON text: how an alert resolve sent with only its `dedupKey` takes the rest
+    /// from the alert it closes.
+    pub fn inherit(&mut self, fields: &[&'static str], source: impl Fn(&str) -> Option<String>) {
+        for &field in fields {
+            if !self.has(field)
+                && let Some(json) = source(field)
+            {
+                self.set(field, Override::Json(json));
+            }
+        }
+    }
+
+    /// The JSON text of `key` in this event, for another event to inherit.
+    pub fn json_of(&self, key: &str) -> Option<String> {
+        self.json(key).map(Cow::into_owned)
+    }
+
+    /// Records when the event happened if it did not say (the receive time): the stored body
+    /// always carries its `timestamp`.
+    pub fn default_time(&mut self, received: DateTime<Utc>) {
+        if self.occurred_at.is_none() {
+            self.occurred_at = Some(received);
+            self.set("timestamp", Override::Text(format_time(received)));
+        }
+    }
+
+    /// The normalised body: the members in key order (as `serde_json` maps print), canonical
+    /// values in place of the received ones, everything else verbatim.
+    pub fn body(&self) -> String {
+        let mut out = Vec::with_capacity(
+            self.members
+                .iter()
+                .map(|(k, v)| k.0.len() + v.get().len() + 4)
+                .sum::<usize>()
+                + 64,
+        );
+        out.push(b'{');
+        let mut first = true;
+        let mut write_key = |out: &mut Vec<u8>, key: &str| {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            raw::write_string(out, key);
+            out.push(b':');
+        };
+        let mut members = self.members.iter().peekable();
+        let mut overrides = self.overrides.iter().peekable();
+        loop {
+            let member_first = match (members.peek(), overrides.peek()) {
+                (None, None) => break,
+                (Some((m, _)), Some((o, _))) => m.0.as_ref() < *o,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+            };
+            if member_first {
+                if let Some((key, value)) = members.next() {
+                    write_key(&mut out, &key.0);
+                    out.extend_from_slice(value.get().as_bytes());
+                }
+            } else if let Some((key, value)) = overrides.next() {
+                // The override replaces the received member of the same name.
+                if members.peek().is_some_and(|(m, _)| m.0 == *key) {
+                    members.next();
+                }
+                write_key(&mut out, key);
+                write_override(&mut out, value);
+            }
+        }
+        out.push(b'}');
+        // Every piece is UTF-8: members come from a &str, the rest from Strings.
+        String::from_utf8(out).unwrap_or_default()
     }
 }
 
-/// Validates one event object. `prefix` is the pointer of the event itself (`""` or `/3`).
-pub fn validate(
-    value: Value,
-    prefix: &str,
-    now: DateTime<Utc>,
-    errors: &mut Vec<FieldError>,
-) -> Option<ValidEvent> {
-    let Value::Object(mut body) = value else {
-        errors.push(FieldError {
-            pointer: prefix.to_string(),
-            detail: format!("an event must be a JSON object, not {}", json_kind(&value)),
-        });
-        return None;
-    };
-    let before = errors.len();
-    let mut c = Checker { prefix, errors };
-    let kind = match body.get("type") {
-        Some(Value::String(t)) => EventType::parse(t.trim()).or_else(|| {
-            c.fail(
-                "type",
-                format!("type {t:?} is unknown; expected deployment, alert, change or custom"),
-            );
-            None
-        }),
-        _ => {
-            c.fail(
-                "type",
-                "type is required: one of deployment, alert, change, custom",
-            );
-            None
+fn write_override(out: &mut Vec<u8>, value: &Override) {
+    match value {
+        Override::Word(w) => {
+            out.push(b'"');
+            out.extend_from_slice(w.as_bytes());
+            out.push(b'"');
         }
-    };
-    let occurred_at = timestamp(&mut c, &body, now);
-    metadata(&mut c, &body);
-    let mut inherit_from = None;
-    let mut normalised: Vec<(&str, String)> = Vec::new();
-    match kind {
-        Some(EventType::Deployment) => {
-            c.string(&body, "service", true, MAX_SHORT);
-            c.string(&body, "environment", true, MAX_SHORT);
-            if let Some(s) = c.choice(
-                &body,
-                "status",
-                true,
-                DEPLOYMENT_STATUSES,
-                deployment_synonym,
-            ) {
-                normalised.push(("status", s));
-            }
-            for key in ["repository", "version", "sha", "triggeredBy"] {
-                c.string(&body, key, false, MAX_SHORT);
-            }
-        }
-        Some(EventType::Alert) => {
-            let status = c.choice(&body, "status", true, ALERT_STATUSES, alert_status_synonym);
-            let dedup = c.string(&body, "dedupKey", false, MAX_SHORT);
-            let missing = ["service", "title", "severity"]
-                .iter()
-                .any(|k| body.get(*k).is_none_or(Value::is_null));
-            let resolve_by_key =
-                status.as_deref() == Some("resolved") && dedup.is_some() && missing;
-            if resolve_by_key {
-                inherit_from = dedup.map(str::to_string);
-            }
-            let required = !resolve_by_key;
-            c.string(&body, "service", required, MAX_SHORT);
-            c.string(&body, "title", required, MAX_TEXT);
-            if let Some(s) = c.choice(&body, "severity", required, ALERT_SEVERITIES, no_synonym) {
-                normalised.push(("severity", s));
-            }
-            if let Some(s) = status {
-                normalised.push(("status", s));
-            }
-            for key in ["environment", "source"] {
-                c.string(&body, key, false, MAX_SHORT);
-            }
-            if let Some(links) = body.get("links").filter(|l| !l.is_array() && !l.is_null()) {
-                let kind = json_kind(links);
-                c.fail(
-                    "links",
-                    format!("links must be an array of URLs or {{href, text}} objects, not {kind}"),
-                );
-            }
-        }
-        Some(EventType::Change) => {
-            c.string(&body, "service", true, MAX_SHORT);
-            c.string(&body, "summary", true, MAX_TEXT);
-            for key in ["environment", "kind", "triggeredBy", "repository", "sha"] {
-                c.string(&body, key, false, MAX_SHORT);
-            }
-        }
-        Some(EventType::Custom) => {
-            c.string(&body, "name", true, MAX_SHORT);
-            for key in ["service", "environment"] {
-                c.string(&body, key, false, MAX_SHORT);
-            }
-        }
-        None => {}
+        Override::Text(t) => raw::write_string(out, t),
+        Override::Json(j) => out.extend_from_slice(j.as_bytes()),
     }
-    if errors.len() > before {
-        return None;
-    }
-    let kind = kind?;
-    for (key, value) in normalised {
-        body.insert(key.to_string(), Value::String(value));
-    }
-    body.insert("type".into(), Value::String(kind.as_str().into()));
-    if let Some(t) = occurred_at {
-        body.insert("timestamp".into(), Value::String(format_time(t)));
-    }
-    Some(ValidEvent {
-        kind,
-        body,
-        occurred_at,
-        inherit_from,
-    })
+}
+
+/// The JSON text of a member of a stored body, for an event inheriting from it.
+pub fn member_json(members: &Members<'_>, key: &str) -> Option<String> {
+    members
+        .get(key)
+        .filter(|raw| Kind::of(raw) != Kind::Null)
+        .map(|raw| raw.get().to_string())
 }
 
 /// Formats a time as the API shows it: RFC 3339, UTC, `Z`.
 pub fn format_time(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event<'a>(members: Members<'a>, overrides: Vec<(&'static str, Override)>) -> ValidEvent<'a> {
+        ValidEvent::new(EventType::Custom, members, overrides, None, None)
+    }
+
+    #[test]
+    fn the_body_merges_canonical_values_in_key_order() {
+        let text = r#"{"z": {"n": [1, 2]}, "type": " custom ", "name": "x\ty", "a": null}"#;
+        let mut e = event(
+            raw::members(text).unwrap(),
+            vec![("type", Override::Word("custom"))],
+        );
+        e.default_time("2024-01-15T10:30:00Z".parse().unwrap());
+        assert_eq!(
+            e.body(),
+            r#"{"a":null,"name":"x\ty","timestamp":"2024-01-15T10:30:00Z","type":"custom","z":{"n": [1, 2]}}"#
+        );
+        let parsed: serde_json::Value = serde_json::from_str(&e.body()).unwrap();
+        assert_eq!(parsed["name"], "x\ty");
+        assert_eq!(e.get_str("type").as_deref(), Some("custom"));
+        assert_eq!(e.get_str("name").as_deref(), Some("x\ty"));
+    }
+
+    #[test]
+    fn inherited_fields_fill_only_what_is_missing() {
+        let text = r#"{"service": "mine", "title": null}"#;
+        let mut e = event(raw::members(text).unwrap(), Vec::new());
+        e.inherit(&["service", "title", "source"], |k| match k {
+            "service" => Some("\"theirs\"".into()),
+            "title" => Some("\"Disk full\"".into()),
+            _ => None,
+        });
+        assert_eq!(e.get_str("service").as_deref(), Some("mine"));
+        assert_eq!(e.get_str("title").as_deref(), Some("Disk full"));
+        assert!(!e.has("source"));
+        assert_eq!(e.body(), r#"{"service":"mine","title":"Disk full"}"#);
+        assert_eq!(e.json_of("title").as_deref(), Some("\"Disk full\""));
+    }
 }

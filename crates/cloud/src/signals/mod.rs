@@ -4,3 +4,5 @@
 pub mod batch;
 pub mod event;
 pub mod ratelimit;
+pub mod raw;
+pub mod validate;

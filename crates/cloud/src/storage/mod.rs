@@ -6,6 +6,7 @@
 //! [`writer`](self::writer): many concurrent requests share one transaction and one fsync
 //! (on SQLite, a dedicated thread with its own connection: [`sqlite_writer`](self::sqlite_writer)).
 
+mod ids;
 mod records;
 mod sqlite_writer;
 mod writer;
@@ -85,6 +86,19 @@ pub enum StorageError {
     /// The group-commit writer has stopped (the server is shutting down).
     #[error("the storage writer has stopped; the server is shutting down")]
     WriterGone,
+    /// Another `cloud serve` holds the SQLite database.
+    #[error(
+        "another `cloud serve` is using the database {0}; stop it, or give this one its own --data-dir"
+    )]
+    InUse(String),
+    /// The lock file beside the SQLite database could not be opened or locked.
+    #[error("cannot lock {file}: {cause}. Check that the data directory is writable")]
+    Lock {
+        /// The lock file.
+        file: String,
+        /// What the system said.
+        cause: String,
+    },
     /// A name that must be unique exists already.
     #[error("{what} {name:?} exists already")]
     Exists {
@@ -118,6 +132,52 @@ pub(crate) use on_db;
 pub struct Store {
     db: Db,
     writer: writer::WriterHandle,
+    ids: std::sync::Arc<ids::EventIds>,
+}
+
+/// `cloud serve`'s exclusive hold on an SQLite database, for as long as it is kept: event ids
+/// carry sequence numbers that one process hands out ([`ids`]), so a second server on the same
+/// file is refused at start. Admin commands do not take it and may run alongside.
+#[derive(Debug)]
+pub struct ServeLock {
+    _file: Option<std::fs::File>,
+}
+
+impl ServeLock {
+    /// Takes the lock of `backend` (none is needed on PostgreSQL).
+    pub fn acquire(backend: &Backend) -> Result<ServeLock, StorageError> {
+        let Backend::Sqlite(path) = backend else {
+            return Ok(ServeLock { _file: None });
+        };
+        let mut lock_path = path.clone().into_os_string();
+        lock_path.push(".serve-lock");
+        let lock_path = std::path::PathBuf::from(lock_path);
+        if let Some(dir) = lock_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| StorageError::Lock {
+                file: lock_path.display().to_string(),
+                cause: e.to_string(),
+            })?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| StorageError::Lock {
+                file: lock_path.display().to_string(),
+                cause: e.to_string(),
+            })?;
+        match file.try_lock() {
+            Ok(()) => Ok(ServeLock { _file: Some(file) }),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                Err(StorageError::InUse(path.display().to_string()))
+            }
+            Err(std::fs::TryLockError::Error(e)) => Err(StorageError::Lock {
+                file: lock_path.display().to_string(),
+                cause: e.to_string(),
+            }),
+        }
+    }
 }
 
 impl std::fmt::Debug for Backend {
@@ -213,8 +273,21 @@ impl Store {
             Backend::Sqlite(path) => Some(path.clone()),
             Backend::Postgres(_) => None,
         };
+        let ids = match &db {
+            Db::Sqlite { write, .. } => {
+                let last: i64 = sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM events")
+                    .fetch_one(write)
+                    .await?;
+                ids::EventIds::sequence_from(last + 1)
+            }
+            Db::Postgres(_) => ids::EventIds::Random,
+        };
         let writer = writer::spawn(db.clone(), sqlite_file, metrics);
-        Ok(Store { db, writer })
+        Ok(Store {
+            db,
+            writer,
+            ids: std::sync::Arc::new(ids),
+        })
     }
 
     /// Stops the writer after it has committed everything queued, then closes the pools.
@@ -232,6 +305,11 @@ impl Store {
     /// True when a trivial query succeeds (readiness).
     pub async fn ping(&self) -> bool {
         on_db!(&self.db, pool => sqlx::query("SELECT 1").execute(pool).await.is_ok())
+    }
+
+    /// A new event id, and on SQLite the sequence number it carries (see [`ids`]).
+    pub fn new_event_id(&self) -> (String, Option<i64>) {
+        self.ids.next()
     }
 
     /// Queues a batch for the group commit and waits until it is durably committed.
@@ -321,6 +399,108 @@ pub fn now_micros() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A database made before event ids carried sequence numbers: its events keep their ids
+    /// and stay readable, and new events (sequence ids) sort with them.
+    #[tokio::test]
+    async fn events_stored_before_sequence_ids_are_still_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("signals.db");
+        let old = SqlitePool::connect_with(
+            SqliteConnectOptions::new()
+                .filename(&path)
+                .create_if_missing(true),
+        )
+        .await
+        .unwrap();
+        SQLITE_MIGRATIONS.run_to(2, &old).await.unwrap();
+        sqlx::query("INSERT INTO orgs (slug, created_at) VALUES ('acme', 0)")
+            .execute(&old)
+            .await
+            .unwrap();
+        let legacy: Vec<String> = (0..3).map(|_| uuid::Uuid::now_v7().to_string()).collect();
+        for (i, id) in legacy.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO events (id, org_id, signal_key, type, occurred_at, received_at, body) \
+                 VALUES ($1, 1, 'k', 'custom', $2, $2, '{}')",
+            )
+            .bind(id)
+            .bind(i as i64)
+            .execute(&old)
+            .await
+            .unwrap();
+        }
+        old.close().await;
+
+        let store = Store::open(&Backend::Sqlite(path), Metrics::new())
+            .await
+            .unwrap();
+        for id in &legacy {
+            let found = store.event(1, id).await.unwrap();
+            assert_eq!(found.map(|e| e.id).as_ref(), Some(id));
+        }
+        assert!(
+            store.event(2, &legacy[0]).await.unwrap().is_none(),
+            "org scoped"
+        );
+        let (id, seq) = store.new_event_id();
+        assert_eq!(seq, Some(4), "numbers continue after the migrated rows");
+        let event = NewEvent {
+            id: id.clone(),
+            seq,
+            kind: "custom",
+            service: None,
+            environment: None,
+            status: None,
+            dedup_key: None,
+            occurred_at: 10,
+            received_at: 10,
+            body: "{}".into(),
+        };
+        let batch = WriteBatch {
+            org_id: 1,
+            signal_key: "k".into(),
+            idempotency: None,
+            events: vec![event],
+        };
+        assert_eq!(store.insert(batch).await.unwrap(), InsertOutcome::Stored);
+        assert_eq!(
+            store.event(1, &id).await.unwrap().map(|e| e.id),
+            Some(id.clone())
+        );
+        let unknown = uuid::Uuid::now_v7().to_string();
+        assert!(store.event(1, &unknown).await.unwrap().is_none());
+        let page = EventQuery {
+            limit: 10,
+            ..EventQuery::default()
+        };
+        let listed: Vec<String> = store
+            .list_events(1, &page)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.id)
+            .collect();
+        let mut newest_first = vec![id];
+        newest_first.extend(legacy.iter().rev().cloned());
+        assert_eq!(listed, newest_first);
+        store.close().await;
+    }
+
+    #[test]
+    fn a_second_server_on_one_sqlite_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Backend::Sqlite(dir.path().join("signals.db"));
+        let first = ServeLock::acquire(&backend).unwrap();
+        let second = ServeLock::acquire(&backend).unwrap_err();
+        assert!(matches!(second, StorageError::InUse(_)), "{second}");
+        assert!(second.to_string().contains("--data-dir"), "{second}");
+        drop(first);
+        ServeLock::acquire(&backend).expect("free once the first server is gone");
+        let postgres = Backend::Postgres("postgres://localhost/x".into());
+        let _a = ServeLock::acquire(&postgres).unwrap();
+        let _b = ServeLock::acquire(&postgres).expect("PostgreSQL may be shared");
+    }
 
     #[test]
     fn database_passwords_never_show() {

@@ -29,8 +29,10 @@ pub struct BridgeTokenRow {
 /// One event ready to be inserted.
 #[derive(Debug, Clone)]
 pub struct NewEvent {
-    /// UUIDv7, so ids sort by creation time.
+    /// UUIDv7, so ids sort by creation time ([`Store::new_event_id`]).
     pub id: String,
+    /// On SQLite, the sequence number the id carries: the row's key.
+    pub seq: Option<i64>,
     /// Event type (`deployment`, `alert`, `change`, `custom`).
     pub kind: &'static str,
     /// Indexed copies of the body's fields, for filtering.
@@ -273,12 +275,36 @@ impl Store {
 
     /// One event of an org.
     pub async fn event(&self, org_id: i64, id: &str) -> Result<Option<StoredEvent>, StorageError> {
-        let sql = "SELECT id, occurred_at, received_at, body FROM events \
-                   WHERE org_id = $1 AND id = $2";
-        Ok(
-            on_db!(&self.db, pool => sqlx::query(sql).bind(org_id).bind(id)
-            .fetch_optional(pool).await?.map(event_from_row)),
-        )
+        let row = match &self.db {
+            // By the sequence number the id carries, else among the events stored before ids
+            // carried one (see storage/ids.rs).
+            Db::Sqlite { read, .. } => {
+                let sql = "SELECT id, occurred_at, received_at, body FROM events \
+                           WHERE seq = $3 AND id = $2 AND org_id = $1 \
+                           UNION ALL \
+                           SELECT id, occurred_at, received_at, body FROM events \
+                           WHERE legacy = 1 AND id = $2 AND org_id = $1 LIMIT 1";
+                let seq = super::ids::sequence_of(id).unwrap_or(-1);
+                sqlx::query(sql)
+                    .bind(org_id)
+                    .bind(id)
+                    .bind(seq)
+                    .fetch_optional(read)
+                    .await?
+                    .map(event_from_row)
+            }
+            Db::Postgres(pool) => {
+                let sql = "SELECT id, occurred_at, received_at, body FROM events \
+                           WHERE org_id = $1 AND id = $2";
+                sqlx::query(sql)
+                    .bind(org_id)
+                    .bind(id)
+                    .fetch_optional(pool)
+                    .await?
+                    .map(event_from_row)
+            }
+        };
+        Ok(row)
     }
 
     /// A page of an org's events, newest first.

@@ -13,9 +13,9 @@ use super::now_micros;
 use super::writer::{InsertOutcome, Job, SQLITE_GROUP_EVENTS, answer, group};
 use crate::metrics::Metrics;
 
-const INSERT_EVENT: &str = "INSERT INTO events (id, org_id, signal_key, type, service, \
+const INSERT_EVENT: &str = "INSERT INTO events (seq, id, org_id, signal_key, type, service, \
     environment, status, dedup_key, occurred_at, received_at, body) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 const INSERT_IDEMPOTENCY: &str = "INSERT INTO idempotency (signal_key, idem_key, response, \
     created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING";
 const FIRST_ANSWER: &str =
@@ -119,6 +119,7 @@ fn commit(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<InsertOut
             }
             for e in &b.events {
                 insert.execute(params![
+                    e.seq,
                     e.id,
                     b.org_id,
                     b.signal_key,

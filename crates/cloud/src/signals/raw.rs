@@ -1,0 +1,213 @@
+//! An event object as received: its keys, each with the JSON text of its value, borrowed from
+//! the request body. Validation reads only the fields it knows; everything else is written
+//! back verbatim. Parsing this way allocates one vector per event instead of a tree of
+//! `serde_json::Value`s (one allocation per string, number and map), which is most of what
+//! ingestion spends and holds per event.
+
+use std::borrow::Cow;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// An object key: borrowed from the input unless it had escapes to decode.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Key<'a>(pub Cow<'a, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string key")
+            }
+
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_string())))
+            }
+
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+impl std::borrow::Borrow<str> for Key<'_> {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A JSON object's members, sorted by key (the last of duplicate keys wins, as with
+/// `serde_json::Value`): one allocation, looked up by binary search.
+#[derive(Debug, Clone, Default)]
+pub struct Members<'a>(Vec<(Key<'a>, &'a RawValue)>);
+
+impl<'a> Members<'a> {
+    /// The raw value of `key`.
+    pub fn get(&self, key: &str) -> Option<&&'a RawValue> {
+        self.0
+            .binary_search_by(|(k, _)| k.0.as_ref().cmp(key))
+            .ok()
+            .map(|i| &self.0[i].1)
+    }
+
+    /// The members in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Key<'a>, &&'a RawValue)> {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+
+    /// How many members.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True for `{}`.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Members<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct MembersVisitor;
+        impl<'de> Visitor<'de> for MembersVisitor {
+            type Value = Members<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+                let mut members: Vec<(Key<'de>, &'de RawValue)> =
+                    Vec::with_capacity(map.size_hint().unwrap_or(16));
+                while let Some(entry) = map.next_entry()? {
+                    members.push(entry);
+                }
+                // Stable: of equal keys, the one sent last ends last and is the one kept.
+                members.sort_by(|a, b| a.0.cmp(&b.0));
+                members.dedup_by(|later, earlier| {
+                    let same = later.0 == earlier.0;
+                    if same {
+                        std::mem::swap(later, earlier);
+                    }
+                    same
+                });
+                Ok(Members(members))
+            }
+        }
+        d.deserialize_map(MembersVisitor)
+    }
+}
+
+/// Parses an object's members; `text` must hold a JSON object.
+pub fn members(text: &str) -> Result<Members<'_>, serde_json::Error> {
+    serde_json::from_str(text)
+}
+
+/// What kind of JSON value a raw value is, for error messages and type checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `null`.
+    Null,
+    /// `true` or `false`.
+    Bool,
+    /// A number.
+    Number,
+    /// A string.
+    String,
+    /// An array.
+    Array,
+    /// An object.
+    Object,
+}
+
+impl Kind {
+    /// The kind of `raw` (valid JSON without leading whitespace, as serde_json gives it).
+    pub fn of(raw: &RawValue) -> Kind {
+        match raw.get().as_bytes().first() {
+            Some(b'n') => Kind::Null,
+            Some(b't' | b'f') => Kind::Bool,
+            Some(b'"') => Kind::String,
+            Some(b'[') => Kind::Array,
+            Some(b'{') => Kind::Object,
+            _ => Kind::Number,
+        }
+    }
+
+    /// "a string", "an object", …, for messages.
+    pub fn article(self) -> &'static str {
+        match self {
+            Kind::Null => "null",
+            Kind::Bool => "a boolean",
+            Kind::Number => "a number",
+            Kind::String => "a string",
+            Kind::Array => "an array",
+            Kind::Object => "an object",
+        }
+    }
+}
+
+/// The text of a raw JSON string: borrowed when it has no escapes, decoded otherwise.
+/// `None` when `raw` is not a string.
+pub fn string(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let text = raw.get();
+    let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+    if inner.contains('\\') {
+        serde_json::from_str::<String>(text).ok().map(Cow::Owned)
+    } else {
+        Some(Cow::Borrowed(inner))
+    }
+}
+
+/// Writes `s` as a JSON string (quoted and escaped).
+pub fn write_string(out: &mut Vec<u8>, s: &str) {
+    // Writing into a Vec cannot fail.
+    let _ = serde_json::to_writer(out, s);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_borrow_unless_escaped_and_values_stay_verbatim() {
+        let text = r#"{"b": [1, 2], "a\u0041": "x\"y", "plain": "v", "n": 1.50}"#;
+        let m = members(text).unwrap();
+        let keys: Vec<&str> = m.iter().map(|(k, _)| k.0.as_ref()).collect();
+        assert_eq!(keys, ["aA", "b", "n", "plain"]);
+        assert!(matches!(m.iter().next().unwrap().0.0, Cow::Owned(_)));
+        let get = |k: &str| *m.get(k).unwrap();
+        assert_eq!(get("b").get(), "[1, 2]");
+        assert_eq!(get("n").get(), "1.50");
+        assert_eq!(string(get("aA")).unwrap(), "x\"y");
+        assert!(matches!(string(get("plain")), Some(Cow::Borrowed("v"))));
+        assert_eq!(string(get("b")), None);
+        assert_eq!(Kind::of(get("b")), Kind::Array);
+        assert_eq!(Kind::of(get("n")), Kind::Number);
+    }
+
+    #[test]
+    fn duplicate_keys_keep_the_last_value() {
+        let m = members(r#"{"b": 0, "a": 1, "c": 9, "a": 2, "a": 3}"#).unwrap();
+        assert_eq!(m.len(), 3);
+        assert_eq!(m.get("a").unwrap().get(), "3");
+        assert_eq!(m.get("b").unwrap().get(), "0");
+        assert_eq!(m.get("c").unwrap().get(), "9");
+        assert!(m.get("d").is_none());
+    }
+
+    #[test]
+    fn strings_are_written_escaped() {
+        let mut out = Vec::new();
+        write_string(&mut out, "a\"b\n");
+        assert_eq!(out, br#""a\"b\n""#);
+    }
+}

@@ -1,0 +1,340 @@
+//! Validation and normalisation of one signal event (DESIGN.md, "Signals API").
+//!
+//! Every problem is collected (not just the first) as a [`FieldError`] whose JSON pointer names
+//! the field, so a client fixes its payload in one round trip.
+
+use std::borrow::Cow;
+
+use chrono::{DateTime, NaiveDateTime, TimeDelta, Utc};
+
+use super::event::{EventType, FieldError, Override, ValidEvent, format_time};
+use super::raw::{self, Kind, Members};
+
+/// Most keys in `metadata`.
+pub const MAX_METADATA_KEYS: usize = 64;
+/// Longest identifier-like string (service, environment, sha, …), in bytes.
+const MAX_SHORT: usize = 1_024;
+/// Longest free text (title, summary), in bytes.
+const MAX_TEXT: usize = 8_192;
+/// How far in the future a timestamp may be (clock skew allowance).
+const MAX_FUTURE: TimeDelta = TimeDelta::minutes(5);
+
+const DEPLOYMENT_STATUSES: &[&str] = &[
+    "queued",
+    "pending",
+    "in_progress",
+    "success",
+    "failure",
+    "error",
+    "cancelled",
+    "rolled_back",
+];
+const ALERT_SEVERITIES: &[&str] = &["critical", "error", "warning", "info"];
+const ALERT_STATUSES: &[&str] = &["triggered", "acknowledged", "resolved"];
+
+/// Escapes a key for use in a JSON pointer.
+pub fn pointer_token(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+struct Checker<'e, 'a> {
+    prefix: &'e str,
+    errors: &'e mut Vec<FieldError>,
+    members: &'e Members<'a>,
+}
+
+impl<'a> Checker<'_, 'a> {
+    fn fail(&mut self, key: &str, detail: impl Into<String>) {
+        self.fail_path(&pointer_token(key), detail);
+    }
+
+    /// Like `fail`, for a path of already escaped tokens (`metadata/runId`).
+    fn fail_path(&mut self, path: &str, detail: impl Into<String>) {
+        self.errors.push(FieldError {
+            pointer: format!("{}/{path}", self.prefix),
+            detail: detail.into(),
+        });
+    }
+
+    /// Whether a member is absent or null.
+    fn missing(&self, key: &str) -> bool {
+        self.members
+            .get(key)
+            .is_none_or(|raw| Kind::of(raw) == Kind::Null)
+    }
+
+    /// A string field: required or optional, non-empty, at most `max` bytes.
+    fn string(&mut self, key: &str, required: bool, max: usize) -> Option<Cow<'a, str>> {
+        let members: &Members<'a> = self.members;
+        let Some(&raw) = members.get(key).filter(|r| Kind::of(r) != Kind::Null) else {
+            if required {
+                self.fail(key, format!("{key} is required (a non-empty string)"));
+            }
+            return None;
+        };
+        let Some(s) = raw::string(raw) else {
+            let kind = Kind::of(raw).article();
+            self.fail(key, format!("{key} must be a string, not {kind}"));
+            return None;
+        };
+        if s.trim().is_empty() {
+            self.fail(key, format!("{key} must be a non-empty string"));
+            None
+        } else if s.len() > max {
+            self.fail(
+                key,
+                format!("{key} is {} bytes; at most {max} allowed", s.len()),
+            );
+            None
+        } else {
+            Some(s)
+        }
+    }
+
+    /// An enumerated string, with synonyms mapped to their canonical value.
+    fn choice(
+        &mut self,
+        key: &str,
+        required: bool,
+        allowed: &[&'static str],
+        synonym: fn(&str) -> Option<&'static str>,
+    ) -> Option<&'static str> {
+        let raw = self.string(key, required, MAX_SHORT)?;
+        let folded = raw.trim().to_ascii_lowercase().replace(['-', ' '], "_");
+        if let Some(canonical) = allowed.iter().find(|a| **a == folded) {
+            return Some(canonical);
+        }
+        if let Some(canonical) = synonym(&folded) {
+            return Some(canonical);
+        }
+        self.fail(
+            key,
+            format!(
+                "{key} {raw:?} is not allowed; expected one of: {}",
+                allowed.join(", ")
+            ),
+        );
+        None
+    }
+
+    /// Parses an RFC 3339 time; a time without a zone or too far in the future is refused.
+    fn timestamp(&mut self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let raw = self.string("timestamp", false, 64)?;
+        match DateTime::parse_from_rfc3339(&raw) {
+            Ok(t) => {
+                let t = t.with_timezone(&Utc);
+                if t > now + MAX_FUTURE {
+                    self.fail(
+                        "timestamp",
+                        format!("timestamp {raw:?} is more than 5 minutes in the future; check the sender's clock"),
+                    );
+                    return None;
+                }
+                Some(t)
+            }
+            Err(_) if NaiveDateTime::parse_from_str(&raw, "%Y-%m-%dT%H:%M:%S%.f").is_ok() => {
+                self.fail(
+                    "timestamp",
+                    format!(
+                        "timestamp {raw:?} has no time zone; add Z (UTC) or an offset such as +02:00"
+                    ),
+                );
+                None
+            }
+            Err(_) => {
+                self.fail(
+                    "timestamp",
+                    format!(
+                        "timestamp {raw:?} is not an RFC 3339 time; expected e.g. 2024-01-15T10:30:00Z"
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn metadata(&mut self) {
+        let Some(&value) = self.members.get("metadata") else {
+            return;
+        };
+        match Kind::of(value) {
+            Kind::Object => {}
+            Kind::Null => return,
+            other => {
+                let kind = other.article();
+                self.fail(
+                    "metadata",
+                    format!("metadata must be an object, not {kind}"),
+                );
+                return;
+            }
+        }
+        // The text is a JSON object (serde_json checked it), so this parse cannot fail.
+        let Ok(map) = raw::members(value.get()) else {
+            return;
+        };
+        if map.len() > MAX_METADATA_KEYS {
+            self.fail(
+                "metadata",
+                format!(
+                    "metadata has {} keys; at most {MAX_METADATA_KEYS} allowed",
+                    map.len()
+                ),
+            );
+        }
+        for (key, v) in map.iter() {
+            let ok = match Kind::of(v) {
+                // Escapes only shorten the text, so a short raw string needs no decoding.
+                Kind::String => {
+                    v.get().len() <= MAX_SHORT + 2
+                        || raw::string(v).is_some_and(|s| s.len() <= MAX_SHORT)
+                }
+                Kind::Number | Kind::Bool => true,
+                _ => false,
+            };
+            if !ok {
+                self.fail_path(
+                    &format!("metadata/{}", pointer_token(&key.0)),
+                    format!(
+                        "metadata value {:?} must be a string (at most {MAX_SHORT} bytes), number or boolean, not {}",
+                        key.0,
+                        Kind::of(v).article()
+                    ),
+                );
+            }
+        }
+    }
+}
+
+fn deployment_synonym(s: &str) -> Option<&'static str> {
+    Some(match s {
+        "succeeded" | "successful" | "succeed" | "ok" => "success",
+        "failed" | "fail" => "failure",
+        "canceled" => "cancelled",
+        "running" | "started" | "inprogress" => "in_progress",
+        "rolledback" | "rollback" => "rolled_back",
+        _ => return None,
+    })
+}
+
+fn alert_status_synonym(s: &str) -> Option<&'static str> {
+    Some(match s {
+        "firing" | "trigger" | "open" => "triggered",
+        "ok" | "resolve" | "closed" => "resolved",
+        "ack" | "acknowledge" => "acknowledged",
+        _ => return None,
+    })
+}
+
+fn no_synonym(_: &str) -> Option<&'static str> {
+    None
+}
+
+/// Validates one event object's members. `prefix` is the pointer of the event itself (`""` or
+/// `/3`).
+pub fn validate<'a>(
+    members: Members<'a>,
+    prefix: &str,
+    now: DateTime<Utc>,
+    errors: &mut Vec<FieldError>,
+) -> Option<ValidEvent<'a>> {
+    let before = errors.len();
+    let mut c = Checker {
+        prefix,
+        errors,
+        members: &members,
+    };
+    let kind = match members.get("type").and_then(|raw| raw::string(raw)) {
+        Some(t) => EventType::parse(t.trim()).or_else(|| {
+            c.fail(
+                "type",
+                format!("type {t:?} is unknown; expected deployment, alert, change or custom"),
+            );
+            None
+        }),
+        None => {
+            c.fail(
+                "type",
+                "type is required: one of deployment, alert, change, custom",
+            );
+            None
+        }
+    };
+    let occurred_at = c.timestamp(now);
+    c.metadata();
+    let mut inherit_from = None;
+    let mut overrides: Vec<(&'static str, Override)> = Vec::with_capacity(4);
+    match kind {
+        Some(EventType::Deployment) => {
+            c.string("service", true, MAX_SHORT);
+            c.string("environment", true, MAX_SHORT);
+            if let Some(s) = c.choice("status", true, DEPLOYMENT_STATUSES, deployment_synonym) {
+                overrides.push(("status", Override::Word(s)));
+            }
+            for key in ["repository", "version", "sha", "triggeredBy"] {
+                c.string(key, false, MAX_SHORT);
+            }
+        }
+        Some(EventType::Alert) => {
+            let status = c.choice("status", true, ALERT_STATUSES, alert_status_synonym);
+            let dedup = c.string("dedupKey", false, MAX_SHORT);
+            let missing = ["service", "title", "severity"]
+                .iter()
+                .any(|k| c.missing(k));
+            let resolve_by_key = status == Some("resolved") && dedup.is_some() && missing;
+            if resolve_by_key {
+                inherit_from = dedup.map(Cow::into_owned);
+            }
+            let required = !resolve_by_key;
+            c.string("service", required, MAX_SHORT);
+            c.string("title", required, MAX_TEXT);
+            if let Some(s) = c.choice("severity", required, ALERT_SEVERITIES, no_synonym) {
+                overrides.push(("severity", Override::Word(s)));
+            }
+            if let Some(s) = status {
+                overrides.push(("status", Override::Word(s)));
+            }
+            for key in ["environment", "source"] {
+                c.string(key, false, MAX_SHORT);
+            }
+            if let Some(links) = members.get("links")
+                && !matches!(Kind::of(links), Kind::Array | Kind::Null)
+            {
+                let kind = Kind::of(links).article();
+                c.fail(
+                    "links",
+                    format!("links must be an array of URLs or {{href, text}} objects, not {kind}"),
+                );
+            }
+        }
+        Some(EventType::Change) => {
+            c.string("service", true, MAX_SHORT);
+            c.string("summary", true, MAX_TEXT);
+            for key in ["environment", "kind", "triggeredBy", "repository", "sha"] {
+                c.string(key, false, MAX_SHORT);
+            }
+        }
+        Some(EventType::Custom) => {
+            c.string("name", true, MAX_SHORT);
+            for key in ["service", "environment"] {
+                c.string(key, false, MAX_SHORT);
+            }
+        }
+        None => {}
+    }
+    if errors.len() > before {
+        return None;
+    }
+    let kind = kind?;
+    overrides.push(("type", Override::Word(kind.as_str())));
+    if let Some(t) = occurred_at {
+        overrides.push(("timestamp", Override::Text(format_time(t))));
+    }
+    Some(ValidEvent::new(
+        kind,
+        members,
+        overrides,
+        occurred_at,
+        inherit_from,
+    ))
+}

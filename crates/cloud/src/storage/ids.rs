@@ -1,0 +1,99 @@
+//! Event ids: UUIDv7 (RFC 9562) everywhere, so ids sort by creation time.
+//!
+//! On SQLite an id also carries the row's sequence number in its last 62 bits (RFC 9562's
+//! "fixed bit-length dedicated counter" in `rand_b`): the events table is keyed by that number
+//! (its rowid), so a new event costs no separate index on its id, and a lookup by id is a
+//! rowid lookup plus a comparison of the whole id. The 12 bits of `rand_a` stay random.
+//! Numbers come from one counter per process, seeded past the largest stored one; `cloud
+//! serve` holds the database file's lock ([`super::ServeLock`]), so no other process hands out
+//! the same numbers. On PostgreSQL, which appends to a B-tree index cheaply and may be shared
+//! by several `cloud` processes, ids are plain UUIDv7.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use uuid::Uuid;
+
+/// Largest sequence number an id can carry.
+const MAX_SEQ: i64 = (1 << 62) - 1;
+
+/// Where new event ids come from.
+pub(crate) enum EventIds {
+    /// UUIDv7 from the `uuid` crate (PostgreSQL).
+    Random,
+    /// UUIDv7 carrying the next sequence number (SQLite).
+    Sequence(AtomicI64),
+}
+
+impl EventIds {
+    /// Ids that carry sequence numbers from `next` on.
+    pub(crate) fn sequence_from(next: i64) -> Self {
+        EventIds::Sequence(AtomicI64::new(next.max(1)))
+    }
+
+    /// A new id, and the sequence number it carries (SQLite).
+    pub(crate) fn next(&self) -> (String, Option<i64>) {
+        match self {
+            EventIds::Random => (Uuid::now_v7().to_string(), None),
+            EventIds::Sequence(next) => {
+                let seq = next.fetch_add(1, Ordering::Relaxed);
+                let ms = chrono::Utc::now().timestamp_millis();
+                (with_sequence(ms, rand::random::<u16>(), seq), Some(seq))
+            }
+        }
+    }
+}
+
+/// The UUIDv7 of millisecond `ms`, 12 bits of `random` and sequence number `seq`.
+fn with_sequence(ms: i64, random: u16, seq: i64) -> String {
+    let ms = (ms as u128) & ((1 << 48) - 1);
+    let value = (ms << 80)
+        | (0x7 << 76)
+        | (u128::from(random & 0x0fff) << 64)
+        | (0b10 << 62)
+        | ((seq & MAX_SEQ) as u128);
+    Uuid::from_u128(value).to_string()
+}
+
+/// The sequence number an id would carry (any UUIDv7 gives one; the stored row's whole id
+/// must still match, since ids from before sequence numbers carry random bits there).
+pub(crate) fn sequence_of(id: &str) -> Option<i64> {
+    let uuid = Uuid::try_parse(id).ok()?;
+    (uuid.get_version_num() == 7).then(|| (uuid.as_u128() & (MAX_SEQ as u128)) as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_ids_are_uuidv7_that_give_back_their_number() {
+        let ids = EventIds::sequence_from(41);
+        let (first, seq) = ids.next();
+        assert_eq!(seq, Some(41));
+        let uuid = Uuid::parse_str(&first).unwrap();
+        assert_eq!(uuid.get_version_num(), 7);
+        assert_eq!(uuid.get_variant(), uuid::Variant::RFC4122);
+        assert_eq!(sequence_of(&first), Some(41));
+        let (second, seq) = ids.next();
+        assert_eq!(seq, Some(42));
+        assert_eq!(sequence_of(&second), Some(42));
+    }
+
+    #[test]
+    fn ids_sort_by_their_millisecond() {
+        let early = with_sequence(1_700_000_000_000, 0xfff, 9);
+        let late = with_sequence(1_700_000_000_001, 0, 1);
+        assert!(early < late, "{early} {late}");
+        assert!(
+            early.starts_with("018bcfe5-6800-7fff-8000-000000000009"),
+            "{early}"
+        );
+    }
+
+    #[test]
+    fn other_ids_carry_no_number() {
+        assert_eq!(sequence_of("not-a-uuid"), None);
+        assert_eq!(sequence_of(&Uuid::new_v4().to_string()), None);
+        assert!(sequence_of(&Uuid::now_v7().to_string()).is_some());
+    }
+}
