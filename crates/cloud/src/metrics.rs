@@ -39,9 +39,15 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
 }
 
+/// The event types, in the order of [`Inner::accepted_by_type`].
+const EVENT_TYPES: [&str; 4] = ["deployment", "alert", "change", "custom"];
+
 struct Inner {
     registry: Registry,
     accepted: Family<TypeLabel, Counter>,
+    /// `accepted` for each of [`EVENT_TYPES`], looked up once: counting an event is then one
+    /// atomic add, not a lock and a hash.
+    accepted_by_type: [Counter; 4],
     rejected: Family<ReasonLabel, Counter>,
     requests: Family<RouteLabels, Histogram, fn() -> Histogram>,
     commit: Histogram,
@@ -94,8 +100,11 @@ impl Metrics {
             "Requests sharing one group commit",
             commit_batches.clone(),
         );
+        let accepted_by_type =
+            EVENT_TYPES.map(|t| accepted.get_or_create(&TypeLabel { r#type: t }).clone());
         Metrics(Arc::new(Inner {
             registry,
+            accepted_by_type,
             accepted,
             rejected,
             requests,
@@ -106,10 +115,14 @@ impl Metrics {
 
     /// Counts stored events of one type.
     pub fn accepted(&self, kind: &'static str, n: u64) {
-        self.0
-            .accepted
-            .get_or_create(&TypeLabel { r#type: kind })
-            .inc_by(n);
+        match EVENT_TYPES.iter().position(|t| *t == kind) {
+            Some(i) => self.0.accepted_by_type[i].inc_by(n),
+            None => self
+                .0
+                .accepted
+                .get_or_create(&TypeLabel { r#type: kind })
+                .inc_by(n),
+        };
     }
 
     /// Counts a refused signal request.

@@ -727,3 +727,47 @@ async fn ingest_memory_is_bounded_and_excess_waits_then_503() {
     let accepted = post(big).await.unwrap();
     assert_eq!(accepted.status(), StatusCode::ACCEPTED);
 }
+
+/// `/metrics` counts accepted events by type and refused requests by reason, and times
+/// requests by route and group commits; every event type is there from the start, at 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_events_by_type_and_refusals_by_reason() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let metrics = || async {
+        let res = cloud
+            .client()
+            .get(format!("{}/metrics", cloud.http))
+            .send()
+            .await
+            .unwrap();
+        res.text().await.unwrap()
+    };
+    let before = metrics().await;
+    for kind in ["deployment", "alert", "change", "custom"] {
+        let line = format!("signals_events_accepted_total{{type=\"{kind}\"}} 0");
+        assert!(before.contains(&line), "{line} missing from\n{before}");
+    }
+    let t = cloud.tenant("acme");
+    let alert = json!({"type": "alert", "service": "db", "title": "t", "severity": "info", "status": "firing"});
+    let batch = json!([seed_event(), seed_event(), alert]);
+    let (s, _, _) = post(&cloud, &t, &batch).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let (s, _, _) = post(&cloud, &t, &json!({"type": "deployment"})).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    let after = metrics().await;
+    for line in [
+        "signals_events_accepted_total{type=\"deployment\"} 2",
+        "signals_events_accepted_total{type=\"alert\"} 1",
+        "signals_events_accepted_total{type=\"change\"} 0",
+        "signals_events_rejected_total{reason=\"invalid\"} 1",
+        "http_request_duration_seconds_count{method=\"POST\",route=\"/v1/signals/{signal_key}\",status=\"202\"} 1",
+        "http_request_duration_seconds_count{method=\"POST\",route=\"/v1/signals/{signal_key}\",status=\"422\"} 1",
+    ] {
+        assert!(after.contains(line), "{line} missing from\n{after}");
+    }
+    let commits = after
+        .lines()
+        .find_map(|l| l.strip_prefix("storage_commit_duration_seconds_count "))
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    assert!(commits.is_some_and(|n| n >= 1), "{after}");
+}

@@ -1,8 +1,9 @@
 //! Who is calling: the API key from `Authorization: Bearer …` (or HTTP Basic with the key as
 //! password, for git, docker and skopeo), checked against its stored hash.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, header};
@@ -27,12 +28,12 @@ pub struct Principal {
 /// Caches key rows so a busy client does not cost a database read per request.
 #[derive(Default)]
 pub struct KeyCache {
-    rows: Mutex<HashMap<String, (ApiKeyRow, Instant)>>,
+    rows: Mutex<HashMap<String, (Arc<ApiKeyRow>, Instant)>>,
     signal_keys: Mutex<HashMap<String, i64>>,
 }
 
-/// Pulls the presented API key out of the headers.
-fn presented_key(headers: &HeaderMap) -> Result<String, Problem> {
+/// Pulls the presented API key out of the headers (borrowed from them for Bearer).
+fn presented_key(headers: &HeaderMap) -> Result<Cow<'_, str>, Problem> {
     let value = headers
         .get(header::AUTHORIZATION)
         .ok_or_else(|| {
@@ -44,7 +45,7 @@ fn presented_key(headers: &HeaderMap) -> Result<String, Problem> {
         .map_err(|_| Problem::unauthorized("the Authorization header is not valid text"))?;
     let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
     if scheme.eq_ignore_ascii_case("bearer") {
-        return Ok(rest.trim().to_string());
+        return Ok(Cow::Borrowed(rest.trim()));
     }
     if scheme.eq_ignore_ascii_case("basic") {
         let decoded = base64::engine::general_purpose::STANDARD
@@ -53,7 +54,7 @@ fn presented_key(headers: &HeaderMap) -> Result<String, Problem> {
             .and_then(|b| String::from_utf8(b).ok())
             .ok_or_else(|| Problem::unauthorized("the Basic credentials are not valid base64"))?;
         let (_, password) = decoded.split_once(':').unwrap_or(("", &decoded));
-        return Ok(password.to_string());
+        return Ok(Cow::Owned(password.to_string()));
     }
     // The scheme is not echoed: a key sent without `Bearer ` would be the "scheme".
     Err(Problem::unauthorized(
@@ -84,11 +85,13 @@ impl KeyCache {
         let row = match cached {
             Some(row) => row,
             None => {
-                let row = store
-                    .api_key(id)
-                    .await
-                    .map_err(|e| storage_unavailable(&e))?
-                    .ok_or_else(invalid)?;
+                let row = Arc::new(
+                    store
+                        .api_key(id)
+                        .await
+                        .map_err(|e| storage_unavailable(&e))?
+                        .ok_or_else(invalid)?,
+                );
                 self.rows
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())

@@ -53,13 +53,16 @@ fn is_json(headers: &HeaderMap) -> bool {
     else {
         return false;
     };
-    let mime = value
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+    let mime = value.split(';').next().unwrap_or("").trim();
+    let ends_with = |suffix: &str| {
+        mime.len() >= suffix.len()
+            && mime.as_bytes()[mime.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+    };
+    mime.eq_ignore_ascii_case("application/json")
+        // application/SUBTYPE+json, SUBTYPE not empty.
+        || (mime.len() > "application/+json".len()
+            && mime.as_bytes()[..12].eq_ignore_ascii_case(b"application/")
+            && ends_with("+json"))
 }
 
 async fn ingest(
@@ -377,6 +380,24 @@ mod tests {
             received_at: 0,
             body: "{}".into(),
         }
+    }
+
+    #[test]
+    fn json_content_types_are_recognised_in_any_case() {
+        let with = |value: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, value.parse().unwrap());
+            is_json(&h)
+        };
+        assert!(with("application/json"));
+        assert!(with("Application/JSON; charset=utf-8"));
+        assert!(with("application/vnd.acme+json"));
+        assert!(with("APPLICATION/PROBLEM+JSON"));
+        assert!(!with("text/json"));
+        assert!(!with("application/jsonx"));
+        assert!(!with("application/+json"));
+        assert!(!with("text/plain"));
+        assert!(!is_json(&HeaderMap::new()));
     }
 
     #[test]

@@ -36,10 +36,18 @@ impl RateLimiter {
             return Ok(());
         }
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
-        let bucket = buckets.entry(key.to_string()).or_insert(Bucket {
-            tokens: self.burst,
-            refilled: now,
-        });
+        if !buckets.contains_key(key) {
+            buckets.insert(
+                key.to_string(),
+                Bucket {
+                    tokens: self.burst,
+                    refilled: now,
+                },
+            );
+        }
+        let Some(bucket) = buckets.get_mut(key) else {
+            return Ok(());
+        };
         let elapsed = now.saturating_duration_since(bucket.refilled).as_secs_f64();
         bucket.tokens = (bucket.tokens + elapsed * self.rate).min(self.burst);
         bucket.refilled = now;

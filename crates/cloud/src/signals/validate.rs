@@ -100,6 +100,10 @@ impl<'a> Checker<'_, 'a> {
         synonym: fn(&str) -> Option<&'static str>,
     ) -> Option<&'static str> {
         let raw = self.string(key, required, MAX_SHORT)?;
+        // Most senders send the canonical word already: no folding needed.
+        if let Some(canonical) = allowed.iter().find(|a| **a == raw) {
+            return Some(canonical);
+        }
         let folded = raw.trim().to_ascii_lowercase().replace(['-', ' '], "_");
         if let Some(canonical) = allowed.iter().find(|a| **a == folded) {
             return Some(canonical);

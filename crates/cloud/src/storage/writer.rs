@@ -68,9 +68,22 @@ pub(crate) fn spawn(
 ) -> WriterHandle {
     let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
     let tasks = match sqlite_file {
-        Some(path) => vec![tokio::task::spawn_blocking(move || {
-            super::sqlite_writer::run(&path, rx, metrics)
-        })],
+        Some(path) => {
+            // A thread of its own (named, for `top -H`), watched by a task that ends with it.
+            let (done, finished) = oneshot::channel::<()>();
+            let spawned = std::thread::Builder::new()
+                .name("sqlite-writer".into())
+                .spawn(move || {
+                    super::sqlite_writer::run(&path, rx, metrics);
+                    let _ = done.send(());
+                });
+            if let Err(e) = spawned {
+                tracing::error!(cause = %e, "cannot start the SQLite writer thread");
+            }
+            vec![tokio::spawn(async move {
+                let _ = finished.await;
+            })]
+        }
         None => {
             let rx = Arc::new(Mutex::new(rx));
             (0..POSTGRES_WRITERS)
