@@ -354,13 +354,13 @@ struct OperatorPki {
 }
 
 impl OperatorPki {
-    fn new() -> Self {
+    fn new(ca_name: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::default();
         params
             .distinguished_name
-            .push(rcgen::DnType::CommonName, "Acme operations CA");
+            .push(rcgen::DnType::CommonName, ca_name);
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         params.key_usages = vec![
             rcgen::KeyUsagePurpose::KeyCertSign,
@@ -399,12 +399,18 @@ impl OperatorPki {
 
 /// With `cloud serve --client-ca`, a bridge certificate from the operator's own CA, named
 /// ORG:BRIDGE, opens the tunnel together with the bridge's token (no enrollment); the same CA's
-/// certificate for another bridge does not, nor for another org.
+/// certificate for another bridge does not, nor for another org. A trusted operator CA that
+/// copies the internal CA's name cannot pass its certificates off as enrolled ones
+/// (ORG_ID:BRIDGE): which CA signed is decided by signature.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_certificate_from_a_trusted_ca_opens_the_tunnel() {
-    let pki = OperatorPki::new();
+    let pki = OperatorPki::new("Acme operations CA");
+    let impostor = OperatorPki::new("signals local CA");
+    let bundle = pki.dir.path().join("trusted.pem");
+    let pem = |path: &std::path::Path| std::fs::read_to_string(path).unwrap();
+    std::fs::write(&bundle, pem(&pki.ca) + &pem(&impostor.ca)).unwrap();
     let own = pki.client_yaml("acme:dc1");
-    let rig = Rig::start_full(&["--client-ca", pki.ca.to_str().unwrap()], |upstream| {
+    let rig = Rig::start_full(&["--client-ca", bundle.to_str().unwrap()], |upstream| {
         format!("{own}{}", testkit::bridge::internal_api_yaml(upstream, ""))
     })
     .await;
@@ -414,9 +420,18 @@ async fn an_operator_certificate_from_a_trusted_ca_opens_the_tunnel() {
         "the bridge enrolled although it had its own certificate"
     );
     rig.cloud.tenant("globex");
-    for wrong in ["acme:other", "globex:dc1"] {
+    // acme is the first org: id 1, the internal CA's name for its bridge dc1 is "1:dc1".
+    let wrong_certs = [
+        pki.client_yaml("acme:other"),
+        pki.client_yaml("globex:dc1"),
+        impostor.client_yaml("1:dc1"),
+    ];
+    for (wrong, cert) in ["acme:other", "globex:dc1", "1:dc1 (impostor CA)"]
+        .iter()
+        .zip(&wrong_certs)
+    {
         let port = free_port();
-        let yaml = yaml_for(&rig.cloud, "dc1", port, &pki.client_yaml(wrong));
+        let yaml = yaml_for(&rig.cloud, "dc1", port, cert);
         let bridge = BridgeProc::start(&yaml, port, &[("SERVICE_BRIDGE_TOKEN", &rig.token)]);
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while !bridge

@@ -145,7 +145,11 @@ pub async fn run(
     })?;
     let mut client_cas = vec![ca.cert_der()?];
     if let Some(path) = &options.client_ca {
-        client_cas.extend(tls::load_certificates(path).map_err(ServeError::ClientCa)?);
+        let operator_cas = tls::load_certificates(path).map_err(ServeError::ClientCa)?;
+        for subject in tls::non_ca_subjects(&operator_cas) {
+            tracing::warn!(file = %path.display(), subject = %subject, "--client-ca holds a certificate that is not a CA (no CA:TRUE basic constraint); it is trusted as a root all the same: check that the file holds your CA, not a client certificate");
+        }
+        client_cas.extend(operator_cas);
     }
     let acceptor =
         TlsAcceptor::from(tls::server_config(identity, client_cas).map_err(ServeError::ClientCa)?);

@@ -40,6 +40,9 @@ pub enum TlsError {
     /// rustls refused the certificate/key pair.
     #[error("the TLS certificate and key do not form a usable pair: {0}")]
     Rustls(#[from] rustls::Error),
+    /// The CA certificate cannot serve as a trust anchor.
+    #[error("the CA certificate cannot verify client certificates: {0}")]
+    Verifier(#[from] tunnel::tls::TlsConfigError),
 }
 
 fn read(path: &Path) -> Result<String, TlsError> {
@@ -71,6 +74,8 @@ fn write_private(path: &Path, contents: &str) -> Result<(), TlsError> {
 /// The service's own certificate authority.
 pub struct LocalCa {
     issuer: Issuer<'static, KeyPair>,
+    /// Accepts only certificates this CA signed.
+    verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
     /// The CA certificate, PEM (what clients trust: `DIR/ca.pem`).
     pub cert_pem: String,
 }
@@ -97,10 +102,25 @@ impl LocalCa {
     pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, TlsError> {
         let key = KeyPair::from_pem(key_pem)?;
         let issuer = Issuer::from_ca_cert_pem(cert_pem, key)?;
+        let der =
+            CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(|e| TlsError::Pem {
+                path: "ca.pem".into(),
+                what: e.to_string(),
+            })?;
         Ok(LocalCa {
             issuer,
+            verifier: tunnel::tls::client_verifier(vec![der])?,
             cert_pem: cert_pem.to_string(),
         })
+    }
+
+    /// Whether this CA signed `cert` (a valid client certificate chaining to it). The issuer's
+    /// name alone proves nothing: every deployment's CA has the same one, and an operator's CA
+    /// trusted with `--client-ca` could copy it.
+    pub fn issued(&self, cert: &CertificateDer<'_>) -> bool {
+        self.verifier
+            .verify_client_cert(cert, &[], rustls_pki_types::UnixTime::now())
+            .is_ok()
     }
 
     /// `DIR/ca.pem` and `DIR/ca-key.pem`, when both exist (an older data directory).
@@ -211,6 +231,24 @@ pub fn load_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, Tl
     Ok(cas)
 }
 
+/// The subjects of the certificates in `certs` that are not CA certificates (no basic
+/// constraints with `CA:TRUE`): in a `--client-ca` bundle such a certificate is usually a
+/// leaf given by mistake, and it would be trusted as a root.
+pub fn non_ca_subjects(certs: &[CertificateDer<'_>]) -> Vec<String> {
+    certs
+        .iter()
+        .filter_map(|der| {
+            let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
+            let is_ca = cert
+                .basic_constraints()
+                .ok()
+                .flatten()
+                .is_some_and(|bc| bc.value.ca);
+            (!is_ca).then(|| cert.subject().to_string())
+        })
+        .collect()
+}
+
 /// A TLS 1.3-only server config offering HTTP/2 and HTTP/1.1.
 ///
 /// Clients may present a certificate signed by one of `client_cas` (bridges do); the tunnel
@@ -230,4 +268,34 @@ pub fn server_config(
         .with_single_cert(identity.chain, identity.key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client certificate named `cn` signed by `ca` (as enrollment makes them).
+    fn client_cert(ca: &LocalCa, cn: &str) -> CertificateDer<'static> {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.signed_by(&key, &ca.issuer).unwrap().der().clone()
+    }
+
+    #[test]
+    fn the_ca_knows_its_own_signature_and_leaf_certificates_are_named() {
+        let (ca_pem, ca_key) = LocalCa::generate().unwrap();
+        let ca = LocalCa::from_pem(&ca_pem, &ca_key).unwrap();
+        let (leaf_pem, _) = ca.issue_server(&["localhost"]).unwrap();
+        let der = |pem: &str| CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
+        let subjects = non_ca_subjects(&[der(&ca_pem), der(&leaf_pem)]);
+        assert_eq!(subjects.len(), 1, "{subjects:?}");
+        assert!(!subjects[0].contains("local CA"), "{subjects:?}");
+        assert!(ca.issued(&client_cert(&ca, "1:dc1")));
+        // Another deployment's CA has the same name and another key.
+        let (other_pem, other_key) = LocalCa::generate().unwrap();
+        let other = LocalCa::from_pem(&other_pem, &other_key).unwrap();
+        assert!(!ca.issued(&client_cert(&other, "1:dc1")));
+    }
 }

@@ -76,16 +76,31 @@ pub fn client_config(
 pub fn optional_client_verifier(
     cas: Vec<CertificateDer<'static>>,
 ) -> Result<Arc<dyn ClientCertVerifier>, TlsConfigError> {
+    WebPkiClientVerifier::builder_with_provider(roots(cas)?, provider())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| TlsConfigError::Verifier(e.to_string()))
+}
+
+/// A verifier that accepts only client certificates chaining to `cas`: used after the
+/// handshake to learn which of several trusted CAs issued a certificate (by signature, not by
+/// the issuer's name, which anyone can copy).
+pub fn client_verifier(
+    cas: Vec<CertificateDer<'static>>,
+) -> Result<Arc<dyn ClientCertVerifier>, TlsConfigError> {
+    WebPkiClientVerifier::builder_with_provider(roots(cas)?, provider())
+        .build()
+        .map_err(|e| TlsConfigError::Verifier(e.to_string()))
+}
+
+fn roots(cas: Vec<CertificateDer<'static>>) -> Result<Arc<RootCertStore>, TlsConfigError> {
     let mut roots = RootCertStore::empty();
     for ca in cas {
         roots
             .add(ca)
             .map_err(|e| TlsConfigError::Verifier(e.to_string()))?;
     }
-    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-        .allow_unauthenticated()
-        .build()
-        .map_err(|e| TlsConfigError::Verifier(e.to_string()))
+    Ok(Arc::new(roots))
 }
 
 /// Accepts any server certificate (`tls_verify: false`); signatures are still checked.

@@ -46,8 +46,9 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 /// Whether the client certificate names the token's bridge: `ORG_ID:BRIDGE` when the internal
-/// CA issued it (enrollment), `ORG_SLUG:BRIDGE` when an operator's CA did (`--client-ca`). The
-/// TLS handshake has already checked that it chains to one of them.
+/// CA signed it (enrollment), `ORG_SLUG:BRIDGE` when an operator's CA did (`--client-ca`). The
+/// TLS handshake has already checked that it chains to one of them; which one is decided by
+/// the internal CA's signature, never by the issuer's name.
 async fn names_the_bridge(
     state: &AppState,
     cert: &CertificateDer<'_>,
@@ -64,12 +65,7 @@ async fn names_the_bridge(
     else {
         return Ok(false);
     };
-    let internal_ca = state.relay.ca.cert_der().ok();
-    let by_internal_ca = internal_ca.as_ref().is_some_and(|der| {
-        x509_parser::parse_x509_certificate(der.as_ref())
-            .is_ok_and(|(_, ca)| ca.subject().as_raw() == leaf.issuer().as_raw())
-    });
-    if by_internal_ca {
+    if state.relay.ca.issued(cert) {
         return Ok(cn == certificate_name(credential.org_id, &credential.bridge_name));
     }
     let Some((slug, bridge)) = cn.split_once(':') else {
