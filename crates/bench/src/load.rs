@@ -25,7 +25,8 @@ pub struct LoadArgs {
     /// slices each, interleaved.
     #[arg(long, default_value_t = 5)]
     pub seconds: u64,
-    /// Async worker threads of `cloud` (TOKIO_WORKER_THREADS); default one per core.
+    /// Async worker threads of `cloud` (TOKIO_WORKER_THREADS); default its own: one per core
+    /// but one.
     #[arg(long)]
     pub cloud_threads: Option<usize>,
 }
