@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 
 use crate::cpu;
-use crate::load::{Load, LoadArgs, drive, interleave, percentile, report};
+use crate::load::{Load, LoadArgs, drive, interleave, percentile, report, report_head};
 use crate::procs::{peak_rss_mb, start};
 
 /// Options of `bench ingest`.
@@ -64,10 +64,7 @@ async fn bench_backend(name: &str, db: &[String], args: &Args) -> Result<()> {
         println!(
             "\n== {name}: {c} connections; /livez and single events interleaved, {s} one-second slices each"
         );
-        println!(
-            "{:<34} {:>12} {:>9} {:>9} {:>7}",
-            "load", "events/s", "p50 ms", "p99 ms", "errors"
-        );
+        report_head("events/s");
         let before = commit_totals(server.addr).await?;
         let (ceiling_run, single_run) =
             interleave((server.addr, &livez), (server.addr, &single), c, s, &procs).await;

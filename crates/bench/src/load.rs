@@ -207,6 +207,14 @@ pub fn percentile(sorted: &[u32], p: f64) -> f64 {
     f64::from(sorted[i]) / 1000.0
 }
 
+/// Prints the head of a table of [`report`] lines, rates in `unit` (`events/s`, …).
+pub fn report_head(unit: &str) {
+    println!(
+        "{:<34} {unit:>12} {:>9} {:>9} {:>7}",
+        "load", "p50 ms", "p99 ms", "errors"
+    );
+}
+
 /// Prints one line and returns events (or requests) per second.
 pub fn report(label: &str, o: &Outcome, events_per_request: usize) -> f64 {
     let eps = o.rate(events_per_request);

@@ -14,7 +14,7 @@ use hyper::Request;
 use hyper_util::rt::TokioIo;
 
 use crate::cpu;
-use crate::load::{Load, LoadArgs, drive, interleave, percentile, report};
+use crate::load::{Load, LoadArgs, drive, interleave, percentile, report, report_head};
 use crate::procs::{Server, sibling, start};
 use crate::upstream::Upstream;
 
@@ -177,10 +177,7 @@ pub async fn run(args: Args) -> Result<()> {
         println!(
             "\n== bridge tunnel: {c} connections; direct and tunnelled interleaved, {s} one-second slices each"
         );
-        println!(
-            "{:<34} {:>12} {:>9} {:>9} {:>7}",
-            "load", "requests/s", "p50 ms", "p99 ms", "errors"
-        );
+        report_head("requests/s");
         let (d, t) = interleave(
             (internal_addr, &direct),
             (cloud.addr, &tunneled),

@@ -18,6 +18,7 @@ on_both_backends!(
     list_filters_and_paginates,
     resolve_inherits_from_the_alert_it_closes,
     unknown_fields_and_escapes_are_kept,
+    events_sharing_a_time_list_in_arrival_order,
     acknowledged_events_survive_sigkill,
     admin_commands_work_while_serving,
     sigterm_drains_and_exits_zero,
@@ -636,48 +637,49 @@ async fn a_body_that_stops_arriving_is_a_408() {
     assert!(answer.contains("stopped arriving"), "{answer}");
 }
 
-/// `--ingest-memory-mb` bounds the bodies being ingested at once: a large request that does
-/// not fit waits, then gets 503 with Retry-After; small ones still fit; the budget comes back
-/// when a request is answered.
+/// `--ingest-memory-mb` bounds the bodies being ingested at once, and one org holds at most
+/// half: while acme trickles a large body, a second large one of acme waits, then gets 503 with
+/// Retry-After; a small one of acme still fits, and so does another org's large one; the share
+/// comes back when a request is answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ingest_memory_is_bounded_and_excess_waits_then_503() {
+async fn ingest_memory_is_bounded_and_shared_between_orgs() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let cloud = Cloud::start_with(
         Backend::Sqlite,
         &[
             "--ingest-memory-mb",
-            "1",
+            "2",
             "--header-read-timeout",
             "2",
             "--signal-rate-limit",
             "0",
         ],
     );
-    let t = cloud.tenant("acme");
-    // 15 events of ~45 KB: ~660 KiB, two thirds of the 1 MiB budget.
+    let acme = cloud.tenant("acme");
+    let globex = cloud.tenant("globex");
+    // 15 events of ~45 KB: ~660 KiB, two thirds of what one org may hold (1 MiB).
     let pad = "a".repeat(45_000);
     let big: String = format!(
         "[{}]",
         vec![format!(r#"{{"type":"custom","name":"x","pad":"{pad}"}}"#); 15].join(",")
     );
-    let url = format!("{}/v1/signals/{}", cloud.http, t.signal_key);
-    let post = |body: String| {
+    let post = |t: &Tenant, body: String| {
         cloud
             .client()
-            .post(&url)
+            .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
             .bearer_auth(&t.api_key)
             .header("content-type", "application/json")
             .body(body)
             .send()
     };
 
-    // A holds its share while its body trickles in (never pausing as long as 2 s).
+    // acme's first request holds its share while its body trickles in (never pausing 2 s).
     let addr = cloud.http.trim_start_matches("http://").to_string();
     let head = format!(
         "POST /v1/signals/{} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        t.signal_key,
-        t.api_key,
+        acme.signal_key,
+        acme.api_key,
         big.len()
     );
     let body = big.clone();
@@ -700,12 +702,18 @@ async fn ingest_memory_is_bounded_and_excess_waits_then_503() {
     started.await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
 
-    // A small event fits beside A at once.
-    let small = post(seed_event().to_string()).await.unwrap();
+    // A small event of acme fits beside it at once; so does globex's large batch.
+    let small = post(&acme, seed_event().to_string()).await.unwrap();
     assert_eq!(small.status(), StatusCode::ACCEPTED);
-    // Another large one does not: it waits its 2 s, then 503 with Retry-After.
+    let other_org = post(&globex, big.clone()).await.unwrap();
+    assert_eq!(
+        other_org.status(),
+        StatusCode::ACCEPTED,
+        "another org's share"
+    );
+    // A second large one of acme does not: it waits its 2 s, then 503 with Retry-After.
     let waited = std::time::Instant::now();
-    let refused = post(big.clone()).await.unwrap();
+    let refused = post(&acme, big.clone()).await.unwrap();
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(
         waited.elapsed() >= Duration::from_millis(1500),
@@ -723,9 +731,62 @@ async fn ingest_memory_is_bounded_and_excess_waits_then_503() {
 
     let answer = slow.await.unwrap();
     assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
-    // A's share is back: the same large request now goes through.
-    let accepted = post(big).await.unwrap();
+    // acme's share is back: the same large request now goes through.
+    let accepted = post(&acme, big).await.unwrap();
     assert_eq!(accepted.status(), StatusCode::ACCEPTED);
+}
+
+/// What `serde_json::Value` would refuse is refused at the door (400), even in fields the
+/// service does not know: a number out of range, a lone surrogate, nesting past 128 levels.
+/// Nothing is stored that could not be read back whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_that_could_not_be_read_back_are_refused() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let t = cloud.tenant("acme");
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let bodies = [
+        r#"{"type":"custom","name":"x","extra":1e400}"#.to_string(),
+        r#"{"type":"custom","name":"x","extra":"\ud800"}"#.to_string(),
+        r#"{"type":"custom","name":"x","metadata":{"n":-1e999}}"#.to_string(),
+        format!(r#"{{"type":"custom","name":"x","extra":{deep}}}"#),
+        r#"[{"type":"custom","name":"ok"},{"type":"custom","name":"x","extra":[1e400]}]"#
+            .to_string(),
+    ];
+    for body in bodies {
+        let res = cloud
+            .client()
+            .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+            .bearer_auth(&t.api_key)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST, "{body:.60}");
+    }
+    let (_, list) = get(&cloud, &t.api_key, "/v1/events").await;
+    assert_eq!(list["events"], json!([]), "nothing was stored");
+}
+
+async fn events_sharing_a_time_list_in_arrival_order(backend: Backend) {
+    let cloud = Cloud::start(backend);
+    let t = cloud.tenant("acme");
+    // No timestamps: all three share the receive time; newest first means last sent first.
+    let batch = json!([
+        {"type": "custom", "name": "first"},
+        {"type": "custom", "name": "second"},
+        {"type": "custom", "name": "third"},
+    ]);
+    let (s, _, _) = post(&cloud, &t, &batch).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let (_, list) = get(&cloud, &t.api_key, "/v1/events").await;
+    let names: Vec<&str> = list["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["third", "second", "first"]);
 }
 
 /// `/metrics` counts accepted events by type and refused requests by reason, and times

@@ -34,16 +34,24 @@ pub struct ListParams {
     cursor: Option<String>,
 }
 
-/// The event as the API shows it: its body plus `id` and `receivedAt`.
-fn render(e: StoredEvent) -> Value {
-    let mut body: Map<String, Value> = serde_json::from_str(&e.body).unwrap_or_default();
+/// The event as the API shows it: its body plus `id` and `receivedAt`. A stored body that does
+/// not parse (ingestion refuses anything that would not) is a 500 and an error in the log,
+/// never an event silently missing its fields.
+fn render(e: StoredEvent) -> Result<Value, Problem> {
+    let mut body: Map<String, Value> = serde_json::from_str(&e.body).map_err(|cause| {
+        tracing::error!(event = %e.id, cause = %cause, "a stored event's body does not parse");
+        Problem::internal(format!(
+            "event {:?} is stored but cannot be read ({cause}); the server's log has the details",
+            e.id
+        ))
+    })?;
     body.insert("id".into(), Value::String(e.id));
     let received = Utc
         .timestamp_micros(e.received_at)
         .single()
         .unwrap_or_default();
     body.insert("receivedAt".into(), Value::String(format_time(received)));
-    Value::Object(body)
+    Ok(Value::Object(body))
 }
 
 fn time_param(name: &str, value: Option<&str>) -> Result<Option<i64>, Problem> {
@@ -132,7 +140,10 @@ pub async fn list(
     } else {
         None
     };
-    let events: Vec<Value> = rows.into_iter().map(render).collect();
+    let events = rows
+        .into_iter()
+        .map(render)
+        .collect::<Result<Vec<Value>, _>>()?;
     Ok(Json(json!({"events": events, "nextCursor": next})))
 }
 
@@ -149,5 +160,5 @@ pub async fn get(
         .await
         .map_err(|e| storage_unavailable(&e))?
         .ok_or_else(|| Problem::not_found(format!("no event {id:?} in this org")))?;
-    Ok(Json(render(event)))
+    Ok(Json(render(event)?))
 }

@@ -12,6 +12,7 @@ use http_body_util::BodyExt;
 
 use super::AppState;
 use super::auth::storage_unavailable;
+use super::budget::Share;
 use super::problem::Problem;
 use crate::signals::batch::{self, BatchError, MAX_REQUEST_BYTES};
 use crate::signals::event::{FieldError, ValidEvent, format_time, member_json};
@@ -110,9 +111,26 @@ async fn ingest(
             return Ok(replay(first));
         }
     }
+    let declared = declared_length(headers);
+    if declared.is_some_and(|n| n > MAX_REQUEST_BYTES) {
+        drain(body).await;
+        return Err(too_large());
+    }
     // Held until the answer: the body, its events and their commit are in memory till then.
-    let _memory = ingest_memory(state, headers).await?;
-    let bytes = read_limited(headers, body, state.read_timeout).await?;
+    let wanted = declared.unwrap_or(MAX_REQUEST_BYTES);
+    let Some(share) = state
+        .ingest_budget
+        .take(principal.org_id, wanted, state.read_timeout)
+        .await
+    else {
+        // Read and dropped, so that an HTTP/1.1 client still sending sees the 503.
+        drain(body).await;
+        return Err(reject("overloaded")(Problem::unavailable(
+            1,
+            "the server is ingesting as much as --ingest-memory-mb allows (one org at most half of it); retry shortly",
+        )));
+    };
+    let (bytes, _share) = read_limited(body, state.read_timeout, share).await?;
     // Microsecond precision: what is stored, so the answer and a later read agree.
     let received =
         DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).unwrap_or_default();
@@ -183,31 +201,6 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
     Ok(Some(key.to_string()))
 }
 
-/// The request's share of `--ingest-memory-mb`, in KiB of its announced body (1 MiB when it
-/// announces none): taken before the body is read, waiting up to `--header-read-timeout` for
-/// others to finish, else a 503 (the client retries; memory stays bounded).
-async fn ingest_memory<'s>(
-    state: &'s AppState,
-    headers: &HeaderMap,
-) -> Result<tokio::sync::SemaphorePermit<'s>, Rejection> {
-    let announced = declared_length(headers).unwrap_or(MAX_REQUEST_BYTES);
-    let kib = announced.clamp(1, MAX_REQUEST_BYTES).div_ceil(1024) as u32;
-    let budget = &state.ingest_budget;
-    let permit = match budget.try_acquire_many(kib) {
-        Ok(permit) => Ok(permit),
-        Err(_) => tokio::time::timeout(state.read_timeout, budget.acquire_many(kib))
-            .await
-            .map_err(|_| ())
-            .and_then(|p| p.map_err(|_| ())),
-    };
-    permit.map_err(|()| {
-        reject("overloaded")(Problem::unavailable(
-            1,
-            "the server is ingesting as much as --ingest-memory-mb allows; retry shortly",
-        ))
-    })
-}
-
 fn declared_length(headers: &HeaderMap) -> Option<usize> {
     headers
         .get(header::CONTENT_LENGTH)
@@ -215,37 +208,50 @@ fn declared_length(headers: &HeaderMap) -> Option<usize> {
         .and_then(|v| v.parse::<usize>().ok())
 }
 
-/// Reads the body, refusing as soon as it passes the limit (never buffering more), or when it
-/// stops arriving for `pause` (408: a stalled client must not hold its handler forever).
+fn too_large() -> Rejection {
+    (
+        "too_large",
+        Problem::too_large(format!(
+            "the request body is over {MAX_REQUEST_BYTES} bytes; send at most 1 MiB per request (split the batch)"
+        )),
+    )
+}
+
+/// How long a whole body may take to arrive, in pauses allowed (`--header-read-timeout`):
+/// a client trickling a body byte by byte cannot hold its share of the ingest memory longer.
+const BODY_TIME_IN_PAUSES: u32 = 4;
+
+/// Reads the body, refusing as soon as it passes the limit (never buffering more), when it
+/// stops arriving for `pause`, or when it takes longer than [`BODY_TIME_IN_PAUSES`] pauses in
+/// all (408: a stalled client must not hold its handler, or its `share`, forever).
 ///
-/// An over-long body is then drained (read and dropped, up to [`MAX_DRAIN_BYTES`]) so that
-/// HTTP/1.1 clients still writing it see the 413 instead of a reset connection.
+/// An over-long body is then drained (read and dropped, up to [`MAX_DRAIN_BYTES`]), its
+/// share given back first, so that HTTP/1.1 clients still writing it see the 413 instead of a
+/// reset connection.
 async fn read_limited(
-    headers: &HeaderMap,
     body: Body,
     pause: std::time::Duration,
-) -> Result<bytes::Bytes, Rejection> {
-    let too_large = || {
-        (
-            "too_large",
-            Problem::too_large(format!(
-                "the request body is over {MAX_REQUEST_BYTES} bytes; send at most 1 MiB per request (split the batch)"
-            )),
-        )
-    };
-    if declared_length(headers).is_some_and(|n| n > MAX_REQUEST_BYTES) {
-        drain(body).await;
-        return Err(too_large());
-    }
+    share: Share,
+) -> Result<(bytes::Bytes, Share), Rejection> {
     let mut body = body;
-    match read_whole(&mut body, MAX_REQUEST_BYTES, pause).await {
-        Ok(bytes) => Ok(bytes),
-        Err(ReadError::TooLarge) => {
+    let whole = pause * BODY_TIME_IN_PAUSES;
+    let read = tokio::time::timeout(whole, read_whole(&mut body, MAX_REQUEST_BYTES, pause)).await;
+    match read {
+        Ok(Ok(bytes)) => Ok((bytes, share)),
+        Ok(Err(ReadError::TooLarge)) => {
+            drop(share);
             drain(body).await;
             Err(too_large())
         }
-        Err(ReadError::Stalled) => Err(("timeout", Problem::body_stalled(pause))),
-        Err(ReadError::Body(e)) => Err((
+        Ok(Err(ReadError::Stalled)) => Err(("timeout", Problem::body_stalled(pause))),
+        Err(_) => Err((
+            "timeout",
+            Problem::request_timeout(format!(
+                "the request body did not arrive whole within {} s (4 x --header-read-timeout); send it faster, or in smaller batches",
+                whole.as_secs()
+            )),
+        )),
+        Ok(Err(ReadError::Body(e))) => Err((
             "malformed",
             Problem::bad_request(format!("could not read the request body: {e}")),
         )),

@@ -4,6 +4,7 @@
 //! turn every failure into an RFC 9457 [`problem::Problem`].
 
 pub mod auth;
+pub mod budget;
 pub mod events;
 pub mod health;
 pub mod ingest;
@@ -52,8 +53,8 @@ pub struct Shared {
     pub relay: Arc<RelayState>,
     /// The longest pause allowed while a client sends a request body (`--header-read-timeout`).
     pub read_timeout: std::time::Duration,
-    /// Signal request bodies being ingested, in KiB (`--ingest-memory-mb`).
-    pub ingest_budget: Arc<tokio::sync::Semaphore>,
+    /// Signal request bodies being ingested (`--ingest-memory-mb`).
+    pub ingest_budget: budget::IngestBudget,
 }
 
 /// The service's limits, from the command line.
@@ -85,8 +86,6 @@ pub struct RelayState {
 impl AppState {
     /// State over a store and the internal CA, within `limits`.
     pub fn new(store: Store, metrics: Metrics, ca: LocalCa, limits: Limits) -> Self {
-        let budget_kib =
-            (limits.ingest_memory / 1024).clamp(1024, tokio::sync::Semaphore::MAX_PERMITS);
         AppState(Arc::new(Shared {
             store,
             metrics,
@@ -99,7 +98,7 @@ impl AppState {
                 forward_timeout: limits.forward_timeout,
             }),
             read_timeout: limits.read_timeout,
-            ingest_budget: Arc::new(tokio::sync::Semaphore::new(budget_kib)),
+            ingest_budget: budget::IngestBudget::new(limits.ingest_memory),
         }))
     }
 }

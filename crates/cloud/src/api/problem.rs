@@ -85,6 +85,16 @@ impl Problem {
         )
     }
 
+    /// 500: the server found its own data unusable (never the client's fault).
+    pub fn internal(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "Internal error",
+            detail,
+        )
+    }
+
     /// 504: the bridge's resource did not answer in time.
     pub fn gateway_timeout(detail: impl Into<String>) -> Self {
         Self::new(

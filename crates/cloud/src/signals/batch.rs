@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde_json::value::RawValue;
 
 use super::event::{FieldError, ValidEvent};
-use super::raw::{self, Kind};
+use super::raw::{self, Kind, Members};
 use super::validate::validate;
 
 /// Largest single event, in bytes of its JSON text.
@@ -88,7 +88,7 @@ pub fn parse(body: &[u8], now: DateTime<Utc>) -> Result<Batch<'_>, BatchError> {
     for (i, raw) in raws.iter().enumerate() {
         match Kind::of(raw) {
             Kind::Object => {
-                let members = raw::members(raw.get()).map_err(malformed)?;
+                let members = strict_members(raw.get(), &pointer(i))?;
                 if let Some(event) = validate(members, &pointer(i), now, &mut errors) {
                     events.push(event);
                 }
@@ -108,6 +108,19 @@ pub fn parse(body: &[u8], now: DateTime<Utc>) -> Result<Batch<'_>, BatchError> {
 
 fn malformed(e: serde_json::Error) -> BatchError {
     BatchError::Malformed(e.to_string())
+}
+
+/// The members of the event at `pointer`, each value checked as strictly as
+/// `serde_json::Value` would (see [`raw::check`]): what is stored can be read back.
+fn strict_members<'a>(text: &'a str, pointer: &str) -> Result<Members<'a>, BatchError> {
+    let members = raw::members(text).map_err(malformed)?;
+    for (key, value) in members.iter() {
+        raw::check(value).map_err(|e| {
+            let at = format!("{pointer}/{}", super::validate::pointer_token(&key.0));
+            BatchError::Malformed(format!("at {at}: {e}"))
+        })?;
+    }
+    Ok(members)
 }
 
 fn not_an_object(pointer: String, kind: Kind) -> FieldError {
@@ -135,7 +148,7 @@ fn parse_one(text: &str, now: DateTime<Utc>) -> Result<Batch<'_>, BatchError> {
             Kind::of(raw),
         )]));
     }
-    let members = raw::members(text).map_err(malformed)?;
+    let members = strict_members(text, "")?;
     let mut errors = Vec::new();
     match validate(members, "", now, &mut errors) {
         Some(event) if errors.is_empty() => Ok(Batch {

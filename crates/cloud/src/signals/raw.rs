@@ -6,7 +6,7 @@
 
 use std::borrow::Cow;
 
-use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 /// An object key: borrowed from the input unless it had escapes to decode.
@@ -112,6 +112,71 @@ pub fn members(text: &str) -> Result<Members<'_>, serde_json::Error> {
     serde_json::from_str(text)
 }
 
+/// Checks what [`RawValue`] does not, being a syntax check only: numbers within the range of
+/// an `f64`, escapes that decode (no lone surrogate), nesting within serde_json's 128 levels.
+/// Those are what `serde_json::Value` refuses, so an event that passes can always be read
+/// back. A string without escapes, a boolean or null needs no second look.
+pub fn check(raw: &RawValue) -> Result<(), serde_json::Error> {
+    match Kind::of(raw) {
+        Kind::Null | Kind::Bool => Ok(()),
+        Kind::String if !raw.get().contains('\\') => Ok(()),
+        _ => serde_json::from_str::<Strict>(raw.get()).map(|_| ()),
+    }
+}
+
+/// Any JSON value, read with all of serde_json's checks and kept nowhere.
+struct Strict;
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Strict;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Strict, E> {
+        Ok(Strict)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Strict, E> {
+        Ok(Strict)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Strict, E> {
+        Ok(Strict)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Strict, E> {
+        Ok(Strict)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Strict, E> {
+        Ok(Strict)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Strict, E> {
+        Ok(Strict)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Strict, A::Error> {
+        while seq.next_element::<Strict>()?.is_some() {}
+        Ok(Strict)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Strict, A::Error> {
+        while map.next_entry::<Strict, Strict>()?.is_some() {}
+        Ok(Strict)
+    }
+}
+
 /// What kind of JSON value a raw value is, for error messages and type checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -202,6 +267,29 @@ mod tests {
         assert_eq!(m.get("b").unwrap().get(), "0");
         assert_eq!(m.get("c").unwrap().get(), "9");
         assert!(m.get("d").is_none());
+    }
+
+    #[test]
+    fn what_value_would_refuse_is_refused() {
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        for bad in [
+            r#"1e400"#,
+            r#""\ud800""#,
+            r#"{"a": [1, -1e999]}"#,
+            deep.as_str(),
+        ] {
+            let raw: &RawValue = serde_json::from_str(bad).expect("RawValue takes it");
+            assert!(check(raw).is_err(), "{bad:.40}");
+        }
+        for good in [
+            r#"1.5"#,
+            r#""a\u00e9\ud83d\ude80""#,
+            r#"{"n": [1, {"x": null}]}"#,
+            "true",
+        ] {
+            let raw: &RawValue = serde_json::from_str(good).unwrap();
+            assert!(check(raw).is_ok(), "{good}");
+        }
     }
 
     #[test]

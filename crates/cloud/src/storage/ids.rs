@@ -1,15 +1,18 @@
 //! Event ids: UUIDv7 (RFC 9562) everywhere, so ids sort by creation time.
 //!
 //! On SQLite an id also carries the row's sequence number in its last 62 bits (RFC 9562's
-//! "fixed bit-length dedicated counter" in `rand_b`): the events table is keyed by that number
-//! (its rowid), so a new event costs no separate index on its id, and a lookup by id is a
-//! rowid lookup plus a comparison of the whole id. The 12 bits of `rand_a` stay random.
-//! Numbers come from one counter per process, seeded past the largest stored one; `cloud
-//! serve` holds the database file's lock ([`super::ServeLock`]), so no other process hands out
-//! the same numbers. On PostgreSQL, which appends to a B-tree index cheaply and may be shared
-//! by several `cloud` processes, ids are plain UUIDv7.
+//! "fixed bit-length dedicated counter", in `rand_b`; `rand_a` holds the counter's upper bits,
+//! zero in practice): the events table is keyed by that number (its rowid), so a new event
+//! costs no separate index on its id, and a lookup by id is a rowid lookup plus a comparison
+//! of the whole id. Ids grow strictly in the order they are handed out (the millisecond never
+//! goes back, even if the clock does), so events that share a timestamp are listed in the
+//! order they arrived. Numbers come from one counter per process, seeded past the largest
+//! stored one; `cloud serve` holds the database file's lock ([`super::ServeLock`]), so no other
+//! process hands out the same numbers. On PostgreSQL, which appends to a B-tree index cheaply
+//! and may be shared by several `cloud` processes, ids are plain UUIDv7 (monotonic within a
+//! process too, by the `uuid` crate's counter).
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
 
 use uuid::Uuid;
 
@@ -20,37 +23,40 @@ const MAX_SEQ: i64 = (1 << 62) - 1;
 pub(crate) enum EventIds {
     /// UUIDv7 from the `uuid` crate (PostgreSQL).
     Random,
-    /// UUIDv7 carrying the next sequence number (SQLite).
-    Sequence(AtomicI64),
+    /// UUIDv7 carrying the next sequence number (SQLite): (next number, last millisecond),
+    /// taken together so that ids grow in the order they are handed out.
+    Sequence(Mutex<(i64, i64)>),
 }
 
 impl EventIds {
     /// Ids that carry sequence numbers from `next` on.
     pub(crate) fn sequence_from(next: i64) -> Self {
-        EventIds::Sequence(AtomicI64::new(next.max(1)))
+        EventIds::Sequence(Mutex::new((next.max(1), 0)))
     }
 
     /// A new id, and the sequence number it carries (SQLite).
     pub(crate) fn next(&self) -> (String, Option<i64>) {
         match self {
             EventIds::Random => (Uuid::now_v7().to_string(), None),
-            EventIds::Sequence(next) => {
-                let seq = next.fetch_add(1, Ordering::Relaxed);
-                let ms = chrono::Utc::now().timestamp_millis();
-                (with_sequence(ms, rand::random::<u16>(), seq), Some(seq))
+            EventIds::Sequence(state) => {
+                let now = chrono::Utc::now().timestamp_millis();
+                let (seq, ms) = {
+                    let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+                    let (next, last_ms) = &mut *state;
+                    *last_ms = now.max(*last_ms);
+                    *next += 1;
+                    (*next - 1, *last_ms)
+                };
+                (with_sequence(ms, seq), Some(seq))
             }
         }
     }
 }
 
-/// The UUIDv7 of millisecond `ms`, 12 bits of `random` and sequence number `seq`.
-fn with_sequence(ms: i64, random: u16, seq: i64) -> String {
+/// The UUIDv7 of millisecond `ms` and sequence number `seq`.
+fn with_sequence(ms: i64, seq: i64) -> String {
     let ms = (ms as u128) & ((1 << 48) - 1);
-    let value = (ms << 80)
-        | (0x7 << 76)
-        | (u128::from(random & 0x0fff) << 64)
-        | (0b10 << 62)
-        | ((seq & MAX_SEQ) as u128);
+    let value = (ms << 80) | (0x7 << 76) | (0b10 << 62) | ((seq & MAX_SEQ) as u128);
     Uuid::from_u128(value).to_string()
 }
 
@@ -77,17 +83,20 @@ mod tests {
         let (second, seq) = ids.next();
         assert_eq!(seq, Some(42));
         assert_eq!(sequence_of(&second), Some(42));
+        let later: Vec<String> = (0..1000).map(|_| ids.next().0).collect();
+        assert!(
+            std::iter::once(&second).chain(&later).is_sorted(),
+            "ids grow in the order they are handed out"
+        );
     }
 
     #[test]
-    fn ids_sort_by_their_millisecond() {
-        let early = with_sequence(1_700_000_000_000, 0xfff, 9);
-        let late = with_sequence(1_700_000_000_001, 0, 1);
+    fn ids_sort_by_their_millisecond_then_number() {
+        let early = with_sequence(1_700_000_000_000, 9);
+        let late = with_sequence(1_700_000_000_001, 1);
         assert!(early < late, "{early} {late}");
-        assert!(
-            early.starts_with("018bcfe5-6800-7fff-8000-000000000009"),
-            "{early}"
-        );
+        assert!(with_sequence(1_700_000_000_000, 10) > early);
+        assert_eq!(early, "018bcfe5-6800-7000-8000-000000000009");
     }
 
     #[test]
