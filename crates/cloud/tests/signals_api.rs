@@ -43,6 +43,19 @@ async fn post(
     (status, headers, body)
 }
 
+/// Posts `body` as sent, JSON text a JSON library would not write itself.
+async fn post_text(cloud: &Cloud, t: &Tenant, body: String) -> reqwest::Response {
+    cloud
+        .client()
+        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+        .bearer_auth(&t.api_key)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("post")
+}
+
 async fn get(cloud: &Cloud, key: &str, path: &str) -> (StatusCode, Value) {
     let res = cloud
         .client()
@@ -428,15 +441,7 @@ async fn unknown_fields_and_escapes_are_kept(backend: Backend) {
          "status": "firing", "dedupKey": "d1", "source": "grafana"},
         {"type": "alert", "status": "ok", "dedupKey": "d1"}
     ]"#;
-    let res = cloud
-        .client()
-        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
-        .bearer_auth(&t.api_key)
-        .header("content-type", "application/json")
-        .body(text)
-        .send()
-        .await
-        .unwrap();
+    let res = post_text(&cloud, &t, text.to_string()).await;
     assert_eq!(res.status(), StatusCode::ACCEPTED);
     let ids: Value = res.json().await.unwrap();
     let read = |i: usize| {
@@ -663,15 +668,6 @@ async fn ingest_memory_is_bounded_and_shared_between_orgs() {
         "[{}]",
         vec![format!(r#"{{"type":"custom","name":"x","pad":"{pad}"}}"#); 15].join(",")
     );
-    let post = |t: &Tenant, body: String| {
-        cloud
-            .client()
-            .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
-            .bearer_auth(&t.api_key)
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-    };
 
     // acme's first request holds its share while its body trickles in (never pausing 2 s).
     let addr = cloud.http.trim_start_matches("http://").to_string();
@@ -703,9 +699,9 @@ async fn ingest_memory_is_bounded_and_shared_between_orgs() {
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     // A small event of acme fits beside it at once; so does globex's large batch.
-    let small = post(&acme, seed_event().to_string()).await.unwrap();
+    let small = post_text(&cloud, &acme, seed_event().to_string()).await;
     assert_eq!(small.status(), StatusCode::ACCEPTED);
-    let other_org = post(&globex, big.clone()).await.unwrap();
+    let other_org = post_text(&cloud, &globex, big.clone()).await;
     assert_eq!(
         other_org.status(),
         StatusCode::ACCEPTED,
@@ -713,7 +709,7 @@ async fn ingest_memory_is_bounded_and_shared_between_orgs() {
     );
     // A second large one of acme does not: it waits its 2 s, then 503 with Retry-After.
     let waited = std::time::Instant::now();
-    let refused = post(&acme, big.clone()).await.unwrap();
+    let refused = post_text(&cloud, &acme, big.clone()).await;
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(
         waited.elapsed() >= Duration::from_millis(1500),
@@ -732,7 +728,7 @@ async fn ingest_memory_is_bounded_and_shared_between_orgs() {
     let answer = slow.await.unwrap();
     assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
     // acme's share is back: the same large request now goes through.
-    let accepted = post(&acme, big).await.unwrap();
+    let accepted = post_text(&cloud, &acme, big).await;
     assert_eq!(accepted.status(), StatusCode::ACCEPTED);
 }
 
@@ -753,15 +749,7 @@ async fn values_that_could_not_be_read_back_are_refused() {
             .to_string(),
     ];
     for body in bodies {
-        let res = cloud
-            .client()
-            .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
-            .bearer_auth(&t.api_key)
-            .header("content-type", "application/json")
-            .body(body.clone())
-            .send()
-            .await
-            .unwrap();
+        let res = post_text(&cloud, &t, body.clone()).await;
         assert_eq!(res.status(), StatusCode::BAD_REQUEST, "{body:.60}");
     }
     let (_, list) = get(&cloud, &t.api_key, "/v1/events").await;

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 
-use super::raw::{self, Kind, Members};
+use super::raw::{self, Members};
 
 /// The four kinds of event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,11 +128,7 @@ impl<'a> ValidEvent<'a> {
 
     /// Whether a field is present and not null (as stored).
     pub fn has(&self, key: &str) -> bool {
-        self.override_of(key).is_some()
-            || self
-                .members
-                .get(key)
-                .is_some_and(|raw| Kind::of(raw) != Kind::Null)
+        self.override_of(key).is_some() || self.members.present(key).is_some()
     }
 
     /// The JSON text of a field as stored, if present and not null.
@@ -143,8 +139,7 @@ impl<'a> ValidEvent<'a> {
             Some(Override::Json(j)) => Some(Cow::Borrowed(j)),
             None => self
                 .members
-                .get(key)
-                .filter(|raw| Kind::of(raw) != Kind::Null)
+                .present(key)
                 .map(|raw| Cow::Borrowed(raw.get())),
         }
     }
@@ -239,10 +234,7 @@ fn write_override(out: &mut Vec<u8>, value: &Override) {
 
 /// The JSON text of a member of a stored body, for an event inheriting from it.
 pub fn member_json(members: &Members<'_>, key: &str) -> Option<String> {
-    members
-        .get(key)
-        .filter(|raw| Kind::of(raw) != Kind::Null)
-        .map(|raw| raw.get().to_string())
+    members.present(key).map(|raw| raw.get().to_string())
 }
 
 /// Formats a time as the API shows it: RFC 3339, UTC, `Z`.

@@ -59,6 +59,14 @@ impl<'a> Members<'a> {
             .map(|i| &self.0[i].1)
     }
 
+    /// The raw value of `key` unless it is absent or `null`: the one rule by which a field
+    /// counts as given (validation, resolves' inheritance, the stored body's lookups).
+    pub fn present(&self, key: &str) -> Option<&'a RawValue> {
+        self.get(key)
+            .copied()
+            .filter(|raw| Kind::of(raw) != Kind::Null)
+    }
+
     /// The members in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&Key<'a>, &&'a RawValue)> {
         self.0.iter().map(|(k, v)| (k, v))

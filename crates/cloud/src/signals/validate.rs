@@ -58,15 +58,12 @@ impl<'a> Checker<'_, 'a> {
 
     /// Whether a member is absent or null.
     fn missing(&self, key: &str) -> bool {
-        self.members
-            .get(key)
-            .is_none_or(|raw| Kind::of(raw) == Kind::Null)
+        self.members.present(key).is_none()
     }
 
     /// A string field: required or optional, non-empty, at most `max` bytes.
     fn string(&mut self, key: &str, required: bool, max: usize) -> Option<Cow<'a, str>> {
-        let members: &Members<'a> = self.members;
-        let Some(&raw) = members.get(key).filter(|r| Kind::of(r) != Kind::Null) else {
+        let Some(raw) = self.members.present(key) else {
             if required {
                 self.fail(key, format!("{key} is required (a non-empty string)"));
             }

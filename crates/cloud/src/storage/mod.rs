@@ -152,30 +152,25 @@ impl ServeLock {
         let mut lock_path = path.clone().into_os_string();
         lock_path.push(".serve-lock");
         let lock_path = std::path::PathBuf::from(lock_path);
+        let failed = |cause: &dyn std::fmt::Display| StorageError::Lock {
+            file: lock_path.display().to_string(),
+            cause: cause.to_string(),
+        };
         if let Some(dir) = lock_path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| StorageError::Lock {
-                file: lock_path.display().to_string(),
-                cause: e.to_string(),
-            })?;
+            std::fs::create_dir_all(dir).map_err(|e| failed(&e))?;
         }
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&lock_path)
-            .map_err(|e| StorageError::Lock {
-                file: lock_path.display().to_string(),
-                cause: e.to_string(),
-            })?;
+            .map_err(|e| failed(&e))?;
         match file.try_lock() {
             Ok(()) => Ok(ServeLock { _file: Some(file) }),
             Err(std::fs::TryLockError::WouldBlock) => {
                 Err(StorageError::InUse(path.display().to_string()))
             }
-            Err(std::fs::TryLockError::Error(e)) => Err(StorageError::Lock {
-                file: lock_path.display().to_string(),
-                cause: e.to_string(),
-            }),
+            Err(std::fs::TryLockError::Error(e)) => Err(failed(&e)),
         }
     }
 }
