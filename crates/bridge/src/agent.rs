@@ -149,7 +149,7 @@ impl Agent {
             .resources()
             .into_iter()
             .map(|(kind, name)| tunnel::ResourceInfo {
-                kind: wire_kind(kind),
+                kind,
                 name: name.to_string(),
             })
             .collect();
@@ -280,14 +280,4 @@ impl Agent {
 /// dead one.
 fn tunnel_streams(max_connections: u32) -> u32 {
     max_connections.saturating_mul(4).saturating_add(1)
-}
-
-fn wire_kind(kind: crate::config::ResourceKind) -> tunnel::ResourceKind {
-    use crate::config::ResourceKind as K;
-    match kind {
-        K::Source => tunnel::ResourceKind::Git,
-        K::Database => tunnel::ResourceKind::Database,
-        K::Api => tunnel::ResourceKind::Api,
-        K::Registry => tunnel::ResourceKind::Registry,
-    }
 }

@@ -103,7 +103,7 @@ async fn probe_all(cfg: &Config) -> Vec<Row> {
     for t in reachability::targets(cfg) {
         let kind = match t.kind {
             ResourceKind::Api => continue,
-            ResourceKind::Source => "git",
+            ResourceKind::Git => "git",
             ResourceKind::Registry => "registry",
             ResourceKind::Database => "database",
         };

@@ -34,8 +34,8 @@ pub use env::{
 pub use error::{ConfigError, Origin, Problem};
 pub use proxy::{ProxyUrl, bypasses_proxy, parse_no_proxy};
 pub use resources::{
-    AllowRule, Api, Credentials, DEFAULT_POSTGRES_PORT, Database, DatabaseEngine, MAX_NAME_LEN,
-    Registry, ResourceKind, Source, TokenAuth, is_valid_name,
+    AllowRule, Api, Credentials, DEFAULT_POSTGRES_PORT, Database, DatabaseEngine, GIT_TOKEN_USER,
+    GitAuth, GitSource, MAX_NAME_LEN, Registry, ResourceKind, is_valid_name,
 };
 pub use secret::{Secret, basic_authorization};
 
@@ -103,7 +103,7 @@ pub struct Config {
     /// Port of the local health and metrics server (`health_check_port`).
     pub health_check_port: u16,
     /// Git servers (`sources`).
-    pub sources: Vec<Source>,
+    pub sources: Vec<GitSource>,
     /// Databases (`databases`).
     pub databases: Vec<Database>,
     /// HTTP APIs (`apis`).
@@ -152,10 +152,7 @@ impl Config {
     /// Every declared resource as (kind, name), in file order per kind: what the bridge
     /// announces in its handshake (never the credentials).
     pub fn resources(&self) -> Vec<(ResourceKind, &str)> {
-        let sources = self
-            .sources
-            .iter()
-            .map(|r| (ResourceKind::Source, &*r.name));
+        let sources = self.sources.iter().map(|r| (ResourceKind::Git, &*r.name));
         let databases = self
             .databases
             .iter()

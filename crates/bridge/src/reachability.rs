@@ -49,7 +49,7 @@ pub(crate) fn targets(cfg: &Config) -> Vec<Target> {
     let sources = cfg
         .sources
         .iter()
-        .map(|s| url_target(ResourceKind::Source, &s.name, &s.url));
+        .map(|s| url_target(ResourceKind::Git, &s.name, &s.url));
     let databases = cfg.databases.iter().map(|d| Target {
         kind: ResourceKind::Database,
         name: d.name.clone(),

@@ -37,9 +37,10 @@ pub fn allowed(rules: &[AllowRule], method: &str, path: &str) -> Option<String> 
         .map(|r| format!("{} {}", r.method, r.path))
 }
 
-/// `*` matches any run of characters (including `/`). Iterative, remembering only the last
-/// star: O(pattern × text) at worst, so no path can make a rule with several stars explode.
-fn glob(pattern: &str, text: &str) -> bool {
+/// Whether `text` matches `pattern`, in which `*` matches any run of characters (including
+/// `/`). Iterative, remembering only the last star: O(pattern × text) at worst, so no path can
+/// make a rule with several stars explode.
+pub fn glob(pattern: &str, text: &str) -> bool {
     let (p, t) = (pattern.as_bytes(), text.as_bytes());
     let (mut pi, mut ti) = (0, 0);
     let mut star: Option<(usize, usize)> = None;

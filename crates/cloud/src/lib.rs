@@ -1,16 +1,23 @@
 //! `cloud`: the service side.
 //!
-//! Data flows `api` (HTTP, auth, problem+json) → `signals` (validate, normalise, rate-limit) →
-//! `storage` (group commit to SQLite or PostgreSQL). `server` owns the listeners, TLS and
-//! graceful shutdown; `admin` backs the key-minting commands; `metrics` defines every metric.
-//! `relay` accepts bridge tunnels and forwards API consumers' requests through them.
-//! Nothing here is shared with the bridge agent except through the `tunnel` crate.
+//! Data flows `api` (the Signals API's handlers) → `signals` (validate, normalise,
+//! rate-limit) → `storage` (group commit to SQLite or PostgreSQL). `relay` accepts bridge
+//! tunnels and forwards API consumers' requests through them. Each feature owns its router
+//! and state; `app` merges them, and the two share only `auth` (who is calling), `problem`
+//! (RFC 9457 errors) and `storage`, never each other's modules.
+//!
+//! `server` owns the listeners, TLS and graceful shutdown; `admin` backs the key-minting
+//! commands; `metrics` defines every metric. Nothing here is shared with the bridge agent
+//! except through the `tunnel` crate.
 
 pub mod admin;
 pub mod api;
+pub mod app;
+pub mod auth;
 pub mod cli;
 pub mod logging;
 pub mod metrics;
+pub mod problem;
 pub mod relay;
 pub mod secrets;
 pub mod server;

@@ -16,7 +16,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{self, AppState};
+use crate::app::{App, Limits, Listener};
 use crate::metrics::Metrics;
 use crate::relay::connect::ClientCert;
 use crate::storage::{Backend, ServeLock, StorageError, Store};
@@ -153,20 +153,20 @@ pub async fn run(
     }
     let acceptor =
         TlsAcceptor::from(tls::server_config(identity, client_cas).map_err(ServeError::ClientCa)?);
-    let state = AppState::new(
+    let app = App::new(
         store.clone(),
         metrics,
         ca,
-        api::Limits {
+        Limits {
             signal_rate_limit: options.signal_rate_limit,
             ingest_memory: options.ingest_memory,
             read_timeout: options.header_read_timeout,
             forward_timeout: options.forward_timeout,
         },
     );
-    let relay = state.relay.clone();
-    let tls_app = api::router(state.clone(), api::Listener::Tls);
-    let plain_app = api::router(state, api::Listener::Plain);
+    let relay = app.relay.clone();
+    let tls_app = app.router(Listener::Tls);
+    let plain_app = app.router(Listener::Plain);
 
     let cap = connection_cap(1 + usize::from(http_listener.is_some()));
     let mut loops = Vec::new();

@@ -3,13 +3,15 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The four kinds of resource a bridge can expose.
+/// The four kinds of resource a bridge can expose. One vocabulary everywhere: the bridge's
+/// configuration lists, the cloud's routes, audit records, metric labels and `/v1/bridges`
+/// all name a kind through this type (`api`, `git`, `registry`, `database`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ResourceKind {
     /// Internal HTTP APIs (`apis`).
     Api,
-    /// Git servers (`sources`).
+    /// Git servers reached over smart HTTP (`sources` with `type: git`).
     Git,
     /// OCI registries (`registries`).
     Registry,
@@ -18,6 +20,30 @@ pub enum ResourceKind {
 }
 
 impl ResourceKind {
+    /// Every kind, in the order the configuration lists them.
+    pub const ALL: [ResourceKind; 4] = [Self::Git, Self::Database, Self::Api, Self::Registry];
+
+    /// The lowercase name used in audit records, metric labels and JSON: `api`, `git`,
+    /// `registry` or `database`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceKind::Api => "api",
+            ResourceKind::Git => "git",
+            ResourceKind::Registry => "registry",
+            ResourceKind::Database => "database",
+        }
+    }
+
+    /// The bridge configuration list that declares this kind (`sources`, `apis`, ...).
+    pub fn list_key(self) -> &'static str {
+        match self {
+            ResourceKind::Api => "apis",
+            ResourceKind::Git => "sources",
+            ResourceKind::Registry => "registries",
+            ResourceKind::Database => "databases",
+        }
+    }
+
     /// The first path segment inside the tunnel, as in the cloud's URLs.
     pub fn segment(self) -> &'static str {
         match self {
@@ -30,9 +56,13 @@ impl ResourceKind {
 
     /// The kind whose segment this is.
     pub fn from_segment(s: &str) -> Option<Self> {
-        [Self::Api, Self::Git, Self::Registry, Self::Database]
-            .into_iter()
-            .find(|k| k.segment() == s)
+        Self::ALL.into_iter().find(|k| k.segment() == s)
+    }
+}
+
+impl std::fmt::Display for ResourceKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

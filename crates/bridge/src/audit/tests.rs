@@ -14,7 +14,7 @@ fn record(n: u64) -> AuditRecord {
         org: "acme".into(),
         bridge: "edge".into(),
         instance: "i-1".into(),
-        kind: ResourceKind::Source,
+        kind: ResourceKind::Git,
         resource: "git.internal".into(),
         method: "GET".into(),
         path: format!("/repo-{n}.git/info/refs?service=git-upload-pack&token=s3cret"),
@@ -62,7 +62,7 @@ fn a_record_is_one_json_line_with_type_and_prev() {
     assert_eq!(first["type"], "audit");
     assert_eq!(first["prev"], GENESIS_HASH);
     assert_eq!(first["time"], "2026-11-03T10:00:00.000Z");
-    assert_eq!(first["kind"], "source");
+    assert_eq!(first["kind"], "git");
     assert_eq!(first["decision"], "allowed");
     assert_eq!(first["path"], "/repo-0.git/info/refs?service&token");
     assert!(!lines[0].contains("s3cret"));

@@ -43,20 +43,22 @@ pub(crate) struct SourceFile {
     pub kind: Option<Spanned<String>>,
     pub name: Option<Spanned<String>>,
     pub url: Option<Spanned<String>>,
-    pub auth: Option<Spanned<TokenAuthFile>>,
+    pub auth: Option<Spanned<GitAuthFile>>,
+    pub repositories: Option<Vec<Spanned<String>>>,
     pub allow_push: Option<bool>,
     pub allow: Option<Vec<Spanned<AllowFile>>>,
     pub max_connections: Option<Spanned<i64>>,
 }
 
-/// `sources[].auth`.
+/// `sources[].auth`: `token` (the seed's), `bearer` or `basic`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct TokenAuthFile {
+pub(crate) struct GitAuthFile {
     #[serde(rename = "type")]
     pub kind: Option<Spanned<String>>,
     pub token: Option<Spanned<String>>,
     pub username: Option<Spanned<String>>,
+    pub password: Option<Spanned<String>>,
 }
 
 /// An entry of `databases`.

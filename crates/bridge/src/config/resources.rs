@@ -2,9 +2,6 @@
 //! `registries`), after validation, and the rules for their names.
 
 use std::collections::HashSet;
-use std::fmt;
-
-use serde::{Deserialize, Serialize};
 
 use url::Url;
 
@@ -15,48 +12,7 @@ pub const DEFAULT_POSTGRES_PORT: u16 = 5432;
 /// The longest name a bridge or a resource may have.
 pub const MAX_NAME_LEN: usize = 63;
 
-/// The kind of a resource; also the `kind` of an audit record. (`tunnel::ResourceKind` is
-/// the wire form; the two map one to one.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ResourceKind {
-    /// A Git server (`sources`).
-    Source,
-    /// A database (`databases`).
-    Database,
-    /// An HTTP API (`apis`).
-    Api,
-    /// An OCI registry (`registries`).
-    Registry,
-}
-
-impl ResourceKind {
-    /// The lowercase name: `source`, `database`, `api` or `registry`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Source => "source",
-            Self::Database => "database",
-            Self::Api => "api",
-            Self::Registry => "registry",
-        }
-    }
-
-    /// The configuration list that declares this kind (`sources`, ...).
-    pub fn list_key(self) -> &'static str {
-        match self {
-            Self::Source => "sources",
-            Self::Database => "databases",
-            Self::Api => "apis",
-            Self::Registry => "registries",
-        }
-    }
-}
-
-impl fmt::Display for ResourceKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use tunnel::ResourceKind;
 
 /// One `allow` rule: a method (`GET`, or `*` for any) and a path pattern in which `*` matches
 /// any run of characters. Matching is the forwarder's job; validation only checks the shape.
@@ -77,24 +33,55 @@ pub struct Credentials {
     pub password: Secret,
 }
 
-/// `sources[].auth`: a token, sent as the password of HTTP Basic auth.
+/// The user name paired with a Git token when the entry names none: GitHub Enterprise,
+/// GitLab, Gitea and Bitbucket Server all accept any user with a token as the password, and
+/// this is the name GitHub documents.
+pub const GIT_TOKEN_USER: &str = "x-access-token";
+
+/// `sources[].auth`: how the bridge proves itself to the Git server.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenAuth {
-    /// The user name to pair with the token; `None` leaves the choice to the forwarder.
-    pub username: Option<String>,
-    /// The access token.
-    pub token: Secret,
+pub enum GitAuth {
+    /// `type: token` (the default): HTTP Basic with the token as the password and
+    /// `username`, or [`GIT_TOKEN_USER`], as the user.
+    Token {
+        /// The user name to pair with the token.
+        username: Option<String>,
+        /// The access token.
+        token: Secret,
+    },
+    /// `type: bearer`: `Authorization: Bearer <token>`.
+    Bearer(Secret),
+    /// `type: basic`: a user name and password.
+    Basic(Credentials),
+}
+
+impl GitAuth {
+    /// The `Authorization` header value the bridge adds to each request to the server.
+    pub fn authorization(&self) -> String {
+        match self {
+            GitAuth::Token { username, token } => {
+                let user = username.as_deref().unwrap_or(GIT_TOKEN_USER);
+                super::basic_authorization(user, token)
+            }
+            GitAuth::Bearer(token) => format!("Bearer {}", token.expose()),
+            GitAuth::Basic(c) => super::basic_authorization(&c.username, &c.password),
+        }
+    }
 }
 
 /// A Git server reached over smart HTTP.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Source {
+pub struct GitSource {
     /// Unique among sources; defaults to the URL's host.
     pub name: String,
     /// Base URL (`http` or `https`, no credentials in it).
     pub url: Url,
-    /// Credentials added to each forwarded request.
-    pub auth: Option<TokenAuth>,
+    /// Credentials added to each forwarded request; `None` for an anonymous server.
+    pub auth: Option<GitAuth>,
+    /// Globs of the repository paths reachable under `url` (`*` matches any run of
+    /// characters, `/` included; a glob matches a path with or without its `.git` suffix).
+    /// Empty: every repository of the server.
+    pub repositories: Vec<String>,
     /// Whether `git push` (receive-pack) is allowed; fetch only by default.
     pub allow_push: bool,
     /// Extra allow rules; empty means the read-only defaults.

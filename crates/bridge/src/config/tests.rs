@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use super::*;
 
-/// A configuration shaped like the seed's sample, with secrets from the environment.
+/// A configuration shaped like the seed's sample (less its `databases` and `registries`, which
+/// this release cannot serve yet), with secrets from the environment.
 const SAMPLE: &str = r#"
 token: ${BRIDGE_TOKEN}
 name: production-bridge
@@ -29,15 +30,6 @@ sources:
     url: https://git.internal.company.com/legacy
     allow_push: true
 
-databases:
-  - type: postgresql
-    host: postgres.internal.company.com
-    port: 5432
-    database: production
-    credentials:
-      username: ${DB_USER}
-      password: ${DB_PASSWORD}
-
 apis:
   - name: internal-api
     url: https://api.internal.company.com
@@ -48,32 +40,17 @@ apis:
     allow:
       - method: get
         path: /v1/*
-
-registries:
-  - url: registry.internal.company.com:5000
-    auth:
-      username: ${REGISTRY_USER}
-      password: ${REGISTRY_PASSWORD}
 "#;
 
-const SECRETS: [(&str, &str); 6] = [
+const SECRETS: [(&str, &str); 4] = [
     ("BRIDGE_TOKEN", "tok-SECRET-bridge"),
     ("PROXY_PASSWORD", "SECRET-proxy"),
     ("GIT_TOKEN", "SECRET-git-token"),
-    ("DB_PASSWORD", "SECRET-db"),
     ("API_PASSWORD", "SECRET-api"),
-    ("REGISTRY_PASSWORD", "SECRET-registry"),
 ];
 
 fn sample_env() -> MapEnv {
-    SECRETS
-        .into_iter()
-        .chain([
-            ("DB_USER", "bridge"),
-            ("API_USER", "svc"),
-            ("REGISTRY_USER", "puller"),
-        ])
-        .collect()
+    SECRETS.into_iter().chain([("API_USER", "svc")]).collect()
 }
 
 fn load(yaml: &str, env: &MapEnv) -> Result<Config, ConfigError> {
@@ -113,20 +90,12 @@ fn sample_config_parses() {
     };
     assert_eq!(first.name, "git.internal.company.com");
     assert_eq!(
-        first.auth.as_ref().unwrap().token.expose(),
-        "SECRET-git-token"
+        first.auth.as_ref().unwrap().authorization(),
+        basic_authorization(GIT_TOKEN_USER, &Secret::new("SECRET-git-token"))
     );
     assert!(!first.allow_push);
     assert_eq!(second.name, "git.internal.company.com-2");
     assert!(second.allow_push && second.auth.is_none());
-
-    let db = &config.databases[0];
-    assert_eq!(
-        (db.name.as_str(), db.host.as_str(), db.port),
-        ("production", "postgres.internal.company.com", 5432)
-    );
-    assert_eq!(db.credentials.username, "bridge");
-    assert_eq!(db.credentials.password.expose(), "SECRET-db");
 
     let api = &config.apis[0];
     assert_eq!(api.name, "internal-api");
@@ -139,21 +108,12 @@ fn sample_config_parses() {
     );
     assert_eq!(api.auth.as_ref().unwrap().password.expose(), "SECRET-api");
 
-    let registry = &config.registries[0];
-    assert_eq!(
-        registry.url.as_str(),
-        "https://registry.internal.company.com:5000/"
-    );
-    assert_eq!(registry.name, "registry.internal.company.com");
-
     assert_eq!(
         config.resources(),
         vec![
-            (ResourceKind::Source, "git.internal.company.com"),
-            (ResourceKind::Source, "git.internal.company.com-2"),
-            (ResourceKind::Database, "production"),
+            (ResourceKind::Git, "git.internal.company.com"),
+            (ResourceKind::Git, "git.internal.company.com-2"),
             (ResourceKind::Api, "internal-api"),
-            (ResourceKind::Registry, "registry.internal.company.com"),
         ]
     );
 }
@@ -266,11 +226,11 @@ fn variables_are_expanded_in_strings() {
 
 #[test]
 fn a_missing_variable_names_itself_and_the_key() {
-    let yaml = "token: t\nname: n\ndatabases:\n  - host: db\n    database: app\n    credentials:\n      username: u\n      password: ${DB_PASSWORD}\n";
+    let yaml = "token: t\nname: n\napis:\n  - url: http://svc\n    auth:\n      username: u\n      password: ${API_PASSWORD}\n";
     let text = failure(yaml, &MapEnv::new());
     assert_eq!(
         text,
-        "bridge.yaml:8:17: databases[0].credentials.password: environment variable DB_PASSWORD is not set"
+        "bridge.yaml:7:17: apis[0].auth.password: environment variable API_PASSWORD is not set"
     );
 }
 
@@ -340,6 +300,7 @@ databases:
         "bridge.yaml:21:15: apis[1].allow[0].path: expected a path pattern starting with / or *",
         "bridge.yaml:23:5: databases[0].database: required",
         "bridge.yaml:23:5: databases[0].credentials: required",
+        "bridge.yaml:23:5: databases[0]: this bridge release",
         "bridge.yaml:24:11: databases[0].port: expected a port from 1 to 65535, got 0",
     ];
     // In file order (problems without a place first), one per line.
@@ -423,4 +384,84 @@ fn a_resource_url_with_a_query_is_refused() {
     );
     assert!(text.contains("apis[0].url"), "{text}");
     assert!(text.contains("without ?query"), "{text}");
+}
+
+#[test]
+fn git_auth_types_and_repositories() {
+    let yaml = r#"
+name: b
+sources:
+  - url: http://git.corp
+    name: plain
+  - url: http://git.corp
+    name: bearer
+    auth: {type: bearer, token: T1}
+    repositories: ["team/*", "/infra/deploy.git"]
+  - url: http://git.corp
+    name: basic
+    auth: {type: basic, username: u, password: p}
+  - url: http://git.corp
+    name: user
+    auth: {token: T2, username: git}
+"#;
+    let config = load(yaml, &MapEnv::new().with(TOKEN_VAR, "t")).unwrap();
+    let auth: Vec<_> = config
+        .sources
+        .iter()
+        .map(|s| s.auth.as_ref().map(GitAuth::authorization))
+        .collect();
+    assert_eq!(
+        auth,
+        vec![
+            None,
+            Some("Bearer T1".to_string()),
+            Some(basic_authorization("u", &Secret::new("p"))),
+            Some(basic_authorization("git", &Secret::new("T2"))),
+        ]
+    );
+    assert_eq!(
+        config.sources[1].repositories,
+        ["team/*", "infra/deploy.git"]
+    );
+
+    let bad = r#"
+name: b
+sources:
+  - url: http://git.corp
+    auth: {type: bearer, username: u}
+    repositories: ["../etc", ""]
+  - url: http://git.corp
+    auth: {type: oauth, token: x}
+"#;
+    let err = failure(bad, &MapEnv::new().with(TOKEN_VAR, "t"));
+    for want in [
+        "sources[0].auth.username: not used with auth type \"bearer\"",
+        "sources[0].auth.token: required",
+        "sources[0].repositories[0]: expected a repository path or glob",
+        "sources[0].repositories[1]: expected a repository path or glob",
+        "sources[1].auth.type: expected token, bearer or basic, got \"oauth\"",
+    ] {
+        assert!(err.contains(want), "{want:?} missing from:\n{err}");
+    }
+}
+
+#[test]
+fn kinds_this_release_cannot_serve_are_refused_by_entry() {
+    let yaml = r#"
+name: b
+databases:
+  - {type: postgresql, host: db, database: app, credentials: {username: u, password: p}}
+registries:
+  - url: registry.corp:5000
+  - url: registry2.corp:5000
+"#;
+    let err = failure(yaml, &MapEnv::new().with(TOKEN_VAR, "t"));
+    for want in [
+        "bridge.yaml:4:5: databases[0]: this bridge release",
+        "registries[0]: this bridge release",
+        "registries[1]: this bridge release",
+    ] {
+        assert!(err.contains(want), "{want:?} missing from:\n{err}");
+    }
+    assert!(err.contains("cannot serve registries yet"), "{err}");
 }

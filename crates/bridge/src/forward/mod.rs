@@ -1,9 +1,20 @@
 //! The HTTP/2 service the bridge runs for the cloud: every stream names one declared resource
-//! (`/apis/{name}/{path}`); the bridge checks the path and the entry's `allow` rules, injects the
-//! entry's credentials, streams the request to the internal system and the answer back, and
-//! writes one audit record. Anything not declared is unreachable.
+//! (`/{kind}/{name}/{path}`), and passes the same phases whatever its kind:
+//!
+//! 1. **route**: the stream's resource, or 404 (nothing undeclared is reachable);
+//! 2. **admit**: path hygiene, forbidden methods, the kind's own rules and the entry's `allow`
+//!    rules ([`Kind::admit`]), `max_memory_mb`, then a slot under `max_connections`;
+//! 3. **upstream request**: the entry's base URL plus the path, hop-by-hop and spoofing
+//!    headers removed, the kind's credentials injected ([`Kind::upstream_request_filter`]);
+//! 4. **response**: streamed back with one hop's headers removed;
+//! 5. **settle**: one audit record and the metrics, however the stream ends ([`Finish`]).
+//!
+//! Each kind is one module ([`api`], [`git`]) implementing [`Kind`].
 
+mod api;
 mod counted;
+mod git;
+mod kind;
 mod upstream;
 
 use std::collections::HashMap;
@@ -12,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
 use hyper::body::Incoming;
@@ -20,9 +31,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::Semaphore;
-use tunnel::ResourceKind as WireKind;
 
 pub use counted::{Counted, Tally};
+pub use kind::{Kind, Refusal};
 pub use upstream::https_connector;
 use upstream::{HOP, build_upstream, strip_headers};
 
@@ -30,7 +41,7 @@ use crate::audit::{AuditLog, AuditRecord, Decision};
 use crate::config::{Config, ResourceKind};
 use crate::memory::MemoryGauge;
 use crate::metrics::Metrics;
-use crate::rules::{allowed, method_is_forbidden, path_is_clean};
+use crate::rules::{method_is_forbidden, path_is_clean};
 use crate::status::Status;
 
 /// The response body type of the service.
@@ -38,6 +49,17 @@ pub type ResBody = BoxBody<Bytes, hyper::Error>;
 
 /// How long a stream waits for a free slot under `max_connections` before a 503.
 const QUEUE_WAIT: Duration = Duration::from_secs(5);
+
+/// The kinds this release forwards; the bridge announces only these, and refuses to start
+/// with an entry of another kind.
+pub const SERVED_KINDS: [ResourceKind; 2] = [ResourceKind::Api, ResourceKind::Git];
+
+/// One declared entry, ready to forward to.
+struct Resource {
+    kind: Box<dyn Kind>,
+    /// The entry's own `max_connections`, where it sets one.
+    slots: Option<Arc<Semaphore>>,
+}
 
 /// Forwards the cloud's streams to declared resources.
 pub struct Forwarder {
@@ -49,13 +71,12 @@ pub struct Forwarder {
     client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Counted<Arc<AtomicU64>>>,
     /// `max_connections`: streams of this instance, all resources together.
     all: Arc<Semaphore>,
-    /// A resource's own `max_connections`, where it sets one.
-    limits: HashMap<String, Arc<Semaphore>>,
+    resources: HashMap<(ResourceKind, String), Resource>,
     memory: MemoryGauge,
 }
 
 impl Forwarder {
-    /// A forwarder over the configuration's `apis`.
+    /// A forwarder over the configuration's resources of [`SERVED_KINDS`].
     pub fn new(
         cfg: Arc<Config>,
         status: Arc<Status>,
@@ -68,14 +89,30 @@ impl Forwarder {
             .pool_idle_timeout(Duration::from_secs(60))
             .build(connector);
         let all = Arc::new(Semaphore::new(cfg.max_connections.max(1) as usize));
-        let limits = cfg
+        let mut resources = HashMap::new();
+        let entries = cfg
             .apis
             .iter()
-            .filter_map(|a| {
-                let n = a.max_connections?.max(1) as usize;
-                Some((a.name.clone(), Arc::new(Semaphore::new(n))))
+            .map(|a| {
+                (
+                    ResourceKind::Api,
+                    a.name.clone(),
+                    Box::new(a.clone()) as Box<dyn Kind>,
+                )
             })
-            .collect();
+            .chain(cfg.sources.iter().map(|s| {
+                (
+                    ResourceKind::Git,
+                    s.name.clone(),
+                    Box::new(s.clone()) as Box<dyn Kind>,
+                )
+            }));
+        for (kind_of, name, kind) in entries {
+            let slots = kind
+                .max_connections()
+                .map(|n| Arc::new(Semaphore::new(n.max(1) as usize)));
+            resources.insert((kind_of, name), Resource { kind, slots });
+        }
         Forwarder {
             cfg,
             status,
@@ -84,7 +121,7 @@ impl Forwarder {
             instance,
             client,
             all,
-            limits,
+            resources,
             memory: MemoryGauge::default(),
         }
     }
@@ -96,116 +133,43 @@ impl Forwarder {
     ) -> Result<Response<ResBody>, hyper::Error> {
         if req.uri().path() == tunnel::HEARTBEAT_PATH {
             self.status.heartbeat();
-            return Ok(text(StatusCode::OK, "ok"));
+            return Ok(kind::text(StatusCode::OK, "ok"));
         }
         let started = Instant::now();
         // Every request the cloud sends counts, refused ones too (`bridge_refused_total` says why).
         self.metrics.requests.inc();
+        let mut audit = self.audit_record(&req);
+        // Phase 1: route.
         let path = req.uri().path().to_string();
-        let mut audit = AuditRecord {
-            time: chrono::Utc::now(),
-            request_id: header_str(req.headers(), tunnel::HEADER_REQUEST_ID),
-            org: header_str(req.headers(), tunnel::HEADER_ORG),
-            bridge: self.cfg.name.clone(),
-            instance: self.instance.clone(),
-            kind: ResourceKind::Api,
-            resource: String::new(),
-            method: req.method().to_string(),
-            // Written without query values: the record's serializer strips them.
-            path: req.uri().to_string(),
-            status: 0,
-            bytes_in: 0,
-            bytes_out: 0,
-            duration_ms: 0,
-            principal: header_str(req.headers(), tunnel::HEADER_PRINCIPAL),
-            decision: Decision::Denied,
-            rule: String::new(),
+        let routed = tunnel::resource::split_tunnel_path(&path).and_then(|(kind, name, rest)| {
+            audit.kind = kind;
+            audit.resource = name.to_string();
+            let resource = self.resources.get(&(kind, name.to_string()))?;
+            Some((resource, rest))
+        });
+        let Some((resource, rest)) = routed else {
+            let refusal =
+                Refusal::not_found("not_declared", "this bridge declares no such resource");
+            return Ok(self.deny(started, audit, None, refusal));
         };
-        let Some((kind, name, rest)) = tunnel::resource::split_tunnel_path(&path) else {
-            return Ok(self.deny(
-                started,
-                audit,
-                StatusCode::NOT_FOUND,
-                "not_declared",
-                "no such resource on this bridge",
-            ));
+        // Phase 2: admit.
+        let (rule, permits) = match self.admit(resource, &req, rest).await {
+            Ok(admitted) => admitted,
+            Err(refusal) => return Ok(self.deny(started, audit, Some(resource), refusal)),
         };
-        audit.resource = name.to_string();
-        let api = match kind {
-            WireKind::Api => self.cfg.apis.iter().find(|a| a.name == name),
-            _ => None,
-        };
-        let Some(api) = api else {
-            return Ok(self.deny(
-                started,
-                audit,
-                StatusCode::NOT_FOUND,
-                "not_declared",
-                "this bridge declares no such resource",
-            ));
-        };
-        if !path_is_clean(rest) {
-            audit.rule = "path-normalisation".into();
-            return Ok(self.deny(
-                started,
-                audit,
-                StatusCode::BAD_REQUEST,
-                "not_allowed",
-                "the path has '..', '.', encoded slashes, dots, semicolons or percent signs, or backslashes; send a normalised path",
-            ));
-        }
-        if method_is_forbidden(req.method().as_str()) {
-            audit.rule = "forbidden-method".into();
-            return Ok(self.deny(
-                started,
-                audit,
-                StatusCode::METHOD_NOT_ALLOWED,
-                "not_allowed",
-                "TRACE and CONNECT are never forwarded (TRACE would echo the injected credentials)",
-            ));
-        }
-        match allowed(&api.allow, req.method().as_str(), rest) {
-            Some(rule) => audit.rule = rule,
-            None => {
-                audit.rule = "no matching allow rule".into();
-                return Ok(self.deny(
-                    started,
-                    audit,
-                    StatusCode::FORBIDDEN,
-                    "not_allowed",
-                    "no allow rule of this resource matches the method and path",
-                ));
-            }
-        }
-        if self.memory.rss_mb() > self.cfg.max_memory_mb {
-            tracing::warn!(
-                limit_mb = self.cfg.max_memory_mb,
-                "memory above max_memory_mb; refusing new streams"
-            );
-            audit.rule = "max_memory_mb".into();
-            return Ok(self.deny(
-                started,
-                audit,
-                StatusCode::SERVICE_UNAVAILABLE,
-                "memory",
-                "the bridge is above max_memory_mb; retry shortly",
-            ));
-        }
-        let Some(permits) = self.permits(&api.name).await else {
-            audit.rule = "max_connections".into();
-            return Ok(self.deny(
-                started,
-                audit,
-                StatusCode::SERVICE_UNAVAILABLE,
-                "overloaded",
-                "the bridge or this resource is at its max_connections; retry shortly",
-            ));
-        };
+        audit.rule = rule;
+        // Phase 3: the upstream request.
         let bytes_in = Arc::new(AtomicU64::new(0));
-        let upstream = match build_upstream(api, rest, req, bytes_in.clone()) {
+        let upstream = match build_upstream(resource.kind.as_ref(), rest, req, bytes_in.clone()) {
             Ok(r) => r,
             Err(why) => {
-                return Ok(self.deny(started, audit, StatusCode::BAD_REQUEST, "not_allowed", &why));
+                let refusal = Refusal {
+                    status: StatusCode::BAD_REQUEST,
+                    reason: "not_allowed",
+                    rule: audit.rule.clone(),
+                    why,
+                };
+                return Ok(self.deny(started, audit, Some(resource), refusal));
             }
         };
         audit.decision = Decision::Allowed;
@@ -214,6 +178,7 @@ impl Forwarder {
         // the record and settles the metrics however the stream ends.
         audit.status = 499;
         self.metrics.in_flight.inc();
+        let name = audit.resource.clone();
         let mut finish = Finish {
             forwarder: self.clone(),
             audit: Some(audit),
@@ -222,6 +187,7 @@ impl Forwarder {
             bytes_out: 0,
             _permits: permits,
         };
+        // Phase 4: the response.
         match self.client.request(upstream).await {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
@@ -239,25 +205,94 @@ impl Forwarder {
                 ))
             }
             Err(e) => {
-                tracing::warn!(resource = %api.name, cause = %e, "internal API unreachable");
+                tracing::warn!(resource = %name, cause = %e, "internal resource unreachable");
                 if let Some(audit) = finish.audit.as_mut() {
                     audit.status = 502;
                 }
                 drop(finish);
-                Ok(text(
+                Ok(resource.kind.refusal(
                     StatusCode::BAD_GATEWAY,
                     &format!(
-                        "the bridge cannot reach resource {:?}: {e}. Check that the bridge host can connect to it",
-                        api.name
+                        "the bridge cannot reach resource {name:?}: {e}. Check that the bridge host can connect to it"
                     ),
                 ))
             }
         }
     }
 
+    /// The audit record of a stream, before anything is decided.
+    fn audit_record(&self, req: &Request<Incoming>) -> AuditRecord {
+        AuditRecord {
+            time: chrono::Utc::now(),
+            request_id: header_str(req.headers(), tunnel::HEADER_REQUEST_ID),
+            org: header_str(req.headers(), tunnel::HEADER_ORG),
+            bridge: self.cfg.name.clone(),
+            instance: self.instance.clone(),
+            kind: ResourceKind::Api,
+            resource: String::new(),
+            method: req.method().to_string(),
+            // Written without query values: the record's serializer strips them.
+            path: req.uri().to_string(),
+            status: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+            duration_ms: 0,
+            principal: header_str(req.headers(), tunnel::HEADER_PRINCIPAL),
+            decision: Decision::Denied,
+            rule: String::new(),
+        }
+    }
+
+    /// Phase 2: the rule that admits the stream and its slots, or why it is refused.
+    async fn admit(
+        &self,
+        resource: &Resource,
+        req: &Request<Incoming>,
+        path: &str,
+    ) -> Result<(String, Permits), Refusal> {
+        if !path_is_clean(path) {
+            return Err(Refusal {
+                status: StatusCode::BAD_REQUEST,
+                reason: "not_allowed",
+                rule: "path-normalisation".into(),
+                why: "the path has '..', '.', encoded slashes, dots, semicolons or percent signs, or backslashes; send a normalised path".into(),
+            });
+        }
+        if method_is_forbidden(req.method().as_str()) {
+            return Err(Refusal {
+                status: StatusCode::METHOD_NOT_ALLOWED,
+                reason: "not_allowed",
+                rule: "forbidden-method".into(),
+                why: "TRACE and CONNECT are never forwarded (TRACE would echo the injected credentials)".into(),
+            });
+        }
+        let rule = resource.kind.admit(req.method(), path, req.uri().query())?;
+        if self.memory.rss_mb() > self.cfg.max_memory_mb {
+            tracing::warn!(
+                limit_mb = self.cfg.max_memory_mb,
+                "memory above max_memory_mb; refusing new streams"
+            );
+            return Err(Refusal {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                reason: "memory",
+                rule: "max_memory_mb".into(),
+                why: "the bridge is above max_memory_mb; retry shortly".into(),
+            });
+        }
+        let Some(permits) = self.permits(resource).await else {
+            return Err(Refusal {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                reason: "overloaded",
+                rule: "max_connections".into(),
+                why: "the bridge or this resource is at its max_connections; retry shortly".into(),
+            });
+        };
+        Ok((rule, permits))
+    }
+
     /// A slot under `max_connections` and, where the resource sets one, under its own limit.
     /// A free slot is taken at once; otherwise the stream waits, up to [`QUEUE_WAIT`] in all.
-    async fn permits(&self, resource: &str) -> Option<Permits> {
+    async fn permits(&self, resource: &Resource) -> Option<Permits> {
         let deadline = tokio::time::Instant::now() + QUEUE_WAIT;
         let take = |sem: Arc<Semaphore>| async move {
             match sem.clone().try_acquire_owned() {
@@ -270,7 +305,7 @@ impl Forwarder {
         };
         // The resource's own limit first: streams queued for one busy resource must not sit
         // on instance-wide slots that other resources could use.
-        let own = match self.limits.get(resource) {
+        let own = match &resource.slots {
             Some(sem) => Some(take(sem.clone()).await?),
             None => None,
         };
@@ -281,25 +316,31 @@ impl Forwarder {
         })
     }
 
+    /// Settles a refused stream: metrics, the audit record, and the refusal in the kind's
+    /// format (plain text where no resource was found).
     fn deny(
         &self,
         started: Instant,
         mut audit: AuditRecord,
-        status: StatusCode,
-        reason: &str,
-        why: &str,
+        resource: Option<&Resource>,
+        refusal: Refusal,
     ) -> Response<ResBody> {
-        self.metrics.refuse(reason);
+        self.metrics.refuse(refusal.reason);
         self.metrics
             .duration
             .observe(started.elapsed().as_secs_f64());
-        audit.status = status.as_u16();
+        audit.status = refusal.status.as_u16();
         audit.decision = Decision::Denied;
-        if audit.rule.is_empty() {
-            audit.rule = reason.to_string();
-        }
+        audit.rule = if refusal.rule.is_empty() {
+            refusal.reason.to_string()
+        } else {
+            refusal.rule
+        };
         self.write_audit(&audit);
-        text(status, why)
+        match resource {
+            Some(r) => r.kind.refusal(refusal.status, &refusal.why),
+            None => kind::text(refusal.status, &refusal.why),
+        }
     }
 
     fn write_audit(&self, record: &AuditRecord) {
@@ -316,32 +357,13 @@ fn header_str(h: &HeaderMap, name: &str) -> String {
         .to_string()
 }
 
-fn text(status: StatusCode, body: &str) -> Response<ResBody> {
-    let mut r = Response::new(
-        http_body_util::Full::new(Bytes::from(format!("{body}\n")))
-            .map_err(|never| match never {})
-            .boxed(),
-    );
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        // Busy (max_connections) or above max_memory_mb: both pass within moments.
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    r
-}
-
 /// Held for as long as a stream is forwarded.
 struct Permits {
     _all: tokio::sync::OwnedSemaphorePermit,
     _own: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
-/// Writes the audit record and metrics when the response body ends (or is dropped).
+/// Phase 5: writes the audit record and metrics when the response body ends (or is dropped).
 struct Finish {
     forwarder: Arc<Forwarder>,
     audit: Option<AuditRecord>,

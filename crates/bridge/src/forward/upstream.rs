@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderValue, Request, header};
+use http::{HeaderMap, Request};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::counted::Counted;
-use crate::config::{Api, basic_authorization};
+use super::kind::Kind;
 
 /// How long connecting to an internal system may take before the request gets a 502.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -81,13 +81,16 @@ pub(super) fn strip_headers(headers: &mut HeaderMap, names: &[&str]) {
     }
 }
 
+/// The request as the internal system gets it: the entry's base URL plus `rest` and the
+/// query, HTTP/1.1, without [`HOP`] headers or the cloud's principal and org, and with the
+/// kind's credentials.
 pub(super) fn build_upstream(
-    api: &Api,
+    kind: &dyn Kind,
     rest: &str,
     req: Request<Incoming>,
     counter: Arc<AtomicU64>,
 ) -> Result<Request<Counted<Arc<AtomicU64>>>, String> {
-    let base = api.url.as_str().trim_end_matches('/');
+    let base = kind.base_url().as_str().trim_end_matches('/');
     let query = req
         .uri()
         .query()
@@ -104,11 +107,7 @@ pub(super) fn build_upstream(
         &mut parts.headers,
         &[tunnel::HEADER_PRINCIPAL, tunnel::HEADER_ORG],
     );
-    if let Some(auth) = &api.auth
-        && let Ok(v) = HeaderValue::from_str(&basic_authorization(&auth.username, &auth.password))
-    {
-        parts.headers.insert(header::AUTHORIZATION, v);
-    }
+    kind.upstream_request_filter(&mut parts.headers);
     Ok(Request::from_parts(
         parts,
         Counted {

@@ -9,9 +9,9 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::AppState;
-use super::auth::storage_unavailable;
-use super::problem::Problem;
+use super::ApiState;
+use crate::problem::Problem;
+use crate::problem::storage_unavailable;
 use crate::signals::event::{EventType, format_time};
 use crate::storage::{EventQuery, StoredEvent};
 
@@ -89,7 +89,7 @@ fn decode_cursor(cursor: &str) -> Result<(i64, String), Problem> {
 
 /// Lists the org's events, newest first, a page at a time.
 pub async fn list(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     headers: HeaderMap,
     params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, Problem> {
@@ -149,7 +149,7 @@ pub async fn list(
 
 /// One event of the org; 404 for another org's event (its existence is not revealed).
 pub async fn get(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, Problem> {

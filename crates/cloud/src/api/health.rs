@@ -4,7 +4,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::AppState;
+use super::ApiState;
 
 /// 200 while the process runs.
 pub async fn livez() -> &'static str {
@@ -12,7 +12,7 @@ pub async fn livez() -> &'static str {
 }
 
 /// 200 when storage answers, else 503 (take this instance out of rotation).
-pub async fn readyz(State(state): State<AppState>) -> Response {
+pub async fn readyz(State(state): State<ApiState>) -> Response {
     if state.store.ping().await {
         (StatusCode::OK, "ready\n").into_response()
     } else {
@@ -21,7 +21,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 /// Prometheus text exposition.
-pub async fn metrics(State(state): State<AppState>) -> Response {
+pub async fn metrics(State(state): State<ApiState>) -> Response {
     (
         [(
             header::CONTENT_TYPE,

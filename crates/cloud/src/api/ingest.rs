@@ -10,10 +10,10 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use http_body_util::BodyExt;
 
-use super::AppState;
-use super::auth::storage_unavailable;
+use super::ApiState;
 use super::budget::Share;
-use super::problem::Problem;
+use crate::problem::Problem;
+use crate::problem::storage_unavailable;
 use crate::signals::batch::{self, BatchError, MAX_REQUEST_BYTES};
 use crate::signals::event::{FieldError, ValidEvent, format_time, member_json};
 use crate::signals::raw;
@@ -26,7 +26,7 @@ const MAX_IDEMPOTENCY_KEY: usize = 255;
 /// `POST /v1/signals/{signalKey}`: 202 once stored, else a problem (400, 401, 403, 404, 413,
 /// 415, 422, 429, 503; see docs/api.md).
 pub async fn post_signal(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     Path(signal_key): Path<String>,
     request: Request,
 ) -> Response {
@@ -67,7 +67,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 }
 
 async fn ingest(
-    state: &AppState,
+    state: &ApiState,
     signal_key: &str,
     headers: &HeaderMap,
     body: Body,
@@ -277,7 +277,7 @@ async fn drain(mut body: Body) {
 /// A resolve sent with only `dedupKey` takes the missing fields from the alert it closes: an
 /// earlier alert of the same batch, else the latest stored one.
 async fn inherit_resolves(
-    state: &AppState,
+    state: &ApiState,
     org_id: i64,
     events: &mut [ValidEvent<'_>],
 ) -> Result<(), Rejection> {

@@ -16,10 +16,10 @@ use rustls_pki_types::CertificateDer;
 use tunnel::ResourceInfo;
 
 use super::Instance;
+use super::RelayState;
 use super::enroll::{BridgeCredential, authenticate_bridge, certificate_name};
-use crate::api::AppState;
-use crate::api::auth::storage_unavailable;
-use crate::api::problem::Problem;
+use crate::problem::Problem;
+use crate::problem::storage_unavailable;
 use crate::storage::StorageError;
 
 /// The verified client certificate of a TLS connection (leaf), put in each request's
@@ -50,7 +50,7 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 /// TLS handshake has already checked that it chains to one of them; which one is decided by
 /// the internal CA's signature, never by the issuer's name.
 async fn names_the_bridge(
-    state: &AppState,
+    state: &RelayState,
     cert: &CertificateDer<'_>,
     credential: &BridgeCredential,
 ) -> Result<bool, StorageError> {
@@ -65,7 +65,7 @@ async fn names_the_bridge(
     else {
         return Ok(false);
     };
-    if state.relay.ca.issued(cert) {
+    if state.ca.issued(cert) {
         return Ok(cn == certificate_name(credential.org_id, &credential.bridge_name));
     }
     let Some((slug, bridge)) = cn.split_once(':') else {
@@ -77,7 +77,7 @@ async fn names_the_bridge(
 
 /// `GET /v1/bridge/connect`: 101 and the tunnel, or 400/401/403/426 with the reason in
 /// `x-bridge-refusal` (the bridge logs it).
-pub async fn connect(State(state): State<AppState>, mut req: Request) -> Response {
+pub async fn connect(State(state): State<RelayState>, mut req: Request) -> Response {
     let headers = req.headers().clone();
     let credential = match authenticate_bridge(&state, &headers).await {
         Ok(c) => c,
@@ -181,7 +181,7 @@ struct Tunnel {
     heartbeat: Duration,
 }
 
-async fn run(state: AppState, t: Tunnel, io: hyper::upgrade::Upgraded) {
+async fn run(state: RelayState, t: Tunnel, io: hyper::upgrade::Upgraded) {
     let handshake = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
         .keep_alive_interval(t.heartbeat)
@@ -208,10 +208,10 @@ async fn run(state: AppState, t: Tunnel, io: hyper::upgrade::Upgraded) {
         last_heartbeat: std::sync::Mutex::new(Utc::now()),
         in_flight: AtomicUsize::new(0),
         sender,
-        closed: state.relay.shutdown.child_token(),
+        closed: state.shutdown.child_token(),
     });
     let (org_id, bridge) = (t.credential.org_id, t.credential.bridge_name.clone());
-    state.relay.registry.add(org_id, &bridge, instance.clone());
+    state.registry.add(org_id, &bridge, instance.clone());
     tracing::info!(org_id, bridge = %bridge, instance = %t.instance_id, version = %t.version, "bridge connected");
     let watch = tokio::spawn(watch(
         state.clone(),
@@ -229,12 +229,12 @@ async fn run(state: AppState, t: Tunnel, io: hyper::upgrade::Upgraded) {
     }
     instance.closed.cancel();
     watch.abort();
-    state.relay.registry.remove(org_id, &bridge, &instance);
+    state.registry.remove(org_id, &bridge, &instance);
     tracing::info!(org_id, bridge = %bridge, instance = %t.instance_id, "bridge disconnected");
 }
 
 /// Heartbeats through the tunnel and rechecks the token; cancels the tunnel when either fails.
-async fn watch(state: AppState, token_id: String, instance: Arc<Instance>, every: Duration) {
+async fn watch(state: RelayState, token_id: String, instance: Arc<Instance>, every: Duration) {
     let mut beat = tokio::time::interval(every);
     let mut revocation = tokio::time::interval(REVOCATION_CHECK);
     let mut missed = 0;

@@ -8,9 +8,9 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::api::AppState;
-use crate::api::auth::storage_unavailable;
-use crate::api::problem::Problem;
+use super::RelayState;
+use crate::problem::Problem;
+use crate::problem::storage_unavailable;
 use crate::secrets::{self, Kind};
 
 /// How long an enrolled client certificate is valid; bridges renew at two thirds.
@@ -29,7 +29,7 @@ pub struct BridgeCredential {
 
 /// Checks `Authorization: Bearer <bridge token>`: known, matching hash, not revoked.
 pub async fn authenticate_bridge(
-    state: &AppState,
+    state: &RelayState,
     headers: &HeaderMap,
 ) -> Result<BridgeCredential, Problem> {
     let presented = headers
@@ -78,7 +78,7 @@ pub fn certificate_name(org_id: i64, bridge: &str) -> String {
 
 /// `POST /v1/bridge/enroll`: body is the CSR in PEM; answer `{"certificate","ca"}` in PEM,
 /// or 400 (not a CSR), 401 (token), 503 (CA unavailable).
-pub async fn enroll(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+pub async fn enroll(State(state): State<RelayState>, headers: HeaderMap, body: Body) -> Response {
     // The token first: nobody without one makes the server read a body.
     let credential = match authenticate_bridge(&state, &headers).await {
         Ok(c) => c,
@@ -128,7 +128,7 @@ pub async fn enroll(State(state): State<AppState>, headers: HeaderMap, body: Bod
 }
 
 fn issue(
-    state: &AppState,
+    state: &RelayState,
     c: &BridgeCredential,
     csr_pem: &str,
 ) -> Result<(String, String), Problem> {
@@ -154,9 +154,9 @@ fn issue(
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
     params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
     csr.params = params;
-    let cert = state.relay.ca.sign_csr(&csr).map_err(|e| {
+    let cert = state.ca.sign_csr(&csr).map_err(|e| {
         tracing::error!(cause = %e, "cannot sign a bridge certificate");
         Problem::unavailable(5, "the certificate authority could not sign; retry shortly")
     })?;
-    Ok((cert, state.relay.ca.cert_pem.clone()))
+    Ok((cert, state.ca.cert_pem.clone()))
 }

@@ -1,154 +1,109 @@
 //! The relay: bridges dial in ([`connect`]) after enrolling for a client certificate
 //! ([`enroll`]); the [`Registry`] keeps every live tunnel per org and bridge; [`forward`] sends
 //! API consumers' requests through them as HTTP/2 streams.
+//!
+//! The relay owns its routes and its [`RelayState`]; it shares only the store, the key cache
+//! and the error type with the rest of `cloud`, never the API handlers.
 
 pub mod connect;
 pub mod enroll;
 pub mod forward;
+pub mod registry;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Duration;
 
-use axum::body::Body;
-use chrono::{DateTime, Utc};
-use serde::Serialize;
+use axum::Router;
+use axum::extract::{RawPathParams, Request, State};
+use axum::routing::{any, get, post};
 use tokio_util::sync::CancellationToken;
-use tunnel::ResourceInfo;
+use tunnel::ResourceKind;
 
-/// One live tunnel: one process of a bridge.
-pub struct Instance {
-    /// The bridge process's random id.
-    pub id: String,
-    /// The bridge's release version.
-    pub version: String,
-    /// What it declares (names and kinds).
-    pub resources: Vec<ResourceInfo>,
-    /// When the tunnel opened.
-    pub connected_at: DateTime<Utc>,
-    /// Last heartbeat round trip.
-    pub last_heartbeat: Mutex<DateTime<Utc>>,
-    /// Streams currently forwarded through it.
-    pub in_flight: AtomicUsize,
-    /// HTTP/2 client over the upgraded connection (the cloud is the client).
-    pub sender: hyper::client::conn::http2::SendRequest<Body>,
-    /// Cancelled to close the tunnel (revocation, missed heartbeats, shutdown).
-    pub closed: CancellationToken,
+pub use registry::{BridgeView, Instance, InstanceView, Registry};
+
+use crate::auth::KeyCache;
+use crate::storage::Store;
+use crate::tls::LocalCa;
+
+/// The resource kinds consumers reach under `/v1/bridges/{bridge}/{kind}/{name}/…`; each gets
+/// the same three routes from [`router`].
+pub const FORWARDED_KINDS: [ResourceKind; 2] = [ResourceKind::Api, ResourceKind::Git];
+
+/// What the relay's handlers share (one pointer, cloned per request).
+#[derive(Clone)]
+pub struct RelayState(Arc<RelayShared>);
+
+impl std::ops::Deref for RelayState {
+    type Target = RelayShared;
+
+    fn deref(&self) -> &RelayShared {
+        &self.0
+    }
 }
 
-/// Instances of one bridge.
-#[derive(Default)]
-struct Bridge {
-    instances: Vec<Arc<Instance>>,
+/// The fields of [`RelayState`].
+pub struct RelayShared {
+    /// Bridge tokens, orgs and the CA live here.
+    pub store: Store,
+    /// Verified API keys (shared with the Signals API).
+    pub keys: Arc<KeyCache>,
+    /// Signs bridges' client certificates.
+    pub ca: LocalCa,
+    /// Live tunnels.
+    pub registry: Registry,
+    /// Cancelled at shutdown; every tunnel's token is a child of it.
+    pub shutdown: CancellationToken,
+    /// How long a forwarded request waits for its response's headers, and the longest pause
+    /// in its upload's progress or its response body (`--forward-timeout`).
+    pub forward_timeout: Duration,
+    /// The longest pause while a caller sends a request body (`--header-read-timeout`).
+    pub read_timeout: Duration,
 }
 
-/// Every connected bridge, by (org id, bridge name).
-#[derive(Default)]
-pub struct Registry {
-    bridges: Mutex<HashMap<(i64, String), Bridge>>,
+impl RelayState {
+    /// The relay over `store`, signing with `ca`.
+    pub fn new(
+        store: Store,
+        keys: Arc<KeyCache>,
+        ca: LocalCa,
+        forward_timeout: Duration,
+        read_timeout: Duration,
+    ) -> Self {
+        RelayState(Arc::new(RelayShared {
+            store,
+            keys,
+            ca,
+            registry: Registry::default(),
+            shutdown: CancellationToken::new(),
+            forward_timeout,
+            read_timeout,
+        }))
+    }
 }
 
-/// A bridge as `GET /v1/bridges` shows it.
-#[derive(Debug, Serialize)]
-pub struct BridgeView {
-    /// Its name.
-    pub name: String,
-    /// Its live instances.
-    pub instances: Vec<InstanceView>,
+/// The consumers' routes: `GET /v1/bridges` and, for each of [`FORWARDED_KINDS`],
+/// `ANY /v1/bridges/{bridge}/{kind}/{name}[/{path…}]`.
+pub fn router(state: RelayState) -> Router {
+    let mut router = Router::new().route("/v1/bridges", get(forward::list));
+    for kind in FORWARDED_KINDS {
+        let base = format!("/v1/bridges/{{bridge}}/{}/{{name}}", kind.segment());
+        let handler =
+            move |State(state): State<RelayState>, params: RawPathParams, req: Request| {
+                forward::forward(state, kind, params, req)
+            };
+        router = router
+            .route(&base, any(handler))
+            .route(&format!("{base}/"), any(handler))
+            .route(&format!("{base}/{{*path}}"), any(handler));
+    }
+    router.with_state(state)
 }
 
-/// An instance as `GET /v1/bridges` shows it.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InstanceView {
-    /// Instance id.
-    pub id: String,
-    /// Bridge version.
-    pub version: String,
-    /// Declared resources.
-    pub resources: Vec<ResourceInfo>,
-    /// When it connected.
-    pub connected_at: DateTime<Utc>,
-    /// Last heartbeat.
-    pub last_heartbeat: DateTime<Utc>,
-    /// Streams in flight.
-    pub in_flight: usize,
-}
-
-impl Registry {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(i64, String), Bridge>> {
-        self.bridges.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Adds a live tunnel.
-    pub fn add(&self, org_id: i64, bridge: &str, instance: Arc<Instance>) {
-        self.lock()
-            .entry((org_id, bridge.to_string()))
-            .or_default()
-            .instances
-            .push(instance);
-    }
-
-    /// Removes a tunnel (it closed).
-    pub fn remove(&self, org_id: i64, bridge: &str, instance: &Arc<Instance>) {
-        let mut bridges = self.lock();
-        if let Some(b) = bridges.get_mut(&(org_id, bridge.to_string())) {
-            b.instances.retain(|i| !Arc::ptr_eq(i, instance));
-            if b.instances.is_empty() {
-                bridges.remove(&(org_id, bridge.to_string()));
-            }
-        }
-    }
-
-    /// Live instances of a bridge, least busy first.
-    pub fn instances(&self, org_id: i64, bridge: &str) -> Vec<Arc<Instance>> {
-        let mut list: Vec<Arc<Instance>> = self
-            .lock()
-            .get(&(org_id, bridge.to_string()))
-            .map(|b| {
-                b.instances
-                    .iter()
-                    .filter(|i| !i.closed.is_cancelled())
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
-        list.sort_by_key(|i| i.in_flight.load(Ordering::Relaxed));
-        list
-    }
-
-    /// Every bridge of an org, for `GET /v1/bridges`.
-    pub fn list(&self, org_id: i64) -> Vec<BridgeView> {
-        let mut out: Vec<BridgeView> = self
-            .lock()
-            .iter()
-            .filter(|((org, _), _)| *org == org_id)
-            .map(|((_, name), b)| BridgeView {
-                name: name.clone(),
-                instances: b
-                    .instances
-                    .iter()
-                    .map(|i| InstanceView {
-                        id: i.id.clone(),
-                        version: i.version.clone(),
-                        resources: i.resources.clone(),
-                        connected_at: i.connected_at,
-                        last_heartbeat: *i.last_heartbeat.lock().unwrap_or_else(|e| e.into_inner()),
-                        in_flight: i.in_flight.load(Ordering::Relaxed),
-                    })
-                    .collect(),
-            })
-            .collect();
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        out
-    }
-
-    /// Closes every tunnel (shutdown).
-    pub fn close_all(&self) {
-        for b in self.lock().values() {
-            for i in &b.instances {
-                i.closed.cancel();
-            }
-        }
-    }
+/// The bridges' routes (TLS listener only: tokens never travel in clear): enrollment and the
+/// tunnel's upgrade.
+pub fn tunnel_router(state: RelayState) -> Router {
+    Router::new()
+        .route(tunnel::ENROLL_PATH, post(enroll::enroll))
+        .route(tunnel::CONNECT_PATH, get(connect::connect))
+        .with_state(state)
 }

@@ -207,3 +207,9 @@ impl IntoResponse for Problem {
         response
     }
 }
+
+/// Logs a storage failure and turns it into a 503 for the client.
+pub fn storage_unavailable(err: &crate::storage::StorageError) -> Problem {
+    tracing::error!(cause = %err, "storage unavailable");
+    Problem::unavailable(2, "storage is unavailable right now; retry shortly")
+}

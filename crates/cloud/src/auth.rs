@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use axum::http::{HeaderMap, header};
 use base64::Engine;
 
-use super::problem::Problem;
+use crate::problem::{Problem, storage_unavailable};
 use crate::secrets::{self, Kind};
 use crate::storage::{ApiKeyRow, Store};
 
@@ -130,10 +130,4 @@ impl KeyCache {
         }
         Ok(org)
     }
-}
-
-/// Logs a storage failure and turns it into a 503 for the client.
-pub fn storage_unavailable(err: &crate::storage::StorageError) -> Problem {
-    tracing::error!(cause = %err, "storage unavailable");
-    Problem::unavailable(2, "storage is unavailable right now; retry shortly")
 }

@@ -1,0 +1,147 @@
+//! `sources` (Git over smart HTTP): only Git's two services pass, fetch (`git-upload-pack`)
+//! always and push (`git-receive-pack`) only with `allow_push: true`, both checked here, at
+//! the bridge, before anything reaches the server; `repositories` globs limit which paths are
+//! reachable. The entry's token is injected as Basic (user `x-access-token` unless the entry
+//! names one), Bearer or Basic with a password. Refusals are `text/plain`, which `git` prints
+//! to its user as `remote: …`.
+
+use http::{HeaderMap, HeaderValue, Method, header};
+use url::Url;
+
+use super::kind::{Kind, Refusal};
+use crate::config::GitSource;
+use crate::rules::{allowed, glob};
+
+/// Git's fetch service.
+const UPLOAD_PACK: &str = "git-upload-pack";
+/// Git's push service.
+const RECEIVE_PACK: &str = "git-receive-pack";
+
+/// The service a smart-HTTP request asks for, and the repository path it names.
+fn service<'a>(method: &Method, path: &'a str, query: Option<&str>) -> Option<(&'a str, String)> {
+    if let Some(repo) = path.strip_suffix("/info/refs") {
+        if method != Method::GET && method != Method::HEAD {
+            return None;
+        }
+        let service = url::form_urlencoded::parse(query.unwrap_or("").as_bytes())
+            .find(|(k, _)| k == "service")
+            .map(|(_, v)| v.into_owned())?;
+        return Some((repo, service));
+    }
+    for svc in [UPLOAD_PACK, RECEIVE_PACK] {
+        if let Some(repo) = path.strip_suffix(svc).and_then(|r| r.strip_suffix('/')) {
+            return (method == Method::POST).then(|| (repo, svc.to_string()));
+        }
+    }
+    None
+}
+
+/// Whether the repository path `repo` is one of the entry's `repositories` (every one when
+/// the list is empty); a `.git` suffix on either side does not matter.
+fn listed(globs: &[String], repo: &str) -> bool {
+    let repo = repo.trim_start_matches('/');
+    let bare = repo.strip_suffix(".git").unwrap_or(repo);
+    globs.is_empty()
+        || globs.iter().any(|g| {
+            let g = g.strip_suffix(".git").unwrap_or(g);
+            glob(g, bare)
+        })
+}
+
+impl Kind for GitSource {
+    fn max_connections(&self) -> Option<u32> {
+        self.max_connections
+    }
+
+    fn base_url(&self) -> &Url {
+        &self.url
+    }
+
+    fn admit(&self, method: &Method, path: &str, query: Option<&str>) -> Result<String, Refusal> {
+        let Some((repo, service)) = service(method, path, query) else {
+            return Err(Refusal::forbidden(
+                "git: smart HTTP only",
+                "only Git's smart HTTP protocol passes this bridge (GET …/info/refs?service=git-upload-pack, POST …/git-upload-pack)",
+            ));
+        };
+        if repo.is_empty() || !listed(&self.repositories, repo) {
+            return Err(Refusal::not_found(
+                "git: repositories",
+                format!(
+                    "source {:?} has no repository {:?} reachable through this bridge (see the entry's repositories)",
+                    self.name,
+                    repo.trim_start_matches('/')
+                ),
+            ));
+        }
+        let rule = match service.as_str() {
+            UPLOAD_PACK => "git fetch (git-upload-pack)",
+            RECEIVE_PACK if self.allow_push => "git push (allow_push: true)",
+            RECEIVE_PACK => {
+                return Err(Refusal::forbidden(
+                    "git: fetch only",
+                    format!(
+                        "pushing is not allowed: source {:?} is fetch-only on this bridge (its operator can set allow_push: true on the entry)",
+                        self.name
+                    ),
+                ));
+            }
+            other => {
+                return Err(Refusal::forbidden(
+                    "git: unknown service",
+                    format!(
+                        "unknown Git service {other:?}; only git-upload-pack and git-receive-pack exist"
+                    ),
+                ));
+            }
+        };
+        if !self.allow.is_empty() {
+            return allowed(&self.allow, method.as_str(), path).ok_or_else(|| {
+                Refusal::forbidden(
+                    "no matching allow rule",
+                    "no allow rule of this source matches the method and path",
+                )
+            });
+        }
+        Ok(rule.to_string())
+    }
+
+    fn upstream_request_filter(&self, headers: &mut HeaderMap) {
+        if let Some(auth) = &self.auth
+            && let Ok(v) = HeaderValue::from_str(&auth.authorization())
+        {
+            headers.insert(header::AUTHORIZATION, v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn services_and_repositories() {
+        let get = Method::GET;
+        let post = Method::POST;
+        let q = Some("service=git-upload-pack");
+        assert_eq!(
+            service(&get, "/team/lib.git/info/refs", q),
+            Some(("/team/lib.git", UPLOAD_PACK.to_string()))
+        );
+        assert_eq!(
+            service(&post, "/team/lib/git-receive-pack", None),
+            Some(("/team/lib", RECEIVE_PACK.to_string()))
+        );
+        assert_eq!(service(&post, "/team/lib.git/info/refs", q), None);
+        assert_eq!(service(&get, "/team/lib.git/git-upload-pack", None), None);
+        assert_eq!(service(&get, "/team/lib.git/HEAD", None), None);
+        assert_eq!(service(&get, "/team/lib.git/info/refs", None), None);
+        let globs = vec!["team/*".to_string(), "infra/deploy.git".to_string()];
+        assert!(listed(&globs, "/team/lib.git"));
+        assert!(listed(&globs, "/team/lib"));
+        assert!(listed(&globs, "/infra/deploy"));
+        assert!(listed(&globs, "/infra/deploy.git"));
+        assert!(!listed(&globs, "/infra/other.git"));
+        assert!(listed(&[], "/anything"));
+    }
+}

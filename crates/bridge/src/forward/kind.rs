@@ -1,0 +1,89 @@
+//! What one kind of resource adds to the shared forwarding phases, in the manner of pingora's
+//! `ProxyHttp`: where requests go ([`Kind::base_url`]), which requests the entry admits
+//! ([`Kind::admit`]), the credentials it injects ([`Kind::upstream_request_filter`]) and how
+//! a refusal reads to the kind's clients ([`Kind::refusal`]). Everything else (path hygiene,
+//! memory and connection limits, streaming, audit, metrics) is the pipeline's, the same for
+//! every kind.
+
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use url::Url;
+
+use super::ResBody;
+
+/// Why a request is refused: its status, the metric reason, the audit rule and the message
+/// the caller reads.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    /// HTTP status of the refusal.
+    pub status: StatusCode,
+    /// `reason` label of `bridge_refused_total`.
+    pub reason: &'static str,
+    /// The rule that decided, for the audit record.
+    pub rule: String,
+    /// What the caller reads: what was refused and what to do.
+    pub why: String,
+}
+
+impl Refusal {
+    /// A 403 by an allow rule or a kind's own rule.
+    pub fn forbidden(rule: impl Into<String>, why: impl Into<String>) -> Self {
+        Refusal {
+            status: StatusCode::FORBIDDEN,
+            reason: "not_allowed",
+            rule: rule.into(),
+            why: why.into(),
+        }
+    }
+
+    /// A 404: nothing of that name behind this entry.
+    pub fn not_found(rule: impl Into<String>, why: impl Into<String>) -> Self {
+        Refusal {
+            status: StatusCode::NOT_FOUND,
+            reason: "not_declared",
+            rule: rule.into(),
+            why: why.into(),
+        }
+    }
+}
+
+/// One kind of resource, implemented once per kind (`api.rs`, `git.rs`).
+pub trait Kind: Send + Sync {
+    /// The entry's `max_connections`, when it sets one.
+    fn max_connections(&self) -> Option<u32>;
+
+    /// The base URL the request's path is appended to (the upstream peer).
+    fn base_url(&self) -> &Url;
+
+    /// The rule that admits `method` on `path` (normalised, relative to the entry) with
+    /// `query`, or why not.
+    fn admit(&self, method: &Method, path: &str, query: Option<&str>) -> Result<String, Refusal>;
+
+    /// Adds the entry's credentials (and any header the kind needs) to the upstream request.
+    fn upstream_request_filter(&self, headers: &mut HeaderMap);
+
+    /// A refusal as the kind's clients show it. Plain text by default.
+    fn refusal(&self, status: StatusCode, why: &str) -> Response<ResBody> {
+        text(status, why)
+    }
+}
+
+/// A `text/plain` answer (with `Retry-After: 1` on a 503: busy or above `max_memory_mb`, both
+/// pass within moments).
+pub fn text(status: StatusCode, body: &str) -> Response<ResBody> {
+    let mut r = Response::new(
+        http_body_util::Full::new(bytes::Bytes::from(format!("{body}\n")))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    r
+}

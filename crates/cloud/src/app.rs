@@ -1,0 +1,124 @@
+//! The application: each feature (the Signals API, the bridge relay) owns its router and its
+//! state; this module builds their states from the shared parts (store, metrics, key cache),
+//! merges their routers, and adds what every route shares: the 404/405 answers and the
+//! per-route latency metric. Features never import each other.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+
+use crate::api::{self, ApiState};
+use crate::auth::KeyCache;
+use crate::metrics::Metrics;
+use crate::problem::Problem;
+use crate::relay::{self, RelayState};
+use crate::storage::Store;
+use crate::tls::LocalCa;
+
+/// The service's limits, from the command line.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Events/s per signal key (0: none).
+    pub signal_rate_limit: u32,
+    /// Bytes of signal request bodies ingested at once.
+    pub ingest_memory: usize,
+    /// The longest pause in a request body.
+    pub read_timeout: Duration,
+    /// How long a forwarded request may wait for its response's headers.
+    pub forward_timeout: Duration,
+}
+
+/// Which listener a router serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// `--listen`: everything, including bridge enrollment and tunnels.
+    Tls,
+    /// `--http-listen`: the API only; bridge tokens never travel in clear.
+    Plain,
+}
+
+/// The features' states, built once and shared by both listeners' routers.
+#[derive(Clone)]
+pub struct App {
+    /// The Signals API.
+    pub api: ApiState,
+    /// The bridge relay (tunnels and forwarding).
+    pub relay: RelayState,
+    metrics: Metrics,
+}
+
+impl App {
+    /// Every feature over one store, one metrics registry and one verified-key cache.
+    pub fn new(store: Store, metrics: Metrics, ca: LocalCa, limits: Limits) -> Self {
+        let keys = Arc::new(KeyCache::default());
+        App {
+            api: ApiState::new(
+                store.clone(),
+                metrics.clone(),
+                keys.clone(),
+                limits.signal_rate_limit,
+                limits.ingest_memory,
+                limits.read_timeout,
+            ),
+            relay: RelayState::new(store, keys, ca, limits.forward_timeout, limits.read_timeout),
+            metrics,
+        }
+    }
+
+    /// The routes of one listener: the tunnel's handshake only on TLS.
+    pub fn router(&self, listener: Listener) -> Router {
+        let mut app = api::router(self.api.clone()).merge(relay::router(self.relay.clone()));
+        if listener == Listener::Tls {
+            app = app.merge(relay::tunnel_router(self.relay.clone()));
+        }
+        app.fallback(not_found)
+            .method_not_allowed_fallback(method_not_allowed)
+            .layer(middleware::from_fn_with_state(self.metrics.clone(), track))
+    }
+}
+
+async fn not_found(request: Request) -> Response {
+    Problem::not_found(format!(
+        "no route {} {}; see the API reference in docs/api.md",
+        request.method(),
+        request.uri().path()
+    ))
+    .into_response()
+}
+
+/// 405 as problem+json; axum adds the `Allow` header with the route's methods.
+async fn method_not_allowed(request: Request) -> Response {
+    Problem::method_not_allowed(format!(
+        "{} is not allowed on {}; the Allow header lists the methods that are (see docs/api.md)",
+        request.method(),
+        request.uri().path()
+    ))
+    .into_response()
+}
+
+/// Records each request's latency by route.
+async fn track(State(metrics): State<Metrics>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = match request.method().as_str() {
+        "GET" => "GET",
+        "HEAD" => "HEAD",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "PATCH" => "PATCH",
+        "DELETE" => "DELETE",
+        "OPTIONS" => "OPTIONS",
+        // Unbounded label values would grow the metrics without limit.
+        _ => "other",
+    };
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let response = next.run(request).await;
+    metrics.request(method, route, response.status().as_u16(), started.elapsed());
+    response
+}

@@ -1,0 +1,385 @@
+//! Forwarding: `ANY /v1/bridges/{bridge}/{kind}/{name}/{path…}` becomes one HTTP/2 stream to
+//! the least busy live instance of the bridge. Every kind passes the same phases:
+//!
+//! 1. [`upstream_peers`]: who asks (API key) and which instances may answer (live, declaring
+//!    the resource);
+//! 2. [`upstream_request`]: the request as the bridge sees it: `/{kind}/{name}/{rest}`, the
+//!    caller's credentials and hop-by-hop headers removed, the request id and principal added;
+//! 3. [`hold_body`]: an idempotent request's small body is held so it can be sent again;
+//! 4. [`send`]: the stream, retried once on another instance when its tunnel died, under the
+//!    `--forward-timeout` watchdog; [`response_filter`] cleans the answer's head and the body
+//!    streams back ([`body`]).
+//!
+//! What differs per kind on this side is only how a refusal is written ([`kinds`]); the
+//! bridge does the rest.
+
+mod body;
+mod kinds;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{RawPathParams, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, request};
+use axum::response::Response;
+use bytes::Bytes;
+use http_body::Body as HttpBody;
+use serde_json::json;
+use tunnel::ResourceKind;
+
+use self::body::{Announced, InFlight, Tracked};
+use super::{Instance, RelayState};
+use crate::auth::Principal;
+use crate::problem::{Problem, storage_unavailable};
+use crate::stall::{ReadError, StallTimer, read_whole};
+
+/// Largest body of an idempotent request that is held in memory so that the request can be
+/// sent again to another instance if its tunnel dies; larger ones stream and are not retried.
+const REPLAYABLE_BODY: usize = 64 * 1024;
+
+/// Headers that belong to one hop, or to the caller's credentials, and are never forwarded.
+const DROPPED: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "host",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-connection",
+];
+
+/// `GET /v1/bridges`: the org's connected bridges and their instances.
+pub async fn list(
+    State(state): State<RelayState>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, Problem> {
+    let principal = state.keys.authenticate(&state.store, &headers).await?;
+    Ok(Json(
+        json!({"bridges": state.registry.list(principal.org_id)}),
+    ))
+}
+
+/// Which resource a consumer's request names, from the route's raw (still percent-encoded)
+/// parameters, so that `%2F` stays `%2F` and the bridge's path check sees what was sent.
+struct Target {
+    kind: ResourceKind,
+    bridge: String,
+    name: String,
+    /// The path inside the resource, with its leading `/`.
+    rest: String,
+}
+
+impl Target {
+    fn new(kind: ResourceKind, params: &RawPathParams) -> Self {
+        let mut target = Target {
+            kind,
+            bridge: String::new(),
+            name: String::new(),
+            rest: "/".to_string(),
+        };
+        for (key, value) in params {
+            match key {
+                "bridge" => target.bridge = value.to_string(),
+                "name" => target.name = value.to_string(),
+                _ => target.rest = format!("/{value}"),
+            }
+        }
+        target
+    }
+}
+
+/// The handler of every forwarded route.
+pub async fn forward(
+    state: RelayState,
+    kind: ResourceKind,
+    params: RawPathParams,
+    req: Request,
+) -> Response {
+    let target = Target::new(kind, &params);
+    match run(&state, &target, req).await {
+        Ok(response) => response,
+        Err(problem) => kinds::refusal(kind, problem),
+    }
+}
+
+async fn run(state: &RelayState, target: &Target, req: Request) -> Result<Response, Problem> {
+    let principal = state.keys.authenticate(&state.store, req.headers()).await?;
+    let instances = upstream_peers(state, &principal, target).await?;
+    let (parts, body) = req.into_parts();
+    let head = upstream_request(&parts, target, &principal);
+    let body = hold_body(state, &parts.method, body).await?;
+    send(state, target, &instances, head, body).await
+}
+
+/// Phase 1: the live instances of the bridge that declare the resource, least busy first;
+/// 404 for a bridge or resource that does not exist, 503 while a known bridge has no tunnel.
+async fn upstream_peers(
+    state: &RelayState,
+    principal: &Principal,
+    target: &Target,
+) -> Result<Vec<Arc<Instance>>, Problem> {
+    let bridge = &target.bridge;
+    let all = state.registry.instances(principal.org_id, bridge);
+    if all.is_empty() {
+        let (tokens, active) = state
+            .store
+            .bridge_tokens_count(principal.org_id, bridge)
+            .await
+            .map_err(|e| storage_unavailable(&e))?;
+        return Err(match (tokens, active) {
+            (0, _) => Problem::not_found(format!("no bridge {bridge:?} in this org")),
+            (_, 0) => Problem::unavailable(
+                30,
+                format!(
+                    "bridge {bridge:?} has no tunnel and every token of it is revoked; create one with `cloud bridge-token create --org ORG --name {bridge}` and give it to the bridge"
+                ),
+            ),
+            _ => Problem::unavailable(
+                5,
+                format!(
+                    "bridge {bridge:?} has no live tunnel right now (it may be reconnecting); retry shortly"
+                ),
+            ),
+        });
+    }
+    // During a rollout instances may declare different resources: only those that declare
+    // this one are candidates.
+    let instances: Vec<_> = all
+        .into_iter()
+        .filter(|i| {
+            i.resources
+                .iter()
+                .any(|r| r.kind == target.kind && r.name == target.name)
+        })
+        .collect();
+    if instances.is_empty() {
+        return Err(Problem::not_found(format!(
+            "bridge {bridge:?} declares no {} named {:?}",
+            target.kind, target.name
+        )));
+    }
+    Ok(instances)
+}
+
+/// The head of the stream sent into the tunnel.
+struct Head {
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+}
+
+/// Phase 2: the request as the bridge sees it.
+fn upstream_request(parts: &request::Parts, target: &Target, principal: &Principal) -> Head {
+    let query = parts
+        .uri
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    let uri = format!(
+        "/{}/{}{}{query}",
+        target.kind.segment(),
+        target.name,
+        target.rest
+    );
+    let mut headers = HeaderMap::with_capacity(parts.headers.len() + 3);
+    for (k, v) in &parts.headers {
+        if !DROPPED.contains(&k.as_str()) && !k.as_str().starts_with("x-bridge-") {
+            headers.append(k.clone(), v.clone());
+        }
+    }
+    let set = |h: &mut HeaderMap, k: &'static str, v: &str| {
+        if let Ok(v) = HeaderValue::from_str(v) {
+            h.insert(HeaderName::from_static(k), v);
+        }
+    };
+    set(
+        &mut headers,
+        tunnel::HEADER_REQUEST_ID,
+        &uuid::Uuid::new_v4().to_string(),
+    );
+    set(&mut headers, tunnel::HEADER_PRINCIPAL, &principal.key_id);
+    set(
+        &mut headers,
+        tunnel::HEADER_ORG,
+        &principal.org_id.to_string(),
+    );
+    Head {
+        method: parts.method.clone(),
+        // The path was checked by the router and the query is the caller's own: both parse.
+        uri: uri.parse().unwrap_or_else(|_| Uri::from_static("/")),
+        headers,
+    }
+}
+
+/// What goes into the tunnel as the request body.
+enum Outgoing {
+    /// Held whole (empty for a bodiless request): the request may be sent twice.
+    Held(Bytes),
+    /// Streams from the caller: sent once.
+    Streamed(Body),
+}
+
+/// Phase 3: an idempotent request's body of at most [`REPLAYABLE_BODY`] is read whole, so that
+/// a second instance can be sent the same; anything else streams.
+async fn hold_body(state: &RelayState, method: &Method, body: Body) -> Result<Outgoing, Problem> {
+    let idempotent = matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE
+    );
+    if !idempotent {
+        return Ok(Outgoing::Streamed(body));
+    }
+    // From the body, not the headers: an HTTP/2 request may stream a body with neither
+    // Content-Length nor Transfer-Encoding.
+    if body.is_end_stream() {
+        return Ok(Outgoing::Held(Bytes::new()));
+    }
+    if body
+        .size_hint()
+        .upper()
+        .is_none_or(|n| n > REPLAYABLE_BODY as u64)
+    {
+        return Ok(Outgoing::Streamed(body));
+    }
+    let mut body = body;
+    match read_whole(&mut body, REPLAYABLE_BODY, state.read_timeout).await {
+        Ok(bytes) => Ok(Outgoing::Held(bytes)),
+        Err(ReadError::Stalled) => Err(Problem::body_stalled(state.read_timeout)),
+        Err(ReadError::TooLarge) => Err(Problem::bad_request(
+            "the request body is longer than its Content-Length announced",
+        )),
+        Err(ReadError::Body(e)) => Err(Problem::bad_request(format!(
+            "could not read the request body: {e}"
+        ))),
+    }
+}
+
+/// Phase 4: the stream, on the first instance and, for a held request whose tunnel failed,
+/// once more on the next one.
+async fn send(
+    state: &RelayState,
+    target: &Target,
+    instances: &[Arc<Instance>],
+    head: Head,
+    body: Outgoing,
+) -> Result<Response, Problem> {
+    let bridge = &target.bridge;
+    let (held, mut streamed) = match body {
+        Outgoing::Held(bytes) => (Some(bytes), None),
+        Outgoing::Streamed(body) => (None, Some(body)),
+    };
+    let retryable = held.is_some();
+    let timeout = state.forward_timeout;
+    let mut last_error = String::new();
+    let upload_stalled = Arc::new(AtomicBool::new(false));
+    for instance in instances.iter().take(if retryable { 2 } else { 1 }) {
+        // The --forward-timeout counts from the end of the request body: a slow upload is
+        // not a slow answer. While the body goes out, it bounds each stretch without progress.
+        let moved = Arc::new(AtomicU64::new(0));
+        let (this_body, uploaded) = match (&held, streamed.take()) {
+            (Some(bytes), _) if bytes.is_empty() => (Body::empty(), None),
+            (Some(bytes), _) => (Body::from(bytes.clone()), None),
+            (None, Some(inner)) => {
+                let (done, uploaded) = tokio::sync::oneshot::channel();
+                let body = Body::new(Announced {
+                    inner,
+                    done: Some(done),
+                    stall: StallTimer::new(state.read_timeout),
+                    stalled: upload_stalled.clone(),
+                    moved: moved.clone(),
+                });
+                (body, Some(uploaded))
+            }
+            (None, None) => (Body::empty(), None),
+        };
+        let mut request = hyper::Request::new(this_body);
+        *request.method_mut() = head.method.clone();
+        *request.uri_mut() = head.uri.clone();
+        *request.headers_mut() = head.headers.clone();
+        let guard = InFlight::new(instance.clone());
+        let mut sender = instance.sender.clone();
+        let answered = tokio::select! {
+            answered = sender.send_request(request) => answered,
+            why = watchdog(uploaded, moved, timeout) => {
+                // Dropping the request resets its stream: the bridge stops waiting too.
+                tracing::warn!(bridge, instance = %instance.id, timeout = ?timeout, why, "forwarded request timed out");
+                return Err(Problem::gateway_timeout(format!(
+                    "bridge {bridge:?} did not answer within {} s (--forward-timeout); {why}",
+                    timeout.as_secs()
+                )));
+            }
+        };
+        match answered {
+            Ok(response) => {
+                let (mut parts, incoming) = response.into_parts();
+                response_filter(&mut parts.headers);
+                let body = Body::new(Tracked {
+                    inner: incoming,
+                    _guard: guard,
+                    stall: StallTimer::new(timeout),
+                });
+                return Ok(Response::from_parts(parts, body));
+            }
+            Err(_) if upload_stalled.load(Ordering::Relaxed) => {
+                return Err(Problem::body_stalled(state.read_timeout));
+            }
+            Err(e) => {
+                tracing::warn!(bridge, instance = %instance.id, cause = %e, retryable, "forwarding through tunnel failed");
+                last_error = e.to_string();
+            }
+        }
+    }
+    let mut p = Problem::unavailable(
+        1,
+        format!("the tunnel to bridge {bridge:?} failed while forwarding ({last_error}); retry"),
+    );
+    p.status = StatusCode::BAD_GATEWAY.as_u16();
+    p.retry_after = None;
+    Err(p)
+}
+
+/// Resolves with the reason once the exchange has made no progress for `timeout`: while the
+/// upload goes out, a stretch in which it did not move; after it, the wait for the answer.
+async fn watchdog(
+    uploaded: Option<tokio::sync::oneshot::Receiver<()>>,
+    moved: Arc<AtomicU64>,
+    timeout: std::time::Duration,
+) -> &'static str {
+    if let Some(uploaded) = uploaded {
+        tokio::pin!(uploaded);
+        let mut seen = moved.load(Ordering::Relaxed);
+        loop {
+            tokio::select! {
+                _ = &mut uploaded => break,
+                () = tokio::time::sleep(timeout) => {
+                    let now = moved.load(Ordering::Relaxed);
+                    if now == seen {
+                        return "the upload stopped moving (the bridge or the internal system stopped reading it)";
+                    }
+                    seen = now;
+                }
+            }
+        }
+    }
+    tokio::time::sleep(timeout).await;
+    "the internal system may be slow or the bridge busy"
+}
+
+/// The answer's head as the caller gets it: one hop's headers removed.
+fn response_filter(headers: &mut HeaderMap) {
+    // One pass over the response's few headers, not one lookup per listed name.
+    let dropped: Vec<HeaderName> = headers
+        .keys()
+        .filter(|k| DROPPED.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    for name in dropped {
+        headers.remove(name);
+    }
+}

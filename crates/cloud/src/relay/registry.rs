@@ -1,0 +1,149 @@
+//! The registry of live tunnels: every connected instance of every bridge, by org and bridge
+//! name, and the views `GET /v1/bridges` shows.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::body::Body;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use tunnel::ResourceInfo;
+
+/// One live tunnel: one process of a bridge.
+pub struct Instance {
+    /// The bridge process's random id.
+    pub id: String,
+    /// The bridge's release version.
+    pub version: String,
+    /// What it declares (names and kinds).
+    pub resources: Vec<ResourceInfo>,
+    /// When the tunnel opened.
+    pub connected_at: DateTime<Utc>,
+    /// Last heartbeat round trip.
+    pub last_heartbeat: Mutex<DateTime<Utc>>,
+    /// Streams currently forwarded through it.
+    pub in_flight: AtomicUsize,
+    /// HTTP/2 client over the upgraded connection (the cloud is the client).
+    pub sender: hyper::client::conn::http2::SendRequest<Body>,
+    /// Cancelled to close the tunnel (revocation, missed heartbeats, shutdown).
+    pub closed: CancellationToken,
+}
+
+/// Instances of one bridge.
+#[derive(Default)]
+struct Bridge {
+    instances: Vec<Arc<Instance>>,
+}
+
+/// Every connected bridge, by (org id, bridge name).
+#[derive(Default)]
+pub struct Registry {
+    bridges: Mutex<HashMap<(i64, String), Bridge>>,
+}
+
+/// A bridge as `GET /v1/bridges` shows it.
+#[derive(Debug, Serialize)]
+pub struct BridgeView {
+    /// Its name.
+    pub name: String,
+    /// Its live instances.
+    pub instances: Vec<InstanceView>,
+}
+
+/// An instance as `GET /v1/bridges` shows it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceView {
+    /// Instance id.
+    pub id: String,
+    /// Bridge version.
+    pub version: String,
+    /// Declared resources.
+    pub resources: Vec<ResourceInfo>,
+    /// When it connected.
+    pub connected_at: DateTime<Utc>,
+    /// Last heartbeat.
+    pub last_heartbeat: DateTime<Utc>,
+    /// Streams in flight.
+    pub in_flight: usize,
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(i64, String), Bridge>> {
+        self.bridges.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds a live tunnel.
+    pub fn add(&self, org_id: i64, bridge: &str, instance: Arc<Instance>) {
+        self.lock()
+            .entry((org_id, bridge.to_string()))
+            .or_default()
+            .instances
+            .push(instance);
+    }
+
+    /// Removes a tunnel (it closed).
+    pub fn remove(&self, org_id: i64, bridge: &str, instance: &Arc<Instance>) {
+        let mut bridges = self.lock();
+        if let Some(b) = bridges.get_mut(&(org_id, bridge.to_string())) {
+            b.instances.retain(|i| !Arc::ptr_eq(i, instance));
+            if b.instances.is_empty() {
+                bridges.remove(&(org_id, bridge.to_string()));
+            }
+        }
+    }
+
+    /// Live instances of a bridge, least busy first.
+    pub fn instances(&self, org_id: i64, bridge: &str) -> Vec<Arc<Instance>> {
+        let mut list: Vec<Arc<Instance>> = self
+            .lock()
+            .get(&(org_id, bridge.to_string()))
+            .map(|b| {
+                b.instances
+                    .iter()
+                    .filter(|i| !i.closed.is_cancelled())
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        list.sort_by_key(|i| i.in_flight.load(Ordering::Relaxed));
+        list
+    }
+
+    /// Every bridge of an org, for `GET /v1/bridges`.
+    pub fn list(&self, org_id: i64) -> Vec<BridgeView> {
+        let mut out: Vec<BridgeView> = self
+            .lock()
+            .iter()
+            .filter(|((org, _), _)| *org == org_id)
+            .map(|((_, name), b)| BridgeView {
+                name: name.clone(),
+                instances: b
+                    .instances
+                    .iter()
+                    .map(|i| InstanceView {
+                        id: i.id.clone(),
+                        version: i.version.clone(),
+                        resources: i.resources.clone(),
+                        connected_at: i.connected_at,
+                        last_heartbeat: *i.last_heartbeat.lock().unwrap_or_else(|e| e.into_inner()),
+                        in_flight: i.in_flight.load(Ordering::Relaxed),
+                    })
+                    .collect(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// Closes every tunnel (shutdown).
+    pub fn close_all(&self) {
+        for b in self.lock().values() {
+            for i in &b.instances {
+                i.closed.cancel();
+            }
+        }
+    }
+}
