@@ -5,6 +5,7 @@
 
 pub mod bridge;
 pub mod freeze;
+pub mod git_server;
 pub mod upstream;
 
 use std::io::{BufRead, BufReader};
