@@ -1,5 +1,6 @@
 //! `bridge check`: validate the configuration, then try the cloud (DNS, TCP, proxy, TLS) and each
-//! resource (DNS, TCP; for APIs an HTTP request with the entry's credentials), and print a table.
+//! resource (DNS, TCP; for APIs and Git sources an HTTP request with the entry's credentials),
+//! and print a table.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -10,7 +11,7 @@ use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::config::{Api, Config, ResourceKind, basic_authorization};
+use crate::config::{Config, GitSource, ResourceKind};
 use crate::{dial, forward, identity, reachability};
 
 /// How long one probe may take.
@@ -51,33 +52,42 @@ async fn probe_cloud(cfg: &Config) -> Row {
     }
 }
 
-async fn probe_api(api: &Api) -> Row {
+/// An HTTP GET of `url` with the credentials the forwarder would inject for `kind`: proves
+/// DNS, TCP, TLS and, by a 401 or 403, credentials the resource rejects.
+async fn probe_http(label: &'static str, name: &str, url: String, kind: &dyn forward::Kind) -> Row {
     let client: Client<_, Empty<Bytes>> =
         Client::builder(TokioExecutor::new()).build(forward::https_connector());
-    let mut req = hyper::Request::get(api.url.as_str());
-    if let Some(auth) = &api.auth {
-        req = req.header(
-            "authorization",
-            basic_authorization(&auth.username, &auth.password),
-        );
-    }
-    let result = match req.body(Empty::new()) {
+    let result = match hyper::Request::get(url.as_str()).body(Empty::new()) {
         Err(e) => Err(e.to_string()),
-        Ok(req) => match tokio::time::timeout(PROBE_TIMEOUT, client.request(req)).await {
-            Err(_) => Err("timed out".into()),
-            Ok(Err(e)) => Err(format!("unreachable: {e:?}")),
-            Ok(Ok(r)) if matches!(r.status().as_u16(), 401 | 403) => Err(format!(
-                "credentials rejected (HTTP {})",
-                r.status().as_u16()
-            )),
-            Ok(Ok(r)) => Ok(format!("ok (HTTP {})", r.status().as_u16())),
-        },
+        Ok(mut req) => {
+            kind.upstream_request_filter(req.headers_mut());
+            match tokio::time::timeout(PROBE_TIMEOUT, client.request(req)).await {
+                Err(_) => Err("timed out".into()),
+                Ok(Err(e)) => Err(format!("unreachable: {e:?}")),
+                Ok(Ok(r)) if matches!(r.status().as_u16(), 401 | 403) => Err(format!(
+                    "credentials rejected (HTTP {})",
+                    r.status().as_u16()
+                )),
+                Ok(Ok(r)) => Ok(format!("ok (HTTP {})", r.status().as_u16())),
+            }
+        }
     };
     Row {
-        kind: "api",
-        name: api.name.clone(),
-        target: api.url.to_string(),
+        kind: label,
+        name: name.to_string(),
+        target: url,
         result,
+    }
+}
+
+/// What `bridge check` fetches from a Git source: the refs of its first repository named
+/// without a glob, as `git clone` would, or else the server root (which still proves the
+/// credentials on servers that guard every path).
+fn git_probe_url(source: &GitSource) -> String {
+    let base = source.url.as_str().trim_end_matches('/');
+    match source.repositories.iter().find(|r| !r.contains('*')) {
+        Some(repo) => format!("{base}/{repo}/info/refs?service=git-upload-pack"),
+        None => format!("{base}/"),
     }
 }
 
@@ -97,13 +107,15 @@ async fn probe_tcp(kind: &'static str, name: &str, host: &str, port: u16) -> Row
 async fn probe_all(cfg: &Config) -> Vec<Row> {
     let mut rows = vec![probe_cloud(cfg).await];
     for api in &cfg.apis {
-        rows.push(probe_api(api).await);
+        rows.push(probe_http("api", &api.name, api.url.to_string(), api).await);
+    }
+    for source in &cfg.sources {
+        rows.push(probe_http("git", &source.name, git_probe_url(source), source).await);
     }
     // The others are tried as the periodic reachability check tries them: DNS and TCP.
     for t in reachability::targets(cfg) {
         let kind = match t.kind {
-            ResourceKind::Api => continue,
-            ResourceKind::Git => "git",
+            ResourceKind::Api | ResourceKind::Git => continue,
             ResourceKind::Registry => "registry",
             ResourceKind::Database => "database",
         };

@@ -5,7 +5,7 @@
 //! names one), Bearer or Basic with a password. Refusals are `text/plain`, which `git` prints
 //! to its user as `remote: …`.
 
-use http::{HeaderMap, HeaderValue, Method, header};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use url::Url;
 
 use super::kind::{Kind, Refusal};
@@ -104,6 +104,30 @@ impl Kind for GitSource {
             });
         }
         Ok(rule.to_string())
+    }
+
+    /// The server refusing the entry's credentials is the bridge operator's problem, not the
+    /// caller's: passed on, its challenge would make `git` ask the user for a password that
+    /// no password of theirs can fix.
+    fn response_filter(&self, status: StatusCode, _headers: &HeaderMap) -> Option<Refusal> {
+        if status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN {
+            return None;
+        }
+        let how = if self.auth.is_some() {
+            "rejected the credentials in the entry's auth (wrong, expired or lacking read access?)"
+        } else {
+            "wants credentials and the entry has no auth"
+        };
+        Some(Refusal {
+            status: StatusCode::BAD_GATEWAY,
+            reason: "upstream_auth",
+            rule: format!("git server answered {}", status.as_u16()),
+            why: format!(
+                "the Git server of source {:?} {how} (HTTP {}); the bridge's operator must fix sources[].auth",
+                self.name,
+                status.as_u16()
+            ),
+        })
     }
 
     fn upstream_request_filter(&self, headers: &mut HeaderMap) {

@@ -62,6 +62,12 @@ pub trait Kind: Send + Sync {
     /// Adds the entry's credentials (and any header the kind needs) to the upstream request.
     fn upstream_request_filter(&self, headers: &mut HeaderMap);
 
+    /// Looks at the internal system's answer before it goes back: `Some(refusal)` replaces it
+    /// (the body is dropped unread). Passes everything by default.
+    fn response_filter(&self, _status: StatusCode, _headers: &HeaderMap) -> Option<Refusal> {
+        None
+    }
+
     /// A refusal as the kind's clients show it. Plain text by default.
     fn refusal(&self, status: StatusCode, why: &str) -> Response<ResBody> {
         text(status, why)

@@ -6,7 +6,8 @@
 //!    rules ([`Kind::admit`]), `max_memory_mb`, then a slot under `max_connections`;
 //! 3. **upstream request**: the entry's base URL plus the path, hop-by-hop and spoofing
 //!    headers removed, the kind's credentials injected ([`Kind::upstream_request_filter`]);
-//! 4. **response**: streamed back with one hop's headers removed;
+//! 4. **response**: the kind may replace the answer ([`Kind::response_filter`]); otherwise it
+//!    streams back with one hop's headers removed;
 //! 5. **settle**: one audit record and the metrics, however the stream ends ([`Finish`]).
 //!
 //! Each kind is one module ([`api`], [`git`]) implementing [`Kind`].
@@ -191,6 +192,16 @@ impl Forwarder {
         match self.client.request(upstream).await {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
+                if let Some(refusal) = resource.kind.response_filter(parts.status, &parts.headers) {
+                    tracing::warn!(resource = %name, status = parts.status.as_u16(), why = %refusal.why, "internal resource refused the bridge");
+                    self.metrics.refuse(refusal.reason);
+                    if let Some(audit) = finish.audit.as_mut() {
+                        audit.status = refusal.status.as_u16();
+                        audit.rule = refusal.rule;
+                    }
+                    drop(finish);
+                    return Ok(resource.kind.refusal(refusal.status, &refusal.why));
+                }
                 strip_headers(&mut parts.headers, HOP);
                 if let Some(audit) = finish.audit.as_mut() {
                     audit.status = parts.status.as_u16();

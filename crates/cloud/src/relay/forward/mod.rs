@@ -52,6 +52,9 @@ const DROPPED: &[&str] = &[
     "transfer-encoding",
     "upgrade",
     "proxy-connection",
+    // `100-continue` is answered by this hop (hyper does when the body is read); passed on,
+    // it would make the internal server send an interim answer nobody waits for.
+    "expect",
 ];
 
 /// `GET /v1/bridges`: the org's connected bridges and their instances.
