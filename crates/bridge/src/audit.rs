@@ -1,4 +1,4 @@
-//! The hash-chained audit log (DESIGN.md, "Resources").
+//! The hash-chained audit log (docs/bridge.md, "Audit log").
 //!
 //! Every forwarded request writes one [`AuditRecord`] as a JSON line with `"type":"audit"` and a
 //! `prev` field: the hex SHA-256 of the previous audit line's exact bytes (without its newline),

@@ -1,4 +1,4 @@
-//! Reconnect back-off (DESIGN.md, "Tunnel protocol" item 6).
+//! Reconnect back-off (docs/bridge.md, "Tunnel protocol" item 6).
 //!
 //! Exponential from `reconnect_delay`, doubling up to [`MAX_DELAY`], with full jitter: each
 //! wait is random in `[0, ceiling]`, so many bridges cut off at once do not return in step.

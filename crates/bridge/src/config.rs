@@ -1,4 +1,4 @@
-//! The bridge's typed configuration (DESIGN.md, "Bridge configuration").
+//! The bridge's typed configuration (docs/bridge.md, "Configuration").
 //!
 //! Loading goes: YAML file (`file.rs`: strict, every value located) → `${NAME}` expansion
 //! (`expand.rs`) and environment overrides (through [`Env`]) → validation (`validate.rs`), which
@@ -6,7 +6,7 @@
 //! problem with its key path and line. A [`Config`] is therefore valid by construction; secrets
 //! in it are [`Secret`]s and proxy credentials are masked, so `{:?}` of it is safe to log.
 //!
-//! Decisions beyond DESIGN.md: `${NAME}` works in string values only (not in numbers); resource
+//! Decisions of note: `${NAME}` works in string values only (not in numbers); resource
 //! names are unique per kind; relative paths are relative to the working directory; an empty
 //! environment variable counts as unset for overrides.
 

@@ -1,4 +1,4 @@
-//! The bridge agent (see DESIGN.md): an on-premise process that dials out to `cloud`, keeps a
+//! The bridge agent (docs/bridge.md): an on-premise process that dials out to `cloud`, keeps a
 //! reverse HTTP/2 tunnel open, and forwards the cloud's requests to the internal resources
 //! declared in its configuration, injecting their credentials.
 //!

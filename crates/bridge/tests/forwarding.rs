@@ -81,6 +81,8 @@ async fn credentials_are_injected_and_the_api_key_is_not_forwarded() {
         .header("x-http-method-override", "DELETE")
         .header("x-forwarded-for", "127.0.0.1")
         .header("x-original-url", "/admin")
+        .header("x-bridge-principal", "sigapi_spoofed")
+        .header("cookie", "session=abc")
         .send()
         .await
         .unwrap();
@@ -90,12 +92,29 @@ async fn credentials_are_injected_and_the_api_key_is_not_forwarded() {
         "x-http-method-override",
         "x-forwarded-for",
         "x-original-url",
+        "x-bridge-org",
+        "cookie",
     ] {
         assert!(
             echo["headers"][header].is_null(),
             "{header} reached the API: {echo}"
         );
     }
+    // Who asked reaches the internal system: the API key's public id (never the secret, and
+    // never what the caller claimed), and the request id of the audit record.
+    let key_id = rig.tenant.api_key.rsplit_once('_').unwrap().0;
+    assert_eq!(echo["headers"]["x-bridge-principal"], key_id);
+    let request_id = echo["headers"]["x-request-id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(request_id.len(), 36, "{echo}");
+    let records = rig.bridge.audit_records(1).await;
+    assert!(
+        records
+            .iter()
+            .any(|r| r["request_id"] == request_id.as_str())
+    );
     assert_eq!(echo["path"], "/v1/items");
     assert_eq!(echo["query"], "color=red");
     let expected = format!("Basic {}", base64_of(&format!("svc:{INTERNAL_PASSWORD}")));

@@ -21,7 +21,8 @@ const CACHE_TTL: Duration = Duration::from_secs(30);
 pub struct Principal {
     /// The org the key acts for.
     pub org_id: i64,
-    /// The key's public id (for audit records; never the secret).
+    /// The key's public id with its kind's prefix (`sigapi_…`), for audit records and the
+    /// internal systems a bridge forwards to; never the secret.
     pub key_id: String,
 }
 
@@ -104,7 +105,7 @@ impl KeyCache {
         }
         Ok(Principal {
             org_id: row.org_id,
-            key_id: id.to_string(),
+            key_id: format!("{}{id}", Kind::ApiKey.prefix()),
         })
     }
 

@@ -1,4 +1,4 @@
-//! The command line of `cloud` (DESIGN.md, "Command line"). Every option also reads a
+//! The command line of `cloud` (docs/operations.md, "Command line"). Every option also reads a
 //! `CLOUD_*` environment variable.
 
 use std::net::SocketAddr;

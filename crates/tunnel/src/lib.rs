@@ -1,4 +1,4 @@
-//! The tunnel contract shared by `cloud` and `bridge` (DESIGN.md, "Tunnel protocol").
+//! The tunnel contract shared by `cloud` and `bridge` (docs/bridge.md, "Tunnel protocol").
 //!
 //! What lives here: the paths and headers of the enrollment and connect handshake, the protocol
 //! version rule, how resources are named on the wire, and the TLS 1.3 configurations both sides

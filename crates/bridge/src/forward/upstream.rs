@@ -82,8 +82,8 @@ pub(super) fn strip_headers(headers: &mut HeaderMap, names: &[&str]) {
 }
 
 /// The request as the internal system gets it: the entry's base URL plus `rest` and the
-/// query, HTTP/1.1, without [`HOP`] headers or the cloud's principal and org, and with the
-/// kind's credentials.
+/// query, HTTP/1.1, without [`HOP`] headers or the cloud's org id, with `x-request-id` and
+/// `x-bridge-principal` (who asked), and with the kind's credentials.
 pub(super) fn build_upstream(
     kind: &dyn Kind,
     rest: &str,
@@ -103,10 +103,9 @@ pub(super) fn build_upstream(
     parts.uri = uri;
     parts.version = http::Version::HTTP_11;
     strip_headers(&mut parts.headers, HOP);
-    strip_headers(
-        &mut parts.headers,
-        &[tunnel::HEADER_PRINCIPAL, tunnel::HEADER_ORG],
-    );
+    // Who asked (the API key id) and the request id stay: an internal system may log them
+    // beside its own records. The org's numeric id means nothing outside the cloud.
+    strip_headers(&mut parts.headers, &[tunnel::HEADER_ORG]);
     kind.upstream_request_filter(&mut parts.headers);
     Ok(Request::from_parts(
         parts,

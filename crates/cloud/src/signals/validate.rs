@@ -1,4 +1,4 @@
-//! Validation and normalisation of one signal event (DESIGN.md, "Signals API").
+//! Validation and normalisation of one signal event (docs/api.md).
 //!
 //! Every problem is collected (not just the first) as a [`FieldError`] whose JSON pointer names
 //! the field, so a client fixes its payload in one round trip.
