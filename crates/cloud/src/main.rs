@@ -11,7 +11,7 @@ use cloud::cli::{
 };
 use cloud::metrics::Metrics;
 use cloud::server::{self, ServeOptions};
-use cloud::storage::{Backend, Store};
+use cloud::storage::{Backend, OpenMode, Store};
 
 /// mimalloc: the request path allocates many small, short-lived objects; glibc malloc cost
 /// ~20% of the server's CPU under load (see docs/benchmarks.md).
@@ -90,9 +90,12 @@ fn backend(storage: &StorageArgs) -> Result<Backend, Failure> {
 }
 
 async fn open(storage: &StorageArgs) -> Result<Store, Failure> {
-    Store::open(&backend(storage)?, Metrics::new())
+    Store::open(&backend(storage)?, Metrics::new(), OpenMode::MustExist)
         .await
-        .map_err(|e| Failure::Other(e.into()))
+        .map_err(|e| match e {
+            e @ cloud::storage::StorageError::NotCreated(_) => Failure::Usage(e.to_string()),
+            e => Failure::Other(e.into()),
+        })
 }
 
 async fn run(command: Command) -> Result<(), Failure> {

@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 use crate::app::{App, Limits, Listener};
 use crate::metrics::Metrics;
 use crate::relay::connect::ClientCert;
-use crate::storage::{Backend, ServeLock, StorageError, Store};
+use crate::storage::{Backend, OpenMode, ServeLock, StorageError, Store};
 use crate::tls::{self, TlsError};
 use tower::ServiceExt;
 
@@ -130,7 +130,7 @@ pub async fn run(
 ) -> Result<(), ServeError> {
     let metrics = Metrics::new();
     let _lock = ServeLock::acquire(&options.backend)?;
-    let store = Store::open(&options.backend, metrics.clone()).await?;
+    let store = Store::open(&options.backend, metrics.clone(), OpenMode::CreateIfMissing).await?;
     let ca = shared_ca(&store, &options.data_dir).await?;
     let identity = tls::server_identity(
         &ca,

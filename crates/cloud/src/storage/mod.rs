@@ -86,6 +86,9 @@ pub enum StorageError {
     /// The group-commit writer has stopped (the server is shutting down).
     #[error("the storage writer has stopped; the server is shutting down")]
     WriterGone,
+    /// An admin command found no database where it looked (only `serve` creates one).
+    #[error("{0}")]
+    NotCreated(String),
     /// Another `cloud serve` holds the SQLite database.
     #[error(
         "another `cloud serve` is using the database {0}; stop it, or give this one its own --data-dir"
@@ -212,10 +215,33 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// Whether opening may create the database: `cloud serve` does; admin commands never do, so
+/// one run from the wrong directory cannot make an empty database that no server reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Create the SQLite file (and its directory) or the PostgreSQL schema when missing.
+    CreateIfMissing,
+    /// Refuse, with [`StorageError::NotCreated`], a database that `serve` has not created.
+    MustExist,
+}
+
 impl Store {
-    /// Opens (creating if needed) and migrates the database, and starts the group-commit writer.
-    pub async fn open(backend: &Backend, metrics: Metrics) -> Result<Store, StorageError> {
+    /// Opens and migrates the database (creating it only with [`OpenMode::CreateIfMissing`]),
+    /// and starts the group-commit writer.
+    pub async fn open(
+        backend: &Backend,
+        metrics: Metrics,
+        mode: OpenMode,
+    ) -> Result<Store, StorageError> {
         let db = match backend {
+            Backend::Sqlite(path) if mode == OpenMode::MustExist && !path.exists() => {
+                return Err(StorageError::NotCreated(format!(
+                    "no database at {}: admin commands never create one, only `cloud serve` does. Run the command with the --data-dir (or CLOUD_DATA_DIR) of the `cloud serve` whose database it should change (the default is ./data, relative to the current directory), or with its --database-url",
+                    std::path::absolute(path)
+                        .unwrap_or_else(|_| path.clone())
+                        .display()
+                )));
+            }
             Backend::Sqlite(path) => {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                     std::fs::create_dir_all(dir).map_err(|e| StorageError::Open {
@@ -260,6 +286,18 @@ impl Store {
                     .connect_with(options)
                     .await
                     .map_err(open_err)?;
+                if mode == OpenMode::MustExist {
+                    let created: bool =
+                        sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+                            .fetch_one(&pool)
+                            .await?;
+                    if !created {
+                        return Err(StorageError::NotCreated(format!(
+                            "no signals schema in {} (no _sqlx_migrations table on its search_path): admin commands never create one, only `cloud serve` does. Check --database-url (or CLOUD_DATABASE_URL) against the one `cloud serve` uses, or start `cloud serve` with it once",
+                            redact_url(url)
+                        )));
+                    }
+                }
                 POSTGRES_MIGRATIONS.run(&pool).await?;
                 Db::Postgres(pool)
             }
@@ -427,9 +465,13 @@ mod tests {
         }
         old.close().await;
 
-        let store = Store::open(&Backend::Sqlite(path), Metrics::new())
-            .await
-            .unwrap();
+        let store = Store::open(
+            &Backend::Sqlite(path),
+            Metrics::new(),
+            OpenMode::CreateIfMissing,
+        )
+        .await
+        .unwrap();
         for id in &legacy {
             let found = store.event(1, id).await.unwrap();
             assert_eq!(found.map(|e| e.id).as_ref(), Some(id));
