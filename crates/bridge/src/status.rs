@@ -142,7 +142,7 @@ impl Status {
             uptime_seconds: self.started.elapsed().as_secs(),
             last_heartbeat: inner
                 .last_heartbeat
-                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
             connection_status: inner.connection.as_str(),
         }
     }

@@ -66,11 +66,21 @@ async fn connects_and_reports_health_metrics_and_logs() {
         "internal"
     );
     assert!(!list.to_string().contains(INTERNAL_PASSWORD));
+    // Times the server makes carry milliseconds, always three digits.
+    let instance = &list["bridges"][0]["instances"][0];
+    for key in ["connectedAt", "lastHeartbeat"] {
+        let t = instance[key].as_str().unwrap();
+        assert!(
+            t.len() == 24 && t.as_bytes()[19] == b'.' && t.ends_with('Z'),
+            "{key}: {t}"
+        );
+    }
     // After a heartbeat, /health carries its time.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let (_, health) = rig.bridge.health().await.unwrap();
     assert_eq!(health["status"], "healthy");
-    assert!(health["last_heartbeat"].as_str().unwrap().ends_with('Z'));
+    let beat = health["last_heartbeat"].as_str().unwrap();
+    assert!(beat.len() == 24 && beat.ends_with('Z'), "{beat}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,4 +25,5 @@ pub mod shutdown;
 pub mod signals;
 pub mod stall;
 pub mod storage;
+pub mod time;
 pub mod tls;

@@ -106,6 +106,24 @@ async fn seed_event_is_accepted_and_read_back(backend: Backend) {
     assert_eq!(event["metadata"]["runNumber"], "42");
     assert_eq!(event["timestamp"], "2024-01-15T10:30:00Z");
     assert_eq!(event["receivedAt"], body["receivedAt"]);
+    assert_server_time(&body["receivedAt"]);
+}
+
+/// A time the server made: RFC 3339, UTC, exactly three fractional digits, `Z`.
+fn assert_server_time(value: &Value) {
+    let text = value
+        .as_str()
+        .unwrap_or_else(|| panic!("not a time: {value}"));
+    let ok = text.len() == 24
+        && chrono_like(text)
+        && text.as_bytes()[19] == b'.'
+        && text[20..23].bytes().all(|b| b.is_ascii_digit())
+        && text.ends_with('Z');
+    assert!(ok, "{text} is not YYYY-MM-DDTHH:MM:SS.mmmZ");
+}
+
+fn chrono_like(text: &str) -> bool {
+    text.as_bytes()[4] == b'-' && text.as_bytes()[10] == b'T' && text.as_bytes()[13] == b':'
 }
 
 async fn every_error_status_has_a_problem_body(backend: Backend) {

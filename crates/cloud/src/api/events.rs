@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 use super::ApiState;
 use crate::problem::Problem;
 use crate::problem::storage_unavailable;
-use crate::signals::event::{EventType, format_time};
+use crate::signals::event::EventType;
 use crate::storage::{EventQuery, StoredEvent};
 
 /// Page size when `limit` is not given.
@@ -50,7 +50,10 @@ fn render(e: StoredEvent) -> Result<Value, Problem> {
         .timestamp_micros(e.received_at)
         .single()
         .unwrap_or_default();
-    body.insert("receivedAt".into(), Value::String(format_time(received)));
+    body.insert(
+        "receivedAt".into(),
+        Value::String(crate::time::format_millis(received)),
+    );
     Ok(Value::Object(body))
 }
 

@@ -15,7 +15,7 @@ use super::budget::Share;
 use crate::problem::Problem;
 use crate::problem::storage_unavailable;
 use crate::signals::batch::{self, BatchError, MAX_REQUEST_BYTES};
-use crate::signals::event::{FieldError, ValidEvent, format_time, member_json};
+use crate::signals::event::{FieldError, ValidEvent, member_json};
 use crate::signals::raw;
 use crate::stall::{ReadError, read_whole};
 use crate::storage::{InsertOutcome, NewEvent, Store, WriteBatch};
@@ -161,7 +161,7 @@ async fn ingest(
         .collect();
     // The events own their data now; the raw body need not wait for the commit with them.
     drop(bytes);
-    let received_at = format_time(received);
+    let received_at = crate::time::format_millis(received);
     let answer = accepted_answer(is_array, &new_events, &received_at);
     let kinds: Vec<&'static str> = new_events.iter().map(|e| e.kind).collect();
     let outcome = state

@@ -63,8 +63,10 @@ pub struct InstanceView {
     /// Declared resources.
     pub resources: Vec<ResourceInfo>,
     /// When it connected.
+    #[serde(serialize_with = "crate::time::serialize_millis")]
     pub connected_at: DateTime<Utc>,
     /// Last heartbeat.
+    #[serde(serialize_with = "crate::time::serialize_millis")]
     pub last_heartbeat: DateTime<Utc>,
     /// Streams in flight.
     pub in_flight: usize,
