@@ -237,6 +237,8 @@ impl Agent {
             .initial_connection_window_size(tunnel::CONNECTION_WINDOW)
             .max_frame_size(tunnel::MAX_FRAME)
             .max_send_buf_size(tunnel::MAX_FRAME as usize * 4)
+            .max_pending_accept_reset_streams(tunnel::MAX_RESET_STREAMS)
+            .max_local_error_reset_streams(tunnel::MAX_RESET_STREAMS)
             .keep_alive_interval(hb)
             .keep_alive_timeout(hb * 3);
         let connection = builder.serve_connection(upgraded, service);

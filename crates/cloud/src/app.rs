@@ -64,7 +64,14 @@ impl App {
                 limits.ingest_memory,
                 limits.read_timeout,
             ),
-            relay: RelayState::new(store, keys, ca, limits.forward_timeout, limits.read_timeout),
+            relay: RelayState::new(
+                store,
+                metrics.clone(),
+                keys,
+                ca,
+                limits.forward_timeout,
+                limits.read_timeout,
+            ),
             metrics,
         }
     }

@@ -34,6 +34,14 @@ pub struct RouteLabels {
     pub status: u16,
 }
 
+/// Labels of `relay_retries_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RetryLabel {
+    /// When the tunnel failed: `before_response` (no answer yet) or `mid_response` (a held
+    /// answer's body was cut).
+    pub when: &'static str,
+}
+
 fn latency_histogram() -> Histogram {
     // 50 µs … ~26 s.
     Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
@@ -52,6 +60,7 @@ struct Inner {
     requests: Family<RouteLabels, Histogram, fn() -> Histogram>,
     commit: Histogram,
     commit_batches: Histogram,
+    retries: Family<RetryLabel, Counter>,
 }
 
 /// Handle to the metrics; cheap to clone.
@@ -100,6 +109,12 @@ impl Metrics {
             "Requests sharing one group commit",
             commit_batches.clone(),
         );
+        let retries = Family::<RetryLabel, Counter>::default();
+        registry.register(
+            "relay_retries",
+            "Forwarded requests sent again to another bridge instance because their tunnel failed",
+            retries.clone(),
+        );
         let accepted_by_type =
             EVENT_TYPES.map(|t| accepted.get_or_create(&TypeLabel { r#type: t }).clone());
         Metrics(Arc::new(Inner {
@@ -110,6 +125,7 @@ impl Metrics {
             requests,
             commit,
             commit_batches,
+            retries,
         }))
     }
 
@@ -146,6 +162,11 @@ impl Metrics {
     pub fn observe_commit(&self, took: Duration, batches: usize) {
         self.0.commit.observe(took.as_secs_f64());
         self.0.commit_batches.observe(batches as f64);
+    }
+
+    /// Counts a forwarded request sent again to another instance (`when` its tunnel failed).
+    pub fn relay_retry(&self, when: &'static str) {
+        self.0.retries.get_or_create(&RetryLabel { when }).inc();
     }
 
     /// The Prometheus text exposition of every metric.

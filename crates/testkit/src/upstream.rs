@@ -86,6 +86,22 @@ async fn route(req: Request<Incoming>) -> Response<Body> {
     if let Some(ms) = query(&req, "sleep_ms") {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
+    if let Some(ms) = query(&req, "body_delay_ms") {
+        // The head (with its Content-Length) goes at once, the body `ms` later: a response
+        // that is mid-flight for a while, as a slow internal system's often is.
+        let body = Bytes::from(format!("{{\"path\":\"{path}\",\"late\":true}}"));
+        let len = body.len();
+        let late = futures_util::stream::once(async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, Infallible>(Frame::data(body))
+        });
+        let mut r = Response::new(StreamBody::new(late).boxed());
+        r.headers_mut().insert(
+            hyper::header::CONTENT_LENGTH,
+            hyper::header::HeaderValue::from(len),
+        );
+        return r;
+    }
     if path.ends_with("/download") {
         // Streams `bytes` bytes of a repeating pattern in 64 KiB chunks.
         let total = query(&req, "bytes").unwrap_or(0);

@@ -41,6 +41,13 @@ pub const CONNECTION_WINDOW: u32 = 32 * 1024 * 1024;
 /// Largest HTTP/2 frame either side accepts (fewer frames per megabyte than the 16 KiB default).
 pub const MAX_FRAME: u32 = 256 * 1024;
 
+/// HTTP/2's guards against a peer that resets streams in bulk (h2 defaults: 20 streams reset
+/// before they were accepted, 1,024 local error resets), sized for the tunnel's one trusted,
+/// authenticated and heavily multiplexed peer: when many callers hang up at once, the cloud
+/// rightly resets all their streams, and h2's defaults then closed the whole tunnel, failing
+/// every other caller until the bridge reconnected. The public listeners keep the defaults.
+pub const MAX_RESET_STREAMS: usize = 100_000;
+
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 /// The oldest protocol version the cloud still accepts.

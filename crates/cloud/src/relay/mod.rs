@@ -22,6 +22,7 @@ use tunnel::ResourceKind;
 pub use registry::{BridgeView, Instance, InstanceView, Registry};
 
 use crate::auth::KeyCache;
+use crate::metrics::Metrics;
 use crate::storage::Store;
 use crate::tls::LocalCa;
 
@@ -45,6 +46,8 @@ impl std::ops::Deref for RelayState {
 pub struct RelayShared {
     /// Bridge tokens, orgs and the CA live here.
     pub store: Store,
+    /// Where retries are counted.
+    pub metrics: Metrics,
     /// Verified API keys (shared with the Signals API).
     pub keys: Arc<KeyCache>,
     /// Signs bridges' client certificates.
@@ -64,6 +67,7 @@ impl RelayState {
     /// The relay over `store`, signing with `ca`.
     pub fn new(
         store: Store,
+        metrics: Metrics,
         keys: Arc<KeyCache>,
         ca: LocalCa,
         forward_timeout: Duration,
@@ -71,6 +75,7 @@ impl RelayState {
     ) -> Self {
         RelayState(Arc::new(RelayShared {
             store,
+            metrics,
             keys,
             ca,
             registry: Registry::default(),

@@ -6,9 +6,9 @@
 //! 2. [`upstream_request`]: the request as the bridge sees it: `/{kind}/{name}/{rest}`, the
 //!    caller's credentials and hop-by-hop headers removed, the request id and principal added;
 //! 3. [`hold_body`]: an idempotent request's small body is held so it can be sent again;
-//! 4. [`send`]: the stream, retried once on another instance when its tunnel died, under the
-//!    `--forward-timeout` watchdog; [`response_filter`] cleans the answer's head and the body
-//!    streams back ([`body`]).
+//! 4. [`send`]: the stream, retried once on another instance when its tunnel died (before
+//!    the answer, or while a small answer was held), under the `--forward-timeout` watchdog;
+//!    [`response_filter`] cleans the answer's head and the body streams back ([`body`]).
 //!
 //! What differs per kind on this side is only how a refusal is written ([`kinds`]); the
 //! bridge does the rest.
@@ -264,7 +264,8 @@ async fn hold_body(state: &RelayState, method: &Method, body: Body) -> Result<Ou
 }
 
 /// Phase 4: the stream, on the first instance and, for a held request whose tunnel failed,
-/// once more on the next one.
+/// once more on the next one. When there is a next one, a small answer of known length is
+/// also held until it is whole, so a tunnel that dies mid-response is retried too.
 async fn send(
     state: &RelayState,
     target: &Target,
@@ -281,7 +282,9 @@ async fn send(
     let timeout = state.forward_timeout;
     let mut last_error = String::new();
     let upload_stalled = Arc::new(AtomicBool::new(false));
-    for instance in instances.iter().take(if retryable { 2 } else { 1 }) {
+    let attempts = instances.len().min(if retryable { 2 } else { 1 });
+    for (attempt, instance) in instances.iter().take(attempts).enumerate() {
+        let another = attempt + 1 < attempts;
         // The --forward-timeout counts from the end of the request body: a slow upload is
         // not a slow answer. While the body goes out, it bounds each stretch without progress.
         let moved = Arc::new(AtomicU64::new(0));
@@ -320,8 +323,25 @@ async fn send(
         };
         match answered {
             Ok(response) => {
-                let (mut parts, incoming) = response.into_parts();
+                let (mut parts, mut incoming) = response.into_parts();
                 response_filter(&mut parts.headers);
+                if another && holdable(&incoming) {
+                    match read_whole(&mut incoming, REPLAYABLE_BODY, timeout).await {
+                        Ok(bytes) => return Ok(Response::from_parts(parts, Body::from(bytes))),
+                        Err(ReadError::Body(e)) => {
+                            tracing::warn!(bridge, instance = %instance.id, cause = %e, "tunnel failed mid-response; retrying on another instance");
+                            state.metrics.relay_retry("mid_response");
+                            last_error = e.to_string();
+                            continue;
+                        }
+                        Err(ReadError::Stalled | ReadError::TooLarge) => {
+                            return Err(Problem::gateway_timeout(format!(
+                                "bridge {bridge:?} stopped sending its answer for {} s (--forward-timeout)",
+                                timeout.as_secs()
+                            )));
+                        }
+                    }
+                }
                 let body = Body::new(Tracked {
                     inner: incoming,
                     _guard: guard,
@@ -334,6 +354,9 @@ async fn send(
             }
             Err(e) => {
                 tracing::warn!(bridge, instance = %instance.id, cause = %e, retryable, "forwarding through tunnel failed");
+                if another {
+                    state.metrics.relay_retry("before_response");
+                }
                 last_error = e.to_string();
             }
         }
@@ -345,6 +368,16 @@ async fn send(
     p.status = StatusCode::BAD_GATEWAY.as_u16();
     p.retry_after = None;
     Err(p)
+}
+
+/// Whether an answer is held whole before it goes to the caller, so that a tunnel dying
+/// mid-body can still be retried: a body of known length of at most [`REPLAYABLE_BODY`]. A
+/// longer or streamed one goes out as it comes; if its tunnel dies, the caller's connection
+/// (or HTTP/2 stream) is reset, never left hanging.
+fn holdable(body: &hyper::body::Incoming) -> bool {
+    body.size_hint()
+        .exact()
+        .is_some_and(|n| n <= REPLAYABLE_BODY as u64)
 }
 
 /// Resolves with the reason once the exchange has made no progress for `timeout`: while the
