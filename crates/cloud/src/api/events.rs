@@ -35,8 +35,8 @@ pub struct ListParams {
 }
 
 /// The event as the API shows it: its body plus `id` and `receivedAt`. A stored body that does
-/// not parse (ingestion refuses anything that would not) is a 500 and an error in the log,
-/// never an event silently missing its fields.
+/// not parse (ingestion refuses anything that would not) is an error in the log and, for
+/// `GET /v1/events/{id}`, a 500; never an event silently missing its fields.
 fn render(e: StoredEvent) -> Result<Value, Problem> {
     let mut body: Map<String, Value> = serde_json::from_str(&e.body).map_err(|cause| {
         tracing::error!(event = %e.id, cause = %cause, "a stored event's body does not parse");
@@ -143,11 +143,22 @@ pub async fn list(
     } else {
         None
     };
-    let events = rows
-        .into_iter()
-        .map(render)
-        .collect::<Result<Vec<Value>, _>>()?;
-    Ok(Json(json!({"events": events, "nextCursor": next})))
+    // A row that cannot be read never fails the page: it is listed on its own, by id, and the
+    // rest is served.
+    let mut events = Vec::with_capacity(rows.len());
+    let mut unreadable = Vec::new();
+    for row in rows {
+        let id = row.id.clone();
+        match render(row) {
+            Ok(event) => events.push(event),
+            Err(problem) => unreadable.push(json!({"id": id, "detail": problem.detail})),
+        }
+    }
+    let mut page = json!({"events": events, "nextCursor": next});
+    if !unreadable.is_empty() {
+        page["unreadable"] = Value::Array(unreadable);
+    }
+    Ok(Json(page))
 }
 
 /// One event of the org; 404 for another org's event (its existence is not revealed).

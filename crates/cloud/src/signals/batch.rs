@@ -175,6 +175,49 @@ mod tests {
         }
     }
 
+    /// JSON text nesting `levels` arrays or objects (chosen by `shape`'s bits) around `leaf`.
+    fn nest(levels: usize, shape: u64, leaf: &str) -> String {
+        let mut text = leaf.to_string();
+        for level in 0..levels {
+            text = if shape >> (level % 64) & 1 == 1 {
+                format!(r#"{{"k{level}":{text},"n":{level}}}"#)
+            } else {
+                format!("[{text},{level}]")
+            };
+        }
+        text
+    }
+
+    proptest::proptest! {
+        /// Whatever the nesting, shape and size of a custom event's fields, an event that is
+        /// accepted reads back as JSON whole, the way `GET /v1/events` reads it.
+        #[test]
+        fn every_accepted_event_reads_back(
+            levels in 100usize..140,
+            shape in proptest::prelude::any::<u64>(),
+            width in 0usize..40,
+            in_metadata in proptest::prelude::any::<bool>(),
+        ) {
+            let leaf = format!("\"{}\"", "x".repeat(width));
+            let value = nest(levels, shape, &leaf);
+            let body = if in_metadata {
+                format!(r#"{{"type":"custom","name":"n","extra":{{"deep":{value}}}}}"#)
+            } else {
+                format!(r#"{{"type":"custom","name":"n","deep":{value}}}"#)
+            };
+            if let Ok(batch) = parse(body.as_bytes(), now()) {
+                let stored = batch.events[0].body();
+                proptest::prop_assert!(serde_json::from_str::<Value>(&stored).is_ok());
+                let page = format!(r#"{{"events":[{stored}],"nextCursor":null}}"#);
+                proptest::prop_assert!(serde_json::from_str::<Value>(&page).is_ok());
+            }
+            // The boundary itself: a field of 124 levels is accepted, one of 125 is not.
+            let top_level = |n| format!(r#"{{"type":"custom","name":"n","deep":{}}}"#, nest(n, shape, &leaf));
+            proptest::prop_assert!(parse(top_level(124).as_bytes(), now()).is_ok());
+            proptest::prop_assert!(parse(top_level(125).as_bytes(), now()).is_err());
+        }
+    }
+
     #[test]
     fn the_seed_deployment_is_valid() {
         let body = json!({

@@ -120,68 +120,94 @@ pub fn members(text: &str) -> Result<Members<'_>, serde_json::Error> {
     serde_json::from_str(text)
 }
 
+/// How deeply a member's value may nest. serde_json, on the server and in many clients, reads
+/// at most 127 levels (its recursion limit of 128 fails on the 128th); the event object is one
+/// level more, and a page of `GET /v1/events` (`{"events":[…]}`) two more again. A value nested
+/// deeper would make an event that is stored but cannot be read back, alone or in a page.
+pub const MAX_MEMBER_DEPTH: usize = 124;
+
 /// Checks what [`RawValue`] does not, being a syntax check only: numbers within the range of
-/// an `f64`, escapes that decode (no lone surrogate), nesting within serde_json's 128 levels.
-/// Those are what `serde_json::Value` refuses, so an event that passes can always be read
-/// back. A string without escapes, a boolean or null needs no second look.
+/// an `f64`, escapes that decode (no lone surrogate), nesting within [`MAX_MEMBER_DEPTH`].
+/// Those are what `serde_json::Value` refuses when it reads the whole event, so an event that
+/// passes can always be read back. A string without escapes, a boolean or null needs no
+/// second look.
 pub fn check(raw: &RawValue) -> Result<(), serde_json::Error> {
     match Kind::of(raw) {
         Kind::Null | Kind::Bool => Ok(()),
         Kind::String if !raw.get().contains('\\') => Ok(()),
-        _ => serde_json::from_str::<Strict>(raw.get()).map(|_| ()),
+        _ => {
+            let mut d = serde_json::Deserializer::from_str(raw.get());
+            de::DeserializeSeed::deserialize(Strict(0), &mut d)?;
+            d.end()
+        }
     }
 }
 
-/// Any JSON value, read with all of serde_json's checks and kept nowhere.
-struct Strict;
+/// Any JSON value at nesting `.0`, read with all of serde_json's checks and kept nowhere.
+#[derive(Clone, Copy)]
+struct Strict(usize);
 
-impl<'de> serde::Deserialize<'de> for Strict {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(StrictVisitor)
+impl<'de> de::DeserializeSeed<'de> for Strict {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
     }
 }
 
-struct StrictVisitor;
+impl Strict {
+    /// The seed for a value one level deeper, or an error past [`MAX_MEMBER_DEPTH`].
+    fn deeper<E: de::Error>(self) -> Result<Strict, E> {
+        if self.0 >= MAX_MEMBER_DEPTH {
+            return Err(E::custom(format!(
+                "a value nests deeper than {MAX_MEMBER_DEPTH} levels of arrays and objects"
+            )));
+        }
+        Ok(Strict(self.0 + 1))
+    }
+}
 
-impl<'de> Visitor<'de> for StrictVisitor {
-    type Value = Strict;
+impl<'de> Visitor<'de> for Strict {
+    type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("any JSON value")
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Strict, E> {
-        Ok(Strict)
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
     }
 
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Strict, E> {
-        Ok(Strict)
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
     }
 
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Strict, E> {
-        Ok(Strict)
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
     }
 
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Strict, E> {
-        Ok(Strict)
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
     }
 
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Strict, E> {
-        Ok(Strict)
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
     }
 
-    fn visit_unit<E: de::Error>(self) -> Result<Strict, E> {
-        Ok(Strict)
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Strict, A::Error> {
-        while seq.next_element::<Strict>()?.is_some() {}
-        Ok(Strict)
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let inner = self.deeper()?;
+        while seq.next_element_seed(inner)?.is_some() {}
+        Ok(())
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Strict, A::Error> {
-        while map.next_entry::<Strict, Strict>()?.is_some() {}
-        Ok(Strict)
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let inner = self.deeper()?;
+        while map.next_entry_seed(inner, inner)?.is_some() {}
+        Ok(())
     }
 }
 
@@ -298,6 +324,26 @@ mod tests {
             let raw: &RawValue = serde_json::from_str(good).unwrap();
             assert!(check(raw).is_ok(), "{good}");
         }
+    }
+
+    #[test]
+    fn member_nesting_stops_one_level_below_the_readers_limit() {
+        let nested = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+        let at_limit = nested(MAX_MEMBER_DEPTH);
+        let raw: &RawValue = serde_json::from_str(&at_limit).unwrap();
+        assert!(check(raw).is_ok());
+        // The event around it still reads as a Value.
+        let event = format!(r#"{{"type":"custom","name":"x","deep":{at_limit}}}"#);
+        assert!(serde_json::from_str::<serde_json::Value>(&event).is_ok());
+        let over = nested(MAX_MEMBER_DEPTH + 1);
+        let raw: &RawValue = serde_json::from_str(&over).unwrap();
+        let err = check(raw).unwrap_err().to_string();
+        assert!(err.contains("deeper than 124 levels"), "{err}");
+        // The page around the event at the limit still reads; one level more would not.
+        let page = format!(r#"{{"events":[{{"type":"custom","name":"x","deep":{at_limit}}}]}}"#);
+        assert!(serde_json::from_str::<serde_json::Value>(&page).is_ok());
+        let too_deep = format!(r#"{{"events":[{{"type":"custom","name":"x","deep":{over}}}]}}"#);
+        assert!(serde_json::from_str::<serde_json::Value>(&too_deep).is_err());
     }
 
     #[test]

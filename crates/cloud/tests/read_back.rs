@@ -1,0 +1,109 @@
+//! Every event that is accepted reads back, and one that cannot (storage damage) never takes a
+//! page of the org's events down with it. Real `cloud`, SQLite and PostgreSQL.
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use testkit::{Backend, Cloud, Tenant, on_both_backends};
+
+on_both_backends!(
+    nesting_at_the_limit_is_accepted_and_reads_back,
+    an_unreadable_row_is_listed_apart_and_the_page_is_served,
+);
+
+async fn post_text(cloud: &Cloud, t: &Tenant, body: String) -> (StatusCode, Value) {
+    let res = cloud
+        .client()
+        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+        .bearer_auth(&t.api_key)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    (res.status(), res.json().await.unwrap_or(Value::Null))
+}
+
+async fn get(cloud: &Cloud, t: &Tenant, path: &str) -> (StatusCode, Value) {
+    let res = cloud
+        .client()
+        .get(format!("{}{path}", cloud.http))
+        .bearer_auth(&t.api_key)
+        .send()
+        .await
+        .unwrap();
+    (res.status(), res.json().await.unwrap_or(Value::Null))
+}
+
+fn custom_event(nesting: usize) -> String {
+    let deep = format!("{}1{}", "[".repeat(nesting), "]".repeat(nesting));
+    format!(r#"{{"type":"custom","name":"deep","value":{deep}}}"#)
+}
+
+async fn nesting_at_the_limit_is_accepted_and_reads_back(backend: Backend) {
+    let cloud = Cloud::start(backend);
+    let t = cloud.tenant("acme");
+    let (status, body) = post_text(&cloud, &t, custom_event(124)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let id = body["id"].as_str().unwrap();
+    let (status, event) = get(&cloud, &t, &format!("/v1/events/{id}")).await;
+    assert_eq!(status, StatusCode::OK, "{event}");
+    assert_eq!(event["name"], "deep");
+    let (status, page) = get(&cloud, &t, "/v1/events").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(page["events"][0]["id"], id);
+    // One level more would be stored unreadable: it is refused up front.
+    let (status, problem) = post_text(&cloud, &t, custom_event(125)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("nests deeper than 124 levels"),
+        "{problem}"
+    );
+}
+
+async fn an_unreadable_row_is_listed_apart_and_the_page_is_served(backend: Backend) {
+    let cloud = Cloud::start(backend);
+    let t = cloud.tenant("acme");
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let (status, body) = post_text(&cloud, &t, custom_event(n)).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        ids.push(body["id"].as_str().unwrap().to_string());
+    }
+    // Damage the middle one's stored body behind the server's back.
+    let sql = format!(
+        "UPDATE events SET body = '{{\"broken' WHERE id = '{}'",
+        ids[1]
+    );
+    match &cloud.pg {
+        Some(schema) => schema.exec(&sql),
+        None => {
+            use sqlx::Connection;
+            let path = cloud.data_dir.path().join("signals.db");
+            let mut db = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+                .await
+                .unwrap();
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(&mut db)
+                .await
+                .unwrap();
+        }
+    }
+    let (status, page) = get(&cloud, &t, "/v1/events").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let listed: Vec<&str> = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed.len(), 2, "{page}");
+    assert!(listed.contains(&ids[0].as_str()) && listed.contains(&ids[2].as_str()));
+    assert_eq!(page["unreadable"][0]["id"], ids[1].as_str(), "{page}");
+    assert!(cloud.log_text().contains(&ids[1]), "the log names the row");
+    let (status, problem) = get(&cloud, &t, &format!("/v1/events/{}", ids[1])).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(problem["detail"].as_str().unwrap().contains(&ids[1]));
+}
