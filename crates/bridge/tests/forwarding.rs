@@ -381,3 +381,37 @@ async fn above_max_memory_new_streams_are_refused() {
         0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bearer_and_header_credentials_are_injected_and_never_shown() {
+    let rig = Rig::start_with(|upstream| {
+        format!(
+            "apis:\n  - name: internal\n    url: {url}\n    auth: {{type: header, name: X-API-Key, value: \"${{INTERNAL_PW}}\"}}\n  - name: bearer\n    url: {url}\n    auth: {{type: bearer, token: \"${{INTERNAL_PW}}\"}}\n",
+            url = upstream.url
+        )
+    })
+    .await;
+    let echo: Value = rig.get("/v1/items").await.json().await.unwrap();
+    assert_eq!(echo["headers"]["x-api-key"], INTERNAL_PASSWORD);
+    assert!(echo["headers"]["authorization"].is_null(), "{echo}");
+    let echo: Value = rig
+        .cloud
+        .client()
+        .get(format!(
+            "{}/v1/bridges/dc1/apis/bearer/v1/items",
+            rig.cloud.http
+        ))
+        .bearer_auth(&rig.tenant.api_key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        echo["headers"]["authorization"],
+        format!("Bearer {INTERNAL_PASSWORD}").as_str()
+    );
+    assert!(!rig.bridge.log_text().contains(INTERNAL_PASSWORD));
+    assert!(!rig.bridge.metrics().await.contains(INTERNAL_PASSWORD));
+}

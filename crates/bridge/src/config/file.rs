@@ -89,19 +89,22 @@ pub(crate) struct CredentialsFile {
 pub(crate) struct ApiFile {
     pub name: Option<Spanned<String>>,
     pub url: Option<Spanned<String>>,
-    pub auth: Option<Spanned<BasicAuthFile>>,
+    pub auth: Option<Spanned<ApiAuthFile>>,
     pub allow: Option<Vec<Spanned<AllowFile>>>,
     pub max_connections: Option<Spanned<i64>>,
 }
 
-/// `apis[].auth`.
+/// `apis[].auth`: `basic` (the seed's), `bearer` or `header`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct BasicAuthFile {
+pub(crate) struct ApiAuthFile {
     #[serde(rename = "type")]
     pub kind: Option<Spanned<String>>,
     pub username: Option<Spanned<String>>,
     pub password: Option<Spanned<String>>,
+    pub token: Option<Spanned<String>>,
+    pub name: Option<Spanned<String>>,
+    pub value: Option<Spanned<String>>,
 }
 
 /// An entry of `registries`.

@@ -116,6 +116,39 @@ pub struct Database {
     pub max_connections: Option<u32>,
 }
 
+/// `apis[].auth`: how the bridge proves itself to an internal API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiAuth {
+    /// `type: basic` (the default): HTTP Basic with `username` and `password`.
+    Basic(Credentials),
+    /// `type: bearer`: `Authorization: Bearer <token>`.
+    Bearer(Secret),
+    /// `type: header`: one header of the API's own, such as `X-API-Key: <value>`.
+    Header {
+        /// The header's name, lowercase.
+        name: http::HeaderName,
+        /// Its value (a secret).
+        value: Secret,
+    },
+}
+
+impl ApiAuth {
+    /// The header the bridge adds to each request to the API.
+    pub fn header(&self) -> (http::HeaderName, String) {
+        match self {
+            ApiAuth::Basic(c) => (
+                http::header::AUTHORIZATION,
+                super::basic_authorization(&c.username, &c.password),
+            ),
+            ApiAuth::Bearer(token) => (
+                http::header::AUTHORIZATION,
+                format!("Bearer {}", token.expose()),
+            ),
+            ApiAuth::Header { name, value } => (name.clone(), value.expose().to_string()),
+        }
+    }
+}
+
 /// An internal HTTP API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Api {
@@ -123,8 +156,8 @@ pub struct Api {
     pub name: String,
     /// Base URL (`http` or `https`, no credentials in it).
     pub url: Url,
-    /// HTTP Basic credentials added to each forwarded request.
-    pub auth: Option<Credentials>,
+    /// Credentials added to each forwarded request.
+    pub auth: Option<ApiAuth>,
     /// Allow rules; empty means every method and path.
     pub allow: Vec<AllowRule>,
     /// Concurrent streams to this API; `None` means only the bridge-wide limit applies.

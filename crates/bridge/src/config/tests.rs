@@ -106,7 +106,10 @@ fn sample_config_parses() {
             path: "/v1/*".into()
         }]
     );
-    assert_eq!(api.auth.as_ref().unwrap().password.expose(), "SECRET-api");
+    assert_eq!(
+        api.auth.as_ref().unwrap().header().1,
+        basic_authorization("svc", &Secret::new("SECRET-api"))
+    );
 
     assert_eq!(
         config.resources(),
@@ -464,4 +467,46 @@ registries:
         assert!(err.contains(want), "{want:?} missing from:\n{err}");
     }
     assert!(err.contains("cannot serve registries yet"), "{err}");
+}
+
+#[test]
+fn api_auth_types() {
+    let yaml = r#"
+name: b
+apis:
+  - {name: a, url: http://a, auth: {type: bearer, token: T}}
+  - {name: h, url: http://h, auth: {type: header, name: X-API-Key, value: V}}
+  - {name: bad, url: http://b, auth: {type: header, name: "Content-Length", value: "x", token: t}}
+  - {name: worse, url: http://w, auth: {type: digest}}
+"#;
+    let err = failure(yaml, &MapEnv::new().with(TOKEN_VAR, "t"));
+    for want in [
+        "apis[2].auth.token: not used with auth type \"header\"",
+        "apis[2].auth.name: expected an HTTP header name",
+        "apis[3].auth.type: expected basic, bearer or header, got \"digest\"",
+    ] {
+        assert!(err.contains(want), "{want:?} missing from:\n{err}");
+    }
+    let good = yaml.lines().take(5).collect::<Vec<_>>().join("\n");
+    let config = load(&good, &MapEnv::new().with(TOKEN_VAR, "t")).unwrap();
+    let headers: Vec<_> = config
+        .apis
+        .iter()
+        .map(|a| {
+            let (name, value) = a.auth.as_ref().unwrap().header();
+            (name.to_string(), value)
+        })
+        .collect();
+    assert_eq!(
+        headers,
+        [
+            ("authorization".to_string(), "Bearer T".to_string()),
+            ("x-api-key".to_string(), "V".to_string())
+        ]
+    );
+    let debug = format!("{config:?}");
+    assert!(
+        !debug.contains("\"T\"") && !debug.contains("\"V\""),
+        "{debug}"
+    );
 }

@@ -1,11 +1,11 @@
-//! `apis` entries: every method and path unless `allow` rules are given; HTTP Basic
-//! credentials injected.
+//! `apis` entries: every method and path unless `allow` rules are given; the entry's
+//! credentials (Basic, Bearer or a header of the API's own) injected.
 
-use http::{HeaderMap, HeaderValue, Method, header};
+use http::{HeaderMap, HeaderValue, Method};
 use url::Url;
 
 use super::kind::{Kind, Refusal};
-use crate::config::{Api, basic_authorization};
+use crate::config::Api;
 use crate::rules::allowed;
 
 impl Kind for Api {
@@ -27,11 +27,11 @@ impl Kind for Api {
     }
 
     fn upstream_request_filter(&self, headers: &mut HeaderMap) {
-        if let Some(auth) = &self.auth
-            && let Ok(v) =
-                HeaderValue::from_str(&basic_authorization(&auth.username, &auth.password))
-        {
-            headers.insert(header::AUTHORIZATION, v);
+        if let Some(auth) = &self.auth {
+            let (name, value) = auth.header();
+            if let Ok(v) = HeaderValue::from_str(&value) {
+                headers.insert(name, v);
+            }
         }
     }
 }
