@@ -100,6 +100,9 @@ pub fn init(format: LogFormat, level: LogLevel, bridge_name: &str) {
                 bridge_name: bridge_name.to_string(),
             })
             .try_init(),
-        LogFormat::Text => builder.try_init(),
+        // Colour only for a person at a terminal, never escape codes in a redirected file.
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .try_init(),
     };
 }

@@ -10,8 +10,8 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "bridge", version, about)]
 struct Cli {
-    /// Configuration file (YAML); environment variables override it.
-    #[arg(long, global = true, env = "SERVICE_BRIDGE_CONFIG")]
+    /// Configuration file (YAML) of `run` (the default); environment variables override it.
+    #[arg(long, env = "SERVICE_BRIDGE_CONFIG")]
     config: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
@@ -20,9 +20,17 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the agent (the default).
-    Run,
+    Run {
+        /// Configuration file (YAML); environment variables override it.
+        #[arg(long, env = "SERVICE_BRIDGE_CONFIG")]
+        config: Option<PathBuf>,
+    },
     /// Validate the configuration and try each resource.
-    Check,
+    Check {
+        /// Configuration file (YAML); environment variables override it.
+        #[arg(long, env = "SERVICE_BRIDGE_CONFIG")]
+        config: Option<PathBuf>,
+    },
     /// Audit log tools.
     #[command(subcommand)]
     Audit(AuditCommand),
@@ -43,7 +51,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command.unwrap_or(Command::Run) {
+    match cli.command.unwrap_or(Command::Run { config: None }) {
         Command::Audit(AuditCommand::Verify { file }) => match bridge::audit::verify(&file) {
             Ok(summary) => {
                 println!(
@@ -57,7 +65,7 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        Command::Check => bridge::check::check(cli.config.as_deref()),
-        Command::Run => bridge::run::run(cli.config.as_deref()),
+        Command::Check { config } => bridge::check::check(config.or(cli.config).as_deref()),
+        Command::Run { config } => bridge::run::run(config.or(cli.config).as_deref()),
     }
 }

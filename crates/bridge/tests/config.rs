@@ -215,3 +215,32 @@ fn check_warns_when_the_open_file_limit_is_below_max_connections() {
     let out = check_under("200:1024");
     assert!(!out.contains("warning"), "{out}");
 }
+
+#[test]
+fn audit_verify_offers_no_config_and_check_takes_it_either_side() {
+    let help = Command::new(bridge_bin())
+        .args(["audit", "verify", "--help"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(help.status.success() && text.contains("FILE"), "{text}");
+    assert!(!text.contains("--config"), "{text}");
+    // `bridge --config F check` and `bridge check --config F` both read F.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bridge.yaml");
+    std::fs::write(&path, "name: Bad Name\n").unwrap();
+    for args in [
+        vec!["--config", path.to_str().unwrap(), "check"],
+        vec!["check", "--config", path.to_str().unwrap()],
+    ] {
+        let out = Command::new(bridge_bin())
+            .args(&args)
+            .env_remove("SERVICE_BRIDGE_TOKEN")
+            .env_remove("SERVICE_BRIDGE_CONFIG")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("bridge.yaml:1:7: name"), "{args:?}: {err}");
+    }
+}

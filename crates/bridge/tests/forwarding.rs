@@ -415,3 +415,20 @@ async fn bearer_and_header_credentials_are_injected_and_never_shown() {
     assert!(!rig.bridge.log_text().contains(INTERNAL_PASSWORD));
     assert!(!rig.bridge.metrics().await.contains(INTERNAL_PASSWORD));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_logs_written_to_a_file_carry_no_colour_codes() {
+    let rig = Rig::start_with(|upstream| {
+        format!(
+            "log_format: text\n{}",
+            testkit::bridge::internal_api_yaml(upstream, "")
+        )
+    })
+    .await;
+    let logs = rig.bridge.log_text();
+    assert!(logs.contains("Bridge connected successfully"), "{logs}");
+    assert!(
+        !logs.contains('\u{1b}'),
+        "ANSI escape codes in a redirected log: {logs:?}"
+    );
+}

@@ -61,13 +61,13 @@ pub enum Command {
     /// Manage organisations.
     #[command(subcommand)]
     Org(OrgCommand),
-    /// Manage signal keys (the address events are posted to).
+    /// Manage signal keys (the address events are posted to; not a secret).
     #[command(subcommand, name = "signal-key")]
     SignalKey(KeyCommand),
-    /// Manage API keys.
+    /// Manage API keys (each shown once when created, then stored hashed).
     #[command(subcommand, name = "api-key")]
     ApiKey(KeyCommand),
-    /// Manage bridge tokens.
+    /// Manage bridge tokens (each shown once when created, then stored hashed).
     #[command(subcommand, name = "bridge-token")]
     BridgeToken(BridgeTokenCommand),
 }
@@ -134,7 +134,7 @@ pub enum OrgCommand {
 /// `cloud signal-key …` and `cloud api-key …`.
 #[derive(Debug, Subcommand)]
 pub enum KeyCommand {
-    /// Create a key; prints it alone (API keys: shown this once).
+    /// Create a key; prints it alone.
     Create {
         /// The org's slug.
         #[arg(long, env = "CLOUD_ORG")]

@@ -32,8 +32,14 @@ pub fn init(format: LogFormat, level: &str, to_stderr: bool) {
             .with_current_span(false)
             .with_writer(std::io::stderr)
             .try_init(),
-        (LogFormat::Text, false) => builder.try_init(),
-        (LogFormat::Text, true) => builder.with_writer(std::io::stderr).try_init(),
+        // Colour only for a person at a terminal, never escape codes in a redirected file.
+        (LogFormat::Text, false) => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .try_init(),
+        (LogFormat::Text, true) => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .try_init(),
     };
     let _ = result;
 }

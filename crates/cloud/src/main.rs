@@ -93,7 +93,8 @@ async fn open(storage: &StorageArgs) -> Result<Store, Failure> {
     Store::open(&backend(storage)?, Metrics::new(), OpenMode::MustExist)
         .await
         .map_err(|e| match e {
-            e @ cloud::storage::StorageError::NotCreated(_) => Failure::Usage(e.to_string()),
+            e @ (cloud::storage::StorageError::NotCreated(_)
+            | cloud::storage::StorageError::NoSchema(_)) => Failure::Usage(e.to_string()),
             e => Failure::Other(e.into()),
         })
 }
@@ -168,9 +169,9 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
         .map_err(|e| match e {
             e @ (server::ServeError::TlsFiles(_)
             | server::ServeError::ClientCa(_)
-            | server::ServeError::Storage(cloud::storage::StorageError::InUse(_))) => {
-                Failure::Usage(e.to_string())
-            }
+            | server::ServeError::Storage(
+                cloud::storage::StorageError::InUse(_) | cloud::storage::StorageError::NoSchema(_),
+            )) => Failure::Usage(e.to_string()),
             e => Failure::Other(e.into()),
         })
 }

@@ -98,10 +98,15 @@ pub async fn list(
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
     let Query(p) = params.map_err(|e| {
-        Problem::bad_request(format!(
-            "{}; known parameters: type, service, environment, since, until, limit, cursor",
-            e.body_text()
-        ))
+        let text = e.body_text();
+        // serde names the known parameters itself for an unknown one; say them once.
+        if text.contains("expected one of") {
+            Problem::bad_request(text)
+        } else {
+            Problem::bad_request(format!(
+                "{text}; known parameters: type, service, environment, since, until, limit, cursor"
+            ))
+        }
     })?;
     if let Some(kind) = &p.kind
         && EventType::parse(kind).is_none()

@@ -86,6 +86,9 @@ pub enum StorageError {
     /// The group-commit writer has stopped (the server is shutting down).
     #[error("the storage writer has stopped; the server is shutting down")]
     WriterGone,
+    /// The PostgreSQL search_path names no schema that exists.
+    #[error("{0}")]
+    NoSchema(String),
     /// An admin command found no database where it looked (only `serve` creates one).
     #[error("{0}")]
     NotCreated(String),
@@ -279,13 +282,29 @@ impl Store {
                     target: redact_url(url),
                     source,
                 };
-                let options = PgConnectOptions::from_str(url).map_err(open_err)?;
+                // The server's notices ("relation … already exists, skipping" at every
+                // migration check) are not for operators: warnings and errors only.
+                let options = PgConnectOptions::from_str(url)
+                    .map_err(open_err)?
+                    .options([("client_min_messages", "warning")]);
                 let pool = PgPoolOptions::new()
                     .max_connections(8)
                     .acquire_timeout(Duration::from_secs(5))
                     .connect_with(options)
                     .await
                     .map_err(open_err)?;
+                // A search_path naming no existing schema would fail the first migration with
+                // "no schema has been selected to create in": say which, and what to do.
+                let (schema, search_path): (Option<String>, String) =
+                    sqlx::query_as("SELECT current_schema(), current_setting('search_path')")
+                        .fetch_one(&pool)
+                        .await?;
+                if schema.is_none() {
+                    return Err(StorageError::NoSchema(format!(
+                        "no schema of the search_path {search_path:?} exists in {}: create it (CREATE SCHEMA name;) or set another in --database-url (options=-c search_path=name)",
+                        redact_url(url)
+                    )));
+                }
                 if mode == OpenMode::MustExist {
                     let created: bool =
                         sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")

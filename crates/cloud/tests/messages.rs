@@ -1,0 +1,87 @@
+//! What a newcomer reads: help texts, error messages and logs say each thing once and only
+//! where it applies. Real `cloud` binary.
+
+use std::process::Command;
+
+use testkit::{Backend, Cloud, cloud_bin};
+
+#[test]
+fn signal_key_help_does_not_speak_of_api_keys() {
+    for args in [["signal-key", "-h"], ["signal-key", "create"]] {
+        let out = Command::new(cloud_bin())
+            .args(args)
+            .arg("--help")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        assert!(!text.contains("API key"), "{args:?}: {text}");
+    }
+    let out = Command::new(cloud_bin())
+        .args(["api-key", "--help"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("shown once"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_query_parameter_lists_the_known_ones_once() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let t = cloud.tenant("acme");
+    let res = cloud
+        .client()
+        .get(format!("{}/v1/events?colour=red", cloud.http))
+        .bearer_auth(&t.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 400);
+    let problem: serde_json::Value = res.json().await.unwrap();
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains("colour"), "{detail}");
+    assert_eq!(detail.matches("environment").count(), 1, "{detail}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_admin_commands_log_no_server_notices() {
+    let cloud = Cloud::start(Backend::Postgres);
+    let out = cloud.admin_output(&["org", "create", "acme"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("already exists"), "{stderr}");
+    assert!(
+        stderr.trim().is_empty(),
+        "admin commands should be quiet: {stderr}"
+    );
+}
+
+#[test]
+fn a_search_path_without_a_schema_is_named_once() {
+    let base = testkit::pg_base_url();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}options=-c%20search_path%3Dno_such_schema_here");
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(cloud_bin())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "off",
+            "--database-url",
+            &url,
+        ])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let all = format!("{stdout}{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    let said = all.matches("no schema of the search_path").count();
+    assert_eq!(said, 1, "{all}");
+    assert!(all.contains("\"no_such_schema_here\" exists"), "{all}");
+    assert!(all.contains("CREATE SCHEMA"), "{all}");
+    assert!(!all.contains("no schema has been selected"), "{all}");
+}
