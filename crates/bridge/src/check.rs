@@ -41,7 +41,17 @@ async fn probe_cloud(cfg: &Config) -> Row {
         dial::tls(tcp, &host, tls)
             .await
             .map_err(|e| e.to_string())?;
-        Ok::<_, String>("ok (TLS 1.3)".to_string())
+        // "ok" must mean "ready to connect": the token is proven too, by an enrollment whose
+        // certificate is thrown away (nothing is saved, nothing changes on the cloud).
+        let identity =
+            identity::Identity::new(std::sync::Arc::new(cfg.clone())).map_err(|e| e.to_string())?;
+        match identity.prove_token().await {
+            Ok(()) => Ok("ok (TLS 1.3, token accepted)".to_string()),
+            Err(identity::AgentError::Unauthorized(why)) => {
+                Err(format!("token rejected (revoked or wrong): {why}"))
+            }
+            Err(e) => Err(e.to_string()),
+        }
     }
     .await;
     Row {

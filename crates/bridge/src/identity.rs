@@ -215,7 +215,39 @@ impl Identity {
             })
     }
 
+    /// Proves the token to the cloud without keeping anything: an enrollment whose certificate
+    /// is thrown away (`bridge check`). `Unauthorized` when the cloud rejects the token.
+    pub async fn prove_token(&self) -> Result<(), AgentError> {
+        self.enrollment().await.map(|_| ())
+    }
+
     async fn enroll(&self) -> Result<Cert, AgentError> {
+        let (pem, key_pem) = self.enrollment().await?;
+        let chain = CertificateDer::pem_slice_iter(pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| AgentError::Tls(format!("enrolled certificate: {e}")))?;
+        let first = chain
+            .first()
+            .ok_or_else(|| AgentError::Tls("enroll returned no certificate".into()))?;
+        let renew_at = renew_at(first);
+        if let Some(dir) = &self.cfg.state_dir
+            && let Err(e) = crate::state::save(dir, &pem, &key_pem)
+        {
+            tracing::warn!(state_dir = %dir.display(), cause = %e, "cannot save the client certificate in state_dir; it will be enrolled again after a restart");
+        }
+        let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+            .map_err(|e| AgentError::Tls(e.to_string()))?;
+        Ok(Cert {
+            chain,
+            key,
+            renew_at,
+            unproven: false,
+        })
+    }
+
+    /// One enrollment exchange: a new key pair and CSR out, the certificate (PEM) and the
+    /// key (PEM) back.
+    async fn enrollment(&self) -> Result<(String, String), AgentError> {
         let key = rcgen::KeyPair::generate().map_err(|e| AgentError::Tls(e.to_string()))?;
         let mut params = rcgen::CertificateParams::default();
         params
@@ -248,28 +280,8 @@ impl Identity {
         }
         let answer: serde_json::Value = serde_json::from_slice(&body)
             .map_err(|e| AgentError::Http(format!("enroll answer: {e}")))?;
-        let pem = answer["certificate"].as_str().unwrap_or("");
-        let chain = CertificateDer::pem_slice_iter(pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| AgentError::Tls(format!("enrolled certificate: {e}")))?;
-        let first = chain
-            .first()
-            .ok_or_else(|| AgentError::Tls("enroll returned no certificate".into()))?;
-        let renew_at = renew_at(first);
-        let key_pem = key.serialize_pem();
-        if let Some(dir) = &self.cfg.state_dir
-            && let Err(e) = crate::state::save(dir, pem, &key_pem)
-        {
-            tracing::warn!(state_dir = %dir.display(), cause = %e, "cannot save the client certificate in state_dir; it will be enrolled again after a restart");
-        }
-        let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
-            .map_err(|e| AgentError::Tls(e.to_string()))?;
-        Ok(Cert {
-            chain,
-            key,
-            renew_at,
-            unproven: false,
-        })
+        let pem = answer["certificate"].as_str().unwrap_or("").to_string();
+        Ok((pem, key.serialize_pem()))
     }
 }
 

@@ -128,6 +128,8 @@ fn check(yaml: &str) -> (Option<i32>, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_tries_the_cloud_and_each_resource() {
     let cloud = testkit::Cloud::start(testkit::Backend::Sqlite);
+    cloud.tenant("acme");
+    let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
     let upstream = testkit::upstream::Upstream::start().await;
     let port = testkit::bridge::free_port();
     let good = testkit::bridge::yaml_for(
@@ -135,13 +137,26 @@ async fn check_tries_the_cloud_and_each_resource() {
         "dc1",
         port,
         &format!(
-            "token: x\napis:\n  - name: internal\n    url: {}/protected\n    auth: {{type: basic, username: svc, password: \"${{INTERNAL_PW}}\"}}\n",
+            "token: {token}\napis:\n  - name: internal\n    url: {}/protected\n    auth: {{type: basic, username: svc, password: \"${{INTERNAL_PW}}\"}}\n",
             upstream.url
         ),
     );
     let (code, out) = check(&good);
     assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("ok (TLS 1.3)"), "{out}");
+    assert!(out.contains("ok (TLS 1.3, token accepted)"), "{out}");
+    // "ok" means ready to connect: a made-up token, or a revoked one, is not.
+    let made_up = good.replace(&token, "sigbrt_0123456789abcdef_00");
+    let (code, out) = check(&made_up);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("token rejected (revoked or wrong)"), "{out}");
+    cloud.admin(&["bridge-token", "revoke", "--org", "acme", "--name", "dc1"]);
+    let (code, out) = check(&good);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("token rejected (revoked or wrong)"), "{out}");
+    let good = good.replace(
+        &token,
+        &cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]),
+    );
     assert!(out.contains("ok (HTTP 200)"), "{out}");
     let wrong_password = good.replace("${INTERNAL_PW}", "nope");
     let (code, out) = check(&wrong_password);
