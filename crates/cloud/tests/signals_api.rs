@@ -316,6 +316,27 @@ async fn idempotency_key_replays_the_first_answer(backend: Backend) {
     }
     let (_, list) = get(&cloud, &t.api_key, "/v1/events").await;
     assert_eq!(list["events"].as_array().unwrap().len(), 1);
+    // The same key with another body is a mistake, said as such, and stores nothing.
+    let mut other = seed_event();
+    other["version"] = json!("v9.9.9");
+    let res = client
+        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+        .bearer_auth(&t.api_key)
+        .header("Idempotency-Key", "run-42")
+        .json(&other)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(res.headers().get("idempotent-replayed").is_none());
+    let problem: Value = res.json().await.unwrap();
+    let detail = problem["errors"][0]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("already used for a request with a different body"),
+        "{problem}"
+    );
+    let (_, list) = get(&cloud, &t.api_key, "/v1/events").await;
+    assert_eq!(list["events"].as_array().unwrap().len(), 1);
 }
 
 async fn bad_event_rejects_the_whole_batch(backend: Backend) {

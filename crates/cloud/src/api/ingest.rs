@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use http_body_util::BodyExt;
 
-use super::ApiState;
 use super::budget::Share;
+use super::{ApiState, idempotency};
 use crate::problem::Problem;
 use crate::problem::storage_unavailable;
 use crate::signals::batch::{self, BatchError, MAX_REQUEST_BYTES};
@@ -19,9 +19,6 @@ use crate::signals::event::{FieldError, ValidEvent, member_json};
 use crate::signals::raw;
 use crate::stall::{ReadError, read_whole};
 use crate::storage::{InsertOutcome, NewEvent, Store, WriteBatch};
-
-/// Longest accepted `Idempotency-Key`.
-const MAX_IDEMPOTENCY_KEY: usize = 255;
 
 /// `POST /v1/signals/{signalKey}`: 202 once stored, else a problem (400, 401, 403, 404, 413,
 /// 415, 422, 429, 503; see docs/api.md).
@@ -100,17 +97,7 @@ async fn ingest(
             ),
         ));
     }
-    let idempotency = idempotency_key(headers).map_err(reject("invalid"))?;
-    if let Some(key) = &idempotency {
-        let first = state
-            .store
-            .idempotent_response(signal_key, key)
-            .await
-            .map_err(|e| ("unavailable", storage_unavailable(&e)))?;
-        if let Some(first) = first {
-            return Ok(replay(first));
-        }
-    }
+    let idempotency = idempotency::key(headers).map_err(reject("invalid"))?;
     let declared = declared_length(headers);
     if declared.is_some_and(|n| n > MAX_REQUEST_BYTES) {
         drain(body).await;
@@ -131,6 +118,18 @@ async fn ingest(
         )));
     };
     let (bytes, _share) = read_limited(body, state.read_timeout, share).await?;
+    // A repeat is answered from the first answer, once its body is known to be the same.
+    let body_digest = idempotency::digest(&bytes);
+    if let Some(key) = &idempotency {
+        let first = state
+            .store
+            .idempotent_response(signal_key, key)
+            .await
+            .map_err(|e| ("unavailable", storage_unavailable(&e)))?;
+        if let Some(first) = first {
+            return idempotency::repeat(key, &first, &body_digest).map_err(reject("invalid"));
+        }
+    }
     // Microsecond precision: what is stored, so the answer and a later read agree.
     let received =
         DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).unwrap_or_default();
@@ -169,7 +168,9 @@ async fn ingest(
         .insert(WriteBatch {
             org_id: principal.org_id,
             signal_key: signal_key.to_string(),
-            idempotency: idempotency.map(|k| (k, answer.clone())),
+            idempotency: idempotency
+                .as_ref()
+                .map(|k| (k.clone(), idempotency::encode(&body_digest, &answer))),
             events: new_events,
         })
         .await
@@ -181,24 +182,12 @@ async fn ingest(
             }
             Ok(json_response(StatusCode::ACCEPTED, answer))
         }
-        InsertOutcome::Duplicate(first) => Ok(replay(first)),
+        // A concurrent request with the same key committed first.
+        InsertOutcome::Duplicate(first) => {
+            let key = idempotency.as_deref().unwrap_or_default();
+            idempotency::repeat(key, &first, &body_digest).map_err(reject("invalid"))
+        }
     }
-}
-
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
-    let Some(value) = headers.get("idempotency-key") else {
-        return Ok(None);
-    };
-    let key = value.to_str().unwrap_or("").trim();
-    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY {
-        return Err(Problem::invalid(vec![FieldError {
-            pointer: String::new(),
-            detail: format!(
-                "the Idempotency-Key header must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"
-            ),
-        }]));
-    }
-    Ok(Some(key.to_string()))
 }
 
 fn declared_length(headers: &HeaderMap) -> Option<usize> {
@@ -357,16 +346,6 @@ fn accepted_answer(is_array: bool, events: &[NewEvent], received_at: &str) -> St
 
 fn json_response(status: StatusCode, body: String) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-/// The first answer to an `Idempotency-Key`, sent again.
-fn replay(first: String) -> Response {
-    let mut response = json_response(StatusCode::ACCEPTED, first);
-    response.headers_mut().insert(
-        "idempotent-replayed",
-        axum::http::HeaderValue::from_static("true"),
-    );
-    response
 }
 
 #[cfg(test)]

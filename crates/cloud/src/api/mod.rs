@@ -7,6 +7,7 @@
 pub mod budget;
 pub mod events;
 pub mod health;
+pub mod idempotency;
 pub mod ingest;
 
 use std::sync::Arc;
