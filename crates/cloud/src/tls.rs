@@ -71,6 +71,36 @@ fn write_private(path: &Path, contents: &str) -> Result<(), TlsError> {
         })
 }
 
+/// How long the internal CA is valid: long enough that bridges do not outlive it in normal
+/// operation, short enough for an auditor (rotation: docs/operations.md, "Security").
+const CA_VALIDITY_DAYS: i64 = 3650;
+/// How long a server certificate made at start is valid (it is made anew at every start).
+const SERVER_VALIDITY_DAYS: i64 = 397;
+
+/// Valid from an hour ago (clocks drift) for `days`.
+fn valid_for(params: &mut CertificateParams, days: i64) {
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(days);
+}
+
+/// Writes a file everyone may read (`ca.pem`: clients are told to trust it), mode 0644
+/// whatever the umask or the mode it had.
+fn write_public(path: &Path, contents: &str) -> Result<(), TlsError> {
+    let failed = |source| TlsError::Io {
+        action: "cannot write",
+        path: path.into(),
+        source,
+    };
+    std::fs::write(path, contents).map_err(failed)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).map_err(failed)?;
+    }
+    Ok(())
+}
+
 /// The service's own certificate authority.
 pub struct LocalCa {
     issuer: Issuer<'static, KeyPair>,
@@ -94,6 +124,7 @@ impl LocalCa {
             KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
+        valid_for(&mut params, CA_VALIDITY_DAYS);
         let cert = params.self_signed(&key)?;
         Ok((cert.pem(), key.serialize_pem()))
     }
@@ -133,7 +164,7 @@ impl LocalCa {
         }
     }
 
-    /// Writes `DIR/ca.pem` (what clients trust) and `DIR/ca-key.pem` (mode 0600).
+    /// Writes `DIR/ca.pem` (what clients trust, mode 0644) and `DIR/ca-key.pem` (mode 0600).
     pub fn write_files(dir: &Path, cert_pem: &str, key_pem: &str) -> Result<(), TlsError> {
         std::fs::create_dir_all(dir).map_err(|source| TlsError::Io {
             action: "cannot create",
@@ -141,7 +172,7 @@ impl LocalCa {
             source,
         })?;
         write_private(&dir.join("ca-key.pem"), key_pem)?;
-        write_private(&dir.join("ca.pem"), cert_pem)
+        write_public(&dir.join("ca.pem"), cert_pem)
     }
 
     /// Signs a bridge's certificate request (its parameters already set by the caller).
@@ -169,6 +200,7 @@ impl LocalCa {
             .distinguished_name
             .push(DnType::CommonName, "signals cloud");
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        valid_for(&mut params, SERVER_VALIDITY_DAYS);
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok((cert.pem(), key.serialize_pem()))
     }

@@ -165,12 +165,11 @@ impl ServeLock {
         if let Some(dir) = lock_path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| failed(&e))?;
         }
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| failed(&e))?;
+        let mut options = std::fs::OpenOptions::new();
+        options.create(true).truncate(false).write(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let file = options.open(&lock_path).map_err(|e| failed(&e))?;
         match file.try_lock() {
             Ok(()) => Ok(ServeLock { _file: Some(file) }),
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -218,6 +217,42 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// Makes the SQLite database private (mode 0600) whatever the umask: it holds every org's
+/// events and the internal CA's private key. SQLite gives its `-wal` and `-shm` files the
+/// database file's mode, so creating the file first, private, covers them too. A database
+/// found readable by others is made private, with a warning.
+fn private_files(path: &std::path::Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)?;
+        let mut names = vec![path.to_path_buf()];
+        for suffix in ["-wal", "-shm"] {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            names.push(name.into());
+        }
+        for file in names {
+            let Ok(meta) = std::fs::metadata(&file) else {
+                continue;
+            };
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                tracing::warn!(file = %file.display(), mode = format!("{mode:o}"), "the database was readable by other users (it holds every org's events and the internal CA's key); made it private (0600)");
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
 /// Whether opening may create the database: `cloud serve` does; admin commands never do, so
 /// one run from the wrong directory cannot make an empty database that no server reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,6 +287,10 @@ impl Store {
                         source: sqlx::Error::Io(e),
                     })?;
                 }
+                private_files(path).map_err(|e| StorageError::Open {
+                    target: path.display().to_string(),
+                    source: sqlx::Error::Io(e),
+                })?;
                 let options = SqliteConnectOptions::new()
                     .filename(path)
                     .create_if_missing(true)
