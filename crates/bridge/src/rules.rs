@@ -33,7 +33,8 @@ pub fn allowed(rules: &[AllowRule], method: &str, path: &str) -> Option<String> 
     }
     rules
         .iter()
-        .find(|r| (r.method == "*" || r.method.eq_ignore_ascii_case(method)) && glob(&r.path, path))
+        // Methods are case-sensitive (RFC 9110 §9.1): a rule for GET admits `GET`, not `get`.
+        .find(|r| (r.method == "*" || r.method == method) && glob(&r.path, path))
         .map(|r| format!("{} {}", r.method, r.path))
 }
 
@@ -95,6 +96,8 @@ mod tests {
         assert!(allowed(&rules, "POST", "/v1/items").is_none());
         assert!(allowed(&rules, "GET", "/admin").is_none());
         assert!(allowed(&[], "DELETE", "/x").is_some());
+        assert!(allowed(&rules, "get", "/v1/items").is_none());
+        assert!(allowed(&rules, "GeT", "/v1/items").is_none());
     }
 
     #[test]

@@ -432,3 +432,67 @@ async fn text_logs_written_to_a_file_carry_no_colour_codes() {
         "ANSI escape codes in a redirected log: {logs:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_named_in_connection_stay_on_their_hop_both_ways() {
+    let rig = Rig::start("").await;
+    let res = rig
+        .request(reqwest::Method::GET, "/v1/items?hop_header=1")
+        .header("connection", "x-caller-hop")
+        .header("x-caller-hop", "caller-only")
+        .header("x-caller-kept", "end-to-end")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert!(
+        res.headers().get("x-upstream-hop").is_none(),
+        "{:?}",
+        res.headers()
+    );
+    assert_eq!(res.headers()["x-upstream-kept"], "end-to-end");
+    let echo: Value = res.json().await.unwrap();
+    assert!(echo["headers"]["x-caller-hop"].is_null(), "{echo}");
+    assert_eq!(echo["headers"]["x-caller-kept"], "end-to-end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn methods_are_case_sensitive_and_connect_is_refused_and_audited() {
+    let rig = Rig::start("    allow:\n      - {method: GET, path: /v1/*}\n").await;
+    assert_eq!(rig.get("/v1/items").await.status(), 200);
+    let lower = reqwest::Method::from_bytes(b"get").unwrap();
+    let res = rig.request(lower, "/v1/items").send().await.unwrap();
+    assert_eq!(res.status(), 403);
+    assert_eq!(res.headers()["content-type"], "application/problem+json");
+    let problem: Value = res.json().await.unwrap();
+    assert_eq!(problem["status"], 403);
+    assert!(problem["detail"].as_str().unwrap().contains("allow rule"));
+    // As curl -X CONNECT sends it: a path, not an authority (clients like reqwest cannot).
+    let answer = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = rig.cloud.http.trim_start_matches("http://").to_string();
+        let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let request = format!(
+            "CONNECT /v1/bridges/dc1/apis/internal/v1/items HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            rig.tenant.api_key
+        );
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        tcp.read_to_end(&mut answer).await.unwrap();
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    assert!(answer.starts_with("HTTP/1.1 405"), "{answer}");
+    assert!(answer.contains("application/problem+json"), "{answer}");
+    let records = rig.bridge.audit_records(3).await;
+    let connect = records
+        .iter()
+        .find(|r| r["method"] == "CONNECT")
+        .expect("an audit record of the CONNECT");
+    assert_eq!(connect["decision"], "denied");
+    assert_eq!(connect["rule"], "forbidden-method");
+    assert!(
+        records
+            .iter()
+            .any(|r| r["method"] == "get" && r["status"] == 403)
+    );
+}

@@ -162,7 +162,24 @@ async fn route(req: Request<Incoming>) -> Response<Body> {
         "query": req.uri().query(),
         "headers": headers,
     });
-    Response::new(full(echo.to_string()))
+    let mut response = Response::new(full(echo.to_string()));
+    if query(&req, "hop_header").is_some() {
+        // A header this server marks as its own hop's: no intermediary may pass it on.
+        let h = response.headers_mut();
+        h.insert(
+            "connection",
+            hyper::header::HeaderValue::from_static("x-upstream-hop"),
+        );
+        h.insert(
+            "x-upstream-hop",
+            hyper::header::HeaderValue::from_static("hop-only"),
+        );
+        h.insert(
+            "x-upstream-kept",
+            hyper::header::HeaderValue::from_static("end-to-end"),
+        );
+    }
+    response
 }
 
 impl Upstream {

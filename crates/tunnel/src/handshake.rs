@@ -30,6 +30,10 @@ pub const HEADER_PRINCIPAL: &str = "x-bridge-principal";
 /// Set by the cloud on each forwarded request: the numeric id of the calling org.
 pub const HEADER_ORG: &str = "x-bridge-org";
 
+/// Set by the cloud when HTTP/2 cannot carry the caller's method on a path (`CONNECT`): the
+/// stream goes as a `GET` and the bridge admits, refuses and audits it by this method.
+pub const HEADER_METHOD: &str = "x-bridge-method";
+
 /// Path of the cloud's application heartbeat, sent through the tunnel to the bridge.
 pub const HEARTBEAT_PATH: &str = "/_bridge/heartbeat";
 

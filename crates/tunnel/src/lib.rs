@@ -1,11 +1,12 @@
 //! The tunnel contract shared by `cloud` and `bridge` (docs/bridge.md, "Tunnel protocol").
 //!
 //! What lives here: the paths and headers of the enrollment and connect handshake, the protocol
-//! version rule, how resources are named on the wire, and the TLS 1.3 configurations both sides
-//! build. What does not: any HTTP framework, storage, or the forwarding logic itself — the cloud
+//! version rule, how resources are named on the wire, which headers belong to one hop, and the
+//! TLS 1.3 configurations both sides build. What does not: any HTTP framework, storage, or the forwarding logic itself — the cloud
 //! and the bridge each own their half, and this crate stays small enough to read in one sitting.
 
 pub mod handshake;
+pub mod hop;
 pub mod resource;
 pub mod tls;
 

@@ -130,6 +130,11 @@ impl Kind for GitSource {
         })
     }
 
+    /// `text/plain`: git prints it to its user as `remote: …`.
+    fn refusal(&self, status: StatusCode, why: &str) -> http::Response<super::ResBody> {
+        super::kind::text(status, why)
+    }
+
     fn upstream_request_filter(&self, headers: &mut HeaderMap) {
         if let Some(auth) = &self.auth
             && let Ok(v) = HeaderValue::from_str(&auth.authorization())

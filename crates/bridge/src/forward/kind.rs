@@ -68,10 +68,40 @@ pub trait Kind: Send + Sync {
         None
     }
 
-    /// A refusal as the kind's clients show it. Plain text by default.
+    /// A refusal as the kind's clients show it: RFC 9457 problem+json by default, as the
+    /// cloud's own errors are.
     fn refusal(&self, status: StatusCode, why: &str) -> Response<ResBody> {
-        text(status, why)
+        problem(status, why)
     }
+}
+
+/// An `application/problem+json` refusal (`type` `urn:signals:problem:bridge-…`), with
+/// `Retry-After: 1` on a 503.
+pub fn problem(status: StatusCode, detail: &str) -> Response<ResBody> {
+    let slug = match status.as_u16() {
+        400 => "bridge-malformed",
+        403 => "bridge-forbidden",
+        404 => "bridge-not-found",
+        405 => "bridge-method-not-allowed",
+        502 => "bridge-bad-gateway",
+        503 => "bridge-unavailable",
+        _ => "bridge-refused",
+    };
+    let body = serde_json::json!({
+        "type": format!("urn:signals:problem:{slug}"),
+        "title": status.canonical_reason().unwrap_or("Refused"),
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    let mut r = text(status, "");
+    *r.body_mut() = http_body_util::Full::new(bytes::Bytes::from(body.to_string()))
+        .map_err(|never| match never {})
+        .boxed();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    r
 }
 
 /// A `text/plain` answer (with `Retry-After: 1` on a 503: busy or above `max_memory_mb`, both

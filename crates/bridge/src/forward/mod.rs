@@ -233,6 +233,7 @@ impl Forwarder {
 
     /// The audit record of a stream, before anything is decided.
     fn audit_record(&self, req: &Request<Incoming>) -> AuditRecord {
+        let method = method_of(req).to_string();
         AuditRecord {
             time: chrono::Utc::now(),
             request_id: header_str(req.headers(), tunnel::HEADER_REQUEST_ID),
@@ -241,7 +242,7 @@ impl Forwarder {
             instance: self.instance.clone(),
             kind: ResourceKind::Api,
             resource: String::new(),
-            method: req.method().to_string(),
+            method,
             // Written without query values: the record's serializer strips them.
             path: req.uri().to_string(),
             status: 0,
@@ -269,7 +270,7 @@ impl Forwarder {
                 why: "the path has '..', '.', encoded slashes, dots, semicolons or percent signs, or backslashes; send a normalised path".into(),
             });
         }
-        if method_is_forbidden(req.method().as_str()) {
+        if method_is_forbidden(method_of(req)) {
             return Err(Refusal {
                 status: StatusCode::METHOD_NOT_ALLOWED,
                 reason: "not_allowed",
@@ -328,7 +329,7 @@ impl Forwarder {
     }
 
     /// Settles a refused stream: metrics, the audit record, and the refusal in the kind's
-    /// format (plain text where no resource was found).
+    /// format (problem+json where no resource was found).
     fn deny(
         &self,
         started: Instant,
@@ -350,7 +351,7 @@ impl Forwarder {
         self.write_audit(&audit);
         match resource {
             Some(r) => r.kind.refusal(refusal.status, &refusal.why),
-            None => kind::text(refusal.status, &refusal.why),
+            None => kind::problem(refusal.status, &refusal.why),
         }
     }
 
@@ -359,6 +360,15 @@ impl Forwarder {
             tracing::error!(cause = %e, "cannot write the audit record");
         }
     }
+}
+
+/// The caller's method: the stream's own, or the one the cloud names when HTTP/2 could not
+/// carry it ([`tunnel::HEADER_METHOD`]).
+fn method_of(req: &Request<Incoming>) -> &str {
+    req.headers()
+        .get(tunnel::HEADER_METHOD)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or(req.method().as_str())
 }
 
 fn header_str(h: &HeaderMap, name: &str) -> String {

@@ -68,17 +68,10 @@ fn unreachable_config() -> rustls::ClientConfig {
         .with_no_client_auth()
 }
 
-/// Removes the headers named in `names` (lowercase). One pass over the few headers a message
-/// has, instead of one hash lookup per listed name: this runs twice per forwarded request.
+/// Removes the headers named in `names` (lowercase) and those the message's `Connection`
+/// header lists.
 pub(super) fn strip_headers(headers: &mut HeaderMap, names: &[&str]) {
-    let present: Vec<http::HeaderName> = headers
-        .keys()
-        .filter(|k| names.contains(&k.as_str()))
-        .cloned()
-        .collect();
-    for name in present {
-        headers.remove(name);
-    }
+    tunnel::hop::strip(headers, names);
 }
 
 /// The request as the internal system gets it: the entry's base URL plus `rest` and the
@@ -105,7 +98,10 @@ pub(super) fn build_upstream(
     strip_headers(&mut parts.headers, HOP);
     // Who asked (the API key id) and the request id stay: an internal system may log them
     // beside its own records. The org's numeric id means nothing outside the cloud.
-    strip_headers(&mut parts.headers, &[tunnel::HEADER_ORG]);
+    strip_headers(
+        &mut parts.headers,
+        &[tunnel::HEADER_ORG, tunnel::HEADER_METHOD],
+    );
     kind.upstream_request_filter(&mut parts.headers);
     Ok(Request::from_parts(
         parts,

@@ -190,9 +190,13 @@ fn upstream_request(parts: &request::Parts, target: &Target, principal: &Princip
         target.name,
         target.rest
     );
+    let listed = tunnel::hop::connection_listed(&parts.headers);
     let mut headers = HeaderMap::with_capacity(parts.headers.len() + 3);
     for (k, v) in &parts.headers {
-        if !DROPPED.contains(&k.as_str()) && !k.as_str().starts_with("x-bridge-") {
+        if !DROPPED.contains(&k.as_str())
+            && !k.as_str().starts_with("x-bridge-")
+            && !listed.contains(k)
+        {
             headers.append(k.clone(), v.clone());
         }
     }
@@ -212,8 +216,20 @@ fn upstream_request(parts: &request::Parts, target: &Target, principal: &Princip
         tunnel::HEADER_ORG,
         &principal.org_id.to_string(),
     );
+    // HTTP/2 carries CONNECT only without a path: the bridge gets the method in a header and
+    // refuses it (405, audited) like any method it never forwards.
+    let method = if parts.method == Method::CONNECT {
+        set(
+            &mut headers,
+            tunnel::HEADER_METHOD,
+            Method::CONNECT.as_str(),
+        );
+        Method::GET
+    } else {
+        parts.method.clone()
+    };
     Head {
-        method: parts.method.clone(),
+        method,
         // The path was checked by the router and the query is the caller's own: both parse.
         uri: uri.parse().unwrap_or_else(|_| Uri::from_static("/")),
         headers,
@@ -407,15 +423,8 @@ async fn watchdog(
     "the internal system may be slow or the bridge busy"
 }
 
-/// The answer's head as the caller gets it: one hop's headers removed.
+/// The answer's head as the caller gets it: one hop's headers removed, those its
+/// `Connection` lists too.
 fn response_filter(headers: &mut HeaderMap) {
-    // One pass over the response's few headers, not one lookup per listed name.
-    let dropped: Vec<HeaderName> = headers
-        .keys()
-        .filter(|k| DROPPED.contains(&k.as_str()))
-        .cloned()
-        .collect();
-    for name in dropped {
-        headers.remove(name);
-    }
+    tunnel::hop::strip(headers, DROPPED);
 }

@@ -1,0 +1,53 @@
+//! Headers that belong to one hop (RFC 9110 §7.6.1): the standard ones, and whatever a
+//! message's own `Connection` header names. Both ends of the tunnel remove them, both ways, so a
+//! caller cannot make the internal system see a header it marked as its own hop's, nor the
+//! reverse.
+
+use http::{HeaderMap, HeaderName};
+
+/// The names the message's `Connection` header lists (`Connection: close, x-secret` names
+/// `x-secret`; `close` and `keep-alive` are options, not headers, and are harmless to list).
+pub fn connection_listed(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect()
+}
+
+/// Removes the headers `names` (lowercase) and every header `Connection` lists. One pass over
+/// the message's few headers, not one lookup per listed name: this runs on every forwarded
+/// request and response.
+pub fn strip(headers: &mut HeaderMap, names: &[&str]) {
+    let listed = connection_listed(headers);
+    let present: Vec<HeaderName> = headers
+        .keys()
+        .filter(|k| names.contains(&k.as_str()) || listed.contains(k))
+        .cloned()
+        .collect();
+    for name in present {
+        headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_named_headers_go_with_the_listed_ones() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            "close, X-Hop-Secret , keep-alive".parse().unwrap(),
+        );
+        h.insert("x-hop-secret", "1".parse().unwrap());
+        h.insert("te", "trailers".parse().unwrap());
+        h.insert("x-kept", "2".parse().unwrap());
+        strip(&mut h, &["connection", "te"]);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert!(h.contains_key("x-kept"));
+    }
+}
