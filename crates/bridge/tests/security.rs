@@ -73,6 +73,19 @@ async fn a_token_without_a_client_certificate_opens_no_tunnel() {
             .contains("client certificate"),
         "{body}"
     );
+    // The operator sees it too: a warning with the peer address and the reason.
+    let refused = cloud
+        .log_text()
+        .lines()
+        .find(|l| l.contains("bridge tunnel refused"))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no log line for the refusal:\n{}", cloud.log_text()));
+    assert!(refused.contains("\"level\":\"WARN\""), "{refused}");
+    assert!(refused.contains("127.0.0.1:"), "{refused}");
+    assert!(
+        refused.contains("client certificate is required"),
+        "{refused}"
+    );
     // Plain HTTP serves neither tunnels nor enrollment (the token would travel in clear).
     for path in ["/v1/bridge/connect", "/v1/bridge/enroll"] {
         let res = cloud

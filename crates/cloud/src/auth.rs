@@ -26,10 +26,18 @@ pub struct Principal {
     pub key_id: String,
 }
 
-/// Caches key rows so a busy client does not cost a database read per request.
+/// Most key ids cached (found or not); a full cache starts again empty.
+const MAX_CACHED: usize = 100_000;
+
+/// Compared against when no row exists, so that an unknown id costs what a wrong secret does.
+const NO_HASH: [u8; 32] = [0; 32];
+
+/// Caches key rows so a busy client does not cost a database read per request. Ids found to
+/// have no row are cached too: an unknown id then costs what a known id with a wrong secret
+/// does (a cache hit and one hash comparison), so timing does not tell which ids exist.
 #[derive(Default)]
 pub struct KeyCache {
-    rows: Mutex<HashMap<String, (Arc<ApiKeyRow>, Instant)>>,
+    rows: Mutex<HashMap<String, (Option<Arc<ApiKeyRow>>, Instant)>>,
     signal_keys: Mutex<HashMap<String, i64>>,
 }
 
@@ -86,19 +94,22 @@ impl KeyCache {
         let row = match cached {
             Some(row) => row,
             None => {
-                let row = Arc::new(
-                    store
-                        .api_key(id)
-                        .await
-                        .map_err(|e| storage_unavailable(&e))?
-                        .ok_or_else(invalid)?,
-                );
-                self.rows
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(id.to_string(), (row.clone(), Instant::now()));
+                let row = store
+                    .api_key(id)
+                    .await
+                    .map_err(|e| storage_unavailable(&e))?
+                    .map(Arc::new);
+                let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+                if rows.len() >= MAX_CACHED {
+                    rows.clear();
+                }
+                rows.insert(id.to_string(), (row.clone(), Instant::now()));
                 row
             }
+        };
+        let Some(row) = row else {
+            let _ = secrets::verify(secret, &NO_HASH);
+            return Err(invalid());
         };
         if !secrets::verify(secret, &row.secret_hash) {
             return Err(invalid());

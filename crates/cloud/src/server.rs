@@ -18,7 +18,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::app::{App, Limits, Listener};
 use crate::metrics::Metrics;
-use crate::relay::connect::ClientCert;
+use crate::relay::connect::{ClientCert, PeerAddr};
 use crate::storage::{Backend, OpenMode, ServeLock, StorageError, Store};
 use crate::tls::{self, TlsError};
 use tower::ServiceExt;
@@ -380,6 +380,7 @@ async fn serve_loop(
                             if let Some(cert) = &client_cert {
                                 req.extensions_mut().insert(cert.clone());
                             }
+                            req.extensions_mut().insert(PeerAddr(peer));
                             req
                         },
                     ));

@@ -27,6 +27,37 @@ use crate::storage::StorageError;
 #[derive(Clone, Debug)]
 pub struct ClientCert(pub CertificateDer<'static>);
 
+/// The address a connection came from, put in each request's extensions by the server loop.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerAddr(pub std::net::SocketAddr);
+
+/// At most this many refusals are logged per [`REFUSAL_LOG_WINDOW`]; a flood of bad
+/// connects must not flood the log.
+const REFUSALS_LOGGED: u32 = 20;
+/// The window of [`REFUSALS_LOGGED`].
+const REFUSAL_LOG_WINDOW: Duration = Duration::from_secs(60);
+
+/// Logs a refused tunnel at warn, with the peer and the reason, rate-limited; the first line
+/// after a window with suppressed refusals says how many there were.
+fn log_refusal(peer: Option<PeerAddr>, status: u16, why: &str) {
+    static WINDOW: std::sync::Mutex<Option<(std::time::Instant, u32, u64)>> =
+        std::sync::Mutex::new(None);
+    let mut window = WINDOW.lock().unwrap_or_else(|e| e.into_inner());
+    let now = std::time::Instant::now();
+    let (started, logged, suppressed) = window.get_or_insert((now, 0, 0));
+    if now.duration_since(*started) > REFUSAL_LOG_WINDOW {
+        (*started, *logged) = (now, 0);
+    }
+    if *logged >= REFUSALS_LOGGED {
+        *suppressed += 1;
+        return;
+    }
+    *logged += 1;
+    let peer = peer.map_or_else(|| "unknown".to_string(), |p| p.0.to_string());
+    let earlier = std::mem::take(suppressed);
+    tracing::warn!(peer = %peer, status, reason = %why, suppressed_before = earlier, "bridge tunnel refused");
+}
+
 /// How often the tunnel's token is checked for revocation.
 const REVOCATION_CHECK: Duration = Duration::from_secs(2);
 /// Heartbeats missed in a row before a tunnel is dropped.
@@ -78,12 +109,16 @@ async fn names_the_bridge(
 /// `GET /v1/bridge/connect`: 101 and the tunnel, or 400/401/403/426 with the reason in
 /// `x-bridge-refusal` (the bridge logs it).
 pub async fn connect(State(state): State<RelayState>, mut req: Request) -> Response {
+    let peer = req.extensions().get::<PeerAddr>().copied();
+    let refuse = |problem: Problem, why: &str| {
+        log_refusal(peer, problem.status, why);
+        refuse(problem, why)
+    };
     let headers = req.headers().clone();
     let credential = match authenticate_bridge(&state, &headers).await {
         Ok(c) => c,
         Err(p) => {
             let why = p.detail.clone();
-            tracing::warn!(reason = %why, "bridge connect refused");
             return refuse(p, &why);
         }
     };
@@ -114,7 +149,6 @@ pub async fn connect(State(state): State<RelayState>, mut req: Request) -> Respo
     if let Err(why) =
         tunnel::check_protocol(header_str(&headers, tunnel::HEADER_PROTOCOL).unwrap_or(""))
     {
-        tracing::warn!(bridge = %name, reason = %why, "bridge version refused");
         let mut p = Problem::bad_request(why.clone());
         p.status = StatusCode::UPGRADE_REQUIRED.as_u16();
         return refuse(p, &why);

@@ -1,0 +1,63 @@
+//! Probing for API key ids learns nothing from timing: an id found to have no key is
+//! remembered like a found one, so a repeat is answered without the database, as a wrong
+//! secret for a known id is. Shown by taking the keys table away after the first probe.
+
+use reqwest::StatusCode;
+use testkit::{Backend, Cloud, on_both_backends};
+
+on_both_backends!(unknown_key_ids_are_answered_from_the_cache_like_known_ones);
+
+async fn status(cloud: &Cloud, key: &str) -> StatusCode {
+    cloud
+        .client()
+        .get(format!("{}/v1/events", cloud.http))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+async fn unknown_key_ids_are_answered_from_the_cache_like_known_ones(backend: Backend) {
+    let cloud = Cloud::start(backend);
+    let t = cloud.tenant("acme");
+    let secret = "0".repeat(64);
+    let unknown = format!("sigapi_0123456789abcdef_{secret}");
+    let (known_id, _) = t.api_key.rsplit_once('_').unwrap();
+    let wrong_secret = format!("{known_id}_{secret}");
+    assert_eq!(status(&cloud, &unknown).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        status(&cloud, &wrong_secret).await,
+        StatusCode::UNAUTHORIZED
+    );
+    let sql = "ALTER TABLE api_keys RENAME TO api_keys_gone";
+    match &cloud.pg {
+        Some(pg) => pg.exec(sql),
+        None => {
+            let db = cloud.data_dir.path().join("signals.db");
+            let out = std::process::Command::new("python3")
+                .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(sys.argv[2]); c.commit()"])
+                .arg(db)
+                .arg(sql)
+                .output()
+                .expect("python3 sqlite3");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    // Both repeats are answered from the cache: neither asks the (now broken) database.
+    assert_eq!(status(&cloud, &unknown).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        status(&cloud, &wrong_secret).await,
+        StatusCode::UNAUTHORIZED
+    );
+    // A new id does need the database: proof that the table really is gone.
+    let fresh = format!("sigapi_fedcba9876543210_{secret}");
+    assert_eq!(
+        status(&cloud, &fresh).await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+}
