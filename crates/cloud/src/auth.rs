@@ -29,6 +29,9 @@ pub struct Principal {
 /// Most key ids cached (found or not); a full cache starts again empty.
 const MAX_CACHED: usize = 100_000;
 
+/// A key row as cached: `None` when the id has no key; and when it was read.
+type Cached = (Option<Arc<ApiKeyRow>>, Instant);
+
 /// Compared against when no row exists, so that an unknown id costs what a wrong secret does.
 const NO_HASH: [u8; 32] = [0; 32];
 
@@ -37,7 +40,7 @@ const NO_HASH: [u8; 32] = [0; 32];
 /// does (a cache hit and one hash comparison), so timing does not tell which ids exist.
 #[derive(Default)]
 pub struct KeyCache {
-    rows: Mutex<HashMap<String, (Option<Arc<ApiKeyRow>>, Instant)>>,
+    rows: Mutex<HashMap<String, Cached>>,
     signal_keys: Mutex<HashMap<String, i64>>,
 }
 
