@@ -134,6 +134,24 @@ async fn probe_all(cfg: &Config) -> Vec<Row> {
     rows
 }
 
+/// Whether this process runs in a container (Docker, Podman, Kubernetes): there the health
+/// port must listen on every interface for port mappings and probes to reach it.
+fn in_container() -> bool {
+    ["/.dockerenv", "/run/.containerenv"]
+        .iter()
+        .any(|f| std::path::Path::new(f).exists())
+        || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+}
+
+/// The warning for a health port reachable from other hosts where nothing needs it to be.
+fn exposure_warning(address: std::net::IpAddr, port: u16, container: bool) -> Option<String> {
+    (address.is_unspecified() && !container).then(|| {
+        format!(
+            "health_check_address {address} serves /health and /metrics on port {port} of every interface of this host; set health_check_address: 127.0.0.1 unless a monitoring system on another host scrapes it"
+        )
+    })
+}
+
 /// Runs the check; exit 0 when everything answered, 1 when something failed, 2 for a bad config.
 pub fn check(path: Option<&Path>) -> ExitCode {
     let cfg = match crate::run::load(path) {
@@ -146,6 +164,13 @@ pub fn check(path: Option<&Path>) -> ExitCode {
     };
     println!("configuration: ok ({} resource(s))", cfg.resources().len());
     if let Some(warning) = crate::run::raise_fd_limit(cfg.max_connections) {
+        println!("warning: {warning}");
+    }
+    if let Some(warning) = exposure_warning(
+        cfg.health_check_address,
+        cfg.health_check_port,
+        in_container(),
+    ) {
         println!("warning: {warning}");
     }
     let rows = runtime.block_on(probe_all(&cfg));
@@ -168,5 +193,24 @@ pub fn check(path: Option<&Path>) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_health_port_on_every_interface_is_warned_about_outside_containers() {
+        let any: std::net::IpAddr = "0.0.0.0".parse().unwrap();
+        let local: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        assert!(
+            exposure_warning(any, 8080, false)
+                .unwrap()
+                .contains("127.0.0.1")
+        );
+        assert!(exposure_warning(any, 8080, true).is_none());
+        assert!(exposure_warning(local, 8080, false).is_none());
+        assert!(exposure_warning("::".parse().unwrap(), 8080, false).is_some());
     }
 }

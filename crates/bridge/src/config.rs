@@ -51,6 +51,9 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
 pub const DEFAULT_MAX_MEMORY_MB: u64 = 512;
 /// Default `tls_verify`.
 pub const DEFAULT_TLS_VERIFY: bool = true;
+/// Default `health_check_address`: every interface (IPv4).
+pub const DEFAULT_HEALTH_CHECK_ADDRESS: std::net::IpAddr =
+    std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
 /// Default `health_check_port` (serves `/livez`, `/health` and `/metrics`).
 pub const DEFAULT_HEALTH_CHECK_PORT: u16 = 8080;
 /// Largest `heartbeat_interval` and `reconnect_delay` accepted, seconds (catches milliseconds
@@ -102,6 +105,9 @@ pub struct Config {
     pub audit_log: AuditTarget,
     /// Port of the local health and metrics server (`health_check_port`).
     pub health_check_port: u16,
+    /// Address it listens on (`health_check_address`): every interface by default, which a
+    /// container's port mapping and an orchestrator's probes need.
+    pub health_check_address: std::net::IpAddr,
     /// Git servers (`sources`).
     pub sources: Vec<GitSource>,
     /// Databases (`databases`).

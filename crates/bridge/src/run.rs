@@ -130,11 +130,12 @@ async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow:
     let flusher = audit.spawn_flusher();
     let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
     let shutdown = signals(audit.clone());
-    let listener = tokio::net::TcpListener::bind(("0.0.0.0", cfg.health_check_port))
+    let listener = tokio::net::TcpListener::bind((cfg.health_check_address, cfg.health_check_port))
         .await
         .map_err(|e| {
             anyhow::anyhow!(
-                "cannot listen on health_check_port {}: {e}",
+                "cannot listen on health_check_address {} health_check_port {}: {e}",
+                cfg.health_check_address,
                 cfg.health_check_port
             )
         })?;

@@ -496,3 +496,31 @@ async fn methods_are_case_sensitive_and_connect_is_refused_and_audited() {
             .any(|r| r["method"] == "get" && r["status"] == 403)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_check_address_limits_where_health_and_metrics_listen() {
+    let rig = Rig::start_with(|upstream| {
+        format!(
+            "health_check_address: 127.0.0.1\n{}",
+            testkit::bridge::internal_api_yaml(upstream, "")
+        )
+    })
+    .await;
+    assert_eq!(rig.bridge.health().await.unwrap().0, 200);
+    // The kernel's table of listening sockets: this port only on 127.0.0.1 (0100007F), not on
+    // every interface (00000000).
+    let port = format!(":{:04X} ", rig.bridge.health_port);
+    let listening: Vec<String> = std::fs::read_to_string("/proc/net/tcp")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(&port) && l.split_whitespace().nth(3) == Some("0A"))
+        .map(str::to_string)
+        .collect();
+    assert!(!listening.is_empty(), "no listener for {port}");
+    assert!(
+        listening
+            .iter()
+            .all(|l| l.contains(&format!("0100007F{}", port.trim_end()))),
+        "{listening:?}"
+    );
+}

@@ -29,6 +29,7 @@ pub(crate) struct FileConfig {
     pub state_dir: Option<Spanned<String>>,
     pub audit_log: Option<Spanned<String>>,
     pub health_check_port: Option<Spanned<i64>>,
+    pub health_check_address: Option<Spanned<String>>,
     pub sources: Option<Vec<Spanned<SourceFile>>>,
     pub databases: Option<Vec<Spanned<DatabaseFile>>>,
     pub apis: Option<Vec<Spanned<ApiFile>>>,

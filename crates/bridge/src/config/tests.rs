@@ -510,3 +510,17 @@ apis:
         "{debug}"
     );
 }
+
+#[test]
+fn health_check_address() {
+    let env = MapEnv::new().with(TOKEN_VAR, "t");
+    let config = load("name: b\n", &env).unwrap();
+    assert_eq!(config.health_check_address, DEFAULT_HEALTH_CHECK_ADDRESS);
+    let config = load("name: b\nhealth_check_address: 127.0.0.1\n", &env).unwrap();
+    assert_eq!(config.health_check_address.to_string(), "127.0.0.1");
+    let err = failure("name: b\nhealth_check_address: localhost\n", &env);
+    assert!(
+        err.contains("bridge.yaml:2:23: health_check_address: expected an IP address"),
+        "{err}"
+    );
+}

@@ -17,10 +17,10 @@ use super::error::{Origin, Problem};
 use super::file::FileConfig;
 use super::proxy::{ProxyUrl, parse_no_proxy};
 use super::{
-    AUDIT_LOG_STDOUT, AuditTarget, Config, DEFAULT_API_URL, DEFAULT_HEALTH_CHECK_PORT,
-    DEFAULT_HEARTBEAT_INTERVAL_SECS, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_MEMORY_MB,
-    DEFAULT_RECONNECT_DELAY_SECS, DEFAULT_TLS_VERIFY, LogFormat, LogLevel, MAX_INTERVAL_SECS,
-    MAX_MAX_CONNECTIONS, Secret,
+    AUDIT_LOG_STDOUT, AuditTarget, Config, DEFAULT_API_URL, DEFAULT_HEALTH_CHECK_ADDRESS,
+    DEFAULT_HEALTH_CHECK_PORT, DEFAULT_HEARTBEAT_INTERVAL_SECS, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_MEMORY_MB, DEFAULT_RECONNECT_DELAY_SECS, DEFAULT_TLS_VERIFY, LogFormat, LogLevel,
+    MAX_INTERVAL_SECS, MAX_MAX_CONNECTIONS, Secret,
 };
 
 mod fields;
@@ -139,6 +139,22 @@ pub(crate) fn validate(file: &FileConfig, env: &dyn Env) -> Result<Config, Vec<P
             "a port from 1 to 65535",
         )
         .map_or(DEFAULT_HEALTH_CHECK_PORT, |n| n as u16);
+    let health_check_address = match cx
+        .optional(file.health_check_address.as_ref(), "health_check_address")
+    {
+        None => Some(DEFAULT_HEALTH_CHECK_ADDRESS),
+        Some(given) => match given.value.trim().parse::<std::net::IpAddr>() {
+            Ok(ip) => Some(ip),
+            Err(_) => {
+                let msg = format!(
+                    "expected an IP address such as 127.0.0.1 (this host only) or 0.0.0.0 (every interface), got {:?}",
+                    given.value
+                );
+                cx.fail("health_check_address", &given.origin, msg);
+                None
+            }
+        },
+    };
 
     let proxy = match &file.proxy_url {
         Some(value) => cx.string(value, "proxy_url"),
@@ -224,6 +240,7 @@ pub(crate) fn validate(file: &FileConfig, env: &dyn Env) -> Result<Config, Vec<P
         state_dir,
         audit_log,
         health_check_port,
+        health_check_address: health_check_address.unwrap_or(DEFAULT_HEALTH_CHECK_ADDRESS),
         sources,
         databases,
         apis,
