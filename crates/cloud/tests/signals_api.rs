@@ -708,7 +708,8 @@ async fn ingest_memory_is_bounded_and_shared_between_orgs() {
         vec![format!(r#"{{"type":"custom","name":"x","pad":"{pad}"}}"#); 15].join(",")
     );
 
-    // acme's first request holds its share while its body trickles in (never pausing 2 s).
+    // acme's first request holds a share of what it has sent: most of its body at once, the
+    // rest in three pieces 1.5 s apart (never pausing 2 s).
     let addr = cloud.http.trim_start_matches("http://").to_string();
     let head = format!(
         "POST /v1/signals/{} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
@@ -722,13 +723,12 @@ async fn ingest_memory_is_bounded_and_shared_between_orgs() {
     let slow = tokio::spawn(async move {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
         s.write_all(head.as_bytes()).await.unwrap();
-        let mut started_tx = Some(started_tx);
-        for chunk in body.as_bytes().chunks(body.len() / 12 + 1) {
-            s.write_all(chunk).await.unwrap();
-            if let Some(tx) = started_tx.take() {
-                let _ = tx.send(());
-            }
-            tokio::time::sleep(Duration::from_millis(350)).await;
+        let (most, rest) = body.as_bytes().split_at(body.len() - 900);
+        s.write_all(most).await.unwrap();
+        let _ = started_tx.send(());
+        for piece in rest.chunks(300) {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            s.write_all(piece).await.unwrap();
         }
         let mut answer = Vec::new();
         s.read_to_end(&mut answer).await.unwrap();
@@ -746,7 +746,8 @@ async fn ingest_memory_is_bounded_and_shared_between_orgs() {
         StatusCode::ACCEPTED,
         "another org's share"
     );
-    // A second large one of acme does not: it waits its 2 s, then 503 with Retry-After.
+    // A second large one of acme does not fit beside the first (together over acme's half): it
+    // waits its 2 s, then 503 with Retry-After.
     let waited = std::time::Instant::now();
     let refused = post_text(&cloud, &acme, big.clone()).await;
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);

@@ -2,8 +2,10 @@
 //! stays bounded whatever the number of clients, and shared between orgs, so that one tenant's
 //! slow or numerous uploads cannot take it all (one org holds at most half).
 //!
-//! Shares are counted in KiB of each request's announced body (1 MiB when it announces none),
-//! taken before the body is read and held until the request is answered: the body, its parsed
+//! Shares are counted in KiB of the body received so far: a request starts with a small share
+//! ([`FIRST_SHARE`], or its whole announced body when that is smaller) and grows it as its
+//! bytes arrive, so a client that announces a megabyte and sends a byte now and then holds
+//! almost nothing. A share is held until the request is answered: the body, its parsed
 //! events and their commit are in memory till then (about five times the body).
 
 use std::collections::HashMap;
@@ -23,10 +25,21 @@ pub struct IngestBudget {
     orgs: Mutex<HashMap<i64, Arc<Semaphore>>>,
 }
 
+/// What a request takes before its first byte: enough for most requests whole.
+pub const FIRST_SHARE: usize = 64 * 1024;
+
 /// A request's share, given back when dropped.
 pub struct Share {
-    _org: OwnedSemaphorePermit,
-    _all: OwnedSemaphorePermit,
+    org_budget: Arc<Semaphore>,
+    org: OwnedSemaphorePermit,
+    all: OwnedSemaphorePermit,
+}
+
+impl Share {
+    /// Bytes this share covers.
+    pub fn bytes(&self) -> usize {
+        self.org.num_permits() * 1024
+    }
 }
 
 impl IngestBudget {
@@ -52,12 +65,36 @@ impl IngestBudget {
             .entry(org)
             .or_insert_with(|| Arc::new(Semaphore::new(self.per_org_kib)))
             .clone();
-        let org_share = acquire(org_budget, kib, deadline).await?;
+        let org_share = acquire(org_budget.clone(), kib, deadline).await?;
         let all_share = acquire(self.all.clone(), kib, deadline).await?;
         Some(Share {
-            _org: org_share,
-            _all: all_share,
+            org_budget,
+            org: org_share,
+            all: all_share,
         })
+    }
+
+    /// Grows `share` to cover `bytes`, waiting up to `wait` as [`IngestBudget::take`] does;
+    /// `false` when that was not enough (the share keeps what it had).
+    pub async fn grow(&self, share: &mut Share, bytes: usize, wait: Duration) -> bool {
+        let want = bytes.div_ceil(1024).min(self.per_org_kib);
+        let Some(more) = want
+            .checked_sub(share.org.num_permits())
+            .filter(|&n| n > 0)
+            .and_then(|n| u32::try_from(n).ok())
+        else {
+            return true;
+        };
+        let deadline = Instant::now() + wait;
+        let Some(org) = acquire(share.org_budget.clone(), more, deadline).await else {
+            return false;
+        };
+        let Some(all) = acquire(self.all.clone(), more, deadline).await else {
+            return false;
+        };
+        share.org.merge(org);
+        share.all.merge(all);
+        true
     }
 }
 
@@ -111,6 +148,31 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         drop(a1);
         assert!(waiting.await.unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_share_grows_with_its_body_and_only_then_crowds_others() {
+        let budget = IngestBudget::new(4 * MIB);
+        let wait = Duration::from_secs(1);
+        // Four slow uploads that announced a megabyte hold their first 64 KiB each.
+        let mut slow = Vec::new();
+        for org in [1, 1, 2, 2] {
+            slow.push(
+                budget
+                    .take(org, FIRST_SHARE, wait)
+                    .await
+                    .expect("first share"),
+            );
+        }
+        assert_eq!(slow[0].bytes(), FIRST_SHARE);
+        // A third org still gets a whole megabyte.
+        let mut third = budget.take(3, FIRST_SHARE, wait).await.unwrap();
+        assert!(budget.grow(&mut third, MIB, wait).await);
+        assert_eq!(third.bytes(), MIB);
+        // Growing past an org's half waits, then fails, keeping what it had.
+        assert!(budget.grow(&mut slow[0], MIB, wait).await);
+        assert!(!budget.grow(&mut slow[1], 2 * MIB, wait).await);
+        assert_eq!(slow[1].bytes(), FIRST_SHARE);
     }
 
     #[test]

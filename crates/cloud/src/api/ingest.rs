@@ -8,16 +8,15 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use http_body_util::BodyExt;
 
-use super::budget::Share;
+use super::body;
+use super::budget::FIRST_SHARE;
 use super::{ApiState, idempotency};
 use crate::problem::Problem;
 use crate::problem::storage_unavailable;
 use crate::signals::batch::{self, BatchError, MAX_REQUEST_BYTES};
 use crate::signals::event::{FieldError, ValidEvent, member_json};
 use crate::signals::raw;
-use crate::stall::{ReadError, read_whole};
 use crate::storage::{InsertOutcome, NewEvent, Store, WriteBatch};
 
 /// `POST /v1/signals/{signalKey}`: 202 once stored, else a problem (400, 401, 403, 404, 413,
@@ -100,24 +99,22 @@ async fn ingest(
     let idempotency = idempotency::key(headers).map_err(reject("invalid"))?;
     let declared = declared_length(headers);
     if declared.is_some_and(|n| n > MAX_REQUEST_BYTES) {
-        drain(body).await;
-        return Err(too_large());
+        body::drain(body).await;
+        return Err(body::too_large());
     }
     // Held until the answer: the body, its events and their commit are in memory till then.
-    let wanted = declared.unwrap_or(MAX_REQUEST_BYTES);
+    // It starts small and grows with the bytes that arrive.
+    let first = declared.unwrap_or(FIRST_SHARE).min(FIRST_SHARE);
     let Some(share) = state
         .ingest_budget
-        .take(principal.org_id, wanted, state.read_timeout)
+        .take(principal.org_id, first, state.read_timeout)
         .await
     else {
         // Read and dropped, so that an HTTP/1.1 client still sending sees the 503.
-        drain(body).await;
-        return Err(reject("overloaded")(Problem::unavailable(
-            1,
-            "the server is ingesting as much as --ingest-memory-mb allows (one org at most half of it); retry shortly",
-        )));
+        body::drain(body).await;
+        return Err(body::overloaded());
     };
-    let (bytes, _share) = read_limited(body, state.read_timeout, share).await?;
+    let (bytes, _share) = body::read(body, &state.ingest_budget, share, state.read_timeout).await?;
     // A repeat is answered from the first answer, once its body is known to be the same.
     let body_digest = idempotency::digest(&bytes);
     if let Some(key) = &idempotency {
@@ -195,72 +192,6 @@ fn declared_length(headers: &HeaderMap) -> Option<usize> {
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok())
-}
-
-fn too_large() -> Rejection {
-    (
-        "too_large",
-        Problem::too_large(format!(
-            "the request body is over {MAX_REQUEST_BYTES} bytes; send at most 1 MiB per request (split the batch)"
-        )),
-    )
-}
-
-/// How long a whole body may take to arrive, in pauses allowed (`--header-read-timeout`):
-/// a client trickling a body byte by byte cannot hold its share of the ingest memory longer.
-const BODY_TIME_IN_PAUSES: u32 = 4;
-
-/// Reads the body, refusing as soon as it passes the limit (never buffering more), when it
-/// stops arriving for `pause`, or when it takes longer than [`BODY_TIME_IN_PAUSES`] pauses in
-/// all (408: a stalled client must not hold its handler, or its `share`, forever).
-///
-/// An over-long body is then drained (read and dropped, up to [`MAX_DRAIN_BYTES`]), its
-/// share given back first, so that HTTP/1.1 clients still writing it see the 413 instead of a
-/// reset connection.
-async fn read_limited(
-    body: Body,
-    pause: std::time::Duration,
-    share: Share,
-) -> Result<(bytes::Bytes, Share), Rejection> {
-    let mut body = body;
-    let whole = pause * BODY_TIME_IN_PAUSES;
-    let read = tokio::time::timeout(whole, read_whole(&mut body, MAX_REQUEST_BYTES, pause)).await;
-    match read {
-        Ok(Ok(bytes)) => Ok((bytes, share)),
-        Ok(Err(ReadError::TooLarge)) => {
-            drop(share);
-            drain(body).await;
-            Err(too_large())
-        }
-        Ok(Err(ReadError::Stalled)) => Err(("timeout", Problem::body_stalled(pause))),
-        Err(_) => Err((
-            "timeout",
-            Problem::request_timeout(format!(
-                "the request body did not arrive whole within {} s (4 x --header-read-timeout); send it faster, or in smaller batches",
-                whole.as_secs()
-            )),
-        )),
-        Ok(Err(ReadError::Body(e))) => Err((
-            "malformed",
-            Problem::bad_request(format!("could not read the request body: {e}")),
-        )),
-    }
-}
-
-/// Most bytes read and dropped after a body was found too large.
-const MAX_DRAIN_BYTES: usize = 8 * 1024 * 1024;
-
-async fn drain(mut body: Body) {
-    let mut drained = 0;
-    let read = async {
-        while let Some(Ok(frame)) = body.frame().await {
-            drained += frame.data_ref().map_or(0, |d| d.len());
-            if drained > MAX_DRAIN_BYTES {
-                break;
-            }
-        }
-    };
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), read).await;
 }
 
 /// A resolve sent with only `dedupKey` takes the missing fields from the alert it closes: an

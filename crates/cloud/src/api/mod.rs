@@ -4,6 +4,7 @@
 //! Handlers stay thin: they authenticate ([`crate::auth`]), call the signals domain and the
 //! store, and turn every failure into an RFC 9457 [`crate::problem::Problem`].
 
+pub mod body;
 pub mod budget;
 pub mod events;
 pub mod health;

@@ -1,0 +1,142 @@
+//! Reading a signal request's body within `--ingest-memory-mb`: the request's share grows as
+//! its bytes arrive (see [`super::budget`]), and a body must keep arriving: no pause of
+//! `--header-read-timeout`, no more than four of those in all, and at least
+//! [`MIN_RATE`] bytes a second on average after [`RATE_GRACE`]. A client announcing a megabyte
+//! and sending a byte now and then holds almost nothing, and not for long: what a
+//! well-behaved tenant sends keeps being accepted while others misbehave.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+use tokio::time::Instant;
+
+use super::budget::{FIRST_SHARE, IngestBudget, Share};
+use crate::problem::Problem;
+use crate::signals::batch::MAX_REQUEST_BYTES;
+use crate::stall::{StallTimer, Stalled};
+
+/// How long a whole body may take to arrive, in pauses allowed (`--header-read-timeout`).
+const BODY_TIME_IN_PAUSES: u32 = 4;
+/// The slowest a body may arrive on average, once [`RATE_GRACE`] has passed.
+pub const MIN_RATE: usize = 4 * 1024;
+/// How long a body may take before [`MIN_RATE`] applies (a slow start, a TLS round trip).
+pub const RATE_GRACE: Duration = Duration::from_secs(5);
+/// Most bytes read and dropped after a body was refused, so that an HTTP/1.1 client still
+/// writing it sees the answer instead of a reset connection.
+const MAX_DRAIN_BYTES: usize = 8 * 1024 * 1024;
+
+/// Why a body was not read whole: the metric reason and the problem.
+pub type Refused = (&'static str, Problem);
+
+/// The whole body, and the share that now covers it.
+pub async fn read(
+    mut body: Body,
+    budget: &IngestBudget,
+    mut share: Share,
+    pause: Duration,
+) -> Result<(Bytes, Share), Refused> {
+    let started = Instant::now();
+    let whole = pause * BODY_TIME_IN_PAUSES;
+    let mut stall = StallTimer::new(pause);
+    let mut buf = BytesMut::new();
+    // A body that comes in one piece is kept as it came, not copied.
+    let mut first: Option<Bytes> = None;
+    loop {
+        let next = std::future::poll_fn(|cx| stall.poll_frame(&mut body, cx));
+        let frame = match tokio::time::timeout_at(started + whole, next).await {
+            Err(_) => return Err(too_slow_whole(whole)),
+            Ok(Err(Stalled)) => return Err(("timeout", Problem::body_stalled(pause))),
+            Ok(Ok(None)) => break,
+            Ok(Ok(Some(Err(e)))) => {
+                return Err((
+                    "malformed",
+                    Problem::bad_request(format!("could not read the request body: {e}")),
+                ));
+            }
+            Ok(Ok(Some(Ok(frame)))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let held = first.as_ref().map_or(0, Bytes::len) + buf.len() + data.len();
+        if held > MAX_REQUEST_BYTES {
+            drop(share);
+            drain(body).await;
+            return Err(too_large());
+        }
+        if held > share.bytes() {
+            let target = held.next_multiple_of(FIRST_SHARE).min(MAX_REQUEST_BYTES);
+            if !budget.grow(&mut share, target, pause).await {
+                drop(share);
+                drain(body).await;
+                return Err(overloaded());
+            }
+        }
+        if first.is_none() && buf.is_empty() {
+            first = Some(data);
+        } else {
+            if let Some(first) = first.take() {
+                buf.extend_from_slice(&first);
+            }
+            buf.extend_from_slice(&data);
+        }
+        let elapsed = started.elapsed();
+        if elapsed > RATE_GRACE && (held as f64) < MIN_RATE as f64 * elapsed.as_secs_f64() {
+            return Err((
+                "timeout",
+                Problem::request_timeout(format!(
+                    "the request body arrives slower than {} KiB/s; send it faster, or in smaller batches",
+                    MIN_RATE / 1024
+                )),
+            ));
+        }
+    }
+    Ok((first.unwrap_or_else(|| buf.freeze()), share))
+}
+
+/// 413 for a body over 1 MiB.
+pub fn too_large() -> Refused {
+    (
+        "too_large",
+        Problem::too_large(format!(
+            "the request body is over {MAX_REQUEST_BYTES} bytes; send at most 1 MiB per request (split the batch)"
+        )),
+    )
+}
+
+/// 503 when no share of `--ingest-memory-mb` was had in time.
+pub fn overloaded() -> Refused {
+    (
+        "overloaded",
+        Problem::unavailable(
+            1,
+            "the server is ingesting as much as --ingest-memory-mb allows (one org at most half of it); retry shortly",
+        ),
+    )
+}
+
+fn too_slow_whole(whole: Duration) -> Refused {
+    (
+        "timeout",
+        Problem::request_timeout(format!(
+            "the request body did not arrive whole within {} s (4 x --header-read-timeout); send it faster, or in smaller batches",
+            whole.as_secs()
+        )),
+    )
+}
+
+/// Reads and drops what a refused body still sends (a bounded amount, for a bounded time).
+pub async fn drain(mut body: Body) {
+    let mut drained = 0;
+    let read = async {
+        while let Some(Ok(frame)) = body.frame().await {
+            drained += frame.data_ref().map_or(0, |d| d.len());
+            if drained > MAX_DRAIN_BYTES {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
+}

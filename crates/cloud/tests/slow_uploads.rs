@@ -1,0 +1,92 @@
+//! Slow uploads cannot starve ingestion: two orgs announcing megabytes and trickling a byte a
+//! second hold almost none of `--ingest-memory-mb`, a third org's batches keep being accepted
+//! at once, and the trickles are cut for being too slow. Real `cloud`, raw TCP clients.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use testkit::{Backend, Cloud, Tenant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Announces 1,048,000 bytes and sends one a second; returns the status line it got.
+async fn trickle(addr: String, t: Tenant) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/signals/{} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 1048000\r\n\r\n[",
+        t.signal_key, t.api_key
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = [0u8; 12];
+    loop {
+        tokio::select! {
+            read = s.read(&mut answer) => {
+                let n = read.unwrap_or(0);
+                return String::from_utf8_lossy(&answer[..n]).into_owned();
+            }
+            () = tokio::time::sleep(Duration::from_secs(1)) => {
+                if s.write_all(b" ").await.is_err() {
+                    return "closed".into();
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_uploads_of_two_orgs_do_not_starve_a_third() {
+    let cloud = Cloud::start_with(
+        Backend::Sqlite,
+        &["--header-read-timeout", "10", "--signal-rate-limit", "0"],
+    );
+    let (acme, globex, initech) = (
+        cloud.tenant("acme"),
+        cloud.tenant("globex"),
+        cloud.tenant("initech"),
+    );
+    let addr = cloud.http.trim_start_matches("http://").to_string();
+    let attackers: Vec<_> = [&acme, &acme, &globex, &globex]
+        .into_iter()
+        .map(|t| tokio::spawn(trickle(addr.clone(), t.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // ~660 KiB batches of a well-behaved org: each accepted at once, not after a wait.
+    let pad = "a".repeat(45_000);
+    let big = format!(
+        "[{}]",
+        vec![format!(r#"{{"type":"custom","name":"x","pad":"{pad}"}}"#); 15].join(",")
+    );
+    let post = |t: &Tenant, body: String| {
+        cloud
+            .client()
+            .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+            .bearer_auth(&t.api_key)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    for _ in 0..3 {
+        let asked = Instant::now();
+        let res = post(&initech, big.clone()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::ACCEPTED, "{:?}", res.text().await);
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "it had to wait for a share"
+        );
+    }
+    // The misbehaving orgs' own well-formed requests go through too.
+    let res = post(&acme, testkit::seed_event().to_string())
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::ACCEPTED);
+
+    // The trickles are cut for arriving too slowly, well before their 4 x 10 s.
+    for attacker in attackers {
+        let status = tokio::time::timeout(Duration::from_secs(15), attacker)
+            .await
+            .expect("a trickle was never cut")
+            .unwrap();
+        assert!(status.starts_with("HTTP/1.1 408"), "{status:?}");
+    }
+}
