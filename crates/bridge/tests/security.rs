@@ -224,7 +224,14 @@ async fn unsupported_versions_and_borrowed_certificates_are_refused() {
         .unwrap()
         .to_string();
     assert!(why.contains("upgrade the bridge"), "{why}");
-    assert!(cloud.log_text().contains("bridge version refused"));
+    assert!(
+        cloud
+            .log_text()
+            .lines()
+            .any(|l| l.contains("bridge tunnel refused") && l.contains("version 99")),
+        "{}",
+        cloud.log_text()
+    );
     // dc1's certificate does not open a tunnel for dc2, even with dc2's token.
     let res = connect_with(&cloud, &cert, &dc2, "dc2", "1").await;
     assert_eq!(res.status(), 403);

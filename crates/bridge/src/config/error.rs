@@ -94,6 +94,14 @@ pub enum ConfigError {
     },
 }
 
+/// Sorts problems into file order (those without a place first), as they are listed.
+pub fn in_file_order(problems: &mut [Problem]) {
+    problems.sort_by_key(|problem| match problem.origin {
+        Origin::File { line, column } => (line, column),
+        Origin::Env(_) | Origin::Unknown => (0, 0),
+    });
+}
+
 impl ConfigError {
     /// The problems found (empty for [`ConfigError::Read`]).
     pub fn problems(&self) -> &[Problem] {

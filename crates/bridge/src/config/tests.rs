@@ -256,6 +256,28 @@ fn unknown_keys_are_errors_with_line_and_column() {
 }
 
 #[test]
+fn every_unknown_key_is_listed_at_once_beside_the_other_problems() {
+    let yaml = "token: t\nname: n\nheartbeat: 30\napis:\n  - name: a\n    url: https://a\n    auht:\n      username: u\n      password: p\n  - bogus: 1\n    url: ftp://x\nlog_levle: info\nmax_connections: 0\n";
+    let err = load(yaml, &MapEnv::new()).unwrap_err();
+    let text = err.to_string();
+    let expected = [
+        "bridge.yaml:3:1: unknown field `heartbeat`",
+        "bridge.yaml:7:5: unknown field `auht`",
+        "bridge.yaml:10:5: unknown field `bogus`",
+        "bridge.yaml:11:10: apis[1].url: expected an absolute http or https URL",
+        "bridge.yaml:12:1: unknown field `log_levle`",
+        "bridge.yaml:13:18: max_connections: expected a whole number from 1 to 10000, got 0",
+    ];
+    for (got, want) in text.lines().zip(expected) {
+        assert!(
+            got.starts_with(want),
+            "expected {want:?}, got {got:?} in:\n{text}"
+        );
+    }
+    assert_eq!(text.lines().count(), expected.len(), "{text}");
+}
+
+#[test]
 fn every_problem_is_reported_at_once() {
     let yaml = r#"
 name: "not valid!"

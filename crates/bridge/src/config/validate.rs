@@ -249,9 +249,6 @@ pub(crate) fn validate(file: &FileConfig, env: &dyn Env) -> Result<Config, Vec<P
     if cx.problems.is_empty() {
         return Ok(config);
     }
-    cx.problems.sort_by_key(|problem| match problem.origin {
-        Origin::File { line, column } => (line, column),
-        Origin::Env(_) | Origin::Unknown => (0, 0),
-    });
+    super::error::in_file_order(&mut cx.problems);
     Err(cx.problems)
 }
