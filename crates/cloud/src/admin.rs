@@ -1,8 +1,12 @@
-//! Admin commands: create orgs, signal keys, API keys and bridge tokens. Each prints only the
-//! new value on stdout, so scripts can capture it; secrets are shown this once and stored hashed.
+//! Admin commands: create, list and revoke orgs' signal keys, API keys and bridge tokens.
+//! `create` prints only the new value on stdout, so scripts can capture it; secrets are shown
+//! this once and stored hashed, and `list` shows ids, never secrets.
 
+use serde_json::json;
+
+use crate::cli::Output;
 use crate::secrets::{self, Kind};
-use crate::storage::{StorageError, Store};
+use crate::storage::{Credential, StorageError, Store};
 
 /// An admin command failure.
 #[derive(Debug, thiserror::Error)]
@@ -102,4 +106,88 @@ pub async fn revoke_bridge_tokens(
         )));
     }
     Ok(n)
+}
+
+/// `cloud org list`: each org's slug and creation time, as text or JSON.
+pub async fn list_orgs(store: &Store, output: Output) -> Result<String, AdminError> {
+    let orgs = store.orgs().await?;
+    Ok(match output {
+        Output::Json => serde_json::Value::Array(
+            orgs.iter()
+                .map(|(slug, created)| json!({"slug": slug, "createdAt": time(*created)}))
+                .collect(),
+        )
+        .to_string(),
+        Output::Text => {
+            let mut out = format!("{:<24} created", "slug");
+            for (slug, created) in &orgs {
+                out.push_str(&format!("\n{slug:<24} {}", time(*created)));
+            }
+            out
+        }
+    })
+}
+
+/// `cloud api-key|signal-key|bridge-token list`: the org's live credentials of `kind`.
+pub async fn list_keys(
+    store: &Store,
+    slug: &str,
+    kind: Credential,
+    output: Output,
+) -> Result<String, AdminError> {
+    let org_id = org(store, slug).await?;
+    let keys = store.credentials(org_id, kind).await?;
+    Ok(match output {
+        Output::Json => serde_json::Value::Array(
+            keys.iter()
+                .map(|k| {
+                    json!({
+                        "id": k.id,
+                        "name": k.name,
+                        "createdAt": time(k.created_at),
+                        "lastUsedAt": k.last_used_at.map(time),
+                    })
+                })
+                .collect(),
+        )
+        .to_string(),
+        Output::Text => {
+            let mut out = format!("{:<32} {:<20} {:<26} last used", "id", "name", "created");
+            for k in &keys {
+                out.push_str(&format!(
+                    "\n{:<32} {:<20} {:<26} {}",
+                    k.id,
+                    k.name.as_deref().unwrap_or("-"),
+                    time(k.created_at),
+                    k.last_used_at.map_or_else(|| "never".to_string(), time)
+                ));
+            }
+            out
+        }
+    })
+}
+
+/// `cloud api-key|signal-key revoke --org SLUG ID`: returns what was revoked.
+pub async fn revoke_key(
+    store: &Store,
+    slug: &str,
+    kind: Credential,
+    id: &str,
+) -> Result<String, AdminError> {
+    let org_id = org(store, slug).await?;
+    let bare = match kind {
+        Credential::ApiKey => id.strip_prefix(Kind::ApiKey.prefix()).unwrap_or(id),
+        Credential::SignalKey | Credential::BridgeToken => id,
+    };
+    if !store.revoke_key(org_id, kind, bare).await? {
+        return Err(AdminError::Usage(format!(
+            "org {slug:?} has no live key {id:?}; `list` shows the ids"
+        )));
+    }
+    Ok(format!("revoked {id}"))
+}
+
+/// A stored time (µs) as the server writes times: RFC 3339, UTC, milliseconds.
+fn time(micros: i64) -> String {
+    crate::time::format_millis(chrono::DateTime::from_timestamp_micros(micros).unwrap_or_default())
 }

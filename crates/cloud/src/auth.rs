@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, header};
 use base64::Engine;
+use tokio_util::sync::CancellationToken;
 
 use crate::problem::{Problem, storage_unavailable};
 use crate::secrets::{self, Kind};
-use crate::storage::{ApiKeyRow, Store};
+use crate::storage::{ApiKeyRow, Credential, Store};
 
 /// How long a verified key row is reused before it is read again.
 const CACHE_TTL: Duration = Duration::from_secs(30);
@@ -41,8 +42,12 @@ const NO_HASH: [u8; 32] = [0; 32];
 #[derive(Default)]
 pub struct KeyCache {
     rows: Mutex<HashMap<String, Cached>>,
-    signal_keys: Mutex<HashMap<String, i64>>,
+    signal_keys: Mutex<HashMap<String, (i64, Instant)>>,
 }
+
+/// How often a server asks whether any key was revoked (by any process: the CLI, another
+/// server), dropping its caches when one was.
+const REVOCATION_POLL: Duration = Duration::from_secs(1);
 
 /// Pulls the presented API key out of the headers (borrowed from them for Bearer).
 fn presented_key(headers: &HeaderMap) -> Result<Cow<'_, str>, Problem> {
@@ -102,6 +107,9 @@ impl KeyCache {
                     .await
                     .map_err(|e| storage_unavailable(&e))?
                     .map(Arc::new);
+                if row.is_some() {
+                    touch(store, Credential::ApiKey, id);
+                }
                 let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
                 if rows.len() >= MAX_CACHED {
                     rows.clear();
@@ -123,13 +131,14 @@ impl KeyCache {
         })
     }
 
-    /// The org owning a signal key (signal keys are never deleted, so hits are kept).
+    /// The org owning a live signal key (cached like API keys).
     pub async fn signal_key_org(&self, store: &Store, key: &str) -> Result<Option<i64>, Problem> {
-        if let Some(org) = self
+        if let Some((org, _)) = self
             .signal_keys
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(key)
+            .filter(|(_, at)| at.elapsed() < CACHE_TTL)
         {
             return Ok(Some(*org));
         }
@@ -138,11 +147,54 @@ impl KeyCache {
             .await
             .map_err(|e| storage_unavailable(&e))?;
         if let Some(org) = org {
-            self.signal_keys
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(key.to_string(), org);
+            touch(store, Credential::SignalKey, key);
+            let mut keys = self.signal_keys.lock().unwrap_or_else(|e| e.into_inner());
+            if keys.len() >= MAX_CACHED {
+                keys.clear();
+            }
+            keys.insert(key.to_string(), (org, Instant::now()));
         }
         Ok(org)
     }
+
+    /// Forgets every cached key: the next request of each reads it again.
+    pub fn forget_all(&self) {
+        self.rows.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.signal_keys
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    /// Until `shutdown`: every [`REVOCATION_POLL`], drops the caches when a key was revoked
+    /// since the last look, so that a revocation takes effect within about a second whatever
+    /// process made it, despite the caches' 30 s.
+    pub async fn watch_revocations(self: Arc<Self>, store: Store, shutdown: CancellationToken) {
+        let mut seen = store.last_revocation().await.unwrap_or(0);
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(REVOCATION_POLL) => {}
+                () = shutdown.cancelled() => return,
+            }
+            match store.last_revocation().await {
+                Ok(latest) if latest != seen => {
+                    seen = latest;
+                    self.forget_all();
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(cause = %e, "cannot check for revoked keys; will retry"),
+            }
+        }
+    }
+}
+
+/// Records, without waiting for it, that a credential was used (once per cache load: at most
+/// about every 30 s per key and server).
+fn touch(store: &Store, kind: Credential, id: &str) {
+    let (store, id) = (store.clone(), id.to_string());
+    tokio::spawn(async move {
+        if let Err(e) = store.touch(kind, &id).await {
+            tracing::debug!(cause = %e, "cannot record a key's last use");
+        }
+    });
 }

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::logging::LogFormat;
 
@@ -118,6 +118,16 @@ pub struct ServeArgs {
     pub forward_timeout: u64,
 }
 
+/// How `list` commands print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Output {
+    /// A table for people.
+    #[default]
+    Text,
+    /// A JSON array for scripts.
+    Json,
+}
+
 /// `cloud org …`.
 #[derive(Debug, Subcommand)]
 pub enum OrgCommand {
@@ -125,6 +135,15 @@ pub enum OrgCommand {
     Create {
         /// Lowercase name, e.g. acme.
         slug: String,
+        /// Storage.
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+    /// List the organisations.
+    List {
+        /// text (a table) or json (an array of {"slug","createdAt"}).
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
         /// Storage.
         #[command(flatten)]
         storage: StorageArgs,
@@ -146,6 +165,29 @@ pub enum KeyCommand {
         #[command(flatten)]
         storage: StorageArgs,
     },
+    /// List the org's live keys: id, name, created, last used (never a secret).
+    List {
+        /// The org's slug.
+        #[arg(long, env = "CLOUD_ORG")]
+        org: String,
+        /// text (a table) or json (an array of {"id","name","createdAt","lastUsedAt"}).
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+        /// Storage.
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+    /// Revoke a key by the id `list` shows; a running server stops accepting it within 2 s.
+    Revoke {
+        /// The org's slug.
+        #[arg(long, env = "CLOUD_ORG")]
+        org: String,
+        /// The key's id, as `list` shows it.
+        id: String,
+        /// Storage.
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
 }
 
 /// `cloud bridge-token …`.
@@ -159,6 +201,18 @@ pub enum BridgeTokenCommand {
         /// The bridge's name (SERVICE_BRIDGE_NAME).
         #[arg(long, env = "CLOUD_BRIDGE_NAME")]
         name: String,
+        /// Storage.
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+    /// List the org's live bridge tokens: id, bridge, created, last used (never a secret).
+    List {
+        /// The org's slug.
+        #[arg(long, env = "CLOUD_ORG")]
+        org: String,
+        /// text (a table) or json (an array of {"id","name","createdAt","lastUsedAt"}).
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
         /// Storage.
         #[command(flatten)]
         storage: StorageArgs,

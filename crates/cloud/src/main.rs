@@ -11,7 +11,7 @@ use cloud::cli::{
 };
 use cloud::metrics::Metrics;
 use cloud::server::{self, ServeOptions};
-use cloud::storage::{Backend, OpenMode, Store};
+use cloud::storage::{Backend, Credential, OpenMode, Store};
 
 /// mimalloc: the request path allocates many small, short-lived objects; glibc malloc cost
 /// ~20% of the server's CPU under load (see docs/benchmarks.md).
@@ -107,6 +107,11 @@ async fn run(command: Command) -> Result<(), Failure> {
             let out = admin::create_org(&store, &slug).await;
             (store, out)
         }
+        Command::Org(OrgCommand::List { output, storage }) => {
+            let store = open(&storage).await?;
+            let out = admin::list_orgs(&store, output).await;
+            (store, out)
+        }
         Command::SignalKey(KeyCommand::Create { org, name, storage }) => {
             let store = open(&storage).await?;
             let out = admin::create_signal_key(&store, &org, name.as_deref()).await;
@@ -115,6 +120,43 @@ async fn run(command: Command) -> Result<(), Failure> {
         Command::ApiKey(KeyCommand::Create { org, name, storage }) => {
             let store = open(&storage).await?;
             let out = admin::create_api_key(&store, &org, name.as_deref()).await;
+            (store, out)
+        }
+        Command::SignalKey(KeyCommand::List {
+            org,
+            output,
+            storage,
+        }) => {
+            let store = open(&storage).await?;
+            let out = admin::list_keys(&store, &org, Credential::SignalKey, output).await;
+            (store, out)
+        }
+        Command::ApiKey(KeyCommand::List {
+            org,
+            output,
+            storage,
+        }) => {
+            let store = open(&storage).await?;
+            let out = admin::list_keys(&store, &org, Credential::ApiKey, output).await;
+            (store, out)
+        }
+        Command::BridgeToken(BridgeTokenCommand::List {
+            org,
+            output,
+            storage,
+        }) => {
+            let store = open(&storage).await?;
+            let out = admin::list_keys(&store, &org, Credential::BridgeToken, output).await;
+            (store, out)
+        }
+        Command::SignalKey(KeyCommand::Revoke { org, id, storage }) => {
+            let store = open(&storage).await?;
+            let out = admin::revoke_key(&store, &org, Credential::SignalKey, &id).await;
+            (store, out)
+        }
+        Command::ApiKey(KeyCommand::Revoke { org, id, storage }) => {
+            let store = open(&storage).await?;
+            let out = admin::revoke_key(&store, &org, Credential::ApiKey, &id).await;
             (store, out)
         }
         Command::BridgeToken(BridgeTokenCommand::Create { org, name, storage }) => {

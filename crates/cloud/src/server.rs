@@ -164,6 +164,13 @@ pub async fn run(
             forward_timeout: options.forward_timeout,
         },
     );
+    // A key revoked by any process stops working here within a second or two.
+    let watcher = tokio::spawn(
+        app.api
+            .keys
+            .clone()
+            .watch_revocations(store.clone(), shutdown.clone()),
+    );
     let relay = app.relay.clone();
     let tls_app = app.router(Listener::Tls);
     let plain_app = app.router(Listener::Plain);
@@ -199,6 +206,7 @@ pub async fn run(
         let _ = task.await;
     }
     relay.shutdown.cancel();
+    let _ = watcher.await;
     store.close().await;
     tracing::info!("stopped: in-flight requests drained, storage flushed");
     Ok(())

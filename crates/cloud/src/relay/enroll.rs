@@ -12,6 +12,7 @@ use super::RelayState;
 use crate::problem::Problem;
 use crate::problem::storage_unavailable;
 use crate::secrets::{self, Kind};
+use crate::storage::Credential;
 
 /// How long an enrolled client certificate is valid; bridges renew at two thirds.
 pub const CLIENT_CERT_LIFETIME: time::Duration = time::Duration::hours(24);
@@ -59,6 +60,14 @@ pub async fn authenticate_bridge(
             "the bridge token was revoked; create a new one with `cloud bridge-token create`",
         ));
     }
+    // Its last use, for `cloud bridge-token list`: enrollments and connects are rare enough
+    // to record each, without making the bridge wait for it.
+    let (store, token_id) = (state.store.clone(), id.to_string());
+    tokio::spawn(async move {
+        if let Err(e) = store.touch(Credential::BridgeToken, &token_id).await {
+            tracing::debug!(cause = %e, "cannot record a bridge token's last use");
+        }
+    });
     Ok(BridgeCredential {
         token_id: id.to_string(),
         org_id: row.org_id,

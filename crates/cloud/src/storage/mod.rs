@@ -7,6 +7,7 @@
 //! (on SQLite, a dedicated thread with its own connection: [`sqlite_writer`](self::sqlite_writer)).
 
 mod ids;
+mod keys;
 mod records;
 mod sqlite_writer;
 mod writer;
@@ -21,6 +22,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, migrate::Migrator};
 
+pub use keys::{Credential, KeyInfo};
 pub use records::{ApiKeyRow, BridgeTokenRow, EventQuery, NewEvent, StoredEvent};
 pub use writer::{InsertOutcome, WriteBatch};
 

@@ -119,7 +119,7 @@ impl Store {
 
     /// The org that owns a signal key.
     pub async fn signal_key_org(&self, key: &str) -> Result<Option<i64>, StorageError> {
-        let sql = "SELECT org_id FROM signal_keys WHERE key = $1";
+        let sql = "SELECT org_id FROM signal_keys WHERE key = $1 AND revoked_at IS NULL";
         Ok(
             on_db!(&self.db, pool => sqlx::query(sql).bind(key).fetch_optional(pool).await?
             .map(|r| r.get::<i64, _>(0))),
@@ -148,7 +148,7 @@ impl Store {
 
     /// Looks an API key up by its public id.
     pub async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRow>, StorageError> {
-        let sql = "SELECT org_id, secret_hash FROM api_keys WHERE id = $1";
+        let sql = "SELECT org_id, secret_hash FROM api_keys WHERE id = $1 AND revoked_at IS NULL";
         Ok(
             on_db!(&self.db, pool => sqlx::query(sql).bind(id).fetch_optional(pool).await?
             .map(|r| ApiKeyRow { org_id: r.get(0), secret_hash: r.get(1) })),

@@ -1,0 +1,7 @@
+-- Key management: API keys and signal keys can be revoked; every credential records when it
+-- was last used (at most about once per 30 s, when a server reads it into its cache).
+ALTER TABLE api_keys ADD COLUMN revoked_at BIGINT;
+ALTER TABLE api_keys ADD COLUMN last_used_at BIGINT;
+ALTER TABLE signal_keys ADD COLUMN revoked_at BIGINT;
+ALTER TABLE signal_keys ADD COLUMN last_used_at BIGINT;
+ALTER TABLE bridge_tokens ADD COLUMN last_used_at BIGINT;
