@@ -78,7 +78,9 @@ impl App {
 
     /// The routes of one listener: the tunnel's handshake only on TLS.
     pub fn router(&self, listener: Listener) -> Router {
-        let mut app = api::router(self.api.clone()).merge(relay::router(self.relay.clone()));
+        let mut app = api::router(self.api.clone())
+            .merge(relay::router(self.relay.clone()))
+            .merge(crate::openapi::router());
         if listener == Listener::Tls {
             app = app.merge(relay::tunnel_router(self.relay.clone()));
         }

@@ -17,6 +17,7 @@ pub mod auth;
 pub mod cli;
 pub mod logging;
 pub mod metrics;
+pub mod openapi;
 pub mod problem;
 pub mod relay;
 pub mod secrets;

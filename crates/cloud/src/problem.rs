@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::signals::event::FieldError;
 
 /// An API error, rendered as `application/problem+json`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Problem {
     /// Stable identifier of the problem kind (`urn:signals:problem:…`).
     #[serde(rename = "type")]

@@ -91,6 +91,16 @@ fn decode_cursor(cursor: &str) -> Result<(i64, String), Problem> {
 }
 
 /// Lists the org's events, newest first, a page at a time.
+#[utoipa::path(get, path = "/v1/events", tag = "events",
+    params(("type" = Option<String>, Query, description = "deployment, alert, change or custom"),
+        ("service" = Option<String>, Query), ("environment" = Option<String>, Query),
+        ("since" = Option<String>, Query, description = "RFC 3339, inclusive"),
+        ("until" = Option<String>, Query, description = "RFC 3339, exclusive"),
+        ("limit" = Option<u32>, Query, description = "1 to 500, default 100"),
+        ("cursor" = Option<String>, Query, description = "nextCursor of the previous page")),
+    responses((status = 200, body = crate::openapi::EventPage),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json")))]
 pub async fn list(
     State(state): State<ApiState>,
     headers: HeaderMap,
@@ -167,6 +177,10 @@ pub async fn list(
 }
 
 /// One event of the org; 404 for another org's event (its existence is not revealed).
+#[utoipa::path(get, path = "/v1/events/{id}", tag = "events",
+    params(("id" = String, Path, description = "The event's id")),
+    responses((status = 200, description = "The event as sent (normalised), with id and receivedAt", body = serde_json::Value),
+        (status = 404, body = Problem, content_type = "application/problem+json")))]
 pub async fn get(
     State(state): State<ApiState>,
     headers: HeaderMap,

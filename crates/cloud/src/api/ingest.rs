@@ -21,6 +21,24 @@ use crate::storage::{InsertOutcome, NewEvent, Store, WriteBatch};
 
 /// `POST /v1/signals/{signalKey}`: 202 once stored, else a problem (400, 401, 403, 404, 413,
 /// 415, 422, 429, 503; see docs/api.md).
+#[utoipa::path(post, path = "/v1/signals/{signalKey}", tag = "signals",
+    params(("signalKey" = String, Path, description = "The org's signal key"),
+        ("Idempotency-Key" = Option<String>, Header, description = "A repeat with the same body returns the first answer")),
+    request_body(content = serde_json::Value, content_type = "application/json",
+        description = "One event object, or an array of up to 500 (docs/api.md lists the fields of each type)"),
+    responses(
+        (status = 202, description = "Stored durably", body = crate::openapi::Accepted),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or wrong API key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The key is another org's", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown signal key", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body stopped arriving", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Over 64 KiB per event or 1 MiB per request", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Over the signal key's rate", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Storage unavailable or busy", body = Problem, content_type = "application/problem+json"),
+    ))]
 pub async fn post_signal(
     State(state): State<ApiState>,
     Path(signal_key): Path<String>,

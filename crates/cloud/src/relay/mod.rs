@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{RawPathParams, Request, State};
 use axum::routing::{any, get, post};
 use tokio_util::sync::CancellationToken;
 use tunnel::ResourceKind;
@@ -92,14 +91,14 @@ pub fn router(state: RelayState) -> Router {
     let mut router = Router::new().route("/v1/bridges", get(forward::list));
     for kind in FORWARDED_KINDS {
         let base = format!("/v1/bridges/{{bridge}}/{}/{{name}}", kind.segment());
-        let handler =
-            move |State(state): State<RelayState>, params: RawPathParams, req: Request| {
-                forward::forward(state, kind, params, req)
-            };
+        let handler = match kind {
+            ResourceKind::Git => any(forward::forward_git),
+            _ => any(forward::forward_api),
+        };
         router = router
-            .route(&base, any(handler))
-            .route(&format!("{base}/"), any(handler))
-            .route(&format!("{base}/{{*path}}"), any(handler));
+            .route(&base, handler.clone())
+            .route(&format!("{base}/"), handler.clone())
+            .route(&format!("{base}/{{*path}}"), handler);
     }
     router.with_state(state)
 }

@@ -46,7 +46,7 @@ impl EventType {
 }
 
 /// One problem with one field.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct FieldError {
     /// JSON pointer (RFC 6901) to the field, e.g. `/1/status`.
     pub pointer: String,

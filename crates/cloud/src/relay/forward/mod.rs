@@ -58,6 +58,8 @@ const DROPPED: &[&str] = &[
 ];
 
 /// `GET /v1/bridges`: the org's connected bridges and their instances.
+#[utoipa::path(get, path = "/v1/bridges", tag = "bridges",
+    responses((status = 200, body = crate::openapi::Bridges), (status = 401, body = Problem, content_type = "application/problem+json")))]
 pub async fn list(
     State(state): State<RelayState>,
     headers: HeaderMap,
@@ -95,6 +97,40 @@ impl Target {
         }
         target
     }
+}
+
+/// `ANY /v1/bridges/{bridge}/apis/{name}/{path}`: an internal HTTP API through the bridge.
+#[utoipa::path(method(get, post, put, delete, patch, head, options),
+    path = "/v1/bridges/{bridge}/apis/{name}/{path}", tag = "bridges",
+    params(("bridge" = String, Path), ("name" = String, Path, description = "The apis entry's name"),
+        ("path" = String, Path, description = "The path inside the API (may hold slashes)")),
+    responses((status = 200, description = "The internal API's answer, streamed"),
+        (status = 404, description = "No such bridge or resource", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The tunnel or the internal system failed", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The bridge has no live tunnel", body = Problem, content_type = "application/problem+json"),
+        (status = 504, description = "No answer within --forward-timeout", body = Problem, content_type = "application/problem+json")))]
+pub async fn forward_api(
+    State(state): State<RelayState>,
+    params: RawPathParams,
+    req: Request,
+) -> Response {
+    forward(state, ResourceKind::Api, params, req).await
+}
+
+/// `GET|POST /v1/bridges/{bridge}/git/{source}/{path}`: Git's smart HTTP through the bridge.
+#[utoipa::path(method(get, post), path = "/v1/bridges/{bridge}/git/{name}/{path}", tag = "bridges",
+    params(("bridge" = String, Path), ("name" = String, Path, description = "The sources entry's name"),
+        ("path" = String, Path, description = "The repository path and Git's service path")),
+    responses((status = 200, description = "The Git server's answer, streamed"),
+        (status = 401, description = "No API key: a Basic challenge, so git asks for one", content_type = "text/plain"),
+        (status = 403, description = "Refused at the bridge (push to a fetch-only source)", content_type = "text/plain"),
+        (status = 404, description = "No such bridge, source or repository", content_type = "text/plain")))]
+pub async fn forward_git(
+    State(state): State<RelayState>,
+    params: RawPathParams,
+    req: Request,
+) -> Response {
+    forward(state, ResourceKind::Git, params, req).await
 }
 
 /// The handler of every forwarded route.

@@ -1,0 +1,123 @@
+//! The public HTTP API as an OpenAPI 3.1 document, generated from the handlers' own
+//! `#[utoipa::path]` annotations and the types they answer with, and served at
+//! `GET /v1/openapi.json`. A test checks every operation it lists against the routes the
+//! server really has.
+
+use axum::Router;
+use axum::routing::get;
+use serde::Serialize;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+use crate::problem::Problem;
+use crate::signals::event::FieldError;
+
+/// The document: every public operation, the schemas it uses, and the two ways to present an
+/// API key (Bearer, or Basic with the key as the password).
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Signals API and Bridge relay",
+        description = "Events in (deployments, alerts, changes, custom), read back per org, and requests through the org's bridges. See docs/api.md and docs/bridge.md."
+    ),
+    paths(
+        crate::api::ingest::post_signal,
+        crate::api::events::list,
+        crate::api::events::get,
+        crate::api::health::livez,
+        crate::api::health::readyz,
+        crate::api::health::metrics,
+        crate::relay::forward::list,
+        crate::relay::forward::forward_api,
+        crate::relay::forward::forward_git,
+        document,
+    ),
+    components(schemas(Problem, FieldError, Accepted, AcceptedBatch, EventPage, Unreadable, Bridges)),
+    modifiers(&ApiKeyAuth),
+    security(("bearer" = []), ("basic" = []))
+)]
+pub struct ApiDoc;
+
+/// Adds the security schemes the operations refer to.
+struct ApiKeyAuth;
+
+impl Modify for ApiKeyAuth {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+        components.add_security_scheme(
+            "basic",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Basic)),
+        );
+    }
+}
+
+/// `202` to one event.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Accepted {
+    /// The event's id (UUIDv7).
+    pub id: String,
+    /// Always `accepted`.
+    pub status: String,
+    /// When the server received it (RFC 3339, UTC, milliseconds).
+    pub received_at: String,
+}
+
+/// `202` to an array of events.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AcceptedBatch {
+    /// The events' ids, in the order sent.
+    pub ids: Vec<String>,
+    /// Always `accepted`.
+    pub status: String,
+    /// When the server received them.
+    pub received_at: String,
+}
+
+/// A page of `GET /v1/events`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventPage {
+    /// The events, newest first: each as sent (normalised), with `id` and `receivedAt`.
+    pub events: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// Pass as `cursor` for the next page; null on the last.
+    pub next_cursor: Option<String>,
+    /// Stored events that could not be read (storage damage), when there are any.
+    pub unreadable: Option<Vec<Unreadable>>,
+}
+
+/// An event that could not be read back.
+#[derive(Serialize, ToSchema)]
+pub struct Unreadable {
+    /// Its id.
+    pub id: String,
+    /// What failed.
+    pub detail: String,
+}
+
+/// `GET /v1/bridges`.
+#[derive(Serialize, ToSchema)]
+pub struct Bridges {
+    /// The org's connected bridges, each with its live instances.
+    pub bridges: Vec<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// `GET /v1/openapi.json`: this document.
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "meta", security(()),
+    responses((status = 200, description = "The OpenAPI 3.1 document of this API", content_type = "application/json")))]
+pub async fn document() -> axum::response::Response {
+    axum::response::IntoResponse::into_response((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        ApiDoc::openapi().to_pretty_json().unwrap_or_default(),
+    ))
+}
+
+/// The document's route (both listeners).
+pub fn router() -> Router {
+    Router::new().route("/v1/openapi.json", get(document))
+}
