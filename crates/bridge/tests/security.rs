@@ -74,12 +74,7 @@ async fn a_token_without_a_client_certificate_opens_no_tunnel() {
         "{body}"
     );
     // The operator sees it too: a warning with the peer address and the reason.
-    let refused = cloud
-        .log_text()
-        .lines()
-        .find(|l| l.contains("bridge tunnel refused"))
-        .map(str::to_string)
-        .unwrap_or_else(|| panic!("no log line for the refusal:\n{}", cloud.log_text()));
+    let refused = cloud.wait_log_line("bridge tunnel refused");
     assert!(refused.contains("\"level\":\"WARN\""), "{refused}");
     assert!(refused.contains("127.0.0.1:"), "{refused}");
     assert!(
@@ -224,14 +219,7 @@ async fn unsupported_versions_and_borrowed_certificates_are_refused() {
         .unwrap()
         .to_string();
     assert!(why.contains("upgrade the bridge"), "{why}");
-    assert!(
-        cloud
-            .log_text()
-            .lines()
-            .any(|l| l.contains("bridge tunnel refused") && l.contains("version 99")),
-        "{}",
-        cloud.log_text()
-    );
+    cloud.wait_log_line("bridge protocol version 99 is not supported");
     // dc1's certificate does not open a tunnel for dc2, even with dc2's token.
     let res = connect_with(&cloud, &cert, &dc2, "dc2", "1").await;
     assert_eq!(res.status(), 403);

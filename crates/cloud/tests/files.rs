@@ -54,13 +54,7 @@ async fn the_database_is_private_and_the_ca_certificate_is_not() {
     .unwrap();
     cloud.kill_and_restart();
     assert_eq!(mode(&dir.join("signals.db")), 0o600);
-    assert!(
-        cloud
-            .log_text()
-            .contains("the database was readable by other users"),
-        "{}",
-        cloud.log_text()
-    );
+    cloud.wait_log_line("the database was readable by other users");
 }
 
 #[test]

@@ -102,7 +102,7 @@ async fn an_unreadable_row_is_listed_apart_and_the_page_is_served(backend: Backe
     assert_eq!(listed.len(), 2, "{page}");
     assert!(listed.contains(&ids[0].as_str()) && listed.contains(&ids[2].as_str()));
     assert_eq!(page["unreadable"][0]["id"], ids[1].as_str(), "{page}");
-    assert!(cloud.log_text().contains(&ids[1]), "the log names the row");
+    cloud.wait_log_line(&ids[1]);
     let (status, problem) = get(&cloud, &t, &format!("/v1/events/{}", ids[1])).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     assert!(problem["detail"].as_str().unwrap().contains(&ids[1]));

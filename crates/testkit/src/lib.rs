@@ -297,6 +297,23 @@ impl Cloud {
         self.logs.lock().unwrap().join("\n")
     }
 
+    /// Waits (up to 5 s) for a log line containing `needle` and returns it: the server's output
+    /// reaches the test through a pipe and a reader thread, a moment after the server wrote it.
+    pub fn wait_log_line(&self, needle: &str) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Some(line) = self.log_text().lines().find(|l| l.contains(needle)) {
+                return line.to_string();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no log line with {needle:?} within 5 s:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Runs an admin command against the same storage; returns its output.
     pub fn admin_output(&self, args: &[&str]) -> Output {
         Command::new(cloud_bin())
