@@ -1,5 +1,5 @@
 //! The operator's port (`health_check_port`): `/livez` (the process runs), `/health`
-//! (readiness: the seed's JSON, 503 when unhealthy) and `/metrics` (Prometheus text).
+//! (readiness: the JSON of docs/bridge.md, 503 when unhealthy) and `/metrics` (Prometheus text).
 
 use std::sync::Arc;
 

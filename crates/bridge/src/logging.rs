@@ -1,4 +1,4 @@
-//! Logs: one JSON object per line with the seed's fields (`timestamp` UTC with `Z`, `level`,
+//! Logs: one JSON object per line with the documented fields (`timestamp` UTC with `Z`, `level`,
 //! `message`, `bridge_name`, `version`) plus the event's own fields; or text for humans.
 
 use std::fmt;
@@ -13,7 +13,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::config::{LogFormat, LogLevel};
 
-/// Formats each event as the seed's JSON log entry.
+/// Formats each event as the JSON log entry of docs/bridge.md.
 struct SeedJson {
     bridge_name: String,
 }

@@ -1,4 +1,4 @@
-//! The bridge's metrics, defined once: the seed's five names and labels exactly, and extras
+//! The bridge's metrics, defined once: the five documented names and labels exactly, and extras
 //! under `bridge_*` names.
 
 use std::sync::Arc;

@@ -411,7 +411,7 @@ pub struct Tenant {
     pub api_key: String,
 }
 
-/// The seed's own deployment event.
+/// The deployment event of the README and docs/api.md.
 pub fn seed_event() -> Value {
     serde_json::json!({
         "type": "deployment",

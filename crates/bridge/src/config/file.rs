@@ -51,7 +51,7 @@ pub(crate) struct SourceFile {
     pub max_connections: Option<Spanned<i64>>,
 }
 
-/// `sources[].auth`: `token` (the seed's), `bearer` or `basic`.
+/// `sources[].auth`: `token` (the default), `bearer` or `basic`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct GitAuthFile {
@@ -95,7 +95,7 @@ pub(crate) struct ApiFile {
     pub max_connections: Option<Spanned<i64>>,
 }
 
-/// `apis[].auth`: `basic` (the seed's), `bearer` or `header`.
+/// `apis[].auth`: `basic` (the default), `bearer` or `header`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ApiAuthFile {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::*;
 
-/// A configuration shaped like the seed's sample (less its `databases` and `registries`, which
+/// A configuration shaped like the product's documented sample (less its `databases` and `registries`, which
 /// this release cannot serve yet), with secrets from the environment.
 const SAMPLE: &str = r#"
 token: ${BRIDGE_TOKEN}
