@@ -5,11 +5,15 @@
 //! cargo build --release --workspace
 //! target/release/bench ingest --pg-url postgres://postgres@127.0.0.1:5432/test
 //! target/release/bench tunnel
+//! target/release/bench git
 //! ```
 
 mod cpu;
+mod git;
 mod ingest;
 mod load;
+mod nginx;
+mod peers;
 mod procs;
 mod tunnel;
 mod upstream;
@@ -27,8 +31,12 @@ struct Cli {
 enum Command {
     /// Signals ingestion on SQLite (and PostgreSQL with --pg-url).
     Ingest(ingest::Args),
-    /// Requests/s, latency, bulk throughput and RSS through the bridge tunnel.
+    /// Requests/s, latency, bulk throughput and RSS through the bridge tunnel, and the tunnel
+    /// against nginx hops (needs nginx and wrk).
     Tunnel(tunnel::Args),
+    /// `git clone --mirror` of a big repository, direct and through the tunnel, with the peak
+    /// RSS of cloud and bridge (needs git, nginx and fcgiwrap).
+    Git(git::Args),
     /// The tunnel benchmark's internal HTTP server, alone (also handy for `wrk`).
     Upstream(upstream::Args),
 }
@@ -38,6 +46,7 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Ingest(args) => ingest::run(args).await,
         Command::Tunnel(args) => tunnel::run(args).await,
+        Command::Git(args) => git::run(args),
         Command::Upstream(args) => upstream::run(args).await,
     }
 }

@@ -1,13 +1,14 @@
 //! `bench tunnel`: the same internal HTTP server (`bench upstream`, hyper, its own process)
 //! reached directly and through `cloud` → TLS tunnel → `bridge`: requests/s with p50/p99, a
-//! 1 GiB download, and the bridge's RSS idle and with 1,000 concurrent streams.
+//! 1 GiB download, and the bridge's RSS idle and with 1,000 concurrent streams. Then the
+//! tunnel against its peers (nginx hops, see `nginx.rs`) in front of an nginx backend, driven
+//! by `wrk -t1`, and optionally against the `cloud` + `bridge` of another build.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::Request;
@@ -15,7 +16,9 @@ use hyper_util::rt::TokioIo;
 
 use crate::cpu;
 use crate::load::{Load, LoadArgs, drive, interleave, percentile, report, report_head};
-use crate::procs::{Server, sibling, start};
+use crate::nginx::{self, Peers};
+use crate::peers::{self, Target};
+use crate::procs::{Server, bridge_token, start, start_bridge, start_from, status_mb};
 use crate::upstream::Upstream;
 
 /// Options of `bench tunnel`.
@@ -30,66 +33,72 @@ pub struct Args {
     /// Concurrent streams for the memory measurement.
     #[arg(long, default_value_t = 1000)]
     pub streams: usize,
+    /// A directory with the `cloud` and `bridge` of another build (e.g. the previous main):
+    /// its tunnel joins the interleaved peer comparison as `tunnel (DIR)`.
+    #[arg(long)]
+    pub compare_bin_dir: Option<PathBuf>,
+    /// Idle keep-alive connections each nginx hop keeps to its upstream (`keepalive`); 64 as in
+    /// the reference setup. Beyond it, a hop closes connections as requests finish
+    /// and opens new ones (TLS handshakes included, between the two hops).
+    #[arg(long, default_value_t = 64)]
+    pub nginx_keepalive: usize,
+    /// Only the comparison with the peers (and `--compare-bin-dir`): no `bench upstream` rows,
+    /// bulk download or stream count.
+    #[arg(long)]
+    pub peers_only: bool,
 }
 
-struct BridgeProcess(Child);
-
-impl Drop for BridgeProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// The bridge's `apis` entry for the peers' nginx backend (Basic credentials injected).
+fn json_api(backend: SocketAddr) -> String {
+    format!(
+        "  - name: json\n    url: http://{backend}\n    auth: {{type: basic, username: {}, password: {}}}\n",
+        nginx::USER,
+        nginx::PASSWORD
+    )
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+/// A `cloud` and its `bridge`, from this build or another. The bridge is stopped first (fields
+/// drop in order), so that it does not log a lost tunnel.
+struct Pipeline {
+    bridge: crate::procs::Bridge,
+    cloud: Server,
+    api_key: String,
 }
 
-fn start_bridge(
-    cloud: &Server,
-    token: &str,
-    internal: SocketAddr,
+/// Starts a cloud from `bin_dir` (None: next to this binary) and a bridge with `apis`.
+fn pipeline(
+    bin_dir: Option<&std::path::Path>,
+    threads: Option<usize>,
+    apis: &str,
     streams: usize,
-) -> Result<BridgeProcess> {
-    let yaml = format!(
-        "name: dc1\napi_url: https://localhost:{}\ntls_ca_file: {}\nhealth_check_port: {}\nlog_level: warn\nmax_connections: {streams}\naudit_log: {}\napis:\n  - name: up\n    url: http://{internal}\n",
-        cloud.tls_port,
-        cloud.dir.path().join("ca.pem").display(),
-        free_port()?,
-        cloud.dir.path().join("audit.log").display(),
-    );
-    let path = cloud.dir.path().join("bridge.yaml");
-    std::fs::write(&path, yaml)?;
-    let mut child = Command::new(sibling("bridge")?)
-        .args(["run", "--config"])
-        .arg(&path)
-        .env("SERVICE_BRIDGE_TOKEN", token)
-        .env("SERVICE_LOG_LEVEL", "info")
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
-    loop {
-        let line = lines.next().context("bridge exited before connecting")??;
-        if line.contains("Bridge connected successfully") {
-            break;
-        }
+) -> Result<Pipeline> {
+    let (cloud, _, api_key) = match bin_dir {
+        Some(dir) => start_from(dir, &[], threads)?,
+        None => start(&[], threads)?,
+    };
+    let token = bridge_token(&cloud)?;
+    let bridge = start_bridge(&cloud, &token, &format!("apis:\n{apis}"), streams)?;
+    // The backend must answer through this tunnel before anything is measured.
+    let (status, bytes) = nginx::probe(
+        cloud.addr,
+        "/v1/bridges/dc1/apis/json/",
+        Some(&format!("Bearer {api_key}")),
+    )?;
+    if status != 200 || bytes != 1024 {
+        bail!(
+            "the tunnel of {} to the nginx backend answered {status} with {bytes} bytes",
+            cloud.bin_dir.display()
+        );
     }
-    std::thread::spawn(move || for _ in lines {});
-    Ok(BridgeProcess(child))
+    Ok(Pipeline {
+        cloud,
+        api_key,
+        bridge,
+    })
 }
 
 fn rss_mb(pid: u32, field: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
+    status_mb(pid, field)
 }
 
 async fn get(addr: SocketAddr, path: &str, key: &str) -> Result<(u16, u64)> {
@@ -130,28 +139,22 @@ fn median(values: &mut [f64]) -> f64 {
 pub async fn run(args: Args) -> Result<()> {
     let upstream = Upstream::start()?;
     let internal_addr = upstream.addr;
-    let (cloud, _, api_key) = start(&[], args.load.cloud_threads)?;
-    let out = Command::new(sibling("cloud")?)
-        .args([
-            "bridge-token",
-            "create",
-            "--org",
-            "bench",
-            "--name",
-            "dc1",
-            "--data-dir",
-        ])
-        .arg(cloud.dir.path())
-        .output()?;
-    if !out.status.success() {
-        bail!(
-            "bridge-token create: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let token = String::from_utf8(out.stdout)?.trim().to_string();
-    let bridge = start_bridge(&cloud, &token, internal_addr, args.streams)?;
-    let bridge_pid = bridge.0.id();
+    let nginx = Peers::start(args.nginx_keepalive)?;
+    let apis = format!(
+        "  - name: up\n    url: http://{internal_addr}\n{}",
+        json_api(nginx.backend.addr)
+    );
+    let threads = args.load.cloud_threads;
+    let this = pipeline(None, threads, &apis, args.streams)?;
+    let other = match &args.compare_bin_dir {
+        Some(dir) => {
+            let apis = json_api(nginx.backend.addr);
+            Some(pipeline(Some(dir), threads, &apis, args.streams)?)
+        }
+        None => None,
+    };
+    let (cloud, api_key) = (&this.cloud, this.api_key.clone());
+    let bridge_pid = this.bridge.pid();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_rss = rss_mb(bridge_pid, "VmRSS:");
 
@@ -166,6 +169,46 @@ pub async fn run(args: Args) -> Result<()> {
         path: "/v1/bridges/dc1/apis/up/hello".into(),
         ..direct.clone()
     };
+    let mut targets = vec![
+        Target {
+            label: "direct to nginx (client sends Basic)".into(),
+            short: "direct",
+            addr: nginx.backend.addr,
+            path: "/".into(),
+            auth: Some(nginx::basic()),
+        },
+        Target {
+            label: "cloud -> tunnel -> bridge".into(),
+            short: "tunnel",
+            addr: cloud.addr,
+            path: "/v1/bridges/dc1/apis/json/".into(),
+            auth: Some(format!("Bearer {api_key}")),
+        },
+        Target {
+            label: "one nginx hop".into(),
+            short: "one hop",
+            addr: nginx.one_hop.addr,
+            path: "/".into(),
+            auth: None,
+        },
+        Target {
+            label: "two nginx hops, TLS 1.3 between".into(),
+            short: "two hops (TLS)",
+            addr: nginx.two_hops.addr,
+            path: "/".into(),
+            auth: None,
+        },
+    ];
+    if let Some(o) = &other {
+        targets.push(Target {
+            label: format!("tunnel ({})", o.cloud.bin_dir.display()),
+            short: "old tunnel",
+            addr: o.cloud.addr,
+            path: "/v1/bridges/dc1/apis/json/".into(),
+            auth: Some(format!("Bearer {}", o.api_key)),
+        });
+    }
+    let mut peer_rows = Vec::new();
     let procs = [
         ("client", std::process::id()),
         ("cloud", cloud.child.id()),
@@ -174,49 +217,73 @@ pub async fn run(args: Args) -> Result<()> {
     ];
     let mut ratios = Vec::new();
     for &c in &args.load.connections {
+        if !args.peers_only {
+            println!(
+                "\n== bridge tunnel: {c} connections; direct and tunnelled interleaved, {s} one-second slices each"
+            );
+            report_head("requests/s");
+            let (d, t) = interleave(
+                (internal_addr, &direct),
+                (cloud.addr, &tunneled),
+                c,
+                s,
+                &procs,
+            )
+            .await;
+            let direct_rps = report("direct to the internal server", &d.outcome, 1);
+            let tunnel_rps = report("cloud -> tunnel -> bridge", &t.outcome, 1);
+            println!(
+                "tunnel/direct requests/s: {:.0}%   added p50 latency at this load: {:.2} ms",
+                100.0 * tunnel_rps / direct_rps,
+                percentile(&t.outcome.latencies_us, 0.5) - percentile(&d.outcome.latencies_us, 0.5)
+            );
+            // The same figures as a CPU budget: what 40% of direct would allow, against what is spent.
+            println!(
+                "  direct: {}",
+                d.ticks.per_request(d.outcome.requests).describe()
+            );
+            println!(
+                "  tunnel: {}",
+                t.ticks.per_request(t.outcome.requests).describe()
+            );
+            println!(
+                "  40% of direct ({:.0}/s) allows {:.1} µs of CPU per request on {} cores, load generator included",
+                0.4 * direct_rps,
+                cpu::budget_us(0.4 * direct_rps),
+                cpu::cores()
+            );
+            ratios.push((c, direct_rps, tunnel_rps));
+        }
+
         println!(
-            "\n== bridge tunnel: {c} connections; direct and tunnelled interleaved, {s} one-second slices each"
+            "\n== peers: {c} connections; nginx backend (1 KB JSON, Basic auth); one wrk -t1 per slice, {s} one-second slices each, interleaved"
         );
-        report_head("requests/s");
-        let (d, t) = interleave(
-            (internal_addr, &direct),
-            (cloud.addr, &tunneled),
-            c,
-            s,
-            &procs,
-        )
-        .await;
-        let direct_rps = report("direct to the internal server", &d.outcome, 1);
-        let tunnel_rps = report("cloud -> tunnel -> bridge", &t.outcome, 1);
-        println!(
-            "tunnel/direct requests/s: {:.0}%   added p50 latency at this load: {:.2} ms",
-            100.0 * tunnel_rps / direct_rps,
-            percentile(&t.outcome.latencies_us, 0.5) - percentile(&d.outcome.latencies_us, 0.5)
-        );
-        // The same figures as a CPU budget: what 40% of direct would allow, against what is spent.
-        println!(
-            "  direct: {}",
-            d.ticks.per_request(d.outcome.requests).describe()
-        );
-        println!(
-            "  tunnel: {}",
-            t.ticks.per_request(t.outcome.requests).describe()
-        );
-        println!(
-            "  40% of direct ({:.0}/s) allows {:.1} µs of CPU per request on {} cores, load generator included",
-            0.4 * direct_rps,
-            cpu::budget_us(0.4 * direct_rps),
-            cpu::cores()
-        );
-        ratios.push((c, direct_rps, tunnel_rps));
+        let rows = peers::compare(&targets, c, s)?;
+        peers::print(&rows);
+        peer_rows.push((c, rows));
     }
-    println!(
-        "\n{:>11} {:>10} {:>10} {:>7}",
-        "connections", "direct/s", "tunnel/s", "ratio"
-    );
+    if !ratios.is_empty() {
+        println!(
+            "\n{:>11} {:>10} {:>10} {:>7}",
+            "connections", "direct/s", "tunnel/s", "ratio"
+        );
+    }
     for (c, d, t) in &ratios {
         println!("{c:>11} {d:>10.0} {t:>10.0} {:>6.0}%", 100.0 * t / d);
     }
+    println!("\npeers: requests/s (share of direct to the nginx backend), wrk -t1, interleaved");
+    peers::print_summary(&peer_rows);
+    if let Some(o) = &other {
+        println!(
+            "(old tunnel: {}; new/old: this build's tunnel / it)",
+            o.cloud.bin_dir.display()
+        );
+    }
+    if args.peers_only {
+        return Ok(());
+    }
+    // The other build's processes would only add noise from here on.
+    drop(other);
     // One request at a time: what the two hops add when nothing queues.
     let d1 = drive(internal_addr, direct.clone(), 1, s.min(3), None).await;
     report("direct, one connection", &d1, 1);
@@ -276,6 +343,7 @@ pub async fn run(args: Args) -> Result<()> {
         args.streams,
         started.elapsed().as_secs_f64()
     );
-    drop(bridge);
+    drop(this);
+    drop(nginx);
     Ok(())
 }

@@ -1,0 +1,297 @@
+//! `bench git`: `git clone --mirror` of a big repository straight from a real Git server
+//! (testkit's nginx + fcgiwrap + `git http-backend`, Basic auth) and through `cloud` → TLS
+//! tunnel → `bridge` → the same server, interleaved, with the peak RSS of `cloud` and `bridge`
+//! during the tunnelled clones. A clone is what users wait for, and a big pack is where a
+//! forwarding path that buffers or copies too much would show, in time and in memory.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use testkit::git_server::{GitAuth, GitServer, git};
+
+use crate::cpu::Meter;
+use crate::procs::{bridge_token, peak_rss_mb, start, start_bridge, status_mb};
+
+/// Options of `bench git`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// MB of random (incompressible) blobs in the repository: the pack is about as big.
+    #[arg(long, default_value_t = 200)]
+    pub repo_mb: usize,
+    /// Clones each way, interleaved direct, tunnel, tunnel, direct, …
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Unmeasured clones each way first (cold page cache, processes' first large transfer).
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Also clone through the cloud's plain-HTTP port: what is left of the tunnel's cost
+    /// once the client's own TLS (which the direct clone does not do) is taken out.
+    #[arg(long)]
+    pub also_plain: bool,
+    /// `git -c` settings for the clones through the cloud's HTTPS port, e.g.
+    /// `http.version=HTTP/1.1` (git's curl otherwise negotiates HTTP/2 with the cloud).
+    #[arg(long)]
+    pub tunnel_config: Vec<String>,
+    /// Async worker threads of `cloud` (TOKIO_WORKER_THREADS); default its own.
+    #[arg(long)]
+    pub cloud_threads: Option<usize>,
+}
+
+/// Bytes of the `*.pack` files of a (bare) repository.
+fn pack_bytes(repo: &Path) -> Result<u64> {
+    let dir = repo.join("objects/pack");
+    let mut total = 0;
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        if entry.path().extension().is_some_and(|e| e == "pack") {
+            total += entry.metadata()?.len();
+        }
+    }
+    Ok(total)
+}
+
+/// Samples the VmRSS of some processes every 50 ms in a thread and keeps each one's maximum:
+/// VmHWM is a lifetime peak, which start-up or an earlier phase could have set.
+struct RssSampler {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<f64>>,
+}
+
+impl RssSampler {
+    fn start(pids: Vec<u32>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut max = vec![0.0f64; pids.len()];
+            loop {
+                for (m, pid) in max.iter_mut().zip(&pids) {
+                    *m = m.max(status_mb(*pid, "VmRSS:"));
+                }
+                if flag.load(Ordering::Relaxed) {
+                    return max;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        RssSampler { stop, thread }
+    }
+
+    fn stop(self) -> Vec<f64> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// Flushes dirty pages: a clone writes as much as it receives, and the writeback of one run
+/// (or of the repository's creation) would otherwise compete with the next.
+fn sync() {
+    let _ = std::process::Command::new("sync").status();
+}
+
+/// One mirror clone into a fresh temp dir (deleted and synced after); (seconds, bytes of the
+/// cloned pack).
+fn clone(url: &str, config: &[&str]) -> Result<(f64, u64)> {
+    let dir = tempfile::Builder::new().prefix("bench-clone-").tempdir()?;
+    let mut args = Vec::new();
+    for c in config {
+        args.extend(["-c", c]);
+    }
+    args.extend(["clone", "--mirror", "--quiet", url, "m.git"]);
+    let started = Instant::now();
+    let out = git(dir.path(), &args, &[]);
+    let secs = started.elapsed().as_secs_f64();
+    if !out.status.success() {
+        bail!(
+            "git clone --mirror failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let bytes = pack_bytes(&dir.path().join("m.git"))?;
+    drop(dir);
+    sync();
+    Ok((secs, bytes))
+}
+
+/// One way to reach the repository, and its measured clones.
+struct Arm {
+    label: &'static str,
+    url: String,
+    /// `git -c` settings (the cloud's CA for HTTPS).
+    config: Vec<String>,
+    secs: Vec<f64>,
+}
+
+impl Arm {
+    fn new(label: &'static str, url: String, config: Vec<String>) -> Self {
+        Arm {
+            label,
+            url,
+            config,
+            secs: Vec::new(),
+        }
+    }
+
+    fn clone_once(&self) -> Result<(f64, u64)> {
+        let config: Vec<&str> = self.config.iter().map(String::as_str).collect();
+        clone(&self.url, &config)
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Runs the Git clone benchmark.
+pub fn run(args: Args) -> Result<()> {
+    let token = format!("tok{}", uuid::Uuid::new_v4().simple());
+    let server = GitServer::start(GitAuth::Basic {
+        user: "x-access-token".into(),
+        password: token.clone(),
+    });
+    let made = Instant::now();
+    let repo = server.create_big_repo("big.git", args.repo_mb);
+    let pack = pack_bytes(&repo)?;
+    sync();
+    println!(
+        "repository big.git: {:.1} MB of packed objects ({} MiB of random blobs asked), made in {:.1} s",
+        pack as f64 / 1e6,
+        args.repo_mb,
+        made.elapsed().as_secs_f64()
+    );
+
+    let (cloud, _, api_key) = start(&[], args.cloud_threads)?;
+    let bridge_tok = bridge_token(&cloud)?;
+    let sources = format!(
+        "sources:\n  - {{name: code, url: {}, auth: {{type: token, token: {token}}}}}\n",
+        server.url()
+    );
+    let bridge = start_bridge(&cloud, &bridge_tok, &sources, 10)?;
+    let pids = [("cloud", cloud.child.id()), ("bridge", bridge.pid())];
+    let idle: Vec<f64> = pids.iter().map(|p| status_mb(p.1, "VmRSS:")).collect();
+
+    let direct = format!(
+        "http://x-access-token:{token}@127.0.0.1:{}/big.git",
+        server.port()
+    );
+    let tunnel = format!(
+        "https://x:{api_key}@localhost:{}/v1/bridges/dc1/git/code/big.git",
+        cloud.tls_port
+    );
+    let ca = format!(
+        "http.sslCAInfo={}",
+        cloud.dir.path().join("ca.pem").display()
+    );
+    let ls = git(cloud.dir.path(), &["-c", &ca, "ls-remote", &tunnel], &[]);
+    if !ls.status.success() {
+        bail!(
+            "git ls-remote through the tunnel failed: {}",
+            String::from_utf8_lossy(&ls.stderr)
+        );
+    }
+
+    let mut arms = vec![
+        Arm::new("direct (nginx + git)", direct, Vec::new()),
+        Arm::new(
+            "tunnel (HTTPS to cloud)",
+            tunnel,
+            [vec![ca.clone()], args.tunnel_config.clone()].concat(),
+        ),
+    ];
+    if args.also_plain {
+        let plain = format!(
+            "http://x:{api_key}@{}/v1/bridges/dc1/git/code/big.git",
+            cloud.addr
+        );
+        arms.push(Arm::new("tunnel (plain HTTP to cloud)", plain, Vec::new()));
+    }
+    for _ in 0..args.warmup {
+        for arm in &arms {
+            arm.clone_once()?;
+        }
+    }
+    println!(
+        "\n== git clone --mirror, {} runs each after {} unmeasured, interleaved (A B …, … B A, …)",
+        args.runs, args.warmup
+    );
+    let mut peak = vec![0.0f64; pids.len()];
+    for i in 0..args.runs {
+        let mut order: Vec<usize> = (0..arms.len()).collect();
+        if i % 2 == 1 {
+            order.reverse();
+        }
+        for k in order {
+            let arm = &mut arms[k];
+            let sampler = RssSampler::start(pids.iter().map(|p| p.1).collect());
+            let meter = Meter::start(&pids);
+            let (secs, bytes) = arm.clone_once()?;
+            let usage = meter.stop().per_request(1);
+            let rss = sampler.stop();
+            let mut cpu = String::new();
+            if k > 0 {
+                for (p, m) in peak.iter_mut().zip(rss) {
+                    *p = p.max(m);
+                }
+                for (name, us) in &usage.per_request_us {
+                    cpu += &format!(", {name} {:.2} s CPU", us / 1e6);
+                }
+            }
+            println!(
+                "run {} {:<29} {secs:6.2} s {:7.1} MB/s  host idle {:.0}%{cpu}",
+                i + 1,
+                arm.label,
+                bytes as f64 / 1e6 / secs,
+                100.0 * usage.idle
+            );
+            arm.secs.push(secs);
+        }
+    }
+    let mb = pack as f64 / 1e6;
+    println!(
+        "\n{:<32} {:>9} {:>9} {:>10}",
+        "git clone --mirror", "median s", "MB/s", "vs direct"
+    );
+    let dm = median(&arms[0].secs);
+    for arm in &arms {
+        let m = median(&arm.secs);
+        println!(
+            "{:<32} {m:>9.2} {:>9.1} {:>+9.0}%",
+            arm.label,
+            mb / m,
+            100.0 * (m / dm - 1.0)
+        );
+    }
+    let tm = median(&arms[1].secs);
+    println!(
+        "tunnel/direct {:.2}: the tunnel adds {:+.0}% (target: at most +25%)",
+        tm / dm,
+        100.0 * (tm / dm - 1.0)
+    );
+    println!(
+        "{:<8} {:>9} {:>22} {:>14}",
+        "process", "idle MB", "peak RSS, clones MB", "VmHWM MB"
+    );
+    for (k, (name, pid)) in pids.iter().enumerate() {
+        println!(
+            "{name:<8} {:>9.1} {:>22.1} {:>14.1}",
+            idle[k],
+            peak[k],
+            peak_rss_mb(*pid)
+        );
+    }
+    println!(
+        "(peak RSS: VmRSS sampled every 50 ms during the tunnelled clones; target: each under 100 MB; pack {mb:.1} MB)"
+    );
+    drop(bridge);
+    drop(cloud);
+    drop(server);
+    Ok(())
+}
