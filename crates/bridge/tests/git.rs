@@ -462,16 +462,7 @@ async fn assert_secret_absent(rig: &Rig, secret: &str) {
         !rig.bridge.metrics().await.contains(secret),
         "bridge metrics"
     );
-    let cloud_metrics = rig
-        .cloud
-        .client()
-        .get(format!("{}/metrics", rig.cloud.http))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let cloud_metrics = rig.cloud.metrics_text().await;
     assert!(!cloud_metrics.contains(secret), "cloud metrics");
     let records: Vec<Value> = rig.bridge.audit_records(1).await;
     assert!(!records.iter().any(|r| r.to_string().contains(secret)));

@@ -10,16 +10,7 @@ use testkit::bridge::{Rig, internal_api_yaml};
 
 /// `relay_retries_total{when}` from the cloud's `/metrics`.
 async fn retries(rig: &Rig, when: &str) -> f64 {
-    let text = rig
-        .cloud
-        .client()
-        .get(format!("{}/metrics", rig.cloud.http))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = rig.cloud.metrics_text().await;
     let series = format!("relay_retries_total{{when=\"{when}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&series))

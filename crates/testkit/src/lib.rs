@@ -297,6 +297,18 @@ impl Cloud {
         self.logs.lock().unwrap().join("\n")
     }
 
+    /// The text of `GET /metrics`.
+    pub async fn metrics_text(&self) -> String {
+        self.client()
+            .get(format!("{}/metrics", self.http))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("metrics body")
+    }
+
     /// Waits (up to 5 s) for a log line containing `needle` and returns it: the server's output
     /// reaches the test through a pipe and a reader thread, a moment after the server wrote it.
     pub fn wait_log_line(&self, needle: &str) -> String {
