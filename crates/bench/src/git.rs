@@ -18,10 +18,11 @@ use crate::procs::{bridge_token, peak_rss_mb, start, start_bridge, status_mb};
 /// Options of `bench git`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// MB of random (incompressible) blobs in the repository: the pack is about as big.
+    /// MiB of random (incompressible) 1 MiB blobs in the repository: the pack is about as big.
     #[arg(long, default_value_t = 200)]
     pub repo_mb: usize,
-    /// Clones each way, interleaved direct, tunnel, tunnel, direct, …
+    /// Clones each way, interleaved direct, tunnel, tunnel, direct, … (a clone's time swings
+    /// by ±30% on a 2-core VM: 9 runs give a steadier median).
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
     /// Unmeasured clones each way first (cold page cache, processes' first large transfer).
