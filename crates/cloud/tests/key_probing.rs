@@ -7,17 +7,6 @@ use testkit::{Backend, Cloud, on_both_backends};
 
 on_both_backends!(unknown_key_ids_are_answered_from_the_cache_like_known_ones);
 
-async fn status(cloud: &Cloud, key: &str) -> StatusCode {
-    cloud
-        .client()
-        .get(format!("{}/v1/events", cloud.http))
-        .bearer_auth(key)
-        .send()
-        .await
-        .unwrap()
-        .status()
-}
-
 async fn unknown_key_ids_are_answered_from_the_cache_like_known_ones(backend: Backend) {
     let cloud = Cloud::start(backend);
     let t = cloud.tenant("acme");
@@ -25,9 +14,12 @@ async fn unknown_key_ids_are_answered_from_the_cache_like_known_ones(backend: Ba
     let unknown = format!("sigapi_0123456789abcdef_{secret}");
     let (known_id, _) = t.api_key.rsplit_once('_').unwrap();
     let wrong_secret = format!("{known_id}_{secret}");
-    assert_eq!(status(&cloud, &unknown).await, StatusCode::UNAUTHORIZED);
     assert_eq!(
-        status(&cloud, &wrong_secret).await,
+        cloud.events_status(&unknown).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        cloud.events_status(&wrong_secret).await,
         StatusCode::UNAUTHORIZED
     );
     let sql = "ALTER TABLE api_keys RENAME TO api_keys_gone";
@@ -49,15 +41,18 @@ async fn unknown_key_ids_are_answered_from_the_cache_like_known_ones(backend: Ba
         }
     }
     // Both repeats are answered from the cache: neither asks the (now broken) database.
-    assert_eq!(status(&cloud, &unknown).await, StatusCode::UNAUTHORIZED);
     assert_eq!(
-        status(&cloud, &wrong_secret).await,
+        cloud.events_status(&unknown).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        cloud.events_status(&wrong_secret).await,
         StatusCode::UNAUTHORIZED
     );
     // A new id does need the database: proof that the table really is gone.
     let fresh = format!("sigapi_fedcba9876543210_{secret}");
     assert_eq!(
-        status(&cloud, &fresh).await,
+        cloud.events_status(&fresh).await,
         StatusCode::SERVICE_UNAVAILABLE
     );
 }

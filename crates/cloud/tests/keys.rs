@@ -10,17 +10,6 @@ use testkit::{Backend, Cloud, on_both_backends, seed_event};
 
 on_both_backends!(keys_are_listed_used_and_revoked);
 
-async fn events_status(cloud: &Cloud, key: &str) -> StatusCode {
-    cloud
-        .client()
-        .get(format!("{}/v1/events", cloud.http))
-        .bearer_auth(key)
-        .send()
-        .await
-        .unwrap()
-        .status()
-}
-
 async fn post_status(cloud: &Cloud, signal_key: &str, api_key: &str) -> StatusCode {
     cloud
         .client()
@@ -89,7 +78,7 @@ async fn keys_are_listed_used_and_revoked(backend: Backend) {
     assert_eq!(list(&cloud, "signal-key")[0]["id"], t.signal_key.as_str());
 
     // Use records the last use.
-    assert_eq!(events_status(&cloud, &laptop).await, StatusCode::OK);
+    assert_eq!(cloud.events_status(&laptop).await, StatusCode::OK);
     assert_eq!(
         post_status(&cloud, &t.signal_key, &t.api_key).await,
         StatusCode::ACCEPTED
@@ -104,12 +93,12 @@ async fn keys_are_listed_used_and_revoked(backend: Backend) {
     let revoked = cloud.admin(&["api-key", "revoke", "--org", "acme", &id_of(&laptop)]);
     assert!(revoked.contains("revoked"), "{revoked}");
     let took = within(Duration::from_secs(2), "API key revocation", || async {
-        events_status(&cloud, &laptop).await == StatusCode::UNAUTHORIZED
+        cloud.events_status(&laptop).await == StatusCode::UNAUTHORIZED
     })
     .await;
     assert!(took < Duration::from_secs(2));
     assert_eq!(list(&cloud, "api-key").len(), 1);
-    assert_eq!(events_status(&cloud, &t.api_key).await, StatusCode::OK);
+    assert_eq!(cloud.events_status(&t.api_key).await, StatusCode::OK);
 
     cloud.admin(&["signal-key", "revoke", "--org", "acme", &t.signal_key]);
     within(Duration::from_secs(2), "signal key revocation", || async {

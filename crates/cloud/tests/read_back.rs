@@ -11,15 +11,7 @@ on_both_backends!(
 );
 
 async fn post_text(cloud: &Cloud, t: &Tenant, body: String) -> (StatusCode, Value) {
-    let res = cloud
-        .client()
-        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
-        .bearer_auth(&t.api_key)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let res = cloud.post_signal_text(t, body).await;
     (res.status(), res.json().await.unwrap_or(Value::Null))
 }
 

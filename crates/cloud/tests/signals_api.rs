@@ -43,17 +43,8 @@ async fn post(
     (status, headers, body)
 }
 
-/// Posts `body` as sent, JSON text a JSON library would not write itself.
 async fn post_text(cloud: &Cloud, t: &Tenant, body: String) -> reqwest::Response {
-    cloud
-        .client()
-        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
-        .bearer_auth(&t.api_key)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .expect("post")
+    cloud.post_signal_text(t, body).await
 }
 
 async fn get(cloud: &Cloud, key: &str, path: &str) -> (StatusCode, Value) {

@@ -297,6 +297,30 @@ impl Cloud {
         self.logs.lock().unwrap().join("\n")
     }
 
+    /// Posts `body` as sent to the tenant's signal URL (JSON text a JSON library would not
+    /// write itself), with its API key.
+    pub async fn post_signal_text(&self, t: &Tenant, body: String) -> reqwest::Response {
+        self.client()
+            .post(format!("{}/v1/signals/{}", self.http, t.signal_key))
+            .bearer_auth(&t.api_key)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("post a signal")
+    }
+
+    /// The status of `GET /v1/events` with `key`: whether the server takes the key.
+    pub async fn events_status(&self, key: &str) -> reqwest::StatusCode {
+        self.client()
+            .get(format!("{}/v1/events", self.http))
+            .bearer_auth(key)
+            .send()
+            .await
+            .expect("GET /v1/events")
+            .status()
+    }
+
     /// The text of `GET /metrics`.
     pub async fn metrics_text(&self) -> String {
         self.client()
