@@ -509,7 +509,7 @@ async fn health_check_address_limits_where_health_and_metrics_listen() {
     assert_eq!(rig.bridge.health().await.unwrap().0, 200);
     // The kernel's table of listening sockets: this port only on 127.0.0.1 (0100007F), not on
     // every interface (00000000).
-    let port = format!(":{:04X} ", rig.bridge.health_port);
+    let port = format!(":{:04X} ", rig.bridge.health_port());
     let listening: Vec<String> = std::fs::read_to_string("/proc/net/tcp")
         .unwrap()
         .lines()

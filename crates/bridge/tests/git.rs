@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
-use testkit::bridge::{Rig, bridge_bin, free_port, yaml_for};
+use testkit::bridge::{Rig, bridge_bin, yaml_for};
 use testkit::git_server::{GitAuth, GitServer, git};
 
 /// The source token the Git server accepts (as the password of user `x-access-token`).
@@ -365,7 +365,7 @@ async fn a_wrong_source_token_is_a_clear_error_for_git_and_bridge_check() {
     // `bridge check` names the failing source and exits 1.
     let yaml = format!(
         "{}token: unused\n{}",
-        yaml_for(&rig.cloud, "dc1", free_port(), ""),
+        yaml_for(&rig.cloud, "dc1", ""),
         sources(&server, "wrong-token").replace(
             "repositories: [\"team/*\"]",
             "repositories: [\"team/lib.git\"]"

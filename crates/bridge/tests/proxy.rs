@@ -1,16 +1,18 @@
-//! Through a real HTTP CONNECT proxy (Debian's tinyproxy), with and without proxy auth.
+//! Through a real HTTP CONNECT proxy (Debian's tinyproxy), with and without proxy auth. Each
+//! test checks tinyproxy's own log for the CONNECT to the cloud: the cloud is on loopback, so a
+//! bridge that ignored the proxy would connect as well.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use testkit::bridge::{BridgeProc, free_port, yaml_for};
+use testkit::bridge::{BridgeProc, yaml_for};
 use testkit::{Backend, Cloud};
 
 /// A tinyproxy on a free loopback port; killed on drop.
 struct Tinyproxy {
     child: Child,
     port: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Drop for Tinyproxy {
@@ -21,9 +23,23 @@ impl Drop for Tinyproxy {
 }
 
 impl Tinyproxy {
+    /// tinyproxy cannot listen on port 0 and say which port it got, so this picks a free one
+    /// and tries again with another if a parallel test took it first.
     fn start(basic_auth: Option<(&str, &str)>) -> Self {
+        for _ in 0..5 {
+            if let Some(proxy) = Self::try_start(basic_auth) {
+                return proxy;
+            }
+        }
+        panic!("tinyproxy did not start on any of five free ports");
+    }
+
+    fn try_start(basic_auth: Option<(&str, &str)>) -> Option<Self> {
         let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
         let mut conf = format!(
             "Port {port}\nListen 127.0.0.1\nTimeout 600\nMaxClients 50\nAllow 127.0.0.1\nLogLevel Connect\nLogFile \"{}/proxy.log\"\n",
             dir.path().display()
@@ -42,7 +58,7 @@ impl Tinyproxy {
         }
         let path = dir.path().join("tinyproxy.conf");
         std::fs::write(&path, conf).unwrap();
-        let child = Command::new("tinyproxy")
+        let mut child = Command::new("tinyproxy")
             .args(["-d", "-c"])
             .arg(&path)
             .stdout(Stdio::null())
@@ -51,13 +67,30 @@ impl Tinyproxy {
             .expect("tinyproxy must be installed (apt-get install tinyproxy); .ci/run installs it");
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if child.try_wait().expect("tinyproxy status").is_some() {
+                return None; // the port was taken
+            }
             assert!(Instant::now() < deadline, "tinyproxy did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Tinyproxy {
-            child,
-            port,
-            _dir: dir,
+        Some(Tinyproxy { child, port, dir })
+    }
+
+    /// Waits (up to 10 s) until tinyproxy has logged a CONNECT to the cloud's TLS port.
+    fn wait_connect_to(&self, cloud: &Cloud) {
+        let needle = format!("CONNECT localhost:{}", cloud.tls_port());
+        let log = self.dir.path().join("proxy.log");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.contains(&needle) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "tinyproxy never logged {needle:?}:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
@@ -73,33 +106,31 @@ fn setup() -> (Cloud, String) {
 async fn connects_through_a_proxy_without_auth() {
     let (cloud, token) = setup();
     let proxy = Tinyproxy::start(None);
-    let port = free_port();
     let yaml = yaml_for(
         &cloud,
         "dc1",
-        port,
         &format!("proxy_url: http://127.0.0.1:{}\n", proxy.port),
     );
-    let bridge = BridgeProc::start(&yaml, port, &[("SERVICE_BRIDGE_TOKEN", &token)]);
+    let bridge = BridgeProc::start(&yaml, &[("SERVICE_BRIDGE_TOKEN", &token)]);
     bridge
         .wait_status("connected", Duration::from_secs(20))
         .await;
+    proxy.wait_connect_to(&cloud);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connects_through_a_proxy_with_basic_auth_from_https_proxy() {
     let (cloud, token) = setup();
     let proxy = Tinyproxy::start(Some(("squiduser", "pr0xy-pass")));
-    let port = free_port();
     let url = format!("http://squiduser:pr0xy-pass@127.0.0.1:{}", proxy.port);
     let bridge = BridgeProc::start(
-        &yaml_for(&cloud, "dc1", port, ""),
-        port,
+        &yaml_for(&cloud, "dc1", ""),
         &[("SERVICE_BRIDGE_TOKEN", &token), ("HTTPS_PROXY", &url)],
     );
     bridge
         .wait_status("connected", Duration::from_secs(20))
         .await;
+    proxy.wait_connect_to(&cloud);
     assert!(
         !bridge.log_text().contains("pr0xy-pass"),
         "the proxy password was logged"
@@ -110,14 +141,12 @@ async fn connects_through_a_proxy_with_basic_auth_from_https_proxy() {
 async fn a_refusing_proxy_gives_a_clear_error() {
     let (cloud, token) = setup();
     let proxy = Tinyproxy::start(Some(("squiduser", "pr0xy-pass")));
-    let port = free_port();
     let yaml = yaml_for(
         &cloud,
         "dc1",
-        port,
         &format!("proxy_url: http://127.0.0.1:{}\n", proxy.port),
     );
-    let bridge = BridgeProc::start(&yaml, port, &[("SERVICE_BRIDGE_TOKEN", &token)]);
+    let bridge = BridgeProc::start(&yaml, &[("SERVICE_BRIDGE_TOKEN", &token)]);
     let deadline = Instant::now() + Duration::from_secs(20);
     while !bridge.log_text().contains("answered 407") {
         assert!(

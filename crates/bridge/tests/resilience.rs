@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use testkit::bridge::{BridgeProc, INTERNAL_PASSWORD, Rig, free_port, internal_api_yaml, yaml_for};
+use testkit::bridge::{BridgeProc, INTERNAL_PASSWORD, Rig, internal_api_yaml, yaml_for};
 use testkit::freeze::FreezingRelay;
 use testkit::{Backend, Cloud};
 
@@ -48,14 +48,12 @@ async fn a_silently_dead_connection_is_detected_by_heartbeats() {
     let relay =
         FreezingRelay::start(format!("127.0.0.1:{}", cloud.tls_port()).parse().unwrap()).await;
     let upstream = testkit::upstream::Upstream::start().await;
-    let port = free_port();
-    let yaml = yaml_for(&cloud, "dc1", port, &internal_api_yaml(&upstream, "")).replace(
+    let yaml = yaml_for(&cloud, "dc1", &internal_api_yaml(&upstream, "")).replace(
         &format!("localhost:{}", cloud.tls_port()),
         &format!("localhost:{}", relay.addr.port()),
     );
     let bridge = BridgeProc::start(
         &yaml,
-        port,
         &[
             ("SERVICE_BRIDGE_TOKEN", &token),
             ("INTERNAL_PW", INTERNAL_PASSWORD),

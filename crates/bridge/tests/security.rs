@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use testkit::bridge::{BridgeProc, Rig, free_port, yaml_for};
+use testkit::bridge::{BridgeProc, Rig, yaml_for};
 use testkit::{Backend, Cloud};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -11,11 +11,9 @@ async fn a_wrong_token_is_reported_as_unauthorized() {
     let cloud = Cloud::start(Backend::Sqlite);
     cloud.tenant("acme");
     cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
-    let port = free_port();
     let forged = format!("sigbrt_{}_{}", "0".repeat(16), "0".repeat(64));
     let bridge = BridgeProc::start(
-        &yaml_for(&cloud, "dc1", port, ""),
-        port,
+        &yaml_for(&cloud, "dc1", ""),
         &[("SERVICE_BRIDGE_TOKEN", &forged)],
     );
     bridge
@@ -247,12 +245,11 @@ async fn cloud_processes_on_one_database_share_their_ca() {
     // A bridge enrolled and connected through the second process trusts the first's ca.pem.
     first.tenant("acme");
     let token = first.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
-    let port = free_port();
-    let yaml = yaml_for(&second, "dc1", port, "").replace(
+    let yaml = yaml_for(&second, "dc1", "").replace(
         &second.ca_path().display().to_string(),
         &first.ca_path().display().to_string(),
     );
-    let bridge = BridgeProc::start(&yaml, port, &[("SERVICE_BRIDGE_TOKEN", &token)]);
+    let bridge = BridgeProc::start(&yaml, &[("SERVICE_BRIDGE_TOKEN", &token)]);
     bridge
         .wait_status("connected", Duration::from_secs(20))
         .await;
@@ -263,10 +260,8 @@ async fn state_dir_keeps_the_certificate_across_restarts_and_drops_one_the_cloud
     let state = tempfile::tempdir().unwrap();
     let extra = format!("state_dir: {}\n", state.path().display());
     let connected_bridge = |cloud: &Cloud, token: &str| {
-        let port = free_port();
         let bridge = BridgeProc::start(
-            &yaml_for(cloud, "dc1", port, &extra),
-            port,
+            &yaml_for(cloud, "dc1", &extra),
             &[("SERVICE_BRIDGE_TOKEN", token)],
         );
         async move {
@@ -314,10 +309,8 @@ async fn a_saved_certificate_outlives_a_cloud_outage() {
     cloud.tenant("acme");
     let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
     let start = |cloud: &Cloud| {
-        let port = free_port();
         BridgeProc::start(
-            &yaml_for(cloud, "dc1", port, &extra),
-            port,
+            &yaml_for(cloud, "dc1", &extra),
             &[("SERVICE_BRIDGE_TOKEN", &token)],
         )
     };
@@ -438,9 +431,8 @@ async fn an_operator_certificate_from_a_trusted_ca_opens_the_tunnel() {
         .iter()
         .zip(&wrong_certs)
     {
-        let port = free_port();
-        let yaml = yaml_for(&rig.cloud, "dc1", port, cert);
-        let bridge = BridgeProc::start(&yaml, port, &[("SERVICE_BRIDGE_TOKEN", &rig.token)]);
+        let yaml = yaml_for(&rig.cloud, "dc1", cert);
+        let bridge = BridgeProc::start(&yaml, &[("SERVICE_BRIDGE_TOKEN", &rig.token)]);
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while !bridge
             .log_text()

@@ -31,18 +31,12 @@ pub fn plain_client() -> reqwest::Client {
         .expect("client")
 }
 
-/// A free loopback port (bound, then released) for the bridge's health endpoint.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-/// The YAML of a bridge that reaches `cloud`, with `extra` appended (resources etc.).
-pub fn yaml_for(cloud: &Cloud, name: &str, health_port: u16, extra: &str) -> String {
+/// The YAML of a bridge that reaches `cloud`, with `extra` appended (resources etc.). Its
+/// health port is `0`: the bridge picks a free one and logs it, and [`BridgeProc`] reads it
+/// back, so bridges of parallel tests never race for a port.
+pub fn yaml_for(cloud: &Cloud, name: &str, extra: &str) -> String {
     format!(
-        "name: {name}\napi_url: https://localhost:{}\ntls_ca_file: {}\nheartbeat_interval: 1\nreconnect_delay: 1\nhealth_check_port: {health_port}\n{extra}",
+        "name: {name}\napi_url: https://localhost:{}\ntls_ca_file: {}\nheartbeat_interval: 1\nreconnect_delay: 1\nhealth_check_port: 0\n{extra}",
         cloud.tls_port(),
         cloud.ca_path().display()
     )
@@ -51,8 +45,8 @@ pub fn yaml_for(cloud: &Cloud, name: &str, health_port: u16, extra: &str) -> Str
 /// A running bridge process.
 pub struct BridgeProc {
     child: Option<Child>,
-    /// Its `/health` and `/metrics` port.
-    pub health_port: u16,
+    /// Its `/health` and `/metrics` port, once it logged it.
+    health_port: std::sync::OnceLock<u16>,
     /// stdout and stderr lines.
     pub logs: Arc<Mutex<Vec<String>>>,
     /// Holds the config file.
@@ -69,16 +63,19 @@ impl Drop for BridgeProc {
 }
 
 impl BridgeProc {
-    /// Writes `yaml` to a file and runs `bridge run --config FILE` with `env` added.
-    pub fn start(yaml: &str, health_port: u16, env: &[(&str, &str)]) -> Self {
+    /// Writes `yaml` to a file and runs `bridge run --config FILE` with `env` added, and
+    /// every proxy variable removed so that only a test's own `proxy_url` or `env` sets one.
+    pub fn start(yaml: &str, env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("bridge.yaml");
         std::fs::write(&path, yaml).expect("write config");
-        let mut child = Command::new(bridge_bin())
+        let mut cmd = Command::new(bridge_bin());
+        for var in PROXY_VARS {
+            cmd.env_remove(var);
+        }
+        let mut child = cmd
             .args(["run", "--config"])
             .arg(&path)
-            .env_remove("HTTPS_PROXY")
-            .env_remove("https_proxy")
             .env_remove("SERVICE_BRIDGE_TOKEN")
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
@@ -99,10 +96,40 @@ impl BridgeProc {
         }
         BridgeProc {
             child: Some(child),
-            health_port,
+            health_port: std::sync::OnceLock::new(),
             logs,
             dir,
         }
+    }
+
+    /// The port of `/health` and `/metrics`, read from the bridge's `health endpoint
+    /// listening` log line (waiting up to 20 s for it).
+    pub fn health_port(&self) -> u16 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(port) = self.logged_health_port() {
+                return port;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the bridge never logged its health port; logs:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The health port if the bridge has logged it yet.
+    fn logged_health_port(&self) -> Option<u16> {
+        if let Some(port) = self.health_port.get() {
+            return Some(*port);
+        }
+        let port = self.log_json().into_iter().find_map(|l| {
+            (l["message"] == "health endpoint listening")
+                .then(|| l["addr"].as_str()?.rsplit(':').next()?.parse().ok())
+                .flatten()
+        })?;
+        Some(*self.health_port.get_or_init(|| port))
     }
 
     /// All output so far.
@@ -139,8 +166,9 @@ impl BridgeProc {
 
     /// `GET /health` (status code and body), or `None` while not listening.
     pub async fn health(&self) -> Option<(u16, Value)> {
+        let port = self.logged_health_port()?;
         let res = plain_client()
-            .get(format!("http://127.0.0.1:{}/health", self.health_port))
+            .get(format!("http://127.0.0.1:{port}/health"))
             .send()
             .await
             .ok()?;
@@ -150,7 +178,7 @@ impl BridgeProc {
     /// `GET /metrics`.
     pub async fn metrics(&self) -> String {
         plain_client()
-            .get(format!("http://127.0.0.1:{}/metrics", self.health_port))
+            .get(format!("http://127.0.0.1:{}/metrics", self.health_port()))
             .send()
             .await
             .expect("metrics")
@@ -221,6 +249,18 @@ impl BridgeProc {
     }
 }
 
+/// The variables that route HTTP clients through a proxy, or around one.
+pub const PROXY_VARS: [&str; 8] = [
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
+
 /// Password of the standard internal API, injected by the bridge.
 pub const INTERNAL_PASSWORD: &str = "s3cret-internal-pw";
 
@@ -272,11 +312,9 @@ impl Rig {
         let tenant = cloud.tenant("acme");
         let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
         let upstream = crate::upstream::Upstream::start().await;
-        let port = free_port();
-        let yaml = yaml_for(&cloud, "dc1", port, &resources(&upstream));
+        let yaml = yaml_for(&cloud, "dc1", &resources(&upstream));
         let bridge = BridgeProc::start(
             &yaml,
-            port,
             &[
                 ("SERVICE_BRIDGE_TOKEN", &token),
                 ("INTERNAL_PW", INTERNAL_PASSWORD),
@@ -296,16 +334,9 @@ impl Rig {
 
     /// Starts one more instance of the same bridge.
     pub async fn another_instance(&self) -> BridgeProc {
-        let port = free_port();
-        let yaml = yaml_for(
-            &self.cloud,
-            "dc1",
-            port,
-            &internal_api_yaml(&self.upstream, ""),
-        );
+        let yaml = yaml_for(&self.cloud, "dc1", &internal_api_yaml(&self.upstream, ""));
         let b = BridgeProc::start(
             &yaml,
-            port,
             &[
                 ("SERVICE_BRIDGE_TOKEN", &self.token),
                 ("INTERNAL_PW", INTERNAL_PASSWORD),

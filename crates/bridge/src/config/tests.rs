@@ -315,7 +315,7 @@ databases:
         "bridge.yaml:6:12: log_level: expected one of debug, info, warn, error, got \"loud\"",
         "bridge.yaml:7:13: log_format: expected json or text, got \"xml\"",
         "bridge.yaml:8:18: max_connections: expected a whole number from 1 to 10000, got 0",
-        "bridge.yaml:9:20: health_check_port: expected a port from 1 to 65535, got 70000",
+        "bridge.yaml:9:20: health_check_port: expected a port from 0 to 65535 (0: any free port, logged at start), got 70000",
         "bridge.yaml:10:16: tls_key_file: required when tls_cert_file is set",
         "bridge.yaml:12:11: sources[0].type: expected git, got \"svn\"",
         "bridge.yaml:13:10: sources[0].url: credentials belong in `auth`, not in the URL",

@@ -135,8 +135,8 @@ pub(crate) fn validate(file: &FileConfig, env: &dyn Env) -> Result<Config, Vec<P
         .int(
             file.health_check_port.as_ref().map(located),
             "health_check_port",
-            1..=65535,
-            "a port from 1 to 65535",
+            0..=65535,
+            "a port from 0 to 65535 (0: any free port, logged at start)",
         )
         .map_or(DEFAULT_HEALTH_CHECK_PORT, |n| n as u16);
     let health_check_address = match cx
