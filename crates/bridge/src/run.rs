@@ -183,29 +183,61 @@ async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow:
 /// records still queued).
 fn signals(audit: Arc<AuditLog>) -> CancellationToken {
     let token = CancellationToken::new();
+    let mut signals = match Signals::listen() {
+        Ok(signals) => signals,
+        Err(e) => {
+            tracing::error!(cause = %e, "cannot listen for SIGTERM or Ctrl-C: this process can only be stopped with SIGKILL, without draining");
+            return token;
+        }
+    };
     let cancel = token.clone();
     tokio::spawn(async move {
-        wait_signal().await;
+        signals.next().await;
         tracing::info!("shutdown requested; draining (send the signal again to exit at once)");
         cancel.cancel();
-        wait_signal().await;
+        signals.next().await;
         let _ = audit.flush();
         std::process::exit(1);
     });
     token
 }
 
-async fn wait_signal() {
+/// SIGTERM and Ctrl-C, listened to from the start: a second signal sent the moment the first
+/// was handled is not lost.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-            return;
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(windows)]
+    ctrl_c: tokio::signal::windows::CtrlC,
+}
+
+impl Signals {
+    fn listen() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Signals {
+                term: signal(SignalKind::terminate())?,
+                interrupt: signal(SignalKind::interrupt())?,
+            })
+        }
+        #[cfg(windows)]
+        {
+            Ok(Signals {
+                ctrl_c: tokio::signal::windows::ctrl_c()?,
+            })
         }
     }
-    let _ = tokio::signal::ctrl_c().await;
+
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+        #[cfg(windows)]
+        self.ctrl_c.recv().await;
+    }
 }

@@ -111,7 +111,11 @@ async fn connects_through_a_proxy_without_auth() {
         "dc1",
         &format!("proxy_url: http://127.0.0.1:{}\n", proxy.port),
     );
-    let bridge = BridgeProc::start(&yaml, &[("SERVICE_BRIDGE_TOKEN", &token)]);
+    // NO_PROXY goes with HTTPS_PROXY: it does not bypass the file's own proxy_url.
+    let bridge = BridgeProc::start(
+        &yaml,
+        &[("SERVICE_BRIDGE_TOKEN", &token), ("NO_PROXY", "localhost")],
+    );
     bridge
         .wait_status("connected", Duration::from_secs(20))
         .await;

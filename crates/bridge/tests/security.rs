@@ -6,9 +6,17 @@ use std::time::Duration;
 use testkit::bridge::{BridgeProc, Rig, yaml_for};
 use testkit::{Backend, Cloud};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wrong_token_is_reported_as_unauthorized() {
-    let cloud = Cloud::start(Backend::Sqlite);
+// Bridge tokens, enrollment and the CA live in storage: these run on SQLite and PostgreSQL.
+testkit::on_both_backends!(
+    a_wrong_token_is_reported_as_unauthorized,
+    revoking_the_token_closes_the_live_tunnel_within_seconds,
+    undeclared_resources_and_other_orgs_are_refused,
+    unsupported_versions_and_borrowed_certificates_are_refused,
+    state_dir_keeps_the_certificate_across_restarts_and_drops_one_the_cloud_refuses,
+);
+
+async fn a_wrong_token_is_reported_as_unauthorized(backend: Backend) {
+    let cloud = Cloud::start(backend);
     cloud.tenant("acme");
     cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
     let forged = format!("sigbrt_{}_{}", "0".repeat(16), "0".repeat(64));
@@ -27,11 +35,43 @@ async fn a_wrong_token_is_reported_as_unauthorized() {
     );
     assert!(bridge.log_text().contains("rejected the bridge token"));
     assert!(!bridge.log_text().contains(&forged), "the token was logged");
+    assert_retries_slowly(&bridge).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn revoking_the_token_closes_the_live_tunnel_within_seconds() {
-    let rig = Rig::start("").await;
+/// After the cloud refused the token, the next attempt is 30–60 s away (not the 1 s of
+/// `reconnect_delay`), so refused bridges do not hammer the cloud.
+async fn assert_retries_slowly(bridge: &BridgeProc) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let delay_ms = loop {
+        let delay = bridge
+            .log_json()
+            .into_iter()
+            .skip_while(|l| {
+                !l["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("rejected the bridge token")
+            })
+            .find(|l| l["message"] == "next connection attempt")
+            .and_then(|l| l["delay_ms"].as_u64());
+        if let Some(delay) = delay {
+            break delay;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no next attempt logged after the refusal:\n{}",
+            bridge.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        (30_000..=60_000).contains(&delay_ms),
+        "a refused bridge retries in {delay_ms} ms"
+    );
+}
+
+async fn revoking_the_token_closes_the_live_tunnel_within_seconds(backend: Backend) {
+    let rig = Rig::start_on(backend, "").await;
     rig.cloud
         .admin(&["bridge-token", "revoke", "--org", "acme", "--name", "dc1"]);
     rig.bridge
@@ -39,11 +79,13 @@ async fn revoking_the_token_closes_the_live_tunnel_within_seconds() {
         .await;
     let res = rig.get("/x").await;
     assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["retry-after"], "30");
     let body: serde_json::Value = res.json().await.unwrap();
     assert!(
         body["detail"].as_str().unwrap().contains("revoked"),
         "{body}"
     );
+    assert_retries_slowly(&rig.bridge).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,28 +142,48 @@ async fn tls_1_2_is_refused() {
     for cert in rustls_pki_types::CertificateDer::pem_slice_iter(&ca) {
         roots.add(cert.unwrap()).unwrap();
     }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_protocol_versions(&[&rustls::version::TLS12])
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", cloud.tls_port()))
+    let handshake = |version: &'static rustls::SupportedProtocolVersion| {
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .with_root_certificates(roots.clone())
+        .with_no_client_auth();
+        let port = cloud.tls_port();
+        async move {
+            let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .unwrap();
+            let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+            tokio_rustls::TlsConnector::from(Arc::new(config))
+                .connect(name, tcp)
+                .await
+        }
+    };
+    // The same client with TLS 1.3 gets through, so the refusal below is the version's.
+    handshake(&rustls::version::TLS13)
         .await
-        .unwrap();
-    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
-    let result = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, tcp)
-        .await;
-    assert!(result.is_err(), "a TLS 1.2 handshake succeeded");
+        .expect("a TLS 1.3 handshake");
+    let Err(err) = handshake(&rustls::version::TLS12).await else {
+        panic!("a TLS 1.2 handshake succeeded");
+    };
+    let refused = err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+        .is_some_and(|e| {
+            matches!(
+                e,
+                rustls::Error::AlertReceived(rustls::AlertDescription::ProtocolVersion)
+            )
+        });
+    assert!(refused, "TLS 1.2 failed, but not on its version: {err:?}");
 }
 
 use rustls_pki_types::pem::PemObject;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn undeclared_resources_and_other_orgs_are_refused() {
-    let rig = Rig::start("").await;
+async fn undeclared_resources_and_other_orgs_are_refused(backend: Backend) {
+    let rig = Rig::start_on(backend, "").await;
     let client = rig.cloud.client();
     let res = client
         .get(format!(
@@ -203,9 +265,8 @@ async fn connect_with(
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unsupported_versions_and_borrowed_certificates_are_refused() {
-    let cloud = Cloud::start(Backend::Sqlite);
+async fn unsupported_versions_and_borrowed_certificates_are_refused(backend: Backend) {
+    let cloud = Cloud::start(backend);
     cloud.tenant("acme");
     let dc1 = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
     let dc2 = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc2"]);
@@ -255,8 +316,9 @@ async fn cloud_processes_on_one_database_share_their_ca() {
         .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn state_dir_keeps_the_certificate_across_restarts_and_drops_one_the_cloud_refuses() {
+async fn state_dir_keeps_the_certificate_across_restarts_and_drops_one_the_cloud_refuses(
+    backend: Backend,
+) {
     let state = tempfile::tempdir().unwrap();
     let extra = format!("state_dir: {}\n", state.path().display());
     let connected_bridge = |cloud: &Cloud, token: &str| {
@@ -272,7 +334,7 @@ async fn state_dir_keeps_the_certificate_across_restarts_and_drops_one_the_cloud
         }
     };
     let enrolled = |c: &Cloud| c.log_text().matches("bridge enrolled").count();
-    let cloud = Cloud::start(Backend::Sqlite);
+    let cloud = Cloud::start(backend);
     cloud.tenant("acme");
     let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
 
@@ -287,7 +349,7 @@ async fn state_dir_keeps_the_certificate_across_restarts_and_drops_one_the_cloud
     assert_eq!(enrolled(&cloud), 1, "{}", cloud.log_text());
 
     // Another cloud (another CA) refuses that certificate: the bridge drops it and enrolls.
-    let other = Cloud::start(Backend::Sqlite);
+    let other = Cloud::start(backend);
     other.tenant("acme");
     let other_token = other.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
     let third = connected_bridge(&other, &other_token).await;
@@ -411,9 +473,11 @@ async fn an_operator_certificate_from_a_trusted_ca_opens_the_tunnel() {
     let pem = |path: &std::path::Path| std::fs::read_to_string(path).unwrap();
     std::fs::write(&bundle, pem(&pki.ca) + &pem(&impostor.ca)).unwrap();
     let own = pki.client_yaml("acme:dc1");
-    let rig = Rig::start_full(&["--client-ca", bundle.to_str().unwrap()], |upstream| {
-        format!("{own}{}", testkit::bridge::internal_api_yaml(upstream, ""))
-    })
+    let rig = Rig::start_full(
+        Backend::Sqlite,
+        &["--client-ca", bundle.to_str().unwrap()],
+        |upstream| format!("{own}{}", testkit::bridge::internal_api_yaml(upstream, "")),
+    )
     .await;
     assert_eq!(rig.get("/x").await.status(), 200);
     assert!(

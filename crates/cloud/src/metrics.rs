@@ -6,6 +6,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -61,6 +62,7 @@ struct Inner {
     commit: Histogram,
     commit_batches: Histogram,
     retries: Family<RetryLabel, Counter>,
+    ingest_bytes: Gauge,
 }
 
 /// Handle to the metrics; cheap to clone.
@@ -115,6 +117,12 @@ impl Metrics {
             "Forwarded requests sent again to another bridge instance because their tunnel failed",
             retries.clone(),
         );
+        let ingest_bytes = Gauge::default();
+        registry.register(
+            "signals_ingest_memory",
+            "Bytes of signal request bodies being ingested now, out of --ingest-memory-mb",
+            ingest_bytes.clone(),
+        );
         let accepted_by_type =
             EVENT_TYPES.map(|t| accepted.get_or_create(&TypeLabel { r#type: t }).clone());
         Metrics(Arc::new(Inner {
@@ -126,6 +134,7 @@ impl Metrics {
             commit,
             commit_batches,
             retries,
+            ingest_bytes,
         }))
     }
 
@@ -167,6 +176,11 @@ impl Metrics {
     /// Counts a forwarded request sent again to another instance (`when` its tunnel failed).
     pub fn relay_retry(&self, when: &'static str) {
         self.0.retries.get_or_create(&RetryLabel { when }).inc();
+    }
+
+    /// The gauge of signal body bytes being ingested, kept by the ingest budget.
+    pub fn ingest_bytes(&self) -> Gauge {
+        self.0.ingest_bytes.clone()
     }
 
     /// The Prometheus text exposition of every metric.

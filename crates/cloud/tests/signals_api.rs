@@ -21,7 +21,10 @@ on_both_backends!(
     events_sharing_a_time_list_in_arrival_order,
     acknowledged_events_survive_sigkill,
     admin_commands_work_while_serving,
-    sigterm_drains_and_exits_zero,
+    a_body_that_stops_arriving_is_a_408,
+    ingest_memory_is_bounded_and_shared_between_orgs,
+    values_that_could_not_be_read_back_are_refused,
+    metrics_count_events_by_type_and_refusals_by_reason,
 );
 
 async fn post(
@@ -240,6 +243,16 @@ async fn storage_outage_is_503_not_a_client_error(backend: Backend) {
     let t = cloud.tenant("acme");
     let (s, _, _) = post(&cloud, &t, &seed_event()).await;
     assert_eq!(s, StatusCode::ACCEPTED);
+    let readyz = || async {
+        cloud
+            .client()
+            .get(format!("{}/readyz", cloud.http))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    assert_eq!(readyz().await, StatusCode::OK);
     // Take the events table away behind the server's back.
     match &cloud.pg {
         Some(pg) => pg.exec("ALTER TABLE events RENAME TO events_gone"),
@@ -259,7 +272,9 @@ async fn storage_outage_is_503_not_a_client_error(backend: Backend) {
     }
     let (s, h, b) = post(&cloud, &t, &seed_event()).await;
     assert_problem(s, &h, &b, 503);
-    assert!(h.contains_key("retry-after"));
+    assert_eq!(h["retry-after"], "2");
+    // Readiness says so too: a load balancer takes this instance out of rotation.
+    assert_eq!(readyz().await, StatusCode::SERVICE_UNAVAILABLE);
 }
 
 async fn orgs_are_isolated(backend: Backend) {
@@ -294,9 +309,12 @@ async fn idempotency_key_replays_the_first_answer(backend: Backend) {
             .json(&seed_event())
             .send()
     };
-    let first: Value = send().await.unwrap().json().await.unwrap();
+    let first = send().await.unwrap();
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let first: Value = first.json().await.unwrap();
     let again = send().await.unwrap();
     assert_eq!(again.status(), StatusCode::ACCEPTED);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
     let again: Value = again.json().await.unwrap();
     assert_eq!(first, again);
     // Concurrent repeats also store once.
@@ -602,16 +620,6 @@ async fn admin_commands_work_while_serving(backend: Backend) {
     assert!(!cloud.log_text().contains(&t.api_key));
 }
 
-async fn sigterm_drains_and_exits_zero(backend: Backend) {
-    let mut cloud = Cloud::start(backend);
-    let t = cloud.tenant("acme");
-    let (s, _, _) = post(&cloud, &t, &seed_event()).await;
-    assert_eq!(s, StatusCode::ACCEPTED);
-    cloud.signal("TERM");
-    assert_eq!(cloud.wait(), Some(0));
-    assert!(cloud.log_text().contains("storage flushed"));
-}
-
 #[test]
 fn unusable_tls_files_are_a_configuration_error() {
     let dir = tempfile::tempdir().unwrap();
@@ -650,10 +658,9 @@ fn unusable_tls_files_are_a_configuration_error() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_body_that_stops_arriving_is_a_408() {
+async fn a_body_that_stops_arriving_is_a_408(backend: Backend) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let cloud = Cloud::start_with(Backend::Sqlite, &["--header-read-timeout", "1"]);
+    let cloud = Cloud::start_with(backend, &["--header-read-timeout", "1"]);
     let t = cloud.tenant("acme");
     let addr = cloud.http.trim_start_matches("http://");
     let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -676,11 +683,10 @@ async fn a_body_that_stops_arriving_is_a_408() {
 /// half: while acme trickles a large body, a second large one of acme waits, then gets 503 with
 /// Retry-After; a small one of acme still fits, and so does another org's large one; the share
 /// comes back when a request is answered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ingest_memory_is_bounded_and_shared_between_orgs() {
+async fn ingest_memory_is_bounded_and_shared_between_orgs(backend: Backend) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let cloud = Cloud::start_with(
-        Backend::Sqlite,
+        backend,
         &[
             "--ingest-memory-mb",
             "2",
@@ -726,7 +732,28 @@ async fn ingest_memory_is_bounded_and_shared_between_orgs() {
         String::from_utf8_lossy(&answer).into_owned()
     });
     started.await.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The server has read most of it when its share shows in the gauge.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let held = cloud
+            .metrics_text()
+            .await
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("signals_ingest_memory ")?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .unwrap_or(0);
+        if held >= 600 * 1024 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slow body's share never reached 600 KiB: {held}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // A small event of acme fits beside it at once; so does globex's large batch.
     let small = post_text(&cloud, &acme, seed_event().to_string()).await;
@@ -766,9 +793,8 @@ async fn ingest_memory_is_bounded_and_shared_between_orgs() {
 /// What `serde_json::Value` would refuse is refused at the door (400), even in fields the
 /// service does not know: a number out of range, a lone surrogate, nesting past 128 levels.
 /// Nothing is stored that could not be read back whole.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn values_that_could_not_be_read_back_are_refused() {
-    let cloud = Cloud::start(Backend::Sqlite);
+async fn values_that_could_not_be_read_back_are_refused(backend: Backend) {
+    let cloud = Cloud::start(backend);
     let t = cloud.tenant("acme");
     let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
     let bodies = [
@@ -810,9 +836,8 @@ async fn events_sharing_a_time_list_in_arrival_order(backend: Backend) {
 
 /// `/metrics` counts accepted events by type and refused requests by reason, and times
 /// requests by route and group commits; every event type is there from the start, at 0.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_count_events_by_type_and_refusals_by_reason() {
-    let cloud = Cloud::start(Backend::Sqlite);
+async fn metrics_count_events_by_type_and_refusals_by_reason(backend: Backend) {
+    let cloud = Cloud::start(backend);
     let metrics = || async {
         let res = cloud
             .client()

@@ -124,11 +124,23 @@ impl BridgeProc {
         if let Some(port) = self.health_port.get() {
             return Some(*port);
         }
-        let port = self.log_json().into_iter().find_map(|l| {
-            (l["message"] == "health endpoint listening")
-                .then(|| l["addr"].as_str()?.rsplit(':').next()?.parse().ok())
-                .flatten()
-        })?;
+        // JSON logs carry `"addr":"127.0.0.1:PORT"`, text logs `addr=127.0.0.1:PORT`.
+        let port = self
+            .logs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains("health endpoint listening"))
+            .find_map(|l| {
+                let addr = l.split("addr").nth(1)?;
+                let port: String = addr
+                    .split(':')
+                    .nth(if addr.starts_with('"') { 2 } else { 1 })?
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
+                port.parse().ok()
+            })?;
         Some(*self.health_port.get_or_init(|| port))
     }
 
@@ -292,23 +304,36 @@ impl Rig {
         Self::start_with(|upstream| internal_api_yaml(upstream, api_extra)).await
     }
 
+    /// [`Rig::start`] on the given storage, for the tests whose subject (bridge tokens,
+    /// enrollment, the CA) lives in it.
+    pub async fn start_on(backend: crate::Backend, api_extra: &str) -> Rig {
+        Self::start_full(backend, &[], |upstream| {
+            internal_api_yaml(upstream, api_extra)
+        })
+        .await
+    }
+
     /// Starts everything with the resources (and any other keys) `resources` writes for the
     /// internal API, and waits for the tunnel.
     pub async fn start_with(resources: impl FnOnce(&crate::upstream::Upstream) -> String) -> Rig {
-        Self::start_full(&[], resources).await
+        Self::start_full(crate::Backend::Sqlite, &[], resources).await
     }
 
     /// [`Rig::start`] (the standard internal API), with extra `cloud serve` arguments.
     pub async fn start_with_cloud_args(cloud_args: &[&str]) -> Rig {
-        Self::start_full(cloud_args, |upstream| internal_api_yaml(upstream, "")).await
+        Self::start_full(crate::Backend::Sqlite, cloud_args, |upstream| {
+            internal_api_yaml(upstream, "")
+        })
+        .await
     }
 
-    /// [`Rig::start_with`], with extra `cloud serve` arguments.
+    /// [`Rig::start_with`] on `backend`, with extra `cloud serve` arguments.
     pub async fn start_full(
+        backend: crate::Backend,
         cloud_args: &[&str],
         resources: impl FnOnce(&crate::upstream::Upstream) -> String,
     ) -> Rig {
-        let cloud = Cloud::start_with(crate::Backend::Sqlite, cloud_args);
+        let cloud = Cloud::start_with(backend, cloud_args);
         let tenant = cloud.tenant("acme");
         let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
         let upstream = crate::upstream::Upstream::start().await;

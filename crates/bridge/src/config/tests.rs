@@ -354,8 +354,10 @@ fn proxy_falls_back_to_the_environment() {
     let proxy = config.proxy_for("cloud.example", 443).unwrap();
     assert_eq!(proxy.url().as_str(), "http://proxy.corp:3128/");
     assert!(config.proxy_for("git.internal", 443).is_none());
-    // The file's proxy_url wins over the environment.
+    // The file's proxy_url wins over the environment, NO_PROXY included: only the
+    // environment's own proxy is bypassed by it.
     let config = load("proxy_url: http://file-proxy:8080\n", &env).unwrap();
+    assert!(config.proxy_for("git.internal", 443).is_some());
     assert_eq!(config.proxy_url.unwrap().host(), "file-proxy");
     // A bad proxy in the environment is an error naming the variable.
     let env = env.with("https_proxy", "socks5://p:1080");

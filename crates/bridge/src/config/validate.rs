@@ -172,8 +172,11 @@ pub(crate) fn validate(file: &FileConfig, env: &dyn Env) -> Result<Config, Vec<P
             None
         }
     });
+    // An explicit `proxy_url` is the operator's whole answer: the environment's `NO_PROXY`
+    // goes with `HTTPS_PROXY`, and neither applies then.
     let no_proxy = NO_PROXY_VARS
         .iter()
+        .filter(|_| file.proxy_url.is_none())
         .find_map(|var| env.get_non_empty(var))
         .map(|value| parse_no_proxy(&value))
         .unwrap_or_default();

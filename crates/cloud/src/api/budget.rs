@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
@@ -23,6 +24,8 @@ pub struct IngestBudget {
     all: Arc<Semaphore>,
     per_org_kib: usize,
     orgs: Mutex<HashMap<i64, Arc<Semaphore>>>,
+    /// The bytes held, for `/metrics` (`signals_ingest_memory`).
+    held: Gauge,
 }
 
 /// What a request takes before its first byte: enough for most requests whole.
@@ -33,6 +36,13 @@ pub struct Share {
     org_budget: Arc<Semaphore>,
     org: OwnedSemaphorePermit,
     all: OwnedSemaphorePermit,
+    held: Gauge,
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        self.held.dec_by(self.all.num_permits() as i64 * 1024);
+    }
 }
 
 impl Share {
@@ -43,13 +53,15 @@ impl Share {
 }
 
 impl IngestBudget {
-    /// A budget of `bytes` in all, half of it (at least 1 MiB) for any one org.
-    pub fn new(bytes: usize) -> Self {
+    /// A budget of `bytes` in all, half of it (at least 1 MiB) for any one org; `held` shows
+    /// how much of it requests hold.
+    pub fn new(bytes: usize, held: Gauge) -> Self {
         let total = (bytes / 1024).clamp(MIN_KIB, Semaphore::MAX_PERMITS);
         IngestBudget {
             all: Arc::new(Semaphore::new(total)),
             per_org_kib: (total / 2).max(MIN_KIB),
             orgs: Mutex::new(HashMap::new()),
+            held,
         }
     }
 
@@ -67,10 +79,12 @@ impl IngestBudget {
             .clone();
         let org_share = acquire(org_budget.clone(), kib, deadline).await?;
         let all_share = acquire(self.all.clone(), kib, deadline).await?;
+        self.held.inc_by(i64::from(kib) * 1024);
         Some(Share {
             org_budget,
             org: org_share,
             all: all_share,
+            held: self.held.clone(),
         })
     }
 
@@ -94,6 +108,7 @@ impl IngestBudget {
         };
         share.org.merge(org);
         share.all.merge(all);
+        self.held.inc_by(i64::from(more) * 1024);
         true
     }
 }
@@ -121,7 +136,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn one_org_gets_half_and_waits_its_turn_while_others_still_fit() {
-        let budget = IngestBudget::new(4 * MIB);
+        let budget = IngestBudget::new(4 * MIB, Gauge::default());
         let wait = Duration::from_secs(2);
         let a1 = budget.take(1, MIB, wait).await.expect("first MiB");
         let _a2 = budget
@@ -152,7 +167,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_share_grows_with_its_body_and_only_then_crowds_others() {
-        let budget = IngestBudget::new(4 * MIB);
+        let budget = IngestBudget::new(4 * MIB, Gauge::default());
         let wait = Duration::from_secs(1);
         // Four slow uploads that announced a megabyte hold their first 64 KiB each.
         let mut slow = Vec::new();
@@ -173,11 +188,15 @@ mod tests {
         assert!(budget.grow(&mut slow[0], MIB, wait).await);
         assert!(!budget.grow(&mut slow[1], 2 * MIB, wait).await);
         assert_eq!(slow[1].bytes(), FIRST_SHARE);
+        // The gauge shows what is held, and what is given back.
+        assert_eq!(budget.held.get(), (MIB + 3 * FIRST_SHARE + MIB) as i64);
+        drop(third);
+        assert_eq!(budget.held.get(), (3 * FIRST_SHARE + MIB) as i64);
     }
 
     #[test]
     fn small_budgets_still_take_one_largest_request_per_org() {
-        let budget = IngestBudget::new(1);
+        let budget = IngestBudget::new(1, Gauge::default());
         assert_eq!(budget.all.available_permits(), MIN_KIB);
         assert_eq!(budget.per_org_kib, MIN_KIB);
     }

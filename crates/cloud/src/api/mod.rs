@@ -61,13 +61,14 @@ impl ApiState {
         ingest_memory: usize,
         read_timeout: std::time::Duration,
     ) -> Self {
+        let ingest_budget = budget::IngestBudget::new(ingest_memory, metrics.ingest_bytes());
         ApiState(Arc::new(Shared {
             store,
             metrics,
             keys,
             limiter: RateLimiter::new(signal_rate_limit),
             read_timeout,
-            ingest_budget: budget::IngestBudget::new(ingest_memory),
+            ingest_budget,
         }))
     }
 }

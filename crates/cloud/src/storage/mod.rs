@@ -395,9 +395,15 @@ impl Store {
         }
     }
 
-    /// True when a trivial query succeeds (readiness).
+    /// True when the events table answers a read within 2 s (readiness): not just that a
+    /// connection opens, since a database that lost its tables, or hangs, serves nothing.
     pub async fn ping(&self) -> bool {
-        on_db!(&self.db, pool => sqlx::query("SELECT 1").execute(pool).await.is_ok())
+        let read = async {
+            on_db!(&self.db, pool => sqlx::query("SELECT 1 FROM events LIMIT 1").execute(pool).await.is_ok())
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(2), read)
+            .await
+            .unwrap_or(false)
     }
 
     /// A new event id, and on SQLite the sequence number it carries (see [`ids`]).

@@ -1,0 +1,186 @@
+//! The limits and header rules of docs/api.md, through the real binary: 431 for heads over
+//! 16 KiB, 422 for more than 500 events and for a malformed `Idempotency-Key`, Basic auth with
+//! the API key as password, and the 408 for a body that takes too long in all.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use testkit::{Backend, Cloud};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Sends `request` as raw bytes and returns the whole answer (the server closes after it).
+async fn raw(cloud: &Cloud, request: &[u8]) -> String {
+    let mut tcp = TcpStream::connect(cloud.http.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    tcp.write_all(request).await.unwrap();
+    let mut answer = vec![0u8; 64 * 1024];
+    let n = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut answer))
+        .await
+        .expect("an answer within 10 s")
+        .unwrap();
+    String::from_utf8_lossy(&answer[..n]).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_head_over_16_kib_is_431() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let head = |pad: usize| {
+        format!(
+            "GET /v1/events HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\nConnection: close\r\n\r\n",
+            "p".repeat(pad)
+        )
+    };
+    let answer = raw(&cloud, head(17 * 1024).as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer:.200}");
+    // Just under the limit the head is read, and the request fails on its missing key.
+    let answer = raw(&cloud, head(15 * 1024).as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer:.200}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_than_500_events_in_one_request_are_422_and_nothing_is_stored() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let t = cloud.tenant("acme");
+    let batch = |n: usize| json!(vec![json!({"type": "custom", "name": "x"}); n]).to_string();
+    let res = cloud.post_signal_text(&t, batch(501)).await;
+    assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let problem: Value = res.json().await.unwrap();
+    assert!(problem.to_string().contains("500"), "{problem}");
+    assert_eq!(events(&cloud, &t.api_key).await.len(), 0);
+    let res = cloud.post_signal_text(&t, batch(500)).await;
+    assert_eq!(res.status(), StatusCode::ACCEPTED);
+    assert_eq!(
+        events(&cloud, &t.api_key).await.len(),
+        100,
+        "a full first page"
+    );
+}
+
+async fn events(cloud: &Cloud, key: &str) -> Vec<Value> {
+    let list: Value = cloud
+        .client()
+        .get(format!("{}/v1/events?limit=100", cloud.http))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    list["events"].as_array().unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_idempotency_key_is_422() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let t = cloud.tenant("acme");
+    let long = "k".repeat(256);
+    let keys: [&[u8]; 4] = [b"", b"   ", long.as_bytes(), "caf\u{e9}".as_bytes()];
+    for key in keys {
+        let res = cloud
+            .client()
+            .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+            .bearer_auth(&t.api_key)
+            .header(
+                "Idempotency-Key",
+                reqwest::header::HeaderValue::from_bytes(key).unwrap(),
+            )
+            .json(&testkit::seed_event())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY, "{key:?}");
+        let problem: Value = res.json().await.unwrap();
+        assert!(problem.to_string().contains("Idempotency-Key"), "{problem}");
+    }
+    // The longest accepted key is 255 characters.
+    let res = cloud
+        .client()
+        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+        .bearer_auth(&t.api_key)
+        .header("Idempotency-Key", "k".repeat(255))
+        .json(&testkit::seed_event())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::ACCEPTED);
+    assert_eq!(events(&cloud, &t.api_key).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn basic_auth_takes_the_api_key_as_password_with_any_user() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let t = cloud.tenant("acme");
+    let res = cloud
+        .client()
+        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+        .basic_auth("ci-runner", Some(&t.api_key))
+        .json(&testkit::seed_event())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::ACCEPTED);
+    let list = cloud
+        .client()
+        .get(format!("{}/v1/events", cloud.http))
+        .basic_auth("anyone", Some(&t.api_key))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(list.status(), StatusCode::OK);
+    let wrong = cloud
+        .client()
+        .get(format!("{}/v1/events", cloud.http))
+        .basic_auth(&t.api_key, Some("not-the-key"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    let challenge = wrong.headers()["www-authenticate"].to_str().unwrap();
+    assert!(challenge.contains("Basic realm="), "{challenge}");
+}
+
+/// With `--header-read-timeout 1` a body may take 4 s in all: one that never pauses for 1 s
+/// but is still not whole after 4 s is cut then, before the 5 s grace of the rate rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_still_arriving_after_four_times_the_read_timeout_is_408() {
+    let cloud = Cloud::start_with(Backend::Sqlite, &["--header-read-timeout", "1"]);
+    let t = cloud.tenant("acme");
+    let mut tcp = TcpStream::connect(cloud.http.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /v1/signals/{} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n[",
+        t.signal_key, t.api_key
+    );
+    let started = Instant::now();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let (mut read, mut write) = tcp.into_split();
+    let trickle = tokio::spawn(async move {
+        // 100 bytes every 400 ms: never a 1 s pause, never whole (5000 bytes take 20 s).
+        while write.write_all(&[b' '; 100]).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        }
+    });
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(15), read.read_to_end(&mut answer))
+        .await
+        .expect("an answer within 15 s")
+        .ok();
+    let took = started.elapsed();
+    trickle.abort();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        answer.contains("did not arrive whole within 4 s"),
+        "{answer}"
+    );
+    assert!(
+        took >= Duration::from_secs(4) && took < Duration::from_secs(10),
+        "cut after {took:?}"
+    );
+}
