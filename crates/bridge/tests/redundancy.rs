@@ -17,19 +17,6 @@ async fn retries(rig: &Rig, when: &str) -> f64 {
         .map_or(0.0, |v| v.trim().parse().unwrap())
 }
 
-/// Waits (with a deadline) until `count` reaches `at_least`.
-async fn wait_for(count: &AtomicUsize, at_least: usize, what: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while count.load(Ordering::SeqCst) < at_least {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: {} of {at_least} after 30 s",
-            count.load(Ordering::SeqCst)
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_an_instance_mid_response_loses_no_request() {
     let mut rig = Rig::start("").await;
@@ -66,11 +53,17 @@ async fn killing_an_instance_mid_response_loses_no_request() {
             }
         }));
     }
-    wait_for(&done, 200, "requests before the kill").await;
+    testkit::wait_until("requests before the kill", || {
+        done.load(Ordering::SeqCst) >= 200
+    })
+    .await;
     rig.bridge.signal("KILL");
     rig.bridge.wait();
     let after_kill = done.load(Ordering::SeqCst);
-    wait_for(&done, after_kill + 400, "requests after the kill").await;
+    testkit::wait_until("requests after the kill", || {
+        done.load(Ordering::SeqCst) >= after_kill + 400
+    })
+    .await;
     stop.store(true, Ordering::SeqCst);
     for w in workers {
         w.await.unwrap();

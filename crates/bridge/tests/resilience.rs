@@ -137,15 +137,14 @@ async fn killing_one_of_two_instances_fails_no_idempotent_request() {
             }
         }));
     }
-    while done.load(Ordering::SeqCst) < 100 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    testkit::wait_until("100 requests done", || done.load(Ordering::SeqCst) >= 100).await;
     rig.bridge.signal("KILL");
     rig.bridge.wait();
     let after_kill = done.load(Ordering::SeqCst);
-    while done.load(Ordering::SeqCst) < after_kill + 200 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    testkit::wait_until("200 requests done after the kill", || {
+        done.load(Ordering::SeqCst) >= after_kill + 200
+    })
+    .await;
     stop.store(true, Ordering::SeqCst);
     for w in workers {
         w.await.unwrap();
@@ -167,9 +166,10 @@ async fn sigterm_drains_in_flight_streams_then_exits_zero() {
         let req = rig.request(reqwest::Method::GET, "/slow?sleep_ms=1500");
         async move { req.send().await.map(|r| r.status().as_u16()) }
     });
-    while rig.upstream.stats.current.load(Ordering::SeqCst) == 0 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    testkit::wait_until("the slow request at the internal API", || {
+        rig.upstream.stats.current.load(Ordering::SeqCst) == 1
+    })
+    .await;
     rig.bridge.signal("TERM");
     assert_eq!(
         slow.await.unwrap().unwrap(),

@@ -427,6 +427,19 @@ impl Cloud {
     }
 }
 
+/// Waits until `ready()` holds, checking every 10 ms; fails naming `what` after 30 s, so a
+/// test whose condition never comes fails instead of hanging.
+pub async fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !ready() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still waiting after 30 s: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 pub fn install_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }

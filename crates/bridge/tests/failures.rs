@@ -1,0 +1,182 @@
+//! What a caller sees when forwarding fails, through the real binaries: requests that are not
+//! safe to send twice are not retried on another instance, a tunnel lost mid-request is a 502,
+//! an internal API that never accepts the connection is a 502 after 10 s, and a bridge at
+//! `max_connections` queues for 5 s, then answers 503 with `Retry-After: 1`.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use testkit::bridge::{BridgeProc, Rig, internal_api_yaml};
+
+/// The sum of `relay_retries_total` over its labels.
+async fn retries(rig: &Rig) -> f64 {
+    rig.cloud
+        .metrics_text()
+        .await
+        .lines()
+        .filter(|l| l.starts_with("relay_retries_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// SIGKILLs whichever of the two instances carries the one stream in flight.
+async fn kill_the_carrier(first: &mut BridgeProc, second: &mut BridgeProc) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        for bridge in [&mut *first, &mut *second] {
+            if bridge.metric("bridge_streams_in_flight").await >= 1.0 {
+                bridge.signal("KILL");
+                bridge.wait();
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "no instance carries the request");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Sends `request` through two instances, kills the one carrying it while the internal API
+/// sleeps, and checks the caller gets 502, the API saw it once, and nothing was retried.
+async fn not_retried(request: impl FnOnce(&Rig) -> reqwest::RequestBuilder) {
+    let mut rig = Rig::start("").await;
+    let mut second = rig.another_instance().await;
+    let pending = tokio::spawn(request(&rig).send());
+    testkit::wait_until("the request at the internal API", || {
+        rig.upstream.stats.current.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    kill_the_carrier(&mut rig.bridge, &mut second).await;
+    let res = pending.await.unwrap().unwrap();
+    assert_eq!(res.status(), 502);
+    let problem: serde_json::Value = res.json().await.unwrap();
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("failed while forwarding"),
+        "{problem}"
+    );
+    assert_eq!(
+        rig.upstream.stats.total.load(Ordering::SeqCst),
+        1,
+        "sent twice"
+    );
+    assert_eq!(retries(&rig).await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_is_not_retried_on_another_instance() {
+    not_retried(|rig| {
+        rig.request(reqwest::Method::POST, "/orders?sleep_ms=3000")
+            .body("{\"order\":1}")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_over_64_kib_is_not_retried_on_another_instance() {
+    not_retried(|rig| {
+        rig.request(reqwest::Method::PUT, "/upload?sleep_ms=3000")
+            .body(vec![b'x'; 64 * 1024 + 1])
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_lost_mid_request_is_502() {
+    let mut rig = Rig::start("").await;
+    let pending = tokio::spawn(
+        rig.request(reqwest::Method::GET, "/slow?sleep_ms=3000")
+            .send(),
+    );
+    testkit::wait_until("the request at the internal API", || {
+        rig.upstream.stats.current.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    rig.bridge.signal("KILL");
+    rig.bridge.wait();
+    let res = pending.await.unwrap().unwrap();
+    assert_eq!(res.status(), 502);
+    assert_eq!(res.headers()["content-type"], "application/problem+json");
+}
+
+/// A listener whose accept queue is full: the kernel drops further SYNs, so a connection to it
+/// neither succeeds nor fails, as with a firewall that drops packets.
+async fn black_hole() -> (tokio::net::TcpListener, Vec<tokio::net::TcpStream>) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut queued = Vec::new();
+    // Fill the queue until a connection no longer completes.
+    for _ in 0..16 {
+        match tokio::time::timeout(
+            Duration::from_millis(300),
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await
+        {
+            Ok(Ok(tcp)) => queued.push(tcp),
+            _ => return (listener, queued),
+        }
+    }
+    panic!("the accept queue of {addr} never filled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_internal_api_that_never_accepts_is_502_after_10_s() {
+    let (hole, _queued) = black_hole().await;
+    let port = hole.local_addr().unwrap().port();
+    let rig = Rig::start_with(|_| {
+        format!("apis:\n  - name: internal\n    url: http://127.0.0.1:{port}\n")
+    })
+    .await;
+    let started = Instant::now();
+    let res = rig.get("/x").await;
+    let took = started.elapsed();
+    assert_eq!(res.status(), 502);
+    assert!(
+        took >= Duration::from_secs(10) && took < Duration::from_secs(15),
+        "answered after {took:?}"
+    );
+    let problem: serde_json::Value = res.json().await.unwrap();
+    assert!(
+        problem["detail"].as_str().unwrap().contains("cannot reach"),
+        "{problem}"
+    );
+    let records = rig.bridge.audit_records(1).await;
+    assert_eq!(records[0]["status"], 502, "{records:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bridge_at_max_connections_queues_5_s_then_answers_503() {
+    let rig = Rig::start_with(|upstream| {
+        format!("max_connections: 1\n{}", internal_api_yaml(upstream, ""))
+    })
+    .await;
+    let busy = tokio::spawn(
+        rig.request(reqwest::Method::GET, "/slow?sleep_ms=7000")
+            .send(),
+    );
+    testkit::wait_until("the first request at the internal API", || {
+        rig.upstream.stats.current.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let started = Instant::now();
+    let res = rig.get("/second").await;
+    let waited = started.elapsed();
+    assert_eq!(res.status(), 503);
+    assert!(
+        waited >= Duration::from_secs(5) && waited < Duration::from_secs(7),
+        "refused after {waited:?}"
+    );
+    assert_eq!(res.headers()["retry-after"], "1");
+    assert_eq!(
+        rig.bridge
+            .metric("bridge_refused_total{reason=\"overloaded\"}")
+            .await,
+        1.0
+    );
+    assert_eq!(busy.await.unwrap().unwrap().status(), 200);
+    assert_eq!(rig.upstream.stats.total.load(Ordering::SeqCst), 1);
+}
