@@ -103,18 +103,38 @@ async fn credentials_are_injected_and_the_api_key_is_not_forwarded() {
         .header("x-forwarded-for", "127.0.0.1")
         .header("x-original-url", "/admin")
         .header("x-bridge-principal", "sigapi_spoofed")
+        .header("x-bridge-method", "DELETE")
+        .header("x-bridge-anything", "1")
         .header("cookie", "session=abc")
+        .header("proxy-authorization", "Basic cHJveHk6cHc=")
+        .header("forwarded", "for=10.0.0.1;host=evil.example")
+        .header("x-forwarded-host", "evil.example")
+        .header("x-forwarded-proto", "http")
+        .header("x-real-ip", "10.0.0.1")
+        .header("expect", "100-continue")
         .send()
         .await
         .unwrap();
     assert_eq!(res.status(), 200);
     let echo: Value = res.json().await.unwrap();
+    assert_eq!(echo["method"], "GET", "{echo}");
+    // The internal API sees its own host, not the cloud's.
+    let authority = rig.upstream.url.trim_start_matches("http://");
+    assert_eq!(echo["headers"]["host"], authority, "{echo}");
     for header in [
         "x-http-method-override",
         "x-forwarded-for",
         "x-original-url",
         "x-bridge-org",
+        "x-bridge-method",
+        "x-bridge-anything",
         "cookie",
+        "proxy-authorization",
+        "forwarded",
+        "x-forwarded-host",
+        "x-forwarded-proto",
+        "x-real-ip",
+        "expect",
     ] {
         assert!(
             echo["headers"][header].is_null(),
@@ -176,6 +196,8 @@ async fn credentials_are_injected_and_the_api_key_is_not_forwarded() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("1 audit record(s) in 1 chain(s)"), "{said}");
 }
 
 fn base64_of(s: &str) -> String {

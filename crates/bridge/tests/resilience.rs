@@ -195,6 +195,25 @@ async fn sigterm_drains_in_flight_streams_then_exits_zero() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cloud_sigterm_lets_a_forwarded_request_finish() {
+    let mut rig = Rig::start("").await;
+    let slow = tokio::spawn(
+        rig.request(reqwest::Method::GET, "/slow?sleep_ms=1500")
+            .send(),
+    );
+    testkit::wait_until("the slow request at the internal API", || {
+        rig.upstream.stats.current.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    rig.cloud.signal("TERM");
+    rig.cloud.wait_log_line("shutdown requested");
+    let res = slow.await.unwrap().unwrap();
+    assert_eq!(res.status(), 200, "the forwarded request was cut");
+    assert_eq!(rig.cloud.wait(), Some(0));
+    assert!(rig.cloud.log_text().contains("in-flight requests drained"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_resource_makes_health_degraded_until_it_answers() {
     // Bound but not listening: the port is ours for the whole test and refuses connections
     // until `listen` is called.

@@ -1,0 +1,71 @@
+//! The audit log in a file: one hash chain across a real restart of the bridge, which
+//! `bridge audit verify` checks, and which it refuses once a record is removed.
+
+use std::process::Command;
+use std::time::Duration;
+
+use testkit::bridge::{BridgeProc, INTERNAL_PASSWORD, Rig, bridge_bin, internal_api_yaml};
+
+fn verify(path: &std::path::Path) -> (Option<i32>, String) {
+    let out = Command::new(bridge_bin())
+        .args(["audit", "verify"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chain_in_a_file_continues_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.log");
+    let mut rig = Rig::start_with(|upstream| {
+        format!(
+            "audit_log: {}\n{}",
+            path.display(),
+            internal_api_yaml(upstream, "")
+        )
+    })
+    .await;
+    for _ in 0..2 {
+        assert_eq!(rig.get("/before").await.status(), 200);
+    }
+    rig.bridge.signal("TERM");
+    assert_eq!(rig.bridge.wait(), Some(0));
+    let yaml = std::fs::read_to_string(rig.bridge.dir.path().join("bridge.yaml")).unwrap();
+    rig.bridge = BridgeProc::start(
+        &yaml,
+        &[
+            ("SERVICE_BRIDGE_TOKEN", &rig.token),
+            ("INTERNAL_PW", INTERNAL_PASSWORD),
+        ],
+    );
+    rig.bridge
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    for _ in 0..2 {
+        assert_eq!(rig.get("/after").await.status(), 200);
+    }
+    rig.bridge.signal("TERM");
+    assert_eq!(rig.bridge.wait(), Some(0));
+
+    let (code, said) = verify(&path);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("4 audit record(s) in 1 chain(s)"), "{said}");
+    // Removing a record breaks the chain, and verify says where.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let kept: Vec<&str> = text
+        .lines()
+        .enumerate()
+        .filter(|(i, _)| *i != 1)
+        .map(|(_, l)| l)
+        .collect();
+    std::fs::write(&path, kept.join("\n") + "\n").unwrap();
+    let (code, said) = verify(&path);
+    assert_eq!(code, Some(1), "{said}");
+}
