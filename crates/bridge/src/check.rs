@@ -66,7 +66,7 @@ async fn probe_cloud(cfg: &Config) -> Row {
 /// DNS, TCP, TLS and, by a 401 or 403, credentials the resource rejects.
 async fn probe_http(label: &'static str, name: &str, url: String, kind: &dyn forward::Kind) -> Row {
     let client: Client<_, Empty<Bytes>> =
-        Client::builder(TokioExecutor::new()).build(forward::https_connector());
+        Client::builder(TokioExecutor::new()).build(forward::https_connector(kind.tls_ca_file()));
     let result = match hyper::Request::get(url.as_str()).body(Empty::new()) {
         Err(e) => Err(e.to_string()),
         Ok(mut req) => {

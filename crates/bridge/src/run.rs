@@ -104,6 +104,17 @@ fn preflight(cfg: &Arc<Config>) -> Result<(Identity, AuditLog), ExitCode> {
     if let Err(e) = identity::trust(cfg) {
         problems.push(e.to_string());
     }
+    let entry_cas = (cfg.apis.iter().map(|a| &a.tls_ca_file).enumerate())
+        .map(|(i, path)| (format!("apis[{i}]"), path))
+        .chain(
+            (cfg.sources.iter().map(|s| &s.tls_ca_file).enumerate())
+                .map(|(i, path)| (format!("sources[{i}]"), path)),
+        );
+    for (entry, path) in entry_cas {
+        if let Some(Err(e)) = path.as_deref().map(crate::forward::load_ca) {
+            problems.push(format!("{entry}.tls_ca_file {e}"));
+        }
+    }
     let identity = Identity::new(cfg.clone()).map_err(|e| problems.push(e.to_string()));
     let audit =
         AuditLog::for_target(&cfg.audit_log).map_err(|e| problems.push(format!("audit_log: {e}")));

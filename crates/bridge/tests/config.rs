@@ -181,7 +181,7 @@ fn unreadable_files_the_config_names_are_configuration_errors() {
     let not_pem = dir.path().join("ca.pem");
     std::fs::write(&not_pem, "this is not a certificate").unwrap();
     let yaml = format!(
-        "name: dc1\ntoken: t\ntls_ca_file: {}\ntls_cert_file: {}\ntls_key_file: {}\naudit_log: {}\n",
+        "name: dc1\ntoken: t\ntls_ca_file: {}\ntls_cert_file: {}\ntls_key_file: {}\naudit_log: {}\napis:\n  - name: a\n    url: https://a.internal\n    tls_ca_file: {0}\n",
         not_pem.display(),
         dir.path().join("missing-cert.pem").display(),
         dir.path().join("missing-key.pem").display(),
@@ -189,7 +189,12 @@ fn unreadable_files_the_config_names_are_configuration_errors() {
     );
     let (code, err) = run(&yaml, &[]);
     assert_eq!(code, Some(2), "{err}");
-    for key in ["tls_ca_file", "tls_cert_file", "audit_log"] {
+    for key in [
+        "tls_ca_file",
+        "tls_cert_file",
+        "audit_log",
+        "apis[0].tls_ca_file",
+    ] {
         assert!(err.contains(key), "{key} not named in:\n{err}");
     }
 }

@@ -557,3 +557,41 @@ async fn health_check_address_limits_where_health_and_metrics_listen() {
         "{listening:?}"
     );
 }
+
+/// An internal API on HTTPS with a certificate from the customer's private CA: reached with
+/// the entry's `tls_ca_file`, and refused (502) by an entry that trusts only the system roots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_api_signed_by_a_private_ca_is_reached_with_its_tls_ca_file() {
+    let ca = testkit::tls::TestCa::new();
+    let secure = testkit::upstream::Upstream::start_tls(&ca).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = ca.write_pem(dir.path(), "internal-ca.pem");
+    let rig = Rig::start_with(|_| {
+        format!(
+            "apis:\n  - name: internal\n    url: {url}\n    tls_ca_file: {ca}\n  - name: untrusted\n    url: {url}\n",
+            url = secure.url,
+            ca = ca_file.display()
+        )
+    })
+    .await;
+    let res = rig.get("/v1/items").await;
+    assert_eq!(res.status(), 200);
+    let echo: Value = res.json().await.unwrap();
+    assert_eq!(echo["path"], "/v1/items");
+    let res = rig
+        .cloud
+        .client()
+        .get(format!(
+            "{}/v1/bridges/dc1/apis/untrusted/v1/items",
+            rig.cloud.http
+        ))
+        .bearer_auth(&rig.tenant.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 502);
+    assert_eq!(
+        secure.stats.total.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+}

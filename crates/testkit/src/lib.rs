@@ -6,6 +6,7 @@
 pub mod bridge;
 pub mod freeze;
 pub mod git_server;
+pub mod tls;
 pub mod upstream;
 
 use std::io::{BufRead, BufReader};

@@ -185,10 +185,25 @@ async fn route(req: Request<Incoming>) -> Response<Body> {
 impl Upstream {
     /// Starts on `127.0.0.1:0`.
     pub async fn start() -> Self {
+        Self::serve(None).await
+    }
+
+    /// Starts on `127.0.0.1:0` over HTTPS, with a certificate for `localhost` signed by `ca`;
+    /// its URL is `https://localhost:PORT`.
+    pub async fn start_tls(ca: &crate::tls::TestCa) -> Self {
+        Self::serve(Some(ca.server_config("localhost"))).await
+    }
+
+    async fn serve(tls: Option<Arc<rustls::ServerConfig>>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr: SocketAddr = listener.local_addr().expect("addr");
+        let url = match tls {
+            Some(_) => format!("https://localhost:{}", addr.port()),
+            None => format!("http://{addr}"),
+        };
+        let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
         let stats = Arc::new(Stats::default());
         let s = stats.clone();
         let task = tokio::spawn(async move {
@@ -196,19 +211,20 @@ impl Upstream {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let s = s.clone();
+                let (s, acceptor) = (s.clone(), acceptor.clone());
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| handle(req, s.clone()));
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
+                    let http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    let _ = match acceptor {
+                        None => http.serve_connection(TokioIo::new(stream), svc).await,
+                        Some(acceptor) => match acceptor.accept(stream).await {
+                            Ok(tls) => http.serve_connection(TokioIo::new(tls), svc).await,
+                            Err(_) => return,
+                        },
+                    };
                 });
             }
         });
-        Upstream {
-            url: format!("http://{addr}"),
-            stats,
-            task,
-        }
+        Upstream { url, stats, task }
     }
 }

@@ -49,6 +49,7 @@ pub(crate) struct SourceFile {
     pub allow_push: Option<bool>,
     pub allow: Option<Vec<Spanned<AllowFile>>>,
     pub max_connections: Option<Spanned<i64>>,
+    pub tls_ca_file: Option<Spanned<String>>,
 }
 
 /// `sources[].auth`: `token` (the default), `bearer` or `basic`.
@@ -93,6 +94,7 @@ pub(crate) struct ApiFile {
     pub auth: Option<Spanned<ApiAuthFile>>,
     pub allow: Option<Vec<Spanned<AllowFile>>>,
     pub max_connections: Option<Spanned<i64>>,
+    pub tls_ca_file: Option<Spanned<String>>,
 }
 
 /// `apis[].auth`: `basic` (the default), `bearer` or `header`.

@@ -88,6 +88,9 @@ pub struct GitSource {
     pub allow: Vec<AllowRule>,
     /// Concurrent streams to this source; `None` means only the bridge-wide limit applies.
     pub max_connections: Option<u32>,
+    /// The CA bundle that signs this server's certificate, trusted for it instead of the
+    /// system roots (`tls_ca_file`).
+    pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
 /// The database engine of a `databases` entry.
@@ -162,6 +165,9 @@ pub struct Api {
     pub allow: Vec<AllowRule>,
     /// Concurrent streams to this API; `None` means only the bridge-wide limit applies.
     pub max_connections: Option<u32>,
+    /// The CA bundle that signs this API's certificate, trusted for it instead of the system
+    /// roots (`tls_ca_file`): an internal system's private CA stays trusted for that system only.
+    pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
 /// A private OCI registry.

@@ -3,7 +3,6 @@
 //! Every check records what is wrong and carries on with a default, so one pass reports
 //! everything; the field-level checks live in [`fields`], the resource lists in [`resources`].
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_saphyr::Spanned;
@@ -181,18 +180,7 @@ pub(crate) fn validate(file: &FileConfig, env: &dyn Env) -> Result<Config, Vec<P
         .map(|value| parse_no_proxy(&value))
         .unwrap_or_default();
 
-    let mut path = |value: &Option<Spanned<String>>, key: &str| {
-        let given = cx.optional(value.as_ref(), key)?;
-        if given.value.trim().is_empty() {
-            cx.fail(
-                key,
-                &given.origin,
-                "expected a file path, got an empty string",
-            );
-            return None;
-        }
-        Some(PathBuf::from(given.value))
-    };
+    let mut path = |value: &Option<Spanned<String>>, key: &str| cx.path(value.as_ref(), key);
     let tls_ca_file = path(&file.tls_ca_file, "tls_ca_file");
     let tls_cert_file = path(&file.tls_cert_file, "tls_cert_file");
     let tls_key_file = path(&file.tls_key_file, "tls_key_file");

@@ -17,6 +17,10 @@ impl Kind for Api {
         &self.url
     }
 
+    fn tls_ca_file(&self) -> Option<&std::path::Path> {
+        self.tls_ca_file.as_deref()
+    }
+
     fn admit(&self, method: &Method, path: &str, _query: Option<&str>) -> Result<String, Refusal> {
         allowed(&self.allow, method.as_str(), path).ok_or_else(|| {
             Refusal::forbidden(

@@ -57,6 +57,10 @@ impl Kind for GitSource {
         &self.url
     }
 
+    fn tls_ca_file(&self) -> Option<&std::path::Path> {
+        self.tls_ca_file.as_deref()
+    }
+
     fn admit(&self, method: &Method, path: &str, query: Option<&str>) -> Result<String, Refusal> {
         let Some((repo, service)) = service(method, path, query) else {
             return Err(Refusal::forbidden(

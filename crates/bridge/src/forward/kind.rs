@@ -55,6 +55,11 @@ pub trait Kind: Send + Sync {
     /// The base URL the request's path is appended to (the upstream peer).
     fn base_url(&self) -> &Url;
 
+    /// The CA bundle trusted for this entry's HTTPS instead of the system roots.
+    fn tls_ca_file(&self) -> Option<&std::path::Path> {
+        None
+    }
+
     /// The rule that admits `method` on `path` (normalised, relative to the entry) with
     /// `query`, or why not.
     fn admit(&self, method: &Method, path: &str, query: Option<&str>) -> Result<String, Refusal>;

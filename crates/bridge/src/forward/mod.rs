@@ -35,8 +35,8 @@ use tokio::sync::Semaphore;
 
 pub use counted::{Counted, Tally};
 pub use kind::{Kind, Refusal};
-pub use upstream::https_connector;
 use upstream::{HOP, build_upstream, strip_headers};
+pub use upstream::{https_connector, load_ca};
 
 use crate::audit::{AuditLog, AuditRecord, Decision};
 use crate::config::{Config, ResourceKind};
@@ -60,6 +60,17 @@ struct Resource {
     kind: Box<dyn Kind>,
     /// The entry's own `max_connections`, where it sets one.
     slots: Option<Arc<Semaphore>>,
+    /// The client that reaches it: shared by every entry on the system roots, its own for an
+    /// entry with a `tls_ca_file`.
+    client: UpstreamClient,
+}
+
+type UpstreamClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Counted<Arc<AtomicU64>>>;
+
+fn upstream_client(tls_ca_file: Option<&std::path::Path>) -> UpstreamClient {
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(60))
+        .build(https_connector(tls_ca_file))
 }
 
 /// Forwards the cloud's streams to declared resources.
@@ -69,7 +80,6 @@ pub struct Forwarder {
     metrics: Metrics,
     audit: Arc<AuditLog>,
     instance: String,
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Counted<Arc<AtomicU64>>>,
     /// `max_connections`: streams of this instance, all resources together.
     all: Arc<Semaphore>,
     resources: HashMap<(ResourceKind, String), Resource>,
@@ -85,10 +95,7 @@ impl Forwarder {
         audit: Arc<AuditLog>,
         instance: String,
     ) -> Self {
-        let connector = https_connector();
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build(connector);
+        let shared = upstream_client(None);
         let all = Arc::new(Semaphore::new(cfg.max_connections.max(1) as usize));
         let mut resources = HashMap::new();
         let entries = cfg
@@ -112,7 +119,18 @@ impl Forwarder {
             let slots = kind
                 .max_connections()
                 .map(|n| Arc::new(Semaphore::new(n.max(1) as usize)));
-            resources.insert((kind_of, name), Resource { kind, slots });
+            let client = match kind.tls_ca_file() {
+                Some(path) => upstream_client(Some(path)),
+                None => shared.clone(),
+            };
+            resources.insert(
+                (kind_of, name),
+                Resource {
+                    kind,
+                    slots,
+                    client,
+                },
+            );
         }
         Forwarder {
             cfg,
@@ -120,7 +138,6 @@ impl Forwarder {
             metrics,
             audit,
             instance,
-            client,
             all,
             resources,
             memory: MemoryGauge::default(),
@@ -189,7 +206,7 @@ impl Forwarder {
             _permits: permits,
         };
         // Phase 4: the response.
-        match self.client.request(upstream).await {
+        match resource.client.request(upstream).await {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
                 if let Some(refusal) = resource.kind.response_filter(parts.status, &parts.headers) {

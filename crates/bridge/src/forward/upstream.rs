@@ -1,6 +1,7 @@
 //! The request as the internal system gets it: which headers never pass, where credentials
 //! are injected, and the HTTP(S) connector that reaches internal systems.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -8,6 +9,8 @@ use std::time::Duration;
 use http::{HeaderMap, Request};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
 
 use super::counted::Counted;
 use super::kind::Kind;
@@ -40,10 +43,39 @@ pub(super) const HOP: &[&str] = &[
     "authorization",
 ];
 
-/// HTTP and HTTPS (system roots) to internal systems; shared by forwarding and `bridge check`.
-pub fn https_connector() -> hyper_rustls::HttpsConnector<HttpConnector> {
+/// The certificates of an entry's `tls_ca_file`; an error names the file and what is wrong.
+pub fn load_ca(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "{}: no PEM certificate in it (expected the CA that signs the system's certificate)",
+            path.display()
+        ));
+    }
+    Ok(certs)
+}
+
+/// HTTP and HTTPS to internal systems, shared by forwarding and `bridge check`. HTTPS trusts
+/// the entry's `tls_ca_file` when it has one, else the system roots. A `tls_ca_file` that
+/// cannot be read (checked at start, so only if it changed since) trusts nothing: the entry's
+/// requests fail rather than fall back to other roots.
+pub fn https_connector(tls_ca_file: Option<&Path>) -> hyper_rustls::HttpsConnector<HttpConnector> {
     let mut roots = rustls::RootCertStore::empty();
-    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    match tls_ca_file {
+        None => {
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        }
+        Some(path) => match load_ca(path) {
+            Ok(certs) => {
+                roots.add_parsable_certificates(certs);
+            }
+            Err(e) => {
+                tracing::error!(cause = %e, "cannot read tls_ca_file: HTTPS to this resource will fail")
+            }
+        },
+    }
     let tls = rustls::ClientConfig::builder_with_provider(tunnel::tls::provider())
         .with_safe_default_protocol_versions()
         .map(|b| b.with_root_certificates(roots).with_no_client_auth())

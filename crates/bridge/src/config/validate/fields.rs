@@ -3,6 +3,7 @@
 //! in [`Ctx::problems`] and returns `None`, so one pass reports everything.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 use serde_saphyr::Spanned;
 use url::Url;
@@ -64,6 +65,20 @@ impl Ctx<'_> {
         key: &str,
     ) -> Option<Given<String>> {
         value.and_then(|value| self.string(value, key))
+    }
+
+    /// An optional file path: non-empty when given.
+    pub fn path(&mut self, value: Option<&Spanned<String>>, key: &str) -> Option<PathBuf> {
+        let given = self.optional(value, key)?;
+        if given.value.trim().is_empty() {
+            self.fail(
+                key,
+                &given.origin,
+                "expected a file path, got an empty string",
+            );
+            return None;
+        }
+        Some(PathBuf::from(given.value))
     }
 
     /// A required, non-empty file string; `parent` locates the entry when the key is missing.

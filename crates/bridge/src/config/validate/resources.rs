@@ -97,6 +97,7 @@ fn sources(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<GitSource> {
             allow_push: entry.allow_push.unwrap_or(false),
             allow,
             max_connections,
+            tls_ca_file: cx.path(entry.tls_ca_file.as_ref(), &format!("{key}.tls_ca_file")),
         };
         entries.push((explicit, base, source));
     }
@@ -282,6 +283,7 @@ fn apis(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Api> {
             auth,
             allow,
             max_connections,
+            tls_ca_file: cx.path(entry.tls_ca_file.as_ref(), &format!("{key}.tls_ca_file")),
         };
         entries.push((explicit, base, api));
     }
