@@ -511,3 +511,81 @@ async fn an_operator_certificate_from_a_trusted_ca_opens_the_tunnel() {
         }
     }
 }
+
+/// A certificate of `lifetime`, for `1:dc1` (acme is the first org), signed with the cloud's
+/// own CA key, as enrollment would have issued it: (certificate PEM, key PEM).
+fn short_lived_certificate(cloud: &Cloud, lifetime: Duration) -> (String, String) {
+    let ca_cert = std::fs::read_to_string(cloud.ca_path()).unwrap();
+    let ca_key = std::fs::read_to_string(cloud.data_dir.path().join("ca-key.pem")).unwrap();
+    let issuer =
+        rcgen::Issuer::from_ca_cert_pem(&ca_cert, rcgen::KeyPair::from_pem(&ca_key).unwrap())
+            .unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "1:dc1");
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::seconds(1);
+    params.not_after = now + lifetime;
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+/// The bridge renews its certificate at two thirds of its lifetime, in the background: here a
+/// 15 s certificate is renewed about 9 s in, and the tunnel carries on without a reconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_certificate_is_renewed_at_two_thirds_of_its_lifetime_without_a_reconnect() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.tenant("acme");
+    let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    let state = tempfile::tempdir().unwrap();
+    let (cert, key) = short_lived_certificate(&cloud, Duration::from_secs(15));
+    std::fs::write(state.path().join(bridge::state::CERT_FILE), &cert).unwrap();
+    std::fs::write(state.path().join(bridge::state::KEY_FILE), &key).unwrap();
+    let started = std::time::Instant::now();
+    let bridge = BridgeProc::start(
+        &yaml_for(
+            &cloud,
+            "dc1",
+            &format!("state_dir: {}\n", state.path().display()),
+        ),
+        &[("SERVICE_BRIDGE_TOKEN", &token)],
+    );
+    bridge
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    assert!(
+        bridge
+            .log_text()
+            .contains("using the client certificate saved in state_dir"),
+        "{}",
+        bridge.log_text()
+    );
+    assert_eq!(cloud.log_text().matches("bridge enrolled").count(), 0);
+    testkit::wait_until("the renewal", || {
+        bridge
+            .log_text()
+            .contains("client certificate obtained by enrollment")
+    })
+    .await;
+    let renewed_after = started.elapsed();
+    assert!(
+        renewed_after >= Duration::from_secs(7) && renewed_after < Duration::from_secs(15),
+        "renewed {renewed_after:?} into a 15 s certificate"
+    );
+    cloud.wait_log_line("bridge enrolled");
+    // The saved certificate is the new one, and the tunnel never dropped.
+    let saved = std::fs::read_to_string(state.path().join(bridge::state::CERT_FILE)).unwrap();
+    assert_ne!(saved, cert);
+    assert_eq!(
+        bridge.metric("service_bridge_reconnections_total").await,
+        0.0
+    );
+    assert_eq!(
+        bridge.health().await.unwrap().1["connection_status"],
+        "connected"
+    );
+}
