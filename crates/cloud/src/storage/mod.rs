@@ -499,6 +499,103 @@ pub fn now_micros() -> i64 {
 mod tests {
     use super::*;
 
+    /// A PostgreSQL database made by the release before migration 3 upgrades in place: its
+    /// events stay readable, new ones list with them, and the two indexes have their new shape.
+    #[tokio::test]
+    async fn a_postgres_database_from_before_migration_3_is_upgraded_in_place() {
+        let schema = testkit::PgSchema::create();
+        let old = PgPool::connect(&schema.url).await.unwrap();
+        POSTGRES_MIGRATIONS.run_to(2, &old).await.unwrap();
+        sqlx::query("INSERT INTO orgs (slug, created_at) VALUES ('acme', 0)")
+            .execute(&old)
+            .await
+            .unwrap();
+        let legacy: Vec<String> = (0..3).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+        for (i, id) in legacy.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO events (id, org_id, signal_key, type, dedup_key, occurred_at, received_at, body) \
+                 VALUES ($1, 1, 'k', 'alert', 'disk', $2, $2, '{}')",
+            )
+            .bind(id)
+            .bind(i as i64)
+            .execute(&old)
+            .await
+            .unwrap();
+        }
+        old.close().await;
+
+        let store = Store::open(
+            &Backend::Postgres(schema.url.clone()),
+            Metrics::new(),
+            OpenMode::CreateIfMissing,
+        )
+        .await
+        .unwrap();
+        for id in &legacy {
+            let found = store.event(1, id).await.unwrap();
+            assert_eq!(found.map(|e| e.id).as_ref(), Some(id));
+        }
+        let (id, seq) = store.new_event_id();
+        let batch = WriteBatch {
+            org_id: 1,
+            signal_key: "k".into(),
+            idempotency: None,
+            events: vec![NewEvent {
+                id: id.clone(),
+                seq,
+                kind: "custom",
+                service: None,
+                environment: None,
+                status: None,
+                dedup_key: None,
+                occurred_at: 10,
+                received_at: 10,
+                body: "{}".into(),
+            }],
+        };
+        assert_eq!(store.insert(batch).await.unwrap(), InsertOutcome::Stored);
+        let page = EventQuery {
+            limit: 10,
+            ..EventQuery::default()
+        };
+        let listed: Vec<String> = store
+            .list_events(1, &page)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.id)
+            .collect();
+        let mut newest_first = vec![id];
+        newest_first.extend(legacy.iter().rev().cloned());
+        assert_eq!(listed, newest_first);
+        store.close().await;
+
+        let check = PgPool::connect(&schema.url).await.unwrap();
+        let indexes: Vec<(String, String)> = sqlx::query_as(
+            "SELECT indexname::text, indexdef FROM pg_indexes \
+             WHERE schemaname = current_schema() AND tablename = 'events' ORDER BY indexname",
+        )
+        .fetch_all(&check)
+        .await
+        .unwrap();
+        let def = |name: &str| {
+            indexes
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, d)| d.clone())
+                .unwrap_or_else(|| panic!("no index {name}: {indexes:?}"))
+        };
+        assert!(
+            def("events_by_time").ends_with("(org_id, occurred_at, id)"),
+            "{indexes:?}"
+        );
+        assert!(
+            def("events_by_dedup").contains("(org_id, dedup_key, occurred_at, id)"),
+            "{indexes:?}"
+        );
+        check.close().await;
+    }
+
     /// A database made before event ids carried sequence numbers: its events keep their ids
     /// and stay readable, and new events (sequence ids) sort with them.
     #[tokio::test]
