@@ -26,30 +26,9 @@ async fn half_sent_signal(cloud: &Cloud, t: &Tenant) -> (TcpStream, Vec<u8>) {
     tcp.write_all(head.as_bytes()).await.unwrap();
     let (first, rest) = body.split_at(body.len() / 2);
     tcp.write_all(first).await.unwrap();
-    wait_until_ingesting(cloud).await;
+    // The server holds a share of `--ingest-memory-mb`: the body is being read.
+    cloud.wait_ingesting(1).await;
     (tcp, rest.to_vec())
-}
-
-/// Waits until the server holds a share of `--ingest-memory-mb`: a body is being read.
-async fn wait_until_ingesting(cloud: &Cloud) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let held = cloud
-            .metrics_text()
-            .await
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("signals_ingest_memory ")?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .unwrap_or(0);
-        if held > 0 {
-            return;
-        }
-        assert!(Instant::now() < deadline, "no body is being ingested");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn sigterm_lets_an_ingest_in_flight_finish_and_stores_it(backend: Backend) {

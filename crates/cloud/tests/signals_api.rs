@@ -733,27 +733,7 @@ async fn ingest_memory_is_bounded_and_shared_between_orgs(backend: Backend) {
     });
     started.await.unwrap();
     // The server has read most of it when its share shows in the gauge.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let held = cloud
-            .metrics_text()
-            .await
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("signals_ingest_memory ")?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .unwrap_or(0);
-        if held >= 600 * 1024 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the slow body's share never reached 600 KiB: {held}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    cloud.wait_ingesting(600 * 1024).await;
 
     // A small event of acme fits beside it at once; so does globex's large batch.
     let small = post_text(&cloud, &acme, seed_event().to_string()).await;

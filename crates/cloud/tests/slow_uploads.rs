@@ -49,7 +49,8 @@ async fn slow_uploads_of_two_orgs_do_not_starve_a_third() {
         .into_iter()
         .map(|t| tokio::spawn(trickle(addr.clone(), t.clone())))
         .collect();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Each trickle holds its first 64 KiB share.
+    cloud.wait_ingesting(4 * 64 * 1024).await;
 
     // ~660 KiB batches of a well-behaved org: each accepted at once, not after a wait.
     let pad = "a".repeat(45_000);

@@ -334,6 +334,32 @@ impl Cloud {
             .expect("metrics body")
     }
 
+    /// Waits (up to 10 s) until the server holds at least `bytes` of signal request bodies
+    /// (`signals_ingest_memory` in `/metrics`): the bodies a test sent are being read.
+    pub async fn wait_ingesting(&self, bytes: u64) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let held = self
+                .metrics_text()
+                .await
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("signals_ingest_memory ")?
+                        .parse::<u64>()
+                        .ok()
+                })
+                .unwrap_or(0);
+            if held >= bytes {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the server holds {held} bytes of bodies, never {bytes}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Waits (up to 5 s) for a log line containing `needle` and returns it: the server's output
     /// reaches the test through a pipe and a reader thread, a moment after the server wrote it.
     pub fn wait_log_line(&self, needle: &str) -> String {
