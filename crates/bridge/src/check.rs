@@ -65,6 +65,14 @@ async fn probe_cloud(cfg: &Config) -> Row {
 /// An HTTP GET of `url` with the credentials the forwarder would inject for `kind`: proves
 /// DNS, TCP, TLS and, by a 401 or 403, credentials the resource rejects.
 async fn probe_http(label: &'static str, name: &str, url: String, kind: &dyn forward::Kind) -> Row {
+    if let Some(Err(e)) = kind.tls_ca_file().map(forward::load_ca) {
+        return Row {
+            kind: label,
+            name: name.to_string(),
+            target: url,
+            result: Err(format!("tls_ca_file: {e}")),
+        };
+    }
     let client: Client<_, Empty<Bytes>> =
         Client::builder(TokioExecutor::new()).build(forward::https_connector(kind.tls_ca_file()));
     let result = match hyper::Request::get(url.as_str()).body(Empty::new()) {

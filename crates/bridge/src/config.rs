@@ -103,7 +103,8 @@ pub struct Config {
     pub state_dir: Option<PathBuf>,
     /// Where audit records go (`audit_log`).
     pub audit_log: AuditTarget,
-    /// Port of the local health and metrics server (`health_check_port`).
+    /// Port of the local health and metrics server (`health_check_port`); 0 picks a free
+    /// one, logged at start.
     pub health_check_port: u16,
     /// Address it listens on (`health_check_address`): every interface by default, which a
     /// container's port mapping and an orchestrator's probes need.

@@ -112,7 +112,7 @@ fn preflight(cfg: &Arc<Config>) -> Result<(Identity, AuditLog), ExitCode> {
         );
     for (entry, path) in entry_cas {
         if let Some(Err(e)) = path.as_deref().map(crate::forward::load_ca) {
-            problems.push(format!("{entry}.tls_ca_file {e}"));
+            problems.push(format!("{entry}.tls_ca_file: {e}"));
         }
     }
     let identity = Identity::new(cfg.clone()).map_err(|e| problems.push(e.to_string()));

@@ -68,4 +68,8 @@ async fn the_chain_in_a_file_continues_across_a_restart() {
     std::fs::write(&path, kept.join("\n") + "\n").unwrap();
     let (code, said) = verify(&path);
     assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("line 2: prev does not match the audit record on line 1"),
+        "{said}"
+    );
 }

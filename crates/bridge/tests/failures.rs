@@ -67,7 +67,7 @@ async fn not_retried(request: impl FnOnce(&Rig) -> reqwest::RequestBuilder) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_post_is_not_retried_on_another_instance() {
     not_retried(|rig| {
-        rig.request(reqwest::Method::POST, "/orders?sleep_ms=3000")
+        rig.request(reqwest::Method::POST, "/orders?sleep_ms=30000")
             .body("{\"order\":1}")
     })
     .await;
@@ -76,7 +76,7 @@ async fn a_post_is_not_retried_on_another_instance() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_put_over_64_kib_is_not_retried_on_another_instance() {
     not_retried(|rig| {
-        rig.request(reqwest::Method::PUT, "/upload?sleep_ms=3000")
+        rig.request(reqwest::Method::PUT, "/upload?sleep_ms=30000")
             .body(vec![b'x'; 64 * 1024 + 1])
     })
     .await;
@@ -86,7 +86,7 @@ async fn a_put_over_64_kib_is_not_retried_on_another_instance() {
 async fn a_tunnel_lost_mid_request_is_502() {
     let mut rig = Rig::start("").await;
     let pending = tokio::spawn(
-        rig.request(reqwest::Method::GET, "/slow?sleep_ms=3000")
+        rig.request(reqwest::Method::GET, "/slow?sleep_ms=30000")
             .send(),
     );
     testkit::wait_until("the request at the internal API", || {
@@ -110,11 +110,8 @@ async fn black_hole() -> (tokio::net::TcpListener, Vec<tokio::net::TcpStream>) {
     let mut queued = Vec::new();
     // Fill the queue until a connection no longer completes.
     for _ in 0..16 {
-        match tokio::time::timeout(
-            Duration::from_millis(300),
-            tokio::net::TcpStream::connect(addr),
-        )
-        .await
+        match tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
+            .await
         {
             Ok(Ok(tcp)) => queued.push(tcp),
             _ => return (listener, queued),
@@ -155,7 +152,7 @@ async fn a_bridge_at_max_connections_queues_5_s_then_answers_503() {
     })
     .await;
     let busy = tokio::spawn(
-        rig.request(reqwest::Method::GET, "/slow?sleep_ms=7000")
+        rig.request(reqwest::Method::GET, "/slow?sleep_ms=15000")
             .send(),
     );
     testkit::wait_until("the first request at the internal API", || {
@@ -167,7 +164,7 @@ async fn a_bridge_at_max_connections_queues_5_s_then_answers_503() {
     let waited = started.elapsed();
     assert_eq!(res.status(), 503);
     assert!(
-        waited >= Duration::from_secs(5) && waited < Duration::from_secs(7),
+        waited >= Duration::from_secs(5) && waited < Duration::from_secs(10),
         "refused after {waited:?}"
     );
     assert_eq!(res.headers()["retry-after"], "1");
@@ -177,6 +174,6 @@ async fn a_bridge_at_max_connections_queues_5_s_then_answers_503() {
             .await,
         1.0
     );
-    assert_eq!(busy.await.unwrap().unwrap().status(), 200);
     assert_eq!(rig.upstream.stats.total.load(Ordering::SeqCst), 1);
+    busy.abort();
 }

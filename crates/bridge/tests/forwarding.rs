@@ -566,11 +566,13 @@ async fn an_https_api_signed_by_a_private_ca_is_reached_with_its_tls_ca_file() {
     let secure = testkit::upstream::Upstream::start_tls(&ca).await;
     let dir = tempfile::tempdir().unwrap();
     let ca_file = ca.write_pem(dir.path(), "internal-ca.pem");
+    let other_ca = testkit::tls::TestCa::new().write_pem(dir.path(), "other-ca.pem");
     let rig = Rig::start_with(|_| {
         format!(
-            "apis:\n  - name: internal\n    url: {url}\n    tls_ca_file: {ca}\n  - name: untrusted\n    url: {url}\n",
+            "apis:\n  - name: internal\n    url: {url}\n    tls_ca_file: {ca}\n  - name: untrusted\n    url: {url}\n  - name: other\n    url: {url}\n    tls_ca_file: {other}\n",
             url = secure.url,
-            ca = ca_file.display()
+            ca = ca_file.display(),
+            other = other_ca.display()
         )
     })
     .await;
@@ -578,18 +580,30 @@ async fn an_https_api_signed_by_a_private_ca_is_reached_with_its_tls_ca_file() {
     assert_eq!(res.status(), 200);
     let echo: Value = res.json().await.unwrap();
     assert_eq!(echo["path"], "/v1/items");
-    let res = rig
-        .cloud
-        .client()
-        .get(format!(
-            "{}/v1/bridges/dc1/apis/untrusted/v1/items",
-            rig.cloud.http
-        ))
-        .bearer_auth(&rig.tenant.api_key)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 502);
+    // Neither the system roots nor another CA vouch for it: the handshake fails on the
+    // certificate, and no request reaches the API.
+    for entry in ["untrusted", "other"] {
+        let res = rig
+            .cloud
+            .client()
+            .get(format!(
+                "{}/v1/bridges/dc1/apis/{entry}/v1/items",
+                rig.cloud.http
+            ))
+            .bearer_auth(&rig.tenant.api_key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 502, "{entry}");
+        let problem: Value = res.json().await.unwrap();
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("invalid peer certificate"),
+            "{entry}: {problem}"
+        );
+    }
     assert_eq!(
         secure.stats.total.load(std::sync::atomic::Ordering::SeqCst),
         1

@@ -73,6 +73,11 @@ impl Tinyproxy {
             assert!(Instant::now() < deadline, "tinyproxy did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
+        // Something answers on the port: tinyproxy, unless a parallel test took the port
+        // first, in which case tinyproxy exits.
+        if child.try_wait().expect("tinyproxy status").is_some() {
+            return None;
+        }
         Some(Tinyproxy { child, port, dir })
     }
 

@@ -163,7 +163,7 @@ async fn sigterm_drains_in_flight_streams_then_exits_zero() {
     let mut rig = Rig::start("").await;
     let client = rig.cloud.client();
     let slow = tokio::spawn({
-        let req = rig.request(reqwest::Method::GET, "/slow?sleep_ms=1500");
+        let req = rig.request(reqwest::Method::GET, "/slow?sleep_ms=3000");
         async move { req.send().await.map(|r| r.status().as_u16()) }
     });
     testkit::wait_until("the slow request at the internal API", || {
@@ -171,6 +171,15 @@ async fn sigterm_drains_in_flight_streams_then_exits_zero() {
     })
     .await;
     rig.bridge.signal("TERM");
+    testkit::wait_until("the bridge's shutdown", || {
+        rig.bridge.log_text().contains("shutdown requested")
+    })
+    .await;
+    assert_eq!(
+        rig.upstream.stats.current.load(Ordering::SeqCst),
+        1,
+        "the request finished before the shutdown began: it proves nothing"
+    );
     assert_eq!(
         slow.await.unwrap().unwrap(),
         200,
@@ -198,7 +207,7 @@ async fn sigterm_drains_in_flight_streams_then_exits_zero() {
 async fn cloud_sigterm_lets_a_forwarded_request_finish() {
     let mut rig = Rig::start("").await;
     let slow = tokio::spawn(
-        rig.request(reqwest::Method::GET, "/slow?sleep_ms=1500")
+        rig.request(reqwest::Method::GET, "/slow?sleep_ms=3000")
             .send(),
     );
     testkit::wait_until("the slow request at the internal API", || {
@@ -207,6 +216,11 @@ async fn cloud_sigterm_lets_a_forwarded_request_finish() {
     .await;
     rig.cloud.signal("TERM");
     rig.cloud.wait_log_line("shutdown requested");
+    assert_eq!(
+        rig.upstream.stats.current.load(Ordering::SeqCst),
+        1,
+        "the request finished before the shutdown began: it proves nothing"
+    );
     let res = slow.await.unwrap().unwrap();
     assert_eq!(res.status(), 200, "the forwarded request was cut");
     assert_eq!(rig.cloud.wait(), Some(0));

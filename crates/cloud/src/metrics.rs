@@ -119,7 +119,7 @@ impl Metrics {
         );
         let ingest_bytes = Gauge::default();
         registry.register(
-            "signals_ingest_memory",
+            "signals_ingest_memory_bytes",
             "Bytes of signal request bodies being ingested now, out of --ingest-memory-mb",
             ingest_bytes.clone(),
         );

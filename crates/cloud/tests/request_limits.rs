@@ -57,6 +57,11 @@ async fn more_than_500_events_in_one_request_are_422_and_nothing_is_stored() {
         100,
         "a full first page"
     );
+    let metrics = cloud.metrics_text().await;
+    assert!(
+        metrics.contains("signals_events_accepted_total{type=\"custom\"} 500"),
+        "{metrics}"
+    );
 }
 
 async fn events(cloud: &Cloud, key: &str) -> Vec<Value> {
@@ -143,44 +148,45 @@ async fn basic_auth_takes_the_api_key_as_password_with_any_user() {
     assert!(challenge.contains("Basic realm="), "{challenge}");
 }
 
-/// With `--header-read-timeout 1` a body may take 4 s in all: one that never pauses for 1 s
-/// but is still not whole after 4 s is cut then, before the 5 s grace of the rate rule.
+/// With `--header-read-timeout 2` a body may take 8 s in all: one that never pauses for 2 s,
+/// and arrives fast enough for the rate rule (4 KiB/s after 5 s), is still cut at 8 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_still_arriving_after_four_times_the_read_timeout_is_408() {
-    let cloud = Cloud::start_with(Backend::Sqlite, &["--header-read-timeout", "1"]);
+    let cloud = Cloud::start_with(Backend::Sqlite, &["--header-read-timeout", "2"]);
     let t = cloud.tenant("acme");
     let mut tcp = TcpStream::connect(cloud.http.trim_start_matches("http://"))
         .await
         .unwrap();
     let head = format!(
         "POST /v1/signals/{} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
-         Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n[",
+         Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n[",
         t.signal_key, t.api_key
     );
     let started = Instant::now();
     tcp.write_all(head.as_bytes()).await.unwrap();
     let (mut read, mut write) = tcp.into_split();
     let trickle = tokio::spawn(async move {
-        // 100 bytes every 400 ms: never a 1 s pause, never whole (5000 bytes take 20 s).
-        while write.write_all(&[b' '; 100]).await.is_ok() {
-            tokio::time::sleep(Duration::from_millis(400)).await;
+        // 4 KiB every 500 ms (8 KiB/s): never a 2 s pause, above the minimum rate, and
+        // never whole (a megabyte takes two minutes).
+        while write.write_all(&[b' '; 4096]).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     });
     let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(15), read.read_to_end(&mut answer))
+    tokio::time::timeout(Duration::from_secs(20), read.read_to_end(&mut answer))
         .await
-        .expect("an answer within 15 s")
+        .expect("an answer within 20 s")
         .ok();
     let took = started.elapsed();
     trickle.abort();
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(
-        answer.contains("did not arrive whole within 4 s"),
+        answer.contains("did not arrive whole within 8 s"),
         "{answer}"
     );
     assert!(
-        took >= Duration::from_secs(4) && took < Duration::from_secs(10),
+        took >= Duration::from_secs(8) && took < Duration::from_secs(14),
         "cut after {took:?}"
     );
 }

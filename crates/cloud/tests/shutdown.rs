@@ -26,7 +26,7 @@ async fn half_sent_signal(cloud: &Cloud, t: &Tenant) -> (TcpStream, Vec<u8>) {
     tcp.write_all(head.as_bytes()).await.unwrap();
     let (first, rest) = body.split_at(body.len() / 2);
     tcp.write_all(first).await.unwrap();
-    // The server holds a share of `--ingest-memory-mb`: the body is being read.
+    // The request holds a share of `--ingest-memory-mb`: the server is reading its body.
     cloud.wait_ingesting(1).await;
     (tcp, rest.to_vec())
 }

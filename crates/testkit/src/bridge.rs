@@ -132,14 +132,16 @@ impl BridgeProc {
             .iter()
             .filter(|l| l.contains("health endpoint listening"))
             .find_map(|l| {
-                let addr = l.split("addr").nth(1)?;
-                let port: String = addr
-                    .split(':')
-                    .nth(if addr.starts_with('"') { 2 } else { 1 })?
-                    .chars()
-                    .take_while(char::is_ascii_digit)
-                    .collect();
-                port.parse().ok()
+                let addr = match serde_json::from_str::<Value>(l) {
+                    Ok(json) => json["addr"].as_str()?.to_string(),
+                    Err(_) => l
+                        .split("addr=")
+                        .nth(1)?
+                        .split_whitespace()
+                        .next()?
+                        .to_string(),
+                };
+                addr.rsplit(':').next()?.trim_matches('"').parse().ok()
             })?;
         Some(*self.health_port.get_or_init(|| port))
     }

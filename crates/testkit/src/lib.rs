@@ -334,8 +334,9 @@ impl Cloud {
             .expect("metrics body")
     }
 
-    /// Waits (up to 10 s) until the server holds at least `bytes` of signal request bodies
-    /// (`signals_ingest_memory` in `/metrics`): the bodies a test sent are being read.
+    /// Waits (up to 10 s) until requests hold at least `bytes` of `--ingest-memory-mb`
+    /// (`signals_ingest_memory_bytes` in `/metrics`): a request takes its share once its head
+    /// is read, and grows it as its body arrives.
     pub async fn wait_ingesting(&self, bytes: u64) {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
@@ -344,7 +345,7 @@ impl Cloud {
                 .await
                 .lines()
                 .find_map(|l| {
-                    l.strip_prefix("signals_ingest_memory ")?
+                    l.strip_prefix("signals_ingest_memory_bytes ")?
                         .parse::<u64>()
                         .ok()
                 })

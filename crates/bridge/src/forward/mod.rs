@@ -233,7 +233,8 @@ impl Forwarder {
                 ))
             }
             Err(e) => {
-                tracing::warn!(resource = %name, cause = %e, "internal resource unreachable");
+                let cause = causes(&e);
+                tracing::warn!(resource = %name, cause = %cause, "internal resource unreachable");
                 if let Some(audit) = finish.audit.as_mut() {
                     audit.status = 502;
                 }
@@ -241,7 +242,7 @@ impl Forwarder {
                 Ok(resource.kind.refusal(
                     StatusCode::BAD_GATEWAY,
                     &format!(
-                        "the bridge cannot reach resource {name:?}: {e}. Check that the bridge host can connect to it"
+                        "the bridge cannot reach resource {name:?}: {cause}. Check that the bridge host can connect to it (and, for HTTPS, that the entry's tls_ca_file or the system roots vouch for its certificate)"
                     ),
                 ))
             }
@@ -433,4 +434,17 @@ impl Tally for Finish {
     fn add(&mut self, n: u64) {
         self.bytes_out += n;
     }
+}
+
+/// An error and its sources, outermost first: hyper's own message ("client error (Connect)")
+/// says nothing of the refused connection or the unknown certificate underneath.
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    text
 }

@@ -47,7 +47,12 @@ pub(super) const HOP: &[&str] = &[
 pub fn load_ca(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|e| {
+            format!(
+                "{}: cannot read certificates from it ({e}); give the PEM file of the CA that signs the system's certificate",
+                path.display()
+            )
+        })?;
     if certs.is_empty() {
         return Err(format!(
             "{}: no PEM certificate in it (expected the CA that signs the system's certificate)",

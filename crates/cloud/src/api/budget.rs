@@ -24,7 +24,7 @@ pub struct IngestBudget {
     all: Arc<Semaphore>,
     per_org_kib: usize,
     orgs: Mutex<HashMap<i64, Arc<Semaphore>>>,
-    /// The bytes held, for `/metrics` (`signals_ingest_memory`).
+    /// The bytes held, for `/metrics` (`signals_ingest_memory_bytes`).
     held: Gauge,
 }
 
