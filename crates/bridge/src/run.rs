@@ -194,7 +194,7 @@ async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow:
 /// records still queued).
 fn signals(audit: Arc<AuditLog>) -> CancellationToken {
     let token = CancellationToken::new();
-    let mut signals = match Signals::listen() {
+    let mut signals = match tunnel::signals::Signals::listen() {
         Ok(signals) => signals,
         Err(e) => {
             tracing::error!(cause = %e, "cannot listen for SIGTERM or Ctrl-C: this process can only be stopped with SIGKILL, without draining");
@@ -211,44 +211,4 @@ fn signals(audit: Arc<AuditLog>) -> CancellationToken {
         std::process::exit(1);
     });
     token
-}
-
-/// SIGTERM and Ctrl-C, listened to from the start: a second signal sent the moment the first
-/// was handled is not lost.
-struct Signals {
-    #[cfg(unix)]
-    term: tokio::signal::unix::Signal,
-    #[cfg(unix)]
-    interrupt: tokio::signal::unix::Signal,
-    #[cfg(windows)]
-    ctrl_c: tokio::signal::windows::CtrlC,
-}
-
-impl Signals {
-    fn listen() -> std::io::Result<Self> {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            Ok(Signals {
-                term: signal(SignalKind::terminate())?,
-                interrupt: signal(SignalKind::interrupt())?,
-            })
-        }
-        #[cfg(windows)]
-        {
-            Ok(Signals {
-                ctrl_c: tokio::signal::windows::ctrl_c()?,
-            })
-        }
-    }
-
-    async fn next(&mut self) {
-        #[cfg(unix)]
-        tokio::select! {
-            _ = self.term.recv() => {}
-            _ = self.interrupt.recv() => {}
-        }
-        #[cfg(windows)]
-        self.ctrl_c.recv().await;
-    }
 }

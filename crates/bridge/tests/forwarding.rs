@@ -50,17 +50,7 @@ async fn connects_and_reports_health_metrics_and_logs() {
     assert!(connected["timestamp"].as_str().unwrap().ends_with('Z'));
     assert_eq!(connected["bridge_name"], "dc1");
     // The cloud lists the bridge with its resources (names and kinds only).
-    let list: Value = rig
-        .cloud
-        .client()
-        .get(format!("{}/v1/bridges", rig.cloud.http))
-        .bearer_auth(&rig.tenant.api_key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = rig.cloud.get_json(&rig.tenant.api_key, "/v1/bridges").await;
     assert_eq!(list["bridges"][0]["name"], "dc1");
     assert_eq!(
         list["bridges"][0]["instances"][0]["resources"][0]["name"],

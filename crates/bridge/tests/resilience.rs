@@ -73,16 +73,7 @@ async fn a_silently_dead_connection_is_detected_by_heartbeats() {
     // The cloud notices too (its heartbeats go unanswered) and drops the instance.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let list: serde_json::Value = cloud
-            .client()
-            .get(format!("{}/v1/bridges", cloud.http))
-            .bearer_auth(&tenant.api_key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let list = cloud.get_json(&tenant.api_key, "/v1/bridges").await;
         if list["bridges"].as_array().unwrap().is_empty() {
             break;
         }

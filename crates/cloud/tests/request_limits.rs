@@ -65,16 +65,7 @@ async fn more_than_500_events_in_one_request_are_422_and_nothing_is_stored() {
 }
 
 async fn events(cloud: &Cloud, key: &str) -> Vec<Value> {
-    let list: Value = cloud
-        .client()
-        .get(format!("{}/v1/events?limit=100", cloud.http))
-        .bearer_auth(key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = cloud.get_json(key, "/v1/events?limit=100").await;
     list["events"].as_array().unwrap().clone()
 }
 

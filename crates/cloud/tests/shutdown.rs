@@ -3,7 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use testkit::{Backend, Cloud, Tenant, cloud_bin, on_both_backends, seed_event};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -46,16 +45,7 @@ async fn sigterm_lets_an_ingest_in_flight_finish_and_stores_it(backend: Backend)
     assert!(cloud.log_text().contains("storage flushed"));
     // Stored: listed after a restart on the same storage.
     cloud.launch();
-    let list: Value = cloud
-        .client()
-        .get(format!("{}/v1/events", cloud.http))
-        .bearer_auth(&t.api_key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = cloud.get_json(&t.api_key, "/v1/events").await;
     assert_eq!(list["events"].as_array().unwrap().len(), 1, "{list}");
 }
 

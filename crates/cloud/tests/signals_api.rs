@@ -856,3 +856,35 @@ async fn metrics_count_events_by_type_and_refusals_by_reason(backend: Backend) {
         .and_then(|v| v.trim().parse::<u64>().ok());
     assert!(commits.is_some_and(|n| n >= 1), "{after}");
 }
+
+/// A database that hangs (here: the events table locked by another session) makes `/readyz`
+/// answer 503 after its 2 s bound, instead of hanging the probe with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_is_503_within_seconds_when_storage_hangs() {
+    use sqlx::Connection;
+    let cloud = Cloud::start(Backend::Postgres);
+    let pg = cloud.pg.as_ref().unwrap();
+    let mut locker = sqlx::PgConnection::connect(&pg.url).await.unwrap();
+    sqlx::raw_sql("BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let asked = std::time::Instant::now();
+    let status = cloud
+        .client()
+        .get(format!("{}/readyz", cloud.http))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    let took = asked.elapsed();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(5),
+        "answered after {took:?}"
+    );
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+}

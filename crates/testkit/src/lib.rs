@@ -322,6 +322,19 @@ impl Cloud {
             .status()
     }
 
+    /// `GET {path}` on the plain listener with `key`: the JSON answer.
+    pub async fn get_json(&self, key: &str, path: &str) -> Value {
+        self.client()
+            .get(format!("{}{path}", self.http))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: not JSON: {e}"))
+    }
+
     /// The text of `GET /metrics`.
     pub async fn metrics_text(&self) -> String {
         self.client()

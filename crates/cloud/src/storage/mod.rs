@@ -499,6 +499,37 @@ pub fn now_micros() -> i64 {
 mod tests {
     use super::*;
 
+    /// A batch of one `custom` event of org 1 at `at`.
+    fn custom_event(id: &str, seq: Option<i64>, at: i64) -> WriteBatch {
+        WriteBatch {
+            org_id: 1,
+            signal_key: "k".into(),
+            idempotency: None,
+            events: vec![NewEvent {
+                id: id.to_string(),
+                seq,
+                kind: "custom",
+                service: None,
+                environment: None,
+                status: None,
+                dedup_key: None,
+                occurred_at: at,
+                received_at: at,
+                body: "{}".into(),
+            }],
+        }
+    }
+
+    /// The ids of org 1's first ten events, newest first.
+    async fn listed(store: &Store) -> Vec<String> {
+        let page = EventQuery {
+            limit: 10,
+            ..EventQuery::default()
+        };
+        let events = store.list_events(1, &page).await.unwrap();
+        events.into_iter().map(|e| e.id).collect()
+    }
+
     /// A PostgreSQL database made by the release before migration 3 upgrades in place: its
     /// events stay readable, new ones list with them, and the two indexes have their new shape.
     #[tokio::test]
@@ -536,38 +567,13 @@ mod tests {
             assert_eq!(found.map(|e| e.id).as_ref(), Some(id));
         }
         let (id, seq) = store.new_event_id();
-        let batch = WriteBatch {
-            org_id: 1,
-            signal_key: "k".into(),
-            idempotency: None,
-            events: vec![NewEvent {
-                id: id.clone(),
-                seq,
-                kind: "custom",
-                service: None,
-                environment: None,
-                status: None,
-                dedup_key: None,
-                occurred_at: 10,
-                received_at: 10,
-                body: "{}".into(),
-            }],
-        };
-        assert_eq!(store.insert(batch).await.unwrap(), InsertOutcome::Stored);
-        let page = EventQuery {
-            limit: 10,
-            ..EventQuery::default()
-        };
-        let listed: Vec<String> = store
-            .list_events(1, &page)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| e.id)
-            .collect();
+        assert_eq!(
+            store.insert(custom_event(&id, seq, 10)).await.unwrap(),
+            InsertOutcome::Stored
+        );
         let mut newest_first = vec![id];
         newest_first.extend(legacy.iter().rev().cloned());
-        assert_eq!(listed, newest_first);
+        assert_eq!(listed(&store).await, newest_first);
         store.close().await;
 
         let check = PgPool::connect(&schema.url).await.unwrap();
@@ -645,45 +651,19 @@ mod tests {
         );
         let (id, seq) = store.new_event_id();
         assert_eq!(seq, Some(4), "numbers continue after the migrated rows");
-        let event = NewEvent {
-            id: id.clone(),
-            seq,
-            kind: "custom",
-            service: None,
-            environment: None,
-            status: None,
-            dedup_key: None,
-            occurred_at: 10,
-            received_at: 10,
-            body: "{}".into(),
-        };
-        let batch = WriteBatch {
-            org_id: 1,
-            signal_key: "k".into(),
-            idempotency: None,
-            events: vec![event],
-        };
-        assert_eq!(store.insert(batch).await.unwrap(), InsertOutcome::Stored);
+        assert_eq!(
+            store.insert(custom_event(&id, seq, 10)).await.unwrap(),
+            InsertOutcome::Stored
+        );
         assert_eq!(
             store.event(1, &id).await.unwrap().map(|e| e.id),
             Some(id.clone())
         );
         let unknown = uuid::Uuid::now_v7().to_string();
         assert!(store.event(1, &unknown).await.unwrap().is_none());
-        let page = EventQuery {
-            limit: 10,
-            ..EventQuery::default()
-        };
-        let listed: Vec<String> = store
-            .list_events(1, &page)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| e.id)
-            .collect();
         let mut newest_first = vec![id];
         newest_first.extend(legacy.iter().rev().cloned());
-        assert_eq!(listed, newest_first);
+        assert_eq!(listed(&store).await, newest_first);
         store.close().await;
     }
 
