@@ -30,6 +30,8 @@ use crate::signals::event::FieldError;
         crate::relay::forward::list,
         crate::relay::forward::forward_api,
         crate::relay::forward::forward_git,
+        crate::relay::forward::registry_base,
+        crate::relay::forward::forward_registry,
         document,
     ),
     components(schemas(Problem, FieldError, Accepted, AcceptedBatch, EventPage, Unreadable, Bridges)),

@@ -6,6 +6,7 @@
 pub mod bridge;
 pub mod freeze;
 pub mod git_server;
+pub mod registry;
 pub mod tls;
 pub mod upstream;
 

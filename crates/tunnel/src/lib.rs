@@ -7,6 +7,7 @@
 
 pub mod handshake;
 pub mod hop;
+pub mod oci;
 pub mod resource;
 pub mod signals;
 pub mod tls;

@@ -478,19 +478,40 @@ fn kinds_this_release_cannot_serve_are_refused_by_entry() {
 name: b
 databases:
   - {type: postgresql, host: db, database: app, credentials: {username: u, password: p}}
-registries:
-  - url: registry.corp:5000
-  - url: registry2.corp:5000
+  - {type: postgresql, host: db2, database: app, credentials: {username: u, password: p}}
 "#;
     let err = failure(yaml, &MapEnv::new().with(TOKEN_VAR, "t"));
     for want in [
         "bridge.yaml:4:5: databases[0]: this bridge release",
-        "registries[0]: this bridge release",
-        "registries[1]: this bridge release",
+        "databases[1]: this bridge release",
     ] {
         assert!(err.contains(want), "{want:?} missing from:\n{err}");
     }
-    assert!(err.contains("cannot serve registries yet"), "{err}");
+    assert!(err.contains("cannot serve databases yet"), "{err}");
+}
+
+#[test]
+fn registry_and_bridge_names_must_fit_an_image_name() {
+    let env = MapEnv::new().with(TOKEN_VAR, "t");
+    let config = load(
+        "name: dc1\nregistries:\n  - url: registry.corp:5000\n  - {name: mirror, url: https://m.corp}\n",
+        &env,
+    )
+    .unwrap();
+    let names: Vec<_> = config.registries.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["registry.corp", "mirror"]);
+    let err = failure(
+        "name: dc-\nregistries:\n  - {name: Mirror_, url: https://m.corp}\n",
+        &env,
+    );
+    for want in [
+        "name: expected lowercase letters and digits",
+        "registries[0].name: expected lowercase letters and digits",
+    ] {
+        assert!(err.contains(want), "{want:?} missing from:\n{err}");
+    }
+    // Without registries the bridge name keeps its wider rule.
+    assert!(load("name: dc-\n", &env).is_ok());
 }
 
 #[test]

@@ -54,6 +54,15 @@ pub(crate) fn validate(file: &FileConfig, env: &dyn Env) -> Result<Config, Vec<P
     };
 
     let name = match cx.overridden(file.name.as_ref(), "name", NAME_VAR) {
+        // With registries the name is also part of image names: the OCI rule, narrower.
+        Some(n)
+            if tunnel::is_valid_bridge_name(&n.value)
+                && file.registries.as_ref().is_some_and(|r| !r.is_empty())
+                && !tunnel::oci::is_path_component(&n.value) =>
+        {
+            cx.fail("name", &n.origin, resources::image_name_rule(&n.value));
+            String::new()
+        }
         Some(n) if tunnel::is_valid_bridge_name(&n.value) => n.value,
         Some(n) => {
             cx.fail(

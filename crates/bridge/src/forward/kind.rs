@@ -99,14 +99,19 @@ pub fn problem(status: StatusCode, detail: &str) -> Response<ResBody> {
         "detail": detail,
     });
     let mut r = text(status, "");
-    *r.body_mut() = http_body_util::Full::new(bytes::Bytes::from(body.to_string()))
-        .map_err(|never| match never {})
-        .boxed();
+    *r.body_mut() = full(body.to_string());
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/problem+json"),
     );
     r
+}
+
+/// A whole body of `text`.
+pub fn full(text: String) -> ResBody {
+    http_body_util::Full::new(bytes::Bytes::from(text))
+        .map_err(|never| match never {})
+        .boxed()
 }
 
 /// A `text/plain` answer (with `Retry-After: 1` on a 503: busy or above `max_memory_mb`, both

@@ -16,6 +16,7 @@ mod api;
 mod counted;
 mod git;
 mod kind;
+mod registry;
 mod upstream;
 
 use std::collections::HashMap;
@@ -53,7 +54,8 @@ const QUEUE_WAIT: Duration = Duration::from_secs(5);
 
 /// The kinds this release forwards; the bridge announces only these, and refuses to start
 /// with an entry of another kind.
-pub const SERVED_KINDS: [ResourceKind; 2] = [ResourceKind::Api, ResourceKind::Git];
+pub const SERVED_KINDS: [ResourceKind; 3] =
+    [ResourceKind::Api, ResourceKind::Git, ResourceKind::Registry];
 
 /// One declared entry, ready to forward to.
 struct Resource {
@@ -113,6 +115,13 @@ impl Forwarder {
                     ResourceKind::Git,
                     s.name.clone(),
                     Box::new(s.clone()) as Box<dyn Kind>,
+                )
+            }))
+            .chain(cfg.registries.iter().map(|r| {
+                (
+                    ResourceKind::Registry,
+                    r.name.clone(),
+                    Box::new(r.clone()) as Box<dyn Kind>,
                 )
             }));
         for (kind_of, name, kind) in entries {

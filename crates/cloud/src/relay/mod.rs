@@ -85,8 +85,8 @@ impl RelayState {
     }
 }
 
-/// The consumers' routes: `GET /v1/bridges` and, for each of [`FORWARDED_KINDS`],
-/// `ANY /v1/bridges/{bridge}/{kind}/{name}[/{path…}]`.
+/// The consumers' routes: `GET /v1/bridges`, for each of [`FORWARDED_KINDS`]
+/// `ANY /v1/bridges/{bridge}/{kind}/{name}[/{path…}]`, and registries under `/v2/`.
 pub fn router(state: RelayState) -> Router {
     let mut router = Router::new().route("/v1/bridges", get(forward::list));
     for kind in FORWARDED_KINDS {
@@ -100,6 +100,11 @@ pub fn router(state: RelayState) -> Router {
             .route(&format!("{base}/"), handler.clone())
             .route(&format!("{base}/{{*path}}"), handler);
     }
+    // Registries: the OCI distribution API lives at the root of a host.
+    router = router
+        .route("/v2", get(forward::registry_base))
+        .route("/v2/", get(forward::registry_base))
+        .route("/v2/{*path}", any(forward::forward_registry));
     router.with_state(state)
 }
 

@@ -22,7 +22,6 @@ pub(super) fn all(
         registries(cx, file),
     );
     not_served_yet(cx, ResourceKind::Database, file.databases.as_deref());
-    not_served_yet(cx, ResourceKind::Registry, file.registries.as_deref());
     lists
 }
 
@@ -402,6 +401,13 @@ fn api_auth(
     }
 }
 
+/// Why `name` cannot be part of an image name (`CLOUD/{bridge}/{registry}/{repository}`).
+pub(super) fn image_name_rule(name: &str) -> String {
+    format!(
+        "expected lowercase letters and digits, with '.', '_' or '-' only between them (it becomes part of image names: CLOUD/BRIDGE/REGISTRY/REPOSITORY), got {name:?}"
+    )
+}
+
 fn registries(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Registry> {
     let mut names = Names::new(ResourceKind::Registry);
     let mut entries = Vec::new();
@@ -424,6 +430,15 @@ fn registries(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Registry> {
         });
         let allow = cx.allow_rules(entry.allow.as_ref(), &key);
         let max_connections = max_connections(cx, entry.max_connections.as_ref(), &key);
+        if let Some(name) = &explicit
+            && !tunnel::oci::is_path_component(name)
+        {
+            let origin = entry
+                .name
+                .as_ref()
+                .map_or(at.clone(), |n| Origin::at(&n.referenced));
+            cx.fail(&format!("{key}.name"), &origin, image_name_rule(name));
+        }
         let (Some(url), Some(auth)) = (url, present_and_valid(auth)) else {
             continue;
         };

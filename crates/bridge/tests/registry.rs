@@ -1,0 +1,237 @@
+//! A private registry through the bridge, pulled with a real OCI client: Debian's `skopeo`
+//! against `cloud` → tunnel → `bridge` → Debian's `docker-registry` with htpasswd auth. The
+//! registry's login lives only in the bridge's config; the client logs in to the cloud with
+//! the org's API key, trusting the cloud's CA through `--cert-dir`.
+
+use std::process::Command;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use testkit::bridge::Rig;
+use testkit::registry::{OciImage, PASSWORD, RegistryServer, USER, oci_image};
+
+struct Setup {
+    rig: Rig,
+    registry: RegistryServer,
+    image: OciImage,
+    /// Holds `ca.crt`, the cloud's CA, as `skopeo --cert-dir` wants it.
+    certs: tempfile::TempDir,
+}
+
+async fn setup() -> Setup {
+    let registry = RegistryServer::start();
+    let work = tempfile::tempdir().unwrap();
+    // 1 MiB of varied bytes, so the layer is a few hundred KiB even gzipped.
+    let content: Vec<u8> = (0..1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let image = oci_image(work.path(), "hello.bin", &content);
+    registry.push(&image, "team/app", "1.0");
+    registry.push(&image, "team/app", "1.1");
+    registry.push(&image, "team/lib", "1.0");
+    let url = registry.url.clone();
+    let rig = Rig::start_with(move |_| {
+        format!(
+            "registries:\n  - name: reg\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n"
+        )
+    })
+    .await;
+    let certs = tempfile::tempdir().unwrap();
+    std::fs::copy(rig.cloud.ca_path(), certs.path().join("ca.crt")).unwrap();
+    std::mem::forget(work);
+    Setup {
+        rig,
+        registry,
+        image,
+        certs,
+    }
+}
+
+impl Setup {
+    /// `docker://localhost:PORT/dc1/reg/{name}`: the image through the cloud.
+    fn through_cloud(&self, name: &str) -> String {
+        format!(
+            "docker://localhost:{}/dc1/reg/{name}",
+            self.rig.cloud.tls_port()
+        )
+    }
+
+    /// `skopeo` with the org's API key (or `key`) and the cloud's CA; (success, stdout, stderr).
+    fn skopeo(&self, key: &str, args: &[&str]) -> (bool, String, String) {
+        let mut cmd = Command::new("skopeo");
+        cmd.arg("--insecure-policy");
+        let (verb, rest) = args.split_first().unwrap();
+        // copy names its source's options apart from its destination's.
+        let (creds, cert_dir) = match *verb {
+            "copy" => ("--src-creds", "--src-cert-dir"),
+            _ => ("--creds", "--cert-dir"),
+        };
+        cmd.arg(verb)
+            .args([creds, &format!("ci:{key}")])
+            .args([cert_dir, &self.certs.path().display().to_string()])
+            .args(rest);
+        let out = cmd.output().expect("skopeo must be installed");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skopeo_inspects_lists_and_copies_an_image_through_the_cloud() {
+    let s = setup().await;
+    let key = s.rig.tenant.api_key.clone();
+    let (ok, out, err) = s.skopeo(&key, &["inspect", &s.through_cloud("team/app:1.0")]);
+    assert!(ok, "{err}");
+    let inspected: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(inspected["Digest"], s.image.manifest_digest.as_str());
+    assert_eq!(inspected["Layers"][0], s.image.layer_digest.as_str());
+
+    let (ok, out, err) = s.skopeo(&key, &["list-tags", &s.through_cloud("team/app")]);
+    assert!(ok, "{err}");
+    let tags: Value = serde_json::from_str(&out).unwrap();
+    let mut tags: Vec<&str> = tags["Tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    tags.sort();
+    assert_eq!(tags, ["1.0", "1.1"]);
+
+    // A copy to a directory: every blob arrives whole (checked against its digest).
+    let dest = s.registry.scratch("copy");
+    let (ok, _, err) = s.skopeo(
+        &key,
+        &[
+            "copy",
+            &s.through_cloud(&format!("team/app@{}", s.image.manifest_digest)),
+            &format!("dir:{}", dest.display()),
+        ],
+    );
+    assert!(ok, "{err}");
+    let hex = s.image.layer_digest.trim_start_matches("sha256:");
+    let layer = std::fs::read(dest.join(hex)).expect("the layer in the copy");
+    let got: String = Sha256::digest(&layer)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(got, hex);
+
+    // The registry's login never left the bridge, nor the API key the cloud.
+    let logs = format!("{}\n{}", s.rig.bridge.log_text(), s.rig.cloud.log_text());
+    assert!(!logs.contains(PASSWORD), "the registry password was logged");
+    assert!(!logs.contains(&key), "the API key was logged");
+    let audit = s.rig.bridge.audit_records(1).await;
+    assert!(audit.iter().all(|r| r["kind"] == "registry"), "{audit:?}");
+    assert!(!format!("{audit:?}").contains(PASSWORD));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_images_other_orgs_and_pushes_get_oci_errors() {
+    let s = setup().await;
+    let key = s.rig.tenant.api_key.clone();
+    // The registry's own error passes through: skopeo prints it.
+    let (ok, _, err) = s.skopeo(&key, &["inspect", &s.through_cloud("team/nope:1.0")]);
+    assert!(!ok);
+    assert!(err.contains("unknown"), "{err}");
+    // Another org does not see this bridge at all.
+    let other = s.rig.cloud.tenant("globex");
+    let (ok, _, err) = s.skopeo(
+        &other.api_key,
+        &["inspect", &s.through_cloud("team/app:1.0")],
+    );
+    assert!(!ok);
+    assert!(err.contains("name unknown"), "{err}");
+
+    let client = s.rig.cloud.client();
+    let base = format!("{}/v2", s.rig.cloud.https);
+    // Without a key: 401, a Basic challenge and the OCI error body.
+    let res = client.get(format!("{base}/")).send().await.unwrap();
+    assert_eq!(res.status(), 401);
+    assert_eq!(
+        res.headers()["docker-distribution-api-version"],
+        "registry/2.0"
+    );
+    let challenge = res.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(challenge.starts_with("Basic realm="), "{challenge}");
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["errors"][0]["code"], "UNAUTHORIZED");
+    // With it, as Basic (any user) or Bearer: 200.
+    for res in [
+        client
+            .get(format!("{base}/"))
+            .basic_auth("x", Some(&key))
+            .send()
+            .await
+            .unwrap(),
+        client
+            .get(format!("{base}/"))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap(),
+    ] {
+        assert_eq!(res.status(), 200);
+        assert_eq!(
+            res.headers()["docker-distribution-api-version"],
+            "registry/2.0"
+        );
+    }
+    // Pushing is refused at the bridge with DENIED, and audited.
+    let res = client
+        .put(format!("{base}/dc1/reg/team/app/manifests/2.0"))
+        .bearer_auth(&key)
+        .header("content-type", "application/vnd.oci.image.manifest.v1+json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 403);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["errors"][0]["code"], "DENIED", "{body}");
+    testkit::wait_until("the refused push's audit record", || {
+        s.rig.bridge.log_json().iter().any(|r| {
+            r["type"] == "audit"
+                && r["decision"] == "denied"
+                && r["method"] == "PUT"
+                && r["rule"] == "registry: pull only"
+        })
+    })
+    .await;
+    // A list's next page comes back through the cloud: its Link is rewritten.
+    let res = client
+        .get(format!("{base}/dc1/reg/_catalog?n=1"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let link = res.headers()["link"].to_str().unwrap().to_string();
+    assert!(link.starts_with("</v2/dc1/reg/_catalog?"), "{link}");
+    let next = link
+        .trim_start_matches('<')
+        .split('>')
+        .next()
+        .unwrap()
+        .to_string();
+    let page: Value = client
+        .get(format!("{}{next}", s.rig.cloud.https))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        page["repositories"],
+        serde_json::json!(["team/lib"]),
+        "{page}"
+    );
+}

@@ -1,0 +1,53 @@
+//! What the OCI distribution API fixes for both sides of a registry pull: the error body that
+//! registry clients (skopeo, podman, docker) print, the API version header, and the rule for
+//! the path components that bridge and registry names become in an image name
+//! (`CLOUD/{bridge}/{registry}/{repository}`).
+
+/// The header that marks a registry's answers.
+pub const API_VERSION_HEADER: &str = "docker-distribution-api-version";
+/// Its one value.
+pub const API_VERSION: &str = "registry/2.0";
+
+/// The OCI error code for an HTTP status the cloud or the bridge answers with.
+pub fn error_code(status: u16) -> &'static str {
+    match status {
+        401 => "UNAUTHORIZED",
+        403 => "DENIED",
+        404 => "NAME_UNKNOWN",
+        405 => "UNSUPPORTED",
+        429 => "TOOMANYREQUESTS",
+        _ => "UNAVAILABLE",
+    }
+}
+
+/// `{"errors":[{"code":…,"message":…}]}`: clients show the message to their user.
+pub fn error_body(status: u16, message: &str) -> String {
+    serde_json::json!({"errors": [{"code": error_code(status), "message": message}]}).to_string()
+}
+
+/// Whether `name` can be a path component of an image name: lowercase letters and digits,
+/// with `.`, `_` or `-` only between them (the OCI distribution grammar, without `__`).
+pub fn is_path_component(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    !bytes.is_empty()
+        && bytes.first().is_some_and(alnum)
+        && bytes.last().is_some_and(alnum)
+        && bytes.windows(2).all(|w| alnum(&w[0]) || alnum(&w[1]))
+        && bytes.iter().all(|b| alnum(b) || b"._-".contains(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_components() {
+        for ok in ["dc1", "registry.internal", "a-b_c.d", "127.0.0.1"] {
+            assert!(is_path_component(ok), "{ok}");
+        }
+        for bad in ["", "Dc1", "-a", "a-", "a..b", "a_-b", "a/b", "a:b"] {
+            assert!(!is_path_component(bad), "{bad}");
+        }
+    }
+}
