@@ -8,7 +8,7 @@ use std::process::Command;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use testkit::bridge::Rig;
-use testkit::registry::{OciImage, PASSWORD, RegistryServer, USER, oci_image};
+use testkit::registry::{OciImage, PASSWORD, RegistryServer, TokenService, USER, oci_image};
 
 struct Setup {
     rig: Rig,
@@ -50,33 +50,44 @@ async fn setup() -> Setup {
 impl Setup {
     /// `docker://localhost:PORT/dc1/reg/{name}`: the image through the cloud.
     fn through_cloud(&self, name: &str) -> String {
-        format!(
-            "docker://localhost:{}/dc1/reg/{name}",
-            self.rig.cloud.tls_port()
-        )
+        through_cloud(&self.rig, "reg", name)
     }
 
-    /// `skopeo` with the org's API key (or `key`) and the cloud's CA; (success, stdout, stderr).
+    /// `skopeo` with `key` and the cloud's CA; (success, stdout, stderr).
     fn skopeo(&self, key: &str, args: &[&str]) -> (bool, String, String) {
-        let mut cmd = Command::new("skopeo");
-        cmd.arg("--insecure-policy");
-        let (verb, rest) = args.split_first().unwrap();
-        // copy names its source's options apart from its destination's.
-        let (creds, cert_dir) = match *verb {
-            "copy" => ("--src-creds", "--src-cert-dir"),
-            _ => ("--creds", "--cert-dir"),
-        };
-        cmd.arg(verb)
-            .args([creds, &format!("ci:{key}")])
-            .args([cert_dir, &self.certs.path().display().to_string()])
-            .args(rest);
-        let out = cmd.output().expect("skopeo must be installed");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        skopeo(self.certs.path(), key, args)
     }
+}
+
+/// `docker://localhost:PORT/dc1/{entry}/{name}`: an image of registries entry `entry`.
+fn through_cloud(rig: &Rig, entry: &str, name: &str) -> String {
+    format!(
+        "docker://localhost:{}/dc1/{entry}/{name}",
+        rig.cloud.tls_port()
+    )
+}
+
+/// `skopeo` logging in to the cloud with `key` (any user) and trusting the CA in `certs`
+/// (`ca.crt`); (success, stdout, stderr).
+fn skopeo(certs: &std::path::Path, key: &str, args: &[&str]) -> (bool, String, String) {
+    let mut cmd = Command::new("skopeo");
+    cmd.arg("--insecure-policy");
+    let (verb, rest) = args.split_first().unwrap();
+    // copy names its source's options apart from its destination's.
+    let (creds, cert_dir) = match *verb {
+        "copy" => ("--src-creds", "--src-cert-dir"),
+        _ => ("--creds", "--cert-dir"),
+    };
+    cmd.arg(verb)
+        .args([creds, &format!("ci:{key}")])
+        .args([cert_dir, &certs.display().to_string()])
+        .args(rest);
+    let out = cmd.output().expect("skopeo must be installed");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -234,4 +245,80 @@ async fn unknown_images_other_orgs_and_pushes_get_oci_errors() {
         serde_json::json!(["team/lib"]),
         "{page}"
     );
+}
+
+/// A registry with token auth (the Docker token flow): the bridge fetches a token for each
+/// scope with the entry's login, caches it, and sends it; but only from a token service the
+/// entry lists in `token_hosts`, since the realm here is on another port than the registry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_registry_is_pulled_with_tokens_from_listed_token_hosts_only() {
+    let tokens = TokenService::start().await;
+    let registry = RegistryServer::start_token(&tokens);
+    let work = tempfile::tempdir().unwrap();
+    let image = oci_image(work.path(), "hello.txt", b"hello from a token registry\n");
+    registry.push(&image, "team/app", "1.0");
+    let before = tokens.requests.load(std::sync::atomic::Ordering::SeqCst);
+    let (url, token_host) = (registry.url.clone(), tokens.host.clone());
+    let rig = Rig::start_with(move |_| {
+        format!(
+            "registries:\n  - name: unlisted\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n  - name: listed\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    token_hosts: [\"{token_host}\"]\n"
+        )
+    })
+    .await;
+    let certs = tempfile::tempdir().unwrap();
+    std::fs::copy(rig.cloud.ca_path(), certs.path().join("ca.crt")).unwrap();
+    let key = rig.tenant.api_key.clone();
+
+    // The challenge points elsewhere and the entry does not list it: refused, and the login
+    // went nowhere.
+    let res = rig
+        .cloud
+        .client()
+        .get(format!(
+            "{}/v2/dc1/unlisted/team/app/manifests/1.0",
+            rig.cloud.https
+        ))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 502);
+    let body: Value = res.json().await.unwrap();
+    let message = body["errors"][0]["message"].as_str().unwrap();
+    assert!(message.contains("token_hosts"), "{message}");
+    assert_eq!(
+        tokens.requests.load(std::sync::atomic::Ordering::SeqCst),
+        before
+    );
+
+    // Listed: skopeo pulls; one token serves both commands (same scope, cached).
+    let (ok, out, err) = skopeo(
+        certs.path(),
+        &key,
+        &["inspect", &through_cloud(&rig, "listed", "team/app:1.0")],
+    );
+    assert!(ok, "{err}");
+    let inspected: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(inspected["Digest"], image.manifest_digest.as_str());
+    let dest = work.path().join("copy");
+    let (ok, _, err) = skopeo(
+        certs.path(),
+        &key,
+        &[
+            "copy",
+            &through_cloud(&rig, "listed", "team/app:1.0"),
+            &format!("dir:{}", dest.display()),
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        dest.join(image.layer_digest.trim_start_matches("sha256:"))
+            .exists()
+    );
+    assert_eq!(
+        tokens.requests.load(std::sync::atomic::Ordering::SeqCst),
+        before + 1,
+        "one token for repository:team/app:pull, then the cache"
+    );
+    assert!(!rig.bridge.log_text().contains(PASSWORD));
 }

@@ -1,5 +1,6 @@
 //! A real OCI registry for the registry tests: Debian's `docker-registry` (Distribution 2.8)
-//! with htpasswd (Basic) auth on a loopback port, filled with small images built here as OCI
+//! on a loopback port, with htpasswd (Basic) auth or with token auth (a token service here
+//! that signs JWTs as the Docker token spec says), filled with small images built here as OCI
 //! layouts and pushed with `skopeo`.
 
 use std::path::{Path, PathBuf};
@@ -48,25 +49,49 @@ pub fn run(program: &str, args: &[&str]) -> String {
 impl RegistryServer {
     /// Starts a registry that takes [`USER`] and [`PASSWORD`] as HTTP Basic.
     pub fn start() -> Self {
+        Self::start_with(|dir| {
+            let htpasswd = run("htpasswd", &["-Bbn", USER, PASSWORD]);
+            std::fs::write(dir.join("htpasswd"), htpasswd).expect("htpasswd");
+            format!(
+                "  htpasswd:\n    realm: test-registry\n    path: {}/htpasswd\n",
+                dir.display()
+            )
+        })
+    }
+
+    /// Starts a registry with token auth: its challenge sends clients to `tokens`, whose
+    /// signing certificate it trusts.
+    pub fn start_token(tokens: &TokenService) -> Self {
+        Self::start_with(|dir| {
+            let bundle = dir.join("token-ca.pem");
+            std::fs::write(&bundle, &tokens.cert_pem).expect("token bundle");
+            format!(
+                "  token:\n    realm: {}/token\n    service: {TOKEN_SERVICE}\n    issuer: {TOKEN_ISSUER}\n    rootcertbundle: {}\n",
+                tokens.url,
+                bundle.display()
+            )
+        })
+    }
+
+    fn start_with(auth: impl Fn(&Path) -> String) -> Self {
         for _ in 0..5 {
-            if let Some(server) = Self::try_start() {
+            if let Some(server) = Self::try_start(&auth) {
                 return server;
             }
         }
         panic!("docker-registry did not start on any of five free ports");
     }
 
-    fn try_start() -> Option<Self> {
+    fn try_start(auth: &impl Fn(&Path) -> String) -> Option<Self> {
         let dir = tempfile::tempdir().expect("tempdir");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let htpasswd = run("htpasswd", &["-Bbn", USER, PASSWORD]);
-        std::fs::write(dir.path().join("htpasswd"), htpasswd).expect("htpasswd");
         let config = format!(
-            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: test-only\nauth:\n  htpasswd:\n    realm: test-registry\n    path: {root}/htpasswd\n",
-            root = dir.path().display()
+            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: test-only\nauth:\n{auth}",
+            root = dir.path().display(),
+            auth = auth(dir.path())
         );
         let config_path = dir.path().join("config.yml");
         std::fs::write(&config_path, config).expect("config");
@@ -205,4 +230,150 @@ pub fn oci_image(dir: &Path, file: &str, content: &[u8]) -> OciImage {
         manifest_digest,
         layer_digest,
     }
+}
+
+/// The `service` a token registry names in its challenge.
+pub const TOKEN_SERVICE: &str = "test-registry";
+/// The `iss` of the tokens it accepts.
+pub const TOKEN_ISSUER: &str = "testkit-token-service";
+
+/// A token service as the Docker token spec describes it: `GET /token?service=…&scope=…` with
+/// [`USER`] and [`PASSWORD`] as Basic answers `{"token":…,"expires_in":300}`, a JWT signed
+/// (ES256) by a key whose self-signed certificate rides in the token's `x5c` header and is
+/// the registry's `rootcertbundle`.
+pub struct TokenService {
+    /// `http://127.0.0.1:PORT`
+    pub url: String,
+    /// `127.0.0.1:PORT`
+    pub host: String,
+    /// Token requests answered, refused ones included.
+    pub requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    cert_pem: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TokenService {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+struct Signer {
+    key: ring::signature::EcdsaKeyPair,
+    cert_der_b64: String,
+}
+
+impl TokenService {
+    /// Starts on `127.0.0.1:0`.
+    pub async fn start() -> Self {
+        use base64::Engine;
+        let key = rcgen::KeyPair::generate().expect("token key");
+        let cert = rcgen::CertificateParams::new(vec!["token-service".to_string()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("token certificate");
+        let rng = ring::rand::SystemRandom::new();
+        let signer = std::sync::Arc::new(Signer {
+            key: ring::signature::EcdsaKeyPair::from_pkcs8(
+                &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+                &key.serialize_der(),
+                &rng,
+            )
+            .expect("ring key"),
+            cert_der_b64: base64::engine::general_purpose::STANDARD.encode(cert.der()),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = requests.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (signer, counter) = (signer.clone(), counter.clone());
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| {
+                        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let answer = token_answer(&signer, &req);
+                        async move { Ok::<_, std::convert::Infallible>(answer) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        TokenService {
+            url: format!("http://{addr}"),
+            host: addr.to_string(),
+            requests,
+            cert_pem: cert.pem(),
+            task,
+        }
+    }
+}
+
+fn token_answer(
+    signer: &Signer,
+    req: &hyper::Request<hyper::body::Incoming>,
+) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
+    use base64::Engine;
+    let respond = |status: u16, body: String| {
+        let mut r = hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from(body)));
+        *r.status_mut() = hyper::StatusCode::from_u16(status).expect("status");
+        r.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
+        r
+    };
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"))
+    );
+    let sent = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if sent != Some(expected.as_str()) {
+        return respond(401, r#"{"details":"wrong login"}"#.to_string());
+    }
+    let query = req.uri().query().unwrap_or("");
+    let access: Vec<serde_json::Value> = url::form_urlencoded::parse(query.as_bytes())
+        .filter(|(k, _)| k == "scope")
+        .filter_map(|(_, scope)| {
+            let mut parts = scope.rsplitn(2, ':');
+            let actions = parts.next()?;
+            let (kind, name) = parts.next()?.split_once(':')?;
+            Some(serde_json::json!({"type": kind, "name": name, "actions": actions.split(',').collect::<Vec<_>>()}))
+        })
+        .collect();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let header = serde_json::json!({"typ": "JWT", "alg": "ES256", "x5c": [signer.cert_der_b64]});
+    let claims = serde_json::json!({
+        "iss": TOKEN_ISSUER, "sub": USER, "aud": TOKEN_SERVICE,
+        "exp": now + 300, "nbf": now - 10, "iat": now,
+        "jti": uuid::Uuid::new_v4().to_string(), "access": access,
+    });
+    let signing_input = format!(
+        "{}.{}",
+        b64(header.to_string().as_bytes()),
+        b64(claims.to_string().as_bytes())
+    );
+    let signature = signer
+        .key
+        .sign(&ring::rand::SystemRandom::new(), signing_input.as_bytes())
+        .expect("sign");
+    let token = format!("{signing_input}.{}", b64(signature.as_ref()));
+    respond(
+        200,
+        serde_json::json!({"token": token, "access_token": token, "expires_in": 300}).to_string(),
+    )
 }

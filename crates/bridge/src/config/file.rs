@@ -117,6 +117,7 @@ pub(crate) struct RegistryFile {
     pub name: Option<Spanned<String>>,
     pub url: Option<Spanned<String>>,
     pub auth: Option<Spanned<CredentialsFile>>,
+    pub token_hosts: Option<Vec<Spanned<String>>>,
     pub allow: Option<Vec<Spanned<AllowFile>>>,
     pub max_connections: Option<Spanned<i64>>,
 }

@@ -179,6 +179,10 @@ pub struct Registry {
     pub url: Url,
     /// Login used to answer the registry's Basic or Bearer-token challenge.
     pub auth: Option<Credentials>,
+    /// Hosts (`host` or `host:port`) besides the registry's own where a Bearer challenge's
+    /// `realm` may send the bridge with the login (`token_hosts`): a challenge naming any other
+    /// host is refused, so no registry answer can make the bridge hand its login elsewhere.
+    pub token_hosts: Vec<String>,
     /// Extra allow rules; empty means the read-only defaults.
     pub allow: Vec<AllowRule>,
     /// Concurrent streams to this registry; `None` means only the bridge-wide limit applies.

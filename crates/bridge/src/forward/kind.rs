@@ -47,6 +47,11 @@ impl Refusal {
     }
 }
 
+/// What [`Kind::authorize`] returns: the header value, or why the request cannot be sent.
+pub type Authorize<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Option<HeaderValue>, Refusal>> + Send + 'a>,
+>;
+
 /// One kind of resource, implemented once per kind (`api.rs`, `git.rs`).
 pub trait Kind: Send + Sync {
     /// The entry's `max_connections`, when it sets one.
@@ -66,6 +71,12 @@ pub trait Kind: Send + Sync {
 
     /// Adds the entry's credentials (and any header the kind needs) to the upstream request.
     fn upstream_request_filter(&self, headers: &mut HeaderMap);
+
+    /// An `Authorization` the kind must first obtain for a request to `path` (a registry's
+    /// token), set after [`Kind::upstream_request_filter`]; none by default.
+    fn authorize<'a>(&'a self, _path: &'a str) -> Authorize<'a> {
+        Box::pin(async { Ok(None) })
+    }
 
     /// Looks at the internal system's answer before it goes back: `Some(refusal)` replaces it
     /// (the body is dropped unread). Passes everything by default.

@@ -121,7 +121,7 @@ impl Forwarder {
                 (
                     ResourceKind::Registry,
                     r.name.clone(),
-                    Box::new(r.clone()) as Box<dyn Kind>,
+                    Box::new(registry::RegistryKind::new(r.clone())) as Box<dyn Kind>,
                 )
             }));
         for (kind_of, name, kind) in entries {
@@ -185,10 +185,20 @@ impl Forwarder {
             Err(refusal) => return Ok(self.deny(started, audit, Some(resource), refusal)),
         };
         audit.rule = rule;
-        // Phase 3: the upstream request.
+        // Phase 3: the upstream request, with credentials the kind may first have to fetch (a
+        // registry's token).
+        let authorization = match resource.kind.authorize(rest).await {
+            Ok(value) => value,
+            Err(refusal) => return Ok(self.deny(started, audit, Some(resource), refusal)),
+        };
         let bytes_in = Arc::new(AtomicU64::new(0));
         let upstream = match build_upstream(resource.kind.as_ref(), rest, req, bytes_in.clone()) {
-            Ok(r) => r,
+            Ok(mut r) => {
+                if let Some(value) = authorization {
+                    r.headers_mut().insert(http::header::AUTHORIZATION, value);
+                }
+                r
+            }
             Err(why) => {
                 let refusal = Refusal {
                     status: StatusCode::BAD_REQUEST,

@@ -1,22 +1,320 @@
 //! `registries` (OCI distribution API): pulls pass, `GET` and `HEAD` under `/v2/`, checked here
-//! before anything reaches the registry; the entry's login is sent as HTTP Basic, the way
-//! Distribution with htpasswd, Nexus and Artifactory take it. Refusals are OCI error bodies
-//! (`{"errors":[{"code":"DENIED",…}]}`), which registry clients print to their user.
+//! before anything reaches the registry. The entry's login answers the registry's challenge,
+//! learnt once from an unauthenticated `GET /v2/` as registry clients do:
+//! - `Basic` (Distribution with htpasswd, Nexus, Artifactory): sent with every request;
+//! - `Bearer` (the Docker token flow: Harbor, GitLab, Quay, Distribution with token auth): the
+//!   bridge asks the challenge's `realm` for a token for the request's scope, with the login as
+//!   Basic, caches it until it expires, and sends it. A realm on another host than the
+//!   registry's is used only when the entry lists it in `token_hosts`.
+//!
+//! Refusals are OCI error bodies (`{"errors":[{"code":"DENIED",…}]}`), which registry clients
+//! print to their user.
 
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use url::Url;
 
-use super::kind::{Kind, Refusal};
+use super::kind::{Authorize, Kind, Refusal};
 use crate::config::{Registry, basic_authorization};
 use crate::rules::allowed;
 
-impl Kind for Registry {
+/// How long a token or challenge request may take.
+const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// A token's life when its service does not say (the Docker token spec's default).
+const DEFAULT_TOKEN_LIFE: Duration = Duration::from_secs(60);
+/// The largest token answer read.
+const MAX_TOKEN_ANSWER: usize = 64 * 1024;
+
+/// How the registry wants to be authenticated, learnt from its `/v2/` challenge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Scheme {
+    /// No answer yet.
+    Unknown,
+    /// `/v2/` answered without asking.
+    Open,
+    /// `WWW-Authenticate: Basic …`.
+    Basic,
+    /// `WWW-Authenticate: Bearer realm=…,service=…`.
+    Bearer { realm: Url, service: Option<String> },
+}
+
+/// The challenge learnt and the tokens fetched, by scope.
+struct AuthState {
+    scheme: Scheme,
+    tokens: HashMap<String, (HeaderValue, Instant)>,
+}
+
+/// A `registries` entry at work: its configuration, and what it learnt of the registry's
+/// authentication.
+pub(super) struct RegistryKind {
+    cfg: Registry,
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    auth: tokio::sync::Mutex<AuthState>,
+}
+
+impl RegistryKind {
+    /// The entry `cfg`, with nothing learnt yet.
+    pub(super) fn new(cfg: Registry) -> Self {
+        RegistryKind {
+            cfg,
+            client: Client::builder(TokioExecutor::new()).build(super::https_connector(None)),
+            auth: tokio::sync::Mutex::new(AuthState {
+                scheme: Scheme::Unknown,
+                tokens: HashMap::new(),
+            }),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.cfg.url.as_str().trim_end_matches('/'))
+    }
+
+    fn basic(&self) -> Option<HeaderValue> {
+        let login = self.cfg.auth.as_ref()?;
+        HeaderValue::from_str(&basic_authorization(&login.username, &login.password)).ok()
+    }
+
+    fn unavailable(&self, rule: &str, why: String) -> Refusal {
+        Refusal {
+            status: StatusCode::BAD_GATEWAY,
+            reason: "upstream_auth",
+            rule: rule.to_string(),
+            why,
+        }
+    }
+
+    /// `GET /v2/` without credentials: the registry's challenge.
+    async fn learn_scheme(&self) -> Result<Scheme, Refusal> {
+        let req = http::Request::get(self.url("/v2/"))
+            .body(Empty::new())
+            .map_err(|e| self.unavailable("registry: challenge", e.to_string()))?;
+        let answer = tokio::time::timeout(AUTH_TIMEOUT, self.client.request(req)).await;
+        let response = match answer {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => {
+                return Err(self.unavailable(
+                    "registry: challenge",
+                    format!(
+                        "the bridge cannot reach registry {:?}: {e}. Check that the bridge host can connect to it",
+                        self.cfg.name
+                    ),
+                ));
+            }
+            Err(_) => {
+                return Err(self.unavailable(
+                    "registry: challenge",
+                    format!(
+                        "registry {:?} did not answer GET /v2/ within {AUTH_TIMEOUT:?}",
+                        self.cfg.name
+                    ),
+                ));
+            }
+        };
+        if response.status() != StatusCode::UNAUTHORIZED {
+            return Ok(Scheme::Open);
+        }
+        let challenge = response
+            .headers()
+            .get(header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        Ok(parse_challenge(challenge).unwrap_or(Scheme::Basic))
+    }
+
+    /// A token for `scope` from `realm`, asked with the entry's login.
+    async fn fetch_token(
+        &self,
+        realm: &Url,
+        service: Option<&str>,
+        scope: Option<&str>,
+    ) -> Result<(HeaderValue, Instant), Refusal> {
+        let own_host = host_port(&self.cfg.url);
+        let realm_host = host_port(realm);
+        let listed = self
+            .cfg
+            .token_hosts
+            .iter()
+            .any(|h| *h == realm_host || Some(h.as_str()) == realm.host_str());
+        if realm_host != own_host && !listed {
+            return Err(self.unavailable(
+                "registry: token_hosts",
+                format!(
+                    "registry {:?} sends its token requests to {realm_host}, which is neither its own host nor in registries[].token_hosts; the bridge will not send the login there. If that token service is the registry's, add {realm_host:?} to token_hosts",
+                    self.cfg.name
+                ),
+            ));
+        }
+        let mut url = realm.clone();
+        {
+            let mut query = url.query_pairs_mut();
+            if let Some(service) = service {
+                query.append_pair("service", service);
+            }
+            if let Some(scope) = scope {
+                query.append_pair("scope", scope);
+            }
+        }
+        let mut req = http::Request::get(url.as_str())
+            .body(Empty::new())
+            .map_err(|e| self.unavailable("registry: token", e.to_string()))?;
+        if let Some(basic) = self.basic() {
+            req.headers_mut().insert(header::AUTHORIZATION, basic);
+        }
+        let failed = |why: String| {
+            self.unavailable(
+                "registry: token",
+                format!(
+                    "the token service of registry {:?} ({realm_host}) {why}; the bridge's operator must fix registries[].auth",
+                    self.cfg.name
+                ),
+            )
+        };
+        let response = match tokio::time::timeout(AUTH_TIMEOUT, self.client.request(req)).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => return Err(failed(format!("cannot be reached: {e}"))),
+            Err(_) => return Err(failed(format!("did not answer within {AUTH_TIMEOUT:?}"))),
+        };
+        let status = response.status();
+        if !status.is_success() {
+            return Err(failed(format!(
+                "refused the login (HTTP {})",
+                status.as_u16()
+            )));
+        }
+        let body = http_body_util::Limited::new(response.into_body(), MAX_TOKEN_ANSWER)
+            .collect()
+            .await
+            .map_err(|e| failed(format!("sent an unreadable answer: {e}")))?
+            .to_bytes();
+        let answer: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|e| failed(format!("did not answer JSON: {e}")))?;
+        let token = answer["token"]
+            .as_str()
+            .or(answer["access_token"].as_str())
+            .ok_or_else(|| failed("answered without a token".to_string()))?;
+        let life = answer["expires_in"]
+            .as_u64()
+            .map_or(DEFAULT_TOKEN_LIFE, Duration::from_secs);
+        let value = HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| failed("answered a token that is not a header value".to_string()))?;
+        // Renewed a little early: a token must not expire between here and the registry.
+        Ok((value, Instant::now() + life.mul_f64(0.9)))
+    }
+
+    async fn authorization(&self, path: &str) -> Result<Option<HeaderValue>, Refusal> {
+        let mut state = self.auth.lock().await;
+        if state.scheme == Scheme::Unknown {
+            state.scheme = self.learn_scheme().await?;
+        }
+        let (realm, service) = match &state.scheme {
+            Scheme::Unknown | Scheme::Open => return Ok(None),
+            Scheme::Basic => return Ok(self.basic()),
+            Scheme::Bearer { realm, service } => (realm.clone(), service.clone()),
+        };
+        let scope = scope_of(path);
+        let key = scope.clone().unwrap_or_default();
+        if let Some((token, until)) = state.tokens.get(&key)
+            && Instant::now() < *until
+        {
+            return Ok(Some(token.clone()));
+        }
+        let (token, until) = self
+            .fetch_token(&realm, service.as_deref(), scope.as_deref())
+            .await?;
+        state.tokens.retain(|_, (_, until)| Instant::now() < *until);
+        state.tokens.insert(key, (token.clone(), until));
+        Ok(Some(token))
+    }
+}
+
+/// `host:port` of a URL (the port its scheme implies when it names none).
+fn host_port(url: &Url) -> String {
+    format!(
+        "{}:{}",
+        url.host_str().unwrap_or_default(),
+        url.port_or_known_default().unwrap_or(0)
+    )
+}
+
+/// The scheme a `WWW-Authenticate` value asks for; `None` when it is neither Basic nor a
+/// usable Bearer challenge.
+fn parse_challenge(value: &str) -> Option<Scheme> {
+    let (scheme, params) = value.trim().split_once(' ').unwrap_or((value.trim(), ""));
+    if scheme.eq_ignore_ascii_case("basic") {
+        return Some(Scheme::Basic);
+    }
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let mut realm = None;
+    let mut service = None;
+    for (key, value) in challenge_params(params) {
+        match key.to_ascii_lowercase().as_str() {
+            "realm" => realm = Url::parse(&value).ok(),
+            "service" => service = Some(value),
+            _ => {}
+        }
+    }
+    Some(Scheme::Bearer {
+        realm: realm?,
+        service,
+    })
+}
+
+/// `key="value",key=value` pairs of a challenge (quoted values may hold commas).
+fn challenge_params(params: &str) -> Vec<(String, String)> {
+    let mut pairs = Vec::new();
+    let mut rest = params.trim();
+    while let Some((key, after)) = rest.split_once('=') {
+        let key = key.trim().trim_start_matches(',').trim().to_string();
+        let after = after.trim_start();
+        let (value, tail) = match after.strip_prefix('"') {
+            Some(quoted) => match quoted.find('"') {
+                Some(end) => (&quoted[..end], &quoted[end + 1..]),
+                None => (quoted, ""),
+            },
+            None => match after.find(',') {
+                Some(end) => (&after[..end], &after[end..]),
+                None => (after, ""),
+            },
+        };
+        pairs.push((key, value.to_string()));
+        rest = tail.trim_start().trim_start_matches(',');
+    }
+    pairs
+}
+
+/// The token scope a request needs: `repository:NAME:pull` for `/v2/NAME/{manifests,blobs,tags}/…`,
+/// `registry:catalog:*` for the catalog, none for `/v2/` itself.
+fn scope_of(path: &str) -> Option<String> {
+    let rest = path.strip_prefix("/v2/")?;
+    if rest.is_empty() {
+        return None;
+    }
+    if rest.starts_with("_catalog") {
+        return Some("registry:catalog:*".to_string());
+    }
+    let end = ["/manifests/", "/blobs/", "/tags/"]
+        .iter()
+        .filter_map(|marker| rest.find(marker))
+        .min()?;
+    Some(format!("repository:{}:pull", &rest[..end]))
+}
+
+impl Kind for RegistryKind {
     fn max_connections(&self) -> Option<u32> {
-        self.max_connections
+        self.cfg.max_connections
     }
 
     fn base_url(&self) -> &Url {
-        &self.url
+        &self.cfg.url
     }
 
     fn admit(&self, method: &Method, path: &str, _query: Option<&str>) -> Result<String, Refusal> {
@@ -31,12 +329,12 @@ impl Kind for Registry {
                 "registry: pull only",
                 format!(
                     "registry {:?} is pull-only on this bridge: {method} is refused (only GET and HEAD pass)",
-                    self.name
+                    self.cfg.name
                 ),
             ));
         }
-        if !self.allow.is_empty() {
-            return allowed(&self.allow, method.as_str(), path).ok_or_else(|| {
+        if !self.cfg.allow.is_empty() {
+            return allowed(&self.cfg.allow, method.as_str(), path).ok_or_else(|| {
                 Refusal::forbidden(
                     "no matching allow rule",
                     "no allow rule of this registry matches the method and path",
@@ -46,32 +344,20 @@ impl Kind for Registry {
         Ok("registry pull (GET, HEAD)".to_string())
     }
 
-    fn upstream_request_filter(&self, headers: &mut HeaderMap) {
-        if let Some(login) = &self.auth
-            && let Ok(v) =
-                HeaderValue::from_str(&basic_authorization(&login.username, &login.password))
-        {
-            headers.insert(header::AUTHORIZATION, v);
-        }
+    /// Credentials come from [`Kind::authorize`]: which ones depends on the registry's challenge.
+    fn upstream_request_filter(&self, _headers: &mut HeaderMap) {}
+
+    fn authorize<'a>(&'a self, path: &'a str) -> Authorize<'a> {
+        Box::pin(self.authorization(path))
     }
 
     /// The registry refusing the entry's login is the bridge operator's problem: passed on,
     /// its challenge would make the client ask its user for a password that cannot help.
-    fn response_filter(&self, status: StatusCode, headers: &HeaderMap) -> Option<Refusal> {
+    fn response_filter(&self, status: StatusCode, _headers: &HeaderMap) -> Option<Refusal> {
         if status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN {
             return None;
         }
-        let challenge = headers
-            .get(header::WWW_AUTHENTICATE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        let how = if challenge
-            .trim_start()
-            .to_ascii_lowercase()
-            .starts_with("bearer")
-        {
-            "asks for a Bearer token (token authentication), which this bridge release cannot answer yet: only Basic logins are sent"
-        } else if self.auth.is_some() {
+        let how = if self.cfg.auth.is_some() {
             "rejected the login in the entry's auth (wrong, expired or lacking pull access?)"
         } else {
             "wants a login and the entry has no auth"
@@ -82,7 +368,7 @@ impl Kind for Registry {
             rule: format!("registry answered {}", status.as_u16()),
             why: format!(
                 "registry {:?} {how} (HTTP {}); the bridge's operator must fix registries[].auth",
-                self.name,
+                self.cfg.name,
                 status.as_u16()
             ),
         })
@@ -104,14 +390,15 @@ impl Kind for Registry {
 mod tests {
     use super::*;
 
-    fn registry() -> Registry {
-        Registry {
+    fn registry() -> RegistryKind {
+        RegistryKind::new(Registry {
             name: "reg".into(),
             url: "https://registry.internal".parse().unwrap(),
             auth: None,
+            token_hosts: Vec::new(),
             allow: Vec::new(),
             max_connections: None,
-        }
+        })
     }
 
     #[test]
@@ -134,21 +421,31 @@ mod tests {
     }
 
     #[test]
-    fn a_token_challenge_is_named() {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Bearer realm=\"https://auth.internal/token\""),
+    fn challenges_and_scopes() {
+        assert_eq!(parse_challenge("Basic realm=\"r\""), Some(Scheme::Basic));
+        assert_eq!(
+            parse_challenge(
+                "Bearer realm=\"https://auth.internal/token\",service=\"reg, main\",scope=\"x\""
+            ),
+            Some(Scheme::Bearer {
+                realm: "https://auth.internal/token".parse().unwrap(),
+                service: Some("reg, main".into()),
+            })
         );
-        let refusal = registry()
-            .response_filter(StatusCode::UNAUTHORIZED, &headers)
-            .unwrap();
-        assert_eq!(refusal.status, StatusCode::BAD_GATEWAY);
-        assert!(refusal.why.contains("Bearer token"), "{}", refusal.why);
-        assert!(
-            registry()
-                .response_filter(StatusCode::NOT_FOUND, &headers)
-                .is_none()
+        assert_eq!(parse_challenge("Bearer service=\"x\""), None);
+        assert_eq!(parse_challenge("Negotiate"), None);
+        assert_eq!(
+            scope_of("/v2/team/app/manifests/1.0").as_deref(),
+            Some("repository:team/app:pull")
         );
+        assert_eq!(
+            scope_of("/v2/a/b/c/blobs/sha256:00").as_deref(),
+            Some("repository:a/b/c:pull")
+        );
+        assert_eq!(
+            scope_of("/v2/_catalog").as_deref(),
+            Some("registry:catalog:*")
+        );
+        assert_eq!(scope_of("/v2/"), None);
     }
 }

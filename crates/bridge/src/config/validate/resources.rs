@@ -401,6 +401,35 @@ fn api_auth(
     }
 }
 
+/// `registries[].token_hosts`: `host` or `host:port` each, lowercased.
+fn token_hosts(
+    cx: &mut Ctx<'_>,
+    list: Option<&Vec<serde_saphyr::Spanned<String>>>,
+    key: &str,
+) -> Vec<String> {
+    let mut hosts = Vec::new();
+    for (j, item) in list.into_iter().flatten().enumerate() {
+        let item_key = format!("{key}.token_hosts[{j}]");
+        let Some(given) = cx.string(item, &item_key) else {
+            continue;
+        };
+        let host = given.value.trim().to_ascii_lowercase();
+        let valid = !host.is_empty()
+            && url::Url::parse(&format!("https://{host}/"))
+                .is_ok_and(|u| u.host_str().is_some() && u.path() == "/");
+        if valid {
+            hosts.push(host);
+        } else {
+            let msg = format!(
+                "expected a host or host:port (the token service of a Bearer challenge's realm), like \"auth.internal\" or \"auth.internal:8443\", got {:?}",
+                given.value
+            );
+            cx.fail(&item_key, &given.origin, msg);
+        }
+    }
+    hosts
+}
+
 /// Why `name` cannot be part of an image name (`CLOUD/{bridge}/{registry}/{repository}`).
 pub(super) fn image_name_rule(name: &str) -> String {
     format!(
@@ -430,6 +459,7 @@ fn registries(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Registry> {
         });
         let allow = cx.allow_rules(entry.allow.as_ref(), &key);
         let max_connections = max_connections(cx, entry.max_connections.as_ref(), &key);
+        let token_hosts = token_hosts(cx, entry.token_hosts.as_ref(), &key);
         if let Some(name) = &explicit
             && !tunnel::oci::is_path_component(name)
         {
@@ -447,6 +477,7 @@ fn registries(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Registry> {
             name: String::new(),
             url,
             auth,
+            token_hosts,
             allow,
             max_connections,
         };
