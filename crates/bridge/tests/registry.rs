@@ -32,7 +32,7 @@ async fn setup() -> Setup {
     let url = registry.url.clone();
     let rig = Rig::start_with(move |_| {
         format!(
-            "registries:\n  - name: reg\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n"
+            "registries:\n  - name: reg\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n  - name: rw\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    allow_push: true\n"
         )
     })
     .await;
@@ -321,4 +321,76 @@ async fn a_token_registry_is_pulled_with_tokens_from_listed_token_hosts_only() {
         "one token for repository:team/app:pull, then the cache"
     );
     assert!(!rig.bridge.log_text().contains(PASSWORD));
+}
+
+/// `skopeo copy` of a local image to the cloud, logging in with `key`; (success, stderr).
+fn push(certs: &std::path::Path, key: &str, image: &OciImage, dest: &str) -> (bool, String) {
+    let out = Command::new("skopeo")
+        .args(["--insecure-policy", "copy"])
+        .args(["--dest-creds", &format!("ci:{key}")])
+        .args(["--dest-cert-dir", &certs.display().to_string()])
+        .arg(format!("oci:{}:latest", image.dir.display()))
+        .arg(dest)
+        .output()
+        .expect("skopeo must be installed");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skopeo_pushes_through_the_cloud_only_where_allow_push_is_set() {
+    let s = setup().await;
+    let key = s.rig.tenant.api_key.clone();
+    let work = tempfile::tempdir().unwrap();
+    let image = oci_image(work.path(), "pushed.txt", b"pushed through the bridge\n");
+    let (ok, err) = push(
+        s.certs.path(),
+        &key,
+        &image,
+        &through_cloud(&s.rig, "reg", "team/pushed:2.0"),
+    );
+    assert!(!ok, "a push through a pull-only entry succeeded");
+    assert!(err.contains("denied"), "{err}");
+    // allow_push: the chunked upload's Location comes back through the cloud, and the
+    // registry ends up with the image.
+    let (ok, err) = push(
+        s.certs.path(),
+        &key,
+        &image,
+        &through_cloud(&s.rig, "rw", "team/pushed:2.0"),
+    );
+    assert!(ok, "{err}");
+    let direct = testkit::registry::run(
+        "skopeo",
+        &[
+            "inspect",
+            "--tls-verify=false",
+            "--creds",
+            &format!("{USER}:{PASSWORD}"),
+            &format!("docker://{}/team/pushed:2.0", s.registry.host),
+        ],
+    );
+    let inspected: Value = serde_json::from_str(&direct).unwrap();
+    assert_eq!(inspected["Digest"], image.manifest_digest.as_str());
+    // An upload's Location names the cloud's path, never the registry's own URL.
+    let res = s
+        .rig
+        .cloud
+        .client()
+        .post(format!(
+            "{}/v2/dc1/rw/team/other/blobs/uploads/",
+            s.rig.cloud.https
+        ))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 202);
+    let location = res.headers()["location"].to_str().unwrap();
+    assert!(
+        location.starts_with("/v2/dc1/rw/team/other/blobs/uploads/"),
+        "{location}"
+    );
 }

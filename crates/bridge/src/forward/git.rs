@@ -113,7 +113,7 @@ impl Kind for GitSource {
     /// The server refusing the entry's credentials is the bridge operator's problem, not the
     /// caller's: passed on, its challenge would make `git` ask the user for a password that
     /// no password of theirs can fix.
-    fn response_filter(&self, status: StatusCode, _headers: &HeaderMap) -> Option<Refusal> {
+    fn response_filter(&self, status: StatusCode, _headers: &mut HeaderMap) -> Option<Refusal> {
         if status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN {
             return None;
         }

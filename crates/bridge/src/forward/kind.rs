@@ -72,15 +72,15 @@ pub trait Kind: Send + Sync {
     /// Adds the entry's credentials (and any header the kind needs) to the upstream request.
     fn upstream_request_filter(&self, headers: &mut HeaderMap);
 
-    /// An `Authorization` the kind must first obtain for a request to `path` (a registry's
+    /// An `Authorization` the kind must first obtain for `method` on `path` (a registry's
     /// token), set after [`Kind::upstream_request_filter`]; none by default.
-    fn authorize<'a>(&'a self, _path: &'a str) -> Authorize<'a> {
+    fn authorize<'a>(&'a self, _method: &'a Method, _path: &'a str) -> Authorize<'a> {
         Box::pin(async { Ok(None) })
     }
 
-    /// Looks at the internal system's answer before it goes back: `Some(refusal)` replaces it
-    /// (the body is dropped unread). Passes everything by default.
-    fn response_filter(&self, _status: StatusCode, _headers: &HeaderMap) -> Option<Refusal> {
+    /// Looks at the internal system's answer before it goes back, and may rewrite its headers:
+    /// `Some(refusal)` replaces it (the body is dropped unread). Passes everything by default.
+    fn response_filter(&self, _status: StatusCode, _headers: &mut HeaderMap) -> Option<Refusal> {
         None
     }
 

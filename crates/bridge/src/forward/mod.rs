@@ -187,7 +187,8 @@ impl Forwarder {
         audit.rule = rule;
         // Phase 3: the upstream request, with credentials the kind may first have to fetch (a
         // registry's token).
-        let authorization = match resource.kind.authorize(rest).await {
+        let method = req.method().clone();
+        let authorization = match resource.kind.authorize(&method, rest).await {
             Ok(value) => value,
             Err(refusal) => return Ok(self.deny(started, audit, Some(resource), refusal)),
         };
@@ -228,7 +229,10 @@ impl Forwarder {
         match resource.client.request(upstream).await {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
-                if let Some(refusal) = resource.kind.response_filter(parts.status, &parts.headers) {
+                if let Some(refusal) = resource
+                    .kind
+                    .response_filter(parts.status, &mut parts.headers)
+                {
                     tracing::warn!(resource = %name, status = parts.status.as_u16(), why = %refusal.why, "internal resource refused the bridge");
                     self.metrics.refuse(refusal.reason);
                     if let Some(audit) = finish.audit.as_mut() {

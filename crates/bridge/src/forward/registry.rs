@@ -208,7 +208,11 @@ impl RegistryKind {
         Ok((value, Instant::now() + life.mul_f64(0.9)))
     }
 
-    async fn authorization(&self, path: &str) -> Result<Option<HeaderValue>, Refusal> {
+    async fn authorization(
+        &self,
+        method: &Method,
+        path: &str,
+    ) -> Result<Option<HeaderValue>, Refusal> {
         let mut state = self.auth.lock().await;
         if state.scheme == Scheme::Unknown {
             state.scheme = self.learn_scheme().await?;
@@ -218,7 +222,8 @@ impl RegistryKind {
             Scheme::Basic => return Ok(self.basic()),
             Scheme::Bearer { realm, service } => (realm.clone(), service.clone()),
         };
-        let scope = scope_of(path);
+        let pushing = method != Method::GET && method != Method::HEAD;
+        let scope = scope_of(path, pushing);
         let key = scope.clone().unwrap_or_default();
         if let Some((token, until)) = state.tokens.get(&key)
             && Instant::now() < *until
@@ -291,9 +296,9 @@ fn challenge_params(params: &str) -> Vec<(String, String)> {
     pairs
 }
 
-/// The token scope a request needs: `repository:NAME:pull` for `/v2/NAME/{manifests,blobs,tags}/…`,
-/// `registry:catalog:*` for the catalog, none for `/v2/` itself.
-fn scope_of(path: &str) -> Option<String> {
+/// The token scope a request needs: `repository:NAME:pull` (`pull,push` when `pushing`) for
+/// `/v2/NAME/{manifests,blobs,tags}/…`, `registry:catalog:*` for the catalog, none for `/v2/`.
+fn scope_of(path: &str, pushing: bool) -> Option<String> {
     let rest = path.strip_prefix("/v2/")?;
     if rest.is_empty() {
         return None;
@@ -305,7 +310,8 @@ fn scope_of(path: &str) -> Option<String> {
         .iter()
         .filter_map(|marker| rest.find(marker))
         .min()?;
-    Some(format!("repository:{}:pull", &rest[..end]))
+    let actions = if pushing { "pull,push" } else { "pull" };
+    Some(format!("repository:{}:{actions}", &rest[..end]))
 }
 
 impl Kind for RegistryKind {
@@ -324,14 +330,22 @@ impl Kind for RegistryKind {
                 "only the OCI distribution API (/v2/…) passes this bridge",
             ));
         }
-        if method != Method::GET && method != Method::HEAD {
-            return Err(Refusal::forbidden(
-                "registry: pull only",
+        let pulling = method == Method::GET || method == Method::HEAD;
+        let pushing = [Method::POST, Method::PUT, Method::PATCH].contains(method);
+        let admitted = pulling || (pushing && self.cfg.allow_push);
+        if !admitted {
+            let why = if pushing {
                 format!(
-                    "registry {:?} is pull-only on this bridge: {method} is refused (only GET and HEAD pass)",
+                    "registry {:?} is pull-only on this bridge: {method} is refused (its operator can set allow_push: true on the entry)",
                     self.cfg.name
-                ),
-            ));
+                )
+            } else {
+                format!(
+                    "{method} is refused on registry {:?}: only pulls (GET, HEAD) and, with allow_push, pushes (POST, PUT, PATCH) pass",
+                    self.cfg.name
+                )
+            };
+            return Err(Refusal::forbidden("registry: pull only", why));
         }
         if !self.cfg.allow.is_empty() {
             return allowed(&self.cfg.allow, method.as_str(), path).ok_or_else(|| {
@@ -341,19 +355,37 @@ impl Kind for RegistryKind {
                 )
             });
         }
-        Ok("registry pull (GET, HEAD)".to_string())
+        Ok(if pulling {
+            "registry pull (GET, HEAD)".to_string()
+        } else {
+            "registry push (allow_push: true)".to_string()
+        })
     }
 
     /// Credentials come from [`Kind::authorize`]: which ones depends on the registry's challenge.
     fn upstream_request_filter(&self, _headers: &mut HeaderMap) {}
 
-    fn authorize<'a>(&'a self, path: &'a str) -> Authorize<'a> {
-        Box::pin(self.authorization(path))
+    fn authorize<'a>(&'a self, method: &'a Method, path: &'a str) -> Authorize<'a> {
+        Box::pin(self.authorization(method, path))
     }
 
     /// The registry refusing the entry's login is the bridge operator's problem: passed on,
     /// its challenge would make the client ask its user for a password that cannot help.
-    fn response_filter(&self, status: StatusCode, _headers: &HeaderMap) -> Option<Refusal> {
+    /// Also turns an absolute `Location` on the registry's own origin (Distribution names
+    /// upload URLs so) into a path, which the cloud then prefixes with its own: the internal
+    /// URL never reaches the client, and a chunked upload's next request comes back through
+    /// the cloud.
+    fn response_filter(&self, status: StatusCode, headers: &mut HeaderMap) -> Option<Refusal> {
+        let origin = self.cfg.url.origin().ascii_serialization();
+        let relative = headers
+            .get(header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|location| location.strip_prefix(origin.as_str()))
+            .filter(|path| path.starts_with('/'))
+            .and_then(|path| HeaderValue::from_str(path).ok());
+        if let Some(path) = relative {
+            headers.insert(header::LOCATION, path);
+        }
         if status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN {
             return None;
         }
@@ -396,6 +428,7 @@ mod tests {
             url: "https://registry.internal".parse().unwrap(),
             auth: None,
             token_hosts: Vec::new(),
+            allow_push: false,
             allow: Vec::new(),
             max_connections: None,
         })
@@ -435,17 +468,17 @@ mod tests {
         assert_eq!(parse_challenge("Bearer service=\"x\""), None);
         assert_eq!(parse_challenge("Negotiate"), None);
         assert_eq!(
-            scope_of("/v2/team/app/manifests/1.0").as_deref(),
+            scope_of("/v2/team/app/manifests/1.0", false).as_deref(),
             Some("repository:team/app:pull")
         );
         assert_eq!(
-            scope_of("/v2/a/b/c/blobs/sha256:00").as_deref(),
-            Some("repository:a/b/c:pull")
+            scope_of("/v2/a/b/c/blobs/uploads/", true).as_deref(),
+            Some("repository:a/b/c:pull,push")
         );
         assert_eq!(
-            scope_of("/v2/_catalog").as_deref(),
+            scope_of("/v2/_catalog", false).as_deref(),
             Some("registry:catalog:*")
         );
-        assert_eq!(scope_of("/v2/"), None);
+        assert_eq!(scope_of("/v2/", false), None);
     }
 }

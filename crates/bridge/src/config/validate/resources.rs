@@ -478,6 +478,7 @@ fn registries(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Registry> {
             url,
             auth,
             token_hosts,
+            allow_push: entry.allow_push.unwrap_or(false),
             allow,
             max_connections,
         };
