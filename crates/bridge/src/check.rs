@@ -1,6 +1,6 @@
 //! `bridge check`: validate the configuration, then try the cloud (DNS, TCP, proxy, TLS) and each
-//! resource (DNS, TCP; for APIs and Git sources an HTTP request with the entry's credentials),
-//! and print a table.
+//! resource (DNS, TCP; for APIs and Git sources an HTTP request with the entry's credentials;
+//! for registries their challenge, token and an authenticated `GET /v2/`), and print a table.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -130,11 +130,18 @@ async fn probe_all(cfg: &Config) -> Vec<Row> {
     for source in &cfg.sources {
         rows.push(probe_http("git", &source.name, git_probe_url(source), source).await);
     }
+    for registry in &cfg.registries {
+        rows.push(Row {
+            kind: "registry",
+            name: registry.name.clone(),
+            target: registry.url.to_string(),
+            result: forward::check_registry(registry).await,
+        });
+    }
     // The others are tried as the periodic reachability check tries them: DNS and TCP.
     for t in reachability::targets(cfg) {
         let kind = match t.kind {
-            ResourceKind::Api | ResourceKind::Git => continue,
-            ResourceKind::Registry => "registry",
+            ResourceKind::Api | ResourceKind::Git | ResourceKind::Registry => continue,
             ResourceKind::Database => "database",
         };
         rows.push(probe_tcp(kind, &t.name, &t.host, t.port).await);

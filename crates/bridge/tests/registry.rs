@@ -138,6 +138,16 @@ async fn skopeo_inspects_lists_and_copies_an_image_through_the_cloud() {
     let audit = s.rig.bridge.audit_records(1).await;
     assert!(audit.iter().all(|r| r["kind"] == "registry"), "{audit:?}");
     assert!(!format!("{audit:?}").contains(PASSWORD));
+    // bridge check logs in as a pull would, and names a wrong login.
+    let (code, out) = check(&s.rig, &bridge_yaml(&s.rig));
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("ok (GET /v2/ with Basic: HTTP 200)"), "{out}");
+    let (code, out) = check(&s.rig, &bridge_yaml(&s.rig).replace(PASSWORD, "wrong-pw"));
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("login rejected (GET /v2/ with Basic: HTTP 401)"),
+        "{out}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -321,6 +331,34 @@ async fn a_token_registry_is_pulled_with_tokens_from_listed_token_hosts_only() {
         "one token for repository:team/app:pull, then the cache"
     );
     assert!(!rig.bridge.log_text().contains(PASSWORD));
+    // bridge check walks the same steps and says which one failed.
+    let (code, out) = check(&rig, &bridge_yaml(&rig));
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("ok (GET /v2/ with token: HTTP 200)"), "{out}");
+    assert!(out.contains("token_hosts"), "{out}");
+}
+
+/// `bridge check` on `yaml` with the rig's token: (exit code, output).
+fn check(rig: &Rig, yaml: &str) -> (Option<i32>, String) {
+    let path = rig.bridge.dir.path().join("check.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let out = Command::new(testkit::bridge::bridge_bin())
+        .args(["check", "--config"])
+        .arg(&path)
+        .env("SERVICE_BRIDGE_TOKEN", &rig.token)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+/// The bridge's own configuration file, as the rig wrote it.
+fn bridge_yaml(rig: &Rig) -> String {
+    std::fs::read_to_string(rig.bridge.dir.path().join("bridge.yaml")).unwrap()
 }
 
 /// `skopeo copy` of a local image to the cloud, logging in with `key`; (success, stderr).

@@ -36,6 +36,7 @@ use tokio::sync::Semaphore;
 
 pub use counted::{Counted, Tally};
 pub use kind::{Kind, Refusal};
+pub use registry::check_registry;
 use upstream::{HOP, build_upstream, strip_headers};
 pub use upstream::{https_connector, load_ca};
 

@@ -239,6 +239,39 @@ impl RegistryKind {
     }
 }
 
+/// What `bridge check` does for a registry: its challenge, a token when it asks for one, and
+/// an authenticated `GET /v2/`, as a pull starts; the error says which step failed.
+pub async fn check_registry(cfg: &Registry) -> Result<String, String> {
+    let kind = RegistryKind::new(cfg.clone());
+    let authorization = kind
+        .authorization(&Method::GET, "/v2/")
+        .await
+        .map_err(|refusal| refusal.why)?;
+    let scheme = match &kind.auth.lock().await.scheme {
+        Scheme::Bearer { .. } => "token",
+        Scheme::Basic => "Basic",
+        _ => "no login",
+    };
+    let mut req = http::Request::get(kind.url("/v2/"))
+        .body(Empty::new())
+        .map_err(|e| e.to_string())?;
+    if let Some(value) = authorization {
+        req.headers_mut().insert(header::AUTHORIZATION, value);
+    }
+    let response = tokio::time::timeout(AUTH_TIMEOUT, kind.client.request(req))
+        .await
+        .map_err(|_| format!("GET /v2/ timed out after {AUTH_TIMEOUT:?}"))?
+        .map_err(|e| format!("GET /v2/ failed: {e}"))?;
+    match response.status().as_u16() {
+        200 => Ok(format!("ok (GET /v2/ with {scheme}: HTTP 200)")),
+        401 | 403 => Err(format!(
+            "login rejected (GET /v2/ with {scheme}: HTTP {}): check registries[].auth",
+            response.status().as_u16()
+        )),
+        other => Err(format!("GET /v2/ answered HTTP {other}")),
+    }
+}
+
 /// `host:port` of a URL (the port its scheme implies when it names none).
 fn host_port(url: &Url) -> String {
     format!(
