@@ -432,3 +432,121 @@ async fn skopeo_pushes_through_the_cloud_only_where_allow_push_is_set() {
         "{location}"
     );
 }
+
+/// A front like an S3-backed registry's: blob downloads answer `307` to `storage` (here the
+/// registry itself, on another port), everything else is passed to it. Returns its address.
+async fn redirecting_front(storage: String) -> std::net::SocketAddr {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let client: Client<_, Empty<bytes::Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let (client, storage) = (client.clone(), storage.clone());
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (client, storage) = (client.clone(), storage.clone());
+                        async move {
+                            let target = format!(
+                                "{storage}{}",
+                                req.uri().path_and_query().map_or("/", |p| p.as_str())
+                            );
+                            if req.uri().path().contains("/blobs/sha256:") {
+                                let mut r = hyper::Response::new(
+                                    Empty::new().map_err(|n| match n {}).boxed(),
+                                );
+                                *r.status_mut() = hyper::StatusCode::TEMPORARY_REDIRECT;
+                                r.headers_mut().insert("location", target.parse().unwrap());
+                                return Ok::<_, hyper::Error>(r);
+                            }
+                            let mut ahead =
+                                hyper::Request::builder().method(req.method()).uri(target);
+                            for (k, v) in req.headers() {
+                                if k != "host" {
+                                    ahead = ahead.header(k, v);
+                                }
+                            }
+                            let answer = client
+                                .request(ahead.body(Empty::new()).unwrap())
+                                .await
+                                .unwrap();
+                            Ok(answer.map(|b| b.boxed()))
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// Blob downloads that a registry redirects to its storage: the bridge follows them itself to
+/// a `redirect_hosts` entry, and refuses any other (502), never passing the internal URL on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_are_followed_at_the_bridge_to_listed_hosts_only() {
+    let storage = RegistryServer::start_open();
+    let work = tempfile::tempdir().unwrap();
+    let image = oci_image(work.path(), "blob.txt", b"served from the storage host\n");
+    storage.push_open(&image, "team/app", "1.0");
+    let front = redirecting_front(storage.url.clone()).await;
+    let storage_host = storage.host.clone();
+    let rig = Rig::start_with(move |_| {
+        format!(
+            "registries:\n  - name: listed\n    url: http://{front}\n    redirect_hosts: [\"{storage_host}\"]\n  - name: unlisted\n    url: http://{front}\n"
+        )
+    })
+    .await;
+    let certs = tempfile::tempdir().unwrap();
+    std::fs::copy(rig.cloud.ca_path(), certs.path().join("ca.crt")).unwrap();
+    let key = rig.tenant.api_key.clone();
+    let dest = work.path().join("copy");
+    let (ok, _, err) = skopeo(
+        certs.path(),
+        &key,
+        &[
+            "copy",
+            &through_cloud(&rig, "listed", "team/app:1.0"),
+            &format!("dir:{}", dest.display()),
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        dest.join(image.layer_digest.trim_start_matches("sha256:"))
+            .exists()
+    );
+
+    let blob = format!(
+        "{}/v2/dc1/unlisted/team/app/blobs/{}",
+        rig.cloud.https, image.layer_digest
+    );
+    let res = rig
+        .cloud
+        .client()
+        .get(&blob)
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 502);
+    assert!(res.headers().get("location").is_none());
+    let body: Value = res.json().await.unwrap();
+    let message = body["errors"][0]["message"].as_str().unwrap();
+    assert!(message.contains("redirect_hosts"), "{message}");
+    assert!(
+        !message.contains(&storage.host),
+        "the internal host leaked: {message}"
+    );
+    assert!(
+        rig.bridge.log_text().contains(&storage.host),
+        "the operator is not told which host"
+    );
+}

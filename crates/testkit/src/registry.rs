@@ -53,10 +53,29 @@ impl RegistryServer {
             let htpasswd = run("htpasswd", &["-Bbn", USER, PASSWORD]);
             std::fs::write(dir.join("htpasswd"), htpasswd).expect("htpasswd");
             format!(
-                "  htpasswd:\n    realm: test-registry\n    path: {}/htpasswd\n",
+                "auth:\n  htpasswd:\n    realm: test-registry\n    path: {}/htpasswd\n",
                 dir.display()
             )
         })
+    }
+
+    /// Starts a registry that asks for no login (as behind a front that redirects).
+    pub fn start_open() -> Self {
+        Self::start_with(|_| String::new())
+    }
+
+    /// Pushes `image` as `repository:tag` to a registry without a login.
+    pub fn push_open(&self, image: &OciImage, repository: &str, tag: &str) {
+        run(
+            "skopeo",
+            &[
+                "--insecure-policy",
+                "copy",
+                "--dest-tls-verify=false",
+                &format!("oci:{}:latest", image.dir.display()),
+                &format!("docker://{}/{repository}:{tag}", self.host),
+            ],
+        );
     }
 
     /// Starts a registry with token auth: its challenge sends clients to `tokens`, whose
@@ -66,7 +85,7 @@ impl RegistryServer {
             let bundle = dir.join("token-ca.pem");
             std::fs::write(&bundle, &tokens.cert_pem).expect("token bundle");
             format!(
-                "  token:\n    realm: {}/token\n    service: {TOKEN_SERVICE}\n    issuer: {TOKEN_ISSUER}\n    rootcertbundle: {}\n",
+                "auth:\n  token:\n    realm: {}/token\n    service: {TOKEN_SERVICE}\n    issuer: {TOKEN_ISSUER}\n    rootcertbundle: {}\n",
                 tokens.url,
                 bundle.display()
             )
@@ -89,7 +108,7 @@ impl RegistryServer {
             .expect("a free port")
             .port();
         let config = format!(
-            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: test-only\nauth:\n{auth}",
+            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: test-only\n{auth}",
             root = dir.path().display(),
             auth = auth(dir.path())
         );

@@ -118,6 +118,7 @@ pub(crate) struct RegistryFile {
     pub url: Option<Spanned<String>>,
     pub auth: Option<Spanned<CredentialsFile>>,
     pub token_hosts: Option<Vec<Spanned<String>>>,
+    pub redirect_hosts: Option<Vec<Spanned<String>>>,
     pub allow_push: Option<bool>,
     pub allow: Option<Vec<Spanned<AllowFile>>>,
     pub max_connections: Option<Spanned<i64>>,

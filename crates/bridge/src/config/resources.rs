@@ -183,6 +183,9 @@ pub struct Registry {
     /// `realm` may send the bridge with the login (`token_hosts`): a challenge naming any other
     /// host is refused, so no registry answer can make the bridge hand its login elsewhere.
     pub token_hosts: Vec<String>,
+    /// Hosts (`host` or `host:port`) besides the registry's own that the bridge follows its
+    /// redirects to (`redirect_hosts`: S3-like blob storage); never a host not named here.
+    pub redirect_hosts: Vec<String>,
     /// Whether pushes (`POST`, `PUT`, `PATCH` under `/v2/`) pass; pulls only by default.
     pub allow_push: bool,
     /// Extra allow rules; empty means the read-only defaults.

@@ -52,6 +52,15 @@ pub type Authorize<'a> = std::pin::Pin<
     Box<dyn std::future::Future<Output = Result<Option<HeaderValue>, Refusal>> + Send + 'a>,
 >;
 
+/// What [`Kind::follow`] returns: the answer to pass on, or why none is.
+pub type Follow<'a> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<http::Response<hyper::body::Incoming>, Refusal>>
+            + Send
+            + 'a,
+    >,
+>;
+
 /// One kind of resource, implemented once per kind (`api.rs`, `git.rs`).
 pub trait Kind: Send + Sync {
     /// The entry's `max_connections`, when it sets one.
@@ -76,6 +85,17 @@ pub trait Kind: Send + Sync {
     /// token), set after [`Kind::upstream_request_filter`]; none by default.
     fn authorize<'a>(&'a self, _method: &'a Method, _path: &'a str) -> Authorize<'a> {
         Box::pin(async { Ok(None) })
+    }
+
+    /// The answer to pass on for `response` to `method`: a kind may follow a redirect itself
+    /// (a registry's blob storage) rather than hand an internal URL to the caller. The
+    /// response itself by default.
+    fn follow<'a>(
+        &'a self,
+        _method: &'a Method,
+        response: http::Response<hyper::body::Incoming>,
+    ) -> Follow<'a> {
+        Box::pin(async move { Ok(response) })
     }
 
     /// Looks at the internal system's answer before it goes back, and may rewrite its headers:

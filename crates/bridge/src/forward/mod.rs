@@ -227,7 +227,24 @@ impl Forwarder {
             _permits: permits,
         };
         // Phase 4: the response.
-        match resource.client.request(upstream).await {
+        let answer = match resource.client.request(upstream).await {
+            Ok(response) => resource.kind.follow(&method, response).await.map(Ok),
+            Err(e) => Ok(Err(e)),
+        };
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(refusal) => {
+                tracing::warn!(resource = %name, why = %refusal.why, "internal resource answer refused");
+                self.metrics.refuse(refusal.reason);
+                if let Some(audit) = finish.audit.as_mut() {
+                    audit.status = refusal.status.as_u16();
+                    audit.rule = refusal.rule;
+                }
+                drop(finish);
+                return Ok(resource.kind.refusal(refusal.status, &refusal.why));
+            }
+        };
+        match answer {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
                 if let Some(refusal) = resource

@@ -14,14 +14,15 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use url::Url;
 
-use super::kind::{Authorize, Kind, Refusal};
+use super::kind::{Authorize, Follow, Kind, Refusal};
 use crate::config::{Registry, basic_authorization};
 use crate::rules::allowed;
 
@@ -31,6 +32,8 @@ const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_TOKEN_LIFE: Duration = Duration::from_secs(60);
 /// The largest token answer read.
 const MAX_TOKEN_ANSWER: usize = 64 * 1024;
+/// Redirects followed for one request at most.
+const MAX_REDIRECTS: usize = 5;
 
 /// How the registry wants to be authenticated, learnt from its `/v2/` challenge.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,6 +209,79 @@ impl RegistryKind {
             .map_err(|_| failed("answered a token that is not a header value".to_string()))?;
         // Renewed a little early: a token must not expire between here and the registry.
         Ok((value, Instant::now() + life.mul_f64(0.9)))
+    }
+
+    /// Follows the registry's redirects (blob downloads from S3-like storage) itself, to the
+    /// registry's own host or a `redirect_hosts` entry only, and without the entry's login (a
+    /// storage URL carries its own signature); a redirect elsewhere is refused, so no internal
+    /// URL reaches the client.
+    async fn follow_redirects(
+        &self,
+        method: &Method,
+        mut response: Response<Incoming>,
+    ) -> Result<Response<Incoming>, Refusal> {
+        let mut at = self.cfg.url.clone();
+        for _ in 0..MAX_REDIRECTS {
+            if !response.status().is_redirection() || response.status() == StatusCode::NOT_MODIFIED
+            {
+                return Ok(response);
+            }
+            let location = response
+                .headers()
+                .get(header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|l| at.join(l).ok());
+            let Some(target) = location else {
+                return Err(self.unavailable(
+                    "registry: redirect",
+                    format!(
+                        "registry {:?} answered a redirect without a usable Location",
+                        self.cfg.name
+                    ),
+                ));
+            };
+            let host = host_port(&target);
+            let allowed = host == host_port(&self.cfg.url)
+                || self
+                    .cfg
+                    .redirect_hosts
+                    .iter()
+                    .any(|h| *h == host || Some(h.as_str()) == target.host_str());
+            if !allowed || (method != Method::GET && method != Method::HEAD) {
+                // The host is for the bridge's operator, in its log; the caller learns none of
+                // the internal network's names.
+                tracing::warn!(registry = %self.cfg.name, redirect_host = %host, "registry redirect not followed: if that is the registry's blob storage, add this host to redirect_hosts");
+                return Err(self.unavailable(
+                    "registry: redirect_hosts",
+                    format!(
+                        "registry {:?} redirected the {method} to a host that is neither its own nor in registries[].redirect_hosts; the bridge does not follow it (the bridge's log names the host)",
+                        self.cfg.name
+                    ),
+                ));
+            }
+            let req = http::Request::builder()
+                .method(method.clone())
+                .uri(target.as_str())
+                .body(Empty::new())
+                .map_err(|e| self.unavailable("registry: redirect", e.to_string()))?;
+            response = self.client.request(req).await.map_err(|e| {
+                self.unavailable(
+                    "registry: redirect",
+                    format!(
+                        "the bridge cannot reach {host}, where registry {:?} redirected: {e}",
+                        self.cfg.name
+                    ),
+                )
+            })?;
+            at = target;
+        }
+        Err(self.unavailable(
+            "registry: redirect",
+            format!(
+                "registry {:?} redirected more than {MAX_REDIRECTS} times",
+                self.cfg.name
+            ),
+        ))
     }
 
     async fn authorization(
@@ -402,6 +478,10 @@ impl Kind for RegistryKind {
         Box::pin(self.authorization(method, path))
     }
 
+    fn follow<'a>(&'a self, method: &'a Method, response: Response<Incoming>) -> Follow<'a> {
+        Box::pin(self.follow_redirects(method, response))
+    }
+
     /// The registry refusing the entry's login is the bridge operator's problem: passed on,
     /// its challenge would make the client ask its user for a password that cannot help.
     /// Also turns an absolute `Location` on the registry's own origin (Distribution names
@@ -461,6 +541,7 @@ mod tests {
             url: "https://registry.internal".parse().unwrap(),
             auth: None,
             token_hosts: Vec::new(),
+            redirect_hosts: Vec::new(),
             allow_push: false,
             allow: Vec::new(),
             max_connections: None,

@@ -401,15 +401,16 @@ fn api_auth(
     }
 }
 
-/// `registries[].token_hosts`: `host` or `host:port` each, lowercased.
-fn token_hosts(
+/// `registries[].token_hosts` and `redirect_hosts`: `host` or `host:port` each, lowercased.
+fn hosts(
     cx: &mut Ctx<'_>,
     list: Option<&Vec<serde_saphyr::Spanned<String>>>,
     key: &str,
+    field: &str,
 ) -> Vec<String> {
     let mut hosts = Vec::new();
     for (j, item) in list.into_iter().flatten().enumerate() {
-        let item_key = format!("{key}.token_hosts[{j}]");
+        let item_key = format!("{key}.{field}[{j}]");
         let Some(given) = cx.string(item, &item_key) else {
             continue;
         };
@@ -421,7 +422,7 @@ fn token_hosts(
             hosts.push(host);
         } else {
             let msg = format!(
-                "expected a host or host:port (the token service of a Bearer challenge's realm), like \"auth.internal\" or \"auth.internal:8443\", got {:?}",
+                "expected a host or host:port, like \"storage.internal\" or \"storage.internal:8443\", got {:?}",
                 given.value
             );
             cx.fail(&item_key, &given.origin, msg);
@@ -459,7 +460,8 @@ fn registries(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Registry> {
         });
         let allow = cx.allow_rules(entry.allow.as_ref(), &key);
         let max_connections = max_connections(cx, entry.max_connections.as_ref(), &key);
-        let token_hosts = token_hosts(cx, entry.token_hosts.as_ref(), &key);
+        let token_hosts = hosts(cx, entry.token_hosts.as_ref(), &key, "token_hosts");
+        let redirect_hosts = hosts(cx, entry.redirect_hosts.as_ref(), &key, "redirect_hosts");
         if let Some(name) = &explicit
             && !tunnel::oci::is_path_component(name)
         {
@@ -478,6 +480,7 @@ fn registries(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Registry> {
             url,
             auth,
             token_hosts,
+            redirect_hosts,
             allow_push: entry.allow_push.unwrap_or(false),
             allow,
             max_connections,
