@@ -8,7 +8,9 @@ use std::process::Command;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use testkit::bridge::Rig;
-use testkit::registry::{OciImage, PASSWORD, RegistryServer, TokenService, USER, oci_image};
+use testkit::registry::{
+    OciImage, PASSWORD, RegistryServer, TokenService, USER, oci_image, oci_multi_arch,
+};
 
 struct Setup {
     rig: Rig,
@@ -549,4 +551,91 @@ async fn redirects_are_followed_at_the_bridge_to_listed_hosts_only() {
         rig.bridge.log_text().contains(&storage.host),
         "the operator is not told which host"
     );
+}
+
+/// What passes unchanged: a multi-arch index (inspected raw and copied whole), `HEAD` on a
+/// manifest with its digest, and a ranged blob fetch (a resumed pull).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn indexes_heads_and_ranges_pass_unchanged() {
+    let s = setup().await;
+    let key = s.rig.tenant.api_key.clone();
+    let work = tempfile::tempdir().unwrap();
+    let multi = oci_multi_arch(
+        work.path(),
+        "arch.txt",
+        &[
+            ("amd64", b"built for amd64\n"),
+            ("arm64", b"built for arm64\n"),
+        ],
+    );
+    s.registry.push(&multi, "team/multi", "1.0");
+    let (ok, out, err) = s.skopeo(
+        &key,
+        &["inspect", "--raw", &s.through_cloud("team/multi:1.0")],
+    );
+    assert!(ok, "{err}");
+    let index: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        index["mediaType"],
+        "application/vnd.oci.image.index.v1+json"
+    );
+    let arches: Vec<&str> = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["platform"]["architecture"].as_str().unwrap())
+        .collect();
+    assert_eq!(arches, ["amd64", "arm64"]);
+    let dest = work.path().join("all");
+    let (ok, _, err) = s.skopeo(
+        &key,
+        &[
+            "copy",
+            "--all",
+            &s.through_cloud("team/multi:1.0"),
+            &format!("oci:{}:1.0", dest.display()),
+        ],
+    );
+    assert!(ok, "{err}");
+    let copied = std::fs::read_dir(dest.join("blobs/sha256"))
+        .unwrap()
+        .count();
+    assert_eq!(
+        copied, 7,
+        "the index, two manifests, two configs, two layers"
+    );
+
+    let client = s.rig.cloud.client();
+    let base = format!("{}/v2/dc1/reg", s.rig.cloud.https);
+    let head = client
+        .head(format!("{base}/team/multi/manifests/1.0"))
+        .bearer_auth(&key)
+        .header("accept", "application/vnd.oci.image.index.v1+json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), 200);
+    assert_eq!(
+        head.headers()["docker-content-digest"],
+        multi.manifest_digest.as_str()
+    );
+    let blob = format!("{base}/team/app/blobs/{}", s.image.layer_digest);
+    let whole = client
+        .get(&blob)
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let resumed = client
+        .get(&blob)
+        .bearer_auth(&key)
+        .header("range", "bytes=1000-")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 206);
+    assert_eq!(resumed.bytes().await.unwrap(), whole.slice(1000..));
 }

@@ -140,13 +140,15 @@ impl RegistryServer {
         })
     }
 
-    /// Pushes `image` as `repository:tag`, straight to the registry.
+    /// Pushes `image` (every architecture of an index) as `repository:tag`, straight to the
+    /// registry.
     pub fn push(&self, image: &OciImage, repository: &str, tag: &str) {
         run(
             "skopeo",
             &[
                 "--insecure-policy",
                 "copy",
+                "--all",
                 "--dest-tls-verify=false",
                 "--dest-creds",
                 &format!("{USER}:{PASSWORD}"),
@@ -189,12 +191,99 @@ fn put_blob(dir: &Path, bytes: &[u8]) -> (String, usize) {
 
 /// Builds, in `dir`, an image whose one layer holds `file` with `content`.
 pub fn oci_image(dir: &Path, file: &str, content: &[u8]) -> OciImage {
-    let src = dir.join("src");
-    std::fs::create_dir_all(&src).expect("src");
-    std::fs::write(src.join(file), content).expect("layer file");
+    let layout = new_layout(dir);
+    let (manifest_digest, manifest_size, layer_digest) =
+        write_image(dir, &layout, "amd64", file, content);
+    write_index(
+        &layout,
+        "application/vnd.oci.image.manifest.v1+json",
+        &manifest_digest,
+        manifest_size,
+    );
+    OciImage {
+        dir: layout,
+        manifest_digest,
+        layer_digest,
+    }
+}
+
+/// Builds, in `dir`, a multi-arch image: an OCI image index over one image per
+/// `(architecture, content)`. `manifest_digest` is the index's; `layer_digest` the first
+/// image's layer.
+pub fn oci_multi_arch(dir: &Path, file: &str, variants: &[(&str, &[u8])]) -> OciImage {
+    let layout = new_layout(dir);
+    let mut manifests = Vec::new();
+    let mut first_layer = String::new();
+    for (i, (arch, content)) in variants.iter().enumerate() {
+        let work = dir.join(format!("variant-{i}"));
+        std::fs::create_dir_all(&work).expect("variant dir");
+        let (digest, size, layer) = write_image(&work, &layout, arch, file, content);
+        if i == 0 {
+            first_layer = layer;
+        }
+        manifests.push(serde_json::json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": digest, "size": size,
+            "platform": {"architecture": arch, "os": "linux"},
+        }));
+    }
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": manifests,
+    })
+    .to_string();
+    let (index_digest, index_size) = put_blob(&layout, index.as_bytes());
+    write_index(
+        &layout,
+        "application/vnd.oci.image.index.v1+json",
+        &index_digest,
+        index_size,
+    );
+    OciImage {
+        dir: layout,
+        manifest_digest: index_digest,
+        layer_digest: first_layer,
+    }
+}
+
+fn new_layout(dir: &Path) -> PathBuf {
     let layout = dir.join("layout");
     std::fs::create_dir_all(layout.join("blobs/sha256")).expect("layout");
-    let tar = dir.join("layer.tar");
+    std::fs::write(
+        layout.join("oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#,
+    )
+    .expect("oci-layout");
+    layout
+}
+
+/// The layout's `index.json`, tagging `digest` as `latest`.
+fn write_index(layout: &Path, media_type: &str, digest: &str, size: usize) {
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "manifests": [{
+            "mediaType": media_type, "digest": digest, "size": size,
+            "annotations": {"org.opencontainers.image.ref.name": "latest"},
+        }],
+    })
+    .to_string();
+    std::fs::write(layout.join("index.json"), index).expect("index");
+}
+
+/// One image's layer, config and manifest into `layout`'s blobs (working files in `work`):
+/// (manifest digest, manifest size, layer digest).
+fn write_image(
+    work: &Path,
+    layout: &Path,
+    arch: &str,
+    file: &str,
+    content: &[u8],
+) -> (String, usize, String) {
+    let src = work.join("src");
+    std::fs::create_dir_all(&src).expect("src");
+    std::fs::write(src.join(file), content).expect("layer file");
+    let tar = work.join("layer.tar");
     run(
         "tar",
         &[
@@ -212,15 +301,15 @@ pub fn oci_image(dir: &Path, file: &str, content: &[u8]) -> OciImage {
     );
     let tar_bytes = std::fs::read(&tar).expect("layer tar");
     let diff_id = format!("sha256:{}", sha256_hex(&tar_bytes));
-    run("gzip", &["-n", "-f", &tar.display().to_string()]);
-    let gz = std::fs::read(dir.join("layer.tar.gz")).expect("layer gz");
-    let (layer_digest, layer_size) = put_blob(&layout, &gz);
+    run("gzip", &["-n", "-1", "-f", &tar.display().to_string()]);
+    let gz = std::fs::read(work.join("layer.tar.gz")).expect("layer gz");
+    let (layer_digest, layer_size) = put_blob(layout, &gz);
     let config = serde_json::json!({
-        "architecture": "amd64", "os": "linux", "config": {},
+        "architecture": arch, "os": "linux", "config": {},
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
     })
     .to_string();
-    let (config_digest, config_size) = put_blob(&layout, config.as_bytes());
+    let (config_digest, config_size) = put_blob(layout, config.as_bytes());
     let manifest = serde_json::json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
@@ -228,27 +317,8 @@ pub fn oci_image(dir: &Path, file: &str, content: &[u8]) -> OciImage {
         "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest, "size": layer_size}],
     })
     .to_string();
-    let (manifest_digest, manifest_size) = put_blob(&layout, manifest.as_bytes());
-    let index = serde_json::json!({
-        "schemaVersion": 2,
-        "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": manifest_digest, "size": manifest_size,
-            "annotations": {"org.opencontainers.image.ref.name": "latest"},
-        }],
-    })
-    .to_string();
-    std::fs::write(layout.join("index.json"), index).expect("index");
-    std::fs::write(
-        layout.join("oci-layout"),
-        r#"{"imageLayoutVersion":"1.0.0"}"#,
-    )
-    .expect("oci-layout");
-    OciImage {
-        dir: layout,
-        manifest_digest,
-        layer_digest,
-    }
+    let (manifest_digest, manifest_size) = put_blob(layout, manifest.as_bytes());
+    (manifest_digest, manifest_size, layer_digest)
 }
 
 /// The `service` a token registry names in its challenge.
