@@ -5,15 +5,14 @@
 //! forwarding path that buffers or copies too much would show, in time and in memory.
 
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use testkit::git_server::{GitAuth, GitServer, git};
 
 use crate::cpu::Meter;
 use crate::procs::{bridge_token, peak_rss_mb, start, start_bridge, status_mb};
+use crate::sample::{RssSampler, median, sync};
 
 /// Options of `bench git`.
 #[derive(Debug, clap::Args)]
@@ -52,44 +51,6 @@ fn pack_bytes(repo: &Path) -> Result<u64> {
         }
     }
     Ok(total)
-}
-
-/// Samples the VmRSS of some processes every 50 ms in a thread and keeps each one's maximum:
-/// VmHWM is a lifetime peak, which start-up or an earlier phase could have set.
-struct RssSampler {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<Vec<f64>>,
-}
-
-impl RssSampler {
-    fn start(pids: Vec<u32>) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut max = vec![0.0f64; pids.len()];
-            loop {
-                for (m, pid) in max.iter_mut().zip(&pids) {
-                    *m = m.max(status_mb(*pid, "VmRSS:"));
-                }
-                if flag.load(Ordering::Relaxed) {
-                    return max;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        });
-        RssSampler { stop, thread }
-    }
-
-    fn stop(self) -> Vec<f64> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap_or_default()
-    }
-}
-
-/// Flushes dirty pages: a clone writes as much as it receives, and the writeback of one run
-/// (or of the repository's creation) would otherwise compete with the next.
-fn sync() {
-    let _ = std::process::Command::new("sync").status();
 }
 
 /// One mirror clone into a fresh temp dir (deleted and synced after); (seconds, bytes of the
@@ -138,16 +99,6 @@ impl Arm {
     fn clone_once(&self) -> Result<(f64, u64)> {
         let config: Vec<&str> = self.config.iter().map(String::as_str).collect();
         clone(&self.url, &config)
-    }
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
 

@@ -15,6 +15,8 @@ mod load;
 mod nginx;
 mod peers;
 mod procs;
+mod registry;
+mod sample;
 mod tunnel;
 mod upstream;
 
@@ -37,6 +39,9 @@ enum Command {
     /// `git clone --mirror` of a big repository, direct and through the tunnel, with the peak
     /// RSS of cloud and bridge (needs git, nginx and fcgiwrap).
     Git(git::Args),
+    /// `skopeo copy` of an image with a big layer, direct and through the tunnel, with the
+    /// peak RSS of cloud and bridge (needs docker-registry, skopeo and htpasswd).
+    Registry(registry::Args),
     /// The tunnel benchmark's internal HTTP server, alone (also handy for `wrk`).
     Upstream(upstream::Args),
 }
@@ -47,6 +52,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Ingest(args) => ingest::run(args).await,
         Command::Tunnel(args) => tunnel::run(args).await,
         Command::Git(args) => git::run(args),
+        Command::Registry(args) => registry::run(args),
         Command::Upstream(args) => upstream::run(args).await,
     }
 }
