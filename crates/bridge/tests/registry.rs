@@ -639,3 +639,36 @@ async fn indexes_heads_and_ranges_pass_unchanged() {
     assert_eq!(resumed.status(), 206);
     assert_eq!(resumed.bytes().await.unwrap(), whole.slice(1000..));
 }
+
+/// A layer of 200 MiB streams through cloud and bridge (the copy checks its digest, so every
+/// byte arrived). Its time and the processes' memory are measured by `bench registry`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_200_mib_layer_is_pulled_whole() {
+    let s = setup().await;
+    let key = s.rig.tenant.api_key.clone();
+    let work = tempfile::tempdir().unwrap();
+    let content = {
+        use rand::RngCore;
+        let mut bytes = vec![0u8; 200 << 20];
+        rand::rng().fill_bytes(&mut bytes);
+        bytes
+    };
+    let image = oci_image(work.path(), "big.bin", &content);
+    drop(content);
+    s.registry.push(&image, "team/big", "1.0");
+    let dest = work.path().join("copy");
+    let (ok, _, err) = s.skopeo(
+        &key,
+        &[
+            "copy",
+            &s.through_cloud("team/big:1.0"),
+            &format!("dir:{}", dest.display()),
+        ],
+    );
+    assert!(ok, "{err}");
+    let layer = dest.join(image.layer_digest.trim_start_matches("sha256:"));
+    assert!(
+        std::fs::metadata(&layer).unwrap().len() > 200 << 20,
+        "random bytes do not compress"
+    );
+}
