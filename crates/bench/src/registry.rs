@@ -38,7 +38,10 @@ fn pull(image: &str, options: &[String]) -> Result<f64> {
         .output()?;
     let secs = started.elapsed().as_secs_f64();
     if !out.status.success() {
-        bail!("skopeo copy {image}: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "skopeo copy {image}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     drop(dir);
     sync();
@@ -149,7 +152,9 @@ pub fn run(args: Args) -> Result<()> {
             peak_rss_mb(*pid)
         );
     }
-    println!("(peak RSS: VmRSS sampled every 50 ms during the tunnelled pulls; target: each under 100 MB)");
+    println!(
+        "(peak RSS: VmRSS sampled every 50 ms during the tunnelled pulls; target: each under 100 MB)"
+    );
     drop(bridge);
     drop(cloud);
     drop(registry);

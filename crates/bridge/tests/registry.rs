@@ -140,6 +140,46 @@ async fn skopeo_inspects_lists_and_copies_an_image_through_the_cloud() {
     let audit = s.rig.bridge.audit_records(1).await;
     assert!(audit.iter().all(|r| r["kind"] == "registry"), "{audit:?}");
     assert!(!format!("{audit:?}").contains(PASSWORD));
+    let metrics = format!(
+        "{}{}",
+        s.rig.bridge.metrics().await,
+        s.rig.cloud.metrics_text().await
+    );
+    assert!(!metrics.contains(PASSWORD) && !metrics.contains(&key));
+
+    // skopeo login (any user, the API key as password) stores the login for later commands.
+    let authfile = s.registry.scratch("auth").join("auth.json");
+    let authfile = authfile.display().to_string();
+    let certs = s.certs.path().display().to_string();
+    let registry = format!("localhost:{}", s.rig.cloud.tls_port());
+    let login = Command::new("skopeo")
+        .args(["login", "--authfile", &authfile, "--cert-dir", &certs])
+        .args(["-u", "anyone", "--password-stdin", &registry])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(key.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert!(
+        login.status.success(),
+        "{}",
+        String::from_utf8_lossy(&login.stderr)
+    );
+    let inspect = Command::new("skopeo")
+        .args(["inspect", "--authfile", &authfile, "--cert-dir", &certs])
+        .arg(s.through_cloud("team/app:1.0"))
+        .output()
+        .unwrap();
+    assert!(
+        inspect.status.success(),
+        "{}",
+        String::from_utf8_lossy(&inspect.stderr)
+    );
     // bridge check logs in as a pull would, and names a wrong login.
     let (code, out) = check(&s.rig, &bridge_yaml(&s.rig));
     assert_eq!(code, Some(0), "{out}");
@@ -159,7 +199,7 @@ async fn unknown_images_other_orgs_and_pushes_get_oci_errors() {
     // The registry's own error passes through: skopeo prints it.
     let (ok, _, err) = s.skopeo(&key, &["inspect", &s.through_cloud("team/nope:1.0")]);
     assert!(!ok);
-    assert!(err.contains("unknown"), "{err}");
+    assert!(err.contains("name unknown"), "{err}");
     // Another org does not see this bridge at all.
     let other = s.rig.cloud.tenant("globex");
     let (ok, _, err) = s.skopeo(
@@ -363,13 +403,26 @@ fn bridge_yaml(rig: &Rig) -> String {
     std::fs::read_to_string(rig.bridge.dir.path().join("bridge.yaml")).unwrap()
 }
 
-/// `skopeo copy` of a local image to the cloud, logging in with `key`; (success, stderr).
+/// `skopeo copy` of a local image, from a `dir:` as a pull leaves it, to the cloud, logging
+/// in with `key`; (success, stderr).
 fn push(certs: &std::path::Path, key: &str, image: &OciImage, dest: &str) -> (bool, String) {
+    let local = image.dir.with_file_name("as-dir");
+    if !local.exists() {
+        testkit::registry::run(
+            "skopeo",
+            &[
+                "--insecure-policy",
+                "copy",
+                &format!("oci:{}:latest", image.dir.display()),
+                &format!("dir:{}", local.display()),
+            ],
+        );
+    }
     let out = Command::new("skopeo")
         .args(["--insecure-policy", "copy"])
         .args(["--dest-creds", &format!("ci:{key}")])
         .args(["--dest-cert-dir", &certs.display().to_string()])
-        .arg(format!("oci:{}:latest", image.dir.display()))
+        .arg(format!("dir:{}", local.display()))
         .arg(dest)
         .output()
         .expect("skopeo must be installed");
