@@ -199,7 +199,22 @@ async fn unknown_images_other_orgs_and_pushes_get_oci_errors() {
     // The registry's own error passes through: skopeo prints it.
     let (ok, _, err) = s.skopeo(&key, &["inspect", &s.through_cloud("team/nope:1.0")]);
     assert!(!ok);
-    assert!(err.contains("name unknown"), "{err}");
+    assert!(err.contains("manifest unknown"), "{err}");
+    let res = s
+        .rig
+        .cloud
+        .client()
+        .get(format!(
+            "{}/v2/dc1/reg/team/nope/tags/list",
+            s.rig.cloud.https
+        ))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 404);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["errors"][0]["code"], "NAME_UNKNOWN", "{body}");
     // Another org does not see this bridge at all.
     let other = s.rig.cloud.tenant("globex");
     let (ok, _, err) = s.skopeo(
