@@ -740,3 +740,52 @@ async fn a_200_mib_layer_is_pulled_whole() {
         "random bytes do not compress"
     );
 }
+
+/// `podman pull` through the cloud, into a private store (root and run root of its own, and the
+/// `containers.conf` this machine needs: runc, cgroupfs, file events).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn podman_pulls_through_the_cloud() {
+    let s = setup().await;
+    let key = s.rig.tenant.api_key.clone();
+    let store = s.registry.scratch("podman");
+    let conf = store.join("containers.conf");
+    std::fs::write(
+        &conf,
+        "[containers]\ndefault_ulimits = [\"nofile=20000:20000\", \"nproc=32768:32768\"]\n[engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n",
+    )
+    .unwrap();
+    let image = format!("localhost:{}/dc1/reg/team/app:1.0", s.rig.cloud.tls_port());
+    let podman = |args: &[&str]| {
+        Command::new("podman")
+            .env("CONTAINERS_CONF", &conf)
+            .args(["--root", &store.join("root").display().to_string()])
+            .args(["--runroot", &store.join("run").display().to_string()])
+            .args(["--storage-driver", "vfs"])
+            .args(args)
+            .output()
+            .expect("podman must be installed (.ci/run installs it)")
+    };
+    let out = podman(&[
+        "pull",
+        "--cert-dir",
+        &s.certs.path().display().to_string(),
+        "--creds",
+        &format!("ci:{key}"),
+        &image,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = podman(&["image", "inspect", "--format", "{{.Digest}}", &image]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        s.image.manifest_digest
+    );
+}
