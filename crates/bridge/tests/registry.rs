@@ -324,6 +324,7 @@ async fn a_token_registry_is_pulled_with_tokens_from_listed_token_hosts_only() {
     let work = tempfile::tempdir().unwrap();
     let image = oci_image(work.path(), "hello.txt", b"hello from a token registry\n");
     registry.push(&image, "team/app", "1.0");
+    registry.push(&image, "team/other", "1.0");
     let before = tokens.requests.load(std::sync::atomic::Ordering::SeqCst);
     let (url, token_host) = (registry.url.clone(), tokens.host.clone());
     let rig = Rig::start_with(move |_| {
@@ -386,6 +387,22 @@ async fn a_token_registry_is_pulled_with_tokens_from_listed_token_hosts_only() {
         tokens.requests.load(std::sync::atomic::Ordering::SeqCst),
         before + 1,
         "one token for repository:team/app:pull, then the cache"
+    );
+    // A token the registry refuses before its announced end is dropped, and the request sent
+    // again with a new one: the pull does not fail.
+    tokens
+        .expire_next
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let (ok, _, err) = skopeo(
+        certs.path(),
+        &key,
+        &["inspect", &through_cloud(&rig, "listed", "team/other:1.0")],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(
+        tokens.requests.load(std::sync::atomic::Ordering::SeqCst),
+        before + 3,
+        "the refused token, then one that works"
     );
     assert!(!rig.bridge.log_text().contains(PASSWORD));
     // bridge check walks the same steps and says which one failed.
@@ -654,6 +671,19 @@ async fn indexes_heads_and_ranges_pass_unchanged() {
         .map(|m| m["platform"]["architecture"].as_str().unwrap())
         .collect();
     assert_eq!(arches, ["amd64", "arm64"]);
+    // The same images as Docker's manifest list and schema 2 manifests pass as they are too.
+    s.registry.push_as(&multi, "team/dockerlist", "1.0", "v2s2");
+    let (ok, out, err) = s.skopeo(
+        &key,
+        &["inspect", "--raw", &s.through_cloud("team/dockerlist:1.0")],
+    );
+    assert!(ok, "{err}");
+    let list: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        list["mediaType"],
+        "application/vnd.docker.distribution.manifest.list.v2+json"
+    );
+    assert_eq!(list["manifests"].as_array().unwrap().len(), 2);
     let dest = work.path().join("all");
     let (ok, _, err) = s.skopeo(
         &key,
@@ -765,12 +795,33 @@ async fn podman_pulls_through_the_cloud() {
             .output()
             .expect("podman must be installed (.ci/run installs it)")
     };
+    // podman login: any user, the API key as password; then a pull that uses it.
+    let authfile = store.join("auth.json").display().to_string();
+    let certs = s.certs.path().display().to_string();
+    let registry = format!("localhost:{}", s.rig.cloud.tls_port());
+    let out = podman(&[
+        "login",
+        "--authfile",
+        &authfile,
+        "--cert-dir",
+        &certs,
+        "-u",
+        "anyone",
+        "-p",
+        &key,
+        &registry,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = podman(&[
         "pull",
+        "--authfile",
+        &authfile,
         "--cert-dir",
-        &s.certs.path().display().to_string(),
-        "--creds",
-        &format!("ci:{key}"),
+        &certs,
         &image,
     ]);
     assert!(

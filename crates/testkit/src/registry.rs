@@ -143,12 +143,20 @@ impl RegistryServer {
     /// Pushes `image` (every architecture of an index) as `repository:tag`, straight to the
     /// registry.
     pub fn push(&self, image: &OciImage, repository: &str, tag: &str) {
+        self.push_as(image, repository, tag, "oci");
+    }
+
+    /// [`RegistryServer::push`] with skopeo's `--format` (`oci`, or `v2s2` for Docker's
+    /// manifests, an index becoming a Docker manifest list).
+    pub fn push_as(&self, image: &OciImage, repository: &str, tag: &str, format: &str) {
         run(
             "skopeo",
             &[
                 "--insecure-policy",
                 "copy",
                 "--all",
+                "--format",
+                format,
                 "--dest-tls-verify=false",
                 "--dest-creds",
                 &format!("{USER}:{PASSWORD}"),
@@ -337,6 +345,9 @@ pub struct TokenService {
     pub host: String,
     /// Token requests answered, refused ones included.
     pub requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Set, the next token is issued already expired (though its answer says 300 s), as a
+    /// token the registry stops taking before its time.
+    pub expire_next: std::sync::Arc<std::sync::atomic::AtomicBool>,
     cert_pem: String,
     task: tokio::task::JoinHandle<()>,
 }
@@ -377,16 +388,19 @@ impl TokenService {
         let addr = listener.local_addr().expect("addr");
         let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counter = requests.clone();
+        let expire_next = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let expire = expire_next.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let (signer, counter) = (signer.clone(), counter.clone());
+                let (signer, counter, expire) = (signer.clone(), counter.clone(), expire.clone());
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| {
                         counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        let answer = token_answer(&signer, &req);
+                        let expired = expire.swap(false, std::sync::atomic::Ordering::SeqCst);
+                        let answer = token_answer(&signer, &req, expired);
                         async move { Ok::<_, std::convert::Infallible>(answer) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
@@ -399,6 +413,7 @@ impl TokenService {
             url: format!("http://{addr}"),
             host: addr.to_string(),
             requests,
+            expire_next,
             cert_pem: cert.pem(),
             task,
         }
@@ -408,6 +423,7 @@ impl TokenService {
 fn token_answer(
     signer: &Signer,
     req: &hyper::Request<hyper::body::Incoming>,
+    expired: bool,
 ) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
     use base64::Engine;
     let respond = |status: u16, body: String| {
@@ -443,7 +459,8 @@ fn token_answer(
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
-        .as_secs();
+        .as_secs()
+        - if expired { 600 } else { 0 };
     let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
     let header = serde_json::json!({"typ": "JWT", "alg": "ES256", "x5c": [signer.cert_der_b64]});
     let claims = serde_json::json!({

@@ -52,6 +52,14 @@ pub type Authorize<'a> = std::pin::Pin<
     Box<dyn std::future::Future<Output = Result<Option<HeaderValue>, Refusal>> + Send + 'a>,
 >;
 
+/// The head of a request sent to the internal system, as [`Kind::follow`] sees it.
+pub struct Sent {
+    /// Its method.
+    pub method: Method,
+    /// Its URI and headers, when the kind keeps them ([`Kind::keeps_request`]).
+    pub head: Option<(http::Uri, HeaderMap)>,
+}
+
 /// What [`Kind::follow`] returns: the answer to pass on, or why none is.
 pub type Follow<'a> = std::pin::Pin<
     Box<
@@ -87,12 +95,18 @@ pub trait Kind: Send + Sync {
         Box::pin(async { Ok(None) })
     }
 
-    /// The answer to pass on for `response` to `method`: a kind may follow a redirect itself
-    /// (a registry's blob storage) rather than hand an internal URL to the caller. The
-    /// response itself by default.
+    /// Whether [`Kind::follow`] needs the request it answers (a copy of its head is kept).
+    fn keeps_request(&self) -> bool {
+        false
+    }
+
+    /// The answer to pass on for `response` to `sent` (the request's head when
+    /// [`Kind::keeps_request`], else only its method): a kind may follow a redirect itself (a
+    /// registry's blob storage) rather than hand an internal URL to the caller, or send the
+    /// request again with fresh credentials. The response itself by default.
     fn follow<'a>(
         &'a self,
-        _method: &'a Method,
+        _sent: &'a Sent,
         response: http::Response<hyper::body::Incoming>,
     ) -> Follow<'a> {
         Box::pin(async move { Ok(response) })

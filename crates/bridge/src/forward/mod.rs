@@ -227,8 +227,15 @@ impl Forwarder {
             _permits: permits,
         };
         // Phase 4: the response.
+        let sent = kind::Sent {
+            method,
+            head: resource
+                .kind
+                .keeps_request()
+                .then(|| (upstream.uri().clone(), upstream.headers().clone())),
+        };
         let answer = match resource.client.request(upstream).await {
-            Ok(response) => resource.kind.follow(&method, response).await.map(Ok),
+            Ok(response) => resource.kind.follow(&sent, response).await.map(Ok),
             Err(e) => Ok(Err(e)),
         };
         let answer = match answer {

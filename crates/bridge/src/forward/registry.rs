@@ -22,7 +22,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use url::Url;
 
-use super::kind::{Authorize, Follow, Kind, Refusal};
+use super::kind::{Authorize, Follow, Kind, Refusal, Sent};
 use crate::config::{Registry, basic_authorization};
 use crate::rules::allowed;
 
@@ -209,6 +209,53 @@ impl RegistryKind {
             .map_err(|_| failed("answered a token that is not a header value".to_string()))?;
         // Renewed a little early: a token must not expire between here and the registry.
         Ok((value, Instant::now() + life.mul_f64(0.9)))
+    }
+
+    /// A token refused (`401` to a `GET` or `HEAD` that carried one: it expired early, or the
+    /// registry restarted with new keys) is dropped, and the request sent once more with a new
+    /// one.
+    async fn retry_unauthorized(
+        &self,
+        sent: &Sent,
+        response: Response<Incoming>,
+    ) -> Result<Response<Incoming>, Refusal> {
+        let Some((uri, headers)) = &sent.head else {
+            return Ok(response);
+        };
+        let had_token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("Bearer "));
+        let pulling = sent.method == Method::GET || sent.method == Method::HEAD;
+        if response.status() != StatusCode::UNAUTHORIZED || !had_token || !pulling {
+            return Ok(response);
+        }
+        let path = uri.path();
+        self.auth
+            .lock()
+            .await
+            .tokens
+            .remove(&scope_of(path, false).unwrap_or_default());
+        let authorization = self.authorization(&sent.method, path).await?;
+        let mut again = http::Request::builder()
+            .method(sent.method.clone())
+            .uri(uri.clone())
+            .body(Empty::new())
+            .map_err(|e| self.unavailable("registry: token", e.to_string()))?;
+        *again.headers_mut() = headers.clone();
+        match authorization {
+            Some(value) => again.headers_mut().insert(header::AUTHORIZATION, value),
+            None => again.headers_mut().remove(header::AUTHORIZATION),
+        };
+        self.client.request(again).await.map_err(|e| {
+            self.unavailable(
+                "registry: token",
+                format!(
+                    "the bridge cannot reach registry {:?} again with a new token: {e}",
+                    self.cfg.name
+                ),
+            )
+        })
     }
 
     /// Follows the registry's redirects (blob downloads from S3-like storage) itself, to the
@@ -478,8 +525,15 @@ impl Kind for RegistryKind {
         Box::pin(self.authorization(method, path))
     }
 
-    fn follow<'a>(&'a self, method: &'a Method, response: Response<Incoming>) -> Follow<'a> {
-        Box::pin(self.follow_redirects(method, response))
+    fn keeps_request(&self) -> bool {
+        true
+    }
+
+    fn follow<'a>(&'a self, sent: &'a Sent, response: Response<Incoming>) -> Follow<'a> {
+        Box::pin(async move {
+            let response = self.retry_unauthorized(sent, response).await?;
+            self.follow_redirects(&sent.method, response).await
+        })
     }
 
     /// The registry refusing the entry's login is the bridge operator's problem: passed on,
