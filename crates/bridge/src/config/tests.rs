@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use super::*;
 
-/// A configuration shaped like the product's documented sample (less its `databases` and `registries`, which
-/// this release cannot serve yet), with secrets from the environment.
+/// A configuration shaped like the product's documented sample (less its `databases`, which this
+/// release cannot serve yet), with secrets from the environment.
 const SAMPLE: &str = r#"
 token: ${BRIDGE_TOKEN}
 name: production-bridge
@@ -40,13 +40,20 @@ apis:
     allow:
       - method: get
         path: /v1/*
+
+registries:
+  - url: registry.internal.company.com:5000
+    auth:
+      username: puller
+      password: ${REGISTRY_PASSWORD}
 "#;
 
-const SECRETS: [(&str, &str); 4] = [
+const SECRETS: [(&str, &str); 5] = [
     ("BRIDGE_TOKEN", "tok-SECRET-bridge"),
     ("PROXY_PASSWORD", "SECRET-proxy"),
     ("GIT_TOKEN", "SECRET-git-token"),
     ("API_PASSWORD", "SECRET-api"),
+    ("REGISTRY_PASSWORD", "SECRET-registry"),
 ];
 
 fn sample_env() -> MapEnv {
@@ -97,6 +104,18 @@ fn sample_config_parses() {
     assert_eq!(second.name, "git.internal.company.com-2");
     assert!(second.allow_push && second.auth.is_none());
 
+    let registry = &config.registries[0];
+    assert_eq!(registry.name, "registry.internal.company.com");
+    assert_eq!(
+        registry.url.as_str(),
+        "https://registry.internal.company.com:5000/"
+    );
+    assert_eq!(
+        registry.auth.as_ref().unwrap().password.expose(),
+        "SECRET-registry"
+    );
+    assert!(!registry.allow_push && registry.token_hosts.is_empty());
+
     let api = &config.apis[0];
     assert_eq!(api.name, "internal-api");
     assert_eq!(
@@ -117,6 +136,7 @@ fn sample_config_parses() {
             (ResourceKind::Git, "git.internal.company.com"),
             (ResourceKind::Git, "git.internal.company.com-2"),
             (ResourceKind::Api, "internal-api"),
+            (ResourceKind::Registry, "registry.internal.company.com"),
         ]
     );
 }
