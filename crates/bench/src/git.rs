@@ -11,8 +11,8 @@ use anyhow::{Context, Result, bail};
 use testkit::git_server::{GitAuth, GitServer, git};
 
 use crate::cpu::Meter;
-use crate::procs::{bridge_token, peak_rss_mb, start, start_bridge, status_mb};
-use crate::sample::{RssSampler, median, sync};
+use crate::procs::{bridge_token, start, start_bridge, status_mb};
+use crate::sample::{RssSampler, median, print_memory, sync};
 
 /// Options of `bench git`.
 #[derive(Debug, clap::Args)]
@@ -227,18 +227,7 @@ pub fn run(args: Args) -> Result<()> {
         tm / dm,
         100.0 * (tm / dm - 1.0)
     );
-    println!(
-        "{:<8} {:>9} {:>22} {:>14}",
-        "process", "idle MB", "peak RSS, clones MB", "VmHWM MB"
-    );
-    for (k, (name, pid)) in pids.iter().enumerate() {
-        println!(
-            "{name:<8} {:>9.1} {:>22.1} {:>14.1}",
-            idle[k],
-            peak[k],
-            peak_rss_mb(*pid)
-        );
-    }
+    print_memory(&pids, &idle, &peak, "clones");
     println!(
         "(peak RSS: VmRSS sampled every 50 ms during the tunnelled clones; target: each under 100 MB; pack {mb:.1} MB)"
     );

@@ -9,8 +9,8 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 use testkit::registry::{PASSWORD, RegistryServer, USER, oci_image};
 
-use crate::procs::{bridge_token, peak_rss_mb, start, start_bridge, status_mb};
-use crate::sample::{RssSampler, median, sync};
+use crate::procs::{bridge_token, start, start_bridge, status_mb};
+use crate::sample::{RssSampler, median, print_memory, sync};
 
 /// Options of `bench registry`.
 #[derive(Debug, clap::Args)]
@@ -140,18 +140,7 @@ pub fn run(args: Args) -> Result<()> {
         "\nmedian: direct {direct:.2} s, tunnel {tunnel:.2} s: the tunnel adds {:+.0}% (target: at most +50%)",
         100.0 * (tunnel / direct - 1.0)
     );
-    println!(
-        "{:<8} {:>9} {:>22} {:>14}",
-        "process", "idle MB", "peak RSS, pulls MB", "VmHWM MB"
-    );
-    for (k, (name, pid)) in pids.iter().enumerate() {
-        println!(
-            "{name:<8} {:>9.1} {:>22.1} {:>14.1}",
-            idle[k],
-            peak[k],
-            peak_rss_mb(*pid)
-        );
-    }
+    print_memory(&pids, &idle, &peak, "pulls");
     println!(
         "(peak RSS: VmRSS sampled every 50 ms during the tunnelled pulls; target: each under 100 MB)"
     );

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::procs::status_mb;
+use crate::procs::{peak_rss_mb, status_mb};
 
 /// Samples the VmRSS of some processes every 50 ms in a thread and keeps each one's maximum:
 /// VmHWM is a lifetime peak, which start-up or an earlier phase could have set.
@@ -55,5 +55,25 @@ pub fn median(v: &[f64]) -> f64 {
         0 => f64::NAN,
         n if n % 2 == 1 => v[n / 2],
         n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The memory table: each process's idle RSS, its peak RSS during the `what` sampled, and its
+/// lifetime peak (VmHWM).
+pub fn print_memory(pids: &[(&str, u32)], idle: &[f64], peak: &[f64], what: &str) {
+    println!(
+        "{:<8} {:>9} {:>22} {:>14}",
+        "process",
+        "idle MB",
+        format!("peak RSS, {what} MB"),
+        "VmHWM MB"
+    );
+    for (k, (name, pid)) in pids.iter().enumerate() {
+        println!(
+            "{name:<8} {:>9.1} {:>22.1} {:>14.1}",
+            idle[k],
+            peak[k],
+            peak_rss_mb(*pid)
+        );
     }
 }

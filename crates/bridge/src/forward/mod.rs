@@ -240,16 +240,7 @@ impl Forwarder {
         };
         let answer = match answer {
             Ok(answer) => answer,
-            Err(refusal) => {
-                tracing::warn!(resource = %name, why = %refusal.why, "internal resource answer refused");
-                self.metrics.refuse(refusal.reason);
-                if let Some(audit) = finish.audit.as_mut() {
-                    audit.status = refusal.status.as_u16();
-                    audit.rule = refusal.rule;
-                }
-                drop(finish);
-                return Ok(resource.kind.refusal(refusal.status, &refusal.why));
-            }
+            Err(refusal) => return Ok(self.refused_answer(finish, resource, &name, refusal)),
         };
         match answer {
             Ok(response) => {
@@ -258,14 +249,7 @@ impl Forwarder {
                     .kind
                     .response_filter(parts.status, &mut parts.headers)
                 {
-                    tracing::warn!(resource = %name, status = parts.status.as_u16(), why = %refusal.why, "internal resource refused the bridge");
-                    self.metrics.refuse(refusal.reason);
-                    if let Some(audit) = finish.audit.as_mut() {
-                        audit.status = refusal.status.as_u16();
-                        audit.rule = refusal.rule;
-                    }
-                    drop(finish);
-                    return Ok(resource.kind.refusal(refusal.status, &refusal.why));
+                    return Ok(self.refused_answer(finish, resource, &name, refusal));
                 }
                 strip_headers(&mut parts.headers, HOP);
                 if let Some(audit) = finish.audit.as_mut() {
@@ -396,6 +380,26 @@ impl Forwarder {
 
     /// Settles a refused stream: metrics, the audit record, and the refusal in the kind's
     /// format (problem+json where no resource was found).
+    /// The internal system answered, but not with what may go back (it refused the bridge's
+    /// credentials, or redirected where the bridge does not follow): the kind's refusal
+    /// instead, counted, logged and audited with the rule that decided.
+    fn refused_answer(
+        &self,
+        mut finish: Finish,
+        resource: &Resource,
+        name: &str,
+        refusal: Refusal,
+    ) -> Response<ResBody> {
+        tracing::warn!(resource = %name, status = refusal.status.as_u16(), why = %refusal.why, "internal resource's answer refused");
+        self.metrics.refuse(refusal.reason);
+        if let Some(audit) = finish.audit.as_mut() {
+            audit.status = refusal.status.as_u16();
+            audit.rule = refusal.rule;
+        }
+        drop(finish);
+        resource.kind.refusal(refusal.status, &refusal.why)
+    }
+
     fn deny(
         &self,
         started: Instant,

@@ -21,27 +21,12 @@ pub(super) fn refusal(kind: ResourceKind, problem: Problem) -> Response {
 /// An OCI error body, with the registry API's version header and, on a 401, the `Basic`
 /// challenge after which `skopeo`, `podman` and `docker` send the login they were given.
 pub(crate) fn registry_refusal(problem: Problem) -> Response {
-    let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let body = tunnel::oci::error_body(problem.status, &problem.detail);
-    let mut response = (status, body).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    headers.insert(
+    let mut response = refusal_as(&problem, "application/json", body);
+    response.headers_mut().insert(
         tunnel::oci::API_VERSION_HEADER,
         HeaderValue::from_static(tunnel::oci::API_VERSION),
     );
-    if problem.challenge {
-        headers.insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Basic realm=\"signals\""),
-        );
-    }
-    if let Some(secs) = problem.retry_after {
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
-    }
     response
 }
 
@@ -66,13 +51,17 @@ pub(super) fn registry_response_filter(bridge: &str, registry: &str, response: &
 }
 
 fn git_refusal(problem: Problem) -> Response {
+    let body = format!("{}\n", problem.detail);
+    refusal_as(&problem, "text/plain; charset=utf-8", body)
+}
+
+/// `problem` as `body` of `content_type`, for clients that do not read problem+json, with the
+/// `Basic` challenge after which they send credentials, and `Retry-After`.
+fn refusal_as(problem: &Problem, content_type: &'static str, body: String) -> Response {
     let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = (status, format!("{}\n", problem.detail)).into_response();
+    let mut response = (status, body).into_response();
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     if problem.challenge {
         headers.insert(
             header::WWW_AUTHENTICATE,
