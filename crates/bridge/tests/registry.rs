@@ -38,8 +38,7 @@ async fn setup() -> Setup {
         )
     })
     .await;
-    let certs = tempfile::tempdir().unwrap();
-    std::fs::copy(rig.cloud.ca_path(), certs.path().join("ca.crt")).unwrap();
+    let certs = cert_dir(&rig);
     std::mem::forget(work);
     Setup {
         rig,
@@ -59,6 +58,34 @@ impl Setup {
     fn skopeo(&self, key: &str, args: &[&str]) -> (bool, String, String) {
         skopeo(self.certs.path(), key, args)
     }
+}
+
+/// A directory holding the cloud's CA as `ca.crt`, as `--cert-dir` wants it.
+fn cert_dir(rig: &Rig) -> tempfile::TempDir {
+    let certs = tempfile::tempdir().unwrap();
+    std::fs::copy(rig.cloud.ca_path(), certs.path().join("ca.crt")).unwrap();
+    certs
+}
+
+/// `skopeo copy` of `from` to `dir:{dest}`, which must then hold `image`'s layer (skopeo has
+/// checked its digest on the way).
+fn pull_to_dir(
+    certs: &std::path::Path,
+    key: &str,
+    from: &str,
+    dest: &std::path::Path,
+    image: &OciImage,
+) {
+    let (ok, _, err) = skopeo(
+        certs,
+        key,
+        &["copy", from, &format!("dir:{}", dest.display())],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        dest.join(image.layer_digest.trim_start_matches("sha256:"))
+            .exists()
+    );
 }
 
 /// `docker://localhost:PORT/dc1/{entry}/{name}`: an image of registries entry `entry`.
@@ -333,8 +360,7 @@ async fn a_token_registry_is_pulled_with_tokens_from_listed_token_hosts_only() {
         )
     })
     .await;
-    let certs = tempfile::tempdir().unwrap();
-    std::fs::copy(rig.cloud.ca_path(), certs.path().join("ca.crt")).unwrap();
+    let certs = cert_dir(&rig);
     let key = rig.tenant.api_key.clone();
 
     // The challenge points elsewhere and the entry does not list it: refused, and the login
@@ -368,20 +394,12 @@ async fn a_token_registry_is_pulled_with_tokens_from_listed_token_hosts_only() {
     assert!(ok, "{err}");
     let inspected: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(inspected["Digest"], image.manifest_digest.as_str());
-    let dest = work.path().join("copy");
-    let (ok, _, err) = skopeo(
+    pull_to_dir(
         certs.path(),
         &key,
-        &[
-            "copy",
-            &through_cloud(&rig, "listed", "team/app:1.0"),
-            &format!("dir:{}", dest.display()),
-        ],
-    );
-    assert!(ok, "{err}");
-    assert!(
-        dest.join(image.layer_digest.trim_start_matches("sha256:"))
-            .exists()
+        &through_cloud(&rig, "listed", "team/app:1.0"),
+        &work.path().join("copy"),
+        &image,
     );
     assert_eq!(
         tokens.requests.load(std::sync::atomic::Ordering::SeqCst),
@@ -592,23 +610,14 @@ async fn redirects_are_followed_at_the_bridge_to_listed_hosts_only() {
         )
     })
     .await;
-    let certs = tempfile::tempdir().unwrap();
-    std::fs::copy(rig.cloud.ca_path(), certs.path().join("ca.crt")).unwrap();
+    let certs = cert_dir(&rig);
     let key = rig.tenant.api_key.clone();
-    let dest = work.path().join("copy");
-    let (ok, _, err) = skopeo(
+    pull_to_dir(
         certs.path(),
         &key,
-        &[
-            "copy",
-            &through_cloud(&rig, "listed", "team/app:1.0"),
-            &format!("dir:{}", dest.display()),
-        ],
-    );
-    assert!(ok, "{err}");
-    assert!(
-        dest.join(image.layer_digest.trim_start_matches("sha256:"))
-            .exists()
+        &through_cloud(&rig, "listed", "team/app:1.0"),
+        &work.path().join("copy"),
+        &image,
     );
 
     let blob = format!(
