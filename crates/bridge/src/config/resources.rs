@@ -84,7 +84,8 @@ pub struct GitSource {
     pub repositories: Vec<String>,
     /// Whether `git push` (receive-pack) is allowed; fetch only by default.
     pub allow_push: bool,
-    /// Extra allow rules; empty means the read-only defaults.
+    /// Allow rules that narrow what passes (pulls, and pushes with `allow_push`); empty means
+    /// no narrowing.
     pub allow: Vec<AllowRule>,
     /// Concurrent streams to this source; `None` means only the bridge-wide limit applies.
     pub max_connections: Option<u32>,

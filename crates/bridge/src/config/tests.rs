@@ -530,6 +530,15 @@ fn registry_and_bridge_names_must_fit_an_image_name() {
     ] {
         assert!(err.contains(want), "{want:?} missing from:\n{err}");
     }
+    // A name derived from the host must fit too.
+    let err = failure(
+        "name: dc1\nregistries:\n  - url: https://a--b.corp\n    token_hosts: [\"auth.corp:8443\", \"user@auth\"]\n",
+        &env,
+    );
+    assert!(err.contains("registries[0].name"), "{err}");
+    assert!(err.contains("derived from the url"), "{err}");
+    assert!(err.contains("registries[0].token_hosts[1]"), "{err}");
+    assert!(!err.contains("token_hosts[0]"), "{err}");
     // Without registries the bridge name keeps its wider rule.
     assert!(load("name: dc-\n", &env).is_ok());
 }

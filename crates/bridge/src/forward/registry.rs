@@ -48,18 +48,24 @@ enum Scheme {
     Bearer { realm: Url, service: Option<String> },
 }
 
-/// The challenge learnt and the tokens fetched, by scope.
+/// The challenge learnt and the tokens fetched, by scope. Never locked across network I/O: a
+/// slow registry or token service delays only the requests that wait for it.
 struct AuthState {
     scheme: Scheme,
     tokens: HashMap<String, (HeaderValue, Instant)>,
 }
+
+/// Tokens kept at most: scopes come from callers' paths, so the cache must not grow with them.
+const MAX_TOKENS: usize = 1024;
+/// The longest a token is kept, whatever its service says.
+const MAX_TOKEN_LIFE: Duration = Duration::from_secs(24 * 3600);
 
 /// A `registries` entry at work: its configuration, and what it learnt of the registry's
 /// authentication.
 pub(super) struct RegistryKind {
     cfg: Registry,
     client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>,
-    auth: tokio::sync::Mutex<AuthState>,
+    auth: std::sync::Mutex<AuthState>,
 }
 
 impl RegistryKind {
@@ -68,7 +74,7 @@ impl RegistryKind {
         RegistryKind {
             cfg,
             client: Client::builder(TokioExecutor::new()).build(super::https_connector(None)),
-            auth: tokio::sync::Mutex::new(AuthState {
+            auth: std::sync::Mutex::new(AuthState {
                 scheme: Scheme::Unknown,
                 tokens: HashMap::new(),
             }),
@@ -77,6 +83,10 @@ impl RegistryKind {
 
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.cfg.url.as_str().trim_end_matches('/'))
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, AuthState> {
+        self.auth.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn basic(&self) -> Option<HeaderValue> {
@@ -93,7 +103,8 @@ impl RegistryKind {
         }
     }
 
-    /// `GET /v2/` without credentials: the registry's challenge.
+    /// `GET /v2/` without credentials: the registry's challenge, or `Unknown` when its answer
+    /// (neither 200 nor 401: a load balancer's 503 while it starts) says nothing yet.
     async fn learn_scheme(&self) -> Result<Scheme, Refusal> {
         let req = http::Request::get(self.url("/v2/"))
             .body(Empty::new())
@@ -102,10 +113,11 @@ impl RegistryKind {
         let response = match answer {
             Ok(Ok(response)) => response,
             Ok(Err(e)) => {
+                tracing::warn!(registry = %self.cfg.name, cause = %e, "registry unreachable");
                 return Err(self.unavailable(
                     "registry: challenge",
                     format!(
-                        "the bridge cannot reach registry {:?}: {e}. Check that the bridge host can connect to it",
+                        "the bridge cannot reach registry {:?} (the bridge's log says why). Check that the bridge host can connect to it",
                         self.cfg.name
                     ),
                 ));
@@ -120,8 +132,11 @@ impl RegistryKind {
                 ));
             }
         };
-        if response.status() != StatusCode::UNAUTHORIZED {
+        if response.status().is_success() {
             return Ok(Scheme::Open);
+        }
+        if response.status() != StatusCode::UNAUTHORIZED {
+            return Ok(Scheme::Unknown);
         }
         let challenge = response
             .headers()
@@ -138,18 +153,15 @@ impl RegistryKind {
         service: Option<&str>,
         scope: Option<&str>,
     ) -> Result<(HeaderValue, Instant), Refusal> {
-        let own_host = host_port(&self.cfg.url);
         let realm_host = host_port(realm);
-        let listed = self
-            .cfg
-            .token_hosts
-            .iter()
-            .any(|h| *h == realm_host || Some(h.as_str()) == realm.host_str());
-        if realm_host != own_host && !listed {
+        if !self.trusted(realm, &self.cfg.token_hosts) {
+            // The host is for the bridge's operator, in its log; the caller learns none of the
+            // internal network's names.
+            tracing::warn!(registry = %self.cfg.name, token_host = %realm_host, "token service not trusted: if it is the registry's, add this host to token_hosts (and serve it over https)");
             return Err(self.unavailable(
                 "registry: token_hosts",
                 format!(
-                    "registry {:?} sends its token requests to {realm_host}, which is neither its own host nor in registries[].token_hosts; the bridge will not send the login there. If that token service is the registry's, add {realm_host:?} to token_hosts",
+                    "registry {:?} sends its token requests to a service that is neither on its own host nor in registries[].token_hosts (or not over https); the bridge does not send the login there (the bridge's log names the host)",
                     self.cfg.name
                 ),
             ));
@@ -171,31 +183,36 @@ impl RegistryKind {
             req.headers_mut().insert(header::AUTHORIZATION, basic);
         }
         let failed = |why: String| {
+            tracing::warn!(registry = %self.cfg.name, token_host = %realm_host, why = %why, "token request failed");
             self.unavailable(
                 "registry: token",
                 format!(
-                    "the token service of registry {:?} ({realm_host}) {why}; the bridge's operator must fix registries[].auth",
+                    "the token service of registry {:?} {why}; the bridge's operator must fix registries[].auth (the bridge's log names the service)",
                     self.cfg.name
                 ),
             )
         };
-        let response = match tokio::time::timeout(AUTH_TIMEOUT, self.client.request(req)).await {
-            Ok(Ok(response)) => response,
-            Ok(Err(e)) => return Err(failed(format!("cannot be reached: {e}"))),
+        let answer = tokio::time::timeout(AUTH_TIMEOUT, async {
+            let response = self.client.request(req).await.map_err(|e| {
+                tracing::warn!(registry = %self.cfg.name, cause = %e, "token service unreachable");
+                "cannot be reached".to_string()
+            })?;
+            let status = response.status();
+            if !status.is_success() {
+                return Err(format!("refused the login (HTTP {})", status.as_u16()));
+            }
+            http_body_util::Limited::new(response.into_body(), MAX_TOKEN_ANSWER)
+                .collect()
+                .await
+                .map(|body| body.to_bytes())
+                .map_err(|e| format!("sent an unreadable answer: {e}"))
+        })
+        .await;
+        let body = match answer {
+            Ok(Ok(body)) => body,
+            Ok(Err(why)) => return Err(failed(why)),
             Err(_) => return Err(failed(format!("did not answer within {AUTH_TIMEOUT:?}"))),
         };
-        let status = response.status();
-        if !status.is_success() {
-            return Err(failed(format!(
-                "refused the login (HTTP {})",
-                status.as_u16()
-            )));
-        }
-        let body = http_body_util::Limited::new(response.into_body(), MAX_TOKEN_ANSWER)
-            .collect()
-            .await
-            .map_err(|e| failed(format!("sent an unreadable answer: {e}")))?
-            .to_bytes();
         let answer: serde_json::Value = serde_json::from_slice(&body)
             .map_err(|e| failed(format!("did not answer JSON: {e}")))?;
         let token = answer["token"]
@@ -204,7 +221,8 @@ impl RegistryKind {
             .ok_or_else(|| failed("answered without a token".to_string()))?;
         let life = answer["expires_in"]
             .as_u64()
-            .map_or(DEFAULT_TOKEN_LIFE, Duration::from_secs);
+            .map_or(DEFAULT_TOKEN_LIFE, Duration::from_secs)
+            .min(MAX_TOKEN_LIFE);
         let value = HeaderValue::from_str(&format!("Bearer {token}"))
             .map_err(|_| failed("answered a token that is not a header value".to_string()))?;
         // Renewed a little early: a token must not expire between here and the registry.
@@ -222,20 +240,33 @@ impl RegistryKind {
         let Some((uri, headers)) = &sent.head else {
             return Ok(response);
         };
+        if response.status() != StatusCode::UNAUTHORIZED {
+            return Ok(response);
+        }
         let had_token = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("Bearer "));
-        let pulling = sent.method == Method::GET || sent.method == Method::HEAD;
-        if response.status() != StatusCode::UNAUTHORIZED || !had_token || !pulling {
+        let path = uri.path();
+        if !had_token {
+            // The registry wants what the bridge did not send: learn its challenge again at the
+            // next request (this one's 401 becomes the 502 that names registries[].auth).
+            self.state().scheme = Scheme::Unknown;
             return Ok(response);
         }
-        let path = uri.path();
-        self.auth
-            .lock()
-            .await
-            .tokens
-            .remove(&scope_of(path, false).unwrap_or_default());
+        {
+            let mut state = self.state();
+            state
+                .tokens
+                .remove(&scope_of(path, false).unwrap_or_default());
+            state
+                .tokens
+                .remove(&scope_of(path, true).unwrap_or_default());
+        }
+        let pulling = sent.method == Method::GET || sent.method == Method::HEAD;
+        if !pulling {
+            return Ok(response);
+        }
         let authorization = self.authorization(&sent.method, path).await?;
         let mut again = http::Request::builder()
             .method(sent.method.clone())
@@ -243,19 +274,25 @@ impl RegistryKind {
             .body(Empty::new())
             .map_err(|e| self.unavailable("registry: token", e.to_string()))?;
         *again.headers_mut() = headers.clone();
+        again.headers_mut().remove(header::CONTENT_LENGTH);
+        again.headers_mut().remove(header::TRANSFER_ENCODING);
         match authorization {
             Some(value) => again.headers_mut().insert(header::AUTHORIZATION, value),
             None => again.headers_mut().remove(header::AUTHORIZATION),
         };
-        self.client.request(again).await.map_err(|e| {
+        let failed = || {
             self.unavailable(
                 "registry: token",
                 format!(
-                    "the bridge cannot reach registry {:?} again with a new token: {e}",
+                    "registry {:?} did not answer the request sent again with a new token",
                     self.cfg.name
                 ),
             )
-        })
+        };
+        match tokio::time::timeout(AUTH_TIMEOUT, self.client.request(again)).await {
+            Ok(Ok(response)) => Ok(response),
+            _ => Err(failed()),
+        }
     }
 
     /// Follows the registry's redirects (blob downloads from S3-like storage) itself, to the
@@ -264,10 +301,15 @@ impl RegistryKind {
     /// URL reaches the client.
     async fn follow_redirects(
         &self,
-        method: &Method,
+        sent: &Sent,
         mut response: Response<Incoming>,
     ) -> Result<Response<Incoming>, Refusal> {
-        let mut at = self.cfg.url.clone();
+        let method = &sent.method;
+        let mut at = sent
+            .head
+            .as_ref()
+            .and_then(|(uri, _)| Url::parse(&uri.to_string()).ok())
+            .unwrap_or_else(|| self.cfg.url.clone());
         for _ in 0..MAX_REDIRECTS {
             if !response.status().is_redirection() || response.status() == StatusCode::NOT_MODIFIED
             {
@@ -288,12 +330,7 @@ impl RegistryKind {
                 ));
             };
             let host = host_port(&target);
-            let allowed = host == host_port(&self.cfg.url)
-                || self
-                    .cfg
-                    .redirect_hosts
-                    .iter()
-                    .any(|h| *h == host || Some(h.as_str()) == target.host_str());
+            let allowed = self.trusted(&target, &self.cfg.redirect_hosts);
             if !allowed || (method != Method::GET && method != Method::HEAD) {
                 // The host is for the bridge's operator, in its log; the caller learns none of
                 // the internal network's names.
@@ -306,16 +343,25 @@ impl RegistryKind {
                     ),
                 ));
             }
-            let req = http::Request::builder()
+            let mut req = http::Request::builder()
                 .method(method.clone())
                 .uri(target.as_str())
                 .body(Empty::new())
                 .map_err(|e| self.unavailable("registry: redirect", e.to_string()))?;
+            // What the answer depends on goes along: a resumed pull's range, the formats asked.
+            if let Some((_, headers)) = &sent.head {
+                for name in [header::RANGE, header::ACCEPT, header::IF_NONE_MATCH] {
+                    for value in headers.get_all(&name) {
+                        req.headers_mut().append(name.clone(), value.clone());
+                    }
+                }
+            }
             response = self.client.request(req).await.map_err(|e| {
+                tracing::warn!(registry = %self.cfg.name, redirect_host = %host, cause = %e, "redirect target unreachable");
                 self.unavailable(
                     "registry: redirect",
                     format!(
-                        "the bridge cannot reach {host}, where registry {:?} redirected: {e}",
+                        "the bridge cannot reach the storage registry {:?} redirected to (the bridge's log says which and why)",
                         self.cfg.name
                     ),
                 )
@@ -336,19 +382,23 @@ impl RegistryKind {
         method: &Method,
         path: &str,
     ) -> Result<Option<HeaderValue>, Refusal> {
-        let mut state = self.auth.lock().await;
-        if state.scheme == Scheme::Unknown {
-            state.scheme = self.learn_scheme().await?;
+        let mut scheme = self.state().scheme.clone();
+        if scheme == Scheme::Unknown {
+            scheme = self.learn_scheme().await?;
+            if scheme != Scheme::Unknown {
+                self.state().scheme = scheme.clone();
+            }
         }
-        let (realm, service) = match &state.scheme {
-            Scheme::Unknown | Scheme::Open => return Ok(None),
-            Scheme::Basic => return Ok(self.basic()),
-            Scheme::Bearer { realm, service } => (realm.clone(), service.clone()),
+        let (realm, service) = match scheme {
+            Scheme::Open => return Ok(None),
+            // Not learnt yet (the registry answered neither 200 nor 401): the login, if any.
+            Scheme::Unknown | Scheme::Basic => return Ok(self.basic()),
+            Scheme::Bearer { realm, service } => (realm, service),
         };
         let pushing = method != Method::GET && method != Method::HEAD;
         let scope = scope_of(path, pushing);
         let key = scope.clone().unwrap_or_default();
-        if let Some((token, until)) = state.tokens.get(&key)
+        if let Some((token, until)) = self.state().tokens.get(&key)
             && Instant::now() < *until
         {
             return Ok(Some(token.clone()));
@@ -356,7 +406,12 @@ impl RegistryKind {
         let (token, until) = self
             .fetch_token(&realm, service.as_deref(), scope.as_deref())
             .await?;
-        state.tokens.retain(|_, (_, until)| Instant::now() < *until);
+        let mut state = self.state();
+        let now = Instant::now();
+        state.tokens.retain(|_, (_, until)| now < *until);
+        if state.tokens.len() >= MAX_TOKENS {
+            state.tokens.clear();
+        }
         state.tokens.insert(key, (token.clone(), until));
         Ok(Some(token))
     }
@@ -370,7 +425,7 @@ pub async fn check_registry(cfg: &Registry) -> Result<String, String> {
         .authorization(&Method::GET, "/v2/")
         .await
         .map_err(|refusal| refusal.why)?;
-    let scheme = match &kind.auth.lock().await.scheme {
+    let scheme = match &kind.state().scheme {
         Scheme::Bearer { .. } => "token",
         Scheme::Basic => "Basic",
         _ => "no login",
@@ -392,6 +447,47 @@ pub async fn check_registry(cfg: &Registry) -> Result<String, String> {
             response.status().as_u16()
         )),
         other => Err(format!("GET /v2/ answered HTTP {other}")),
+    }
+}
+
+impl RegistryKind {
+    /// Whether the bridge may send a request to `url`, which a registry answer named: on the
+    /// registry's own scheme, host and port, or on a host of `listed` (a bare host meaning the
+    /// default port of the registry's scheme) over https, or over the registry's own scheme.
+    fn trusted(&self, url: &Url, listed: &[String]) -> bool {
+        let own = &self.cfg.url;
+        let same_scheme = url.scheme() == own.scheme() || url.scheme() == "https";
+        if !same_scheme {
+            return false;
+        }
+        let host = host_port(url);
+        if host == host_port(own) {
+            return true;
+        }
+        let default_port = own.port_or_known_default().unwrap_or(443);
+        listed.iter().any(|entry| {
+            Url::parse(&format!("{}://{entry}/", own.scheme())).is_ok_and(|u| {
+                let port = u.port().unwrap_or(default_port);
+                format!("{}:{port}", u.host_str().unwrap_or_default()) == host
+            })
+        })
+    }
+}
+
+impl RegistryKind {
+    /// A `Location` as the cloud can prefix it: `/v2/…` on the registry's own origin (absolute
+    /// or not, under the entry's base path), or `None` for one that names another origin.
+    fn relative(&self, location: &str) -> Option<String> {
+        let url = self.cfg.url.join(location).ok()?;
+        if url.scheme() != self.cfg.url.scheme() || host_port(&url) != host_port(&self.cfg.url) {
+            return None;
+        }
+        let base = self.cfg.url.path().trim_end_matches('/');
+        let path = url.path().strip_prefix(base).unwrap_or(url.path());
+        Some(match url.query() {
+            Some(query) => format!("{path}?{query}"),
+            None => path.to_string(),
+        })
     }
 }
 
@@ -532,7 +628,7 @@ impl Kind for RegistryKind {
     fn follow<'a>(&'a self, sent: &'a Sent, response: Response<Incoming>) -> Follow<'a> {
         Box::pin(async move {
             let response = self.retry_unauthorized(sent, response).await?;
-            self.follow_redirects(&sent.method, response).await
+            self.follow_redirects(sent, response).await
         })
     }
 
@@ -543,15 +639,21 @@ impl Kind for RegistryKind {
     /// URL never reaches the client, and a chunked upload's next request comes back through
     /// the cloud.
     fn response_filter(&self, status: StatusCode, headers: &mut HeaderMap) -> Option<Refusal> {
-        let origin = self.cfg.url.origin().ascii_serialization();
-        let relative = headers
-            .get(header::LOCATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|location| location.strip_prefix(origin.as_str()))
-            .filter(|path| path.starts_with('/'))
-            .and_then(|path| HeaderValue::from_str(path).ok());
-        if let Some(path) = relative {
-            headers.insert(header::LOCATION, path);
+        // The registry's own cookies (sessions, CSRF) are for its web UI, not for callers.
+        headers.remove(header::SET_COOKIE);
+        if let Some(location) = headers.get(header::LOCATION).and_then(|v| v.to_str().ok()) {
+            match self.relative(location) {
+                Some(path) => {
+                    if let Ok(path) = HeaderValue::from_str(&path) {
+                        headers.insert(header::LOCATION, path);
+                    }
+                }
+                // An absolute URL elsewhere would show the caller an internal host.
+                None => {
+                    tracing::warn!(registry = %self.cfg.name, "dropped a Location naming another host");
+                    headers.remove(header::LOCATION);
+                }
+            }
         }
         if status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN {
             return None;
@@ -619,6 +721,37 @@ mod tests {
         assert_eq!(push.status, StatusCode::FORBIDDEN);
         let outside = r.admit(&Method::GET, "/metrics", None).unwrap_err();
         assert_eq!(outside.status, StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn answers_may_name_only_the_registry_or_listed_hosts() {
+        let mut cfg = registry().cfg;
+        cfg.url = "https://reg.internal/artifactory/api/docker/repo"
+            .parse()
+            .unwrap();
+        let r = RegistryKind::new(cfg);
+        let url = |s: &str| Url::parse(s).unwrap();
+        let listed = ["auth.internal".to_string(), "s3.internal:9000".to_string()];
+        assert!(r.trusted(&url("https://reg.internal:443/token"), &[]));
+        assert!(r.trusted(&url("https://auth.internal/token"), &listed));
+        assert!(r.trusted(&url("https://s3.internal:9000/b"), &listed));
+        // Not over plain HTTP, not on another port, not an unlisted host.
+        assert!(!r.trusted(&url("http://reg.internal:443/token"), &[]));
+        assert!(!r.trusted(&url("https://auth.internal:8443/token"), &listed));
+        assert!(!r.trusted(&url("https://evil.example/token"), &listed));
+        // Locations on the registry's origin lose it and the entry's base path.
+        assert_eq!(
+            r.relative(
+                "https://REG.internal:443/artifactory/api/docker/repo/v2/a/blobs/uploads/u?_state=x"
+            )
+            .as_deref(),
+            Some("/v2/a/blobs/uploads/u?_state=x")
+        );
+        assert_eq!(
+            r.relative("/artifactory/api/docker/repo/v2/a").as_deref(),
+            Some("/v2/a")
+        );
+        assert_eq!(r.relative("https://other.internal/v2/a"), None);
     }
 
     #[test]

@@ -414,12 +414,29 @@ fn hosts(
         let Some(given) = cx.string(item, &item_key) else {
             continue;
         };
-        let host = given.value.trim().to_ascii_lowercase();
-        let valid = !host.is_empty()
-            && url::Url::parse(&format!("https://{host}/"))
-                .is_ok_and(|u| u.host_str().is_some() && u.path() == "/");
-        if valid {
-            hosts.push(host);
+        let text = given.value.trim();
+        // Stored as the URL parser spells it (lowercase, IDNA, the port only when given), so
+        // that it compares with the hosts a registry's answers name.
+        let parsed = url::Url::parse(&format!("https://{text}/"))
+            .ok()
+            .filter(|u| {
+                u.host_str().is_some()
+                    && u.path() == "/"
+                    && u.username().is_empty()
+                    && u.query().is_none()
+                    && !text.contains(['/', '@', '?', '#'])
+            });
+        if let Some(u) = parsed {
+            let host = u.host_str().unwrap_or_default();
+            hosts.push(
+                match text
+                    .rsplit_once(':')
+                    .filter(|(_, p)| p.parse::<u16>().is_ok())
+                {
+                    Some((_, port)) => format!("{host}:{port}"),
+                    None => host.to_string(),
+                },
+            );
         } else {
             let msg = format!(
                 "expected a host or host:port, like \"storage.internal\" or \"storage.internal:8443\", got {:?}",
@@ -441,6 +458,7 @@ pub(super) fn image_name_rule(name: &str) -> String {
 fn registries(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Registry> {
     let mut names = Names::new(ResourceKind::Registry);
     let mut entries = Vec::new();
+    let mut places = Vec::new();
     for (i, spanned) in file.registries.iter().flatten().enumerate() {
         let (entry, at) = (&spanned.value, Origin::at(&spanned.referenced));
         let key = format!("registries[{i}]");
@@ -485,7 +503,19 @@ fn registries(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Registry> {
             allow,
             max_connections,
         };
+        places.push((key, at, entry.name.is_none()));
         entries.push((explicit, base, registry));
     }
-    names.finish(entries, |registry, name| registry.name = name)
+    let registries = names.finish(entries, |registry, name| registry.name = name);
+    // A name derived from the URL's host must fit an image name too (`a--b`, `xn--…` do not).
+    for (registry, (key, at, derived)) in registries.iter().zip(&places) {
+        if *derived && !tunnel::oci::is_path_component(&registry.name) {
+            let msg = format!(
+                "{} (derived from the url); give the entry a name",
+                image_name_rule(&registry.name)
+            );
+            cx.fail(&format!("{key}.name"), at, msg);
+        }
+    }
+    registries
 }
