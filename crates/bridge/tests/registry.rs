@@ -356,7 +356,7 @@ async fn a_token_registry_is_pulled_with_tokens_from_listed_token_hosts_only() {
     let (url, token_host) = (registry.url.clone(), tokens.host.clone());
     let rig = Rig::start_with(move |_| {
         format!(
-            "registries:\n  - name: unlisted\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n  - name: listed\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    token_hosts: [\"{token_host}\"]\n"
+            "registries:\n  - name: unlisted\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n  - name: listed\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    token_hosts: [\"{token_host}\"]\n  - name: pusher\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    token_hosts: [\"{token_host}\"]\n    allow_push: true\n  - name: narrow\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    token_hosts: [\"{token_host}\"]\n    allow_push: true\n    allow: [{{method: \"*\", path: \"/v2/team/copy/*\"}}]\n"
         )
     })
     .await;
@@ -423,6 +423,30 @@ async fn a_token_registry_is_pulled_with_tokens_from_listed_token_hosts_only() {
         "the refused token, then one that works"
     );
     assert!(!rig.bridge.log_text().contains(PASSWORD));
+    // A cross-repository mount reads its source: the token asks for both repositories, and an
+    // entry whose allow rules do not let the source be read refuses it.
+    let mount = |entry: &str| {
+        rig.cloud
+            .client()
+            .post(format!(
+                "{}/v2/dc1/{entry}/team/copy/blobs/uploads/?mount={}&from=team/app",
+                rig.cloud.https, image.layer_digest
+            ))
+            .bearer_auth(&key)
+            .send()
+    };
+    let res = mount("pusher").await.unwrap();
+    assert_eq!(res.status(), 201, "mounted");
+    let location = res.headers()["location"].to_str().unwrap();
+    assert!(
+        location.starts_with("/v2/dc1/pusher/team/copy/blobs/"),
+        "{location}"
+    );
+    let res = mount("narrow").await.unwrap();
+    assert_eq!(res.status(), 403);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["errors"][0]["code"], "DENIED", "{body}");
+
     // bridge check walks the same steps and says which one failed.
     let (code, out) = check(&rig, &bridge_yaml(&rig));
     assert_eq!(code, Some(1), "{out}");

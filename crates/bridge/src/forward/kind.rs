@@ -89,9 +89,14 @@ pub trait Kind: Send + Sync {
     /// Adds the entry's credentials (and any header the kind needs) to the upstream request.
     fn upstream_request_filter(&self, headers: &mut HeaderMap);
 
-    /// An `Authorization` the kind must first obtain for `method` on `path` (a registry's
-    /// token), set after [`Kind::upstream_request_filter`]; none by default.
-    fn authorize<'a>(&'a self, _method: &'a Method, _path: &'a str) -> Authorize<'a> {
+    /// An `Authorization` the kind must first obtain for `method` on `path` with `query` (a
+    /// registry's token), set after [`Kind::upstream_request_filter`]; none by default.
+    fn authorize<'a>(
+        &'a self,
+        _method: &'a Method,
+        _path: &'a str,
+        _query: Option<&'a str>,
+    ) -> Authorize<'a> {
         Box::pin(async { Ok(None) })
     }
 

@@ -189,7 +189,12 @@ impl Forwarder {
         // Phase 3: the upstream request, with credentials the kind may first have to fetch (a
         // registry's token).
         let method = req.method().clone();
-        let authorization = match resource.kind.authorize(&method, rest).await {
+        let query = req.uri().query().map(str::to_string);
+        let authorization = match resource
+            .kind
+            .authorize(&method, rest, query.as_deref())
+            .await
+        {
             Ok(value) => value,
             Err(refusal) => return Ok(self.deny(started, audit, Some(resource), refusal)),
         };

@@ -172,7 +172,7 @@ impl RegistryKind {
             if let Some(service) = service {
                 query.append_pair("service", service);
             }
-            if let Some(scope) = scope {
+            for scope in scope.into_iter().flat_map(|s| s.split(' ')) {
                 query.append_pair("scope", scope);
             }
         }
@@ -382,6 +382,15 @@ impl RegistryKind {
         method: &Method,
         path: &str,
     ) -> Result<Option<HeaderValue>, Refusal> {
+        self.authorization_for(scope_of(path, !is_pull(method)))
+            .await
+    }
+
+    /// The `Authorization` for a request needing `scope` (scopes separated by spaces).
+    async fn authorization_for(
+        &self,
+        scope: Option<String>,
+    ) -> Result<Option<HeaderValue>, Refusal> {
         let mut scheme = self.state().scheme.clone();
         if scheme == Scheme::Unknown {
             scheme = self.learn_scheme().await?;
@@ -395,8 +404,6 @@ impl RegistryKind {
             Scheme::Unknown | Scheme::Basic => return Ok(self.basic()),
             Scheme::Bearer { realm, service } => (realm, service),
         };
-        let pushing = method != Method::GET && method != Method::HEAD;
-        let scope = scope_of(path, pushing);
         let key = scope.clone().unwrap_or_default();
         if let Some((token, until)) = self.state().tokens.get(&key)
             && Instant::now() < *until
@@ -548,6 +555,27 @@ fn challenge_params(params: &str) -> Vec<(String, String)> {
     pairs
 }
 
+fn is_pull(method: &Method) -> bool {
+    method == Method::GET || method == Method::HEAD
+}
+
+/// The repository a cross-repository blob mount (`POST …/blobs/uploads/?mount=D&from=REPO`)
+/// reads from, when its name is a valid repository name.
+fn mount_source(query: Option<&str>) -> Option<String> {
+    let from = url::form_urlencoded::parse(query?.as_bytes())
+        .find(|(key, _)| key == "from")?
+        .1
+        .into_owned();
+    let valid = !from.is_empty()
+        && from.split('/').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+        });
+    valid.then_some(from)
+}
+
 /// The token scope a request needs: `repository:NAME:pull` (`pull,push` when `pushing`) for
 /// `/v2/NAME/{manifests,blobs,tags}/…`, `registry:catalog:*` for the catalog, none for `/v2/`.
 fn scope_of(path: &str, pushing: bool) -> Option<String> {
@@ -575,14 +603,14 @@ impl Kind for RegistryKind {
         &self.cfg.url
     }
 
-    fn admit(&self, method: &Method, path: &str, _query: Option<&str>) -> Result<String, Refusal> {
+    fn admit(&self, method: &Method, path: &str, query: Option<&str>) -> Result<String, Refusal> {
         if !path.starts_with("/v2/") {
             return Err(Refusal::not_found(
                 "registry: /v2/ only",
                 "only the OCI distribution API (/v2/…) passes this bridge",
             ));
         }
-        let pulling = method == Method::GET || method == Method::HEAD;
+        let pulling = is_pull(method);
         let pushing = [Method::POST, Method::PUT, Method::PATCH].contains(method);
         let admitted = pulling || (pushing && self.cfg.allow_push);
         if !admitted {
@@ -598,6 +626,23 @@ impl Kind for RegistryKind {
                 )
             };
             return Err(Refusal::forbidden("registry: pull only", why));
+        }
+        let from = query
+            .and_then(|q| url::form_urlencoded::parse(q.as_bytes()).find(|(key, _)| key == "from"));
+        if pushing && let Some((_, from)) = from {
+            // A mount copies a blob out of another repository: that read must pass as well.
+            let source = mount_source(query).map(|repo| format!("/v2/{repo}/blobs/"));
+            let readable = source.as_deref().is_some_and(|source| {
+                self.cfg.allow.is_empty() || allowed(&self.cfg.allow, "GET", source).is_some()
+            });
+            if !readable {
+                return Err(Refusal::forbidden(
+                    "registry: mount source",
+                    format!(
+                        "a blob mount from repository {from:?} is refused: this entry's allow rules do not let it be read"
+                    ),
+                ));
+            }
         }
         if !self.cfg.allow.is_empty() {
             return allowed(&self.cfg.allow, method.as_str(), path).ok_or_else(|| {
@@ -617,8 +662,22 @@ impl Kind for RegistryKind {
     /// Credentials come from [`Kind::authorize`]: which ones depends on the registry's challenge.
     fn upstream_request_filter(&self, _headers: &mut HeaderMap) {}
 
-    fn authorize<'a>(&'a self, method: &'a Method, path: &'a str) -> Authorize<'a> {
-        Box::pin(self.authorization(method, path))
+    fn authorize<'a>(
+        &'a self,
+        method: &'a Method,
+        path: &'a str,
+        query: Option<&'a str>,
+    ) -> Authorize<'a> {
+        Box::pin(async move {
+            let scope = scope_of(path, !is_pull(method)).map(|scope| {
+                match mount_source(query) {
+                    // A cross-repository mount reads the source repository too.
+                    Some(from) => format!("{scope} repository:{from}:pull"),
+                    None => scope,
+                }
+            });
+            self.authorization_for(scope).await
+        })
     }
 
     fn keeps_request(&self) -> bool {
