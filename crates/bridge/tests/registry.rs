@@ -54,6 +54,14 @@ impl Setup {
         through_cloud(&self.rig, "reg", name)
     }
 
+    /// The manifest of `name` through the cloud, as the registry stores it
+    /// (`skopeo inspect --raw`).
+    fn raw_manifest(&self, key: &str, name: &str) -> Value {
+        let (ok, out, err) = self.skopeo(key, &["inspect", "--raw", &self.through_cloud(name)]);
+        assert!(ok, "{err}");
+        serde_json::from_str(&out).unwrap()
+    }
+
     /// `skopeo` with `key` and the cloud's CA; (success, stdout, stderr).
     fn skopeo(&self, key: &str, args: &[&str]) -> (bool, String, String) {
         skopeo(self.certs.path(), key, args)
@@ -687,12 +695,7 @@ async fn indexes_heads_and_ranges_pass_unchanged() {
         ],
     );
     s.registry.push(&multi, "team/multi", "1.0");
-    let (ok, out, err) = s.skopeo(
-        &key,
-        &["inspect", "--raw", &s.through_cloud("team/multi:1.0")],
-    );
-    assert!(ok, "{err}");
-    let index: Value = serde_json::from_str(&out).unwrap();
+    let index = s.raw_manifest(&key, "team/multi:1.0");
     assert_eq!(
         index["mediaType"],
         "application/vnd.oci.image.index.v1+json"
@@ -706,12 +709,7 @@ async fn indexes_heads_and_ranges_pass_unchanged() {
     assert_eq!(arches, ["amd64", "arm64"]);
     // The same images as Docker's manifest list and schema 2 manifests pass as they are too.
     s.registry.push_as(&multi, "team/dockerlist", "1.0", "v2s2");
-    let (ok, out, err) = s.skopeo(
-        &key,
-        &["inspect", "--raw", &s.through_cloud("team/dockerlist:1.0")],
-    );
-    assert!(ok, "{err}");
-    let list: Value = serde_json::from_str(&out).unwrap();
+    let list = s.raw_manifest(&key, "team/dockerlist:1.0");
     assert_eq!(
         list["mediaType"],
         "application/vnd.docker.distribution.manifest.list.v2+json"
