@@ -48,18 +48,24 @@ pub fn trust(cfg: &Config) -> Result<Trust, AgentError> {
     if !cfg.tls_verify {
         return Ok(Trust::Anyone);
     }
-    let certs = match &cfg.tls_ca_file {
-        Some(path) => CertificateDer::pem_file_iter(path)
-            .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| AgentError::Tls(format!("tls_ca_file {}: {e}", path.display())))?,
-        None => rustls_native_certs::load_native_certs().certs,
+    let roots = match &cfg.tls_ca_file {
+        Some(path) => {
+            let certs = CertificateDer::pem_file_iter(path)
+                .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| AgentError::Tls(format!("tls_ca_file {}: {e}", path.display())))?;
+            let mut roots = rustls::RootCertStore::empty();
+            let (added, _) = roots.add_parsable_certificates(certs);
+            if added == 0 {
+                return Err(AgentError::Tls(format!(
+                    "tls_ca_file {}: no usable PEM CA certificate in it",
+                    path.display()
+                )));
+            }
+            roots
+        }
+        None => crate::roots::public(),
     };
-    if certs.is_empty() {
-        return Err(AgentError::Tls(
-            "no CA certificate to trust: set tls_ca_file".into(),
-        ));
-    }
-    Ok(Trust::Roots(certs))
+    Ok(Trust::Roots(roots))
 }
 
 struct Cert {

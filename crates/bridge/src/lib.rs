@@ -10,6 +10,9 @@
 //! - [`audit`]: the hash-chained audit log written for every forwarded request, and its
 //!   verifier (`bridge audit verify`).
 //! - [`state`]: the enrolled certificate kept in `state_dir` across restarts.
+//! - [`healthcheck`]: `bridge healthcheck`, a probe of a running bridge's `/health` for
+//!   container images that have no shell or curl.
+//! - [`roots`]: the public CAs trusted without a `tls_ca_file` (system, else embedded).
 //! - [`backoff`]: reconnect delays (exponential, full jitter, reset after a minute up, slow
 //!   retry for a rejected token). Pure computation; the connection loop does the sleeping.
 //!
@@ -32,11 +35,13 @@ pub mod config;
 pub mod dial;
 pub mod forward;
 pub mod health;
+pub mod healthcheck;
 pub mod identity;
 pub mod logging;
 pub mod memory;
 pub mod metrics;
 pub mod reachability;
+pub mod roots;
 pub mod rules;
 pub mod run;
 pub mod state;

@@ -31,6 +31,13 @@ enum Command {
         #[arg(long, env = "SERVICE_BRIDGE_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Ask a running bridge's `/health` (exit 0 when it answers 200): a container health check
+    /// that needs no shell or curl.
+    Healthcheck {
+        /// Configuration file (YAML); environment variables override it.
+        #[arg(long, env = "SERVICE_BRIDGE_CONFIG")]
+        config: Option<PathBuf>,
+    },
     /// Audit log tools.
     #[command(subcommand)]
     Audit(AuditCommand),
@@ -66,6 +73,9 @@ fn main() -> ExitCode {
             }
         },
         Command::Check { config } => bridge::check::check(config.or(cli.config).as_deref()),
+        Command::Healthcheck { config } => {
+            bridge::healthcheck::healthcheck(config.or(cli.config).as_deref())
+        }
         Command::Run { config } => bridge::run::run(config.or(cli.config).as_deref()),
     }
 }

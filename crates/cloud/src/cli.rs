@@ -90,6 +90,11 @@ pub struct ServeArgs {
     /// Private key of --tls-cert (PEM).
     #[arg(long, env = "CLOUD_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// More host names (or IP addresses) for the self-signed certificate, comma-separated,
+    /// besides localhost, 127.0.0.1 and ::1: the names bridges and clients dial, such as a
+    /// container's or a Kubernetes Service's name. Ignored with --tls-cert.
+    #[arg(long, env = "CLOUD_TLS_NAMES", value_delimiter = ',', value_parser = tls_name)]
+    pub tls_names: Vec<String>,
     /// CA certificates (PEM) of an operator's own PKI: bridge client certificates they sign
     /// may open tunnels too (with a valid token), named `ORG:BRIDGE` (org slug, bridge name).
     /// Trusted for every org: for a service run by one organisation.
@@ -229,4 +234,12 @@ pub enum BridgeTokenCommand {
         #[command(flatten)]
         storage: StorageArgs,
     },
+}
+
+/// A `--tls-names` entry: a DNS name or an IP address, as a certificate can hold it.
+fn tls_name(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    rustls_pki_types::ServerName::try_from(s)
+        .map(|_| s.to_string())
+        .map_err(|_| format!("expected a DNS name or an IP address, got {s:?}"))
 }

@@ -198,6 +198,7 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
         backend,
         data_dir: args.storage.data_dir,
         tls_files: args.tls_cert.zip(args.tls_key),
+        tls_names: args.tls_names,
         client_ca: args.client_ca,
         signal_rate_limit: args.signal_rate_limit,
         ingest_memory: args.ingest_memory_mb as usize * 1024 * 1024,

@@ -35,6 +35,8 @@ pub struct ServeOptions {
     pub data_dir: PathBuf,
     /// `--tls-cert` and `--tls-key`, when given.
     pub tls_files: Option<(PathBuf, PathBuf)>,
+    /// `--tls-names`: more names for the self-signed certificate.
+    pub tls_names: Vec<String>,
     /// `--client-ca`: CAs of operators' own PKI, whose bridge certificates are trusted too.
     pub client_ca: Option<PathBuf>,
     /// Events/s per signal key; 0 turns the limit off.
@@ -134,6 +136,7 @@ pub async fn run(
     let ca = shared_ca(&store, &options.data_dir).await?;
     let identity = tls::server_identity(
         &ca,
+        &options.tls_names,
         options
             .tls_files
             .as_ref()

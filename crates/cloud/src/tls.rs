@@ -216,13 +216,16 @@ pub struct Identity {
 
 /// Loads `--tls-cert/--tls-key`; without them, issues a fresh server certificate from `ca`
 /// (at every start: clients trust the CA, so the leaf need not persist, and it always matches
-/// the CA that this database shares).
+/// the CA that this database shares), for localhost and `extra_names`.
 pub fn server_identity(
     ca: &LocalCa,
+    extra_names: &[String],
     cert_and_key: Option<(&Path, &Path)>,
 ) -> Result<Identity, TlsError> {
     let Some((cert_path, key_path)) = cert_and_key else {
-        let (cert, key) = ca.issue_server(&["localhost", "127.0.0.1", "::1"])?;
+        let mut names = vec!["localhost", "127.0.0.1", "::1"];
+        names.extend(extra_names.iter().map(String::as_str));
+        let (cert, key) = ca.issue_server(&names)?;
         let chain = vec![
             CertificateDer::from_pem_slice(cert.as_bytes()).map_err(|e| TlsError::Pem {
                 path: "server certificate".into(),

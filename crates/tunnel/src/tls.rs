@@ -35,8 +35,8 @@ pub fn provider() -> Arc<CryptoProvider> {
 
 /// Whom the bridge trusts as the cloud.
 pub enum Trust {
-    /// These CA certificates (`tls_ca_file`).
-    Roots(Vec<CertificateDer<'static>>),
+    /// These CAs (`tls_ca_file`, or the public ones).
+    Roots(RootCertStore),
     /// Anything (`tls_verify: false`, development only).
     Anyone,
 }
@@ -49,12 +49,10 @@ pub fn client_config(
     let builder = ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])?;
     let builder = match trust {
-        Trust::Roots(certs) => {
-            let mut roots = RootCertStore::empty();
-            let (added, _) = roots.add_parsable_certificates(certs);
-            if added == 0 {
+        Trust::Roots(roots) => {
+            if roots.is_empty() {
                 return Err(TlsConfigError::NoRoots(
-                    "none of the given CA certificates (tls_ca_file) could be parsed".into(),
+                    "the trust store is empty: set tls_ca_file".into(),
                 ));
             }
             builder.with_root_certificates(roots)

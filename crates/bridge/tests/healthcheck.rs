@@ -1,0 +1,92 @@
+//! `bridge healthcheck`, the container health check, against a real bridge: exit 0 with the
+//! health JSON while connected, 1 once the tunnel is down (503) or nothing listens, and 2 when
+//! the configuration cannot name the port.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use testkit::bridge::{INTERNAL_PASSWORD, Rig, bridge_bin};
+
+/// Runs `bridge healthcheck --config FILE` on `yaml`, with the rig's token in the environment.
+fn healthcheck(rig: &Rig, yaml: &str) -> Output {
+    let path = rig.bridge.dir.path().join("healthcheck.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    Command::new(bridge_bin())
+        .args(["healthcheck", "--config"])
+        .arg(&path)
+        .env("SERVICE_BRIDGE_TOKEN", &rig.token)
+        .env("INTERNAL_PW", INTERNAL_PASSWORD)
+        .output()
+        .unwrap()
+}
+
+/// The running bridge's own configuration, with its health port fixed to the one it chose.
+fn config_of(rig: &Rig, port: u16) -> String {
+    let yaml = std::fs::read_to_string(rig.bridge.dir.path().join("bridge.yaml")).unwrap();
+    assert!(yaml.contains("health_check_port: 0\n"), "{yaml}");
+    yaml.replace(
+        "health_check_port: 0\n",
+        &format!("health_check_port: {port}\n"),
+    )
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test]
+async fn healthy_then_unhealthy_then_gone() {
+    let mut rig = Rig::start("").await;
+    let port = rig.bridge.health_port();
+    let yaml = config_of(&rig, port);
+
+    let out = healthcheck(&rig, &yaml);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let health: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(health["connection_status"], "connected");
+
+    // The cloud goes away: the bridge keeps running, but /health says 503.
+    rig.cloud.signal("KILL");
+    rig.cloud.wait();
+    rig.bridge
+        .wait_health("unhealthy", Duration::from_secs(20))
+        .await;
+    let out = healthcheck(&rig, &yaml);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("answered 503"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // The bridge itself is gone: nothing listens on the port.
+    rig.bridge.signal("KILL");
+    rig.bridge.wait();
+    let out = healthcheck(&rig, &yaml);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    // The default health_check_address (every interface) is probed on loopback.
+    assert!(
+        stderr.contains(&format!("cannot connect to 127.0.0.1:{port}")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_port_chosen_at_start_cannot_be_probed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bridge.yaml");
+    std::fs::write(&path, "name: b\nhealth_check_port: 0\n").unwrap();
+    let out = Command::new(bridge_bin())
+        .args(["healthcheck", "--config"])
+        .arg(&path)
+        .env("SERVICE_BRIDGE_TOKEN", "t")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("set a fixed health_check_port"),
+        "{}",
+        text(&out.stderr)
+    );
+}
