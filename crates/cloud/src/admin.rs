@@ -191,3 +191,85 @@ pub async fn revoke_key(
 fn time(micros: i64) -> String {
     crate::time::format_millis(chrono::DateTime::from_timestamp_micros(micros).unwrap_or_default())
 }
+
+/// How long a set-password link is valid.
+pub const LINK_VALIDITY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// The base of set-password links: `--public-url`, or `https://` and the TLS listen address.
+fn link_base(public_url: Option<&str>, listen: &str) -> Result<String, AdminError> {
+    let base = match public_url {
+        Some(u) => u.trim().trim_end_matches('/').to_string(),
+        None => format!("https://{listen}"),
+    };
+    match url::Url::parse(&base) {
+        Ok(u) if matches!(u.scheme(), "https" | "http") && u.host().is_some() => Ok(base),
+        _ => Err(AdminError::Usage(format!(
+            "--public-url {base:?} is not usable: expected the dashboard's address, such as https://signals.example.com"
+        ))),
+    }
+}
+
+/// A new set-password link for `user_id`.
+async fn password_link(store: &Store, user_id: i64, base: &str) -> Result<String, AdminError> {
+    let (secret, hash) = crate::dashboard::password::new_secret();
+    let expires =
+        crate::storage::now_micros() + i64::try_from(LINK_VALIDITY.as_micros()).unwrap_or(i64::MAX);
+    store.create_password_link(user_id, &hash, expires).await?;
+    Ok(format!("{base}/set-password?token={secret}"))
+}
+
+/// An email address as stored: trimmed and lowercase, with one `@` between non-empty parts.
+fn email(raw: &str) -> Result<String, AdminError> {
+    let e = raw.trim().to_lowercase();
+    let valid = e.len() <= 254
+        && !e.chars().any(|c| c.is_whitespace() || c.is_control())
+        && matches!(e.split_once('@'), Some((local, domain)) if !local.is_empty() && domain.contains('.') && !domain.contains('@'));
+    if valid {
+        Ok(e)
+    } else {
+        Err(AdminError::Usage(format!(
+            "--email {raw:?} is not an email address (expected name@example.com)"
+        )))
+    }
+}
+
+/// `cloud user create`: returns the user's one-time set-password link.
+pub async fn create_user(
+    store: &Store,
+    slug: &str,
+    raw_email: &str,
+    role: crate::storage::Role,
+    public_url: Option<&str>,
+    listen: &str,
+) -> Result<String, AdminError> {
+    let base = link_base(public_url, listen)?;
+    let email = email(raw_email)?;
+    let org_id = org(store, slug).await?;
+    let user_id = match store.create_user(org_id, &email, role).await {
+        Ok(id) => id,
+        Err(StorageError::Exists { .. }) => {
+            return Err(AdminError::Usage(format!(
+                "a user {email:?} exists already (an email belongs to one user, in one org); `cloud user reset-password --email {email}` makes a new link"
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    password_link(store, user_id, &base).await
+}
+
+/// `cloud user reset-password`: returns a new set-password link.
+pub async fn reset_password(
+    store: &Store,
+    raw_email: &str,
+    public_url: Option<&str>,
+    listen: &str,
+) -> Result<String, AdminError> {
+    let base = link_base(public_url, listen)?;
+    let email = email(raw_email)?;
+    let user = store.user_by_email(&email).await?.ok_or_else(|| {
+        AdminError::Usage(format!(
+            "no user {email:?}; create one with `cloud user create --org ORG --email {email} --role member`"
+        ))
+    })?;
+    password_link(store, user.id, &base).await
+}

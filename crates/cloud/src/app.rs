@@ -1,4 +1,4 @@
-//! The application: each feature (the Signals API, the bridge relay) owns its router and its
+//! The application: each feature (the Signals API, the bridge relay, the dashboard) owns its router and its
 //! state; this module builds their states from the shared parts (store, metrics, key cache),
 //! merges their routers, and adds what every route shares: the 404/405 answers and the
 //! per-route latency metric. Features never import each other.
@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::api::{self, ApiState};
 use crate::auth::KeyCache;
+use crate::dashboard::{self, DashboardState};
 use crate::metrics::Metrics;
 use crate::problem::Problem;
 use crate::relay::{self, RelayState};
@@ -48,6 +49,8 @@ pub struct App {
     pub api: ApiState,
     /// The bridge relay (tunnels and forwarding).
     pub relay: RelayState,
+    /// The dashboard (pages for people).
+    pub dashboard: DashboardState,
     metrics: Metrics,
 }
 
@@ -64,6 +67,7 @@ impl App {
                 limits.ingest_memory,
                 limits.read_timeout,
             ),
+            dashboard: DashboardState::new(store.clone()),
             relay: RelayState::new(
                 store,
                 metrics.clone(),
@@ -80,7 +84,10 @@ impl App {
     pub fn router(&self, listener: Listener) -> Router {
         let mut app = api::router(self.api.clone())
             .merge(relay::router(self.relay.clone()))
-            .merge(crate::openapi::router());
+            .merge(crate::openapi::router())
+            .merge(dashboard::router(
+                self.dashboard.over_tls(listener == Listener::Tls),
+            ));
         if listener == Listener::Tls {
             app = app.merge(relay::tunnel_router(self.relay.clone()));
         }

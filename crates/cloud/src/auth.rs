@@ -14,6 +14,10 @@ use crate::problem::{Problem, storage_unavailable};
 use crate::secrets::{self, Kind};
 use crate::storage::{ApiKeyRow, Credential, Store};
 
+/// The address a connection came from, put in each request's extensions by the server loop.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerAddr(pub std::net::SocketAddr);
+
 /// How long a verified key row is reused before it is read again.
 const CACHE_TTL: Duration = Duration::from_secs(30);
 

@@ -70,6 +70,9 @@ pub enum Command {
     /// Manage bridge tokens (each shown once when created, then stored hashed).
     #[command(subcommand, name = "bridge-token")]
     BridgeToken(BridgeTokenCommand),
+    /// Manage dashboard users (each gets a one-time set-password link).
+    #[command(subcommand)]
+    User(UserCommand),
 }
 
 /// Options of `cloud serve`.
@@ -234,6 +237,63 @@ pub enum BridgeTokenCommand {
         #[command(flatten)]
         storage: StorageArgs,
     },
+}
+
+/// Where set-password links point.
+#[derive(Debug, Args)]
+pub struct LinkArgs {
+    /// The dashboard's address as users reach it, e.g. https://signals.example.com; links
+    /// start with it. Default: https:// and the TLS listen address (--listen).
+    #[arg(long, env = "CLOUD_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// The TLS listen address, for the default --public-url.
+    #[arg(long, env = "CLOUD_LISTEN", default_value = "127.0.0.1:8443")]
+    pub listen: String,
+}
+
+/// `cloud user …`.
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Create a user of an org; prints a one-time set-password link (valid 24 hours).
+    Create {
+        /// The org's slug.
+        #[arg(long, env = "CLOUD_ORG")]
+        org: String,
+        /// The user's email, unique across the service.
+        #[arg(long)]
+        email: String,
+        /// admin (manages keys, tokens and users) or member (reads).
+        #[arg(long, value_enum)]
+        role: RoleArg,
+        /// Where the link points.
+        #[command(flatten)]
+        link: LinkArgs,
+        /// Storage.
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+    /// Print a new set-password link for a user (valid 24 hours); the password stays until
+    /// the link is used, and using it signs the user out everywhere.
+    ResetPassword {
+        /// The user's email.
+        #[arg(long)]
+        email: String,
+        /// Where the link points.
+        #[command(flatten)]
+        link: LinkArgs,
+        /// Storage.
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+}
+
+/// A user's role on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum RoleArg {
+    /// Manages keys, tokens and users.
+    Admin,
+    /// Reads.
+    Member,
 }
 
 /// A `--tls-names` entry: a DNS name or an IP address, as a certificate can hold it.

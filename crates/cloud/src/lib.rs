@@ -6,6 +6,8 @@
 //! and state; `app` merges them, and the two share only `auth` (who is calling), `problem`
 //! (RFC 9457 errors) and `storage`, never each other's modules.
 //!
+//! `dashboard` serves the pages for people (sign-in, sessions) under `/`.
+//!
 //! `server` owns the listeners, TLS and graceful shutdown; `admin` backs the key-minting
 //! commands; `metrics` defines every metric. Nothing here is shared with the bridge agent
 //! except through the `tunnel` crate.
@@ -15,6 +17,7 @@ pub mod api;
 pub mod app;
 pub mod auth;
 pub mod cli;
+pub mod dashboard;
 pub mod logging;
 pub mod metrics;
 pub mod openapi;

@@ -7,7 +7,8 @@ use std::time::Duration;
 use clap::Parser;
 use cloud::admin::{self, AdminError};
 use cloud::cli::{
-    BridgeTokenCommand, Cli, Command, KeyCommand, OrgCommand, ServeArgs, StorageArgs,
+    BridgeTokenCommand, Cli, Command, KeyCommand, OrgCommand, RoleArg, ServeArgs, StorageArgs,
+    UserCommand,
 };
 use cloud::metrics::Metrics;
 use cloud::server::{self, ServeOptions};
@@ -162,6 +163,40 @@ async fn run(command: Command) -> Result<(), Failure> {
         Command::BridgeToken(BridgeTokenCommand::Create { org, name, storage }) => {
             let store = open(&storage).await?;
             let out = admin::create_bridge_token(&store, &org, &name).await;
+            (store, out)
+        }
+        Command::User(UserCommand::Create {
+            org,
+            email,
+            role,
+            link,
+            storage,
+        }) => {
+            let store = open(&storage).await?;
+            let role = match role {
+                RoleArg::Admin => cloud::storage::Role::Admin,
+                RoleArg::Member => cloud::storage::Role::Member,
+            };
+            let out = admin::create_user(
+                &store,
+                &org,
+                &email,
+                role,
+                link.public_url.as_deref(),
+                &link.listen,
+            )
+            .await;
+            (store, out)
+        }
+        Command::User(UserCommand::ResetPassword {
+            email,
+            link,
+            storage,
+        }) => {
+            let store = open(&storage).await?;
+            let out =
+                admin::reset_password(&store, &email, link.public_url.as_deref(), &link.listen)
+                    .await;
             (store, out)
         }
         Command::BridgeToken(BridgeTokenCommand::Revoke { org, name, storage }) => {

@@ -352,8 +352,9 @@ async fn serve_loop(
             match tls {
                 None => {
                     let service = TowerToHyperService::new(app.map_request(
-                        move |req: axum::http::Request<hyper::body::Incoming>| {
+                        move |mut req: axum::http::Request<hyper::body::Incoming>| {
                             counted.request(req.version());
+                            req.extensions_mut().insert(PeerAddr(peer));
                             req
                         },
                     ));

@@ -27,9 +27,7 @@ use crate::storage::StorageError;
 #[derive(Clone, Debug)]
 pub struct ClientCert(pub CertificateDer<'static>);
 
-/// The address a connection came from, put in each request's extensions by the server loop.
-#[derive(Clone, Copy, Debug)]
-pub struct PeerAddr(pub std::net::SocketAddr);
+pub use crate::auth::PeerAddr;
 
 /// At most this many refusals are logged per [`REFUSAL_LOG_WINDOW`]; a flood of bad
 /// connects must not flood the log.

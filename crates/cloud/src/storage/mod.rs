@@ -10,6 +10,7 @@ mod ids;
 mod keys;
 mod records;
 mod sqlite_writer;
+mod users;
 mod writer;
 
 use std::path::Path;
@@ -24,6 +25,7 @@ use sqlx::{Row, migrate::Migrator};
 
 pub use keys::{Credential, KeyInfo};
 pub use records::{ApiKeyRow, BridgeTokenRow, EventQuery, NewEvent, StoredEvent};
+pub use users::{Role, Session, User};
 pub use writer::{InsertOutcome, WriteBatch};
 
 use crate::metrics::Metrics;

@@ -1,0 +1,103 @@
+//! The dashboard (docs/dashboard.md): server-rendered pages under `/` on both listeners, for
+//! people rather than programs. This part holds sign-in: users made by `cloud user create`,
+//! one-time set-password links, Argon2id passwords, server-side sessions, CSRF tokens on every
+//! form, sign-in throttling, and strict security headers. It owns its router and state and
+//! reads storage only; it does not use the API's handlers.
+
+mod pages;
+pub mod password;
+mod session;
+mod throttle;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::http::{HeaderValue, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use crate::storage::Store;
+
+pub use throttle::Throttle;
+
+/// The dashboard's state: storage, the sign-in throttle (shared by both listeners) and
+/// whether this listener is TLS (cookies are `Secure` there).
+#[derive(Clone)]
+pub struct DashboardState {
+    store: Store,
+    throttle: Arc<Throttle>,
+    secure: bool,
+}
+
+impl DashboardState {
+    /// The state of a service over `store`; [`DashboardState::over_tls`] picks the listener.
+    pub fn new(store: Store) -> Self {
+        DashboardState {
+            store,
+            throttle: Arc::new(Throttle::default()),
+            secure: false,
+        }
+    }
+
+    /// The same state for the TLS listener (`true`) or the plain one.
+    pub fn over_tls(&self, tls: bool) -> Self {
+        DashboardState {
+            secure: tls,
+            ..self.clone()
+        }
+    }
+}
+
+/// The stylesheet, compiled in: the dashboard loads nothing from elsewhere.
+const APP_CSS: &str = include_str!("../../assets/app.css");
+
+async fn stylesheet() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "public, max-age=3600"),
+        ],
+        APP_CSS,
+    )
+        .into_response()
+}
+
+/// Every dashboard answer: no framing, no inline script or style, nothing from another
+/// origin, no Referer to other sites, and no caching of pages that show a session's data.
+async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'",
+        ),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.entry(header::REFERRER_POLICY)
+        .or_insert(HeaderValue::from_static("same-origin"));
+    h.entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    response
+}
+
+/// The dashboard's routes.
+pub fn router(state: DashboardState) -> Router {
+    Router::new()
+        .route("/", get(pages::home))
+        .route("/sign-in", get(pages::sign_in_form).post(pages::sign_in))
+        .route(
+            "/set-password",
+            get(pages::set_password_form).post(pages::set_password),
+        )
+        .route("/sign-out", axum::routing::post(pages::sign_out))
+        .route("/assets/app.css", get(stylesheet))
+        .layer(middleware::from_fn(security_headers))
+        .with_state(state)
+}

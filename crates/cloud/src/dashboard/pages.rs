@@ -1,0 +1,389 @@
+//! The pages: sign-in, set-password (from a one-time link), the org's home, sign-out. Every
+//! form is a POST with a CSRF token; answers are HTML pages, never JSON.
+
+use askama::Template;
+use axum::Form;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+
+use crate::auth::PeerAddr;
+
+use super::session::{self, CSRF_COOKIE, SESSION_COOKIE};
+use super::{DashboardState, password};
+
+#[derive(Template)]
+#[template(path = "dashboard/sign_in.html")]
+struct SignInPage<'a> {
+    csrf: &'a str,
+    email: &'a str,
+    error: Option<&'a str>,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/set_password.html")]
+struct SetPasswordPage<'a> {
+    csrf: &'a str,
+    token: &'a str,
+    email: &'a str,
+    org: &'a str,
+    min_chars: usize,
+    error: Option<&'a str>,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/home.html")]
+struct HomePage<'a> {
+    org: &'a str,
+    email: &'a str,
+    role: &'a str,
+    csrf: &'a str,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/message.html")]
+struct MessagePage<'a> {
+    heading: &'a str,
+    text: &'a str,
+    link: &'a str,
+    link_text: &'a str,
+}
+
+/// A rendered page with its status.
+fn page(status: StatusCode, template: &impl Template) -> Response {
+    match template.render() {
+        Ok(html) => (
+            status,
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            html,
+        )
+            .into_response(),
+        Err(e) => {
+            tracing::error!(cause = %e, "cannot render a dashboard page");
+            (StatusCode::INTERNAL_SERVER_ERROR, "cannot render the page").into_response()
+        }
+    }
+}
+
+/// A page that says what happened and where to go.
+pub fn message(
+    status: StatusCode,
+    heading: &str,
+    text: &str,
+    link: &str,
+    link_text: &str,
+) -> Response {
+    page(
+        status,
+        &MessagePage {
+            heading,
+            text,
+            link,
+            link_text,
+        },
+    )
+}
+
+fn unavailable() -> Response {
+    message(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Storage unavailable",
+        "The service cannot reach its database right now. Try again in a moment.",
+        "/",
+        "Try again",
+    )
+}
+
+fn csrf_refused() -> Response {
+    message(
+        StatusCode::FORBIDDEN,
+        "Form expired",
+        "This form was not sent from a page of this dashboard, or it is too old (CSRF check). Reload the page and send it again.",
+        "/",
+        "Back to the dashboard",
+    )
+}
+
+/// The pre-session CSRF token: the cookie's, or a new one (with the cookie to set).
+fn pre_session_csrf(headers: &HeaderMap, secure: bool) -> (String, Option<HeaderValue>) {
+    match session::cookie(headers, CSRF_COOKIE) {
+        Some(v) if v.len() == 43 => (v.to_string(), None),
+        _ => {
+            let (token, _) = password::new_secret();
+            let cookie =
+                session::set_cookie(CSRF_COOKIE, &token, "Strict", session::ABSOLUTE, secure);
+            (token, Some(cookie))
+        }
+    }
+}
+
+fn pre_session_csrf_ok(headers: &HeaderMap, sent: &str) -> bool {
+    session::cookie(headers, CSRF_COOKIE).is_some_and(|c| session::same(c, sent))
+}
+
+fn with_cookie(mut response: Response, cookie: Option<HeaderValue>) -> Response {
+    if let Some(c) = cookie {
+        response.headers_mut().append(header::SET_COOKIE, c);
+    }
+    response
+}
+
+/// `GET /`: the org's home when signed in, else to the sign-in page.
+pub async fn home(State(state): State<DashboardState>, headers: HeaderMap) -> Response {
+    match session::current(&state.store, &headers).await {
+        Ok(Some((s, _))) => page(
+            StatusCode::OK,
+            &HomePage {
+                org: &s.user.org,
+                email: &s.user.email,
+                role: s.user.role.as_str(),
+                csrf: &s.csrf,
+            },
+        ),
+        Ok(None) => Redirect::to("/sign-in").into_response(),
+        Err(_) => unavailable(),
+    }
+}
+
+/// `GET /sign-in`.
+pub async fn sign_in_form(State(state): State<DashboardState>, headers: HeaderMap) -> Response {
+    let (csrf, cookie) = pre_session_csrf(&headers, state.secure);
+    let form = SignInPage {
+        csrf: &csrf,
+        email: "",
+        error: None,
+    };
+    with_cookie(page(StatusCode::OK, &form), cookie)
+}
+
+/// The sign-in form's fields.
+#[derive(Deserialize)]
+pub struct SignIn {
+    #[serde(default)]
+    csrf: String,
+    email: String,
+    password: String,
+}
+
+/// `POST /sign-in`: a session on the right password, else the form again (401), or 429 while
+/// the account or the address is throttled.
+pub async fn sign_in(
+    State(state): State<DashboardState>,
+    peer: Option<axum::Extension<PeerAddr>>,
+    headers: HeaderMap,
+    Form(form): Form<SignIn>,
+) -> Response {
+    if !pre_session_csrf_ok(&headers, &form.csrf) {
+        return csrf_refused();
+    }
+    let email = form.email.trim().to_lowercase();
+    let address = peer.map(|p| p.0.0.ip());
+    let again = |status: StatusCode, error: &str| {
+        page(
+            status,
+            &SignInPage {
+                csrf: &form.csrf,
+                email: &email,
+                error: Some(error),
+            },
+        )
+    };
+    if let Some(wait) = state.throttle.blocked(&email, address) {
+        tracing::warn!(email = %email, address = ?address, "sign-in refused: too many failures");
+        let minutes = wait.as_secs().div_ceil(60).max(1);
+        let mut response = again(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!("Too many failed sign-ins. Try again in {minutes} minute(s)."),
+        );
+        if let Ok(v) = HeaderValue::from_str(&wait.as_secs().max(1).to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return response;
+    }
+    let user = match state.store.user_by_email(&email).await {
+        Ok(u) => u,
+        Err(_) => return unavailable(),
+    };
+    let stored = user.as_ref().and_then(|u| u.password_hash.clone());
+    let typed = form.password.clone();
+    let ok = tokio::task::spawn_blocking(move || password::verify(&typed, stored.as_deref()))
+        .await
+        .unwrap_or(false);
+    let Some(user) = user.filter(|_| ok) else {
+        state.throttle.failed(&email, address);
+        tracing::warn!(email = %email, address = ?address, "sign-in failed: wrong email or password");
+        return again(StatusCode::UNAUTHORIZED, "Wrong email or password.");
+    };
+    state.throttle.succeeded(&email);
+    match session::start(&state.store, user.id).await {
+        Ok(id) => {
+            tracing::info!(email = %email, org = %user.org, address = ?address, "signed in");
+            signed_in(&id, state.secure)
+        }
+        Err(_) => unavailable(),
+    }
+}
+
+/// A redirect home with the new session's cookie.
+fn signed_in(session_id: &str, secure: bool) -> Response {
+    let mut response = Redirect::to("/").into_response();
+    response.headers_mut().append(
+        header::SET_COOKIE,
+        session::set_cookie(SESSION_COOKIE, session_id, "Lax", session::ABSOLUTE, secure),
+    );
+    response
+}
+
+/// `?token=` of a set-password link.
+#[derive(Deserialize)]
+pub struct LinkQuery {
+    token: Option<String>,
+}
+
+fn link_gone() -> Response {
+    message(
+        StatusCode::GONE,
+        "Link used or expired",
+        "This set-password link was already used or has expired. Ask an admin for a new one (cloud user reset-password --email …).",
+        "/sign-in",
+        "Sign in",
+    )
+}
+
+/// `GET /set-password?token=…`: the form, while the link is valid.
+pub async fn set_password_form(
+    State(state): State<DashboardState>,
+    headers: HeaderMap,
+    Query(q): Query<LinkQuery>,
+) -> Response {
+    let token = q.token.unwrap_or_default();
+    let user = match state
+        .store
+        .password_link_user(&password::secret_hash(&token))
+        .await
+    {
+        Ok(Some(u)) => u,
+        Ok(None) => return link_gone(),
+        Err(_) => return unavailable(),
+    };
+    let (csrf, cookie) = pre_session_csrf(&headers, state.secure);
+    let form = SetPasswordPage {
+        csrf: &csrf,
+        token: &token,
+        email: &user.email,
+        org: &user.org,
+        min_chars: password::MIN_PASSWORD_CHARS,
+        error: None,
+    };
+    let mut response = with_cookie(page(StatusCode::OK, &form), cookie);
+    // The link's secret is in this page's URL: never send it on as a Referer.
+    response.headers_mut().insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    response
+}
+
+/// The set-password form's fields.
+#[derive(Deserialize)]
+pub struct SetPassword {
+    #[serde(default)]
+    csrf: String,
+    token: String,
+    password: String,
+    confirm: String,
+}
+
+/// `POST /set-password`: sets the password, ends the user's other sessions and signs in.
+pub async fn set_password(
+    State(state): State<DashboardState>,
+    headers: HeaderMap,
+    Form(form): Form<SetPassword>,
+) -> Response {
+    if !pre_session_csrf_ok(&headers, &form.csrf) {
+        return csrf_refused();
+    }
+    let token_hash = password::secret_hash(&form.token);
+    let user = match state.store.password_link_user(&token_hash).await {
+        Ok(Some(u)) => u,
+        Ok(None) => return link_gone(),
+        Err(_) => return unavailable(),
+    };
+    if let Err(why) = password::check_new(&form.password, &form.confirm) {
+        let again = SetPasswordPage {
+            csrf: &form.csrf,
+            token: &form.token,
+            email: &user.email,
+            org: &user.org,
+            min_chars: password::MIN_PASSWORD_CHARS,
+            error: Some(&why),
+        };
+        return page(StatusCode::UNPROCESSABLE_ENTITY, &again);
+    }
+    let typed = form.password.clone();
+    let Ok(Ok(hash)) = tokio::task::spawn_blocking(move || password::hash(&typed)).await else {
+        return message(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Password not set",
+            "The password could not be hashed. Try again.",
+            "/",
+            "Back",
+        );
+    };
+    match state.store.use_password_link(&token_hash, &hash).await {
+        Ok(Some(user_id)) => {
+            tracing::info!(email = %user.email, org = %user.org, "password set from a link");
+            match session::start(&state.store, user_id).await {
+                Ok(id) => signed_in(&id, state.secure),
+                Err(_) => unavailable(),
+            }
+        }
+        Ok(None) => link_gone(),
+        Err(_) => unavailable(),
+    }
+}
+
+/// The sign-out form's fields.
+#[derive(Deserialize)]
+pub struct SignOut {
+    #[serde(default)]
+    csrf: String,
+    everywhere: Option<String>,
+}
+
+/// `POST /sign-out`: ends this session, or every session of the user with `everywhere`.
+pub async fn sign_out(
+    State(state): State<DashboardState>,
+    headers: HeaderMap,
+    Form(form): Form<SignOut>,
+) -> Response {
+    let (s, id_hash) = match session::current(&state.store, &headers).await {
+        Ok(Some(found)) => found,
+        Ok(None) => return Redirect::to("/sign-in").into_response(),
+        Err(_) => return unavailable(),
+    };
+    if !session::same(&s.csrf, &form.csrf) {
+        return csrf_refused();
+    }
+    let ended = if form.everywhere.is_some() {
+        state.store.end_sessions(s.user.id).await
+    } else {
+        state.store.end_session(&id_hash).await
+    };
+    if ended.is_err() {
+        return unavailable();
+    }
+    let mut response = Redirect::to("/sign-in").into_response();
+    response.headers_mut().append(
+        header::SET_COOKIE,
+        session::set_cookie(
+            SESSION_COOKIE,
+            "",
+            "Lax",
+            std::time::Duration::ZERO,
+            state.secure,
+        ),
+    );
+    response
+}

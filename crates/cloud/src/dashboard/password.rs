@@ -1,0 +1,116 @@
+//! Passwords and the secrets of links and sessions. Passwords are hashed with Argon2id (the
+//! crate's defaults: 19 MiB, 2 passes), verified in constant time by the crate, and an unknown
+//! account costs the same work as a wrong password. Link and session secrets have 256 random
+//! bits, so only their SHA-256 is stored.
+
+use argon2::password_hash::{PasswordHasher, PasswordVerifier};
+use argon2::{Argon2, PasswordHash};
+use base64::Engine;
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+
+/// The shortest password accepted.
+pub const MIN_PASSWORD_CHARS: usize = 12;
+/// The longest password accepted (hashing cost grows with it).
+pub const MAX_PASSWORD_CHARS: usize = 1024;
+
+/// Hashed when an account does not exist or has no password yet, so that such a sign-in
+/// costs what a wrong password does and timing tells nothing.
+static DUMMY: std::sync::LazyLock<Option<String>> =
+    std::sync::LazyLock::new(|| hash("not a password of anyone").ok());
+
+/// An Argon2id PHC string for `password`, with a fresh random salt.
+pub fn hash(password: &str) -> Result<String, String> {
+    Argon2::default()
+        .hash_password(password.as_bytes())
+        .map(|h| h.to_string())
+        .map_err(|e| format!("cannot hash the password: {e}"))
+}
+
+/// Whether `password` matches `stored` (a PHC string); `None` runs a dummy verification and
+/// answers false.
+pub fn verify(password: &str, stored: Option<&str>) -> bool {
+    let (phc, real) = match stored {
+        Some(s) => (s.to_string(), true),
+        None => (DUMMY.clone().unwrap_or_default(), false),
+    };
+    let Ok(parsed) = PasswordHash::new(&phc) else {
+        return false;
+    };
+    let ok = Argon2::default()
+        .verify_password(password.as_bytes(), &parsed)
+        .is_ok();
+    ok && real
+}
+
+/// Why a new password is refused, in words for the form.
+pub fn check_new(password: &str, confirm: &str) -> Result<(), String> {
+    let chars = password.chars().count();
+    if chars < MIN_PASSWORD_CHARS {
+        return Err(format!(
+            "The password is too short: use at least {MIN_PASSWORD_CHARS} characters."
+        ));
+    }
+    if chars > MAX_PASSWORD_CHARS {
+        return Err(format!(
+            "The password is too long: use at most {MAX_PASSWORD_CHARS} characters."
+        ));
+    }
+    if password != confirm {
+        return Err("The two passwords differ: type the same one twice.".into());
+    }
+    Ok(())
+}
+
+/// A new random secret (256 bits, URL-safe base64) and its SHA-256, which is what is stored.
+pub fn new_secret() -> (String, Vec<u8>) {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let hash = secret_hash(&secret);
+    (secret, hash)
+}
+
+/// The stored form of a link or session secret.
+pub fn secret_hash(secret: &str) -> Vec<u8> {
+    Sha256::digest(secret.as_bytes()).to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hash_verifies_its_password_only() {
+        let stored = hash("correct horse battery").unwrap();
+        assert!(stored.starts_with("$argon2id$"), "{stored}");
+        assert!(verify("correct horse battery", Some(&stored)));
+        assert!(!verify("correct horse batterz", Some(&stored)));
+        assert!(!verify("correct horse battery", None));
+        assert!(!verify("anything", Some("not a phc string")));
+    }
+
+    #[test]
+    fn new_passwords_are_checked() {
+        assert!(
+            check_new("short", "short")
+                .unwrap_err()
+                .contains("at least 12")
+        );
+        assert!(
+            check_new("long enough pw", "long enough px")
+                .unwrap_err()
+                .contains("differ")
+        );
+        assert!(check_new("long enough pw", "long enough pw").is_ok());
+    }
+
+    #[test]
+    fn secrets_are_random_and_stored_hashed() {
+        let (a, ha) = new_secret();
+        let (b, _) = new_secret();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 43);
+        assert_eq!(ha, secret_hash(&a));
+    }
+}

@@ -1,0 +1,373 @@
+//! The dashboard's sign-in, through the real binary as a browser would use it (forms, cookies,
+//! redirects): a user made by `cloud user create` sets a password from the one-time link and
+//! is signed in; sessions are cookies with the right attributes; forms without their CSRF token
+//! are refused; failures are throttled; sign-out ends one session or all of them.
+
+use reqwest::header::{HeaderMap, LOCATION, SET_COOKIE};
+use reqwest::{Client, Response, redirect};
+use testkit::{Backend, Cloud, cloud_bin, on_both_backends};
+
+const PASSWORD: &str = "a long enough passphrase";
+
+/// A client that shows redirects instead of following them (cookies are handled by hand).
+fn client(cloud: &Cloud) -> Client {
+    testkit::install_crypto();
+    let ca = std::fs::read(cloud.ca_path()).unwrap();
+    Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+        .redirect(redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// The `Set-Cookie` header that sets `name`.
+fn set_cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with(&format!("{name}=")))
+        .map(str::to_string)
+}
+
+/// `name=value` of a `Set-Cookie` header, to send back.
+fn pair(set_cookie: &str) -> String {
+    set_cookie.split(';').next().unwrap().to_string()
+}
+
+/// The value of the hidden `name` field in a page.
+fn hidden(page: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = page
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no {name} in {page}"))
+        + marker.len();
+    page[start..].split('"').next().unwrap().to_string()
+}
+
+/// Creates a user of `org` and returns the link printed for them.
+fn user(cloud: &Cloud, org: &str, email: &str, role: &str) -> String {
+    cloud.admin(&[
+        "user",
+        "create",
+        "--org",
+        org,
+        "--email",
+        email,
+        "--role",
+        role,
+        "--public-url",
+        &cloud.https,
+    ])
+}
+
+/// Opens a set-password link and sets the password: the session cookie (`name=value`).
+async fn set_password(client: &Client, link: &str) -> (Response, String) {
+    let form = client.get(link).send().await.unwrap();
+    assert_eq!(form.status(), 200);
+    let csrf_cookie = pair(&set_cookie(form.headers(), "signals_csrf").unwrap());
+    let page = form.text().await.unwrap();
+    let token = hidden(&page, "token");
+    let csrf = hidden(&page, "csrf");
+    let res = client
+        .post(link.split('?').next().unwrap())
+        .header("cookie", &csrf_cookie)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("token", token.as_str()),
+            ("password", PASSWORD),
+            ("confirm", PASSWORD),
+        ])
+        .send()
+        .await
+        .unwrap();
+    let session = set_cookie(res.headers(), "signals_session").map(|c| pair(&c));
+    (res, session.unwrap_or_default())
+}
+
+/// Signs in through the form from `base`: the answer.
+async fn sign_in(client: &Client, base: &str, email: &str, password: &str) -> Response {
+    let form = client.get(format!("{base}/sign-in")).send().await.unwrap();
+    let csrf_cookie = pair(&set_cookie(form.headers(), "signals_csrf").unwrap());
+    let csrf = hidden(&form.text().await.unwrap(), "csrf");
+    client
+        .post(format!("{base}/sign-in"))
+        .header("cookie", csrf_cookie)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("email", email),
+            ("password", password),
+        ])
+        .send()
+        .await
+        .unwrap()
+}
+
+on_both_backends!(a_link_sets_the_password_and_signs_in);
+
+async fn a_link_sets_the_password_and_signs_in(backend: Backend) {
+    let cloud = Cloud::start(backend);
+    cloud.admin(&["org", "create", "acme"]);
+    let link = user(&cloud, "acme", "Ada@Example.com", "admin");
+    assert!(
+        link.starts_with(&format!("{}/set-password?token=", cloud.https)),
+        "{link}"
+    );
+    let client = client(&cloud);
+
+    let (res, session) = set_password(&client, &link).await;
+    assert_eq!(res.status(), 303);
+    assert_eq!(res.headers()[LOCATION], "/");
+    let cookie = set_cookie(res.headers(), "signals_session").unwrap();
+    for attribute in ["HttpOnly", "SameSite=Lax", "Secure", "Path=/"] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+
+    let home = client
+        .get(format!("{}/", cloud.https))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(home.status(), 200);
+    let csp = home.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        csp.contains("default-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    let page = home.text().await.unwrap();
+    assert!(page.contains("acme") && page.contains("ada@example.com") && page.contains("admin"));
+
+    // The link works once.
+    assert_eq!(client.get(&link).send().await.unwrap().status(), 410);
+
+    // Signed out, the home page sends to sign-in; the password signs in again.
+    let anonymous = client
+        .get(format!("{}/", cloud.https))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 303);
+    assert_eq!(anonymous.headers()[LOCATION], "/sign-in");
+    let again = sign_in(&client, &cloud.https, "ada@example.com", PASSWORD).await;
+    assert_eq!(again.status(), 303);
+    assert!(set_cookie(again.headers(), "signals_session").is_some());
+
+    // No password in the log, ever.
+    assert!(!cloud.log_text().contains(PASSWORD));
+}
+
+#[tokio::test]
+async fn forms_without_their_csrf_token_are_refused() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.admin(&["org", "create", "acme"]);
+    let link = user(&cloud, "acme", "ada@example.com", "member");
+    let client = client(&cloud);
+    let (_, session) = set_password(&client, &link).await;
+
+    // Sign-out with the session cookie but no token (as a cross-site form would send it).
+    let res = client
+        .post(format!("{}/sign-out", cloud.https))
+        .header("cookie", &session)
+        .form(&[("everywhere", "1")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 403);
+    // The session still works.
+    let home = client
+        .get(format!("{}/", cloud.https))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(home.status(), 200);
+
+    // Sign-in without the CSRF cookie.
+    let res = client
+        .post(format!("{}/sign-in", cloud.https))
+        .form(&[
+            ("csrf", "x"),
+            ("email", "ada@example.com"),
+            ("password", PASSWORD),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 403);
+}
+
+#[tokio::test]
+async fn sign_out_everywhere_ends_every_session() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.admin(&["org", "create", "acme"]);
+    let link = user(&cloud, "acme", "ada@example.com", "member");
+    let client = client(&cloud);
+    let (_, first) = set_password(&client, &link).await;
+    let second_res = sign_in(&client, &cloud.https, "ada@example.com", PASSWORD).await;
+    let second = pair(&set_cookie(second_res.headers(), "signals_session").unwrap());
+
+    let home = client
+        .get(format!("{}/", cloud.https))
+        .header("cookie", &first)
+        .send()
+        .await
+        .unwrap();
+    let csrf = hidden(&home.text().await.unwrap(), "csrf");
+    let res = client
+        .post(format!("{}/sign-out", cloud.https))
+        .header("cookie", &first)
+        .form(&[("csrf", csrf.as_str()), ("everywhere", "1")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 303);
+    for session in [&first, &second] {
+        let res = client
+            .get(format!("{}/", cloud.https))
+            .header("cookie", session)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 303, "a session survived sign-out everywhere");
+    }
+}
+
+#[tokio::test]
+async fn failed_sign_ins_are_throttled_and_logged_without_the_password() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.admin(&["org", "create", "acme"]);
+    let link = user(&cloud, "acme", "ada@example.com", "member");
+    let client = client(&cloud);
+    set_password(&client, &link).await;
+
+    for _ in 0..5 {
+        let res = sign_in(&client, &cloud.https, "ada@example.com", "wrong guess 123").await;
+        assert_eq!(res.status(), 401);
+        assert!(
+            res.text()
+                .await
+                .unwrap()
+                .contains("Wrong email or password")
+        );
+    }
+    // Even the right password waits now.
+    let res = sign_in(&client, &cloud.https, "ada@example.com", PASSWORD).await;
+    assert_eq!(res.status(), 429);
+    assert!(res.headers().contains_key("retry-after"));
+    let log = cloud.log_text();
+    assert!(
+        log.contains("sign-in failed: wrong email or password"),
+        "{log}"
+    );
+    assert!(!log.contains("wrong guess 123") && !log.contains(PASSWORD));
+}
+
+#[tokio::test]
+async fn the_plain_listener_sets_cookies_without_secure() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let client = client(&cloud);
+    let form = client
+        .get(format!("{}/sign-in", cloud.http))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(form.status(), 200);
+    let cookie = set_cookie(form.headers(), "signals_csrf").unwrap();
+    assert!(
+        cookie.contains("HttpOnly") && !cookie.contains("Secure"),
+        "{cookie}"
+    );
+    let secure = client
+        .get(format!("{}/sign-in", cloud.https))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        set_cookie(secure.headers(), "signals_csrf")
+            .unwrap()
+            .contains("; Secure")
+    );
+}
+
+#[test]
+fn user_commands_say_what_is_wrong() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.admin(&["org", "create", "acme"]);
+    user(&cloud, "acme", "ada@example.com", "admin");
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &[
+                "user",
+                "create",
+                "--org",
+                "acme",
+                "--email",
+                "ADA@example.com",
+                "--role",
+                "member",
+            ],
+            "exists already",
+        ),
+        (
+            &[
+                "user",
+                "create",
+                "--org",
+                "acme",
+                "--email",
+                "not-an-address",
+                "--role",
+                "member",
+            ],
+            "is not an email address",
+        ),
+        (
+            &[
+                "user",
+                "create",
+                "--org",
+                "nope",
+                "--email",
+                "bob@example.com",
+                "--role",
+                "member",
+            ],
+            "no org \"nope\"",
+        ),
+        (
+            &["user", "reset-password", "--email", "bob@example.com"],
+            "no user \"bob@example.com\"",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = cloud.admin_output(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+    // The default link base is https:// and the TLS listen address.
+    let link = cloud.admin(&["user", "reset-password", "--email", "ada@example.com"]);
+    assert!(
+        link.starts_with("https://127.0.0.1:8443/set-password?token="),
+        "{link}"
+    );
+    // Like every admin command, it creates no database where there is none.
+    let empty = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(cloud_bin())
+        .args([
+            "user",
+            "reset-password",
+            "--email",
+            "ada@example.com",
+            "--data-dir",
+        ])
+        .arg(empty.path().join("data"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!empty.path().join("data").exists());
+}
