@@ -1,12 +1,15 @@
 //! The dashboard (docs/dashboard.md): server-rendered pages under `/` on both listeners, for
-//! people rather than programs. This part holds sign-in: users made by `cloud user create`,
-//! one-time set-password links, Argon2id passwords, server-side sessions, CSRF tokens on every
-//! form, sign-in throttling, and strict security headers. It owns its router and state and
+//! people rather than programs: sign-in (users made by `cloud user create`, one-time
+//! set-password links, Argon2id passwords, server-side sessions, CSRF tokens on every form,
+//! sign-in throttling, strict security headers), the events timeline, and the org's signal
+//! keys and API keys. It owns its router and state and
 //! reads storage only; it does not use the API's handlers.
 
+mod events;
 mod pages;
 pub mod password;
 mod session;
+mod signals;
 mod throttle;
 
 use std::sync::Arc;
@@ -97,6 +100,17 @@ pub fn router(state: DashboardState) -> Router {
             get(pages::set_password_form).post(pages::set_password),
         )
         .route("/sign-out", axum::routing::post(pages::sign_out))
+        .route("/events", get(events::timeline))
+        .route("/events/{id}", get(events::detail))
+        .route("/integrations/signals", get(signals::list))
+        .route(
+            "/integrations/signals/create",
+            axum::routing::post(signals::create),
+        )
+        .route(
+            "/integrations/signals/revoke",
+            axum::routing::post(signals::revoke),
+        )
         .route("/assets/app.css", get(stylesheet))
         .layer(middleware::from_fn(security_headers))
         .with_state(state)

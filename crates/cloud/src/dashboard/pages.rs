@@ -35,10 +35,58 @@ struct SetPasswordPage<'a> {
 #[derive(Template)]
 #[template(path = "dashboard/home.html")]
 struct HomePage<'a> {
-    org: &'a str,
-    email: &'a str,
-    role: &'a str,
-    csrf: &'a str,
+    me: &'a Me,
+}
+
+/// The signed-in user, as every signed-in page shows them (and the CSRF token of their forms).
+pub struct Me {
+    /// The org's slug.
+    pub org: String,
+    /// The user's email.
+    pub email: String,
+    /// admin or member.
+    pub role: &'static str,
+    /// The session's CSRF token.
+    pub csrf: String,
+    /// Whether the user may manage.
+    pub admin: bool,
+    /// The session, for storage calls.
+    pub session: crate::storage::Session,
+}
+
+/// The signed-in user of this request, or the answer to give instead: to sign-in when there
+/// is no session, 503 when storage fails.
+pub async fn me(state: &DashboardState, headers: &HeaderMap) -> Result<Me, Response> {
+    match session::current(&state.store, headers).await {
+        Ok(Some((s, _))) => Ok(Me {
+            org: s.user.org.clone(),
+            email: s.user.email.clone(),
+            role: s.user.role.as_str(),
+            csrf: s.csrf.clone(),
+            admin: s.user.role == crate::storage::Role::Admin,
+            session: s,
+        }),
+        Ok(None) => Err(Redirect::to("/sign-in").into_response()),
+        Err(_) => Err(unavailable()),
+    }
+}
+
+/// `None` for an admin with the form's right CSRF token; else the 403 page to answer.
+pub fn refuse_admin_form(me: &Me, csrf: &str) -> Option<Response> {
+    if !session::same(&me.csrf, csrf) {
+        return Some(csrf_refused());
+    }
+    if !me.admin {
+        tracing::warn!(email = %me.email, org = %me.org, "refused: an admin action by a member");
+        return Some(message(
+            StatusCode::FORBIDDEN,
+            "Admins only",
+            "Your role is member: members read, admins manage. Ask an admin of your org.",
+            "/",
+            "Back to the dashboard",
+        ));
+    }
+    None
 }
 
 #[derive(Template)]
@@ -51,7 +99,7 @@ struct MessagePage<'a> {
 }
 
 /// A rendered page with its status.
-fn page(status: StatusCode, template: &impl Template) -> Response {
+pub fn page(status: StatusCode, template: &impl Template) -> Response {
     match template.render() {
         Ok(html) => (
             status,
@@ -85,7 +133,8 @@ pub fn message(
     )
 }
 
-fn unavailable() -> Response {
+/// 503: storage failed.
+pub fn unavailable() -> Response {
     message(
         StatusCode::SERVICE_UNAVAILABLE,
         "Storage unavailable",
@@ -131,18 +180,9 @@ fn with_cookie(mut response: Response, cookie: Option<HeaderValue>) -> Response 
 
 /// `GET /`: the org's home when signed in, else to the sign-in page.
 pub async fn home(State(state): State<DashboardState>, headers: HeaderMap) -> Response {
-    match session::current(&state.store, &headers).await {
-        Ok(Some((s, _))) => page(
-            StatusCode::OK,
-            &HomePage {
-                org: &s.user.org,
-                email: &s.user.email,
-                role: s.user.role.as_str(),
-                csrf: &s.csrf,
-            },
-        ),
-        Ok(None) => Redirect::to("/sign-in").into_response(),
-        Err(_) => unavailable(),
+    match me(&state, &headers).await {
+        Ok(me) => page(StatusCode::OK, &HomePage { me: &me }),
+        Err(answer) => answer,
     }
 }
 

@@ -1,0 +1,184 @@
+//! Events: the org's timeline (newest first, filtered by type, service and environment, paged
+//! by keyset so that a page costs the same at any depth) and one event's stored JSON.
+
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::storage::{EventQuery, StoredEvent};
+
+use super::DashboardState;
+use super::pages::{Me, me, message, page, unavailable};
+
+/// Events per page.
+const PAGE: i64 = 50;
+/// The event types offered in the filter.
+const TYPES: [&str; 4] = ["deployment", "alert", "change", "custom"];
+
+struct Row {
+    id: String,
+    time: String,
+    kind: String,
+    service: String,
+    environment: String,
+    status: String,
+    summary: String,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/events.html")]
+struct EventsPage<'a> {
+    me: &'a Me,
+    types: [&'static str; 4],
+    filter_type: &'a str,
+    filter_service: &'a str,
+    filter_environment: &'a str,
+    events: Vec<Row>,
+    next: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/event.html")]
+struct EventPage<'a> {
+    me: &'a Me,
+    id: &'a str,
+    kind: &'a str,
+    json: String,
+}
+
+/// The timeline's filters and position.
+#[derive(Deserialize, Default)]
+pub struct Filters {
+    #[serde(default, rename = "type")]
+    kind: String,
+    #[serde(default)]
+    service: String,
+    #[serde(default)]
+    environment: String,
+    /// Older than this event (its time in µs and id), from the previous page's link.
+    before_at: Option<i64>,
+    #[serde(default)]
+    before_id: String,
+}
+
+fn text(body: &Value, field: &str) -> String {
+    body.get(field)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
+fn row(e: StoredEvent) -> Row {
+    let body: Value = serde_json::from_str(&e.body).unwrap_or(Value::Null);
+    let summary = ["title", "version", "summary", "name"]
+        .iter()
+        .map(|f| text(&body, f))
+        .find(|s| !s.is_empty())
+        .unwrap_or_default();
+    Row {
+        time: chrono::DateTime::from_timestamp_micros(e.occurred_at)
+            .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+            .unwrap_or_default(),
+        kind: text(&body, "type"),
+        service: text(&body, "service"),
+        environment: text(&body, "environment"),
+        status: text(&body, "status"),
+        summary,
+        id: e.id,
+    }
+}
+
+fn some(s: &str) -> Option<String> {
+    Some(s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+/// `GET /events`.
+pub async fn timeline(
+    State(state): State<DashboardState>,
+    headers: HeaderMap,
+    Query(f): Query<Filters>,
+) -> Response {
+    let me = match me(&state, &headers).await {
+        Ok(me) => me,
+        Err(answer) => return answer,
+    };
+    let query = EventQuery {
+        kind: some(&f.kind),
+        service: some(&f.service),
+        environment: some(&f.environment),
+        after: f.before_at.zip(some(&f.before_id)),
+        limit: PAGE + 1,
+        ..EventQuery::default()
+    };
+    let Ok(mut found) = state
+        .store
+        .list_events(me.session.user.org_id, &query)
+        .await
+    else {
+        return unavailable();
+    };
+    let more = found.len() as i64 > PAGE;
+    found.truncate(PAGE as usize);
+    let next = match found.last() {
+        Some(last) if more => Some(
+            url::form_urlencoded::Serializer::new(String::new())
+                .append_pair("type", &f.kind)
+                .append_pair("service", &f.service)
+                .append_pair("environment", &f.environment)
+                .append_pair("before_at", &last.occurred_at.to_string())
+                .append_pair("before_id", &last.id)
+                .finish(),
+        ),
+        _ => None,
+    };
+    page(
+        StatusCode::OK,
+        &EventsPage {
+            me: &me,
+            types: TYPES,
+            filter_type: &f.kind,
+            filter_service: &f.service,
+            filter_environment: &f.environment,
+            events: found.into_iter().map(row).collect(),
+            next,
+        },
+    )
+}
+
+/// `GET /events/{id}`: the event as stored, in the caller's org only.
+pub async fn detail(
+    State(state): State<DashboardState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let me = match me(&state, &headers).await {
+        Ok(me) => me,
+        Err(answer) => return answer,
+    };
+    match state.store.event(me.session.user.org_id, &id).await {
+        Ok(Some(e)) => {
+            let body: Value = serde_json::from_str(&e.body).unwrap_or(Value::Null);
+            let json = serde_json::to_string_pretty(&body).unwrap_or(e.body.clone());
+            page(
+                StatusCode::OK,
+                &EventPage {
+                    me: &me,
+                    id: &e.id,
+                    kind: &text(&body, "type"),
+                    json,
+                },
+            )
+        }
+        Ok(None) => message(
+            StatusCode::NOT_FOUND,
+            "No such event",
+            "Your org has no event with this id.",
+            "/events",
+            "Back to events",
+        ),
+        Err(_) => unavailable(),
+    }
+}

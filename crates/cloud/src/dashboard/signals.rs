@@ -1,0 +1,222 @@
+//! Integrations → Signals: the org's signal keys and API keys (never a secret after creation),
+//! creating them (the new key shown once, with a ready `curl` and CI steps) and revoking them.
+//! Members read; creating and revoking are admin actions (403 otherwise).
+
+use askama::Template;
+use axum::Form;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+
+use crate::admin;
+use crate::storage::{Credential, KeyInfo};
+
+use super::DashboardState;
+use super::pages::{Me, me, message, page, refuse_admin_form, unavailable};
+
+/// One row of a key table.
+struct Row {
+    id: String,
+    name: String,
+    created: String,
+    last_used: String,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/signals.html")]
+struct SignalsPage<'a> {
+    me: &'a Me,
+    admin: bool,
+    base: &'a str,
+    signal_keys: Vec<Row>,
+    api_keys: Vec<Row>,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/created.html")]
+struct CreatedPage<'a> {
+    me: &'a Me,
+    what: &'a str,
+    value: &'a str,
+    secret: bool,
+    curl: String,
+    github: String,
+    gitlab: String,
+}
+
+fn when(micros: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(micros)
+        .map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string())
+        .unwrap_or_default()
+}
+
+fn rows(keys: Vec<KeyInfo>) -> Vec<Row> {
+    keys.into_iter()
+        .map(|k| Row {
+            id: k.id,
+            name: k.name.unwrap_or_default(),
+            created: when(k.created_at),
+            last_used: k.last_used_at.map_or_else(|| "never".into(), when),
+        })
+        .collect()
+}
+
+/// The address this page was reached at, for the examples (`https://HOST` or `http://HOST`).
+fn base(headers: &HeaderMap, tls: bool) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| {
+            h.chars()
+                .all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c))
+        })
+        .unwrap_or("CLOUD_HOST");
+    format!("{}://{host}", if tls { "https" } else { "http" })
+}
+
+/// `GET /integrations/signals`.
+pub async fn list(State(state): State<DashboardState>, headers: HeaderMap) -> Response {
+    let me = match me(&state, &headers).await {
+        Ok(me) => me,
+        Err(answer) => return answer,
+    };
+    let org_id = me.session.user.org_id;
+    let (Ok(signal_keys), Ok(api_keys)) = (
+        state.store.credentials(org_id, Credential::SignalKey).await,
+        state.store.credentials(org_id, Credential::ApiKey).await,
+    ) else {
+        return unavailable();
+    };
+    let base = base(&headers, state.secure);
+    page(
+        StatusCode::OK,
+        &SignalsPage {
+            admin: me.admin,
+            me: &me,
+            base: &base,
+            signal_keys: rows(signal_keys),
+            api_keys: rows(api_keys),
+        },
+    )
+}
+
+/// The create and revoke forms' fields.
+#[derive(Deserialize)]
+pub struct KeyForm {
+    #[serde(default)]
+    csrf: String,
+    kind: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    id: String,
+}
+
+fn kind(name: &str) -> Option<Credential> {
+    match name {
+        "signal-key" => Some(Credential::SignalKey),
+        "api-key" => Some(Credential::ApiKey),
+        _ => None,
+    }
+}
+
+fn unknown_kind(name: &str) -> Response {
+    message(
+        StatusCode::BAD_REQUEST,
+        "Unknown kind of key",
+        &format!("kind must be signal-key or api-key, not {name:?}."),
+        "/integrations/signals",
+        "Back",
+    )
+}
+
+/// `POST /integrations/signals/create`: a new key, shown once.
+pub async fn create(
+    State(state): State<DashboardState>,
+    headers: HeaderMap,
+    Form(form): Form<KeyForm>,
+) -> Response {
+    let me = match me(&state, &headers).await {
+        Ok(me) => me,
+        Err(answer) => return answer,
+    };
+    if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
+        return answer;
+    }
+    let Some(kind) = kind(&form.kind) else {
+        return unknown_kind(&form.kind);
+    };
+    let name = Some(form.name.trim()).filter(|n| !n.is_empty());
+    let created = match kind {
+        Credential::SignalKey => admin::create_signal_key(&state.store, &me.org, name).await,
+        _ => admin::create_api_key(&state.store, &me.org, name).await,
+    };
+    let Ok(value) = created else {
+        return unavailable();
+    };
+    tracing::info!(email = %me.email, org = %me.org, kind = %form.kind, "key created in the dashboard");
+    let base = base(&headers, state.secure);
+    let (key, api) = match kind {
+        Credential::SignalKey => (value.as_str(), "$SIGNALS_API_KEY"),
+        _ => ("$SIGNAL_KEY", value.as_str()),
+    };
+    let body = r#"{"type":"deployment","service":"api","environment":"production","status":"success","version":"v1.2.3"}"#;
+    let curl = format!(
+        "curl -sS -X POST '{base}/v1/signals/{key}' \\\n  -H \"Authorization: Bearer {api}\" -H 'Content-Type: application/json' \\\n  -d '{body}'"
+    );
+    let github = format!(
+        "- name: Tell Signals about the deployment\n  run: |\n    curl -sS -X POST '{base}/v1/signals/{key}' \\\n      -H \"Authorization: Bearer ${{{{ secrets.SIGNALS_API_KEY }}}}\" -H 'Content-Type: application/json' \\\n      -d \"{{\\\"type\\\":\\\"deployment\\\",\\\"service\\\":\\\"api\\\",\\\"environment\\\":\\\"production\\\",\\\"status\\\":\\\"success\\\",\\\"sha\\\":\\\"$GITHUB_SHA\\\",\\\"repository\\\":\\\"$GITHUB_REPOSITORY\\\"}}\""
+    );
+    let gitlab = format!(
+        "notify-signals:\n  stage: .post\n  script:\n    - >\n      curl -sS -X POST '{base}/v1/signals/{key}'\n      -H \"Authorization: Bearer $SIGNALS_API_KEY\" -H 'Content-Type: application/json'\n      -d \"{{\\\"type\\\":\\\"deployment\\\",\\\"service\\\":\\\"api\\\",\\\"environment\\\":\\\"production\\\",\\\"status\\\":\\\"success\\\",\\\"sha\\\":\\\"$CI_COMMIT_SHA\\\",\\\"repository\\\":\\\"$CI_PROJECT_PATH\\\"}}\""
+    );
+    page(
+        StatusCode::OK,
+        &CreatedPage {
+            me: &me,
+            what: match kind {
+                Credential::SignalKey => "Signal key",
+                _ => "API key",
+            },
+            value: &value,
+            secret: kind == Credential::ApiKey,
+            curl,
+            github,
+            gitlab,
+        },
+    )
+}
+
+/// `POST /integrations/signals/revoke`: revokes a key; servers stop accepting it within
+/// about a second.
+pub async fn revoke(
+    State(state): State<DashboardState>,
+    headers: HeaderMap,
+    Form(form): Form<KeyForm>,
+) -> Response {
+    let me = match me(&state, &headers).await {
+        Ok(me) => me,
+        Err(answer) => return answer,
+    };
+    if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
+        return answer;
+    }
+    let Some(kind) = kind(&form.kind) else {
+        return unknown_kind(&form.kind);
+    };
+    match admin::revoke_key(&state.store, &me.org, kind, &form.id).await {
+        Ok(_) => {
+            tracing::info!(email = %me.email, org = %me.org, id = %form.id, "key revoked in the dashboard");
+            Redirect::to("/integrations/signals").into_response()
+        }
+        Err(admin::AdminError::Usage(why)) => message(
+            StatusCode::NOT_FOUND,
+            "No such key",
+            &why,
+            "/integrations/signals",
+            "Back",
+        ),
+        Err(_) => unavailable(),
+    }
+}

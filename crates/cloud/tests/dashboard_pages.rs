@@ -1,0 +1,229 @@
+//! The dashboard's pages through the real binary: an admin creates a signal key and an API key
+//! on Integrations → Signals, a `curl`-like client posts an event with them, the timeline and
+//! the event's page show it, and a key revoked on the page stops working within 2 seconds. A
+//! member reads but cannot create (403), and no one sees another org's events.
+
+use std::time::{Duration, Instant};
+
+use reqwest::Client;
+use testkit::dashboard::{client, hidden, set_password, user};
+use testkit::{Backend, Cloud, seed_event};
+
+/// A signed-in user's session cookie.
+async fn session(cloud: &Cloud, client: &Client, org: &str, email: &str, role: &str) -> String {
+    set_password(client, &user(cloud, org, email, role)).await.1
+}
+
+async fn get(client: &Client, url: String, session: &str) -> (u16, String) {
+    let res = client
+        .get(url)
+        .header("cookie", session)
+        .send()
+        .await
+        .unwrap();
+    (res.status().as_u16(), res.text().await.unwrap())
+}
+
+/// Posts the page's form at `action` with `fields` and the page's CSRF token.
+async fn post(
+    client: &Client,
+    cloud: &Cloud,
+    session: &str,
+    action: &str,
+    fields: &[(&str, &str)],
+) -> (u16, String) {
+    let (_, page) = get(client, format!("{}/", cloud.https), session).await;
+    let csrf = hidden(&page, "csrf");
+    let mut form = vec![("csrf", csrf.as_str())];
+    form.extend_from_slice(fields);
+    let res = client
+        .post(format!("{}{action}", cloud.https))
+        .header("cookie", session)
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    (res.status().as_u16(), res.text().await.unwrap())
+}
+
+/// The key shown once on a "created" page.
+fn shown_key(page: &str) -> String {
+    let start = page
+        .find("<pre class=\"secret\"><code>")
+        .expect("the new key")
+        + 26;
+    page[start..].split('<').next().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn an_admin_makes_keys_that_post_events_the_timeline_shows() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.admin(&["org", "create", "acme"]);
+    let client = client(&cloud);
+    let admin = session(&cloud, &client, "acme", "ada@example.com", "admin").await;
+
+    let (status, page) = post(
+        &client,
+        &cloud,
+        &admin,
+        "/integrations/signals/create",
+        &[("kind", "signal-key"), ("name", "ci")],
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    let signal_key = shown_key(&page);
+    assert!(signal_key.starts_with("sigkey_"), "{signal_key}");
+    let (status, page) = post(
+        &client,
+        &cloud,
+        &admin,
+        "/integrations/signals/create",
+        &[("kind", "api-key"), ("name", "deploys")],
+    )
+    .await;
+    assert_eq!(status, 200);
+    let api_key = shown_key(&page);
+    assert!(
+        api_key.starts_with("sigapi_") && page.contains("shown this once"),
+        "{page}"
+    );
+    assert!(page.contains("GitHub Actions") && page.contains("GitLab CI"));
+
+    // The keys work for the API, as the page's curl uses them.
+    let mut event = seed_event();
+    event["service"] = "checkout".into();
+    let posted = client
+        .post(format!("{}/v1/signals/{signal_key}", cloud.http))
+        .bearer_auth(&api_key)
+        .json(&event)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 202);
+    let id = posted.json::<serde_json::Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let (status, timeline) = get(
+        &client,
+        format!("{}/events?type=deployment&service=checkout", cloud.https),
+        &admin,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(
+        timeline.contains("checkout") && timeline.contains(&id),
+        "{timeline}"
+    );
+    let (_, none) = get(
+        &client,
+        format!("{}/events?service=nothing-here", cloud.https),
+        &admin,
+    )
+    .await;
+    assert!(none.contains("No events match."));
+    let (status, detail) = get(&client, format!("{}/events/{id}", cloud.https), &admin).await;
+    assert_eq!(status, 200);
+    assert!(
+        detail.contains("&#34;service&#34;: &#34;checkout&#34;"),
+        "{detail}"
+    );
+
+    // The list shows the key's public id, never the secret; revoking it ends it within 2 s.
+    let (_, list) = get(
+        &client,
+        format!("{}/integrations/signals", cloud.https),
+        &admin,
+    )
+    .await;
+    let public_id: String = api_key.split('_').take(2).collect::<Vec<_>>().join("_");
+    assert!(list.contains(&public_id) && !list.contains(&api_key));
+    let (status, _) = post(
+        &client,
+        &cloud,
+        &admin,
+        "/integrations/signals/revoke",
+        &[("kind", "api-key"), ("id", &public_id)],
+    )
+    .await;
+    assert_eq!(status, 303);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let res = client
+            .get(format!("{}/v1/events", cloud.http))
+            .bearer_auth(&api_key)
+            .send()
+            .await
+            .unwrap();
+        if res.status() == 401 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the revoked key still works after 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn members_read_but_cannot_manage_and_orgs_are_isolated() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let acme = cloud.tenant("acme");
+    cloud.admin(&["org", "create", "globex"]);
+    let client = client(&cloud);
+    let member = session(&cloud, &client, "acme", "max@example.com", "member").await;
+    let outsider = session(&cloud, &client, "globex", "eve@example.com", "admin").await;
+
+    let (status, page) = get(
+        &client,
+        format!("{}/integrations/signals", cloud.https),
+        &member,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains(&acme.signal_key),
+        "members see the org's signal keys"
+    );
+    assert!(
+        !page.contains("Create an API key"),
+        "no admin form for a member"
+    );
+    let (status, page) = post(
+        &client,
+        &cloud,
+        &member,
+        "/integrations/signals/create",
+        &[("kind", "api-key")],
+    )
+    .await;
+    assert_eq!(status, 403);
+    assert!(page.contains("Admins only"));
+
+    let posted = client
+        .post(format!("{}/v1/signals/{}", cloud.http, acme.signal_key))
+        .bearer_auth(&acme.api_key)
+        .json(&seed_event())
+        .send()
+        .await
+        .unwrap();
+    let id = posted.json::<serde_json::Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, _) = get(&client, format!("{}/events/{id}", cloud.https), &member).await;
+    assert_eq!(status, 200);
+    let (status, _) = get(&client, format!("{}/events/{id}", cloud.https), &outsider).await;
+    assert_eq!(status, 404, "another org's event");
+    let (_, timeline) = get(&client, format!("{}/events", cloud.https), &outsider).await;
+    assert!(!timeline.contains(&id));
+    let (_, keys) = get(
+        &client,
+        format!("{}/integrations/signals", cloud.https),
+        &outsider,
+    )
+    .await;
+    assert!(!keys.contains(&acme.signal_key));
+}

@@ -1,0 +1,104 @@
+//! The dashboard as a browser uses it, for tests: forms, cookies (handled by hand, so tests
+//! see every `Set-Cookie`) and redirects (shown, not followed).
+
+use reqwest::header::{HeaderMap, SET_COOKIE};
+use reqwest::{Client, Response, redirect};
+
+use crate::Cloud;
+
+/// The password every test user sets.
+pub const PASSWORD: &str = "a long enough passphrase";
+
+/// A client for `cloud` that shows redirects instead of following them (cookies are handled by hand).
+pub fn client(cloud: &Cloud) -> Client {
+    crate::install_crypto();
+    let ca = std::fs::read(cloud.ca_path()).unwrap();
+    Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+        .redirect(redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// The `Set-Cookie` header that sets `name`.
+pub fn set_cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with(&format!("{name}=")))
+        .map(str::to_string)
+}
+
+/// `name=value` of a `Set-Cookie` header, to send back.
+pub fn pair(set_cookie: &str) -> String {
+    set_cookie.split(';').next().unwrap().to_string()
+}
+
+/// The value of the hidden `name` field in a page.
+pub fn hidden(page: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = page
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no {name} in {page}"))
+        + marker.len();
+    page[start..].split('"').next().unwrap().to_string()
+}
+
+/// Creates a user of `org` and returns the link printed for them.
+pub fn user(cloud: &Cloud, org: &str, email: &str, role: &str) -> String {
+    cloud.admin(&[
+        "user",
+        "create",
+        "--org",
+        org,
+        "--email",
+        email,
+        "--role",
+        role,
+        "--public-url",
+        &cloud.https,
+    ])
+}
+
+/// Opens a set-password link and sets the password: the session cookie (`name=value`).
+pub async fn set_password(client: &Client, link: &str) -> (Response, String) {
+    let form = client.get(link).send().await.unwrap();
+    assert_eq!(form.status(), 200);
+    let csrf_cookie = pair(&set_cookie(form.headers(), "signals_csrf").unwrap());
+    let page = form.text().await.unwrap();
+    let token = hidden(&page, "token");
+    let csrf = hidden(&page, "csrf");
+    let res = client
+        .post(link.split('?').next().unwrap())
+        .header("cookie", &csrf_cookie)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("token", token.as_str()),
+            ("password", PASSWORD),
+            ("confirm", PASSWORD),
+        ])
+        .send()
+        .await
+        .unwrap();
+    let session = set_cookie(res.headers(), "signals_session").map(|c| pair(&c));
+    (res, session.unwrap_or_default())
+}
+
+/// Signs in through the form from `base`: the answer.
+pub async fn sign_in(client: &Client, base: &str, email: &str, password: &str) -> Response {
+    let form = client.get(format!("{base}/sign-in")).send().await.unwrap();
+    let csrf_cookie = pair(&set_cookie(form.headers(), "signals_csrf").unwrap());
+    let csrf = hidden(&form.text().await.unwrap(), "csrf");
+    client
+        .post(format!("{base}/sign-in"))
+        .header("cookie", csrf_cookie)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("email", email),
+            ("password", password),
+        ])
+        .send()
+        .await
+        .unwrap()
+}
