@@ -58,6 +58,14 @@ impl App {
     /// Every feature over one store, one metrics registry and one verified-key cache.
     pub fn new(store: Store, metrics: Metrics, ca: LocalCa, limits: Limits) -> Self {
         let keys = Arc::new(KeyCache::default());
+        let relay = RelayState::new(
+            store.clone(),
+            metrics.clone(),
+            keys.clone(),
+            ca,
+            limits.forward_timeout,
+            limits.read_timeout,
+        );
         App {
             api: ApiState::new(
                 store.clone(),
@@ -67,15 +75,8 @@ impl App {
                 limits.ingest_memory,
                 limits.read_timeout,
             ),
-            dashboard: DashboardState::new(store.clone()),
-            relay: RelayState::new(
-                store,
-                metrics.clone(),
-                keys,
-                ca,
-                limits.forward_timeout,
-                limits.read_timeout,
-            ),
+            dashboard: DashboardState::new(store, Arc::new(RelayBridges(relay.clone()))),
+            relay,
             metrics,
         }
     }
@@ -94,6 +95,43 @@ impl App {
         app.fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
             .layer(middleware::from_fn_with_state(self.metrics.clone(), track))
+    }
+}
+
+/// The relay's live tunnels as the dashboard sees them: wired here so that neither feature
+/// imports the other.
+struct RelayBridges(RelayState);
+
+impl dashboard::LiveBridges for RelayBridges {
+    fn instances(&self, org_id: i64) -> Vec<dashboard::LiveInstance> {
+        self.0
+            .registry
+            .list(org_id)
+            .into_iter()
+            .flat_map(|bridge| {
+                bridge
+                    .instances
+                    .into_iter()
+                    .map(move |i| dashboard::LiveInstance {
+                        bridge: bridge.name.clone(),
+                        id: i.id,
+                        version: i.version,
+                        connected_at: i.connected_at,
+                        last_heartbeat: i.last_heartbeat,
+                        resources: i
+                            .resources
+                            .into_iter()
+                            .map(|r| (r.kind.as_str(), r.name))
+                            .collect(),
+                    })
+            })
+            .collect()
+    }
+
+    fn close(&self, org_id: i64, bridge: &str) {
+        for instance in self.0.registry.instances(org_id, bridge) {
+            instance.closed.cancel();
+        }
     }
 }
 

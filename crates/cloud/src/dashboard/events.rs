@@ -38,6 +38,8 @@ struct EventsPage<'a> {
     filter_environment: &'a str,
     events: Vec<Row>,
     next: Option<String>,
+    /// The newest page refreshes itself (new events appear); older pages stay put.
+    live: bool,
 }
 
 #[derive(Template)]
@@ -144,6 +146,7 @@ pub async fn timeline(
             filter_environment: &f.environment,
             events: found.into_iter().map(row).collect(),
             next,
+            live: f.before_at.is_none(),
         },
     )
 }

@@ -1,10 +1,11 @@
 //! The dashboard (docs/dashboard.md): server-rendered pages under `/` on both listeners, for
 //! people rather than programs: sign-in (users made by `cloud user create`, one-time
 //! set-password links, Argon2id passwords, server-side sessions, CSRF tokens on every form,
-//! sign-in throttling, strict security headers), the events timeline, and the org's signal
-//! keys and API keys. It owns its router and state and
+//! sign-in throttling, strict security headers), the events timeline, the org's signal keys
+//! and API keys, and its bridges with their tokens and live instances. It owns its router and state and
 //! reads storage only; it does not use the API's handlers.
 
+mod bridges;
 mod events;
 mod pages;
 pub mod password;
@@ -23,6 +24,7 @@ use axum::routing::get;
 
 use crate::storage::Store;
 
+pub use bridges::{LiveBridges, LiveInstance};
 pub use throttle::Throttle;
 
 /// The dashboard's state: storage, the sign-in throttle (shared by both listeners) and
@@ -30,15 +32,18 @@ pub use throttle::Throttle;
 #[derive(Clone)]
 pub struct DashboardState {
     store: Store,
+    live: Arc<dyn LiveBridges>,
     throttle: Arc<Throttle>,
     secure: bool,
 }
 
 impl DashboardState {
-    /// The state of a service over `store`; [`DashboardState::over_tls`] picks the listener.
-    pub fn new(store: Store) -> Self {
+    /// The state of a service over `store`, with the relay's live tunnels behind `live`;
+    /// [`DashboardState::over_tls`] picks the listener.
+    pub fn new(store: Store, live: Arc<dyn LiveBridges>) -> Self {
         DashboardState {
             store,
+            live,
             throttle: Arc::new(Throttle::default()),
             secure: false,
         }
@@ -55,6 +60,19 @@ impl DashboardState {
 
 /// The stylesheet, compiled in: the dashboard loads nothing from elsewhere.
 const APP_CSS: &str = include_str!("../../assets/app.css");
+/// The one script: live updates of marked parts of a page (pages work without it).
+const LIVE_JS: &str = include_str!("../../assets/live.js");
+
+async fn script() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "public, max-age=3600"),
+        ],
+        LIVE_JS,
+    )
+        .into_response()
+}
 
 async fn stylesheet() -> Response {
     (
@@ -111,7 +129,17 @@ pub fn router(state: DashboardState) -> Router {
             "/integrations/signals/revoke",
             axum::routing::post(signals::revoke),
         )
+        .route("/integrations/bridge", get(bridges::list))
+        .route(
+            "/integrations/bridge/create",
+            axum::routing::post(bridges::create),
+        )
+        .route(
+            "/integrations/bridge/revoke",
+            axum::routing::post(bridges::revoke),
+        )
         .route("/assets/app.css", get(stylesheet))
+        .route("/assets/live.js", get(script))
         .layer(middleware::from_fn(security_headers))
         .with_state(state)
 }

@@ -1,0 +1,140 @@
+//! The dashboard's Integrations → Bridge page with real bridges: a connected bridge shows its
+//! instance (version, resources); a token made on the page comes with a YAML skeleton that
+//! the bridge accepts; revoking on the page closes the tunnel at once and the page shows it.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use testkit::bridge::{Rig, bridge_bin};
+use testkit::dashboard::{client, hidden, set_password, user};
+
+async fn page(client: &reqwest::Client, url: String, session: &str) -> String {
+    let res = client
+        .get(url)
+        .header("cookie", session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    res.text().await.unwrap()
+}
+
+#[tokio::test]
+async fn the_bridge_page_shows_instances_makes_tokens_and_revokes() {
+    let rig = Rig::start("").await;
+    let cloud = &rig.cloud;
+    let client = client(cloud);
+    let (_, admin) = set_password(&client, &user(cloud, "acme", "ada@example.com", "admin")).await;
+    let url = format!("{}/integrations/bridge", cloud.https);
+
+    let listed = page(&client, url.clone(), &admin).await;
+    assert!(
+        listed.contains("<strong>dc1</strong>") && listed.contains("status connected"),
+        "{listed}"
+    );
+    assert!(listed.contains(&format!("version {}", env!("CARGO_PKG_VERSION"))));
+    assert!(
+        listed.contains("api internal"),
+        "the declared resources: {listed}"
+    );
+    assert!(!listed.contains("outdated"));
+
+    // A new token, and a skeleton the bridge accepts as configuration (exit 2 would mean not).
+    let csrf = hidden(&listed, "csrf");
+    let res = client
+        .post(format!("{}/integrations/bridge/create", cloud.https))
+        .header("cookie", &admin)
+        .form(&[("csrf", csrf.as_str()), ("name", "dc2")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let created = res.text().await.unwrap();
+    assert!(created.contains("sigbrt_") && created.contains("podman run"));
+    let yaml_start = created.rfind("<pre><code>").unwrap() + 11;
+    let yaml = created[yaml_start..].split("</code>").next().unwrap();
+    let yaml = yaml
+        .replace("&#34;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&");
+    assert!(yaml.contains("# databases:"), "{yaml}");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bridge.yaml"), &yaml).unwrap();
+    let check = Command::new(bridge_bin())
+        .args(["check", "--config"])
+        .arg(dir.path().join("bridge.yaml"))
+        .env("SERVICE_BRIDGE_TOKEN", "sigbrt_x_y")
+        .env("GIT_TOKEN", "t")
+        .env("API_TOKEN", "t")
+        .env("REGISTRY_PASSWORD", "p")
+        .output()
+        .unwrap();
+    assert_ne!(
+        check.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let listed = page(&client, url.clone(), &admin).await;
+    assert!(listed.contains("<strong>dc2</strong>") && listed.contains("status never seen"));
+
+    // Revoke dc1 on the page: its tunnel closes at once, and the page says so.
+    let res = client
+        .post(format!("{}/integrations/bridge/revoke", cloud.https))
+        .header("cookie", &admin)
+        .form(&[("csrf", csrf.as_str()), ("name", "dc1")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 303);
+    // At once: before the relay's own revocation poll (every 2 s) would have seen it.
+    let revoked = Instant::now();
+    loop {
+        let status = rig
+            .bridge
+            .health()
+            .await
+            .map(|(_, h)| h["connection_status"].clone());
+        if status.is_some_and(|s| s != "connected") {
+            break;
+        }
+        assert!(
+            revoked.elapsed() < Duration::from_millis(1500),
+            "the tunnel is still up"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Its retries are refused: the token is gone.
+    rig.bridge
+        .wait_status("unauthorized", Duration::from_secs(20))
+        .await;
+    let listed = page(&client, url, &admin).await;
+    assert!(
+        !listed.contains("<strong>dc1</strong>"),
+        "a revoked bridge leaves the list: {listed}"
+    );
+}
+
+#[tokio::test]
+async fn members_cannot_make_bridge_tokens() {
+    let rig = Rig::start("").await;
+    let cloud = &rig.cloud;
+    let client = client(cloud);
+    let (_, member) =
+        set_password(&client, &user(cloud, "acme", "max@example.com", "member")).await;
+    let listed = page(
+        &client,
+        format!("{}/integrations/bridge", cloud.https),
+        &member,
+    )
+    .await;
+    assert!(listed.contains("<strong>dc1</strong>") && !listed.contains("Create a token"));
+    let res = client
+        .post(format!("{}/integrations/bridge/create", cloud.https))
+        .header("cookie", &member)
+        .form(&[("csrf", hidden(&listed, "csrf").as_str()), ("name", "dc9")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 403);
+}

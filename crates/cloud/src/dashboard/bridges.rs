@@ -1,0 +1,304 @@
+//! Integrations → Bridge: the org's bridges (from their tokens) with their live instances,
+//! creating a token (shown once, with the commands and a YAML skeleton to start a bridge) and
+//! revoking one, which closes its tunnels at once. The live instances come through
+//! [`LiveBridges`], which the application wires to the relay: this module never imports it.
+
+use askama::Template;
+use axum::Form;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+
+use crate::admin;
+use crate::storage::Credential;
+
+use super::DashboardState;
+use super::pages::{Me, me, message, page, refuse_admin_form, unavailable};
+
+/// A connected instance of a bridge, as the relay knows it.
+pub struct LiveInstance {
+    /// The bridge's name.
+    pub bridge: String,
+    /// The instance's id.
+    pub id: String,
+    /// The bridge release it runs.
+    pub version: String,
+    /// When its tunnel opened.
+    pub connected_at: DateTime<Utc>,
+    /// Its last heartbeat.
+    pub last_heartbeat: DateTime<Utc>,
+    /// Its declared resources: (kind, name).
+    pub resources: Vec<(&'static str, String)>,
+}
+
+/// The live tunnels, as the dashboard needs them.
+pub trait LiveBridges: Send + Sync {
+    /// Every connected instance of the org's bridges.
+    fn instances(&self, org_id: i64) -> Vec<LiveInstance>;
+    /// Closes every tunnel of one bridge now (its token was revoked).
+    fn close(&self, org_id: i64, bridge: &str);
+}
+
+struct InstanceRow {
+    id: String,
+    version: String,
+    outdated: bool,
+    connected: String,
+    heartbeat: String,
+    resources: String,
+}
+
+struct BridgeRow {
+    name: String,
+    created: String,
+    status: &'static str,
+    last_seen: String,
+    instances: Vec<InstanceRow>,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/bridges.html")]
+struct BridgesPage<'a> {
+    me: &'a Me,
+    version: &'a str,
+    bridges: Vec<BridgeRow>,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/bridge.yml")]
+struct Skeleton<'a> {
+    name: &'a str,
+    base: &'a str,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/bridge_created.html")]
+struct CreatedPage<'a> {
+    me: &'a Me,
+    name: &'a str,
+    token: &'a str,
+    container: String,
+    native: String,
+    yaml: String,
+}
+
+/// This cloud's release, which is also the bridge release it ships.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// `major.minor.patch` as numbers, for comparing releases; pre-release suffixes are ignored.
+fn release(v: &str) -> Vec<u64> {
+    v.split(['-', '+'])
+        .next()
+        .unwrap_or("")
+        .split('.')
+        .map(|p| p.parse().unwrap_or(0))
+        .collect()
+}
+
+/// Whether a bridge of `version` is older than the bridge this cloud ships.
+pub fn outdated(version: &str) -> bool {
+    release(version) < release(VERSION)
+}
+
+fn when(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+fn when_micros(micros: i64) -> String {
+    DateTime::from_timestamp_micros(micros)
+        .map(when)
+        .unwrap_or_default()
+}
+
+/// `GET /integrations/bridge`.
+pub async fn list(State(state): State<DashboardState>, headers: HeaderMap) -> Response {
+    let me = match me(&state, &headers).await {
+        Ok(me) => me,
+        Err(answer) => return answer,
+    };
+    let org_id = me.session.user.org_id;
+    let Ok(tokens) = state
+        .store
+        .credentials(org_id, Credential::BridgeToken)
+        .await
+    else {
+        return unavailable();
+    };
+    let live = state.live.instances(org_id);
+    // One row per bridge name: its tokens (the newest first seen) and its live instances.
+    let mut bridges: Vec<BridgeRow> = Vec::new();
+    for t in tokens {
+        let name = t.name.unwrap_or_default();
+        let last_used = t.last_used_at.unwrap_or(0);
+        match bridges.iter_mut().find(|b| b.name == name) {
+            Some(b) => {
+                if last_used > 0 {
+                    b.last_seen = when_micros(last_used);
+                }
+            }
+            None => bridges.push(BridgeRow {
+                created: when_micros(t.created_at),
+                last_seen: if last_used > 0 {
+                    when_micros(last_used)
+                } else {
+                    String::new()
+                },
+                status: if last_used > 0 {
+                    "reconnecting"
+                } else {
+                    "never seen"
+                },
+                instances: Vec::new(),
+                name,
+            }),
+        }
+    }
+    for i in live {
+        let row = InstanceRow {
+            outdated: outdated(&i.version),
+            connected: when(i.connected_at),
+            heartbeat: when(i.last_heartbeat),
+            resources: if i.resources.is_empty() {
+                "no resources".to_string()
+            } else {
+                i.resources
+                    .iter()
+                    .map(|(kind, name)| format!("{kind} {name}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+            id: i.id,
+            version: i.version,
+        };
+        if let Some(b) = bridges.iter_mut().find(|b| b.name == i.bridge) {
+            b.status = "connected";
+            b.last_seen.clear();
+            b.instances.push(row);
+        }
+    }
+    page(
+        StatusCode::OK,
+        &BridgesPage {
+            me: &me,
+            version: VERSION,
+            bridges,
+        },
+    )
+}
+
+/// The create and revoke forms' fields.
+#[derive(Deserialize)]
+pub struct BridgeForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    name: String,
+}
+
+/// The address this page was reached at (`https://HOST`), which bridges dial.
+fn base(headers: &HeaderMap) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| {
+            h.chars()
+                .all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c))
+        })
+        .unwrap_or("CLOUD_HOST:8443");
+    format!("https://{host}")
+}
+
+/// `POST /integrations/bridge/create`: a new token for a bridge, shown once.
+pub async fn create(
+    State(state): State<DashboardState>,
+    headers: HeaderMap,
+    Form(form): Form<BridgeForm>,
+) -> Response {
+    let me = match me(&state, &headers).await {
+        Ok(me) => me,
+        Err(answer) => return answer,
+    };
+    if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
+        return answer;
+    }
+    let name = form.name.trim();
+    let token = match admin::create_bridge_token(&state.store, &me.org, name).await {
+        Ok(t) => t,
+        Err(admin::AdminError::Usage(why)) => {
+            return message(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Bridge name not valid",
+                &why,
+                "/integrations/bridge",
+                "Back",
+            );
+        }
+        Err(_) => return unavailable(),
+    };
+    tracing::info!(email = %me.email, org = %me.org, bridge = %name, "bridge token created in the dashboard");
+    let base = base(&headers);
+    let yaml = Skeleton { name, base: &base }.render().unwrap_or_default();
+    let container = format!(
+        "podman run -d --name bridge-{name} --read-only \\\n  -e SERVICE_BRIDGE_TOKEN='{token}' \\\n  -e SERVICE_BRIDGE_CONFIG=/etc/bridge/bridge.yaml -v \"$PWD/bridge.yaml:/etc/bridge/bridge.yaml:ro\" \\\n  -p 127.0.0.1:8080:8080 signals-bridge:{VERSION}"
+    );
+    let native = format!(
+        "SERVICE_BRIDGE_TOKEN='{token}' bridge run --config bridge.yaml\n# or with no file at all:\nSERVICE_BRIDGE_TOKEN='{token}' SERVICE_BRIDGE_NAME={name} SERVICE_API_URL={base} bridge run"
+    );
+    page(
+        StatusCode::OK,
+        &CreatedPage {
+            me: &me,
+            name,
+            token: &token,
+            container,
+            native,
+            yaml,
+        },
+    )
+}
+
+/// `POST /integrations/bridge/revoke`: revokes every token of a bridge and closes its tunnels.
+pub async fn revoke(
+    State(state): State<DashboardState>,
+    headers: HeaderMap,
+    Form(form): Form<BridgeForm>,
+) -> Response {
+    let me = match me(&state, &headers).await {
+        Ok(me) => me,
+        Err(answer) => return answer,
+    };
+    if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
+        return answer;
+    }
+    match admin::revoke_bridge_tokens(&state.store, &me.org, &form.name).await {
+        Ok(_) => {
+            state.live.close(me.session.user.org_id, &form.name);
+            tracing::info!(email = %me.email, org = %me.org, bridge = %form.name, "bridge token revoked in the dashboard; its tunnels closed");
+            Redirect::to("/integrations/bridge").into_response()
+        }
+        Err(admin::AdminError::Usage(why)) => message(
+            StatusCode::NOT_FOUND,
+            "No such bridge",
+            &why,
+            "/integrations/bridge",
+            "Back",
+        ),
+        Err(_) => unavailable(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn releases_compare_by_number() {
+        assert!(outdated("0.0.9"));
+        assert!(!outdated(VERSION));
+        assert!(!outdated("99.0.0"));
+        assert!(release("0.10.0") > release("0.9.1"));
+        assert_eq!(release("1.2.3-rc.1"), vec![1, 2, 3]);
+    }
+}
