@@ -51,7 +51,8 @@ async fn the_bridge_page_shows_instances_makes_tokens_and_revokes() {
     assert_eq!(res.status(), 200);
     let created = res.text().await.unwrap();
     assert!(created.contains("sigbrt_") && created.contains("podman run"));
-    let yaml_start = created.rfind("<pre><code>").unwrap() + 11;
+    let marker = "<pre tabindex=\"0\"><code>";
+    let yaml_start = created.rfind(marker).unwrap() + marker.len();
     let yaml = created[yaml_start..].split("</code>").next().unwrap();
     let yaml = yaml
         .replace("&#34;", "\"")

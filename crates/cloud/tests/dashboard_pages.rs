@@ -48,10 +48,8 @@ async fn post(
 
 /// The key shown once on a "created" page.
 fn shown_key(page: &str) -> String {
-    let start = page
-        .find("<pre class=\"secret\"><code>")
-        .expect("the new key")
-        + 26;
+    let marker = "<pre class=\"secret\" tabindex=\"0\"><code>";
+    let start = page.find(marker).expect("the new key") + marker.len();
     page[start..].split('<').next().unwrap().to_string()
 }
 

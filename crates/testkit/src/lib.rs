@@ -4,6 +4,7 @@
 #![allow(missing_docs)]
 
 pub mod bridge;
+pub mod browser;
 pub mod dashboard;
 pub mod freeze;
 pub mod git_server;

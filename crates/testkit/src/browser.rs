@@ -1,0 +1,204 @@
+//! A real browser for the dashboard's tests: headless Chromium driven through ChromeDriver
+//! (WebDriver, Debian's `chromium` and `chromium-driver`), axe-core for accessibility checks,
+//! and screenshots of each page at desktop and phone widths under `target/screenshots/`.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+/// Where screenshots go: `target/screenshots/` of the workspace.
+pub fn screenshot_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/screenshots")
+}
+
+/// axe-core's script: `$AXE_CORE_JS`, or where `.ci/run` installs it
+/// (`npm install --prefix target/browser axe-core@4`).
+fn axe_script() -> String {
+    let path = std::env::var("AXE_CORE_JS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../target/browser/node_modules/axe-core/axe.min.js")
+        });
+    std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "axe-core not found at {} ({e}): run `npm install --prefix target/browser axe-core@4` (as .ci/run does) or set AXE_CORE_JS",
+            path.display()
+        )
+    })
+}
+
+/// A headless Chromium under ChromeDriver.
+pub struct Browser {
+    /// The WebDriver session.
+    pub client: Client,
+    driver: Child,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+impl Browser {
+    /// Starts ChromeDriver on a free port and a headless Chromium with a fresh profile.
+    pub async fn start() -> Browser {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver (Debian package chromium-driver; .ci/run installs it)");
+        let profile = tempfile::tempdir().expect("profile dir").keep();
+        let caps = json!({
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--disable-quic", "--no-first-run", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync",
+                    format!("--user-data-dir={}", profile.display()),
+                    "--window-size=1280,900",
+                ]
+            }
+        });
+        let caps = match caps {
+            Value::Object(map) => map,
+            _ => unreachable!(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let client = loop {
+            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            match ClientBuilder::new(connector)
+                .capabilities(caps.clone())
+                .connect(&format!("http://127.0.0.1:{port}"))
+                .await
+            {
+                Ok(c) => break c,
+                Err(e) => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "cannot start a browser session: {e}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        Browser { client, driver }
+    }
+
+    /// Opens `url`.
+    pub async fn goto(&self, url: &str) {
+        self.client.goto(url).await.expect("navigate");
+    }
+
+    /// The page's HTML as it is now.
+    pub async fn source(&self) -> String {
+        self.client.source().await.expect("page source")
+    }
+
+    /// Waits (up to 20 s) until the page, as it changes by itself, contains `text`.
+    pub async fn wait_for_text(&self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if self.source().await.contains(text) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the page never showed {text:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Types `value` into the field matching the CSS `selector`.
+    pub async fn fill(&self, selector: &str, value: &str) {
+        self.client
+            .find(Locator::Css(selector))
+            .await
+            .unwrap_or_else(|e| panic!("no {selector}: {e}"))
+            .send_keys(value)
+            .await
+            .expect("type");
+    }
+
+    /// Clicks the element matching the CSS `selector`.
+    pub async fn click(&self, selector: &str) {
+        self.client
+            .find(Locator::Css(selector))
+            .await
+            .unwrap_or_else(|e| panic!("no {selector}: {e}"))
+            .click()
+            .await
+            .expect("click");
+    }
+
+    /// The text of the element matching the CSS `selector`.
+    pub async fn text(&self, selector: &str) -> String {
+        self.client
+            .find(Locator::Css(selector))
+            .await
+            .unwrap_or_else(|e| panic!("no {selector}: {e}"))
+            .text()
+            .await
+            .expect("text")
+    }
+
+    /// Saves `target/screenshots/{name}-desktop.png` (1280 wide) and `{name}-phone.png`
+    /// (390 wide), then returns to the desktop size.
+    pub async fn screenshots(&self, name: &str) {
+        let dir = screenshot_dir();
+        std::fs::create_dir_all(&dir).expect("screenshot dir");
+        for (suffix, width, height) in [("phone", 390, 844), ("desktop", 1280, 900)] {
+            self.client
+                .set_window_size(width, height)
+                .await
+                .expect("window size");
+            let png = self.client.screenshot().await.expect("screenshot");
+            std::fs::write(dir.join(format!("{name}-{suffix}.png")), png).expect("save");
+        }
+    }
+
+    /// Runs axe-core on the page: its serious and critical violations (id and help text).
+    pub async fn accessibility_problems(&self) -> Vec<String> {
+        self.client
+            .execute(&axe_script(), vec![])
+            .await
+            .expect("inject axe-core");
+        let result = self
+            .client
+            .execute_async(
+                "const done = arguments[arguments.length - 1];
+                 axe.run(document).then(r => done(r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map(n => n.html)}))));",
+                vec![],
+            )
+            .await
+            .expect("run axe-core");
+        result
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|v| matches!(v["impact"].as_str(), Some("serious" | "critical")))
+            .map(|v| format!("{}: {} {}", v["id"], v["help"], v["nodes"]))
+            .collect()
+    }
+
+    /// Screenshots and an accessibility check of the page, which must have no serious or
+    /// critical problem.
+    pub async fn check_page(&self, name: &str) {
+        self.screenshots(name).await;
+        let problems = self.accessibility_problems().await;
+        assert!(
+            problems.is_empty(),
+            "{name}: accessibility problems: {problems:#?}"
+        );
+    }
+}
