@@ -6,7 +6,7 @@
 use askama::Template;
 use axum::Form;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
@@ -15,7 +15,7 @@ use crate::admin;
 use crate::storage::Credential;
 
 use super::DashboardState;
-use super::pages::{Me, me, message, page, refuse_admin_form, unavailable};
+use super::pages::{Me, message, origin, page, refuse_admin_form, unavailable, when_micros};
 
 /// A connected instance of a bridge, as the relay knows it.
 pub struct LiveInstance {
@@ -106,18 +106,8 @@ fn when(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
-fn when_micros(micros: i64) -> String {
-    DateTime::from_timestamp_micros(micros)
-        .map(when)
-        .unwrap_or_default()
-}
-
 /// `GET /integrations/bridge`.
-pub async fn list(State(state): State<DashboardState>, headers: HeaderMap) -> Response {
-    let me = match me(&state, &headers).await {
-        Ok(me) => me,
-        Err(answer) => return answer,
-    };
+pub async fn list(State(state): State<DashboardState>, me: Me) -> Response {
     let org_id = me.session.user.org_id;
     let Ok(tokens) = state
         .store
@@ -197,29 +187,13 @@ pub struct BridgeForm {
     name: String,
 }
 
-/// The address this page was reached at (`https://HOST`), which bridges dial.
-fn base(headers: &HeaderMap) -> String {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .filter(|h| {
-            h.chars()
-                .all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c))
-        })
-        .unwrap_or("CLOUD_HOST:8443");
-    format!("https://{host}")
-}
-
 /// `POST /integrations/bridge/create`: a new token for a bridge, shown once.
 pub async fn create(
     State(state): State<DashboardState>,
+    me: Me,
     headers: HeaderMap,
     Form(form): Form<BridgeForm>,
 ) -> Response {
-    let me = match me(&state, &headers).await {
-        Ok(me) => me,
-        Err(answer) => return answer,
-    };
     if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
         return answer;
     }
@@ -238,7 +212,8 @@ pub async fn create(
         Err(_) => return unavailable(),
     };
     tracing::info!(email = %me.email, org = %me.org, bridge = %name, "bridge token created in the dashboard");
-    let base = base(&headers);
+    // Bridges dial the TLS listener, whichever listener served this page.
+    let base = origin(&headers, true);
     let yaml = Skeleton { name, base: &base }.render().unwrap_or_default();
     let container = format!(
         "podman run -d --name bridge-{name} --read-only \\\n  -e SERVICE_BRIDGE_TOKEN='{token}' \\\n  -e SERVICE_BRIDGE_CONFIG=/etc/bridge/bridge.yaml -v \"$PWD/bridge.yaml:/etc/bridge/bridge.yaml:ro\" \\\n  -p 127.0.0.1:8080:8080 signals-bridge:{VERSION}"
@@ -262,13 +237,9 @@ pub async fn create(
 /// `POST /integrations/bridge/revoke`: revokes every token of a bridge and closes its tunnels.
 pub async fn revoke(
     State(state): State<DashboardState>,
-    headers: HeaderMap,
+    me: Me,
     Form(form): Form<BridgeForm>,
 ) -> Response {
-    let me = match me(&state, &headers).await {
-        Ok(me) => me,
-        Err(answer) => return answer,
-    };
     if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
         return answer;
     }

@@ -3,7 +3,7 @@
 
 use askama::Template;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::Value;
@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::storage::{EventQuery, StoredEvent};
 
 use super::DashboardState;
-use super::pages::{Me, me, message, page, unavailable};
+use super::pages::{Me, message, page, unavailable, when_micros};
 
 /// Events per page.
 const PAGE: i64 = 50;
@@ -81,9 +81,7 @@ fn row(e: StoredEvent) -> Row {
         .find(|s| !s.is_empty())
         .unwrap_or_default();
     Row {
-        time: chrono::DateTime::from_timestamp_micros(e.occurred_at)
-            .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
-            .unwrap_or_default(),
+        time: when_micros(e.occurred_at),
         kind: text(&body, "type"),
         service: text(&body, "service"),
         environment: text(&body, "environment"),
@@ -100,13 +98,9 @@ fn some(s: &str) -> Option<String> {
 /// `GET /events`.
 pub async fn timeline(
     State(state): State<DashboardState>,
-    headers: HeaderMap,
+    me: Me,
     Query(f): Query<Filters>,
 ) -> Response {
-    let me = match me(&state, &headers).await {
-        Ok(me) => me,
-        Err(answer) => return answer,
-    };
     let query = EventQuery {
         kind: some(&f.kind),
         service: some(&f.service),
@@ -154,13 +148,9 @@ pub async fn timeline(
 /// `GET /events/{id}`: the event as stored, in the caller's org only.
 pub async fn detail(
     State(state): State<DashboardState>,
-    headers: HeaderMap,
+    me: Me,
     Path(id): Path<String>,
 ) -> Response {
-    let me = match me(&state, &headers).await {
-        Ok(me) => me,
-        Err(answer) => return answer,
-    };
     match state.store.event(me.session.user.org_id, &id).await {
         Ok(Some(e)) => {
             let body: Value = serde_json::from_str(&e.body).unwrap_or(Value::Null);

@@ -54,6 +54,19 @@ pub struct Me {
     pub session: crate::storage::Session,
 }
 
+/// A handler that takes a [`Me`] runs only for a signed-in user; anyone else is sent to
+/// sign-in (503 when storage fails).
+impl axum::extract::FromRequestParts<DashboardState> for Me {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &DashboardState,
+    ) -> Result<Self, Self::Rejection> {
+        me(state, &parts.headers).await
+    }
+}
+
 /// The signed-in user of this request, or the answer to give instead: to sign-in when there
 /// is no session, 503 when storage fails.
 pub async fn me(state: &DashboardState, headers: &HeaderMap) -> Result<Me, Response> {
@@ -179,11 +192,29 @@ fn with_cookie(mut response: Response, cookie: Option<HeaderValue>) -> Response 
 }
 
 /// `GET /`: the org's home when signed in, else to the sign-in page.
-pub async fn home(State(state): State<DashboardState>, headers: HeaderMap) -> Response {
-    match me(&state, &headers).await {
-        Ok(me) => page(StatusCode::OK, &HomePage { me: &me }),
-        Err(answer) => answer,
-    }
+pub async fn home(me: Me) -> Response {
+    page(StatusCode::OK, &HomePage { me: &me })
+}
+
+/// The address a page was reached at (`https://HOST` over TLS, else `http://HOST`), for the
+/// commands the pages show; `CLOUD_HOST` when the request named no usable host.
+pub fn origin(headers: &HeaderMap, tls: bool) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| {
+            h.chars()
+                .all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c))
+        })
+        .unwrap_or("CLOUD_HOST");
+    format!("{}://{host}", if tls { "https" } else { "http" })
+}
+
+/// A stored time (µs) as pages show it: `2026-11-26 14:03:12 UTC`.
+pub fn when_micros(micros: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(micros)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .unwrap_or_default()
 }
 
 /// `GET /sign-in`.

@@ -5,7 +5,7 @@
 use askama::Template;
 use axum::Form;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
@@ -13,7 +13,7 @@ use crate::admin;
 use crate::storage::{Credential, KeyInfo};
 
 use super::DashboardState;
-use super::pages::{Me, me, message, page, refuse_admin_form, unavailable};
+use super::pages::{Me, message, origin, page, refuse_admin_form, unavailable, when_micros};
 
 /// One row of a key table.
 struct Row {
@@ -45,42 +45,19 @@ struct CreatedPage<'a> {
     gitlab: String,
 }
 
-fn when(micros: i64) -> String {
-    chrono::DateTime::from_timestamp_micros(micros)
-        .map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string())
-        .unwrap_or_default()
-}
-
 fn rows(keys: Vec<KeyInfo>) -> Vec<Row> {
     keys.into_iter()
         .map(|k| Row {
             id: k.id,
             name: k.name.unwrap_or_default(),
-            created: when(k.created_at),
-            last_used: k.last_used_at.map_or_else(|| "never".into(), when),
+            created: when_micros(k.created_at),
+            last_used: k.last_used_at.map_or_else(|| "never".into(), when_micros),
         })
         .collect()
 }
 
-/// The address this page was reached at, for the examples (`https://HOST` or `http://HOST`).
-fn base(headers: &HeaderMap, tls: bool) -> String {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .filter(|h| {
-            h.chars()
-                .all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c))
-        })
-        .unwrap_or("CLOUD_HOST");
-    format!("{}://{host}", if tls { "https" } else { "http" })
-}
-
 /// `GET /integrations/signals`.
-pub async fn list(State(state): State<DashboardState>, headers: HeaderMap) -> Response {
-    let me = match me(&state, &headers).await {
-        Ok(me) => me,
-        Err(answer) => return answer,
-    };
+pub async fn list(State(state): State<DashboardState>, me: Me, headers: HeaderMap) -> Response {
     let org_id = me.session.user.org_id;
     let (Ok(signal_keys), Ok(api_keys)) = (
         state.store.credentials(org_id, Credential::SignalKey).await,
@@ -88,7 +65,7 @@ pub async fn list(State(state): State<DashboardState>, headers: HeaderMap) -> Re
     ) else {
         return unavailable();
     };
-    let base = base(&headers, state.secure);
+    let base = origin(&headers, state.secure);
     page(
         StatusCode::OK,
         &SignalsPage {
@@ -134,13 +111,10 @@ fn unknown_kind(name: &str) -> Response {
 /// `POST /integrations/signals/create`: a new key, shown once.
 pub async fn create(
     State(state): State<DashboardState>,
+    me: Me,
     headers: HeaderMap,
     Form(form): Form<KeyForm>,
 ) -> Response {
-    let me = match me(&state, &headers).await {
-        Ok(me) => me,
-        Err(answer) => return answer,
-    };
     if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
         return answer;
     }
@@ -156,7 +130,7 @@ pub async fn create(
         return unavailable();
     };
     tracing::info!(email = %me.email, org = %me.org, kind = %form.kind, "key created in the dashboard");
-    let base = base(&headers, state.secure);
+    let base = origin(&headers, state.secure);
     let (key, api) = match kind {
         Credential::SignalKey => (value.as_str(), "$SIGNALS_API_KEY"),
         _ => ("$SIGNAL_KEY", value.as_str()),
@@ -192,13 +166,9 @@ pub async fn create(
 /// about a second.
 pub async fn revoke(
     State(state): State<DashboardState>,
-    headers: HeaderMap,
+    me: Me,
     Form(form): Form<KeyForm>,
 ) -> Response {
-    let me = match me(&state, &headers).await {
-        Ok(me) => me,
-        Err(answer) => return answer,
-    };
     if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
         return answer;
     }
