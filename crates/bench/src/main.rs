@@ -6,9 +6,11 @@
 //! target/release/bench ingest --pg-url postgres://postgres@127.0.0.1:5432/test
 //! target/release/bench tunnel
 //! target/release/bench git
+//! target/release/bench dashboard
 //! ```
 
 mod cpu;
+mod dashboard;
 mod git;
 mod ingest;
 mod load;
@@ -42,6 +44,8 @@ enum Command {
     /// `skopeo copy` of an image with a big layer, direct and through the tunnel, with the
     /// peak RSS of cloud and bridge (needs docker-registry, skopeo and htpasswd).
     Registry(registry::Args),
+    /// The dashboard's timeline and services pages over a million events (SQLite).
+    Dashboard(dashboard::Args),
     /// The tunnel benchmark's internal HTTP server, alone (also handy for `wrk`).
     Upstream(upstream::Args),
 }
@@ -53,6 +57,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Tunnel(args) => tunnel::run(args).await,
         Command::Git(args) => git::run(args),
         Command::Registry(args) => registry::run(args),
+        Command::Dashboard(args) => dashboard::run(args).await,
         Command::Upstream(args) => upstream::run(args).await,
     }
 }

@@ -63,7 +63,7 @@ pub fn trust(cfg: &Config) -> Result<Trust, AgentError> {
             }
             roots
         }
-        None => crate::roots::public(),
+        None => tunnel::roots::public(),
     };
     Ok(Trust::Roots(roots))
 }

@@ -41,7 +41,6 @@ pub mod logging;
 pub mod memory;
 pub mod metrics;
 pub mod reachability;
-pub mod roots;
 pub mod rules;
 pub mod run;
 pub mod state;

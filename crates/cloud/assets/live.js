@@ -1,5 +1,6 @@
-// Live updates without a reload: an element with data-live="SECONDS" is fetched again from
-// the same URL every SECONDS and replaced. Pages read fine without it.
+// The dashboard's one script, two progressive enhancements. Live updates without a reload:
+// an element with data-live="SECONDS" is fetched again from the same URL every SECONDS and
+// replaced. Pages read fine without it.
 for (const el of document.querySelectorAll("[data-live]")) {
   const every = Math.max(2, Number(el.dataset.live) || 5) * 1000;
   const refresh = async () => {
@@ -14,4 +15,28 @@ for (const el of document.querySelectorAll("[data-live]")) {
     setTimeout(refresh, every);
   };
   setTimeout(refresh, every);
+}
+
+// Copy buttons: <button data-copy="ID" hidden> copies the text of element ID. Hidden without
+// this script, since it would do nothing; the text can always be selected by hand.
+for (const button of document.querySelectorAll("button[data-copy]")) {
+  const source = document.getElementById(button.dataset.copy);
+  if (!source) continue;
+  button.hidden = false;
+  button.addEventListener("click", async () => {
+    const text = source.textContent;
+    let done = false;
+    try {
+      await navigator.clipboard.writeText(text);
+      done = true;
+    } catch (_) {
+      const range = document.createRange();
+      range.selectNodeContents(source);
+      const selection = getSelection();
+      selection.removeAllRanges();
+      selection.addRange(range);
+      done = document.execCommand("copy");
+    }
+    button.textContent = done ? "Copied" : "Press Ctrl+C to copy";
+  });
 }

@@ -1,12 +1,13 @@
 //! Admin commands: create, list and revoke orgs' signal keys, API keys and bridge tokens.
 //! `create` prints only the new value on stdout, so scripts can capture it; secrets are shown
-//! this once and stored hashed, and `list` shows ids, never secrets.
+//! this once and stored hashed, and `list` shows ids, never secrets. Every change is recorded
+//! in the org's audit with its [`Actor`]: the dashboard's user, or `cli:USER` for a command.
 
 use serde_json::json;
 
 use crate::cli::Output;
 use crate::secrets::{self, Kind};
-use crate::storage::{Credential, StorageError, Store};
+use crate::storage::{Actor, Credential, StorageError, Store};
 
 /// An admin command failure.
 #[derive(Debug, thiserror::Error)]
@@ -40,10 +41,13 @@ async fn org(store: &Store, slug: &str) -> Result<i64, AdminError> {
 }
 
 /// `cloud org create SLUG`: returns the slug.
-pub async fn create_org(store: &Store, slug: &str) -> Result<String, AdminError> {
+pub async fn create_org(store: &Store, actor: &Actor, slug: &str) -> Result<String, AdminError> {
     check_name("org slug", slug)?;
     match store.create_org(slug).await {
-        Ok(_) => Ok(slug.to_string()),
+        Ok(id) => {
+            store.audit(id, actor, "org.create", slug).await?;
+            Ok(slug.to_string())
+        }
         Err(StorageError::Exists { .. }) => {
             Err(AdminError::Usage(format!("org {slug:?} exists already")))
         }
@@ -54,18 +58,23 @@ pub async fn create_org(store: &Store, slug: &str) -> Result<String, AdminError>
 /// `cloud signal-key create`: returns the new signal key.
 pub async fn create_signal_key(
     store: &Store,
+    actor: &Actor,
     slug: &str,
     name: Option<&str>,
 ) -> Result<String, AdminError> {
     let org_id = org(store, slug).await?;
     let key = secrets::new_signal_key();
     store.create_signal_key(org_id, &key, name).await?;
+    store
+        .audit(org_id, actor, "signal_key.create", &key)
+        .await?;
     Ok(key)
 }
 
 /// `cloud api-key create`: returns the new API key (shown once).
 pub async fn create_api_key(
     store: &Store,
+    actor: &Actor,
     slug: &str,
     name: Option<&str>,
 ) -> Result<String, AdminError> {
@@ -74,12 +83,15 @@ pub async fn create_api_key(
     store
         .create_api_key(org_id, &minted.id, name, &minted.hash)
         .await?;
+    let id = format!("{}{}", Kind::ApiKey.prefix(), minted.id);
+    store.audit(org_id, actor, "api_key.create", &id).await?;
     Ok(minted.token)
 }
 
 /// `cloud bridge-token create`: returns the new bridge token (shown once).
 pub async fn create_bridge_token(
     store: &Store,
+    actor: &Actor,
     slug: &str,
     bridge: &str,
 ) -> Result<String, AdminError> {
@@ -89,12 +101,16 @@ pub async fn create_bridge_token(
     store
         .create_bridge_token(org_id, &minted.id, bridge, &minted.hash)
         .await?;
+    store
+        .audit(org_id, actor, "bridge_token.create", bridge)
+        .await?;
     Ok(minted.token)
 }
 
 /// `cloud bridge-token revoke`: returns how many tokens were revoked.
 pub async fn revoke_bridge_tokens(
     store: &Store,
+    actor: &Actor,
     slug: &str,
     bridge: &str,
 ) -> Result<u64, AdminError> {
@@ -105,6 +121,9 @@ pub async fn revoke_bridge_tokens(
             "bridge {bridge:?} of org {slug:?} has no live token to revoke"
         )));
     }
+    store
+        .audit(org_id, actor, "bridge_token.revoke", bridge)
+        .await?;
     Ok(n)
 }
 
@@ -170,6 +189,7 @@ pub async fn list_keys(
 /// `cloud api-key|signal-key revoke --org SLUG ID`: returns what was revoked.
 pub async fn revoke_key(
     store: &Store,
+    actor: &Actor,
     slug: &str,
     kind: Credential,
     id: &str,
@@ -184,6 +204,12 @@ pub async fn revoke_key(
             "org {slug:?} has no live key {id:?}; `list` shows the ids"
         )));
     }
+    let action = match kind {
+        Credential::ApiKey => "api_key.revoke",
+        Credential::SignalKey => "signal_key.revoke",
+        Credential::BridgeToken => "bridge_token.revoke",
+    };
+    store.audit(org_id, actor, action, id).await?;
     Ok(format!("revoked {id}"))
 }
 
@@ -236,6 +262,7 @@ fn email(raw: &str) -> Result<String, AdminError> {
 /// `cloud user create`: returns the user's one-time set-password link.
 pub async fn create_user(
     store: &Store,
+    actor: &Actor,
     slug: &str,
     raw_email: &str,
     role: crate::storage::Role,
@@ -254,12 +281,21 @@ pub async fn create_user(
         }
         Err(e) => return Err(e.into()),
     };
+    store
+        .audit(
+            org_id,
+            actor,
+            &format!("user.create ({})", role.as_str()),
+            &email,
+        )
+        .await?;
     password_link(store, user_id, &base).await
 }
 
 /// `cloud user reset-password`: returns a new set-password link.
 pub async fn reset_password(
     store: &Store,
+    actor: &Actor,
     raw_email: &str,
     public_url: Option<&str>,
     listen: &str,
@@ -271,5 +307,8 @@ pub async fn reset_password(
             "no user {email:?}; create one with `cloud user create --org ORG --email {email} --role member`"
         ))
     })?;
+    store
+        .audit(user.org_id, actor, "user.reset_password", &email)
+        .await?;
     password_link(store, user.id, &base).await
 }

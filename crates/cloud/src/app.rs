@@ -13,7 +13,8 @@ use axum::response::{IntoResponse, Response};
 
 use crate::api::{self, ApiState};
 use crate::auth::KeyCache;
-use crate::dashboard::{self, DashboardState};
+use crate::dashboard::{self, DashboardParts, DashboardState};
+use crate::live::{LiveBridges, LiveInstance};
 use crate::metrics::Metrics;
 use crate::problem::Problem;
 use crate::relay::{self, RelayState};
@@ -31,6 +32,15 @@ pub struct Limits {
     pub read_timeout: Duration,
     /// How long a forwarded request may wait for its response's headers.
     pub forward_timeout: Duration,
+}
+
+/// What the pages for people need from the command line.
+#[derive(Debug, Clone)]
+pub struct Publishing {
+    /// The bridge release this cloud ships (`--bridge-release`).
+    pub bridge_release: String,
+    /// `--public-url`: the dashboard's address as people and bridges reach it.
+    pub public_url: Option<String>,
 }
 
 /// Which listener a router serves.
@@ -51,12 +61,20 @@ pub struct App {
     pub relay: RelayState,
     /// The dashboard (pages for people).
     pub dashboard: DashboardState,
+    /// The relay's live tunnels, for the features that are not the relay.
+    pub live: Arc<dyn LiveBridges>,
     metrics: Metrics,
 }
 
 impl App {
     /// Every feature over one store, one metrics registry and one verified-key cache.
-    pub fn new(store: Store, metrics: Metrics, ca: LocalCa, limits: Limits) -> Self {
+    pub fn new(
+        store: Store,
+        metrics: Metrics,
+        ca: LocalCa,
+        limits: Limits,
+        publishing: Publishing,
+    ) -> Self {
         let keys = Arc::new(KeyCache::default());
         let relay = RelayState::new(
             store.clone(),
@@ -66,6 +84,7 @@ impl App {
             limits.forward_timeout,
             limits.read_timeout,
         );
+        let live: Arc<dyn LiveBridges> = Arc::new(RelayBridges(relay.clone()));
         App {
             api: ApiState::new(
                 store.clone(),
@@ -75,7 +94,14 @@ impl App {
                 limits.ingest_memory,
                 limits.read_timeout,
             ),
-            dashboard: DashboardState::new(store, Arc::new(RelayBridges(relay.clone()))),
+            dashboard: DashboardState::new(DashboardParts {
+                store,
+                live: live.clone(),
+                keys,
+                release: publishing.bridge_release,
+                public_url: publishing.public_url,
+            }),
+            live,
             relay,
             metrics,
         }
@@ -98,32 +124,29 @@ impl App {
     }
 }
 
-/// The relay's live tunnels as the dashboard sees them: wired here so that neither feature
-/// imports the other.
+/// The relay's live tunnels as the dashboard and the notifier see them: wired here so that no
+/// feature imports another.
 struct RelayBridges(RelayState);
 
-impl dashboard::LiveBridges for RelayBridges {
-    fn instances(&self, org_id: i64) -> Vec<dashboard::LiveInstance> {
+impl LiveBridges for RelayBridges {
+    fn instances(&self, org_id: i64) -> Vec<LiveInstance> {
         self.0
             .registry
             .list(org_id)
             .into_iter()
             .flat_map(|bridge| {
-                bridge
-                    .instances
-                    .into_iter()
-                    .map(move |i| dashboard::LiveInstance {
-                        bridge: bridge.name.clone(),
-                        id: i.id,
-                        version: i.version,
-                        connected_at: i.connected_at,
-                        last_heartbeat: i.last_heartbeat,
-                        resources: i
-                            .resources
-                            .into_iter()
-                            .map(|r| (r.kind.as_str(), r.name))
-                            .collect(),
-                    })
+                bridge.instances.into_iter().map(move |i| LiveInstance {
+                    bridge: bridge.name.clone(),
+                    id: i.id,
+                    version: i.version,
+                    connected_at: i.connected_at,
+                    last_heartbeat: i.last_heartbeat,
+                    resources: i
+                        .resources
+                        .into_iter()
+                        .map(|r| (r.kind.as_str(), r.name))
+                        .collect(),
+                })
             })
             .collect()
     }

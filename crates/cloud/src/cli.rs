@@ -124,6 +124,39 @@ pub struct ServeArgs {
     /// upload makes no progress (504) and the longest pause in its response body (cut).
     #[arg(long, env = "CLOUD_FORWARD_TIMEOUT", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub forward_timeout: u64,
+    /// The dashboard's address as people and bridges reach it, such as
+    /// https://signals.example.com: the base of the commands its pages show. Default: the
+    /// address each page was reached at.
+    #[arg(long, env = "CLOUD_PUBLIC_URL", value_parser = public_url)]
+    pub public_url: Option<String>,
+    /// The Bridge release this cloud ships and recommends: instances running an older one are
+    /// marked outdated and notified. Default: this cloud's own version.
+    #[arg(long, env = "CLOUD_BRIDGE_RELEASE", default_value = crate::live::VERSION, value_parser = crate::live::parse_release)]
+    pub bridge_release: String,
+    /// Seconds before a failed webhook delivery is tried again; the wait doubles after each
+    /// failure (at most an hour), 8 attempts in all.
+    #[arg(long, env = "CLOUD_WEBHOOK_FIRST_RETRY", default_value_t = 10.0, value_parser = first_retry)]
+    pub webhook_first_retry: f64,
+}
+
+fn public_url(raw: &str) -> Result<String, String> {
+    match url::Url::parse(raw.trim()) {
+        Ok(u) if matches!(u.scheme(), "https" | "http") && u.host().is_some() => {
+            Ok(raw.trim().trim_end_matches('/').to_string())
+        }
+        _ => Err(format!(
+            "{raw:?} is not the dashboard's address: expected such as https://signals.example.com"
+        )),
+    }
+}
+
+fn first_retry(raw: &str) -> Result<f64, String> {
+    match raw.trim().parse::<f64>() {
+        Ok(s) if (0.1..=3600.0).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "{raw:?} is not a number of seconds between 0.1 and 3600"
+        )),
+    }
 }
 
 /// How `list` commands print.

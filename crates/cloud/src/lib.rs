@@ -6,7 +6,9 @@
 //! and state; `app` merges them, and the two share only `auth` (who is calling), `problem`
 //! (RFC 9457 errors) and `storage`, never each other's modules.
 //!
-//! `dashboard` serves the pages for people (sign-in, sessions) under `/`.
+//! `dashboard` serves the pages for people (sign-in, sessions) under `/`; `notify` sends
+//! Bridge release notifications to org webhooks. Both see the relay's tunnels only through
+//! `live`, which `app` implements over the relay.
 //!
 //! `server` owns the listeners, TLS and graceful shutdown; `admin` backs the key-minting
 //! commands; `metrics` defines every metric. Nothing here is shared with the bridge agent
@@ -18,8 +20,10 @@ pub mod app;
 pub mod auth;
 pub mod cli;
 pub mod dashboard;
+pub mod live;
 pub mod logging;
 pub mod metrics;
+pub mod notify;
 pub mod openapi;
 pub mod problem;
 pub mod relay;

@@ -101,11 +101,12 @@ async fn open(storage: &StorageArgs) -> Result<Store, Failure> {
 }
 
 async fn run(command: Command) -> Result<(), Failure> {
+    let actor = cloud::storage::Actor::cli();
     let (store, output) = match command {
         Command::Serve(args) => return serve(args).await,
         Command::Org(OrgCommand::Create { slug, storage }) => {
             let store = open(&storage).await?;
-            let out = admin::create_org(&store, &slug).await;
+            let out = admin::create_org(&store, &actor, &slug).await;
             (store, out)
         }
         Command::Org(OrgCommand::List { output, storage }) => {
@@ -115,12 +116,12 @@ async fn run(command: Command) -> Result<(), Failure> {
         }
         Command::SignalKey(KeyCommand::Create { org, name, storage }) => {
             let store = open(&storage).await?;
-            let out = admin::create_signal_key(&store, &org, name.as_deref()).await;
+            let out = admin::create_signal_key(&store, &actor, &org, name.as_deref()).await;
             (store, out)
         }
         Command::ApiKey(KeyCommand::Create { org, name, storage }) => {
             let store = open(&storage).await?;
-            let out = admin::create_api_key(&store, &org, name.as_deref()).await;
+            let out = admin::create_api_key(&store, &actor, &org, name.as_deref()).await;
             (store, out)
         }
         Command::SignalKey(KeyCommand::List {
@@ -152,17 +153,17 @@ async fn run(command: Command) -> Result<(), Failure> {
         }
         Command::SignalKey(KeyCommand::Revoke { org, id, storage }) => {
             let store = open(&storage).await?;
-            let out = admin::revoke_key(&store, &org, Credential::SignalKey, &id).await;
+            let out = admin::revoke_key(&store, &actor, &org, Credential::SignalKey, &id).await;
             (store, out)
         }
         Command::ApiKey(KeyCommand::Revoke { org, id, storage }) => {
             let store = open(&storage).await?;
-            let out = admin::revoke_key(&store, &org, Credential::ApiKey, &id).await;
+            let out = admin::revoke_key(&store, &actor, &org, Credential::ApiKey, &id).await;
             (store, out)
         }
         Command::BridgeToken(BridgeTokenCommand::Create { org, name, storage }) => {
             let store = open(&storage).await?;
-            let out = admin::create_bridge_token(&store, &org, &name).await;
+            let out = admin::create_bridge_token(&store, &actor, &org, &name).await;
             (store, out)
         }
         Command::User(UserCommand::Create {
@@ -179,6 +180,7 @@ async fn run(command: Command) -> Result<(), Failure> {
             };
             let out = admin::create_user(
                 &store,
+                &actor,
                 &org,
                 &email,
                 role,
@@ -194,14 +196,19 @@ async fn run(command: Command) -> Result<(), Failure> {
             storage,
         }) => {
             let store = open(&storage).await?;
-            let out =
-                admin::reset_password(&store, &email, link.public_url.as_deref(), &link.listen)
-                    .await;
+            let out = admin::reset_password(
+                &store,
+                &actor,
+                &email,
+                link.public_url.as_deref(),
+                &link.listen,
+            )
+            .await;
             (store, out)
         }
         Command::BridgeToken(BridgeTokenCommand::Revoke { org, name, storage }) => {
             let store = open(&storage).await?;
-            let out = admin::revoke_bridge_tokens(&store, &org, &name)
+            let out = admin::revoke_bridge_tokens(&store, &actor, &org, &name)
                 .await
                 .map(|n| format!("revoked {n} token(s) of bridge {name}"));
             (store, out)
@@ -240,6 +247,11 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
         drain_timeout: Duration::from_secs(args.drain_timeout),
         header_read_timeout: Duration::from_secs(args.header_read_timeout),
         forward_timeout: Duration::from_secs(args.forward_timeout),
+        publishing: cloud::app::Publishing {
+            bridge_release: args.bridge_release,
+            public_url: args.public_url,
+        },
+        webhook_first_retry: Duration::from_secs_f64(args.webhook_first_retry),
     };
     let shutdown = cloud::shutdown::on_signal();
     server::run(options, tls_listener, http_listener, shutdown)

@@ -42,6 +42,15 @@ pub fn new_signal_key() -> String {
     format!("{SIGNAL_KEY_PREFIX}{}", random_hex(12))
 }
 
+/// Prefix of webhook signing secrets.
+pub const WEBHOOK_SECRET_PREFIX: &str = "whsec_";
+
+/// A new webhook signing secret (256 random bits). Unlike the credentials above it is stored
+/// as is: the cloud signs with it, and it grants nothing on this service.
+pub fn new_webhook_secret() -> String {
+    format!("{WEBHOOK_SECRET_PREFIX}{}", random_hex(32))
+}
+
 /// A freshly made credential: show `token` once, store `id` and `hash`.
 pub struct Minted {
     /// The whole credential, to print once.

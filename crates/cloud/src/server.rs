@@ -50,6 +50,10 @@ pub struct ServeOptions {
     pub header_read_timeout: Duration,
     /// How long a forwarded request may wait for its response's headers.
     pub forward_timeout: Duration,
+    /// `--bridge-release` and `--public-url`.
+    pub publishing: crate::app::Publishing,
+    /// `--webhook-first-retry`: the wait after a webhook delivery's first failure.
+    pub webhook_first_retry: Duration,
 }
 
 /// Most open connections per listener; beyond its cap a listener stops accepting until one
@@ -166,6 +170,7 @@ pub async fn run(
             read_timeout: options.header_read_timeout,
             forward_timeout: options.forward_timeout,
         },
+        options.publishing.clone(),
     );
     // A key revoked by any process stops working here within a second or two.
     let watcher = tokio::spawn(
@@ -173,6 +178,15 @@ pub async fn run(
             .keys
             .clone()
             .watch_revocations(store.clone(), shutdown.clone()),
+    );
+    let notifier = tokio::spawn(
+        crate::notify::Notifier::new(
+            store.clone(),
+            app.live.clone(),
+            options.publishing.bridge_release.clone(),
+            options.webhook_first_retry,
+        )
+        .run(shutdown.clone()),
     );
     let relay = app.relay.clone();
     let tls_app = app.router(Listener::Tls);
@@ -210,6 +224,7 @@ pub async fn run(
     }
     relay.shutdown.cancel();
     let _ = watcher.await;
+    let _ = notifier.await;
     store.close().await;
     tracing::info!("stopped: in-flight requests drained, storage flushed");
     Ok(())

@@ -2,15 +2,21 @@
 //! real binaries: an admin sets a password and signs in, creates a bridge token, a real
 //! `bridge` started with it appears connected without a reload, the admin revokes it and sees
 //! it drop, creates keys, a deployment posted with them shows up in the timeline without a
-//! reload, and a member cannot create keys. Every page passes axe-core (no serious or critical
-//! violation) and is saved as screenshots under `target/screenshots/`.
+//! reload, and a member cannot create keys. The cloud ships a newer bridge release than the
+//! bridge runs: the page marks it outdated, the webhook the admin sets on the page receives a
+//! signed notification, and the admin's notice shows. Every page passes axe-core (no serious
+//! or critical violation) and is saved as screenshots under `target/screenshots/`.
 
 use std::time::Duration;
 
 use testkit::bridge::{BridgeProc, yaml_for};
 use testkit::browser::Browser;
 use testkit::dashboard::PASSWORD;
+use testkit::webhook::{Receiver, signature_valid};
 use testkit::{Backend, Cloud, seed_event};
+
+/// The bridge release this test's cloud ships: newer than the bridge it runs.
+const RELEASE: &str = "9.9.9";
 
 /// `cloud user create` with links on the plain listener (the browser trusts no private CA).
 fn link(cloud: &Cloud, email: &str, role: &str) -> String {
@@ -39,9 +45,13 @@ async fn set_password(browser: &Browser, link: &str, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_and_a_member_use_the_dashboard() {
-    let cloud = Cloud::start(Backend::Sqlite);
+    let cloud = Cloud::start_with(
+        Backend::Sqlite,
+        &["--bridge-release", RELEASE, "--webhook-first-retry", "0.2"],
+    );
     cloud.admin(&["org", "create", "acme"]);
     let browser = Browser::start().await;
+    let receiver = Receiver::start(0).await;
 
     // Sign-in page, then the set-password link signs the admin in.
     browser.goto(&format!("{}/sign-in", cloud.http)).await;
@@ -64,6 +74,8 @@ async fn an_admin_and_a_member_use_the_dashboard() {
     browser.wait_for_text("shown this once").await;
     let token = browser.text("#token").await;
     assert!(token.starts_with("sigbrt_"), "{token}");
+    browser.click("button[data-copy=token]").await;
+    browser.wait_for_text("Copied").await;
     browser.check_page("bridge-token").await;
     browser
         .goto(&format!("{}/integrations/bridge", cloud.http))
@@ -77,7 +89,42 @@ async fn an_admin_and_a_member_use_the_dashboard() {
         .wait_status("connected", Duration::from_secs(20))
         .await;
     browser.wait_for_text("status connected").await;
+    browser.wait_for_text("outdated").await;
     browser.check_page("bridges").await;
+
+    // The org's webhook, set on the page, receives a signed notification about the outdated
+    // bridge; subscribed, the admin sees the notice on every page.
+    browser
+        .goto(&format!("{}/integrations/notifications", cloud.http))
+        .await;
+    browser.fill("#url", &receiver.url).await;
+    browser
+        .click("form[action='/integrations/notifications/webhook'] button")
+        .await;
+    browser.wait_for_text("shown this once").await;
+    let secret = browser.text("#secret").await;
+    browser.check_page("webhook-created").await;
+    let delivered = receiver.wait_delivered("bridge.outdated").await;
+    let hook = delivered.last().unwrap();
+    assert!(
+        signature_valid(&secret, &hook.signature, &hook.body),
+        "{hook:?}"
+    );
+    assert!(hook.body.contains("\"bridge\":\"dc1\"") && hook.body.contains(RELEASE));
+    browser
+        .goto(&format!("{}/integrations/notifications", cloud.http))
+        .await;
+    browser.wait_for_text("delivered").await;
+    browser
+        .click("form[action='/integrations/notifications/me'] button")
+        .await;
+    browser
+        .wait_for_text(&format!("Bridge release {RELEASE} is available"))
+        .await;
+    browser.check_page("notifications").await;
+    browser
+        .goto(&format!("{}/integrations/bridge", cloud.http))
+        .await;
 
     // Revoked on the page: the tunnel drops, and the page shows it.
     browser
@@ -130,6 +177,12 @@ async fn an_admin_and_a_member_use_the_dashboard() {
     browser.click("#live tbody a").await;
     browser.wait_for_text("deployment event").await;
     browser.check_page("event").await;
+    browser.goto(&format!("{}/services", cloud.http)).await;
+    browser.wait_for_text("checkout-browser").await;
+    browser.check_page("services").await;
+    browser.goto(&format!("{}/audit", cloud.http)).await;
+    browser.wait_for_text("bridge_token.revoke").await;
+    browser.check_page("audit").await;
 
     // A member reads but cannot create keys: no form, and a forged POST is refused.
     browser.click("form.signout button[name=everywhere]").await;
@@ -153,6 +206,19 @@ async fn an_admin_and_a_member_use_the_dashboard() {
              fetch('/integrations/signals/create', {method: 'POST',
                headers: {'Content-Type': 'application/x-www-form-urlencoded'},
                body: 'csrf=' + encodeURIComponent(csrf) + '&kind=api-key'}).then(r => done(r.status));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 403);
+    // A POST without the CSRF token is refused, whoever sends it.
+    let status = browser
+        .client
+        .execute_async(
+            "const done = arguments[arguments.length - 1];
+             fetch('/integrations/notifications/me', {method: 'POST',
+               headers: {'Content-Type': 'application/x-www-form-urlencoded'},
+               body: 'on=1'}).then(r => done(r.status));",
             vec![],
         )
         .await

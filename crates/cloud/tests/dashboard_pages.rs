@@ -5,52 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use reqwest::Client;
-use testkit::dashboard::{client, hidden, set_password, user};
+use testkit::dashboard::{client, get, post, session};
 use testkit::{Backend, Cloud, seed_event};
-
-/// A signed-in user's session cookie.
-async fn session(cloud: &Cloud, client: &Client, org: &str, email: &str, role: &str) -> String {
-    set_password(client, &user(cloud, org, email, role)).await.1
-}
-
-async fn get(client: &Client, url: String, session: &str) -> (u16, String) {
-    let res = client
-        .get(url)
-        .header("cookie", session)
-        .send()
-        .await
-        .unwrap();
-    (res.status().as_u16(), res.text().await.unwrap())
-}
-
-/// Posts the page's form at `action` with `fields` and the page's CSRF token.
-async fn post(
-    client: &Client,
-    cloud: &Cloud,
-    session: &str,
-    action: &str,
-    fields: &[(&str, &str)],
-) -> (u16, String) {
-    let (_, page) = get(client, format!("{}/", cloud.https), session).await;
-    let csrf = hidden(&page, "csrf");
-    let mut form = vec![("csrf", csrf.as_str())];
-    form.extend_from_slice(fields);
-    let res = client
-        .post(format!("{}{action}", cloud.https))
-        .header("cookie", session)
-        .form(&form)
-        .send()
-        .await
-        .unwrap();
-    (res.status().as_u16(), res.text().await.unwrap())
-}
 
 /// The key shown once on a "created" page.
 fn shown_key(page: &str) -> String {
-    let marker = "<pre class=\"secret\" tabindex=\"0\"><code>";
-    let start = page.find(marker).expect("the new key") + marker.len();
-    page[start..].split('<').next().unwrap().to_string()
+    testkit::dashboard::shown_secret(page)
 }
 
 #[tokio::test]

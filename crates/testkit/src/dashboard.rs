@@ -45,6 +45,20 @@ pub fn hidden(page: &str, name: &str) -> String {
     page[start..].split('"').next().unwrap().to_string()
 }
 
+/// The secret a "created" page shows once (in its `<pre class="secret">`).
+pub fn shown_secret(page: &str) -> String {
+    let block = page
+        .split("<pre class=\"secret\"")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no secret shown in {page}"));
+    let code = block.split("<code").nth(1).unwrap();
+    code[code.find('>').unwrap() + 1..]
+        .split('<')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
 /// Creates a user of `org` and returns the link printed for them.
 pub fn user(cloud: &Cloud, org: &str, email: &str, role: &str) -> String {
     cloud.admin(&[
@@ -101,4 +115,44 @@ pub async fn sign_in(client: &Client, base: &str, email: &str, password: &str) -
         .send()
         .await
         .unwrap()
+}
+
+/// A signed-in user's session cookie (`name=value`): the user is created by the CLI and sets
+/// their password from the link.
+pub async fn session(cloud: &Cloud, client: &Client, org: &str, email: &str, role: &str) -> String {
+    set_password(client, &user(cloud, org, email, role)).await.1
+}
+
+/// GETs a page with a session: (status, body).
+pub async fn get(client: &Client, url: String, session: &str) -> (u16, String) {
+    let res = client
+        .get(url)
+        .header("cookie", session)
+        .send()
+        .await
+        .unwrap();
+    (res.status().as_u16(), res.text().await.unwrap())
+}
+
+/// Posts the form at `action` (on the TLS listener) with `fields` and the session's CSRF
+/// token, read from the home page: (status, body).
+pub async fn post(
+    client: &Client,
+    cloud: &Cloud,
+    session: &str,
+    action: &str,
+    fields: &[(&str, &str)],
+) -> (u16, String) {
+    let (_, page) = get(client, format!("{}/", cloud.https), session).await;
+    let csrf = hidden(&page, "csrf");
+    let mut form = vec![("csrf", csrf.as_str())];
+    form.extend_from_slice(fields);
+    let res = client
+        .post(format!("{}{action}", cloud.https))
+        .header("cookie", session)
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    (res.status().as_u16(), res.text().await.unwrap())
 }

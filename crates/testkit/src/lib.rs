@@ -11,6 +11,7 @@ pub mod git_server;
 pub mod registry;
 pub mod tls;
 pub mod upstream;
+pub mod webhook;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

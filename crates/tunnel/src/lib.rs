@@ -9,6 +9,7 @@ pub mod handshake;
 pub mod hop;
 pub mod oci;
 pub mod resource;
+pub mod roots;
 pub mod signals;
 pub mod tls;
 

@@ -69,7 +69,7 @@ pub fn load_ca(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
 pub fn https_connector(tls_ca_file: Option<&Path>) -> hyper_rustls::HttpsConnector<HttpConnector> {
     let mut roots = rustls::RootCertStore::empty();
     match tls_ca_file {
-        None => roots = crate::roots::public(),
+        None => roots = tunnel::roots::public(),
         Some(path) => match load_ca(path) {
             Ok(certs) => {
                 roots.add_parsable_certificates(certs);

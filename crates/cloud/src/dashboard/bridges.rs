@@ -1,7 +1,7 @@
 //! Integrations → Bridge: the org's bridges (from their tokens) with their live instances,
 //! creating a token (shown once, with the commands and a YAML skeleton to start a bridge) and
 //! revoking one, which closes its tunnels at once. The live instances come through
-//! [`LiveBridges`], which the application wires to the relay: this module never imports it.
+//! [`crate::live::LiveBridges`], which the application wires to the relay: this module never imports it.
 
 use askama::Template;
 use axum::Form;
@@ -12,34 +12,11 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use crate::admin;
+use crate::live::outdated;
 use crate::storage::Credential;
 
 use super::DashboardState;
 use super::pages::{Me, message, origin, page, refuse_admin_form, unavailable, when_micros};
-
-/// A connected instance of a bridge, as the relay knows it.
-pub struct LiveInstance {
-    /// The bridge's name.
-    pub bridge: String,
-    /// The instance's id.
-    pub id: String,
-    /// The bridge release it runs.
-    pub version: String,
-    /// When its tunnel opened.
-    pub connected_at: DateTime<Utc>,
-    /// Its last heartbeat.
-    pub last_heartbeat: DateTime<Utc>,
-    /// Its declared resources: (kind, name).
-    pub resources: Vec<(&'static str, String)>,
-}
-
-/// The live tunnels, as the dashboard needs them.
-pub trait LiveBridges: Send + Sync {
-    /// Every connected instance of the org's bridges.
-    fn instances(&self, org_id: i64) -> Vec<LiveInstance>;
-    /// Closes every tunnel of one bridge now (its token was revoked).
-    fn close(&self, org_id: i64, bridge: &str);
-}
 
 struct InstanceRow {
     id: String,
@@ -82,24 +59,6 @@ struct CreatedPage<'a> {
     container: String,
     native: String,
     yaml: String,
-}
-
-/// This cloud's release, which is also the bridge release it ships.
-const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// `major.minor.patch` as numbers, for comparing releases; pre-release suffixes are ignored.
-fn release(v: &str) -> Vec<u64> {
-    v.split(['-', '+'])
-        .next()
-        .unwrap_or("")
-        .split('.')
-        .map(|p| p.parse().unwrap_or(0))
-        .collect()
-}
-
-/// Whether a bridge of `version` is older than the bridge this cloud ships.
-pub fn outdated(version: &str) -> bool {
-    release(version) < release(VERSION)
 }
 
 fn when(t: DateTime<Utc>) -> String {
@@ -147,7 +106,7 @@ pub async fn list(State(state): State<DashboardState>, me: Me) -> Response {
     }
     for i in live {
         let row = InstanceRow {
-            outdated: outdated(&i.version),
+            outdated: outdated(&i.version, &state.release),
             connected: when(i.connected_at),
             heartbeat: when(i.last_heartbeat),
             resources: if i.resources.is_empty() {
@@ -172,7 +131,7 @@ pub async fn list(State(state): State<DashboardState>, me: Me) -> Response {
         StatusCode::OK,
         &BridgesPage {
             me: &me,
-            version: VERSION,
+            version: &state.release,
             bridges,
         },
     )
@@ -198,7 +157,7 @@ pub async fn create(
         return answer;
     }
     let name = form.name.trim();
-    let token = match admin::create_bridge_token(&state.store, &me.org, name).await {
+    let token = match admin::create_bridge_token(&state.store, &me.actor(), &me.org, name).await {
         Ok(t) => t,
         Err(admin::AdminError::Usage(why)) => {
             return message(
@@ -213,10 +172,11 @@ pub async fn create(
     };
     tracing::info!(email = %me.email, org = %me.org, bridge = %name, "bridge token created in the dashboard");
     // Bridges dial the TLS listener, whichever listener served this page.
-    let base = origin(&headers, true);
+    let base = origin(&state, &headers, true);
     let yaml = Skeleton { name, base: &base }.render().unwrap_or_default();
     let container = format!(
-        "podman run -d --name bridge-{name} --read-only \\\n  -e SERVICE_BRIDGE_TOKEN='{token}' \\\n  -e SERVICE_BRIDGE_CONFIG=/etc/bridge/bridge.yaml -v \"$PWD/bridge.yaml:/etc/bridge/bridge.yaml:ro\" \\\n  -p 127.0.0.1:8080:8080 signals-bridge:{VERSION}"
+        "podman run -d --name bridge-{name} --read-only \\\n  -e SERVICE_BRIDGE_TOKEN='{token}' \\\n  -e SERVICE_BRIDGE_CONFIG=/etc/bridge/bridge.yaml -v \"$PWD/bridge.yaml:/etc/bridge/bridge.yaml:ro\" \\\n  -p 127.0.0.1:8080:8080 signals-bridge:{release}",
+        release = state.release
     );
     let native = format!(
         "SERVICE_BRIDGE_TOKEN='{token}' bridge run --config bridge.yaml\n# or with no file at all:\nSERVICE_BRIDGE_TOKEN='{token}' SERVICE_BRIDGE_NAME={name} SERVICE_API_URL={base} bridge run"
@@ -243,7 +203,7 @@ pub async fn revoke(
     if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
         return answer;
     }
-    match admin::revoke_bridge_tokens(&state.store, &me.org, &form.name).await {
+    match admin::revoke_bridge_tokens(&state.store, &me.actor(), &me.org, &form.name).await {
         Ok(_) => {
             state.live.close(me.session.user.org_id, &form.name);
             tracing::info!(email = %me.email, org = %me.org, bridge = %form.name, "bridge token revoked in the dashboard; its tunnels closed");
@@ -257,19 +217,5 @@ pub async fn revoke(
             "Back",
         ),
         Err(_) => unavailable(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn releases_compare_by_number() {
-        assert!(outdated("0.0.9"));
-        assert!(!outdated(VERSION));
-        assert!(!outdated("99.0.0"));
-        assert!(release("0.10.0") > release("0.9.1"));
-        assert_eq!(release("1.2.3-rc.1"), vec![1, 2, 3]);
     }
 }

@@ -1,4 +1,4 @@
-//! Events: the org's timeline (newest first, filtered by type, service and environment, paged
+//! Events: the org's timeline (newest first, filtered by type, service, environment and days, paged
 //! by keyset so that a page costs the same at any depth) and one event's stored JSON.
 
 use askama::Template;
@@ -36,6 +36,8 @@ struct EventsPage<'a> {
     filter_type: &'a str,
     filter_service: &'a str,
     filter_environment: &'a str,
+    filter_from: &'a str,
+    filter_to: &'a str,
     events: Vec<Row>,
     next: Option<String>,
     /// The newest page refreshes itself (new events appear); older pages stay put.
@@ -60,6 +62,12 @@ pub struct Filters {
     service: String,
     #[serde(default)]
     environment: String,
+    /// From this day on (`YYYY-MM-DD`, UTC).
+    #[serde(default)]
+    from: String,
+    /// Up to and including this day (`YYYY-MM-DD`, UTC).
+    #[serde(default)]
+    to: String,
     /// Older than this event (its time in µs and id), from the previous page's link.
     before_at: Option<i64>,
     #[serde(default)]
@@ -91,6 +99,22 @@ fn row(e: StoredEvent) -> Row {
     }
 }
 
+/// The start of a `YYYY-MM-DD` day (UTC) in µs, `days` days later; `Err` names the field.
+fn day(field: &str, value: &str, days: i64) -> Result<Option<i64>, String> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Ok(None);
+    }
+    chrono::NaiveDate::parse_from_str(value, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.checked_add_signed(chrono::Duration::days(days)))
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|t| Some(t.and_utc().timestamp_micros()))
+        .ok_or_else(|| {
+            format!("{field} {value:?} is not a date: expected YYYY-MM-DD, such as 2026-11-27.")
+        })
+}
+
 fn some(s: &str) -> Option<String> {
     Some(s.trim().to_string()).filter(|s| !s.is_empty())
 }
@@ -101,13 +125,26 @@ pub async fn timeline(
     me: Me,
     Query(f): Query<Filters>,
 ) -> Response {
+    let (since, until) = match (day("from", &f.from, 0), day("to", &f.to, 1)) {
+        (Ok(since), Ok(until)) => (since, until),
+        (Err(why), _) | (_, Err(why)) => {
+            return message(
+                StatusCode::BAD_REQUEST,
+                "Date not valid",
+                &why,
+                "/events",
+                "Back to events",
+            );
+        }
+    };
     let query = EventQuery {
         kind: some(&f.kind),
         service: some(&f.service),
         environment: some(&f.environment),
+        since,
+        until,
         after: f.before_at.zip(some(&f.before_id)),
         limit: PAGE + 1,
-        ..EventQuery::default()
     };
     let Ok(mut found) = state
         .store
@@ -124,6 +161,8 @@ pub async fn timeline(
                 .append_pair("type", &f.kind)
                 .append_pair("service", &f.service)
                 .append_pair("environment", &f.environment)
+                .append_pair("from", &f.from)
+                .append_pair("to", &f.to)
                 .append_pair("before_at", &last.occurred_at.to_string())
                 .append_pair("before_id", &last.id)
                 .finish(),
@@ -138,6 +177,8 @@ pub async fn timeline(
             filter_type: &f.kind,
             filter_service: &f.service,
             filter_environment: &f.environment,
+            filter_from: &f.from,
+            filter_to: &f.to,
             events: found.into_iter().map(row).collect(),
             next,
             live: f.before_at.is_none(),

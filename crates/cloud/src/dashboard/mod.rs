@@ -1,14 +1,18 @@
 //! The dashboard (docs/dashboard.md): server-rendered pages under `/` on both listeners, for
 //! people rather than programs: sign-in (users made by `cloud user create`, one-time
 //! set-password links, Argon2id passwords, server-side sessions, CSRF tokens on every form,
-//! sign-in throttling, strict security headers), the events timeline, the org's signal keys
-//! and API keys, and its bridges with their tokens and live instances. It owns its router and state and
-//! reads storage only; it does not use the API's handlers.
+//! sign-in throttling, strict security headers), the events timeline and the services' last
+//! deployments, the org's signal keys and API keys, its bridges with their tokens and live
+//! instances, release notifications (a notice, an org webhook) and the org's audit. It owns
+//! its router and state; it does not use the API's or the relay's handlers.
 
+mod audit;
 mod bridges;
 mod events;
+mod notifications;
 mod pages;
 pub mod password;
+mod services;
 mod session;
 mod signals;
 mod throttle;
@@ -22,29 +26,53 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
+use crate::auth::KeyCache;
+use crate::live::LiveBridges;
 use crate::storage::Store;
 
-pub use bridges::{LiveBridges, LiveInstance};
 pub use throttle::Throttle;
 
-/// The dashboard's state: storage, the sign-in throttle (shared by both listeners) and
-/// whether this listener is TLS (cookies are `Secure` there).
+/// The dashboard's state: storage, the live tunnels, the verified-key cache (emptied when a
+/// key is revoked here), the sign-in throttle (shared by both listeners), the bridge release
+/// this cloud ships, `--public-url`, and whether this listener is TLS (cookies are `Secure`
+/// there).
 #[derive(Clone)]
 pub struct DashboardState {
     store: Store,
     live: Arc<dyn LiveBridges>,
+    keys: Arc<KeyCache>,
     throttle: Arc<Throttle>,
+    release: Arc<str>,
+    public_url: Option<String>,
     secure: bool,
 }
 
+/// What the dashboard is built from.
+pub struct DashboardParts {
+    /// Storage.
+    pub store: Store,
+    /// The relay's live tunnels.
+    pub live: Arc<dyn LiveBridges>,
+    /// The verified-key cache the API and the relay share.
+    pub keys: Arc<KeyCache>,
+    /// The bridge release this cloud ships (`--bridge-release`).
+    pub release: String,
+    /// `--public-url`: the base of the commands the pages show.
+    pub public_url: Option<String>,
+}
+
 impl DashboardState {
-    /// The state of a service over `store`, with the relay's live tunnels behind `live`;
-    /// [`DashboardState::over_tls`] picks the listener.
-    pub fn new(store: Store, live: Arc<dyn LiveBridges>) -> Self {
+    /// The state of a service; [`DashboardState::over_tls`] picks the listener.
+    pub fn new(parts: DashboardParts) -> Self {
         DashboardState {
-            store,
-            live,
+            store: parts.store,
+            live: parts.live,
+            keys: parts.keys,
             throttle: Arc::new(Throttle::default()),
+            release: parts.release.into(),
+            public_url: parts
+                .public_url
+                .map(|u| u.trim_end_matches('/').to_string()),
             secure: false,
         }
     }
@@ -138,6 +166,21 @@ pub fn router(state: DashboardState) -> Router {
             "/integrations/bridge/revoke",
             axum::routing::post(bridges::revoke),
         )
+        .route("/services", get(services::list))
+        .route("/integrations/notifications", get(notifications::show))
+        .route(
+            "/integrations/notifications/me",
+            axum::routing::post(notifications::subscribe),
+        )
+        .route(
+            "/integrations/notifications/webhook",
+            axum::routing::post(notifications::set_webhook),
+        )
+        .route(
+            "/integrations/notifications/webhook/remove",
+            axum::routing::post(notifications::remove_webhook),
+        )
+        .route("/audit", get(audit::list))
         .route("/assets/app.css", get(stylesheet))
         .route("/assets/live.js", get(script))
         .layer(middleware::from_fn(security_headers))

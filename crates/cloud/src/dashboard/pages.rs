@@ -52,6 +52,20 @@ pub struct Me {
     pub admin: bool,
     /// The session, for storage calls.
     pub session: crate::storage::Session,
+    /// The client's IP address, for the audit.
+    pub address: String,
+    /// The release notice this user asked for, when a connected bridge is outdated.
+    pub notice: Option<String>,
+}
+
+impl Me {
+    /// Who acts, for the audit.
+    pub fn actor(&self) -> crate::storage::Actor {
+        crate::storage::Actor {
+            who: self.email.clone(),
+            address: self.address.clone(),
+        }
+    }
 }
 
 /// A handler that takes a [`Me`] runs only for a signed-in user; anyone else is sent to
@@ -63,8 +77,35 @@ impl axum::extract::FromRequestParts<DashboardState> for Me {
         parts: &mut axum::http::request::Parts,
         state: &DashboardState,
     ) -> Result<Self, Self::Rejection> {
-        me(state, &parts.headers).await
+        let mut me = me(state, &parts.headers).await?;
+        if let Some(peer) = parts.extensions.get::<PeerAddr>() {
+            me.address = peer.0.ip().to_string();
+        }
+        if me.session.user.release_notices {
+            me.notice = release_notice(state, me.session.user.org_id);
+        }
+        Ok(me)
     }
+}
+
+/// The notice of outdated bridges: how many instances run an older release, and which.
+fn release_notice(state: &DashboardState, org_id: i64) -> Option<String> {
+    let behind: Vec<String> = state
+        .live
+        .instances(org_id)
+        .into_iter()
+        .filter(|i| crate::live::outdated(&i.version, &state.release))
+        .map(|i| format!("{} {}", i.bridge, i.version))
+        .collect();
+    if behind.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "Bridge release {} is available: {} connected instance(s) run an older release ({}). See Integrations: Bridge to upgrade.",
+        state.release,
+        behind.len(),
+        behind.join(", ")
+    ))
 }
 
 /// The signed-in user of this request, or the answer to give instead: to sign-in when there
@@ -78,6 +119,8 @@ pub async fn me(state: &DashboardState, headers: &HeaderMap) -> Result<Me, Respo
             csrf: s.csrf.clone(),
             admin: s.user.role == crate::storage::Role::Admin,
             session: s,
+            address: "unknown".into(),
+            notice: None,
         }),
         Ok(None) => Err(Redirect::to("/sign-in").into_response()),
         Err(_) => Err(unavailable()),
@@ -157,7 +200,8 @@ pub fn unavailable() -> Response {
     )
 }
 
-fn csrf_refused() -> Response {
+/// 403: the form's CSRF token is missing or wrong.
+pub fn csrf_refused() -> Response {
     message(
         StatusCode::FORBIDDEN,
         "Form expired",
@@ -196,9 +240,13 @@ pub async fn home(me: Me) -> Response {
     page(StatusCode::OK, &HomePage { me: &me })
 }
 
-/// The address a page was reached at (`https://HOST` over TLS, else `http://HOST`), for the
-/// commands the pages show; `CLOUD_HOST` when the request named no usable host.
-pub fn origin(headers: &HeaderMap, tls: bool) -> String {
+/// The address for the commands the pages show: `--public-url` when set, else the one the
+/// page was reached at (`https://HOST` over TLS, else `http://HOST`), and `CLOUD_HOST` when
+/// the request named no usable host.
+pub fn origin(state: &DashboardState, headers: &HeaderMap, tls: bool) -> String {
+    if let Some(url) = &state.public_url {
+        return url.clone();
+    }
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())

@@ -65,7 +65,7 @@ pub async fn list(State(state): State<DashboardState>, me: Me, headers: HeaderMa
     ) else {
         return unavailable();
     };
-    let base = origin(&headers, state.secure);
+    let base = origin(&state, &headers, state.secure);
     page(
         StatusCode::OK,
         &SignalsPage {
@@ -123,14 +123,16 @@ pub async fn create(
     };
     let name = Some(form.name.trim()).filter(|n| !n.is_empty());
     let created = match kind {
-        Credential::SignalKey => admin::create_signal_key(&state.store, &me.org, name).await,
-        _ => admin::create_api_key(&state.store, &me.org, name).await,
+        Credential::SignalKey => {
+            admin::create_signal_key(&state.store, &me.actor(), &me.org, name).await
+        }
+        _ => admin::create_api_key(&state.store, &me.actor(), &me.org, name).await,
     };
     let Ok(value) = created else {
         return unavailable();
     };
     tracing::info!(email = %me.email, org = %me.org, kind = %form.kind, "key created in the dashboard");
-    let base = origin(&headers, state.secure);
+    let base = origin(&state, &headers, state.secure);
     let (key, api) = match kind {
         Credential::SignalKey => (value.as_str(), "$SIGNALS_API_KEY"),
         _ => ("$SIGNAL_KEY", value.as_str()),
@@ -162,8 +164,8 @@ pub async fn create(
     )
 }
 
-/// `POST /integrations/signals/revoke`: revokes a key; servers stop accepting it within
-/// about a second.
+/// `POST /integrations/signals/revoke`: revokes a key; this server stops accepting it at
+/// once, other servers on the same database within about a second.
 pub async fn revoke(
     State(state): State<DashboardState>,
     me: Me,
@@ -175,8 +177,10 @@ pub async fn revoke(
     let Some(kind) = kind(&form.kind) else {
         return unknown_kind(&form.kind);
     };
-    match admin::revoke_key(&state.store, &me.org, kind, &form.id).await {
+    match admin::revoke_key(&state.store, &me.actor(), &me.org, kind, &form.id).await {
         Ok(_) => {
+            // This process stops accepting the key now; others within about a second.
+            state.keys.forget_all();
             tracing::info!(email = %me.email, org = %me.org, id = %form.id, "key revoked in the dashboard");
             Redirect::to("/integrations/signals").into_response()
         }

@@ -6,11 +6,13 @@
 //! [`writer`](self::writer): many concurrent requests share one transaction and one fsync
 //! (on SQLite, a dedicated thread with its own connection: [`sqlite_writer`](self::sqlite_writer)).
 
+mod audit;
 mod ids;
 mod keys;
 mod records;
 mod sqlite_writer;
 mod users;
+mod webhooks;
 mod writer;
 
 use std::path::Path;
@@ -23,9 +25,11 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, migrate::Migrator};
 
+pub use audit::{Actor, AuditEntry};
 pub use keys::{Credential, KeyInfo};
 pub use records::{ApiKeyRow, BridgeTokenRow, EventQuery, NewEvent, StoredEvent};
 pub use users::{Role, Session, User};
+pub use webhooks::{Delivery, Webhook};
 pub use writer::{InsertOutcome, WriteBatch};
 
 use crate::metrics::Metrics;
@@ -136,6 +140,17 @@ macro_rules! on_db {
     };
 }
 pub(crate) use on_db;
+
+/// Runs `$body` with `$pool` bound to the pool that writes (SQLite's single writer).
+macro_rules! on_writer {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db {
+            crate::storage::Db::Sqlite { write: $pool, .. } => $body,
+            crate::storage::Db::Postgres($pool) => $body,
+        }
+    };
+}
+pub(crate) use on_writer;
 
 /// Handle to the database; cheap to clone.
 #[derive(Clone)]

@@ -357,4 +357,27 @@ impl Store {
             query.fetch_all(pool).await?.into_iter().map(event_from_row).collect()
         }))
     }
+
+    /// The newest deployment of each service in each environment (at most `limit`), by service
+    /// then environment.
+    pub async fn last_deployments(
+        &self,
+        org_id: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StorageError> {
+        let sql = "SELECT id, occurred_at, received_at, body FROM ( \
+                     SELECT id, occurred_at, received_at, body, service, environment, \
+                       ROW_NUMBER() OVER (PARTITION BY service, environment \
+                                          ORDER BY occurred_at DESC, id DESC) AS n \
+                     FROM events WHERE org_id = $1 AND type = 'deployment') newest \
+                   WHERE n = 1 ORDER BY service, environment LIMIT $2";
+        Ok(on_db!(&self.db, pool => sqlx::query(sql)
+            .bind(org_id)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .map(event_from_row)
+            .collect()))
+    }
 }

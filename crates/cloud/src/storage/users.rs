@@ -4,17 +4,7 @@
 
 use sqlx::Row;
 
-use super::{Db, StorageError, Store, now_micros, on_db};
-
-/// Runs `$body` with `$pool` bound to the pool that writes (SQLite's single writer).
-macro_rules! on_writer {
-    ($db:expr, $pool:ident => $body:expr) => {
-        match $db {
-            Db::Sqlite { write: $pool, .. } => $body,
-            Db::Postgres($pool) => $body,
-        }
-    };
-}
+use super::{StorageError, Store, now_micros, on_db, on_writer};
 
 /// A [`User`] from a row of `USER_COLUMNS` starting at column 0.
 macro_rules! user_from {
@@ -26,6 +16,7 @@ macro_rules! user_from {
             email: $row.get(3),
             role: Role::parse(&$row.get::<String, _>(4)),
             password_hash: $row.get(5),
+            release_notices: $row.get::<i64, _>(6) != 0,
         }
     };
 }
@@ -72,6 +63,8 @@ pub struct User {
     pub role: Role,
     /// The Argon2id PHC string; `None` until a set-password link was used.
     pub password_hash: Option<String>,
+    /// Whether the dashboard shows this user a notice about outdated bridges and new releases.
+    pub release_notices: bool,
 }
 
 /// A live session and its user.
@@ -115,7 +108,7 @@ impl Store {
 
     /// The user with this (lowercase) email.
     pub async fn user_by_email(&self, email: &str) -> Result<Option<User>, StorageError> {
-        let sql = "SELECT u.id, u.org_id, o.slug, u.email, u.role, u.password_hash \
+        let sql = "SELECT u.id, u.org_id, o.slug, u.email, u.role, u.password_hash, u.release_notices \
                    FROM users u JOIN orgs o ON o.id = u.org_id WHERE u.email = $1";
         Ok(on_db!(&self.db, pool => sqlx::query(sql)
             .bind(email)
@@ -147,7 +140,7 @@ impl Store {
         &self,
         token_hash: &[u8],
     ) -> Result<Option<User>, StorageError> {
-        let sql = "SELECT u.id, u.org_id, o.slug, u.email, u.role, u.password_hash \
+        let sql = "SELECT u.id, u.org_id, o.slug, u.email, u.role, u.password_hash, u.release_notices \
                    FROM password_links l JOIN users u ON u.id = l.user_id \
                    JOIN orgs o ON o.id = u.org_id \
                    WHERE l.token_hash = $1 AND l.used_at IS NULL AND l.expires_at > $2";
@@ -210,7 +203,7 @@ impl Store {
 
     /// The session with this id hash, unless it was ended. Expiry is the caller's rule.
     pub async fn session(&self, id_hash: &[u8]) -> Result<Option<Session>, StorageError> {
-        let sql = "SELECT u.id, u.org_id, o.slug, u.email, u.role, u.password_hash, \
+        let sql = "SELECT u.id, u.org_id, o.slug, u.email, u.role, u.password_hash, u.release_notices, \
                    s.csrf, s.created_at, s.last_seen_at \
                    FROM sessions s JOIN users u ON u.id = s.user_id \
                    JOIN orgs o ON o.id = u.org_id \
@@ -221,9 +214,9 @@ impl Store {
         .await?
         .map(|r| Session {
             user: user_from!(r),
-            csrf: r.get(6),
-            created_at: r.get(7),
-            last_seen_at: r.get(8),
+            csrf: r.get(7),
+            created_at: r.get(8),
+            last_seen_at: r.get(9),
         })))
     }
 
@@ -244,6 +237,17 @@ impl Store {
         on_writer!(&self.db, pool => sqlx::query(sql)
             .bind(now_micros())
             .bind(id_hash)
+            .execute(pool)
+            .await?.rows_affected());
+        Ok(())
+    }
+
+    /// Turns a user's in-dashboard release notice on or off.
+    pub async fn set_release_notices(&self, user_id: i64, on: bool) -> Result<(), StorageError> {
+        let sql = "UPDATE users SET release_notices = $1 WHERE id = $2";
+        on_writer!(&self.db, pool => sqlx::query(sql)
+            .bind(i64::from(on))
+            .bind(user_id)
             .execute(pool)
             .await?.rows_affected());
         Ok(())

@@ -1,7 +1,8 @@
-//! The public CAs the bridge trusts where a configuration names no `tls_ca_file`: the system's
-//! store, or, where the system has none (the `FROM scratch` container image has no
-//! `/etc/ssl`), Mozilla's set compiled into the binary (webpki-roots). The image then still
-//! verifies public certificates, and a host's own store, when it has one, still wins.
+//! The public CAs trusted where nothing more specific is configured (the bridge without a
+//! `tls_ca_file`, the cloud's webhook deliveries): the system's store, or, where the system
+//! has none (the `FROM scratch` container images have no `/etc/ssl`), Mozilla's set compiled
+//! into the binary (webpki-roots). The images then still verify public certificates, and a
+//! host's own store, when it has one, still wins.
 
 use rustls::RootCertStore;
 

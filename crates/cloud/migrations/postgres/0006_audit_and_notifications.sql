@@ -1,0 +1,50 @@
+-- The cloud's own audit (who created, revoked or changed what, when, from where), org webhooks
+-- for Bridge release notifications with their delivery queue, and each user's choice of an
+-- in-dashboard release notice.
+CREATE TABLE audit_log (
+    id       BIGSERIAL PRIMARY KEY,
+    org_id   BIGINT REFERENCES orgs(id),
+    at       BIGINT NOT NULL,
+    actor    TEXT NOT NULL,
+    address  TEXT NOT NULL,
+    action   TEXT NOT NULL,
+    target   TEXT NOT NULL
+);
+CREATE INDEX audit_by_org ON audit_log (org_id, id);
+
+-- The signing secret is kept as is: the cloud signs every delivery with it (as Stripe does),
+-- so it cannot be a one-way hash. It grants nothing on this service.
+CREATE TABLE webhooks (
+    id            BIGSERIAL PRIMARY KEY,
+    org_id        BIGINT NOT NULL REFERENCES orgs(id),
+    url           TEXT NOT NULL,
+    secret        TEXT NOT NULL,
+    release_seen  TEXT NOT NULL,
+    created_at    BIGINT NOT NULL,
+    removed_at    BIGINT
+);
+CREATE INDEX webhooks_by_org ON webhooks (org_id) WHERE removed_at IS NULL;
+
+-- One row per notification and webhook; next_attempt_at is NULL once delivered or given up.
+CREATE TABLE webhook_deliveries (
+    id               BIGSERIAL PRIMARY KEY,
+    webhook_id       BIGINT NOT NULL REFERENCES webhooks(id),
+    dedup            TEXT NOT NULL,
+    body             TEXT NOT NULL,
+    attempts         BIGINT NOT NULL DEFAULT 0,
+    next_attempt_at  BIGINT,
+    delivered_at     BIGINT,
+    last_error       TEXT,
+    created_at       BIGINT NOT NULL,
+    UNIQUE (webhook_id, dedup)
+);
+CREATE INDEX deliveries_due ON webhook_deliveries (next_attempt_at)
+    WHERE next_attempt_at IS NOT NULL;
+
+ALTER TABLE users ADD COLUMN release_notices BIGINT NOT NULL DEFAULT 0;
+
+-- The services view (the last deployment per service and environment) and the search for a
+-- service's previous deployment read deployments only: a partial index that other events
+-- never write.
+CREATE INDEX events_deployments ON events (org_id, service, environment, occurred_at, id)
+    WHERE type = 'deployment';

@@ -1,0 +1,81 @@
+//! The org's audit page, for admins: who created, revoked or changed what, when and from
+//! which address, newest first and paged. The same entries are JSON lines in the log.
+
+use askama::Template;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::Deserialize;
+
+use super::DashboardState;
+use super::pages::{Me, message, page, unavailable, when_micros};
+
+/// Entries per page.
+const PAGE: i64 = 100;
+
+struct Row {
+    time: String,
+    actor: String,
+    address: String,
+    action: String,
+    target: String,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/audit.html")]
+struct AuditPage<'a> {
+    me: &'a Me,
+    entries: Vec<Row>,
+    next: Option<i64>,
+}
+
+/// `?before=` (an entry id) from the previous page's link.
+#[derive(Deserialize)]
+pub struct Position {
+    before: Option<i64>,
+}
+
+/// `GET /audit`: admins only (a member gets 403).
+pub async fn list(
+    State(state): State<DashboardState>,
+    me: Me,
+    Query(at): Query<Position>,
+) -> Response {
+    if !me.admin {
+        return message(
+            StatusCode::FORBIDDEN,
+            "Admins only",
+            "The audit is for the admins of your org.",
+            "/",
+            "Back to the dashboard",
+        );
+    }
+    let Ok(mut found) = state
+        .store
+        .audit_entries(me.session.user.org_id, at.before, PAGE + 1)
+        .await
+    else {
+        return unavailable();
+    };
+    let more = found.len() as i64 > PAGE;
+    found.truncate(PAGE as usize);
+    let next = found.last().map(|(id, _)| *id).filter(|_| more);
+    let entries = found
+        .into_iter()
+        .map(|(_, e)| Row {
+            time: when_micros(e.at),
+            actor: e.actor,
+            address: e.address,
+            action: e.action,
+            target: e.target,
+        })
+        .collect();
+    page(
+        StatusCode::OK,
+        &AuditPage {
+            me: &me,
+            entries,
+            next,
+        },
+    )
+}

@@ -1,0 +1,251 @@
+//! Notifications: each user's choice of an in-dashboard notice when a connected bridge runs a
+//! release older than the one this cloud ships, and the org's webhook (admins set or remove
+//! it; its signing secret is shown once) with its recent deliveries. The notifier delivers.
+
+use askama::Template;
+use axum::Form;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::DashboardState;
+use super::pages::{Me, csrf_refused, message, page, refuse_admin_form, unavailable, when_micros};
+use super::session;
+
+struct DeliveryRow {
+    time: String,
+    kind: String,
+    subject: String,
+    attempts: i64,
+    state: String,
+    failed: bool,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/notifications.html")]
+struct NotificationsPage<'a> {
+    me: &'a Me,
+    release: &'a str,
+    subscribed: bool,
+    webhook: Option<(String, String)>,
+    deliveries: Vec<DeliveryRow>,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/webhook_created.html")]
+struct CreatedPage<'a> {
+    me: &'a Me,
+    url: &'a str,
+    secret: &'a str,
+}
+
+fn row(d: crate::storage::Delivery) -> DeliveryRow {
+    let body: Value = serde_json::from_str(&d.body).unwrap_or(Value::Null);
+    let field = |f: &str| {
+        body.get(f)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let (state, failed) = match (d.delivered_at, d.next_attempt_at) {
+        (Some(at), _) => (format!("delivered {}", when_micros(at)), false),
+        (None, Some(at)) if d.attempts > 0 => (
+            format!(
+                "retrying at {} ({})",
+                when_micros(at),
+                d.last_error.unwrap_or_default()
+            ),
+            true,
+        ),
+        (None, Some(_)) => ("queued".to_string(), false),
+        (None, None) => (
+            format!("given up: {}", d.last_error.unwrap_or_default()),
+            true,
+        ),
+    };
+    let kind = field("type");
+    let subject = match kind.as_str() {
+        "bridge.outdated" => format!("{} runs {}", field("bridge"), field("version")),
+        _ => format!("release {}", field("release")),
+    };
+    DeliveryRow {
+        time: when_micros(d.created_at),
+        kind,
+        subject,
+        attempts: d.attempts,
+        state,
+        failed,
+    }
+}
+
+/// `GET /integrations/notifications`.
+pub async fn show(State(state): State<DashboardState>, me: Me) -> Response {
+    let org_id = me.session.user.org_id;
+    let (Ok(webhook), Ok(deliveries)) = (
+        state.store.webhook(org_id).await,
+        state.store.recent_deliveries(org_id, 20).await,
+    ) else {
+        return unavailable();
+    };
+    page(
+        StatusCode::OK,
+        &NotificationsPage {
+            release: &state.release,
+            subscribed: me.session.user.release_notices,
+            webhook: webhook.map(|w| (w.url, when_micros(w.created_at))),
+            deliveries: deliveries.into_iter().map(row).collect(),
+            me: &me,
+        },
+    )
+}
+
+/// The subscription form's fields.
+#[derive(Deserialize)]
+pub struct SubscribeForm {
+    #[serde(default)]
+    csrf: String,
+    on: Option<String>,
+}
+
+/// `POST /integrations/notifications/me`: turns the user's notice on (`on` sent) or off.
+pub async fn subscribe(
+    State(state): State<DashboardState>,
+    me: Me,
+    Form(form): Form<SubscribeForm>,
+) -> Response {
+    if !session::same(&me.csrf, &form.csrf) {
+        return csrf_refused();
+    }
+    let on = form.on.is_some();
+    if state
+        .store
+        .set_release_notices(me.session.user.id, on)
+        .await
+        .is_err()
+    {
+        return unavailable();
+    }
+    Redirect::to("/integrations/notifications").into_response()
+}
+
+/// The webhook form's fields.
+#[derive(Deserialize)]
+pub struct WebhookForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    url: String,
+}
+
+/// Checks a webhook URL: absolute `https://` or `http://` with a host, no credentials in it.
+fn webhook_url(raw: &str) -> Result<String, String> {
+    let url = raw.trim();
+    match url::Url::parse(url) {
+        Ok(u)
+            if matches!(u.scheme(), "https" | "http")
+                && u.host().is_some()
+                && u.username().is_empty()
+                && u.password().is_none() =>
+        {
+            Ok(url.to_string())
+        }
+        _ => Err(format!(
+            "url {url:?} is not usable: expected an address such as https://hooks.example.com/signals, without a user name or password in it"
+        )),
+    }
+}
+
+/// `POST /integrations/notifications/webhook`: sets the org's webhook (admins), replacing any
+/// previous one; the new signing secret is shown once.
+pub async fn set_webhook(
+    State(state): State<DashboardState>,
+    me: Me,
+    Form(form): Form<WebhookForm>,
+) -> Response {
+    if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
+        return answer;
+    }
+    let url = match webhook_url(&form.url) {
+        Ok(u) => u,
+        Err(why) => {
+            return message(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Webhook URL not valid",
+                &why,
+                "/integrations/notifications",
+                "Back",
+            );
+        }
+    };
+    let secret = crate::secrets::new_webhook_secret();
+    let org_id = me.session.user.org_id;
+    let stored = state
+        .store
+        .set_webhook(org_id, &url, &secret, &state.release)
+        .await;
+    if stored.is_err()
+        || state
+            .store
+            .audit(org_id, &me.actor(), "webhook.set", &url)
+            .await
+            .is_err()
+    {
+        return unavailable();
+    }
+    page(
+        StatusCode::OK,
+        &CreatedPage {
+            me: &me,
+            url: &url,
+            secret: &secret,
+        },
+    )
+}
+
+/// `POST /integrations/notifications/webhook/remove`: removes the org's webhook (admins).
+pub async fn remove_webhook(
+    State(state): State<DashboardState>,
+    me: Me,
+    Form(form): Form<WebhookForm>,
+) -> Response {
+    if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
+        return answer;
+    }
+    let org_id = me.session.user.org_id;
+    match state.store.remove_webhook(org_id).await {
+        Ok(true) => {
+            if state
+                .store
+                .audit(org_id, &me.actor(), "webhook.remove", "")
+                .await
+                .is_err()
+            {
+                return unavailable();
+            }
+            Redirect::to("/integrations/notifications").into_response()
+        }
+        Ok(false) => message(
+            StatusCode::NOT_FOUND,
+            "No webhook",
+            "Your org has no webhook to remove.",
+            "/integrations/notifications",
+            "Back",
+        ),
+        Err(_) => unavailable(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn webhook_urls_are_checked() {
+        assert!(super::webhook_url(" https://hooks.example.com/x ").is_ok());
+        assert!(super::webhook_url("http://127.0.0.1:9/x").is_ok());
+        for bad in ["ftp://x/y", "hooks.example.com", "https://u:p@x.com/", ""] {
+            let why = super::webhook_url(bad).unwrap_err();
+            assert!(why.starts_with("url "), "{why}");
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! What the relay knows about connected bridges, as the features that are not the relay need
+//! it (the dashboard's Bridge page, the release notifier), and how bridge releases compare.
+//! The application implements [`LiveBridges`] over the relay, so no feature imports another.
+
+use chrono::{DateTime, Utc};
+
+/// A connected instance of a bridge, as the relay knows it.
+pub struct LiveInstance {
+    /// The bridge's name.
+    pub bridge: String,
+    /// The instance's id.
+    pub id: String,
+    /// The bridge release it runs.
+    pub version: String,
+    /// When its tunnel opened.
+    pub connected_at: DateTime<Utc>,
+    /// Its last heartbeat.
+    pub last_heartbeat: DateTime<Utc>,
+    /// Its declared resources: (kind, name).
+    pub resources: Vec<(&'static str, String)>,
+}
+
+/// The live tunnels.
+pub trait LiveBridges: Send + Sync {
+    /// Every connected instance of the org's bridges.
+    fn instances(&self, org_id: i64) -> Vec<LiveInstance>;
+    /// Closes every tunnel of one bridge now (its token was revoked).
+    fn close(&self, org_id: i64, bridge: &str);
+}
+
+/// This cloud's own release: by default also the bridge release it ships.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// `major.minor.patch` as numbers, for comparing releases; pre-release suffixes are ignored.
+fn numbers(v: &str) -> Vec<u64> {
+    v.split(['-', '+'])
+        .next()
+        .unwrap_or("")
+        .split('.')
+        .map(|p| p.parse().unwrap_or(0))
+        .collect()
+}
+
+/// Whether a bridge of `version` is older than `release`.
+pub fn outdated(version: &str, release: &str) -> bool {
+    numbers(version) < numbers(release)
+}
+
+/// Checks a `--bridge-release` value: `MAJOR.MINOR.PATCH`, optionally with a suffix.
+pub fn parse_release(v: &str) -> Result<String, String> {
+    let core = v.split(['-', '+']).next().unwrap_or("");
+    let parts: Vec<&str> = core.split('.').collect();
+    if parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.parse::<u64>().is_ok())
+    {
+        Ok(v.to_string())
+    } else {
+        Err(format!(
+            "{v:?} is not a release number: expected MAJOR.MINOR.PATCH, such as {VERSION}"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn releases_compare_by_number() {
+        assert!(outdated("0.0.9", VERSION));
+        assert!(!outdated(VERSION, VERSION));
+        assert!(!outdated("99.0.0", VERSION));
+        assert!(outdated("0.9.1", "0.10.0"));
+        assert!(!outdated("1.2.3-rc.1", "1.2.3"));
+        assert!(parse_release("1.2.3").is_ok());
+        assert!(parse_release("1.2.3-rc.1").is_ok());
+        let bad = parse_release("1.2").unwrap_err();
+        assert!(bad.contains("MAJOR.MINOR.PATCH"), "{bad}");
+    }
+}

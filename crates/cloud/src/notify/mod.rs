@@ -1,0 +1,82 @@
+//! Bridge release notifications to org webhooks (docs/notifications.md): when a connected
+//! bridge instance runs a release older than the one this cloud ships, or when the cloud starts
+//! shipping a newer release, each org with a webhook gets a signed JSON POST. Notifications
+//! are queued in storage and delivered with retries and back-off, so a receiver that is down,
+//! or a restart of the cloud, loses none.
+//!
+//! One task does both halves every [`TICK`]: [`watch`] queues what is new, [`send`] delivers
+//! what is due. It reads the live tunnels through [`LiveBridges`] and never imports the relay.
+
+mod send;
+pub mod sign;
+mod watch;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::live::LiveBridges;
+use crate::storage::Store;
+
+/// How often the notifier looks for news and due deliveries.
+const TICK: Duration = Duration::from_secs(1);
+
+/// The notifier's parts and settings.
+pub struct Notifier {
+    store: Store,
+    live: Arc<dyn LiveBridges>,
+    release: String,
+    first_retry: Duration,
+    client: reqwest::Client,
+    /// Notifications queued by this process (webhook id, dedup key): skips a storage round
+    /// trip every tick for what storage would refuse as a duplicate anyway.
+    queued: HashSet<(i64, String)>,
+}
+
+impl Notifier {
+    /// A notifier for bridges of `release`; a failed delivery is retried after `first_retry`,
+    /// then twice as long each time.
+    pub fn new(
+        store: Store,
+        live: Arc<dyn LiveBridges>,
+        release: String,
+        first_retry: Duration,
+    ) -> Notifier {
+        Notifier {
+            store,
+            live,
+            release,
+            first_retry,
+            client: send::client(),
+            queued: HashSet::new(),
+        }
+    }
+
+    /// Runs until `shutdown`. A delivery cut short by shutdown stays queued and is retried by
+    /// the next start.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.round() => {}
+            }
+        }
+    }
+
+    async fn round(&mut self) {
+        if let Err(e) = self.watch().await {
+            tracing::warn!(cause = %e, "cannot queue bridge release notifications; retrying in a second");
+        }
+        if let Err(e) = self.send_due().await {
+            tracing::warn!(cause = %e, "cannot deliver webhook notifications; retrying in a second");
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! Delivery: a signed POST per due notification; a 2xx answer delivers it, anything else (or
+//! no answer within [`ATTEMPT_TIMEOUT`]) reschedules it after the back-off, until
+//! [`MAX_ATTEMPTS`].
+
+use std::time::Duration;
+
+use super::{Notifier, sign};
+use crate::storage::{Delivery, StorageError, now_micros};
+
+/// How long one attempt may take.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Attempts before a notification is given up.
+pub const MAX_ATTEMPTS: i64 = 8;
+/// The longest wait between two attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+
+/// The HTTP client of deliveries: public CAs (the system's, else the embedded set).
+pub(super) fn client() -> reqwest::Client {
+    let tls = rustls::ClientConfig::builder_with_provider(tunnel::tls::provider())
+        .with_safe_default_protocol_versions()
+        .map(|b| {
+            b.with_root_certificates(tunnel::roots::public())
+                .with_no_client_auth()
+        });
+    let builder = reqwest::Client::builder()
+        .timeout(ATTEMPT_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("signals-cloud/", env!("CARGO_PKG_VERSION")));
+    let builder = match tls {
+        Ok(config) => builder.tls_backend_preconfigured(config),
+        Err(_) => builder,
+    };
+    builder.build().unwrap_or_default()
+}
+
+/// The wait after the `attempts`-th failed attempt: `first`, doubled each time, at most an hour.
+pub fn backoff(first: Duration, attempts: i64) -> Duration {
+    let doublings = u32::try_from(attempts.saturating_sub(1).clamp(0, 20)).unwrap_or(20);
+    first.saturating_mul(1 << doublings).min(MAX_BACKOFF)
+}
+
+impl Notifier {
+    /// Attempts every due delivery once.
+    pub(super) async fn send_due(&mut self) -> Result<(), StorageError> {
+        let due = self.store.due_deliveries(32).await?;
+        if due.is_empty() {
+            return Ok(());
+        }
+        let hooks = self.store.webhooks().await?;
+        for delivery in due {
+            let Some(hook) = hooks.iter().find(|h| h.id == delivery.webhook_id) else {
+                self.store
+                    .delivery_attempted(delivery.id, Some("webhook removed"), None)
+                    .await?;
+                continue;
+            };
+            let outcome = self.attempt(&hook.url, &hook.secret, &delivery).await;
+            let attempts = delivery.attempts + 1;
+            match outcome {
+                Ok(()) => {
+                    tracing::info!(
+                        webhook_id = hook.id,
+                        delivery = delivery.id,
+                        attempts,
+                        "webhook notification delivered"
+                    );
+                    self.store
+                        .delivery_attempted(delivery.id, None, None)
+                        .await?;
+                }
+                Err(why) => {
+                    let retry_at = (attempts < MAX_ATTEMPTS).then(|| {
+                        now_micros()
+                            + i64::try_from(backoff(self.first_retry, attempts).as_micros())
+                                .unwrap_or(i64::MAX / 2)
+                    });
+                    match retry_at {
+                        Some(_) => {
+                            tracing::warn!(webhook_id = hook.id, delivery = delivery.id, attempts, cause = %why, "webhook delivery failed; it will be retried")
+                        }
+                        None => {
+                            tracing::error!(webhook_id = hook.id, delivery = delivery.id, attempts, cause = %why, "webhook delivery failed {MAX_ATTEMPTS} times; given up (the dashboard's Notifications page shows it)")
+                        }
+                    }
+                    self.store
+                        .delivery_attempted(delivery.id, Some(&why), retry_at)
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn attempt(&self, url: &str, secret: &str, delivery: &Delivery) -> Result<(), String> {
+        let t = chrono::Utc::now().timestamp();
+        let answer = self
+            .client
+            .post(url)
+            .header("content-type", "application/json")
+            .header(
+                "signature",
+                sign::signature(secret, t, delivery.body.as_bytes()),
+            )
+            .body(delivery.body.clone())
+            .send()
+            .await
+            .map_err(|e| format!("POST {url}: {e}"))?;
+        if answer.status().is_success() {
+            Ok(())
+        } else {
+            Err(format!("POST {url}: answered {}", answer.status()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_an_hour() {
+        let first = Duration::from_secs(10);
+        assert_eq!(backoff(first, 1), Duration::from_secs(10));
+        assert_eq!(backoff(first, 2), Duration::from_secs(20));
+        assert_eq!(backoff(first, 4), Duration::from_secs(80));
+        assert_eq!(backoff(first, 30), MAX_BACKOFF);
+    }
+}

@@ -1,0 +1,253 @@
+//! Org webhooks for Bridge release notifications, and their delivery queue: a notification is
+//! a row per webhook, claimed by the sender when due and rescheduled with back-off until it is
+//! delivered or given up. Rows survive restarts, so nothing queued is lost.
+
+use sqlx::Row;
+
+use super::{StorageError, Store, now_micros, on_db, on_writer};
+
+/// An org's webhook.
+#[derive(Debug, Clone)]
+pub struct Webhook {
+    /// Row id.
+    pub id: i64,
+    /// The org's id.
+    pub org_id: i64,
+    /// The org's slug.
+    pub org: String,
+    /// Where notifications are POSTed.
+    pub url: String,
+    /// The signing secret (`whsec_…`).
+    pub secret: String,
+    /// The newest bridge release this webhook was told about (or that was current when it was
+    /// made).
+    pub release_seen: String,
+    /// When it was made (µs).
+    pub created_at: i64,
+}
+
+/// A notification to deliver (or delivered).
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// Row id.
+    pub id: i64,
+    /// The webhook's id.
+    pub webhook_id: i64,
+    /// The JSON body.
+    pub body: String,
+    /// Attempts made so far.
+    pub attempts: i64,
+    /// When it was delivered (µs).
+    pub delivered_at: Option<i64>,
+    /// Next attempt (µs); `None` once delivered or given up.
+    pub next_attempt_at: Option<i64>,
+    /// Why the last attempt failed.
+    pub last_error: Option<String>,
+    /// When it was queued (µs).
+    pub created_at: i64,
+}
+
+const WEBHOOK_COLUMNS: &str =
+    "w.id, w.org_id, o.slug, w.url, w.secret, w.release_seen, w.created_at";
+const DELIVERY_COLUMNS: &str =
+    "id, webhook_id, body, attempts, delivered_at, next_attempt_at, last_error, created_at";
+
+macro_rules! webhook_from {
+    ($r:expr) => {
+        Webhook {
+            id: $r.get(0),
+            org_id: $r.get(1),
+            org: $r.get(2),
+            url: $r.get(3),
+            secret: $r.get(4),
+            release_seen: $r.get(5),
+            created_at: $r.get(6),
+        }
+    };
+}
+
+macro_rules! delivery_from {
+    ($r:expr) => {
+        Delivery {
+            id: $r.get(0),
+            webhook_id: $r.get(1),
+            body: $r.get(2),
+            attempts: $r.get(3),
+            delivered_at: $r.get(4),
+            next_attempt_at: $r.get(5),
+            last_error: $r.get(6),
+            created_at: $r.get(7),
+        }
+    };
+}
+
+impl Store {
+    /// Sets the org's webhook, replacing any previous one (whose queued deliveries stop).
+    pub async fn set_webhook(
+        &self,
+        org_id: i64,
+        url: &str,
+        secret: &str,
+        release: &str,
+    ) -> Result<i64, StorageError> {
+        self.remove_webhook(org_id).await?;
+        let sql = "INSERT INTO webhooks (org_id, url, secret, release_seen, created_at) \
+                   VALUES ($1, $2, $3, $4, $5) RETURNING id";
+        Ok(on_writer!(&self.db, pool => sqlx::query(sql)
+            .bind(org_id)
+            .bind(url)
+            .bind(secret)
+            .bind(release)
+            .bind(now_micros())
+            .fetch_one(pool)
+            .await?
+            .get::<i64, _>(0)))
+    }
+
+    /// Removes the org's webhook; true when there was one.
+    pub async fn remove_webhook(&self, org_id: i64) -> Result<bool, StorageError> {
+        let now = now_micros();
+        let stop = "UPDATE webhook_deliveries SET next_attempt_at = NULL, last_error = 'webhook removed' \
+                    WHERE next_attempt_at IS NOT NULL AND webhook_id IN \
+                    (SELECT id FROM webhooks WHERE org_id = $1 AND removed_at IS NULL)";
+        on_writer!(&self.db, pool => sqlx::query(stop).bind(org_id).execute(pool).await?.rows_affected());
+        let sql = "UPDATE webhooks SET removed_at = $1 WHERE org_id = $2 AND removed_at IS NULL";
+        let n = on_writer!(&self.db, pool => sqlx::query(sql).bind(now).bind(org_id).execute(pool).await?.rows_affected());
+        Ok(n > 0)
+    }
+
+    /// Every org's live webhook.
+    pub async fn webhooks(&self) -> Result<Vec<Webhook>, StorageError> {
+        let sql = format!(
+            "SELECT {WEBHOOK_COLUMNS} FROM webhooks w JOIN orgs o ON o.id = w.org_id \
+             WHERE w.removed_at IS NULL ORDER BY w.id"
+        );
+        Ok(
+            on_db!(&self.db, pool => sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .map(|r| webhook_from!(r))
+            .collect()),
+        )
+    }
+
+    /// The org's live webhook.
+    pub async fn webhook(&self, org_id: i64) -> Result<Option<Webhook>, StorageError> {
+        let sql = format!(
+            "SELECT {WEBHOOK_COLUMNS} FROM webhooks w JOIN orgs o ON o.id = w.org_id \
+             WHERE w.org_id = $1 AND w.removed_at IS NULL"
+        );
+        Ok(
+            on_db!(&self.db, pool => sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(org_id)
+            .fetch_optional(pool)
+            .await?
+            .map(|r| webhook_from!(r))),
+        )
+    }
+
+    /// Records that a webhook was told about `release`.
+    pub async fn webhook_release_seen(&self, id: i64, release: &str) -> Result<(), StorageError> {
+        let sql = "UPDATE webhooks SET release_seen = $1 WHERE id = $2";
+        on_writer!(&self.db, pool => sqlx::query(sql).bind(release).bind(id).execute(pool).await?.rows_affected());
+        Ok(())
+    }
+
+    /// Queues a notification for a webhook, due now, unless one with the same `dedup` key was
+    /// queued before; true when queued.
+    pub async fn queue_delivery(
+        &self,
+        webhook_id: i64,
+        dedup: &str,
+        body: &str,
+    ) -> Result<bool, StorageError> {
+        let sql = "INSERT INTO webhook_deliveries (webhook_id, dedup, body, next_attempt_at, created_at) \
+                   VALUES ($1, $2, $3, $4, $4) ON CONFLICT (webhook_id, dedup) DO NOTHING";
+        let n = on_writer!(&self.db, pool => sqlx::query(sql)
+            .bind(webhook_id)
+            .bind(dedup)
+            .bind(body)
+            .bind(now_micros())
+            .execute(pool)
+            .await?
+            .rows_affected());
+        Ok(n > 0)
+    }
+
+    /// Deliveries due now, oldest first.
+    pub async fn due_deliveries(&self, limit: i64) -> Result<Vec<Delivery>, StorageError> {
+        let sql = format!(
+            "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries \
+             WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= $1 \
+             ORDER BY next_attempt_at LIMIT $2"
+        );
+        Ok(
+            on_db!(&self.db, pool => sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(now_micros())
+            .bind(limit)
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .map(|r| delivery_from!(r))
+            .collect()),
+        )
+    }
+
+    /// Records an attempt: delivered (`error` None), or failed and due again at `retry_at`
+    /// (None: given up).
+    pub async fn delivery_attempted(
+        &self,
+        id: i64,
+        error: Option<&str>,
+        retry_at: Option<i64>,
+    ) -> Result<(), StorageError> {
+        match error {
+            None => {
+                let sql = "UPDATE webhook_deliveries SET attempts = attempts + 1, delivered_at = $1, \
+                           next_attempt_at = NULL, last_error = NULL WHERE id = $2";
+                on_writer!(&self.db, pool => sqlx::query(sql)
+                    .bind(now_micros())
+                    .bind(id)
+                    .execute(pool)
+                    .await?
+                    .rows_affected());
+            }
+            Some(error) => {
+                let sql = "UPDATE webhook_deliveries SET attempts = attempts + 1, \
+                           next_attempt_at = $1, last_error = $2 WHERE id = $3";
+                on_writer!(&self.db, pool => sqlx::query(sql)
+                    .bind(retry_at)
+                    .bind(error)
+                    .bind(id)
+                    .execute(pool)
+                    .await?
+                    .rows_affected());
+            }
+        }
+        Ok(())
+    }
+
+    /// The org's newest deliveries, newest first.
+    pub async fn recent_deliveries(
+        &self,
+        org_id: i64,
+        limit: i64,
+    ) -> Result<Vec<Delivery>, StorageError> {
+        let sql = format!(
+            "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries \
+             WHERE webhook_id IN (SELECT id FROM webhooks WHERE org_id = $1) \
+             ORDER BY id DESC LIMIT $2"
+        );
+        Ok(
+            on_db!(&self.db, pool => sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(org_id)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .map(|r| delivery_from!(r))
+            .collect()),
+        )
+    }
+}

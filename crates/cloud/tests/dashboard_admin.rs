@@ -1,0 +1,205 @@
+//! The dashboard's admin-facing pages through the real binary: the org's audit (who created,
+//! revoked or changed what, from where; admins only; also JSON lines in the log), the services
+//! view (the last deployment per service and environment), the timeline's day filters, and
+//! `serve --public-url` in the commands the pages show.
+
+use serde_json::{Value, json};
+use testkit::dashboard::{client, get, post, session, shown_secret};
+use testkit::{Backend, Cloud, Tenant};
+
+async fn post_event(cloud: &Cloud, t: &Tenant, event: Value) {
+    let res = cloud
+        .client()
+        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+        .bearer_auth(&t.api_key)
+        .json(&event)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 202, "{}", res.text().await.unwrap());
+}
+
+fn deployment(service: &str, environment: &str, version: &str, at: &str) -> Value {
+    json!({"type": "deployment", "service": service, "environment": environment,
+           "version": version, "status": "success", "timestamp": at})
+}
+
+#[tokio::test]
+async fn the_audit_shows_who_changed_what_from_where_to_admins_only() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.admin(&["org", "create", "acme"]);
+    let client = client(&cloud);
+    let admin = session(&cloud, &client, "acme", "ada@example.com", "admin").await;
+    let member = session(&cloud, &client, "acme", "max@example.com", "member").await;
+
+    let (status, created) = post(
+        &client,
+        &cloud,
+        &admin,
+        "/integrations/signals/create",
+        &[("kind", "api-key"), ("name", "deploys")],
+    )
+    .await;
+    assert_eq!(status, 200);
+    let api_key = shown_secret(&created);
+    let public_id: String = api_key.split('_').take(2).collect::<Vec<_>>().join("_");
+    let (status, _) = post(
+        &client,
+        &cloud,
+        &admin,
+        "/integrations/signals/revoke",
+        &[("kind", "api-key"), ("id", &public_id)],
+    )
+    .await;
+    assert_eq!(status, 303);
+    let (status, _) = post(
+        &client,
+        &cloud,
+        &admin,
+        "/integrations/notifications/webhook",
+        &[("url", "https://hooks.example.com/signals")],
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    let (status, audit) = get(&client, format!("{}/audit", cloud.https), &admin).await;
+    assert_eq!(status, 200);
+    for expected in [
+        "org.create",
+        "user.create (admin)",
+        "ada@example.com",
+        "127.0.0.1",
+        "api_key.create",
+        "api_key.revoke",
+        &public_id,
+        "webhook.set",
+        "https://hooks.example.com/signals",
+        "cli:",
+    ] {
+        assert!(audit.contains(expected), "no {expected:?} in {audit}");
+    }
+    assert!(!audit.contains(&api_key), "a secret in the audit");
+    // Newest first: the webhook before the key's creation.
+    assert!(audit.find("webhook.set").unwrap() < audit.find("api_key.create").unwrap());
+
+    let (status, page) = get(&client, format!("{}/audit", cloud.https), &member).await;
+    assert_eq!(status, 403, "{page}");
+    assert!(page.contains("Admins only"));
+
+    // The same entries are JSON lines in the server's log, without the secret.
+    let line = cloud.wait_log_line("api_key.revoke");
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["message"], "audit");
+    assert_eq!(v["actor"], "ada@example.com");
+    assert_eq!(v["address"], "127.0.0.1");
+    assert_eq!(v["object"], public_id.as_str());
+    assert!(!cloud.log_text().contains(&api_key));
+}
+
+#[tokio::test]
+async fn services_show_each_last_deployment_and_the_timeline_filters_by_day() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let acme = cloud.tenant("acme");
+    let client = client(&cloud);
+    let member = session(&cloud, &client, "acme", "max@example.com", "member").await;
+    post_event(
+        &cloud,
+        &acme,
+        deployment("api", "production", "v1.0.0", "2026-01-10T09:00:00Z"),
+    )
+    .await;
+    post_event(
+        &cloud,
+        &acme,
+        deployment("api", "production", "v1.1.0", "2026-02-10T09:00:00Z"),
+    )
+    .await;
+    post_event(
+        &cloud,
+        &acme,
+        deployment("api", "staging", "v1.2.0-rc1", "2026-02-11T09:00:00Z"),
+    )
+    .await;
+    post_event(
+        &cloud,
+        &acme,
+        deployment("web", "production", "v7", "2026-01-05T09:00:00Z"),
+    )
+    .await;
+    post_event(
+        &cloud,
+        &acme,
+        json!({"type": "alert", "service": "api", "environment": "production", "status": "firing", "severity": "critical",
+               "title": "Error rate", "timestamp": "2026-02-12T09:00:00Z"}),
+    )
+    .await;
+
+    let (status, services) = get(&client, format!("{}/services", cloud.https), &member).await;
+    assert_eq!(status, 200);
+    for shown in ["v1.1.0", "v1.2.0-rc1", "v7", "staging"] {
+        assert!(services.contains(shown), "no {shown} in {services}");
+    }
+    assert!(
+        !services.contains("v1.0.0"),
+        "an older deployment: {services}"
+    );
+    assert!(!services.contains("Error rate"), "not a deployment");
+
+    let (status, february) = get(
+        &client,
+        format!("{}/events?from=2026-02-01&to=2026-02-11", cloud.https),
+        &member,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(february.contains("v1.1.0") && february.contains("v1.2.0-rc1"));
+    assert!(!february.contains("v1.0.0") && !february.contains("Error rate"));
+    let (_, one_day) = get(
+        &client,
+        format!("{}/events?from=2026-02-12&to=2026-02-12", cloud.https),
+        &member,
+    )
+    .await;
+    assert!(one_day.contains("Error rate") && !one_day.contains("v1.1.0"));
+    let (status, bad) = get(
+        &client,
+        format!("{}/events?from=12/02/2026", cloud.https),
+        &member,
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(bad.contains("from") && bad.contains("YYYY-MM-DD"), "{bad}");
+}
+
+#[tokio::test]
+async fn public_url_is_the_base_of_the_commands_pages_show() {
+    let cloud = Cloud::start_with(
+        Backend::Sqlite,
+        &["--public-url", "https://signals.example.com/"],
+    );
+    cloud.admin(&["org", "create", "acme"]);
+    let client = client(&cloud);
+    let admin = session(&cloud, &client, "acme", "ada@example.com", "admin").await;
+    let (_, page) = post(
+        &client,
+        &cloud,
+        &admin,
+        "/integrations/signals/create",
+        &[("kind", "signal-key")],
+    )
+    .await;
+    assert!(
+        page.contains("https://signals.example.com/v1/signals/sigkey_"),
+        "{page}"
+    );
+    let refused = std::process::Command::new(testkit::cloud_bin())
+        .args(["serve", "--public-url", "signals.example.com"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        why.contains("--public-url") && why.contains("https://"),
+        "{why}"
+    );
+}
