@@ -115,10 +115,19 @@ async fn an_outdated_bridge_reaches_the_webhook_signed_and_retried_and_the_notic
 }
 
 // Multi-threaded: the client's idle connection to the cloud must answer the server's
-// graceful close while this test blocks on the process's exit.
+// graceful close while these tests block on the process's exit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cloud_restarted_with_a_newer_release_announces_it() {
-    let mut cloud = Cloud::start(Backend::Sqlite);
+async fn a_cloud_restarted_with_a_newer_release_announces_it_sqlite() {
+    a_newer_release_is_announced(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cloud_restarted_with_a_newer_release_announces_it_postgres() {
+    a_newer_release_is_announced(Backend::Postgres).await;
+}
+
+async fn a_newer_release_is_announced(backend: Backend) {
+    let mut cloud = Cloud::start(backend);
     cloud.admin(&["org", "create", "acme"]);
     let client = client(&cloud);
     let admin = session(&cloud, &client, "acme", "ada@example.com", "admin").await;

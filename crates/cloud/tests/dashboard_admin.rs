@@ -25,8 +25,17 @@ fn deployment(service: &str, environment: &str, version: &str, at: &str) -> Valu
 }
 
 #[tokio::test]
-async fn the_audit_shows_who_changed_what_from_where_to_admins_only() {
-    let cloud = Cloud::start(Backend::Sqlite);
+async fn the_audit_shows_who_changed_what_from_where_to_admins_only_sqlite() {
+    audit(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn the_audit_shows_who_changed_what_from_where_to_admins_only_postgres() {
+    audit(Backend::Postgres).await;
+}
+
+async fn audit(backend: Backend) {
+    let cloud = Cloud::start(backend);
     cloud.admin(&["org", "create", "acme"]);
     let client = client(&cloud);
     let admin = session(&cloud, &client, "acme", "ada@example.com", "admin").await;
@@ -97,8 +106,17 @@ async fn the_audit_shows_who_changed_what_from_where_to_admins_only() {
 }
 
 #[tokio::test]
-async fn services_show_each_last_deployment_and_the_timeline_filters_by_day() {
-    let cloud = Cloud::start(Backend::Sqlite);
+async fn services_show_each_last_deployment_and_the_timeline_filters_by_day_sqlite() {
+    services_and_days(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn services_show_each_last_deployment_and_the_timeline_filters_by_day_postgres() {
+    services_and_days(Backend::Postgres).await;
+}
+
+async fn services_and_days(backend: Backend) {
+    let cloud = Cloud::start(backend);
     let acme = cloud.tenant("acme");
     let client = client(&cloud);
     let member = session(&cloud, &client, "acme", "max@example.com", "member").await;

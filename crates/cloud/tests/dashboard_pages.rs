@@ -1,9 +1,7 @@
 //! The dashboard's pages through the real binary: an admin creates a signal key and an API key
 //! on Integrations → Signals, a `curl`-like client posts an event with them, the timeline and
-//! the event's page show it, and a key revoked on the page stops working within 2 seconds. A
+//! the event's page show it, and a key revoked on the page stops working at once. A
 //! member reads but cannot create (403), and no one sees another org's events.
-
-use std::time::{Duration, Instant};
 
 use testkit::dashboard::{client, get, post, session};
 use testkit::{Backend, Cloud, seed_event};
@@ -106,23 +104,14 @@ async fn an_admin_makes_keys_that_post_events_the_timeline_shows() {
     )
     .await;
     assert_eq!(status, 303);
-    let deadline = Instant::now() + Duration::from_secs(2);
-    loop {
-        let res = client
-            .get(format!("{}/v1/events", cloud.http))
-            .bearer_auth(&api_key)
-            .send()
-            .await
-            .unwrap();
-        if res.status() == 401 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the revoked key still works after 2 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // This server stops accepting it at once (the dashboard empties its verified-key cache).
+    let res = client
+        .get(format!("{}/v1/events", cloud.http))
+        .bearer_auth(&api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 401, "the revoked key still works");
 }
 
 #[tokio::test]
