@@ -110,6 +110,7 @@ async fn measure(
 pub async fn run(args: Args) -> Result<()> {
     let (server, signal_key, api_key) = procs::start(&[], None)?;
     let base = format!("http://{}", server.addr);
+    testkit::install_crypto();
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(60))

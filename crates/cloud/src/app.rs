@@ -61,6 +61,8 @@ pub struct App {
     pub relay: RelayState,
     /// The dashboard (pages for people).
     pub dashboard: DashboardState,
+    /// Correlation and DORA figures.
+    pub correlation: crate::correlation::CorrelationState,
     /// The relay's live tunnels, for the features that are not the relay.
     pub live: Arc<dyn LiveBridges>,
     metrics: Metrics,
@@ -94,6 +96,7 @@ impl App {
                 limits.ingest_memory,
                 limits.read_timeout,
             ),
+            correlation: crate::correlation::CorrelationState::new(store.clone(), keys.clone()),
             dashboard: DashboardState::new(DashboardParts {
                 store,
                 live: live.clone(),
@@ -111,6 +114,7 @@ impl App {
     pub fn router(&self, listener: Listener) -> Router {
         let mut app = api::router(self.api.clone())
             .merge(relay::router(self.relay.clone()))
+            .merge(crate::correlation::router(self.correlation.clone()))
             .merge(crate::openapi::router())
             .merge(dashboard::router(
                 self.dashboard.over_tls(listener == Listener::Tls),

@@ -19,6 +19,7 @@ pub mod api;
 pub mod app;
 pub mod auth;
 pub mod cli;
+pub mod correlation;
 pub mod dashboard;
 pub mod live;
 pub mod logging;

@@ -130,10 +130,10 @@ async fn an_admin_and_a_member_use_the_dashboard() {
     browser
         .click("form[action='/integrations/bridge/revoke'] button")
         .await;
-    browser.wait_for_text("No bridge yet.").await;
     bridge
         .wait_status("unauthorized", Duration::from_secs(20))
         .await;
+    browser.wait_for_text("status unauthorized").await;
 
     // Keys, then a deployment posted with them appears in the open timeline.
     browser

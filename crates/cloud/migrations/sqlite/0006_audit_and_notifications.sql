@@ -48,3 +48,7 @@ ALTER TABLE users ADD COLUMN release_notices INTEGER NOT NULL DEFAULT 0;
 -- never write.
 CREATE INDEX events_deployments ON events (org_id, service, environment, occurred_at, id)
     WHERE type = 'deployment';
+
+-- When a bridge last tried to connect with this token after it was revoked: the dashboard
+-- shows such a bridge as unauthorized (still running somewhere, refused).
+ALTER TABLE bridge_tokens ADD COLUMN refused_at INTEGER;

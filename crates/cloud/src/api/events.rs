@@ -5,9 +5,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::ApiState;
 use crate::problem::Problem;
@@ -38,23 +38,13 @@ pub struct ListParams {
 /// not parse (ingestion refuses anything that would not) is an error in the log and, for
 /// `GET /v1/events/{id}`, a 500; never an event silently missing its fields.
 fn render(e: StoredEvent) -> Result<Value, Problem> {
-    let mut body: Map<String, Value> = serde_json::from_str(&e.body).map_err(|cause| {
+    e.to_json().map_err(|cause| {
         tracing::error!(event = %e.id, cause = %cause, "a stored event's body does not parse");
         Problem::internal(format!(
             "event {:?} is stored but cannot be read ({cause}); the server's log has the details",
             e.id
         ))
-    })?;
-    body.insert("id".into(), Value::String(e.id));
-    let received = Utc
-        .timestamp_micros(e.received_at)
-        .single()
-        .unwrap_or_default();
-    body.insert(
-        "receivedAt".into(),
-        Value::String(crate::time::format_millis(received)),
-    );
-    Ok(Value::Object(body))
+    })
 }
 
 fn time_param(name: &str, value: Option<&str>) -> Result<Option<i64>, Problem> {

@@ -29,7 +29,10 @@ struct InstanceRow {
 
 struct BridgeRow {
     name: String,
-    created: String,
+    /// "token made …", or why it is refused.
+    note: String,
+    /// Whether it has a live token to revoke.
+    revocable: bool,
     status: &'static str,
     last_seen: String,
     instances: Vec<InstanceRow>,
@@ -88,7 +91,8 @@ pub async fn list(State(state): State<DashboardState>, me: Me) -> Response {
                 }
             }
             None => bridges.push(BridgeRow {
-                created: when_micros(t.created_at),
+                note: format!("token made {}", when_micros(t.created_at)),
+                revocable: true,
                 last_seen: if last_used > 0 {
                     when_micros(last_used)
                 } else {
@@ -102,6 +106,23 @@ pub async fn list(State(state): State<DashboardState>, me: Me) -> Response {
                 instances: Vec::new(),
                 name,
             }),
+        }
+    }
+    // Bridges still trying with a revoked token (in the last day), and no live token.
+    let day_ago = crate::storage::now_micros() - 86_400_000_000;
+    let Ok(refused) = state.store.refused_bridges(org_id, day_ago).await else {
+        return unavailable();
+    };
+    for (name, at) in refused {
+        if bridges.iter().all(|b| b.name != name) {
+            bridges.push(BridgeRow {
+                note: "its token was revoked: stop it, or give it a new token".into(),
+                revocable: false,
+                status: "unauthorized",
+                last_seen: when_micros(at),
+                instances: Vec::new(),
+                name,
+            });
         }
     }
     for i in live {

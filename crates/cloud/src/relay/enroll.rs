@@ -56,6 +56,13 @@ pub async fn authenticate_bridge(
         return Err(rejected());
     }
     if row.revoked {
+        // The dashboard shows a bridge still trying with a revoked token as unauthorized.
+        let (store, token_id) = (state.store.clone(), id.to_string());
+        tokio::spawn(async move {
+            if let Err(e) = store.bridge_token_refused(&token_id).await {
+                tracing::debug!(cause = %e, "cannot record a refused bridge token");
+            }
+        });
         return Err(Problem::unauthorized(
             "the bridge token was revoked; create a new one with `cloud bridge-token create`",
         ));

@@ -295,7 +295,8 @@ pub fn validate<'a>(
             if let Some(s) = status {
                 overrides.push(("status", Override::Word(s)));
             }
-            for key in ["environment", "source"] {
+            // version, sha and repository link an alert to the deployment it runs (correlation).
+            for key in ["environment", "source", "version", "sha", "repository"] {
                 c.string(key, false, MAX_SHORT);
             }
             if let Some(links) = members.get("links")

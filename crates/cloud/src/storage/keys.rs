@@ -119,6 +119,32 @@ impl Store {
         self.execute(sql, Args(args)).await.map(drop)
     }
 
+    /// Records that a bridge presented this revoked token (its secret was right).
+    pub async fn bridge_token_refused(&self, id: &str) -> Result<(), StorageError> {
+        let sql = "UPDATE bridge_tokens SET refused_at = $1 WHERE id = $2";
+        let args = vec![Arg::Int(now_micros()), Arg::Text(id)];
+        self.execute(sql, Args(args)).await.map(drop)
+    }
+
+    /// The org's bridges refused since `since` (µs) for presenting a revoked token, with the
+    /// latest refusal: (bridge name, refused at).
+    pub async fn refused_bridges(
+        &self,
+        org_id: i64,
+        since: i64,
+    ) -> Result<Vec<(String, i64)>, StorageError> {
+        let sql = "SELECT bridge_name, max(refused_at) FROM bridge_tokens \
+                   WHERE org_id = $1 AND refused_at >= $2 GROUP BY bridge_name ORDER BY bridge_name";
+        Ok(on_db!(&self.db, pool => sqlx::query(sql)
+            .bind(org_id)
+            .bind(since)
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1)))
+            .collect()))
+    }
+
     /// The latest revocation of any API key or signal key (0 when none): a server that sees
     /// it change drops its cached keys, so a revocation made by another process (the CLI)
     /// takes effect within a poll.

@@ -7,6 +7,7 @@
 //! (on SQLite, a dedicated thread with its own connection: [`sqlite_writer`](self::sqlite_writer)).
 
 mod audit;
+mod correlation;
 mod ids;
 mod keys;
 mod records;
@@ -26,6 +27,7 @@ use sqlx::sqlite::{
 use sqlx::{Row, migrate::Migrator};
 
 pub use audit::{Actor, AuditEntry};
+pub use correlation::{MAX_CANDIDATES, TITLE_LOOKBACK_MICROS};
 pub use keys::{Credential, KeyInfo};
 pub use records::{ApiKeyRow, BridgeTokenRow, EventQuery, NewEvent, StoredEvent};
 pub use users::{Role, Session, User};

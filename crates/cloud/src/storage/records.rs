@@ -51,6 +51,22 @@ pub struct NewEvent {
     pub body: String,
 }
 
+impl StoredEvent {
+    /// The event as the API shows it: its body plus `id` and `receivedAt`.
+    pub fn to_json(&self) -> Result<serde_json::Value, serde_json::Error> {
+        let mut body: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&self.body)?;
+        body.insert("id".into(), self.id.clone().into());
+        let received =
+            chrono::DateTime::from_timestamp_micros(self.received_at).unwrap_or_default();
+        body.insert(
+            "receivedAt".into(),
+            crate::time::format_millis(received).into(),
+        );
+        Ok(serde_json::Value::Object(body))
+    }
+}
+
 /// One event as read back.
 #[derive(Debug, Clone)]
 pub struct StoredEvent {
@@ -85,7 +101,7 @@ pub struct EventQuery {
 
 const EVENT_COLUMNS: &str = "id, occurred_at, received_at, body";
 
-fn event_from_row<R: Row>(row: R) -> StoredEvent
+pub(super) fn event_from_row<R: Row>(row: R) -> StoredEvent
 where
     for<'a> &'a str: sqlx::ColumnIndex<R>,
     for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
@@ -359,25 +375,40 @@ impl Store {
     }
 
     /// The newest deployment of each service in each environment (at most `limit`), by service
-    /// then environment.
+    /// then environment. Two steps, both on the deployments' partial index: the newest time of
+    /// each pair from the index alone, then each pair's event; reading every deployment's body
+    /// to rank them would cost a full scan of the org's deployments.
     pub async fn last_deployments(
         &self,
         org_id: i64,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StorageError> {
-        let sql = "SELECT id, occurred_at, received_at, body FROM ( \
-                     SELECT id, occurred_at, received_at, body, service, environment, \
-                       ROW_NUMBER() OVER (PARTITION BY service, environment \
-                                          ORDER BY occurred_at DESC, id DESC) AS n \
-                     FROM events WHERE org_id = $1 AND type = 'deployment') newest \
-                   WHERE n = 1 ORDER BY service, environment LIMIT $2";
-        Ok(on_db!(&self.db, pool => sqlx::query(sql)
-            .bind(org_id)
-            .bind(limit)
-            .fetch_all(pool)
-            .await?
-            .into_iter()
-            .map(event_from_row)
-            .collect()))
+        let pairs = "SELECT service, environment, max(occurred_at) FROM events \
+                     WHERE org_id = $1 AND type = 'deployment' \
+                     GROUP BY service, environment ORDER BY service, environment LIMIT $2";
+        let newest = "SELECT id, occurred_at, received_at, body FROM events \
+                      WHERE org_id = $1 AND type = 'deployment' AND service = $2 \
+                      AND environment = $3 AND occurred_at = $4 ORDER BY id DESC LIMIT 1";
+        Ok(on_db!(&self.db, pool => {
+            let found: Vec<(String, String, i64)> = sqlx::query_as(pairs)
+                .bind(org_id)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?;
+            let mut events = Vec::with_capacity(found.len());
+            for (service, environment, at) in found {
+                if let Some(row) = sqlx::query(newest)
+                    .bind(org_id)
+                    .bind(&service)
+                    .bind(&environment)
+                    .bind(at)
+                    .fetch_optional(pool)
+                    .await?
+                {
+                    events.push(event_from_row(row));
+                }
+            }
+            events
+        }))
     }
 }

@@ -1,0 +1,23 @@
+-- Correlation (docs/correlation.md): the suspects of an alert are the deployments and changes
+-- of its environment shortly before it. A partial index holds those only, so alerts and
+-- custom events (most of the traffic) never write it.
+CREATE INDEX events_changes ON events (org_id, environment, occurred_at, id)
+    WHERE type IN ('deployment', 'change');
+
+-- Declared service dependencies: "service depends on depends_on", the same in every environment.
+CREATE TABLE service_dependencies (
+    org_id      INTEGER NOT NULL REFERENCES orgs(id),
+    service     TEXT NOT NULL,
+    depends_on  TEXT NOT NULL,
+    PRIMARY KEY (org_id, service, depends_on)
+);
+
+-- Confirmed causes: an alert that a person says a deployment caused (change fail rate).
+CREATE TABLE alert_causes (
+    org_id         INTEGER NOT NULL REFERENCES orgs(id),
+    alert_id       TEXT NOT NULL,
+    deployment_id  TEXT NOT NULL,
+    confirmed_at   INTEGER NOT NULL,
+    PRIMARY KEY (org_id, alert_id)
+);
+CREATE INDEX alert_causes_by_deployment ON alert_causes (org_id, deployment_id);

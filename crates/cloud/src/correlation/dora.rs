@@ -1,0 +1,215 @@
+//! `GET /v1/dora`: the four DORA figures of the org's deployments, for one service and
+//! environment or all, over a window (docs/correlation.md, "DORA figures").
+//!
+//! - Deployment frequency: successful deployments in the window, and per day.
+//! - Change lead time: from `metadata.commitTimestamp` to the successful deployment.
+//! - Change fail rate: failed deployments over finished ones; failed means status `failure`,
+//!   `error` or `rolled_back`, followed by a redeploy of an earlier version (a rollback), or
+//!   confirmed as an alert's cause.
+//! - Failed deployment recovery time: from a failed deployment to the next successful one of
+//!   the same service and environment.
+
+use std::collections::HashSet;
+
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::CorrelationState;
+use super::score::Fields;
+use crate::problem::{Problem, storage_unavailable};
+use crate::storage::EventQuery;
+
+/// The window when `since` is not given: 30 days before `until`.
+const DEFAULT_DAYS: i64 = 30;
+/// Most deployments read for one answer.
+const MAX_DEPLOYMENTS: i64 = 100_000;
+
+/// Query string of `GET /v1/dora`: the same names as `GET /v1/events`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    service: Option<String>,
+    environment: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+}
+
+fn time(name: &str, v: Option<&str>) -> Result<Option<i64>, Problem> {
+    v.map(|v| {
+        DateTime::parse_from_rfc3339(v)
+            .map(|t| t.with_timezone(&Utc).timestamp_micros())
+            .map_err(|_| {
+                Problem::bad_request(format!(
+                    "query parameter {name}={v:?} is not an RFC 3339 time; expected e.g. 2024-01-15T10:30:00Z"
+                ))
+            })
+    })
+    .transpose()
+}
+
+/// The p-th percentile (nearest rank) of sorted seconds.
+fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    Some(sorted[rank - 1])
+}
+
+fn spread(mut seconds: Vec<f64>) -> Value {
+    seconds.sort_by(f64::total_cmp);
+    json!({"p50": percentile(&seconds, 0.5), "p90": percentile(&seconds, 0.9), "count": seconds.len()})
+}
+
+/// A deployment as the figures need it.
+struct Deployment {
+    id: String,
+    fields: Fields,
+    commit_at: Option<i64>,
+}
+
+/// The figures over `deployments` (oldest first, with history before `since`), counting those
+/// in `[since, until)`.
+fn figures_of(
+    deployments: &[Deployment],
+    confirmed: &HashSet<String>,
+    since: i64,
+    until: i64,
+) -> Value {
+    let status = |d: &Deployment| d.fields.status.clone().unwrap_or_default();
+    let pair = |d: &Deployment| (d.fields.service.clone(), d.fields.environment.clone());
+    let in_window = |d: &Deployment| d.fields.at >= since && d.fields.at < until;
+    let failed = |i: usize| {
+        let d = &deployments[i];
+        if ["failure", "error", "rolled_back"].contains(&status(d).as_str())
+            || confirmed.contains(&d.id)
+        {
+            return true;
+        }
+        // Rolled back: the next deployment of its service and environment brings back a version
+        // deployed before it.
+        let next = deployments[i + 1..].iter().find(|o| pair(o) == pair(d));
+        next.is_some_and(|n| {
+            n.fields.version.is_some()
+                && n.fields.version != d.fields.version
+                && deployments[..i]
+                    .iter()
+                    .any(|e| pair(e) == pair(d) && e.fields.version == n.fields.version)
+        })
+    };
+    let success: Vec<usize> = (0..deployments.len())
+        .filter(|&i| in_window(&deployments[i]) && status(&deployments[i]) == "success")
+        .collect();
+    let finished: Vec<usize> = (0..deployments.len())
+        .filter(|&i| {
+            in_window(&deployments[i])
+                && ["success", "failure", "error", "rolled_back"]
+                    .contains(&status(&deployments[i]).as_str())
+        })
+        .collect();
+    let failures: Vec<usize> = finished.iter().copied().filter(|&i| failed(i)).collect();
+    let days = ((until - since) as f64 / 86_400_000_000.0).max(1.0 / 24.0);
+    let lead: Vec<f64> = success
+        .iter()
+        .filter_map(|&i| {
+            let d = &deployments[i];
+            d.commit_at.map(|c| (d.fields.at - c) as f64 / 1_000_000.0)
+        })
+        .filter(|s| *s >= 0.0)
+        .collect();
+    let recovery: Vec<f64> = failures
+        .iter()
+        .filter_map(|&i| {
+            let d = &deployments[i];
+            deployments[i + 1..]
+                .iter()
+                .enumerate()
+                .find(|(j, o)| pair(o) == pair(d) && status(o) == "success" && !failed(i + 1 + j))
+                .map(|(_, o)| (o.fields.at - d.fields.at) as f64 / 1_000_000.0)
+        })
+        .collect();
+    json!({
+        "deploymentFrequency": {"count": success.len(), "perDay": (success.len() as f64 / days * 1000.0).round() / 1000.0},
+        "changeLeadTimeSeconds": spread(lead),
+        "changeFailRate": if finished.is_empty() { Value::Null } else {
+            json!((failures.len() as f64 / finished.len() as f64 * 1000.0).round() / 1000.0)
+        },
+        "recoveryTimeSeconds": spread(recovery),
+    })
+}
+
+/// `GET /v1/dora?service=&environment=&since=&until=`.
+pub async fn figures(
+    State(state): State<CorrelationState>,
+    headers: HeaderMap,
+    params: Result<Query<Params>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, Problem> {
+    let principal = state.keys.authenticate(&state.store, &headers).await?;
+    let Query(p) = params.map_err(|e| {
+        Problem::bad_request(format!(
+            "{}; known parameters: service, environment, since, until",
+            e.body_text()
+        ))
+    })?;
+    let until = time("until", p.until.as_deref())?.unwrap_or_else(crate::storage::now_micros);
+    let since = time("since", p.since.as_deref())?.unwrap_or(until - DEFAULT_DAYS * 86_400_000_000);
+    if since >= until {
+        return Err(Problem::bad_request(
+            "query parameter since must be before until",
+        ));
+    }
+    // History before the window finds rollbacks to versions deployed before it.
+    let query = EventQuery {
+        kind: Some("deployment".into()),
+        service: p.service.clone(),
+        environment: p.environment.clone(),
+        since: Some(since - DEFAULT_DAYS * 86_400_000_000),
+        until: None,
+        after: None,
+        limit: MAX_DEPLOYMENTS,
+    };
+    let stored = state
+        .store
+        .list_events(principal.org_id, &query)
+        .await
+        .map_err(|e| storage_unavailable(&e))?;
+    let confirmed: HashSet<String> = state
+        .store
+        .confirmed_causes(principal.org_id)
+        .await
+        .map_err(|e| storage_unavailable(&e))?
+        .into_iter()
+        .collect();
+    let mut deployments: Vec<Deployment> = stored
+        .into_iter()
+        .rev()
+        .filter_map(|e| {
+            let body: Value = serde_json::from_str(&e.body).ok()?;
+            let commit_at = body
+                .pointer("/metadata/commitTimestamp")
+                .and_then(Value::as_str)
+                .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                .map(|t| t.timestamp_micros());
+            Some(Deployment {
+                fields: Fields::of(&body, e.occurred_at),
+                id: e.id,
+                commit_at,
+            })
+        })
+        .collect();
+    deployments.sort_by_key(|d| d.fields.at);
+    let mut answer = figures_of(&deployments, &confirmed, since, until);
+    answer["service"] = json!(p.service);
+    answer["environment"] = json!(p.environment);
+    answer["since"] = json!(crate::time::format_millis(
+        DateTime::from_timestamp_micros(since).unwrap_or_default()
+    ));
+    answer["until"] = json!(crate::time::format_millis(
+        DateTime::from_timestamp_micros(until).unwrap_or_default()
+    ));
+    Ok(Json(answer))
+}

@@ -1,0 +1,301 @@
+//! Correlation (docs/correlation.md): which deployment or change probably caused an alert
+//! (`GET /v1/alerts/{id}/suspects`), the services' declared dependencies that scoring uses
+//! (`PUT|GET /v1/services/{service}/dependencies`), confirmed causes
+//! (`POST /v1/alerts/{id}/cause`) and the DORA figures (`GET /v1/dora`). A feature with its own
+//! router and state, reading storage only; it never imports the API's handlers.
+
+mod dora;
+pub mod score;
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{Value, json};
+
+use crate::auth::KeyCache;
+use crate::problem::{Problem, storage_unavailable};
+use crate::signals::event::FieldError;
+use crate::storage::{Store, StoredEvent, TITLE_LOOKBACK_MICROS};
+use score::{AFTER_MICROS, BEFORE_MICROS, Fields};
+
+/// What correlation's handlers share.
+#[derive(Clone)]
+pub struct CorrelationState {
+    store: Store,
+    keys: Arc<KeyCache>,
+}
+
+impl CorrelationState {
+    /// Correlation over `store`, authenticating with the shared verified-key cache.
+    pub fn new(store: Store, keys: Arc<KeyCache>) -> Self {
+        CorrelationState { store, keys }
+    }
+}
+
+/// Correlation's routes (the same on both listeners).
+pub fn router(state: CorrelationState) -> Router {
+    Router::new()
+        .route("/v1/alerts/{id}/suspects", get(suspects))
+        .route("/v1/alerts/{id}/cause", post(confirm_cause))
+        .route(
+            "/v1/services/{service}/dependencies",
+            get(dependencies).put(set_dependencies),
+        )
+        .route("/v1/dora", get(dora::figures))
+        .with_state(state)
+}
+
+fn parse(e: &StoredEvent) -> Result<(Value, Fields), Problem> {
+    let body = e.to_json().map_err(|cause| {
+        Problem::internal(format!(
+            "event {:?} is stored but cannot be read ({cause})",
+            e.id
+        ))
+    })?;
+    let fields = Fields::of(&body, e.occurred_at);
+    Ok((body, fields))
+}
+
+/// The org's alert `id`, or 404 (also for an event that is not an alert).
+async fn alert(
+    state: &CorrelationState,
+    org_id: i64,
+    id: &str,
+) -> Result<(Value, Fields), Problem> {
+    let stored = state
+        .store
+        .event(org_id, id)
+        .await
+        .map_err(|e| storage_unavailable(&e))?
+        .ok_or_else(|| Problem::not_found(format!("no event {id:?} in this org")))?;
+    let (body, fields) = parse(&stored)?;
+    if fields.kind != "alert" {
+        return Err(Problem::not_found(format!(
+            "event {id:?} is a {}, not an alert: suspects are found for alerts",
+            fields.kind
+        )));
+    }
+    Ok((body, fields))
+}
+
+/// When an earlier alert like this one (same dedupKey, or same service and title within
+/// [`TITLE_LOOKBACK_MICROS`]) first fired.
+async fn first_fired(
+    state: &CorrelationState,
+    org_id: i64,
+    alert: &Fields,
+) -> Result<Option<i64>, Problem> {
+    let failed = |e: crate::storage::StorageError| storage_unavailable(&e);
+    if let Some(key) = &alert.dedup_key {
+        return state
+            .store
+            .first_alert_by_key(org_id, key, alert.at)
+            .await
+            .map_err(failed);
+    }
+    let (Some(service), Some(title)) = (&alert.service, &alert.title) else {
+        return Ok(None);
+    };
+    let earlier = state
+        .store
+        .alerts_of_service(org_id, service, alert.at - TITLE_LOOKBACK_MICROS, alert.at)
+        .await
+        .map_err(failed)?;
+    Ok(earlier.iter().find_map(|e| {
+        let body: Value = serde_json::from_str(&e.body).ok()?;
+        (body.get("title").and_then(Value::as_str) == Some(title)).then_some(e.occurred_at)
+    }))
+}
+
+/// The suspects of one alert, as the API answers them.
+pub async fn suspects_of(
+    state: &CorrelationState,
+    org_id: i64,
+    id: &str,
+) -> Result<Value, Problem> {
+    let (alert_body, alert) = alert(state, org_id, id).await?;
+    let stored = state
+        .store
+        .changes_between(
+            org_id,
+            alert.environment.as_deref(),
+            alert.at - BEFORE_MICROS,
+            alert.at + AFTER_MICROS,
+        )
+        .await
+        .map_err(|e| storage_unavailable(&e))?;
+    let mut bodies = Vec::with_capacity(stored.len());
+    let mut candidates = Vec::with_capacity(stored.len());
+    for e in &stored {
+        let (body, fields) = parse(e)?;
+        bodies.push(body);
+        candidates.push(fields);
+    }
+    let first = first_fired(state, org_id, &alert).await?;
+    let dependencies = match &alert.service {
+        Some(s) => state
+            .store
+            .dependencies(org_id, s)
+            .await
+            .map_err(|e| storage_unavailable(&e))?,
+        None => Vec::new(),
+    };
+    let ranked = score::rank(&alert, &candidates, first, &dependencies);
+    let suspects: Vec<Value> = ranked
+        .into_iter()
+        .map(|s| json!({"event": bodies[s.index], "score": s.score, "reasons": s.reasons}))
+        .collect();
+    Ok(json!({"alert": alert_body, "suspects": suspects}))
+}
+
+/// `GET /v1/alerts/{id}/suspects`.
+async fn suspects(
+    State(state): State<CorrelationState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    let principal = state.keys.authenticate(&state.store, &headers).await?;
+    Ok(Json(suspects_of(&state, principal.org_id, &id).await?))
+}
+
+/// The body of `POST /v1/alerts/{id}/cause`.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Cause {
+    deployment_id: String,
+}
+
+/// `POST /v1/alerts/{id}/cause` with `{"deploymentId": …}`: a person confirms the cause; it
+/// counts the deployment as failed in the change fail rate.
+async fn confirm_cause(
+    State(state): State<CorrelationState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Result<Json<Cause>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<Value>, Problem> {
+    let principal = state.keys.authenticate(&state.store, &headers).await?;
+    let Json(cause) = body.map_err(|e| {
+        Problem::bad_request(format!(
+            "{}; expected {{\"deploymentId\": \"<the id of a deployment event>\"}}",
+            e.body_text()
+        ))
+    })?;
+    alert(&state, principal.org_id, &id).await?;
+    let deployment = state
+        .store
+        .event(principal.org_id, &cause.deployment_id)
+        .await
+        .map_err(|e| storage_unavailable(&e))?;
+    let is_deployment = match &deployment {
+        Some(e) => parse(e)?.1.kind == "deployment",
+        None => false,
+    };
+    if !is_deployment {
+        return Err(Problem::invalid(vec![FieldError {
+            pointer: "/deploymentId".into(),
+            detail: format!(
+                "{:?} is not the id of a deployment event of this org",
+                cause.deployment_id
+            ),
+        }]));
+    }
+    state
+        .store
+        .confirm_cause(principal.org_id, &id, &cause.deployment_id)
+        .await
+        .map_err(|e| storage_unavailable(&e))?;
+    Ok(Json(
+        json!({"alertId": id, "deploymentId": cause.deployment_id}),
+    ))
+}
+
+/// Most dependencies of one service.
+const MAX_DEPENDENCIES: usize = 100;
+
+/// `GET /v1/services/{service}/dependencies`.
+async fn dependencies(
+    State(state): State<CorrelationState>,
+    headers: HeaderMap,
+    Path(service): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    let principal = state.keys.authenticate(&state.store, &headers).await?;
+    let list = state
+        .store
+        .dependencies(principal.org_id, &service)
+        .await
+        .map_err(|e| storage_unavailable(&e))?;
+    Ok(Json(json!({"service": service, "dependencies": list})))
+}
+
+/// `PUT /v1/services/{service}/dependencies` with `{"dependencies": ["payments-api", …]}`:
+/// replaces the services `service` depends on (in every environment).
+async fn set_dependencies(
+    State(state): State<CorrelationState>,
+    headers: HeaderMap,
+    Path(service): Path<String>,
+    body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
+) -> Result<(StatusCode, Json<Value>), Problem> {
+    let principal = state.keys.authenticate(&state.store, &headers).await?;
+    let Json(body) = body.map_err(|e| {
+        Problem::bad_request(format!(
+            "{}; expected {{\"dependencies\": [\"service-name\", …]}}",
+            e.body_text()
+        ))
+    })?;
+    let mut errors = Vec::new();
+    let mut list: Vec<String> = Vec::new();
+    match body.get("dependencies").and_then(Value::as_array) {
+        None => errors.push(FieldError {
+            pointer: "/dependencies".into(),
+            detail: "dependencies is required: an array of service names".into(),
+        }),
+        Some(items) if items.len() > MAX_DEPENDENCIES => errors.push(FieldError {
+            pointer: "/dependencies".into(),
+            detail: format!(
+                "at most {MAX_DEPENDENCIES} dependencies, not {}",
+                items.len()
+            ),
+        }),
+        Some(items) => {
+            for (i, item) in items.iter().enumerate() {
+                match item.as_str().map(str::trim) {
+                    Some(name) if !name.is_empty() && name.len() <= 200 && name != service => {
+                        if !list.iter().any(|n| n == name) {
+                            list.push(name.to_string());
+                        }
+                    }
+                    _ => errors.push(FieldError {
+                        pointer: format!("/dependencies/{i}"),
+                        detail: format!(
+                            "expected the name of another service (a non-empty string of at most 200 bytes, not {service:?} itself)"
+                        ),
+                    }),
+                }
+            }
+        }
+    }
+    if let Some(obj) = body.as_object() {
+        for key in obj.keys().filter(|k| *k != "dependencies") {
+            errors.push(FieldError {
+                pointer: format!("/{}", crate::signals::validate::pointer_token(key)),
+                detail: format!("unknown field {key:?}; the body is {{\"dependencies\": [...]}}"),
+            });
+        }
+    }
+    if !errors.is_empty() {
+        return Err(Problem::invalid(errors));
+    }
+    list.sort();
+    state
+        .store
+        .set_dependencies(principal.org_id, &service, &list)
+        .await
+        .map_err(|e| storage_unavailable(&e))?;
+    Ok((
+        StatusCode::OK,
+        Json(json!({"service": service, "dependencies": list})),
+    ))
+}

@@ -1,0 +1,341 @@
+//! The suspects of an alert, scored (docs/correlation.md). Pure: given the alert, the
+//! deployments and changes around it, when the alert first fired and the alert's service's
+//! dependencies, it ranks them the same way every time and says why.
+//!
+//! score = exp(-Δt / 60 min) × scope × modifiers, clamped to [0, 1]; an explicit link (the
+//! alert's `version` or `sha` is the deployment's) scores 1.0 and ranks above every scored one.
+
+use serde_json::Value;
+
+/// How many suspects are returned.
+pub const TOP: usize = 5;
+/// Candidates are taken from this long before the alert…
+pub const BEFORE_MICROS: i64 = 24 * 3_600_000_000;
+/// …to this long after it (clocks disagree a little).
+pub const AFTER_MICROS: i64 = 2 * 60_000_000;
+
+/// An event's fields that correlation reads.
+#[derive(Debug, Clone, Default)]
+pub struct Fields {
+    /// deployment, change or alert.
+    pub kind: String,
+    /// The service.
+    pub service: Option<String>,
+    /// The environment.
+    pub environment: Option<String>,
+    /// The repository.
+    pub repository: Option<String>,
+    /// The version.
+    pub version: Option<String>,
+    /// The commit.
+    pub sha: Option<String>,
+    /// The status (canonical words).
+    pub status: Option<String>,
+    /// An alert's title.
+    pub title: Option<String>,
+    /// An alert's dedupKey.
+    pub dedup_key: Option<String>,
+    /// When it happened (µs).
+    pub at: i64,
+}
+
+impl Fields {
+    /// The fields of a stored body.
+    pub fn of(body: &Value, at: i64) -> Fields {
+        let text = |k: &str| body.get(k).and_then(Value::as_str).map(str::to_string);
+        Fields {
+            kind: text("type").unwrap_or_default(),
+            service: text("service"),
+            environment: text("environment"),
+            repository: text("repository"),
+            version: text("version"),
+            sha: text("sha"),
+            status: text("status"),
+            title: text("title"),
+            dedup_key: text("dedupKey"),
+            at,
+        }
+    }
+}
+
+/// One ranked suspect: which candidate (its index), its score and the reasons.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Suspect {
+    /// Index into the candidates given.
+    pub index: usize,
+    /// In [0, 1].
+    pub score: f64,
+    /// Why, in words, strongest first.
+    pub reasons: Vec<String>,
+    /// An explicit version or sha link.
+    pub explicit: bool,
+}
+
+fn minutes(micros: i64) -> String {
+    let m = micros.abs() as f64 / 60_000_000.0;
+    if m < 1.0 {
+        format!("{} s", (micros.abs() as f64 / 1_000_000.0).round())
+    } else if m < 120.0 {
+        format!("{} min", m.round())
+    } else {
+        format!("{:.1} h", m / 60.0)
+    }
+}
+
+fn same(a: &Option<String>, b: &Option<String>) -> bool {
+    matches!((a, b), (Some(x), Some(y)) if x == y)
+}
+
+/// Ranks `candidates` (deployments and changes) as causes of `alert`. `first_fired` is when
+/// an earlier alert with its dedupKey (or service and title) first fired, if one did;
+/// `dependencies` are the services the alert's service depends on.
+pub fn rank(
+    alert: &Fields,
+    candidates: &[Fields],
+    first_fired: Option<i64>,
+    dependencies: &[String],
+) -> Vec<Suspect> {
+    let mut suspects: Vec<Suspect> = candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.kind == "deployment" || c.kind == "change")
+        .map(|(index, c)| score(alert, c, candidates, first_fired, dependencies, index))
+        .collect();
+    suspects.sort_by(|a, b| {
+        b.explicit
+            .cmp(&a.explicit)
+            .then(b.score.total_cmp(&a.score))
+            .then_with(|| {
+                let (ca, cb) = (&candidates[a.index], &candidates[b.index]);
+                (alert.at - ca.at).abs().cmp(&(alert.at - cb.at).abs())
+            })
+            .then(a.index.cmp(&b.index))
+    });
+    suspects.truncate(TOP);
+    suspects
+}
+
+fn score(
+    alert: &Fields,
+    c: &Fields,
+    all: &[Fields],
+    first_fired: Option<i64>,
+    dependencies: &[String],
+    index: usize,
+) -> Suspect {
+    let mut reasons = Vec::new();
+    let deployment = c.kind == "deployment";
+    let what = if deployment { "deployed" } else { "changed" };
+    let name = c
+        .service
+        .clone()
+        .unwrap_or_else(|| "an unnamed service".into());
+
+    // Explicit links: the alert names the version or commit it runs.
+    let version_link = deployment && same(&alert.version, &c.version);
+    let sha_link = deployment && same(&alert.sha, &c.sha);
+    if version_link || sha_link {
+        if version_link {
+            reasons.push(format!(
+                "version {} is the alert's version",
+                c.version.as_deref().unwrap_or_default()
+            ));
+        }
+        if sha_link {
+            reasons.push(format!(
+                "commit {} is the alert's commit",
+                c.sha.as_deref().unwrap_or_default()
+            ));
+        }
+        reasons.push(format!("{what} {} {}", when(alert.at - c.at), "the alert"));
+        return Suspect {
+            index,
+            score: 1.0,
+            reasons,
+            explicit: true,
+        };
+    }
+
+    let dt = alert.at - c.at;
+    let mut s = (-(dt.max(0) as f64) / 3_600_000_000.0).exp();
+    reasons.push(format!("{what} {} the alert", when(dt)));
+    if dt < 0 {
+        s *= 0.5;
+        reasons.push("it came after the alert: only clock skew would make it the cause".into());
+    }
+
+    // Scope: how close the changed service is to the alerting one.
+    if same(&alert.service, &c.service) {
+        reasons.push("same service".into());
+    } else if c.service.as_ref().is_some_and(|s| dependencies.contains(s)) {
+        s *= 0.6;
+        reasons.push(format!(
+            "{} depends on {name}",
+            alert.service.as_deref().unwrap_or("the alert's service")
+        ));
+    } else if same(&alert.repository, &c.repository) {
+        s *= 0.4;
+        reasons.push(format!(
+            "same repository {}",
+            c.repository.as_deref().unwrap_or_default()
+        ));
+    } else {
+        s *= 0.15;
+        reasons.push(format!("another service ({name})"));
+    }
+
+    // Modifiers.
+    match first_fired {
+        Some(first) if first < c.at => {
+            s *= 0.3;
+            reasons.push(format!(
+                "this alert fired before the {} too ({} earlier)",
+                if deployment { "deployment" } else { "change" },
+                minutes(c.at - first)
+            ));
+        }
+        _ => {
+            s *= 1.5;
+            reasons.push(format!(
+                "the alert never fired before the {}",
+                if deployment { "deployment" } else { "change" }
+            ));
+        }
+    }
+    // A later deployment replaces a deployment's code; a change (a flag, a setting) outlives
+    // deployments, so it is never superseded by one.
+    let superseded = all.iter().find(|o| {
+        deployment
+            && o.kind == "deployment"
+            && o.at > c.at
+            && o.at <= alert.at
+            && same(&o.service, &c.service)
+            && same(&o.environment, &c.environment)
+    });
+    if let Some(later) = superseded {
+        s *= 0.5;
+        reasons.push(format!(
+            "superseded by a later deployment{} before the alert",
+            later
+                .version
+                .as_deref()
+                .map(|v| format!(" ({v})"))
+                .unwrap_or_default()
+        ));
+    }
+    let status = c.status.as_deref().unwrap_or("");
+    if deployment && superseded.is_none() && ["queued", "pending", "in_progress"].contains(&status)
+    {
+        s *= 1.3;
+        reasons.push("in progress at the alert's time".into());
+    }
+    if deployment && ["failure", "error"].contains(&status) {
+        s *= 0.5;
+        reasons.push("the deployment failed".into());
+    }
+    if deployment && dt >= 0 {
+        // A redeploy of an earlier version soon after the alert: someone rolled it back.
+        let rolled_back = all.iter().find(|o| {
+            o.kind == "deployment"
+                && o.at > alert.at
+                && same(&o.service, &c.service)
+                && same(&o.environment, &c.environment)
+                && o.version.is_some()
+                && o.version != c.version
+                && all.iter().any(|e| {
+                    e.kind == "deployment"
+                        && e.at < c.at
+                        && e.version == o.version
+                        && same(&e.service, &c.service)
+                })
+        });
+        if let Some(rollback) = rolled_back {
+            s *= 1.2;
+            reasons.push(format!(
+                "rolled back to {} {} after the alert",
+                rollback.version.as_deref().unwrap_or_default(),
+                minutes(rollback.at - alert.at)
+            ));
+        }
+    }
+    Suspect {
+        index,
+        score: (s.clamp(0.0, 1.0) * 1000.0).round() / 1000.0,
+        reasons,
+        explicit: false,
+    }
+}
+
+fn when(dt: i64) -> String {
+    if dt >= 0 {
+        format!("{} before", minutes(dt))
+    } else {
+        format!("{} after", minutes(dt))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: i64 = 60_000_000;
+
+    fn deploy(service: &str, version: &str, at: i64) -> Fields {
+        Fields {
+            kind: "deployment".into(),
+            service: Some(service.into()),
+            environment: Some("production".into()),
+            version: Some(version.into()),
+            status: Some("success".into()),
+            at,
+            ..Fields::default()
+        }
+    }
+
+    fn alert(at: i64) -> Fields {
+        Fields {
+            kind: "alert".into(),
+            service: Some("api".into()),
+            environment: Some("production".into()),
+            title: Some("Error rate".into()),
+            at,
+            ..Fields::default()
+        }
+    }
+
+    #[test]
+    fn the_closer_deploy_of_the_same_service_wins_and_says_why() {
+        let candidates = [deploy("api", "1.0", 0), deploy("api", "1.1", 50 * MIN)];
+        let ranked = rank(&alert(62 * MIN), &candidates, None, &[]);
+        assert_eq!(ranked[0].index, 1);
+        assert_eq!(ranked[0].reasons[0], "deployed 12 min before the alert");
+        assert!(ranked[0].reasons.contains(&"same service".to_string()));
+        assert!(ranked[0].score > 0.9 && ranked[0].score <= 1.0);
+        assert!(
+            ranked[1]
+                .reasons
+                .iter()
+                .any(|r| r.starts_with("superseded"))
+        );
+    }
+
+    #[test]
+    fn a_version_link_beats_a_closer_deploy() {
+        let candidates = [deploy("api", "1.0", 0), deploy("api", "1.1", 55 * MIN)];
+        let mut a = alert(60 * MIN);
+        a.version = Some("1.0".into());
+        let ranked = rank(&a, &candidates, None, &[]);
+        assert_eq!((ranked[0].index, ranked[0].score), (0, 1.0));
+        assert_eq!(ranked[0].reasons[0], "version 1.0 is the alert's version");
+    }
+
+    #[test]
+    fn scores_stay_in_range_and_rank_deterministically() {
+        let candidates: Vec<Fields> = (0..20).map(|i| deploy("api", "x", i * MIN)).collect();
+        let a = alert(20 * MIN);
+        let first = rank(&a, &candidates, None, &[]);
+        assert_eq!(first, rank(&a, &candidates, None, &[]));
+        assert_eq!(first.len(), TOP);
+        assert!(first.iter().all(|s| (0.0..=1.0).contains(&s.score)));
+    }
+}

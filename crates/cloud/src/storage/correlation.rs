@@ -1,0 +1,168 @@
+//! What correlation reads: the deployments and changes around an alert, when an alert first
+//! fired, the org's declared service dependencies, and confirmed causes.
+
+use sqlx::Row;
+
+use super::records::event_from_row;
+use super::{StorageError, Store, StoredEvent, now_micros, on_db, on_writer};
+
+/// Most candidates read for one alert: the newest win.
+pub const MAX_CANDIDATES: i64 = 2_000;
+
+/// How far back an alert without a `dedupKey` is looked for by service and title.
+pub const TITLE_LOOKBACK_MICROS: i64 = 7 * 86_400_000_000;
+
+impl Store {
+    /// The org's deployments and changes in `[from, to]` (µs), in `environment` (any when
+    /// `None`), newest first, at most [`MAX_CANDIDATES`].
+    pub async fn changes_between(
+        &self,
+        org_id: i64,
+        environment: Option<&str>,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<StoredEvent>, StorageError> {
+        let with_env = "SELECT id, occurred_at, received_at, body FROM events \
+                        WHERE org_id = $1 AND type IN ('deployment', 'change') AND environment = $2 \
+                        AND occurred_at >= $3 AND occurred_at <= $4 \
+                        ORDER BY occurred_at DESC, id DESC LIMIT $5";
+        let any_env = "SELECT id, occurred_at, received_at, body FROM events \
+                       WHERE org_id = $1 AND type IN ('deployment', 'change') \
+                       AND occurred_at >= $2 AND occurred_at <= $3 \
+                       ORDER BY occurred_at DESC, id DESC LIMIT $4";
+        Ok(on_db!(&self.db, pool => {
+            let rows = match environment {
+                Some(env) => sqlx::query(with_env)
+                    .bind(org_id)
+                    .bind(env)
+                    .bind(from)
+                    .bind(to)
+                    .bind(MAX_CANDIDATES)
+                    .fetch_all(pool)
+                    .await?,
+                None => sqlx::query(any_env)
+                    .bind(org_id)
+                    .bind(from)
+                    .bind(to)
+                    .bind(MAX_CANDIDATES)
+                    .fetch_all(pool)
+                    .await?,
+            };
+            rows.into_iter().map(event_from_row).collect()
+        }))
+    }
+
+    /// When the org's first alert with `dedup_key` fired before `before` (µs), if ever.
+    pub async fn first_alert_by_key(
+        &self,
+        org_id: i64,
+        dedup_key: &str,
+        before: i64,
+    ) -> Result<Option<i64>, StorageError> {
+        let sql = "SELECT min(occurred_at) FROM events \
+                   WHERE org_id = $1 AND dedup_key = $2 AND occurred_at < $3 AND type = 'alert'";
+        Ok(on_db!(&self.db, pool => sqlx::query(sql)
+            .bind(org_id)
+            .bind(dedup_key)
+            .bind(before)
+            .fetch_one(pool)
+            .await?
+            .get::<Option<i64>, _>(0)))
+    }
+
+    /// The org's alerts of `service` in `[from, before)` (µs), oldest first: the caller
+    /// matches titles (alerts without a `dedupKey`).
+    pub async fn alerts_of_service(
+        &self,
+        org_id: i64,
+        service: &str,
+        from: i64,
+        before: i64,
+    ) -> Result<Vec<StoredEvent>, StorageError> {
+        let sql = "SELECT id, occurred_at, received_at, body FROM events \
+                   WHERE org_id = $1 AND occurred_at >= $2 AND occurred_at < $3 \
+                   AND type = 'alert' AND service = $4 ORDER BY occurred_at, id LIMIT 10000";
+        Ok(on_db!(&self.db, pool => sqlx::query(sql)
+            .bind(org_id)
+            .bind(from)
+            .bind(before)
+            .bind(service)
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .map(event_from_row)
+            .collect()))
+    }
+
+    /// The services `service` depends on, by name.
+    pub async fn dependencies(
+        &self,
+        org_id: i64,
+        service: &str,
+    ) -> Result<Vec<String>, StorageError> {
+        let sql = "SELECT depends_on FROM service_dependencies \
+                   WHERE org_id = $1 AND service = $2 ORDER BY depends_on";
+        Ok(on_db!(&self.db, pool => sqlx::query_scalar(sql)
+            .bind(org_id)
+            .bind(service)
+            .fetch_all(pool)
+            .await?))
+    }
+
+    /// Replaces the services `service` depends on.
+    pub async fn set_dependencies(
+        &self,
+        org_id: i64,
+        service: &str,
+        depends_on: &[String],
+    ) -> Result<(), StorageError> {
+        on_writer!(&self.db, pool => {
+            let mut tx = pool.begin().await?;
+            sqlx::query("DELETE FROM service_dependencies WHERE org_id = $1 AND service = $2")
+                .bind(org_id)
+                .bind(service)
+                .execute(&mut *tx)
+                .await?;
+            for d in depends_on {
+                sqlx::query("INSERT INTO service_dependencies (org_id, service, depends_on) VALUES ($1, $2, $3)")
+                    .bind(org_id)
+                    .bind(service)
+                    .bind(d)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    /// Records that `deployment_id` caused `alert_id` (replacing an earlier confirmation).
+    pub async fn confirm_cause(
+        &self,
+        org_id: i64,
+        alert_id: &str,
+        deployment_id: &str,
+    ) -> Result<(), StorageError> {
+        let sql = "INSERT INTO alert_causes (org_id, alert_id, deployment_id, confirmed_at) \
+                   VALUES ($1, $2, $3, $4) ON CONFLICT (org_id, alert_id) \
+                   DO UPDATE SET deployment_id = excluded.deployment_id, confirmed_at = excluded.confirmed_at";
+        on_writer!(&self.db, pool => sqlx::query(sql)
+            .bind(org_id)
+            .bind(alert_id)
+            .bind(deployment_id)
+            .bind(now_micros())
+            .execute(pool)
+            .await?
+            .rows_affected());
+        Ok(())
+    }
+
+    /// Every deployment (id) confirmed as the cause of some alert of the org.
+    pub async fn confirmed_causes(&self, org_id: i64) -> Result<Vec<String>, StorageError> {
+        let sql = "SELECT DISTINCT deployment_id FROM alert_causes WHERE org_id = $1";
+        Ok(on_db!(&self.db, pool => sqlx::query_scalar(sql)
+            .bind(org_id)
+            .fetch_all(pool)
+            .await?))
+    }
+}

@@ -1,0 +1,350 @@
+//! Correlation through the real binary, on both backends: scenario fixtures
+//! (`tests/fixtures/correlation.json`) whose right answer a person can see, each an event
+//! stream with the expected ranking of the alert's suspects; dependencies declared through the
+//! API; late events that re-score; another org's events never appear. Then the DORA figures
+//! of a fixture computed by hand, and a confirmed cause counting as a failure.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Duration, Utc};
+use serde_json::{Value, json};
+use testkit::{Backend, Cloud, Tenant};
+
+const FIXTURES: &str = include_str!("fixtures/correlation.json");
+
+fn base() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-06-01T12:00:00Z")
+        .unwrap()
+        .to_utc()
+}
+
+/// Posts `event` at `minutes` after the base time; returns its id.
+async fn post(cloud: &Cloud, t: &Tenant, minutes: i64, event: &Value) -> String {
+    let mut event = event.clone();
+    event["timestamp"] = json!((base() + Duration::minutes(minutes)).to_rfc3339());
+    let res = cloud
+        .client()
+        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+        .bearer_auth(&t.api_key)
+        .json(&event)
+        .send()
+        .await
+        .unwrap();
+    let status = res.status();
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(status, 202, "{body}");
+    body["id"].as_str().unwrap().to_string()
+}
+
+async fn call(
+    cloud: &Cloud,
+    t: &Tenant,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = cloud
+        .client()
+        .request(method, format!("{}{path}", cloud.http))
+        .bearer_auth(&t.api_key);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let res = req.send().await.unwrap();
+    (
+        res.status().as_u16(),
+        res.json().await.unwrap_or(Value::Null),
+    )
+}
+
+/// The labels of the alert's suspects, in rank order, and the answer.
+async fn ranking(
+    cloud: &Cloud,
+    t: &Tenant,
+    alert: &str,
+    labels: &HashMap<String, String>,
+) -> (Vec<String>, Value) {
+    let (status, answer) = call(
+        cloud,
+        t,
+        reqwest::Method::GET,
+        &format!("/v1/alerts/{alert}/suspects"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let ranked = answer["suspects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let id = s["event"]["id"].as_str().unwrap();
+            labels
+                .get(id)
+                .cloned()
+                .unwrap_or_else(|| format!("unknown event {id}"))
+        })
+        .collect();
+    (ranked, answer)
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn scenarios(backend: Backend) {
+    let cloud = Cloud::start(backend);
+    let fixtures: Vec<Value> = serde_json::from_str(FIXTURES).unwrap();
+    for (n, f) in fixtures.iter().enumerate() {
+        let name = f["name"].as_str().unwrap();
+        let own = cloud.tenant(&format!("org{n}"));
+        let other = cloud.tenant(&format!("other{n}"));
+        if let Some(deps) = f["dependencies"].as_object() {
+            for (service, list) in deps {
+                let (status, body) = call(
+                    &cloud,
+                    &own,
+                    reqwest::Method::PUT,
+                    &format!("/v1/services/{service}/dependencies"),
+                    Some(json!({"dependencies": list})),
+                )
+                .await;
+                assert_eq!(status, 200, "{name}: {body}");
+            }
+        }
+        let mut labels = HashMap::new();
+        let mut alert = String::new();
+        for e in f["events"].as_array().unwrap() {
+            let tenant = if e["org"] == "other" { &other } else { &own };
+            let id = post(&cloud, tenant, e["at"].as_i64().unwrap(), &e["event"]).await;
+            let label = e["label"].as_str().unwrap().to_string();
+            if label == "alert" {
+                alert = id.clone();
+            }
+            labels.insert(id, label);
+        }
+        let (ranked, answer) = ranking(&cloud, &own, &alert, &labels).await;
+        assert_eq!(ranked, strings(&f["expect"]), "{name}: {answer:#}");
+        for s in answer["suspects"].as_array().unwrap() {
+            let score = s["score"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&score), "{name}: {s}");
+            assert!(!s["reasons"].as_array().unwrap().is_empty(), "{name}: {s}");
+        }
+        assert_eq!(answer["alert"]["id"], alert.as_str());
+        if let Some(want) = f["expectReason"].as_array() {
+            let (label, reason) = (want[0].as_str().unwrap(), want[1].as_str().unwrap());
+            let at = ranked.iter().position(|l| l == label).unwrap();
+            let reasons = strings(&answer["suspects"][at]["reasons"]);
+            assert!(
+                reasons.iter().any(|r| r == reason),
+                "{name}: {reason:?} not in {reasons:?}"
+            );
+        }
+        if let Some(late) = f["late"].as_array() {
+            for e in late {
+                let id = post(&cloud, &own, e["at"].as_i64().unwrap(), &e["event"]).await;
+                labels.insert(id, e["label"].as_str().unwrap().to_string());
+            }
+            let (ranked, answer) = ranking(&cloud, &own, &alert, &labels).await;
+            assert_eq!(
+                ranked,
+                strings(&f["expectAfterLate"]),
+                "{name}, after the late event: {answer:#}"
+            );
+        }
+        // The other org cannot read this org's alert's suspects at all.
+        let (status, _) = call(
+            &cloud,
+            &other,
+            reqwest::Method::GET,
+            &format!("/v1/alerts/{alert}/suspects"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 404, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn scenarios_rank_as_a_person_would_sqlite() {
+    scenarios(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn scenarios_rank_as_a_person_would_postgres() {
+    scenarios(Backend::Postgres).await;
+}
+
+#[tokio::test]
+async fn bad_input_is_named() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let t = cloud.tenant("acme");
+    let deploy = post(&cloud, &t, 0, &json!({"type": "deployment", "service": "api", "environment": "production", "status": "success"})).await;
+    let (status, body) = call(
+        &cloud,
+        &t,
+        reqwest::Method::GET,
+        &format!("/v1/alerts/{deploy}/suspects"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert!(
+        body["detail"].as_str().unwrap().contains("not an alert"),
+        "{body}"
+    );
+    let (status, body) = call(
+        &cloud,
+        &t,
+        reqwest::Method::PUT,
+        "/v1/services/api/dependencies",
+        Some(json!({"dependencies": ["db", 3, "api"], "extra": 1})),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    let pointers: Vec<&str> = body["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["pointer"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        pointers,
+        ["/dependencies/1", "/dependencies/2", "/extra"],
+        "{body}"
+    );
+    let (status, body) = call(
+        &cloud,
+        &t,
+        reqwest::Method::GET,
+        "/v1/services/api/dependencies",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, body["dependencies"].clone()),
+        (200, json!([])),
+        "nothing stored"
+    );
+    let (status, body) = call(
+        &cloud,
+        &t,
+        reqwest::Method::GET,
+        "/v1/dora?since=yesterday",
+        None,
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(body["detail"].as_str().unwrap().contains("since"), "{body}");
+    // An alert's version, sha and repository are strings, like a deployment's.
+    let res = cloud
+        .client()
+        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+        .bearer_auth(&t.api_key)
+        .json(&json!({"type": "alert", "service": "api", "status": "triggered", "severity": "error", "title": "x", "version": 7}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 422);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["errors"][0]["pointer"], "/version", "{body}");
+}
+
+/// A week of deployments of one service whose figures are worked out by hand in
+/// docs/correlation.md ("A worked example").
+#[tokio::test]
+async fn dora_figures_match_the_hand_computed_example() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let t = cloud.tenant("acme");
+    let day = 24 * 60;
+    let deploy = |version: &str, status: &str, commit_minutes_before: i64, at: i64| {
+        let commit = (base() + Duration::minutes(at - commit_minutes_before)).to_rfc3339();
+        (
+            at,
+            json!({"type": "deployment", "service": "api", "environment": "production",
+            "version": version, "status": status, "metadata": {"commitTimestamp": commit}}),
+        )
+    };
+    let stream = [
+        deploy("v1", "success", 60, 0),
+        deploy("v2", "success", 120, day),
+        deploy("v3", "failure", 30, 2 * day),
+        deploy("v3", "success", 90, 2 * day + 30),
+        deploy("v4", "success", 240, 3 * day),
+        deploy("v3", "success", 10, 3 * day + 60),
+        deploy("v5", "success", 180, 5 * day),
+    ];
+    let mut ids = Vec::new();
+    for (at, e) in &stream {
+        ids.push(post(&cloud, &t, *at, e).await);
+    }
+    let alert = post(
+        &cloud,
+        &t,
+        5 * day + 20,
+        &json!({"type": "alert", "service": "api", "environment": "production",
+        "status": "triggered", "severity": "critical", "title": "Errors"}),
+    )
+    .await;
+    let (status, body) = call(
+        &cloud,
+        &t,
+        reqwest::Method::POST,
+        &format!("/v1/alerts/{alert}/cause"),
+        Some(json!({"deploymentId": ids[6]})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call(
+        &cloud,
+        &t,
+        reqwest::Method::POST,
+        &format!("/v1/alerts/{alert}/cause"),
+        Some(json!({"deploymentId": alert})),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    let since = base().to_rfc3339();
+    let until = (base() + Duration::days(7)).to_rfc3339();
+    let (status, f) = call(
+        &cloud,
+        &t,
+        reqwest::Method::GET,
+        &format!(
+            "/v1/dora?service=api&environment=production&since={}&until={}",
+            urlencode(&since),
+            urlencode(&until)
+        ),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{f}");
+    // 6 successful deployments in 7 days.
+    assert_eq!(
+        f["deploymentFrequency"],
+        json!({"count": 6, "perDay": 0.857}),
+        "{f:#}"
+    );
+    // Lead times of the successes: 60, 120, 90, 240, 10, 180 min -> sorted 10 60 90 120 180 240.
+    assert_eq!(
+        f["changeLeadTimeSeconds"],
+        json!({"p50": 5400.0, "p90": 14400.0, "count": 6}),
+        "{f:#}"
+    );
+    // Failed: v3 (failure), v4 (rolled back to v3), v5 (confirmed cause): 3 of 7 finished.
+    assert_eq!(f["changeFailRate"], json!(0.429), "{f:#}");
+    // Recovered: v3 failure -> v3 success 30 min later; v4 -> v3 60 min later; v5 not yet.
+    assert_eq!(
+        f["recoveryTimeSeconds"],
+        json!({"p50": 1800.0, "p90": 3600.0, "count": 2}),
+        "{f:#}"
+    );
+}
+
+fn urlencode(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
