@@ -65,6 +65,8 @@ pub struct App {
     pub correlation: crate::correlation::CorrelationState,
     /// The relay's live tunnels, for the features that are not the relay.
     pub live: Arc<dyn LiveBridges>,
+    /// Correlation, for the features that are not correlation.
+    pub insight: Arc<dyn crate::insight::Insight>,
     metrics: Metrics,
 }
 
@@ -87,6 +89,9 @@ impl App {
             limits.read_timeout,
         );
         let live: Arc<dyn LiveBridges> = Arc::new(RelayBridges(relay.clone()));
+        let correlation = crate::correlation::CorrelationState::new(store.clone(), keys.clone());
+        let insight: Arc<dyn crate::insight::Insight> =
+            Arc::new(CorrelationInsight(correlation.clone()));
         App {
             api: ApiState::new(
                 store.clone(),
@@ -96,15 +101,17 @@ impl App {
                 limits.ingest_memory,
                 limits.read_timeout,
             ),
-            correlation: crate::correlation::CorrelationState::new(store.clone(), keys.clone()),
+            correlation,
             dashboard: DashboardState::new(DashboardParts {
                 store,
                 live: live.clone(),
+                insight: insight.clone(),
                 keys,
                 release: publishing.bridge_release,
                 public_url: publishing.public_url,
             }),
             live,
+            insight,
             relay,
             metrics,
         }
@@ -125,6 +132,40 @@ impl App {
         app.fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
             .layer(middleware::from_fn_with_state(self.metrics.clone(), track))
+    }
+}
+
+/// Correlation as the dashboard and the notifier see it: wired here so that no feature
+/// imports another.
+struct CorrelationInsight(crate::correlation::CorrelationState);
+
+impl crate::insight::Insight for CorrelationInsight {
+    fn suspects<'a>(
+        &'a self,
+        org_id: i64,
+        alert_id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Option<serde_json::Value>> {
+        Box::pin(async move {
+            crate::correlation::suspects_of(&self.0, org_id, alert_id)
+                .await
+                .ok()
+        })
+    }
+
+    fn weekly_dora<'a>(
+        &'a self,
+        org_id: i64,
+        service: &'a str,
+        environment: Option<&'a str>,
+        weeks: u32,
+    ) -> futures_util::future::BoxFuture<'a, Option<(Vec<serde_json::Value>, serde_json::Value)>>
+    {
+        Box::pin(async move {
+            self.0
+                .weekly_dora(org_id, service, environment, weeks)
+                .await
+                .ok()
+        })
     }
 }
 

@@ -7,8 +7,10 @@
 //! (RFC 9457 errors) and `storage`, never each other's modules.
 //!
 //! `dashboard` serves the pages for people (sign-in, sessions) under `/`; `notify` sends
-//! Bridge release notifications to org webhooks. Both see the relay's tunnels only through
-//! `live`, which `app` implements over the relay.
+//! Bridge release notifications and strong suspects to org webhooks. Both see the relay's
+//! tunnels only through `live` and correlation's answers only through `insight`, which `app`
+//! implements over those features. `correlation` ranks the suspects of an alert and computes
+//! the DORA figures.
 //!
 //! `server` owns the listeners, TLS and graceful shutdown; `admin` backs the key-minting
 //! commands; `metrics` defines every metric. Nothing here is shared with the bridge agent
@@ -21,6 +23,7 @@ pub mod auth;
 pub mod cli;
 pub mod correlation;
 pub mod dashboard;
+pub mod insight;
 pub mod live;
 pub mod logging;
 pub mod metrics;

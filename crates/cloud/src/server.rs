@@ -183,6 +183,7 @@ pub async fn run(
         crate::notify::Notifier::new(
             store.clone(),
             app.live.clone(),
+            app.insight.clone(),
             options.publishing.bridge_release.clone(),
             options.webhook_first_retry,
         )

@@ -163,6 +163,10 @@ async fn an_admin_and_a_member_use_the_dashboard() {
     browser.wait_for_text("No events match.").await;
     let mut event = seed_event();
     event["service"] = "checkout-browser".into();
+    // Recent, so that the service's page has figures this week.
+    let now = chrono::Utc::now();
+    event["timestamp"] = (now - chrono::Duration::minutes(12)).to_rfc3339().into();
+    event["metadata"]["commitTimestamp"] = (now - chrono::Duration::hours(3)).to_rfc3339().into();
     let posted = cloud
         .client()
         .post(format!("{}/v1/signals/{signal_key}", cloud.http))
@@ -180,6 +184,41 @@ async fn an_admin_and_a_member_use_the_dashboard() {
     browser.goto(&format!("{}/services", cloud.http)).await;
     browser.wait_for_text("checkout-browser").await;
     browser.check_page("services").await;
+    // An alert after the deployment: its page lists the deployment as the suspect, and the
+    // service's page shows its DORA figures.
+    let alert = cloud
+        .client()
+        .post(format!("{}/v1/signals/{signal_key}", cloud.http))
+        .bearer_auth(&api_key)
+        .json(
+            &serde_json::json!({"type": "alert", "service": "checkout-browser",
+            "environment": "production", "status": "triggered", "severity": "critical",
+            "title": "Checkout errors", "timestamp": now.to_rfc3339()}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json::<serde_json::Value>()
+        .await
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    browser
+        .goto(&format!("{}/events/{alert}", cloud.http))
+        .await;
+    browser
+        .wait_for_text("deployed 12 min before the alert")
+        .await;
+    browser.check_page("alert").await;
+    browser
+        .goto(&format!(
+            "{}/services/checkout-browser?environment=production",
+            cloud.http
+        ))
+        .await;
+    browser.wait_for_text("Deployment frequency").await;
+    browser.check_page("service").await;
     browser.goto(&format!("{}/audit", cloud.http)).await;
     browser.wait_for_text("bridge_token.revoke").await;
     browser.check_page("audit").await;

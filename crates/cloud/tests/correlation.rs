@@ -348,3 +348,96 @@ async fn dora_figures_match_the_hand_computed_example() {
 fn urlencode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
+
+/// A new alert whose top suspect scores at least 0.7 reaches the org's webhook, signed, with
+/// the reasons; the dashboard shows the alert's suspects and the service's DORA figures.
+#[tokio::test]
+async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
+    use testkit::dashboard::{client, get, post as form, session, shown_secret};
+    use testkit::webhook::{Receiver, signature_valid};
+
+    let cloud = Cloud::start_with(Backend::Sqlite, &["--webhook-first-retry", "0.2"]);
+    let t = cloud.tenant("acme");
+    let browser = client(&cloud);
+    let admin = session(&cloud, &browser, "acme", "ada@example.com", "admin").await;
+    let receiver = Receiver::start(0).await;
+    let (status, page) = form(
+        &browser,
+        &cloud,
+        &admin,
+        "/integrations/notifications/webhook",
+        &[("url", &receiver.url)],
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    let secret = shown_secret(&page);
+
+    let now = Utc::now();
+    let at = |minutes: i64| (now + Duration::minutes(minutes)).to_rfc3339();
+    let mut deploy = json!({"type": "deployment", "service": "api", "environment": "production",
+        "version": "v2", "status": "success", "timestamp": at(-10),
+        "metadata": {"commitTimestamp": at(-70)}});
+    let deployment = post_now(&cloud, &t, &deploy).await;
+    deploy["version"] = json!("v1");
+    deploy["timestamp"] = json!(at(-600));
+    post_now(&cloud, &t, &deploy).await;
+    let alert = post_now(
+        &cloud,
+        &t,
+        &json!({"type": "alert", "service": "api", "environment": "production",
+        "status": "triggered", "severity": "critical", "title": "Error rate", "timestamp": at(0)}),
+    )
+    .await;
+
+    let received = receiver.wait_delivered("alert.suspect").await;
+    let hook = received
+        .iter()
+        .find(|r| r.body.contains("alert.suspect"))
+        .unwrap();
+    assert!(signature_valid(&secret, &hook.signature, &hook.body));
+    let body: Value = serde_json::from_str(&hook.body).unwrap();
+    assert_eq!(body["alert"]["id"], alert.as_str());
+    assert_eq!(body["suspect"]["event"]["id"], deployment.as_str());
+    assert!(body["suspect"]["score"].as_f64().unwrap() >= 0.7, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("deployed 10 min before the alert"),
+        "{body}"
+    );
+
+    let (status, page) = get(&browser, format!("{}/events/{alert}", cloud.https), &admin).await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("Suspects") && page.contains(&deployment) && page.contains("same service"),
+        "{page}"
+    );
+    let (status, page) = get(
+        &browser,
+        format!("{}/services/api?environment=production", cloud.https),
+        &admin,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("<svg") && page.contains("Deployment frequency") && page.contains("60 min"),
+        "{page}"
+    );
+}
+
+async fn post_now(cloud: &Cloud, t: &Tenant, event: &Value) -> String {
+    let res = cloud
+        .client()
+        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+        .bearer_auth(&t.api_key)
+        .json(event)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 202);
+    res.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use super::CorrelationState;
 use super::score::Fields;
 use crate::problem::{Problem, storage_unavailable};
-use crate::storage::EventQuery;
+use crate::storage::{EventQuery, StorageError, Store};
 
 /// The window when `since` is not given: 30 days before `until`.
 const DEFAULT_DAYS: i64 = 30;
@@ -162,31 +162,66 @@ pub async fn figures(
             "query parameter since must be before until",
         ));
     }
-    // History before the window finds rollbacks to versions deployed before it.
+    let (deployments, confirmed) = load(
+        &state.store,
+        principal.org_id,
+        p.service.as_deref(),
+        p.environment.as_deref(),
+        since,
+    )
+    .await
+    .map_err(|e| storage_unavailable(&e))?;
+    Ok(Json(answer(
+        &deployments,
+        &confirmed,
+        p.service.as_deref(),
+        p.environment.as_deref(),
+        since,
+        until,
+    )))
+}
+
+/// The figures of `[since, until)` with what they are about, as the API answers them.
+fn answer(
+    deployments: &[Deployment],
+    confirmed: &HashSet<String>,
+    service: Option<&str>,
+    environment: Option<&str>,
+    since: i64,
+    until: i64,
+) -> Value {
+    let mut answer = figures_of(deployments, confirmed, since, until);
+    let at =
+        |t: i64| crate::time::format_millis(DateTime::from_timestamp_micros(t).unwrap_or_default());
+    answer["service"] = json!(service);
+    answer["environment"] = json!(environment);
+    answer["since"] = json!(at(since));
+    answer["until"] = json!(at(until));
+    answer
+}
+
+/// The org's deployments from 30 days before `since` on (history finds rollbacks to versions
+/// deployed before the window), oldest first, and the deployments confirmed as causes.
+async fn load(
+    store: &Store,
+    org_id: i64,
+    service: Option<&str>,
+    environment: Option<&str>,
+    since: i64,
+) -> Result<(Vec<Deployment>, HashSet<String>), StorageError> {
     let query = EventQuery {
         kind: Some("deployment".into()),
-        service: p.service.clone(),
-        environment: p.environment.clone(),
+        service: service.map(str::to_string),
+        environment: environment.map(str::to_string),
         since: Some(since - DEFAULT_DAYS * 86_400_000_000),
         until: None,
         after: None,
         limit: MAX_DEPLOYMENTS,
     };
-    let stored = state
-        .store
-        .list_events(principal.org_id, &query)
-        .await
-        .map_err(|e| storage_unavailable(&e))?;
-    let confirmed: HashSet<String> = state
-        .store
-        .confirmed_causes(principal.org_id)
-        .await
-        .map_err(|e| storage_unavailable(&e))?
-        .into_iter()
-        .collect();
+    let stored = store.list_events(org_id, &query).await?;
+    let confirmed: HashSet<String> = store.confirmed_causes(org_id).await?.into_iter().collect();
     let mut deployments: Vec<Deployment> = stored
         .into_iter()
-        .rev()
         .filter_map(|e| {
             let body: Value = serde_json::from_str(&e.body).ok()?;
             let commit_at = body
@@ -202,14 +237,41 @@ pub async fn figures(
         })
         .collect();
     deployments.sort_by_key(|d| d.fields.at);
-    let mut answer = figures_of(&deployments, &confirmed, since, until);
-    answer["service"] = json!(p.service);
-    answer["environment"] = json!(p.environment);
-    answer["since"] = json!(crate::time::format_millis(
-        DateTime::from_timestamp_micros(since).unwrap_or_default()
-    ));
-    answer["until"] = json!(crate::time::format_millis(
-        DateTime::from_timestamp_micros(until).unwrap_or_default()
-    ));
-    Ok(Json(answer))
+    Ok((deployments, confirmed))
+}
+
+/// The figures of each of `weeks` weeks ending now (oldest first), and of the whole span.
+pub async fn weekly(
+    store: &Store,
+    org_id: i64,
+    service: &str,
+    environment: Option<&str>,
+    weeks: u32,
+) -> Result<(Vec<Value>, Value), StorageError> {
+    const WEEK: i64 = 7 * 86_400_000_000;
+    let until = crate::storage::now_micros();
+    let since = until - i64::from(weeks) * WEEK;
+    let (deployments, confirmed) = load(store, org_id, Some(service), environment, since).await?;
+    let each = (0..i64::from(weeks))
+        .map(|w| {
+            let from = since + w * WEEK;
+            answer(
+                &deployments,
+                &confirmed,
+                Some(service),
+                environment,
+                from,
+                from + WEEK,
+            )
+        })
+        .collect();
+    let whole = answer(
+        &deployments,
+        &confirmed,
+        Some(service),
+        environment,
+        since,
+        until,
+    );
+    Ok((each, whole))
 }

@@ -4,7 +4,7 @@
 //! (`POST /v1/alerts/{id}/cause`) and the DORA figures (`GET /v1/dora`). A feature with its own
 //! router and state, reading storage only; it never imports the API's handlers.
 
-mod dora;
+pub mod dora;
 pub mod score;
 
 use std::sync::Arc;
@@ -32,6 +32,17 @@ impl CorrelationState {
     /// Correlation over `store`, authenticating with the shared verified-key cache.
     pub fn new(store: Store, keys: Arc<KeyCache>) -> Self {
         CorrelationState { store, keys }
+    }
+
+    /// [`dora::weekly`] over this state's storage.
+    pub async fn weekly_dora(
+        &self,
+        org_id: i64,
+        service: &str,
+        environment: Option<&str>,
+        weeks: u32,
+    ) -> Result<(Vec<Value>, Value), crate::storage::StorageError> {
+        dora::weekly(&self.store, org_id, service, environment, weeks).await
     }
 }
 

@@ -44,6 +44,15 @@ struct EventsPage<'a> {
     live: bool,
 }
 
+/// One suspect of an alert, as its page lists it.
+struct SuspectRow {
+    id: String,
+    what: String,
+    time: String,
+    percent: i64,
+    reasons: Vec<String>,
+}
+
 #[derive(Template)]
 #[template(path = "dashboard/event.html")]
 struct EventPage<'a> {
@@ -51,6 +60,46 @@ struct EventPage<'a> {
     id: &'a str,
     kind: &'a str,
     json: String,
+    /// For an alert: its suspects (`None` when they could not be found).
+    suspects: Option<Vec<SuspectRow>>,
+}
+
+fn suspect_rows(answer: &Value) -> Vec<SuspectRow> {
+    answer["suspects"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .map(|s| {
+                    let e = &s["event"];
+                    let what = [
+                        text(e, "type"),
+                        text(e, "service"),
+                        text(e, "version"),
+                        text(e, "summary"),
+                    ]
+                    .into_iter()
+                    .filter(|p| !p.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" · ");
+                    SuspectRow {
+                        id: text(e, "id"),
+                        what,
+                        time: text(e, "timestamp"),
+                        percent: (s["score"].as_f64().unwrap_or(0.0) * 100.0).round() as i64,
+                        reasons: s["reasons"]
+                            .as_array()
+                            .map(|r| {
+                                r.iter()
+                                    .filter_map(Value::as_str)
+                                    .map(str::to_string)
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The timeline's filters and position.
@@ -196,13 +245,24 @@ pub async fn detail(
         Ok(Some(e)) => {
             let body: Value = serde_json::from_str(&e.body).unwrap_or(Value::Null);
             let json = serde_json::to_string_pretty(&body).unwrap_or(e.body.clone());
+            let kind = text(&body, "type");
+            let suspects = if kind == "alert" {
+                state
+                    .insight
+                    .suspects(me.session.user.org_id, &e.id)
+                    .await
+                    .map(|answer| suspect_rows(&answer))
+            } else {
+                None
+            };
             page(
                 StatusCode::OK,
                 &EventPage {
                     me: &me,
                     id: &e.id,
-                    kind: &text(&body, "type"),
+                    kind: &kind,
                     json,
+                    suspects,
                 },
             )
         }

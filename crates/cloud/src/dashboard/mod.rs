@@ -8,6 +8,7 @@
 
 mod audit;
 mod bridges;
+mod charts;
 mod events;
 mod notifications;
 mod pages;
@@ -27,6 +28,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::auth::KeyCache;
+use crate::insight::Insight;
 use crate::live::LiveBridges;
 use crate::storage::Store;
 
@@ -40,6 +42,7 @@ pub use throttle::Throttle;
 pub struct DashboardState {
     store: Store,
     live: Arc<dyn LiveBridges>,
+    insight: Arc<dyn Insight>,
     keys: Arc<KeyCache>,
     throttle: Arc<Throttle>,
     release: Arc<str>,
@@ -53,6 +56,8 @@ pub struct DashboardParts {
     pub store: Store,
     /// The relay's live tunnels.
     pub live: Arc<dyn LiveBridges>,
+    /// Correlation's suspects and DORA figures.
+    pub insight: Arc<dyn Insight>,
     /// The verified-key cache the API and the relay share.
     pub keys: Arc<KeyCache>,
     /// The bridge release this cloud ships (`--bridge-release`).
@@ -67,6 +72,7 @@ impl DashboardState {
         DashboardState {
             store: parts.store,
             live: parts.live,
+            insight: parts.insight,
             keys: parts.keys,
             throttle: Arc::new(Throttle::default()),
             release: parts.release.into(),
@@ -167,6 +173,7 @@ pub fn router(state: DashboardState) -> Router {
             axum::routing::post(bridges::revoke),
         )
         .route("/services", get(services::list))
+        .route("/services/{service}", get(services::detail))
         .route("/integrations/notifications", get(notifications::show))
         .route(
             "/integrations/notifications/me",

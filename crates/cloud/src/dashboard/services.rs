@@ -61,3 +61,128 @@ pub async fn list(State(state): State<DashboardState>, me: Me) -> Response {
         .collect();
     page(StatusCode::OK, &ServicesPage { me: &me, services })
 }
+
+/// Weeks shown on a service's page.
+const WEEKS: u32 = 12;
+
+#[derive(Template)]
+#[template(path = "dashboard/service.html")]
+struct ServicePage<'a> {
+    me: &'a Me,
+    service: &'a str,
+    environment: &'a str,
+    frequency: String,
+    lead: String,
+    fail_rate: String,
+    recovery: String,
+    charts: Vec<(&'static str, String)>,
+}
+
+/// `?environment=` of a service's page.
+#[derive(serde::Deserialize)]
+pub struct Scope {
+    #[serde(default)]
+    environment: String,
+}
+
+/// Seconds as people read durations.
+fn duration(seconds: f64) -> String {
+    if seconds < 90.0 {
+        format!("{seconds:.0} s")
+    } else if seconds < 90.0 * 60.0 {
+        format!("{:.0} min", seconds / 60.0)
+    } else if seconds < 48.0 * 3600.0 {
+        format!("{:.1} h", seconds / 3600.0)
+    } else {
+        format!("{:.1} days", seconds / 86_400.0)
+    }
+}
+
+/// `GET /services/{service}`: the four DORA figures over 12 weeks, and each week's as charts.
+pub async fn detail(
+    State(state): State<DashboardState>,
+    me: Me,
+    axum::extract::Path(service): axum::extract::Path<String>,
+    axum::extract::Query(scope): axum::extract::Query<Scope>,
+) -> Response {
+    let environment = Some(scope.environment.trim()).filter(|e| !e.is_empty());
+    let Some((weeks, whole)) = state
+        .insight
+        .weekly_dora(me.session.user.org_id, &service, environment, WEEKS)
+        .await
+    else {
+        return unavailable();
+    };
+    let labels: Vec<String> = weeks
+        .iter()
+        .map(|w| {
+            w["since"]
+                .as_str()
+                .unwrap_or("")
+                .get(..10)
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    let series = |f: &dyn Fn(&Value) -> Option<f64>| weeks.iter().map(f).collect::<Vec<_>>();
+    let p50 = |v: &Value, key: &str| v[key]["p50"].as_f64();
+    let charts = vec![
+        (
+            "Deployments per week",
+            super::charts::bars(
+                "Deployments per week",
+                &labels,
+                &series(&|w| w["deploymentFrequency"]["count"].as_f64()),
+                |v| format!("{v:.0}"),
+            ),
+        ),
+        (
+            "Change lead time (median)",
+            super::charts::bars(
+                "Change lead time, median",
+                &labels,
+                &series(&|w| p50(w, "changeLeadTimeSeconds")),
+                duration,
+            ),
+        ),
+        (
+            "Change fail rate",
+            super::charts::bars(
+                "Change fail rate",
+                &labels,
+                &series(&|w| w["changeFailRate"].as_f64()),
+                |v| format!("{:.0}%", v * 100.0),
+            ),
+        ),
+        (
+            "Recovery time (median)",
+            super::charts::bars(
+                "Failed deployment recovery time, median",
+                &labels,
+                &series(&|w| p50(w, "recoveryTimeSeconds")),
+                duration,
+            ),
+        ),
+    ];
+    let or_none = |v: Option<String>| v.unwrap_or_else(|| "no data".into());
+    page(
+        StatusCode::OK,
+        &ServicePage {
+            me: &me,
+            service: &service,
+            environment: environment.unwrap_or(""),
+            frequency: format!(
+                "{} ({} per day)",
+                whole["deploymentFrequency"]["count"], whole["deploymentFrequency"]["perDay"]
+            ),
+            lead: or_none(p50(&whole, "changeLeadTimeSeconds").map(duration)),
+            fail_rate: or_none(
+                whole["changeFailRate"]
+                    .as_f64()
+                    .map(|r| format!("{:.0}%", r * 100.0)),
+            ),
+            recovery: or_none(p50(&whole, "recoveryTimeSeconds").map(duration)),
+            charts,
+        },
+    )
+}

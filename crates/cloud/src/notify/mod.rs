@@ -1,11 +1,13 @@
-//! Bridge release notifications to org webhooks (docs/notifications.md): when a connected
-//! bridge instance runs a release older than the one this cloud ships, or when the cloud starts
-//! shipping a newer release, each org with a webhook gets a signed JSON POST. Notifications
+//! Notifications to org webhooks (docs/notifications.md): when a connected bridge instance
+//! runs a release older than the one this cloud ships, when the cloud starts shipping a newer
+//! release, and when a new alert has a strong suspect (docs/correlation.md), each org with a
+//! webhook gets a signed JSON POST. Notifications
 //! are queued in storage and delivered with retries and back-off, so a receiver that is down,
 //! or a restart of the cloud, loses none.
 //!
 //! One task does both halves every [`TICK`]: [`watch`] queues what is new, [`send`] delivers
-//! what is due. It reads the live tunnels through [`LiveBridges`] and never imports the relay.
+//! what is due. It reads the live tunnels through [`LiveBridges`] and correlation's answers
+//! through [`Insight`], and never imports those features.
 
 mod send;
 pub mod sign;
@@ -17,6 +19,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::insight::Insight;
 use crate::live::LiveBridges;
 use crate::storage::Store;
 
@@ -27,12 +30,15 @@ const TICK: Duration = Duration::from_secs(1);
 pub struct Notifier {
     store: Store,
     live: Arc<dyn LiveBridges>,
+    insight: Arc<dyn Insight>,
     release: String,
     first_retry: Duration,
     client: reqwest::Client,
     /// Notifications queued by this process (webhook id, dedup key): skips a storage round
     /// trip every tick for what storage would refuse as a duplicate anyway.
     queued: HashSet<(i64, String)>,
+    /// Alerts whose suspects were already looked at.
+    examined: HashSet<String>,
 }
 
 impl Notifier {
@@ -41,16 +47,19 @@ impl Notifier {
     pub fn new(
         store: Store,
         live: Arc<dyn LiveBridges>,
+        insight: Arc<dyn Insight>,
         release: String,
         first_retry: Duration,
     ) -> Notifier {
         Notifier {
             store,
             live,
+            insight,
             release,
             first_retry,
             client: send::client(),
             queued: HashSet::new(),
+            examined: HashSet::new(),
         }
     }
 

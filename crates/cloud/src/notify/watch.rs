@@ -1,12 +1,18 @@
 //! What to notify: each bridge of an org that has a connected instance older than the
-//! release (once per bridge, running version and release), and each release newer than the one
-//! a webhook last heard of.
+//! release (once per bridge, running version and release), each release newer than the one
+//! a webhook last heard of, and each new alert whose top suspect scores at least
+//! [`STRONG_SUSPECT`].
 
 use serde_json::json;
 
 use super::Notifier;
 use crate::live::outdated;
-use crate::storage::StorageError;
+use crate::storage::{EventQuery, StorageError};
+
+/// The score from which a new alert's top suspect is sent to the org's webhook.
+pub const STRONG_SUSPECT: f64 = 0.7;
+/// Alerts that happened this long before the notifier sees them are not examined.
+const RECENT_MICROS: i64 = 15 * 60_000_000;
 
 impl Notifier {
     /// Queues the notifications that are new since the last round.
@@ -58,6 +64,72 @@ impl Notifier {
                 let dedup = format!("outdated:{bridge}:{version}:{}", self.release);
                 self.queue(hook.id, dedup, body).await?;
             }
+            self.strong_suspects(hook.id, hook.org_id, &hook.org)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Queues the org's new triggered alerts whose top suspect is strong.
+    async fn strong_suspects(
+        &mut self,
+        webhook_id: i64,
+        org_id: i64,
+        org: &str,
+    ) -> Result<(), StorageError> {
+        let recent = EventQuery {
+            kind: Some("alert".into()),
+            since: Some(crate::storage::now_micros() - RECENT_MICROS),
+            limit: 200,
+            ..EventQuery::default()
+        };
+        if self.examined.len() > 100_000 {
+            // Older alerts are out of the window; the queue's dedup keys stop any repeat.
+            self.examined.clear();
+        }
+        for alert in self.store.list_events(org_id, &recent).await? {
+            if !self.examined.insert(alert.id.clone()) {
+                continue;
+            }
+            let triggered = serde_json::from_str::<serde_json::Value>(&alert.body)
+                .is_ok_and(|b| b["status"] == "triggered");
+            if !triggered {
+                continue;
+            }
+            let Some(answer) = self.insight.suspects(org_id, &alert.id).await else {
+                continue;
+            };
+            let top = &answer["suspects"][0];
+            let score = top["score"].as_f64().unwrap_or(0.0);
+            if score < STRONG_SUSPECT {
+                continue;
+            }
+            let text = |v: &serde_json::Value, k: &str| v[k].as_str().unwrap_or("").to_string();
+            let reasons: Vec<String> = top["reasons"]
+                .as_array()
+                .map(|r| {
+                    r.iter()
+                        .filter_map(|s| s.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let body = json!({
+                "type": "alert.suspect",
+                "org": org,
+                "alert": answer["alert"],
+                "suspect": top,
+                "message": format!(
+                    "{} alert \"{}\": probably {} {} {} (score {score}): {}",
+                    text(&answer["alert"], "service"),
+                    text(&answer["alert"], "title"),
+                    text(&top["event"], "type"),
+                    text(&top["event"], "service"),
+                    text(&top["event"], "version"),
+                    reasons.join("; ")
+                ),
+            });
+            self.queue(webhook_id, format!("suspect:{}", alert.id), body)
+                .await?;
         }
         Ok(())
     }

@@ -1,0 +1,23 @@
+//! What correlation knows, as the features that are not correlation need it: the dashboard's
+//! alert and service pages, and the notifier's "strong suspect" webhook. The application
+//! implements [`Insight`] over correlation, so neither imports it.
+
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+
+/// Suspects and DORA figures, answered as the API answers them.
+pub trait Insight: Send + Sync {
+    /// `GET /v1/alerts/{id}/suspects`'s answer for the org's alert; `None` when the event is
+    /// not the org's alert or storage failed.
+    fn suspects<'a>(&'a self, org_id: i64, alert_id: &'a str) -> BoxFuture<'a, Option<Value>>;
+
+    /// DORA figures of one service (in one environment, or all) for each of `weeks` weeks
+    /// ending now, oldest first, then for the whole span: `GET /v1/dora`'s answers.
+    fn weekly_dora<'a>(
+        &'a self,
+        org_id: i64,
+        service: &'a str,
+        environment: Option<&'a str>,
+        weeks: u32,
+    ) -> BoxFuture<'a, Option<(Vec<Value>, Value)>>;
+}
