@@ -32,9 +32,15 @@ use crate::signals::event::FieldError;
         crate::relay::forward::forward_git,
         crate::relay::forward::registry_base,
         crate::relay::forward::forward_registry,
+        crate::correlation::suspects,
+        crate::correlation::confirm_cause,
+        crate::correlation::dependencies,
+        crate::correlation::set_dependencies,
+        crate::correlation::dora::figures,
         document,
     ),
-    components(schemas(Problem, FieldError, Accepted, AcceptedBatch, EventPage, Unreadable, Bridges)),
+    components(schemas(Problem, FieldError, Accepted, AcceptedBatch, EventPage, Unreadable, Bridges,
+        Suspects, CauseBody, CauseConfirmed, Dependencies, Dora)),
     modifiers(&ApiKeyAuth),
     security(("bearer" = []), ("basic" = []))
 )]
@@ -107,6 +113,56 @@ pub struct Unreadable {
 pub struct Bridges {
     /// The org's connected bridges, each with its live instances.
     pub bridges: Vec<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// `GET /v1/alerts/{id}/suspects`.
+#[derive(Serialize, ToSchema)]
+pub struct Suspects {
+    /// The alert, as `GET /v1/events/{id}` shows it.
+    pub alert: serde_json::Map<String, serde_json::Value>,
+    /// At most 5, best first: `{"event": {…}, "score": 0.83, "reasons": ["…"]}`.
+    pub suspects: Vec<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// The body of `POST /v1/alerts/{id}/cause`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CauseBody {
+    /// The id of the deployment event that caused the alert.
+    pub deployment_id: String,
+}
+
+/// The answer of `POST /v1/alerts/{id}/cause`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CauseConfirmed {
+    /// The alert.
+    pub alert_id: String,
+    /// Its confirmed cause.
+    pub deployment_id: String,
+}
+
+/// A service's declared dependencies.
+#[derive(Serialize, ToSchema)]
+pub struct Dependencies {
+    /// The service (in the answer).
+    pub service: Option<String>,
+    /// The services it depends on.
+    pub dependencies: Vec<String>,
+}
+
+/// `GET /v1/dora`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Dora {
+    /// `{"count": N, "perDay": x}`: successful deployments.
+    pub deployment_frequency: serde_json::Map<String, serde_json::Value>,
+    /// `{"p50", "p90", "count"}`: commit to successful deployment, seconds (null without data).
+    pub change_lead_time_seconds: serde_json::Map<String, serde_json::Value>,
+    /// Failed over finished deployments, null without any.
+    pub change_fail_rate: Option<f64>,
+    /// `{"p50", "p90", "count"}`: failed deployment to the next successful one, seconds.
+    pub recovery_time_seconds: serde_json::Map<String, serde_json::Value>,
 }
 
 /// `GET /v1/openapi.json`: this document.

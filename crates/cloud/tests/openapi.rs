@@ -27,6 +27,11 @@ const PUBLIC: &[(&str, &str)] = &[
     ("get", "/readyz"),
     ("get", "/metrics"),
     ("get", "/v1/openapi.json"),
+    ("get", "/v1/alerts/{id}/suspects"),
+    ("post", "/v1/alerts/{id}/cause"),
+    ("get", "/v1/services/{service}/dependencies"),
+    ("put", "/v1/services/{service}/dependencies"),
+    ("get", "/v1/dora"),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

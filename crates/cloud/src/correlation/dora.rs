@@ -142,7 +142,14 @@ fn figures_of(
     })
 }
 
-/// `GET /v1/dora?service=&environment=&since=&until=`.
+/// The DORA figures of the org's deployments over a window (default: the 30 days to now).
+#[utoipa::path(get, path = "/v1/dora", tag = "correlation",
+    params(("service" = Option<String>, Query), ("environment" = Option<String>, Query),
+        ("since" = Option<String>, Query, description = "RFC 3339, inclusive"),
+        ("until" = Option<String>, Query, description = "RFC 3339, exclusive")),
+    responses((status = 200, body = crate::openapi::Dora),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json")))]
 pub async fn figures(
     State(state): State<CorrelationState>,
     headers: HeaderMap,

@@ -162,8 +162,14 @@ pub async fn suspects_of(
     Ok(json!({"alert": alert_body, "suspects": suspects}))
 }
 
-/// `GET /v1/alerts/{id}/suspects`.
-async fn suspects(
+/// The deployments and changes most likely to have caused an alert: top 5, each with a score
+/// in [0, 1] and reasons (docs/correlation.md).
+#[utoipa::path(get, path = "/v1/alerts/{id}/suspects", tag = "correlation",
+    params(("id" = String, Path, description = "An alert's event id")),
+    responses((status = 200, body = crate::openapi::Suspects),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json")))]
+pub async fn suspects(
     State(state): State<CorrelationState>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -181,7 +187,14 @@ struct Cause {
 
 /// `POST /v1/alerts/{id}/cause` with `{"deploymentId": …}`: a person confirms the cause; it
 /// counts the deployment as failed in the change fail rate.
-async fn confirm_cause(
+#[utoipa::path(post, path = "/v1/alerts/{id}/cause", tag = "correlation",
+    params(("id" = String, Path, description = "An alert's event id")),
+    request_body(content = crate::openapi::CauseBody, content_type = "application/json"),
+    responses((status = 200, body = crate::openapi::CauseConfirmed),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 422, body = Problem, content_type = "application/problem+json")))]
+pub async fn confirm_cause(
     State(state): State<CorrelationState>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -226,8 +239,12 @@ async fn confirm_cause(
 /// Most dependencies of one service.
 const MAX_DEPENDENCIES: usize = 100;
 
-/// `GET /v1/services/{service}/dependencies`.
-async fn dependencies(
+/// The services `service` depends on (declared with PUT).
+#[utoipa::path(get, path = "/v1/services/{service}/dependencies", tag = "correlation",
+    params(("service" = String, Path)),
+    responses((status = 200, body = crate::openapi::Dependencies),
+        (status = 401, body = Problem, content_type = "application/problem+json")))]
+pub async fn dependencies(
     State(state): State<CorrelationState>,
     headers: HeaderMap,
     Path(service): Path<String>,
@@ -243,7 +260,13 @@ async fn dependencies(
 
 /// `PUT /v1/services/{service}/dependencies` with `{"dependencies": ["payments-api", …]}`:
 /// replaces the services `service` depends on (in every environment).
-async fn set_dependencies(
+#[utoipa::path(put, path = "/v1/services/{service}/dependencies", tag = "correlation",
+    params(("service" = String, Path)),
+    request_body(content = crate::openapi::Dependencies, content_type = "application/json"),
+    responses((status = 200, body = crate::openapi::Dependencies),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 422, body = Problem, content_type = "application/problem+json")))]
+pub async fn set_dependencies(
     State(state): State<CorrelationState>,
     headers: HeaderMap,
     Path(service): Path<String>,
