@@ -24,7 +24,6 @@ pub struct Args {
 
 const DAYS: i64 = 30;
 const SERVICES: usize = 40;
-const BATCH: usize = 500;
 
 /// The `i`-th of `n` events: a deterministic mix of types, services and environments, at a
 /// time that moves from 30 days ago to now.
@@ -53,36 +52,8 @@ fn chrono_like(ms: i64) -> String {
         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-/// Posts `n` events in batches, 8 requests at a time.
-async fn fill(client: &reqwest::Client, url: &str, api_key: &str, n: usize) -> Result<()> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_millis() as i64;
-    let started = Instant::now();
-    let batches: Vec<usize> = (0..n.div_ceil(BATCH)).collect();
-    for chunk in batches.chunks(8) {
-        let posts = chunk.iter().map(|b| {
-            let events: Vec<Value> = (b * BATCH..((b + 1) * BATCH).min(n))
-                .map(|i| event(i, n, now))
-                .collect();
-            client.post(url).bearer_auth(api_key).json(&events).send()
-        });
-        for res in futures_util::future::join_all(posts).await {
-            let res = res?;
-            if res.status() != 202 {
-                bail!("ingest answered {}: {}", res.status(), res.text().await?);
-            }
-        }
-    }
-    eprintln!(
-        "stored {n} events in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
-}
-
 /// Latencies (µs) of `requests` sequential GETs of `url`.
-async fn measure(
+pub async fn measure(
     client: &reqwest::Client,
     url: &str,
     session: &str,
@@ -115,11 +86,16 @@ pub async fn run(args: Args) -> Result<()> {
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(60))
         .build()?;
-    fill(
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as i64;
+    let n = args.events;
+    crate::fill::post_all(
         &client,
         &format!("{base}/v1/signals/{signal_key}"),
         &api_key,
-        args.events,
+        n,
+        |i| event(i, n, now),
     )
     .await?;
     let out = std::process::Command::new(procs::sibling("cloud")?)

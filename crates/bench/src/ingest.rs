@@ -19,6 +19,10 @@ pub struct Args {
     /// Also measure on this PostgreSQL (a fresh schema is created and dropped).
     #[arg(long)]
     pub pg_url: Option<String>,
+    /// Instead: single events and batches of this build against the `cloud` in this
+    /// directory (another build), on SQLite, interleaved in one run.
+    #[arg(long)]
+    pub compare_bin_dir: Option<std::path::PathBuf>,
 }
 
 fn event(i: usize) -> serde_json::Value {
@@ -134,8 +138,58 @@ async fn bench_backend(name: &str, db: &[String], args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// This build against another, interleaved: events/s of each and their ratio.
+async fn compare(other: &std::path::Path, args: &Args) -> Result<()> {
+    let (this, key_a, api_a) = start(&[], args.load.cloud_threads)?;
+    let (that, key_b, api_b) = crate::procs::start_from(other, &[], args.load.cloud_threads)?;
+    let load = |key: &str, api: &str, n: usize| Load {
+        method: hyper::Method::POST,
+        path: format!("/v1/signals/{key}"),
+        api_key: api.to_string(),
+        body: Bytes::from(if n == 1 {
+            event(1).to_string()
+        } else {
+            serde_json::Value::Array((0..n).map(event).collect()).to_string()
+        }),
+    };
+    let procs = [
+        ("client", std::process::id()),
+        ("this", this.child.id()),
+        ("other", that.child.id()),
+    ];
+    println!(
+        "this build against {}, SQLite, interleaved",
+        other.display()
+    );
+    println!(
+        "{:>11} {:>8} {:>14} {:>14} {:>7}",
+        "connections", "events", "this ev/s", "other ev/s", "ratio"
+    );
+    for &c in &args.load.connections {
+        for n in [1, 100] {
+            let (a, b) = interleave(
+                (this.addr, &load(&key_a, &api_a, n)),
+                (that.addr, &load(&key_b, &api_b, n)),
+                c,
+                args.load.seconds,
+                &procs,
+            )
+            .await;
+            let (ra, rb) = (a.outcome.rate(n), b.outcome.rate(n));
+            println!(
+                "{c:>11} {n:>8} {ra:>14.0} {rb:>14.0} {:>7.3}",
+                ra / rb.max(1.0)
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Runs the ingestion benchmark.
 pub async fn run(args: Args) -> Result<()> {
+    if let Some(dir) = &args.compare_bin_dir {
+        return compare(dir, &args).await;
+    }
     bench_backend("SQLite", &[], &args).await?;
     if let Some(url) = &args.pg_url {
         let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());

@@ -7,10 +7,13 @@
 //! target/release/bench tunnel
 //! target/release/bench git
 //! target/release/bench dashboard
+//! target/release/bench correlate --pg-url postgres://postgres@127.0.0.1:5432/test
 //! ```
 
+mod correlate;
 mod cpu;
 mod dashboard;
+mod fill;
 mod git;
 mod ingest;
 mod load;
@@ -44,6 +47,8 @@ enum Command {
     /// `skopeo copy` of an image with a big layer, direct and through the tunnel, with the
     /// peak RSS of cloud and bridge (needs docker-registry, skopeo and htpasswd).
     Registry(registry::Args),
+    /// The suspects of an alert among 100,000 deployments and 100,000 alerts.
+    Correlate(correlate::Args),
     /// The dashboard's timeline and services pages over a million events (SQLite).
     Dashboard(dashboard::Args),
     /// The tunnel benchmark's internal HTTP server, alone (also handy for `wrk`).
@@ -58,6 +63,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Git(args) => git::run(args),
         Command::Registry(args) => registry::run(args),
         Command::Dashboard(args) => dashboard::run(args).await,
+        Command::Correlate(args) => correlate::run(args).await,
         Command::Upstream(args) => upstream::run(args).await,
     }
 }
