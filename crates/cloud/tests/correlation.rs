@@ -441,3 +441,75 @@ async fn post_now(cloud: &Cloud, t: &Tenant, event: &Value) -> String {
         .unwrap()
         .to_string()
 }
+
+/// Many concurrent batches of deployments of the same services (PostgreSQL's two writers
+/// commit groups side by side, both updating the services' newest deployments): every batch
+/// is stored, and the Services page shows each service's newest deployment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_deployments_of_the_same_services_all_commit_postgres() {
+    use testkit::dashboard::{client, get, session};
+    let cloud = Cloud::start_with(Backend::Postgres, &["--signal-rate-limit", "0"]);
+    let t = cloud.tenant("acme");
+    // Event i of batch `round` of task `task`: its service, environment and minute.
+    let event = |task: usize, round: usize, i: usize| {
+        let service = format!("svc-{}", (i * 7 + task * 3 + round) % 40);
+        let environment = ["production", "staging", "dev"][i % 3];
+        (service, environment, round * 1000 + task * 100 + i % 100)
+    };
+    let mut newest: HashMap<(String, &str), usize> = HashMap::new();
+    for task in 0..8 {
+        for round in 0..15 {
+            for i in 0..500 {
+                let (s, e, minute) = event(task, round, i);
+                let head = newest.entry((s, e)).or_insert(0);
+                *head = (*head).max(minute);
+            }
+        }
+    }
+    let mut tasks = Vec::new();
+    for task in 0..8 {
+        let (url, key, http) = (
+            format!("{}/v1/signals/{}", cloud.http, t.signal_key),
+            t.api_key.clone(),
+            cloud.client(),
+        );
+        tasks.push(tokio::spawn(async move {
+            for round in 0..15 {
+                // Each batch names the services in another order.
+                let batch: Vec<Value> = (0..500)
+                    .map(|i| {
+                        let (service, environment, minute) = event(task, round, i);
+                        json!({"type": "deployment", "service": service,
+                            "environment": environment, "status": "success",
+                            "version": format!("v{minute}"),
+                            "timestamp": (base() + Duration::minutes(minute as i64)).to_rfc3339()})
+                    })
+                    .collect();
+                let res = http
+                    .post(&url)
+                    .bearer_auth(&key)
+                    .json(&batch)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(res.status(), 202, "{}", res.text().await.unwrap());
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let browser = client(&cloud);
+    let member = session(&cloud, &browser, "acme", "max@example.com", "member").await;
+    let (_, page) = get(&browser, format!("{}/services", cloud.https), &member).await;
+    // One row per service and environment, each with its newest version.
+    assert_eq!(
+        page.matches("<tr><td><a href=\"/services/").count(),
+        newest.len(),
+        "{page}"
+    );
+    for ((service, environment), minute) in &newest {
+        let row = format!(">{service}</a></td><td>{environment}</td><td>v{minute}</td>");
+        assert!(page.contains(&row), "no {row} in {page}");
+    }
+}

@@ -43,12 +43,6 @@ CREATE INDEX deliveries_due ON webhook_deliveries (next_attempt_at)
 
 ALTER TABLE users ADD COLUMN release_notices BIGINT NOT NULL DEFAULT 0;
 
--- The services view (the last deployment per service and environment) and the search for a
--- service's previous deployment read deployments only: a partial index that other events
--- never write.
-CREATE INDEX events_deployments ON events (org_id, service, environment, occurred_at, id)
-    WHERE type = 'deployment';
-
 -- When a bridge last tried to connect with this token after it was revoked: the dashboard
 -- shows such a bridge as unauthorized (still running somewhere, refused).
 ALTER TABLE bridge_tokens ADD COLUMN refused_at BIGINT;

@@ -1,8 +1,24 @@
 -- Correlation (docs/correlation.md): the suspects of an alert are the deployments and changes
 -- of its environment shortly before it. A partial index holds those only, so alerts and
--- custom events (most of the traffic) never write it.
+-- custom events never write it.
 CREATE INDEX events_changes ON events (org_id, environment, occurred_at, id)
     WHERE type IN ('deployment', 'change');
+
+-- The services view: the newest deployment of each service in each environment. A small side
+-- table that the writer updates once per service and environment per group commit, instead of
+-- an index over every deployment.
+CREATE TABLE deploy_heads (
+    org_id       BIGINT NOT NULL REFERENCES orgs(id),
+    service      TEXT NOT NULL,
+    environment  TEXT NOT NULL,
+    occurred_at  BIGINT NOT NULL,
+    event_id     TEXT NOT NULL,
+    PRIMARY KEY (org_id, service, environment)
+);
+INSERT INTO deploy_heads (org_id, service, environment, occurred_at, event_id)
+    SELECT DISTINCT ON (org_id, service, environment) org_id, service, environment, occurred_at, id
+    FROM events WHERE type = 'deployment' AND service IS NOT NULL AND environment IS NOT NULL
+    ORDER BY org_id, service, environment, occurred_at DESC, id DESC;
 
 -- Declared service dependencies: "service depends on depends_on", the same in every environment.
 CREATE TABLE service_dependencies (

@@ -181,7 +181,8 @@ pub async fn suspects(
 /// The body of `POST /v1/alerts/{id}/cause`.
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Cause {
+pub struct Cause {
+    /// The id of the deployment event that caused the alert.
     deployment_id: String,
 }
 

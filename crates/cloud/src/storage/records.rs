@@ -375,40 +375,25 @@ impl Store {
     }
 
     /// The newest deployment of each service in each environment (at most `limit`), by service
-    /// then environment. Two steps, both on the deployments' partial index: the newest time of
-    /// each pair from the index alone, then each pair's event; reading every deployment's body
-    /// to rank them would cost a full scan of the org's deployments.
+    /// then environment: from `deploy_heads`, which the writer keeps current, then each event.
     pub async fn last_deployments(
         &self,
         org_id: i64,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StorageError> {
-        let pairs = "SELECT service, environment, max(occurred_at) FROM events \
-                     WHERE org_id = $1 AND type = 'deployment' \
-                     GROUP BY service, environment ORDER BY service, environment LIMIT $2";
-        let newest = "SELECT id, occurred_at, received_at, body FROM events \
-                      WHERE org_id = $1 AND type = 'deployment' AND service = $2 \
-                      AND environment = $3 AND occurred_at = $4 ORDER BY id DESC LIMIT 1";
-        Ok(on_db!(&self.db, pool => {
-            let found: Vec<(String, String, i64)> = sqlx::query_as(pairs)
-                .bind(org_id)
-                .bind(limit)
-                .fetch_all(pool)
-                .await?;
-            let mut events = Vec::with_capacity(found.len());
-            for (service, environment, at) in found {
-                if let Some(row) = sqlx::query(newest)
-                    .bind(org_id)
-                    .bind(&service)
-                    .bind(&environment)
-                    .bind(at)
-                    .fetch_optional(pool)
-                    .await?
-                {
-                    events.push(event_from_row(row));
-                }
+        let heads = "SELECT event_id FROM deploy_heads WHERE org_id = $1 \
+                     ORDER BY service, environment LIMIT $2";
+        let ids: Vec<String> = on_db!(&self.db, pool => sqlx::query_scalar(heads)
+            .bind(org_id)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?);
+        let mut events = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(e) = self.event(org_id, &id).await? {
+                events.push(e);
             }
-            events
-        }))
+        }
+        Ok(events)
     }
 }

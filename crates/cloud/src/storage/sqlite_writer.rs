@@ -18,6 +18,12 @@ const INSERT_EVENT: &str = "INSERT INTO events (seq, id, org_id, signal_key, typ
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 const INSERT_IDEMPOTENCY: &str = "INSERT INTO idempotency (signal_key, idem_key, response, \
     created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING";
+/// Keeps `deploy_heads` (the newest deployment per service and environment) current.
+const UPSERT_HEAD: &str = "INSERT INTO deploy_heads (org_id, service, environment, occurred_at, \
+    event_id) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (org_id, service, environment) DO UPDATE \
+    SET occurred_at = excluded.occurred_at, event_id = excluded.event_id \
+    WHERE excluded.occurred_at > deploy_heads.occurred_at \
+    OR (excluded.occurred_at = deploy_heads.occurred_at AND excluded.event_id > deploy_heads.event_id)";
 const FIRST_ANSWER: &str =
     "SELECT response FROM idempotency WHERE signal_key = ?1 AND idem_key = ?2";
 
@@ -105,6 +111,7 @@ fn write_loop(path: &Path, rx: &mut mpsc::Receiver<Job>, metrics: &Metrics) {
 fn commit(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<InsertOutcome>> {
     let tx = conn.transaction()?;
     let mut fresh = vec![true; jobs.len()];
+    let mut heads = super::writer::Heads::default();
     {
         let mut insert = tx.prepare_cached(INSERT_EVENT)?;
         let mut idempotency = tx.prepare_cached(INSERT_IDEMPOTENCY)?;
@@ -118,6 +125,7 @@ fn commit(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<InsertOut
                 }
             }
             for e in &b.events {
+                heads.offer(b.org_id, e);
                 insert.execute(params![
                     e.seq,
                     e.id,
@@ -133,6 +141,10 @@ fn commit(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<InsertOut
                     e.body
                 ])?;
             }
+        }
+        let mut upsert = tx.prepare_cached(UPSERT_HEAD)?;
+        for ((org_id, service, environment), (at, id)) in heads.0 {
+            upsert.execute(params![org_id, service, environment, at, id])?;
         }
     }
     tx.commit()?;

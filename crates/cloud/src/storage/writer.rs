@@ -172,12 +172,45 @@ async fn run(db: Db, rx: Arc<Mutex<mpsc::Receiver<Job>>>, metrics: Metrics) {
     }
 }
 
+/// The newest deployment of each (org, service, environment) in a group, for `deploy_heads`:
+/// one upsert per key per commit rather than one per deployment.
+#[derive(Default)]
+pub(super) struct Heads(pub(super) std::collections::HashMap<(i64, String, String), (i64, String)>);
+
+impl Heads {
+    /// Takes `e` into account when it is a deployment with a service and an environment.
+    pub(super) fn offer(&mut self, org_id: i64, e: &NewEvent) {
+        let (Some(service), Some(environment)) = (&e.service, &e.environment) else {
+            return;
+        };
+        if e.kind != "deployment" {
+            return;
+        }
+        let newer = (e.occurred_at, e.id.clone());
+        self.0
+            .entry((org_id, service.clone(), environment.clone()))
+            .and_modify(|head| {
+                if newer > *head {
+                    *head = newer.clone();
+                }
+            })
+            .or_insert(newer);
+    }
+}
+
 /// The PostgreSQL bulk insert: one fixed statement whatever the row count (arrays unnested),
-/// so one prepared statement serves every group.
-const INSERT_EVENTS: &str = "INSERT INTO events (id, org_id, signal_key, type, service, \
+/// so one prepared statement serves every group. It also keeps `deploy_heads` current from the
+/// group's newest deployment per service and environment ($12 to $16), in the same statement.
+const INSERT_EVENTS: &str = "WITH inserted AS (INSERT INTO events (id, org_id, signal_key, type, service, \
     environment, status, dedup_key, occurred_at, received_at, body) \
     SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
-    $6::text[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[])";
+    $6::text[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[])) \
+    INSERT INTO deploy_heads (org_id, service, environment, occurred_at, event_id) \
+    SELECT * FROM UNNEST($12::bigint[], $13::text[], $14::text[], $15::bigint[], $16::text[]) \
+    ON CONFLICT (org_id, service, environment) DO UPDATE \
+    SET occurred_at = excluded.occurred_at, event_id = excluded.event_id \
+    WHERE excluded.occurred_at > deploy_heads.occurred_at \
+    OR (excluded.occurred_at = deploy_heads.occurred_at AND excluded.event_id > deploy_heads.event_id)";
 
 /// Inserts the events of these (job, event) pairs with [`INSERT_EVENTS`]. The arrays borrow
 /// the events' strings: a group of 2,500 events is not copied once more before encoding.
@@ -194,6 +227,14 @@ async fn insert_events<'e>(
     let number = |f: &dyn Fn(&Job, &NewEvent) -> i64| -> Vec<i64> {
         rows.iter().map(|(j, e)| f(j, e)).collect()
     };
+    let mut heads = Heads::default();
+    for (j, e) in rows {
+        heads.offer(j.batch.org_id, e);
+    }
+    // In key order: the two writers then lock `deploy_heads` rows in the same order, so two
+    // concurrent groups with the same services wait for each other instead of deadlocking.
+    let mut heads: Vec<_> = heads.0.into_iter().collect();
+    heads.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     sqlx::query(INSERT_EVENTS)
         .bind(text(&|_, e| &e.id))
         .bind(number(&|j, _| j.batch.org_id))
@@ -206,6 +247,26 @@ async fn insert_events<'e>(
         .bind(number(&|_, e| e.occurred_at))
         .bind(number(&|_, e| e.received_at))
         .bind(text(&|_, e| &e.body))
+        .bind(heads.iter().map(|((o, _, _), _)| *o).collect::<Vec<i64>>())
+        .bind(
+            heads
+                .iter()
+                .map(|((_, s, _), _)| s.as_str())
+                .collect::<Vec<&str>>(),
+        )
+        .bind(
+            heads
+                .iter()
+                .map(|((_, _, env), _)| env.as_str())
+                .collect::<Vec<&str>>(),
+        )
+        .bind(heads.iter().map(|(_, (at, _))| *at).collect::<Vec<i64>>())
+        .bind(
+            heads
+                .iter()
+                .map(|(_, (_, id))| id.as_str())
+                .collect::<Vec<&str>>(),
+        )
         .execute(exec)
         .await?;
     Ok(())
