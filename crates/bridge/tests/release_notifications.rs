@@ -29,9 +29,14 @@ async fn set_webhook(cloud: &Cloud, client: &reqwest::Client, admin: &str, url: 
 
 #[tokio::test]
 async fn an_outdated_bridge_reaches_the_webhook_signed_and_retried_and_the_notice() {
-    let rig =
-        Rig::start_with_cloud_args(&["--bridge-release", RELEASE, "--webhook-first-retry", "0.2"])
-            .await;
+    let rig = Rig::start_with_cloud_args(&[
+        "--bridge-release",
+        RELEASE,
+        "--webhook-first-retry",
+        "0.2",
+        "--webhook-allow-private",
+    ])
+    .await;
     let cloud = &rig.cloud;
     let client = client(cloud);
     let admin = session(cloud, &client, "acme", "ada@example.com", "admin").await;
@@ -127,7 +132,8 @@ async fn a_cloud_restarted_with_a_newer_release_announces_it_postgres() {
 }
 
 async fn a_newer_release_is_announced(backend: Backend) {
-    let mut cloud = Cloud::start(backend);
+    // The test's receiver listens on loopback.
+    let mut cloud = Cloud::start_with(backend, &["--webhook-allow-private"]);
     cloud.admin(&["org", "create", "acme"]);
     let client = client(&cloud);
     let admin = session(&cloud, &client, "acme", "ada@example.com", "admin").await;
@@ -136,7 +142,11 @@ async fn a_newer_release_is_announced(backend: Backend) {
 
     cloud.signal("TERM");
     assert_eq!(cloud.wait(), Some(0));
-    cloud.extra_args = vec!["--bridge-release".into(), RELEASE.into()];
+    cloud.extra_args = vec![
+        "--webhook-allow-private".into(),
+        "--bridge-release".into(),
+        RELEASE.into(),
+    ];
     cloud.launch();
     let received = receiver.wait_delivered("bridge.release").await;
     let r = received.last().unwrap();

@@ -137,6 +137,11 @@ pub struct ServeArgs {
     /// failure (at most an hour), 8 attempts in all.
     #[arg(long, env = "CLOUD_WEBHOOK_FIRST_RETRY", default_value_t = 10.0, value_parser = first_retry)]
     pub webhook_first_retry: f64,
+    /// Let webhooks reach loopback, private, link-local and other non-public addresses (for
+    /// receivers inside your own network). Off: a service for many orgs must not let an org's
+    /// webhook reach its own network.
+    #[arg(long, env = "CLOUD_WEBHOOK_ALLOW_PRIVATE")]
+    pub webhook_allow_private: bool,
 }
 
 fn public_url(raw: &str) -> Result<String, String> {

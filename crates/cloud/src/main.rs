@@ -252,6 +252,7 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
             public_url: args.public_url,
         },
         webhook_first_retry: Duration::from_secs_f64(args.webhook_first_retry),
+        webhook_allow_private: args.webhook_allow_private,
     };
     let shutdown = cloud::shutdown::on_signal();
     server::run(options, tls_listener, http_listener, shutdown)

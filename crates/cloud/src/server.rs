@@ -54,6 +54,8 @@ pub struct ServeOptions {
     pub publishing: crate::app::Publishing,
     /// `--webhook-first-retry`: the wait after a webhook delivery's first failure.
     pub webhook_first_retry: Duration,
+    /// `--webhook-allow-private`: webhooks may reach non-public addresses.
+    pub webhook_allow_private: bool,
 }
 
 /// Most open connections per listener; beyond its cap a listener stops accepting until one
@@ -185,7 +187,7 @@ pub async fn run(
             app.live.clone(),
             app.insight.clone(),
             options.publishing.bridge_release.clone(),
-            options.webhook_first_retry,
+            (options.webhook_first_retry, options.webhook_allow_private),
         )
         .run(shutdown.clone()),
     );

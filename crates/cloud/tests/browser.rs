@@ -47,7 +47,13 @@ async fn set_password(browser: &Browser, link: &str, name: &str) {
 async fn an_admin_and_a_member_use_the_dashboard() {
     let cloud = Cloud::start_with(
         Backend::Sqlite,
-        &["--bridge-release", RELEASE, "--webhook-first-retry", "0.2"],
+        &[
+            "--bridge-release",
+            RELEASE,
+            "--webhook-first-retry",
+            "0.2",
+            "--webhook-allow-private",
+        ],
     );
     cloud.admin(&["org", "create", "acme"]);
     let browser = Browser::start().await;

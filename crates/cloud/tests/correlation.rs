@@ -356,7 +356,10 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
     use testkit::dashboard::{client, get, post as form, session, shown_secret};
     use testkit::webhook::{Receiver, signature_valid};
 
-    let cloud = Cloud::start_with(Backend::Sqlite, &["--webhook-first-retry", "0.2"]);
+    let cloud = Cloud::start_with(
+        Backend::Sqlite,
+        &["--webhook-first-retry", "0.2", "--webhook-allow-private"],
+    );
     let t = cloud.tenant("acme");
     let browser = client(&cloud);
     let admin = session(&cloud, &browser, "acme", "ada@example.com", "admin").await;
@@ -512,4 +515,50 @@ async fn concurrent_deployments_of_the_same_services_all_commit_postgres() {
         let row = format!(">{service}</a></td><td>{environment}</td><td>v{minute}</td>");
         assert!(page.contains(&row), "no {row} in {page}");
     }
+}
+
+/// Without `--webhook-allow-private`, a webhook on a loopback address is never called: the
+/// Notifications page shows why, and the receiver gets nothing.
+#[tokio::test]
+async fn webhooks_reach_public_addresses_only_by_default() {
+    use testkit::dashboard::{client, get, post as form, session};
+    use testkit::webhook::Receiver;
+
+    let cloud = Cloud::start_with(Backend::Sqlite, &["--webhook-first-retry", "0.2"]);
+    let t = cloud.tenant("acme");
+    let browser = client(&cloud);
+    let admin = session(&cloud, &browser, "acme", "ada@example.com", "admin").await;
+    let receiver = Receiver::start(0).await;
+    let (status, _) = form(
+        &browser,
+        &cloud,
+        &admin,
+        "/integrations/notifications/webhook",
+        &[("url", &receiver.url)],
+    )
+    .await;
+    assert_eq!(status, 200);
+    let now = Utc::now();
+    post_now(&cloud, &t, &json!({"type": "deployment", "service": "api", "environment": "production",
+        "status": "success", "version": "v2", "timestamp": (now - Duration::minutes(5)).to_rfc3339()})).await;
+    post_now(&cloud, &t, &json!({"type": "alert", "service": "api", "environment": "production",
+        "status": "triggered", "severity": "critical", "title": "Errors", "timestamp": now.to_rfc3339()})).await;
+    let url = format!("{}/integrations/notifications", cloud.https);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, page) = get(&browser, url.clone(), &admin).await;
+        if page.contains("not a public address") {
+            assert!(page.contains("--webhook-allow-private"), "{page}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no refusal shown: {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        receiver.received().is_empty(),
+        "a loopback webhook was called"
+    );
 }

@@ -9,6 +9,7 @@
 //! what is due. It reads the live tunnels through [`LiveBridges`] and correlation's answers
 //! through [`Insight`], and never imports those features.
 
+mod guard;
 mod send;
 pub mod sign;
 mod watch;
@@ -33,6 +34,7 @@ pub struct Notifier {
     insight: Arc<dyn Insight>,
     release: String,
     first_retry: Duration,
+    allow_private: bool,
     client: reqwest::Client,
     /// Notifications queued by this process (webhook id, dedup key): skips a storage round
     /// trip every tick for what storage would refuse as a duplicate anyway.
@@ -43,13 +45,14 @@ pub struct Notifier {
 
 impl Notifier {
     /// A notifier for bridges of `release`; a failed delivery is retried after `first_retry`,
-    /// then twice as long each time.
+    /// then twice as long each time; webhooks at non-public addresses only with
+    /// `allow_private`.
     pub fn new(
         store: Store,
         live: Arc<dyn LiveBridges>,
         insight: Arc<dyn Insight>,
         release: String,
-        first_retry: Duration,
+        (first_retry, allow_private): (Duration, bool),
     ) -> Notifier {
         Notifier {
             store,
@@ -57,7 +60,8 @@ impl Notifier {
             insight,
             release,
             first_retry,
-            client: send::client(),
+            allow_private,
+            client: send::client(allow_private),
             queued: HashSet::new(),
             examined: HashSet::new(),
         }

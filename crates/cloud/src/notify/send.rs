@@ -14,8 +14,9 @@ pub const MAX_ATTEMPTS: i64 = 8;
 /// The longest wait between two attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(3600);
 
-/// The HTTP client of deliveries: public CAs (the system's, else the embedded set).
-pub(super) fn client() -> reqwest::Client {
+/// The HTTP client of deliveries: public CAs (the system's, else the embedded set), and public
+/// addresses only unless `allow_private`.
+pub(super) fn client(allow_private: bool) -> reqwest::Client {
     let tls = rustls::ClientConfig::builder_with_provider(tunnel::tls::provider())
         .with_safe_default_protocol_versions()
         .map(|b| {
@@ -29,6 +30,11 @@ pub(super) fn client() -> reqwest::Client {
     let builder = match tls {
         Ok(config) => builder.tls_backend_preconfigured(config),
         Err(_) => builder,
+    };
+    let builder = if allow_private {
+        builder
+    } else {
+        builder.dns_resolver(super::guard::PublicOnly)
     };
     builder.build().unwrap_or_default()
 }
@@ -92,6 +98,9 @@ impl Notifier {
     }
 
     async fn attempt(&self, url: &str, secret: &str, delivery: &Delivery) -> Result<(), String> {
+        if !self.allow_private {
+            super::guard::literal_allowed(url).map_err(|why| format!("POST {url}: {why}"))?;
+        }
         let t = chrono::Utc::now().timestamp();
         let answer = self
             .client
@@ -104,7 +113,16 @@ impl Notifier {
             .body(delivery.body.clone())
             .send()
             .await
-            .map_err(|e| format!("POST {url}: {e}"))?;
+            .map_err(|e| {
+                // reqwest's own text hides the cause ("error sending request"): show the chain.
+                let mut text = format!("POST {url}: {e}");
+                let mut cause = std::error::Error::source(&e);
+                while let Some(c) = cause {
+                    text.push_str(&format!(": {c}"));
+                    cause = c.source();
+                }
+                text
+            })?;
         if answer.status().is_success() {
             Ok(())
         } else {

@@ -1,0 +1,115 @@
+//! Webhooks reach public addresses only, unless the operator allows others
+//! (`--webhook-allow-private`): an org admin sets the URL, and the cloud must not become their
+//! way into the service's own network (its loopback, metadata endpoints, internal hosts). Names
+//! are resolved by [`PublicOnly`], which drops every non-public address, so a name that points
+//! inside (or rebinds there later) is refused at connection time; literal IP hosts are checked
+//! by [`literal_allowed`].
+
+use std::net::{IpAddr, SocketAddr};
+
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+
+/// Whether `ip` is a public unicast address.
+pub fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || v4.is_documentation()
+                || a == 0
+                || (a == 100 && (64..128).contains(&b))
+                || (a == 198 && (b == 18 || b == 19))
+                || a >= 240)
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public(IpAddr::V4(v4));
+            }
+            let first = v6.segments()[0];
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80)
+        }
+    }
+}
+
+/// `Err` with the reason when `url`'s host is a literal non-public IP address.
+pub fn literal_allowed(url: &str) -> Result<(), String> {
+    let host = url::Url::parse(url).ok().and_then(|u| match u.host() {
+        Some(url::Host::Ipv4(ip)) => Some(IpAddr::V4(ip)),
+        Some(url::Host::Ipv6(ip)) => Some(IpAddr::V6(ip)),
+        _ => None,
+    });
+    match host {
+        Some(ip) if !is_public(ip) => Err(refusal(&ip.to_string())),
+        _ => Ok(()),
+    }
+}
+
+fn refusal(what: &str) -> String {
+    format!(
+        "{what} is not a public address: webhooks go to public addresses only; `cloud serve --webhook-allow-private` allows others"
+    )
+}
+
+/// A resolver that keeps public addresses only.
+pub struct PublicOnly;
+
+impl Resolve for PublicOnly {
+    fn resolve(&self, name: Name) -> Resolving {
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let public: Vec<SocketAddr> = found
+                .iter()
+                .copied()
+                .filter(|a| is_public(a.ip()))
+                .collect();
+            if public.is_empty() {
+                let all: Vec<String> = found.iter().map(|a| a.ip().to_string()).collect();
+                return Err(refusal(&format!("{host} ({})", all.join(", "))).into());
+            }
+            let addrs: Addrs = Box::new(public.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_public_addresses_pass() {
+        for inside in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "100.64.0.1",
+            "::1",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+        ] {
+            assert!(!is_public(inside.parse().unwrap()), "{inside}");
+        }
+        for outside in ["1.1.1.1", "8.8.8.8", "2606:4700:4700::1111"] {
+            assert!(is_public(outside.parse().unwrap()), "{outside}");
+        }
+        assert!(literal_allowed("http://127.0.0.1:9/hook").is_err());
+        assert!(literal_allowed("http://[::1]/hook").is_err());
+        assert!(literal_allowed("https://hooks.example.com/x").is_ok());
+        assert!(literal_allowed("https://1.1.1.1/x").is_ok());
+    }
+}
