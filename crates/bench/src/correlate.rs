@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use rand::Rng;
 use serde_json::{Value, json};
 
@@ -108,19 +108,9 @@ pub async fn run(args: Args) -> Result<()> {
     );
     backend("SQLite", &[], &args).await?;
     if let Some(url) = &args.pg_url {
-        let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
-        let pool = sqlx::PgPool::connect(url)
-            .await
-            .context("connect to --pg-url")?;
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
-            .execute(&pool)
-            .await?;
-        let sep = if url.contains('?') { '&' } else { '?' };
-        let scoped = format!("{url}{sep}options=-c%20search_path%3D{schema}");
-        let result = backend("PostgreSQL", &["--database-url".into(), scoped], &args).await;
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
-            .execute(&pool)
-            .await?;
+        let schema = crate::procs::PgSchema::create(url).await?;
+        let result = backend("PostgreSQL", &schema.args, &args).await;
+        schema.drop().await?;
         result?;
     }
     Ok(())

@@ -3,7 +3,7 @@
 //! one-second slices so that their ratio compares like with like; batches of 100; single
 //! events paced at half their peak; and, at the end, the server's peak RSS.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use bytes::Bytes;
 
 use crate::cpu;
@@ -192,19 +192,9 @@ pub async fn run(args: Args) -> Result<()> {
     }
     bench_backend("SQLite", &[], &args).await?;
     if let Some(url) = &args.pg_url {
-        let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
-        let pool = sqlx::PgPool::connect(url)
-            .await
-            .context("connect to --pg-url")?;
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
-            .execute(&pool)
-            .await?;
-        let sep = if url.contains('?') { '&' } else { '?' };
-        let scoped = format!("{url}{sep}options=-c%20search_path%3D{schema}");
-        let result = bench_backend("PostgreSQL", &["--database-url".into(), scoped], &args).await;
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
-            .execute(&pool)
-            .await?;
+        let schema = crate::procs::PgSchema::create(url).await?;
+        let result = bench_backend("PostgreSQL", &schema.args, &args).await;
+        schema.drop().await?;
         result?;
     }
     Ok(())

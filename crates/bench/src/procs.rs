@@ -239,3 +239,43 @@ pub fn start_bridge(
     relay_warnings(format!("bridge ({})", cloud.bin_dir.display()), lines);
     Ok(bridge)
 }
+
+/// A fresh schema on a PostgreSQL server for one benchmark: `--database-url` arguments that
+/// point `cloud` at it, and [`PgSchema::drop`] to remove it.
+pub struct PgSchema {
+    pool: sqlx::PgPool,
+    name: String,
+    /// `["--database-url", URL scoped to the schema]`.
+    pub args: Vec<String>,
+}
+
+impl PgSchema {
+    /// Creates `bench_<random>` on `url`.
+    pub async fn create(url: &str) -> Result<PgSchema> {
+        let name = format!("bench_{}", uuid::Uuid::new_v4().simple());
+        let pool = sqlx::PgPool::connect(url)
+            .await
+            .context("connect to --pg-url")?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {name}")))
+            .execute(&pool)
+            .await?;
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let scoped = format!("{url}{sep}options=-c%20search_path%3D{name}");
+        Ok(PgSchema {
+            pool,
+            name,
+            args: vec!["--database-url".into(), scoped],
+        })
+    }
+
+    /// Drops the schema and everything in it.
+    pub async fn drop(self) -> Result<()> {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA {} CASCADE",
+            self.name
+        )))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+}

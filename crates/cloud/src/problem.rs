@@ -213,3 +213,18 @@ pub fn storage_unavailable(err: &crate::storage::StorageError) -> Problem {
     tracing::error!(cause = %err, "storage unavailable");
     Problem::unavailable(2, "storage is unavailable right now; retry shortly")
 }
+
+/// A query parameter holding an RFC 3339 time, in µs; a 400 naming it when it is not one.
+pub fn time_param(name: &str, value: Option<&str>) -> Result<Option<i64>, Problem> {
+    value
+        .map(|v| {
+            chrono::DateTime::parse_from_rfc3339(v)
+                .map(|t| t.to_utc().timestamp_micros())
+                .map_err(|_| {
+                    Problem::bad_request(format!(
+                        "query parameter {name}={v:?} is not an RFC 3339 time; expected e.g. 2024-01-15T10:30:00Z"
+                    ))
+                })
+        })
+        .transpose()
+}

@@ -22,18 +22,7 @@ fn base() -> DateTime<Utc> {
 async fn post(cloud: &Cloud, t: &Tenant, minutes: i64, event: &Value) -> String {
     let mut event = event.clone();
     event["timestamp"] = json!((base() + Duration::minutes(minutes)).to_rfc3339());
-    let res = cloud
-        .client()
-        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
-        .bearer_auth(&t.api_key)
-        .json(&event)
-        .send()
-        .await
-        .unwrap();
-    let status = res.status();
-    let body: Value = res.json().await.unwrap();
-    assert_eq!(status, 202, "{body}");
-    body["id"].as_str().unwrap().to_string()
+    cloud.post_event(t, &event).await
 }
 
 async fn call(
@@ -380,17 +369,17 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
     let mut deploy = json!({"type": "deployment", "service": "api", "environment": "production",
         "version": "v2", "status": "success", "timestamp": at(-10),
         "metadata": {"commitTimestamp": at(-70)}});
-    let deployment = post_now(&cloud, &t, &deploy).await;
+    let deployment = cloud.post_event(&t, &deploy).await;
     deploy["version"] = json!("v1");
     deploy["timestamp"] = json!(at(-600));
-    post_now(&cloud, &t, &deploy).await;
-    let alert = post_now(
-        &cloud,
-        &t,
-        &json!({"type": "alert", "service": "api", "environment": "production",
+    cloud.post_event(&t, &deploy).await;
+    let alert = cloud
+        .post_event(
+            &t,
+            &json!({"type": "alert", "service": "api", "environment": "production",
         "status": "triggered", "severity": "critical", "title": "Error rate", "timestamp": at(0)}),
-    )
-    .await;
+        )
+        .await;
 
     let received = receiver.wait_delivered("alert.suspect").await;
     let hook = received
@@ -427,22 +416,6 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
         page.contains("<svg") && page.contains("Deployment frequency") && page.contains("60 min"),
         "{page}"
     );
-}
-
-async fn post_now(cloud: &Cloud, t: &Tenant, event: &Value) -> String {
-    let res = cloud
-        .client()
-        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
-        .bearer_auth(&t.api_key)
-        .json(event)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 202);
-    res.json::<Value>().await.unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string()
 }
 
 /// Many concurrent batches of deployments of the same services (PostgreSQL's two writers
@@ -539,9 +512,9 @@ async fn webhooks_reach_public_addresses_only_by_default() {
     .await;
     assert_eq!(status, 200);
     let now = Utc::now();
-    post_now(&cloud, &t, &json!({"type": "deployment", "service": "api", "environment": "production",
+    cloud.post_event(&t, &json!({"type": "deployment", "service": "api", "environment": "production",
         "status": "success", "version": "v2", "timestamp": (now - Duration::minutes(5)).to_rfc3339()})).await;
-    post_now(&cloud, &t, &json!({"type": "alert", "service": "api", "environment": "production",
+    cloud.post_event(&t, &json!({"type": "alert", "service": "api", "environment": "production",
         "status": "triggered", "severity": "critical", "title": "Errors", "timestamp": now.to_rfc3339()})).await;
     let url = format!("{}/integrations/notifications", cloud.https);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);

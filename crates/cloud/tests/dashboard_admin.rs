@@ -7,18 +7,6 @@ use serde_json::{Value, json};
 use testkit::dashboard::{client, get, post, session, shown_secret};
 use testkit::{Backend, Cloud, Tenant};
 
-async fn post_event(cloud: &Cloud, t: &Tenant, event: Value) {
-    let res = cloud
-        .client()
-        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
-        .bearer_auth(&t.api_key)
-        .json(&event)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 202, "{}", res.text().await.unwrap());
-}
-
 fn deployment(service: &str, environment: &str, version: &str, at: &str) -> Value {
     json!({"type": "deployment", "service": service, "environment": environment,
            "version": version, "status": "success", "timestamp": at})
@@ -120,34 +108,31 @@ async fn services_and_days(backend: Backend) {
     let acme = cloud.tenant("acme");
     let client = client(&cloud);
     let member = session(&cloud, &client, "acme", "max@example.com", "member").await;
-    post_event(
-        &cloud,
-        &acme,
-        deployment("api", "production", "v1.0.0", "2026-01-10T09:00:00Z"),
-    )
-    .await;
-    post_event(
-        &cloud,
-        &acme,
-        deployment("api", "production", "v1.1.0", "2026-02-10T09:00:00Z"),
-    )
-    .await;
-    post_event(
-        &cloud,
-        &acme,
-        deployment("api", "staging", "v1.2.0-rc1", "2026-02-11T09:00:00Z"),
-    )
-    .await;
-    post_event(
-        &cloud,
-        &acme,
-        deployment("web", "production", "v7", "2026-01-05T09:00:00Z"),
-    )
-    .await;
-    post_event(
-        &cloud,
-        &acme,
-        json!({"type": "alert", "service": "api", "environment": "production", "status": "firing", "severity": "critical",
+    cloud
+        .post_event(
+            &acme,
+            &deployment("api", "production", "v1.0.0", "2026-01-10T09:00:00Z"),
+        )
+        .await;
+    cloud
+        .post_event(
+            &acme,
+            &deployment("api", "production", "v1.1.0", "2026-02-10T09:00:00Z"),
+        )
+        .await;
+    cloud
+        .post_event(
+            &acme,
+            &deployment("api", "staging", "v1.2.0-rc1", "2026-02-11T09:00:00Z"),
+        )
+        .await;
+    cloud
+        .post_event(
+            &acme,
+            &deployment("web", "production", "v7", "2026-01-05T09:00:00Z"),
+        )
+        .await;
+    cloud.post_event(&acme, &json!({"type": "alert", "service": "api", "environment": "production", "status": "firing", "severity": "critical",
                "title": "Error rate", "timestamp": "2026-02-12T09:00:00Z"}),
     )
     .await;

@@ -315,6 +315,15 @@ impl Cloud {
             .expect("post a signal")
     }
 
+    /// Posts one event that must be accepted (202); returns its id.
+    pub async fn post_event(&self, t: &Tenant, event: &Value) -> String {
+        let res = self.post_signal_text(t, event.to_string()).await;
+        let status = res.status();
+        let body: Value = res.json().await.expect("a JSON answer");
+        assert_eq!(status, 202, "{body}");
+        body["id"].as_str().expect("an id").to_string()
+    }
+
     /// The status of `GET /v1/events` with `key`: whether the server takes the key.
     pub async fn events_status(&self, key: &str) -> reqwest::StatusCode {
         self.client()

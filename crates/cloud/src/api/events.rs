@@ -5,7 +5,6 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -45,20 +44,6 @@ fn render(e: StoredEvent) -> Result<Value, Problem> {
             e.id
         ))
     })
-}
-
-fn time_param(name: &str, value: Option<&str>) -> Result<Option<i64>, Problem> {
-    value
-        .map(|v| {
-            DateTime::parse_from_rfc3339(v)
-                .map(|t| t.with_timezone(&Utc).timestamp_micros())
-                .map_err(|_| {
-                    Problem::bad_request(format!(
-                        "query parameter {name}={v:?} is not an RFC 3339 time; expected e.g. 2024-01-15T10:30:00Z"
-                    ))
-                })
-        })
-        .transpose()
 }
 
 fn encode_cursor(e: &StoredEvent) -> String {
@@ -128,8 +113,8 @@ pub async fn list(
             })?,
     };
     let query = EventQuery {
-        since: time_param("since", p.since.as_deref())?,
-        until: time_param("until", p.until.as_deref())?,
+        since: crate::problem::time_param("since", p.since.as_deref())?,
+        until: crate::problem::time_param("until", p.until.as_deref())?,
         after: p.cursor.as_deref().map(decode_cursor).transpose()?,
         kind: p.kind,
         service: p.service,

@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
-use chrono::{DateTime, Utc};
+use chrono::DateTime;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -36,19 +36,6 @@ pub struct Params {
     environment: Option<String>,
     since: Option<String>,
     until: Option<String>,
-}
-
-fn time(name: &str, v: Option<&str>) -> Result<Option<i64>, Problem> {
-    v.map(|v| {
-        DateTime::parse_from_rfc3339(v)
-            .map(|t| t.with_timezone(&Utc).timestamp_micros())
-            .map_err(|_| {
-                Problem::bad_request(format!(
-                    "query parameter {name}={v:?} is not an RFC 3339 time; expected e.g. 2024-01-15T10:30:00Z"
-                ))
-            })
-    })
-    .transpose()
 }
 
 /// The p-th percentile (nearest rank) of sorted seconds.
@@ -162,8 +149,10 @@ pub async fn figures(
             e.body_text()
         ))
     })?;
-    let until = time("until", p.until.as_deref())?.unwrap_or_else(crate::storage::now_micros);
-    let since = time("since", p.since.as_deref())?.unwrap_or(until - DEFAULT_DAYS * 86_400_000_000);
+    let until = crate::problem::time_param("until", p.until.as_deref())?
+        .unwrap_or_else(crate::storage::now_micros);
+    let since = crate::problem::time_param("since", p.since.as_deref())?
+        .unwrap_or(until - DEFAULT_DAYS * 86_400_000_000);
     if since >= until {
         return Err(Problem::bad_request(
             "query parameter since must be before until",
