@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 use testkit::dashboard::{client, get, post, session, shown_secret};
-use testkit::{Backend, Cloud, Tenant};
+use testkit::{Backend, Cloud};
 
 fn deployment(service: &str, environment: &str, version: &str, at: &str) -> Value {
     json!({"type": "deployment", "service": service, "environment": environment,
