@@ -416,6 +416,49 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
         page.contains("<svg") && page.contains("Deployment frequency") && page.contains("60 min"),
         "{page}"
     );
+    // An admin confirms the cause on the alert's page: the page says so, and the change fail
+    // rate counts it (one of the two deployments).
+    let (status, _) = form(
+        &browser,
+        &cloud,
+        &admin,
+        &format!("/events/{alert}/cause"),
+        &[("deployment", &deployment)],
+    )
+    .await;
+    assert_eq!(status, 303);
+    let (_, page) = get(&browser, format!("{}/events/{alert}", cloud.https), &admin).await;
+    assert!(page.contains("confirmed cause"), "{page}");
+    let (_, dora) = call(
+        &cloud,
+        &t,
+        reqwest::Method::GET,
+        "/v1/dora?service=api&environment=production",
+        None,
+    )
+    .await;
+    assert_eq!(dora["changeFailRate"], json!(0.5), "{dora}");
+    let member = session(&cloud, &browser, "acme", "max@example.com", "member").await;
+    let (status, _) = form(
+        &browser,
+        &cloud,
+        &member,
+        &format!("/events/{alert}/cause"),
+        &[("deployment", &deployment)],
+    )
+    .await;
+    assert_eq!(status, 403, "members read");
+    // Declared dependencies are shown on the service's page.
+    call(
+        &cloud,
+        &t,
+        reqwest::Method::PUT,
+        "/v1/services/api/dependencies",
+        Some(json!({"dependencies": ["payments-api"]})),
+    )
+    .await;
+    let (_, page) = get(&browser, format!("{}/services/api", cloud.https), &admin).await;
+    assert!(page.contains("href=\"/services/payments-api\""), "{page}");
 }
 
 /// Many concurrent batches of deployments of the same services (PostgreSQL's two writers

@@ -4,7 +4,7 @@
 use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -47,6 +47,8 @@ struct EventsPage<'a> {
 /// One suspect of an alert, as its page lists it.
 struct SuspectRow {
     id: String,
+    /// A deployment (which a person may confirm as the cause).
+    deployment: bool,
     what: String,
     time: String,
     percent: i64,
@@ -62,6 +64,8 @@ struct EventPage<'a> {
     json: String,
     /// For an alert: its suspects (`None` when they could not be found).
     suspects: Option<Vec<SuspectRow>>,
+    /// For an alert: the deployment confirmed as its cause.
+    cause: Option<String>,
 }
 
 fn suspect_rows(answer: &Value) -> Vec<SuspectRow> {
@@ -83,6 +87,7 @@ fn suspect_rows(answer: &Value) -> Vec<SuspectRow> {
                     .join(" · ");
                     SuspectRow {
                         id: text(e, "id"),
+                        deployment: text(e, "type") == "deployment",
                         what,
                         time: text(e, "timestamp"),
                         percent: (s["score"].as_f64().unwrap_or(0.0) * 100.0).round() as i64,
@@ -246,14 +251,18 @@ pub async fn detail(
             let body: Value = serde_json::from_str(&e.body).unwrap_or(Value::Null);
             let json = serde_json::to_string_pretty(&body).unwrap_or(e.body.clone());
             let kind = text(&body, "type");
-            let suspects = if kind == "alert" {
-                state
+            let (suspects, cause) = if kind == "alert" {
+                let suspects = state
                     .insight
                     .suspects(me.session.user.org_id, &e.id)
                     .await
-                    .map(|answer| suspect_rows(&answer))
+                    .map(|answer| suspect_rows(&answer));
+                let Ok(cause) = state.store.cause_of(me.session.user.org_id, &e.id).await else {
+                    return unavailable();
+                };
+                (suspects, cause)
             } else {
-                None
+                (None, None)
             };
             page(
                 StatusCode::OK,
@@ -263,6 +272,7 @@ pub async fn detail(
                     kind: &kind,
                     json,
                     suspects,
+                    cause,
                 },
             )
         }
@@ -275,4 +285,68 @@ pub async fn detail(
         ),
         Err(_) => unavailable(),
     }
+}
+
+/// The confirm-cause form's fields.
+#[derive(Deserialize)]
+pub struct CauseForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    deployment: String,
+}
+
+/// `POST /events/{id}/cause`: an admin confirms which deployment caused the alert (counted in
+/// the change fail rate).
+pub async fn confirm_cause(
+    State(state): State<DashboardState>,
+    me: Me,
+    Path(id): Path<String>,
+    axum::Form(form): axum::Form<CauseForm>,
+) -> Response {
+    if let Some(answer) = super::pages::refuse_admin_form(&me, &form.csrf) {
+        return answer;
+    }
+    let org_id = me.session.user.org_id;
+    let kind_of = |e: &Option<StoredEvent>| {
+        e.as_ref()
+            .and_then(|e| serde_json::from_str::<Value>(&e.body).ok())
+            .map(|b| text(&b, "type"))
+    };
+    let (Ok(alert), Ok(deployment)) = (
+        state.store.event(org_id, &id).await,
+        state.store.event(org_id, &form.deployment).await,
+    ) else {
+        return unavailable();
+    };
+    if kind_of(&alert).as_deref() != Some("alert")
+        || kind_of(&deployment).as_deref() != Some("deployment")
+    {
+        return message(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Not an alert and a deployment",
+            "A cause is a deployment of your org, confirmed for an alert of your org.",
+            &format!("/events/{id}"),
+            "Back to the event",
+        );
+    }
+    if state
+        .store
+        .confirm_cause(org_id, &id, &form.deployment)
+        .await
+        .is_err()
+        || state
+            .store
+            .audit(
+                org_id,
+                &me.actor(),
+                "alert.confirm_cause",
+                &format!("{id} <- {}", form.deployment),
+            )
+            .await
+            .is_err()
+    {
+        return unavailable();
+    }
+    axum::response::Redirect::to(&format!("/events/{id}")).into_response()
 }

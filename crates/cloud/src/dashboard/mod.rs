@@ -154,6 +154,10 @@ pub fn router(state: DashboardState) -> Router {
         .route("/sign-out", axum::routing::post(pages::sign_out))
         .route("/events", get(events::timeline))
         .route("/events/{id}", get(events::detail))
+        .route(
+            "/events/{id}/cause",
+            axum::routing::post(events::confirm_cause),
+        )
         .route("/integrations/signals", get(signals::list))
         .route(
             "/integrations/signals/create",

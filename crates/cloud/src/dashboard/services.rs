@@ -76,6 +76,8 @@ struct ServicePage<'a> {
     fail_rate: String,
     recovery: String,
     charts: Vec<(&'static str, String)>,
+    /// The services this one depends on (declared through the API).
+    dependencies: Vec<String>,
 }
 
 /// `?environment=` of a service's page.
@@ -106,11 +108,14 @@ pub async fn detail(
     axum::extract::Query(scope): axum::extract::Query<Scope>,
 ) -> Response {
     let environment = Some(scope.environment.trim()).filter(|e| !e.is_empty());
-    let Some((weeks, whole)) = state
-        .insight
-        .weekly_dora(me.session.user.org_id, &service, environment, WEEKS)
-        .await
-    else {
+    let org_id = me.session.user.org_id;
+    let (Some((weeks, whole)), Ok(dependencies)) = (
+        state
+            .insight
+            .weekly_dora(org_id, &service, environment, WEEKS)
+            .await,
+        state.store.dependencies(org_id, &service).await,
+    ) else {
         return unavailable();
     };
     let labels: Vec<String> = weeks
@@ -183,6 +188,7 @@ pub async fn detail(
             ),
             recovery: or_none(p50(&whole, "recoveryTimeSeconds").map(duration)),
             charts,
+            dependencies,
         },
     )
 }

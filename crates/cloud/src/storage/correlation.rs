@@ -157,6 +157,20 @@ impl Store {
         Ok(())
     }
 
+    /// The deployment confirmed as the cause of `alert_id`, if any.
+    pub async fn cause_of(
+        &self,
+        org_id: i64,
+        alert_id: &str,
+    ) -> Result<Option<String>, StorageError> {
+        let sql = "SELECT deployment_id FROM alert_causes WHERE org_id = $1 AND alert_id = $2";
+        Ok(on_db!(&self.db, pool => sqlx::query_scalar(sql)
+            .bind(org_id)
+            .bind(alert_id)
+            .fetch_optional(pool)
+            .await?))
+    }
+
     /// Every deployment (id) confirmed as the cause of some alert of the org.
     pub async fn confirmed_causes(&self, org_id: i64) -> Result<Vec<String>, StorageError> {
         let sql = "SELECT DISTINCT deployment_id FROM alert_causes WHERE org_id = $1";
