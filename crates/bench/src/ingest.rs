@@ -23,6 +23,28 @@ pub struct Args {
     /// directory (another build), on SQLite, interleaved in one run.
     #[arg(long)]
     pub compare_bin_dir: Option<std::path::PathBuf>,
+    /// With --compare-bin-dir: batches of a mixed stream (1 deployment, 4 alerts, 2 changes
+    /// and 3 custom events in 10) instead of deployments only.
+    #[arg(long)]
+    pub mix: bool,
+}
+
+/// Event `i` of a mixed stream: 10% deployments, 40% alerts, 20% changes, 30% custom.
+fn mixed(i: usize) -> serde_json::Value {
+    let service = format!("svc-{}", i % 10);
+    match i % 10 {
+        0 => event(i),
+        1..=4 => {
+            serde_json::json!({"type": "alert", "service": service, "environment": "production",
+            "status": "triggered", "severity": "warning", "title": "Latency above SLO",
+            "dedupKey": format!("lat-{}", i % 50)})
+        }
+        5 | 6 => {
+            serde_json::json!({"type": "change", "service": service, "environment": "production",
+            "summary": "feature flag toggled"})
+        }
+        _ => serde_json::json!({"type": "custom", "name": "cache.flush", "service": service}),
+    }
 }
 
 fn event(i: usize) -> serde_json::Value {
@@ -149,7 +171,8 @@ async fn compare(other: &std::path::Path, args: &Args) -> Result<()> {
         body: Bytes::from(if n == 1 {
             event(1).to_string()
         } else {
-            serde_json::Value::Array((0..n).map(event).collect()).to_string()
+            let make = if args.mix { mixed } else { event };
+            serde_json::Value::Array((0..n).map(make).collect()).to_string()
         }),
     };
     let procs = [
@@ -158,8 +181,9 @@ async fn compare(other: &std::path::Path, args: &Args) -> Result<()> {
         ("other", that.child.id()),
     ];
     println!(
-        "this build against {}, SQLite, interleaved",
-        other.display()
+        "this build against {}, SQLite, interleaved; batches of {}",
+        other.display(),
+        if args.mix { "a mixed stream" } else { "deployments" }
     );
     println!(
         "{:>11} {:>8} {:>14} {:>14} {:>7}",
