@@ -183,7 +183,11 @@ async fn compare(other: &std::path::Path, args: &Args) -> Result<()> {
     println!(
         "this build against {}, SQLite, interleaved; batches of {}",
         other.display(),
-        if args.mix { "a mixed stream" } else { "deployments" }
+        if args.mix {
+            "a mixed stream"
+        } else {
+            "deployments"
+        }
     );
     println!(
         "{:>11} {:>8} {:>14} {:>14} {:>7}",

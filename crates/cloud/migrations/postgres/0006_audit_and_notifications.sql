@@ -23,7 +23,8 @@ CREATE TABLE webhooks (
     created_at    BIGINT NOT NULL,
     removed_at    BIGINT
 );
-CREATE INDEX webhooks_by_org ON webhooks (org_id) WHERE removed_at IS NULL;
+-- One live webhook per org.
+CREATE UNIQUE INDEX webhooks_by_org ON webhooks (org_id) WHERE removed_at IS NULL;
 
 -- One row per notification and webhook; next_attempt_at is NULL once delivered or given up.
 CREATE TABLE webhook_deliveries (

@@ -23,7 +23,8 @@ CREATE TABLE webhooks (
     created_at    INTEGER NOT NULL,
     removed_at    INTEGER
 );
-CREATE INDEX webhooks_by_org ON webhooks (org_id) WHERE removed_at IS NULL;
+-- One live webhook per org.
+CREATE UNIQUE INDEX webhooks_by_org ON webhooks (org_id) WHERE removed_at IS NULL;
 
 -- One row per notification and webhook; next_attempt_at is NULL once delivered or given up.
 CREATE TABLE webhook_deliveries (
@@ -42,10 +43,6 @@ CREATE INDEX deliveries_due ON webhook_deliveries (next_attempt_at)
     WHERE next_attempt_at IS NOT NULL;
 
 ALTER TABLE users ADD COLUMN release_notices INTEGER NOT NULL DEFAULT 0;
-
--- The services view (the last deployment per service and environment) and the search for a
--- service's previous deployment read deployments only: a partial index that other events
--- never write.
 
 
 -- When a bridge last tried to connect with this token after it was revoked: the dashboard

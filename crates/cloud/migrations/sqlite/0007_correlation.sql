@@ -16,9 +16,12 @@ CREATE TABLE deploy_heads (
     PRIMARY KEY (org_id, service, environment)
 ) WITHOUT ROWID;
 INSERT INTO deploy_heads (org_id, service, environment, occurred_at, event_id)
-    SELECT org_id, service, environment, max(occurred_at), id FROM events
-    WHERE type = 'deployment' AND service IS NOT NULL AND environment IS NOT NULL
-    GROUP BY org_id, service, environment;
+    SELECT org_id, service, environment, occurred_at, id FROM (
+        SELECT org_id, service, environment, occurred_at, id, ROW_NUMBER() OVER (
+            PARTITION BY org_id, service, environment ORDER BY occurred_at DESC, id DESC) AS n
+        FROM events
+        WHERE type = 'deployment' AND service IS NOT NULL AND environment IS NOT NULL)
+    WHERE n = 1;
 
 -- Declared service dependencies: "service depends on depends_on", the same in every environment.
 CREATE TABLE service_dependencies (

@@ -9,7 +9,7 @@
 //! - Failed deployment recovery time: from a failed deployment to the next successful one of
 //!   the same service and environment.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use axum::Json;
 use axum::extract::{Query, State};
@@ -67,38 +67,59 @@ fn figures_of(
     since: i64,
     until: i64,
 ) -> Value {
-    let status = |d: &Deployment| d.fields.status.clone().unwrap_or_default();
-    let pair = |d: &Deployment| (d.fields.service.clone(), d.fields.environment.clone());
-    let in_window = |d: &Deployment| d.fields.at >= since && d.fields.at < until;
-    let failed = |i: usize| {
-        let d = &deployments[i];
-        if ["failure", "error", "rolled_back"].contains(&status(d).as_str())
-            || confirmed.contains(&d.id)
-        {
-            return true;
-        }
-        // Rolled back: the next deployment of its service and environment brings back a version
-        // deployed before it.
-        let next = deployments[i + 1..].iter().find(|o| pair(o) == pair(d));
-        next.is_some_and(|n| {
-            n.fields.version.is_some()
-                && n.fields.version != d.fields.version
-                && deployments[..i]
-                    .iter()
-                    .any(|e| pair(e) == pair(d) && e.fields.version == n.fields.version)
-        })
+    let n = deployments.len();
+    let status = |i: usize| deployments[i].fields.status.as_deref().unwrap_or("");
+    let pair = |i: usize| {
+        let f = &deployments[i].fields;
+        (f.service.as_deref(), f.environment.as_deref())
     };
-    let success: Vec<usize> = (0..deployments.len())
-        .filter(|&i| in_window(&deployments[i]) && status(&deployments[i]) == "success")
+    let in_window =
+        |i: usize| deployments[i].fields.at >= since && deployments[i].fields.at < until;
+    // The next deployment of the same service and environment (walking backwards once).
+    let mut next_same = vec![None; n];
+    let mut last: HashMap<(Option<&str>, Option<&str>), usize> = HashMap::new();
+    for i in (0..n).rev() {
+        next_same[i] = last.insert(pair(i), i);
+    }
+    // Failed: its status, a confirmed cause, or rolled back (the next deployment of its service
+    // and environment brings back a version deployed before it); walking forwards once with
+    // the versions each pair has seen.
+    let mut failed = vec![false; n];
+    let mut seen: HashMap<(Option<&str>, Option<&str>), HashSet<&str>> = HashMap::new();
+    for i in 0..n {
+        let d = &deployments[i];
+        let versions = seen.entry(pair(i)).or_default();
+        let rolled_back = next_same[i].is_some_and(|j| {
+            let next = deployments[j].fields.version.as_deref();
+            next.is_some_and(|v| Some(v) != d.fields.version.as_deref() && versions.contains(v))
+        });
+        failed[i] = ["failure", "error", "rolled_back"].contains(&status(i))
+            || confirmed.contains(&d.id)
+            || rolled_back;
+        if let Some(v) = d.fields.version.as_deref() {
+            versions.insert(v);
+        }
+    }
+    // The next successful, not failed, deployment of the same pair (walking backwards once).
+    let mut next_good = vec![None; n];
+    for i in (0..n).rev() {
+        next_good[i] = next_same[i].and_then(|j| {
+            if status(j) == "success" && !failed[j] {
+                Some(j)
+            } else {
+                next_good[j]
+            }
+        });
+    }
+    let success: Vec<usize> = (0..n)
+        .filter(|&i| in_window(i) && status(i) == "success")
         .collect();
-    let finished: Vec<usize> = (0..deployments.len())
+    let finished: Vec<usize> = (0..n)
         .filter(|&i| {
-            in_window(&deployments[i])
-                && ["success", "failure", "error", "rolled_back"]
-                    .contains(&status(&deployments[i]).as_str())
+            in_window(i) && ["success", "failure", "error", "rolled_back"].contains(&status(i))
         })
         .collect();
-    let failures: Vec<usize> = finished.iter().copied().filter(|&i| failed(i)).collect();
+    let failures: Vec<usize> = finished.iter().copied().filter(|&i| failed[i]).collect();
     let days = ((until - since) as f64 / 86_400_000_000.0).max(1.0 / 24.0);
     let lead: Vec<f64> = success
         .iter()
@@ -111,12 +132,8 @@ fn figures_of(
     let recovery: Vec<f64> = failures
         .iter()
         .filter_map(|&i| {
-            let d = &deployments[i];
-            deployments[i + 1..]
-                .iter()
-                .enumerate()
-                .find(|(j, o)| pair(o) == pair(d) && status(o) == "success" && !failed(i + 1 + j))
-                .map(|(_, o)| (o.fields.at - d.fields.at) as f64 / 1_000_000.0)
+            next_good[i]
+                .map(|j| (deployments[j].fields.at - deployments[i].fields.at) as f64 / 1_000_000.0)
         })
         .collect();
     json!({
@@ -163,7 +180,7 @@ pub async fn figures(
         principal.org_id,
         p.service.as_deref(),
         p.environment.as_deref(),
-        since,
+        (since, until),
     )
     .await
     .map_err(|e| storage_unavailable(&e))?;
@@ -196,21 +213,23 @@ fn answer(
     answer
 }
 
-/// The org's deployments from 30 days before `since` on (history finds rollbacks to versions
-/// deployed before the window), oldest first, and the deployments confirmed as causes.
+/// The org's deployments from 30 days before `since` to 30 days after `until`, oldest first
+/// (at most [`MAX_DEPLOYMENTS`], the newest), and the deployments confirmed as causes.
 async fn load(
     store: &Store,
     org_id: i64,
     service: Option<&str>,
     environment: Option<&str>,
-    since: i64,
+    (since, until): (i64, i64),
 ) -> Result<(Vec<Deployment>, HashSet<String>), StorageError> {
+    // 30 days on each side: rollbacks to versions deployed before the window, and the
+    // rollbacks and recoveries that follow its last deployments.
     let query = EventQuery {
         kind: Some("deployment".into()),
         service: service.map(str::to_string),
         environment: environment.map(str::to_string),
         since: Some(since - DEFAULT_DAYS * 86_400_000_000),
-        until: None,
+        until: Some(until.saturating_add(DEFAULT_DAYS * 86_400_000_000)),
         after: None,
         limit: MAX_DEPLOYMENTS,
     };
@@ -247,7 +266,8 @@ pub async fn weekly(
     const WEEK: i64 = 7 * 86_400_000_000;
     let until = crate::storage::now_micros();
     let since = until - i64::from(weeks) * WEEK;
-    let (deployments, confirmed) = load(store, org_id, Some(service), environment, since).await?;
+    let (deployments, confirmed) =
+        load(store, org_id, Some(service), environment, (since, until)).await?;
     let each = (0..i64::from(weeks))
         .map(|w| {
             let from = since + w * WEEK;

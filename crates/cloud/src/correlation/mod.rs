@@ -92,8 +92,8 @@ async fn alert(
     Ok((body, fields))
 }
 
-/// When an earlier alert like this one (same dedupKey, or same service and title within
-/// [`TITLE_LOOKBACK_MICROS`]) first fired.
+/// When an earlier alert like this one (same dedupKey, or else same service and title) first
+/// fired within [`TITLE_LOOKBACK_MICROS`] before it.
 async fn first_fired(
     state: &CorrelationState,
     org_id: i64,
@@ -103,7 +103,7 @@ async fn first_fired(
     if let Some(key) = &alert.dedup_key {
         return state
             .store
-            .first_alert_by_key(org_id, key, alert.at)
+            .first_alert_by_key(org_id, key, alert.at - TITLE_LOOKBACK_MICROS, alert.at)
             .await
             .map_err(failed);
     }

@@ -131,9 +131,11 @@ fn score(
         .clone()
         .unwrap_or_else(|| "an unnamed service".into());
 
-    // Explicit links: the alert names the version or commit it runs.
-    let version_link = deployment && same(&alert.version, &c.version);
-    let sha_link = deployment && same(&alert.sha, &c.sha);
+    // Explicit links: the alert names the version or commit it runs, of the same service or
+    // repository (another service's "1.4.0" is not this one's).
+    let related = same(&alert.service, &c.service) || same(&alert.repository, &c.repository);
+    let version_link = deployment && related && same(&alert.version, &c.version);
+    let sha_link = deployment && related && same(&alert.sha, &c.sha);
     if version_link || sha_link {
         if version_link {
             reasons.push(format!(

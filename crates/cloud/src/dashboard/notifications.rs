@@ -68,6 +68,10 @@ fn row(d: crate::storage::Delivery) -> DeliveryRow {
     let kind = field("type");
     let subject = match kind.as_str() {
         "bridge.outdated" => format!("{} runs {}", field("bridge"), field("version")),
+        "alert.suspect" => {
+            let alert = |k: &str| body["alert"][k].as_str().unwrap_or("").to_string();
+            format!("{} alert \"{}\"", alert("service"), alert("title"))
+        }
         _ => format!("release {}", field("release")),
     };
     DeliveryRow {
@@ -94,11 +98,23 @@ pub async fn show(State(state): State<DashboardState>, me: Me) -> Response {
         &NotificationsPage {
             release: &state.release,
             subscribed: me.session.user.release_notices,
-            webhook: webhook.map(|w| (w.url, when_micros(w.created_at))),
+            // A webhook URL often carries a token: members see where it goes, not the path.
+            webhook: webhook.map(|w| {
+                let shown = if me.admin { w.url } else { origin_only(&w.url) };
+                (shown, when_micros(w.created_at))
+            }),
             deliveries: deliveries.into_iter().map(row).collect(),
             me: &me,
         },
     )
+}
+
+/// `scheme://host[:port]/…` of a URL, for people who may not see its path and query.
+fn origin_only(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(u) => format!("{}/…", u.origin().ascii_serialization()),
+        Err(_) => "…".into(),
+    }
 }
 
 /// The subscription form's fields.

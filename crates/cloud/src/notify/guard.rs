@@ -23,6 +23,7 @@ pub fn is_public(ip: IpAddr) -> bool {
                 || v4.is_documentation()
                 || a == 0
                 || (a == 100 && (64..128).contains(&b))
+                || (a == 192 && b == 0 && v4.octets()[2] == 0)
                 || (a == 198 && (b == 18 || b == 19))
                 || a >= 240)
         }
@@ -30,7 +31,26 @@ pub fn is_public(ip: IpAddr) -> bool {
             if let Some(v4) = v6.to_ipv4_mapped() {
                 return is_public(IpAddr::V4(v4));
             }
-            let first = v6.segments()[0];
+            let seg = v6.segments();
+            let first = seg[0];
+            // Forms that carry an IPv4 address: NAT64 (64:ff9b::/96, 64:ff9b:1::/48), 6to4
+            // (2002::/16) and the deprecated IPv4-compatible ::a.b.c.d.
+            let embedded = |hi: u16, lo: u16| {
+                IpAddr::V4(std::net::Ipv4Addr::from(
+                    (u32::from(hi) << 16) | u32::from(lo),
+                ))
+            };
+            if first == 0x64 && seg[1] == 0xff9b {
+                // The well-known prefix embeds the address in its last 32 bits; the local-use
+                // /48 may embed it elsewhere: refuse it.
+                return seg[2] == 0 && is_public(embedded(seg[6], seg[7]));
+            }
+            if first == 0x2002 {
+                return is_public(embedded(seg[1], seg[2]));
+            }
+            if seg[..6] == [0; 6] && !v6.is_loopback() && !v6.is_unspecified() {
+                return is_public(embedded(seg[6], seg[7]));
+            }
             !(v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()

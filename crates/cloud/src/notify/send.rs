@@ -31,10 +31,12 @@ pub(super) fn client(allow_private: bool) -> reqwest::Client {
         Ok(config) => builder.tls_backend_preconfigured(config),
         Err(_) => builder,
     };
+    // Without `allow_private`, no proxy either: a proxy would connect wherever it is asked,
+    // past the resolver that keeps webhooks on public addresses.
     let builder = if allow_private {
         builder
     } else {
-        builder.dns_resolver(super::guard::PublicOnly)
+        builder.no_proxy().dns_resolver(super::guard::PublicOnly)
     };
     builder.build().unwrap_or_default()
 }
@@ -60,6 +62,12 @@ impl Notifier {
                     .await?;
                 continue;
             };
+            // Another process on the same database may have taken it: skip it then.
+            let lease = i64::try_from((ATTEMPT_TIMEOUT * 3).as_micros()).unwrap_or(i64::MAX);
+            let due = delivery.next_attempt_at.unwrap_or_default();
+            if !self.store.claim_delivery(delivery.id, due, lease).await? {
+                continue;
+            }
             let outcome = self.attempt(&hook.url, &hook.secret, &delivery).await;
             let attempts = delivery.attempts + 1;
             match outcome {

@@ -88,17 +88,20 @@ impl Notifier {
             self.examined.clear();
         }
         for alert in self.store.list_events(org_id, &recent).await? {
-            if !self.examined.insert(alert.id.clone()) {
+            if self.examined.contains(&alert.id) {
                 continue;
             }
             let triggered = serde_json::from_str::<serde_json::Value>(&alert.body)
                 .is_ok_and(|b| b["status"] == "triggered");
             if !triggered {
+                self.examined.insert(alert.id.clone());
                 continue;
             }
+            // Not examined when correlation cannot answer now: the next round tries again.
             let Some(answer) = self.insight.suspects(org_id, &alert.id).await else {
                 continue;
             };
+            self.examined.insert(alert.id.clone());
             let top = &answer["suspects"][0];
             let score = top["score"].as_f64().unwrap_or(0.0);
             if score < STRONG_SUSPECT {
@@ -128,8 +131,15 @@ impl Notifier {
                     reasons.join("; ")
                 ),
             });
-            self.queue(webhook_id, format!("suspect:{}", alert.id), body)
-                .await?;
+            // Once per incident and suspect: an alert firing again (same dedupKey, or service
+            // and title) with the same suspect is not sent again.
+            let a = &answer["alert"];
+            let incident = match a["dedupKey"].as_str() {
+                Some(key) => format!("key:{key}"),
+                None => format!("{}/{}", text(a, "service"), text(a, "title")),
+            };
+            let dedup = format!("suspect:{incident}:{}", text(&top["event"], "id"));
+            self.queue(webhook_id, dedup, body).await?;
         }
         Ok(())
     }

@@ -9,7 +9,7 @@ use super::{StorageError, Store, StoredEvent, now_micros, on_db, on_writer};
 /// Most candidates read for one alert: the newest win.
 pub const MAX_CANDIDATES: i64 = 2_000;
 
-/// How far back an alert without a `dedupKey` is looked for by service and title.
+/// How far back an earlier firing of an alert is looked for (by dedupKey, or service and title).
 pub const TITLE_LOOKBACK_MICROS: i64 = 7 * 86_400_000_000;
 
 impl Store {
@@ -52,18 +52,20 @@ impl Store {
         }))
     }
 
-    /// When the org's first alert with `dedup_key` fired before `before` (µs), if ever.
+    /// When the org's first alert with `dedup_key` in `[from, before)` (µs) fired, if one did.
     pub async fn first_alert_by_key(
         &self,
         org_id: i64,
         dedup_key: &str,
+        from: i64,
         before: i64,
     ) -> Result<Option<i64>, StorageError> {
-        let sql = "SELECT min(occurred_at) FROM events \
-                   WHERE org_id = $1 AND dedup_key = $2 AND occurred_at < $3 AND type = 'alert'";
+        let sql = "SELECT min(occurred_at) FROM events WHERE org_id = $1 AND dedup_key = $2 \
+                   AND occurred_at >= $3 AND occurred_at < $4 AND type = 'alert'";
         Ok(on_db!(&self.db, pool => sqlx::query(sql)
             .bind(org_id)
             .bind(dedup_key)
+            .bind(from)
             .bind(before)
             .fetch_one(pool)
             .await?

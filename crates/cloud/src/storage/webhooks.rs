@@ -90,18 +90,31 @@ impl Store {
         secret: &str,
         release: &str,
     ) -> Result<i64, StorageError> {
-        self.remove_webhook(org_id).await?;
-        let sql = "INSERT INTO webhooks (org_id, url, secret, release_seen, created_at) \
-                   VALUES ($1, $2, $3, $4, $5) RETURNING id";
-        Ok(on_writer!(&self.db, pool => sqlx::query(sql)
-            .bind(org_id)
-            .bind(url)
-            .bind(secret)
-            .bind(release)
-            .bind(now_micros())
-            .fetch_one(pool)
-            .await?
-            .get::<i64, _>(0)))
+        let now = now_micros();
+        let stop = "UPDATE webhook_deliveries SET next_attempt_at = NULL, last_error = 'webhook replaced' \
+                    WHERE next_attempt_at IS NOT NULL AND webhook_id IN \
+                    (SELECT id FROM webhooks WHERE org_id = $1 AND removed_at IS NULL)";
+        let remove = "UPDATE webhooks SET removed_at = $1 WHERE org_id = $2 AND removed_at IS NULL";
+        let insert = "INSERT INTO webhooks (org_id, url, secret, release_seen, created_at) \
+                      VALUES ($1, $2, $3, $4, $5) RETURNING id";
+        // One transaction: a unique index allows one live webhook per org, so two admins
+        // saving at once end with one of the two, never both.
+        Ok(on_writer!(&self.db, pool => {
+            let mut tx = pool.begin().await?;
+            sqlx::query(stop).bind(org_id).execute(&mut *tx).await?;
+            sqlx::query(remove).bind(now).bind(org_id).execute(&mut *tx).await?;
+            let id = sqlx::query(insert)
+                .bind(org_id)
+                .bind(url)
+                .bind(secret)
+                .bind(release)
+                .bind(now)
+                .fetch_one(&mut *tx)
+                .await?
+                .get::<i64, _>(0);
+            tx.commit().await?;
+            id
+        }))
     }
 
     /// Removes the org's webhook; true when there was one.
@@ -192,6 +205,27 @@ impl Store {
             .map(|r| delivery_from!(r))
             .collect()),
         )
+    }
+
+    /// Claims a due delivery for one attempt: moves its next attempt `lease` µs ahead, if it is
+    /// still due at `due` (the time read). False when another process claimed it first, so
+    /// several `cloud` processes on one database never send the same delivery at once.
+    pub async fn claim_delivery(
+        &self,
+        id: i64,
+        due: i64,
+        lease: i64,
+    ) -> Result<bool, StorageError> {
+        let sql = "UPDATE webhook_deliveries SET next_attempt_at = $1 \
+                   WHERE id = $2 AND next_attempt_at = $3";
+        let n = on_writer!(&self.db, pool => sqlx::query(sql)
+            .bind(now_micros() + lease)
+            .bind(id)
+            .bind(due)
+            .execute(pool)
+            .await?
+            .rows_affected());
+        Ok(n == 1)
     }
 
     /// Records an attempt: delivered (`error` None), or failed and due again at `retry_at`
