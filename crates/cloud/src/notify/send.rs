@@ -55,6 +55,7 @@ impl Notifier {
             return Ok(());
         }
         let hooks = self.store.webhooks().await?;
+        let mut claimed = Vec::new();
         for delivery in due {
             let Some(hook) = hooks.iter().find(|h| h.id == delivery.webhook_id) else {
                 self.store
@@ -65,10 +66,28 @@ impl Notifier {
             // Another process on the same database may have taken it: skip it then.
             let lease = i64::try_from((ATTEMPT_TIMEOUT * 3).as_micros()).unwrap_or(i64::MAX);
             let due = delivery.next_attempt_at.unwrap_or_default();
-            if !self.store.claim_delivery(delivery.id, due, lease).await? {
-                continue;
+            if self.store.claim_delivery(delivery.id, due, lease).await? {
+                claimed.push((hook.clone(), delivery));
             }
-            let outcome = self.attempt(&hook.url, &hook.secret, &delivery).await;
+        }
+        // Side by side (at most 32 due at once): one org's receiver that does not answer
+        // delays no other org's.
+        let mut attempts = tokio::task::JoinSet::new();
+        for (hook, delivery) in claimed {
+            let (client, allow_private) = (self.client.clone(), self.allow_private);
+            attempts.spawn(async move {
+                let outcome =
+                    attempt(&client, allow_private, &hook.url, &hook.secret, &delivery).await;
+                (hook, delivery, outcome)
+            });
+        }
+        let mut outcomes = Vec::new();
+        while let Some(done) = attempts.join_next().await {
+            if let Ok(done) = done {
+                outcomes.push(done);
+            }
+        }
+        for (hook, delivery, outcome) in outcomes {
             let attempts = delivery.attempts + 1;
             match outcome {
                 Ok(()) => {
@@ -104,38 +123,44 @@ impl Notifier {
         }
         Ok(())
     }
+}
 
-    async fn attempt(&self, url: &str, secret: &str, delivery: &Delivery) -> Result<(), String> {
-        if !self.allow_private {
-            super::guard::literal_allowed(url).map_err(|why| format!("POST {url}: {why}"))?;
-        }
-        let t = chrono::Utc::now().timestamp();
-        let answer = self
-            .client
-            .post(url)
-            .header("content-type", "application/json")
-            .header(
-                "signature",
-                sign::signature(secret, t, delivery.body.as_bytes()),
-            )
-            .body(delivery.body.clone())
-            .send()
-            .await
-            .map_err(|e| {
-                // reqwest's own text hides the cause ("error sending request"): show the chain.
-                let mut text = format!("POST {url}: {e}");
-                let mut cause = std::error::Error::source(&e);
-                while let Some(c) = cause {
-                    text.push_str(&format!(": {c}"));
-                    cause = c.source();
-                }
-                text
-            })?;
-        if answer.status().is_success() {
-            Ok(())
-        } else {
-            Err(format!("POST {url}: answered {}", answer.status()))
-        }
+/// One attempt: the signed POST, `Ok` on a 2xx answer.
+async fn attempt(
+    client: &reqwest::Client,
+    allow_private: bool,
+    url: &str,
+    secret: &str,
+    delivery: &Delivery,
+) -> Result<(), String> {
+    if !allow_private {
+        super::guard::literal_allowed(url).map_err(|why| format!("POST {url}: {why}"))?;
+    }
+    let t = chrono::Utc::now().timestamp();
+    let answer = client
+        .post(url)
+        .header("content-type", "application/json")
+        .header(
+            "signature",
+            sign::signature(secret, t, delivery.body.as_bytes()),
+        )
+        .body(delivery.body.clone())
+        .send()
+        .await
+        .map_err(|e| {
+            // reqwest's own text hides the cause ("error sending request"): show the chain.
+            let mut text = format!("POST {url}: {e}");
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                text.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            text
+        })?;
+    if answer.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!("POST {url}: answered {}", answer.status()))
     }
 }
 
