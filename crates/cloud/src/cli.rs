@@ -21,9 +21,11 @@ pub struct Cli {
         default_value = "json"
     )]
     pub log_format: LogFormat,
-    /// Log level: debug, info, warn or error (or a tracing filter directive).
-    #[arg(long, global = true, env = "CLOUD_LOG_LEVEL", default_value = "info")]
-    pub log_level: String,
+    /// Log level: debug, info, warn or error (or a tracing filter directive). Default: info
+    /// for `serve`; warn for admin commands, which are quiet unless something goes wrong (with
+    /// info, their audit entries are JSON lines on stderr too).
+    #[arg(long, global = true, env = "CLOUD_LOG_LEVEL")]
+    pub log_level: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

@@ -22,7 +22,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let serving = matches!(cli.command, Command::Serve(_));
-    cloud::logging::init(cli.log_format, &cli.log_level, !serving);
+    let level = cli
+        .log_level
+        .clone()
+        .unwrap_or_else(|| if serving { "info" } else { "warn" }.to_string());
+    cloud::logging::init(cli.log_format, &level, !serving);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(worker_threads())
         .enable_all()
