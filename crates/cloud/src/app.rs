@@ -78,6 +78,7 @@ impl App {
         ca: LocalCa,
         limits: Limits,
         publishing: Publishing,
+        git: crate::correlation::mirror::GitClient,
     ) -> Self {
         let keys = Arc::new(KeyCache::default());
         let relay = RelayState::new(
@@ -89,7 +90,8 @@ impl App {
             limits.read_timeout,
         );
         let live: Arc<dyn LiveBridges> = Arc::new(RelayBridges(relay.clone()));
-        let correlation = crate::correlation::CorrelationState::new(store.clone(), keys.clone());
+        let correlation =
+            crate::correlation::CorrelationState::new(store.clone(), keys.clone(), git);
         let insight: Arc<dyn crate::insight::Insight> =
             Arc::new(CorrelationInsight(correlation.clone()));
         App {
@@ -115,6 +117,12 @@ impl App {
             relay,
             metrics,
         }
+    }
+
+    /// The routes of the loopback listener through which this process is a Git client of its
+    /// own relay (a deployment's commits): the relay's consumer routes only.
+    pub fn internal_router(&self) -> Router {
+        relay::router(self.relay.clone()).fallback(not_found)
     }
 
     /// The routes of one listener: the tunnel's handshake only on TLS.

@@ -31,6 +31,9 @@ pub struct Principal {
     pub key_id: String,
 }
 
+/// The principal of an internal key, as audit records and the bridge see it.
+pub const INTERNAL_PRINCIPAL: &str = "cloud-commits";
+
 /// Most key ids cached (found or not); a full cache starts again empty.
 const MAX_CACHED: usize = 100_000;
 
@@ -47,6 +50,43 @@ const NO_HASH: [u8; 32] = [0; 32];
 pub struct KeyCache {
     rows: Mutex<HashMap<String, Cached>>,
     signal_keys: Mutex<HashMap<String, (i64, Instant)>>,
+    internal: InternalSecret,
+}
+
+/// What an internal key starts with: `sigint_{org id}_{HMAC of the org id, hex}`.
+const INTERNAL_PREFIX: &str = "sigint_";
+
+/// 256 random bits made at start and never stored or sent: the cloud's own Git client (the
+/// commits of a deployment, read through the relay) acts for an org with a key derived from
+/// them, which no other process and no restart of this one accepts.
+struct InternalSecret([u8; 32]);
+
+impl Default for InternalSecret {
+    fn default() -> Self {
+        let mut secret = [0; 32];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut secret);
+        InternalSecret(secret)
+    }
+}
+
+impl InternalSecret {
+    fn mac(&self, org_id: i64) -> String {
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0);
+        let tag = ring::hmac::sign(&key, org_id.to_string().as_bytes());
+        tag.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The org an internal key acts for, when it is one of this process's.
+    fn org_of(&self, presented: &str) -> Option<i64> {
+        let (org, mac) = presented.strip_prefix(INTERNAL_PREFIX)?.split_once('_')?;
+        let org_id: i64 = org.parse().ok()?;
+        let expected = self.mac(org_id);
+        bool::from(subtle::ConstantTimeEq::ct_eq(
+            expected.as_bytes(),
+            mac.as_bytes(),
+        ))
+        .then_some(org_id)
+    }
 }
 
 /// How often a server asks whether any key was revoked (by any process: the CLI, another
@@ -91,6 +131,12 @@ impl KeyCache {
         headers: &HeaderMap,
     ) -> Result<Principal, Problem> {
         let presented = presented_key(headers)?;
+        if let Some(org_id) = self.internal.org_of(&presented) {
+            return Ok(Principal {
+                org_id,
+                key_id: INTERNAL_PRINCIPAL.to_string(),
+            });
+        }
         let invalid = || {
             Problem::unauthorized(
                 "the API key is not valid; create one with `cloud api-key create --org ORG`",
@@ -159,6 +205,12 @@ impl KeyCache {
             keys.insert(key.to_string(), (org, Instant::now()));
         }
         Ok(org)
+    }
+
+    /// A key acting for `org_id` that only this process accepts, for the cloud's own requests
+    /// through its relay (a Git client reading a deployment's commits).
+    pub fn internal_key(&self, org_id: i64) -> String {
+        format!("{INTERNAL_PREFIX}{org_id}_{}", self.internal.mac(org_id))
     }
 
     /// Forgets every cached key: the next request of each reads it again.

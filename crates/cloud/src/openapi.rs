@@ -37,10 +37,15 @@ use crate::signals::event::FieldError;
         crate::correlation::dependencies,
         crate::correlation::set_dependencies,
         crate::correlation::dora::figures,
+        crate::correlation::commits::list_sources,
+        crate::correlation::commits::set_source,
+        crate::correlation::commits::remove_source,
+        crate::correlation::commits::deployment_commits,
         document,
     ),
     components(schemas(Problem, FieldError, Accepted, AcceptedBatch, EventPage, Unreadable, Bridges,
-        Suspects, CauseBody, CauseConfirmed, Dependencies, Dora)),
+        Suspects, CauseBody, CauseConfirmed, Dependencies, Dora, RepositorySourceBody,
+        RepositorySources, DeploymentCommits)),
     modifiers(&ApiKeyAuth),
     security(("bearer" = []), ("basic" = []))
 )]
@@ -163,6 +168,44 @@ pub struct Dora {
     pub change_fail_rate: Option<f64>,
     /// `{"p50", "p90", "count"}`: failed deployment to the next successful one, seconds.
     pub recovery_time_seconds: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A repository mapped to the Git source that holds it (`PUT /v1/repository-sources`).
+#[derive(Serialize, ToSchema)]
+pub struct RepositorySourceBody {
+    /// The repository as events name it (`acme/api`).
+    pub repository: String,
+    /// The bridge.
+    pub bridge: String,
+    /// The name of a `sources` entry of the bridge's config.
+    pub source: String,
+    /// The repository's path under the source's `url` (`acme/api.git`).
+    pub path: String,
+}
+
+/// `GET /v1/repository-sources`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RepositorySources {
+    /// Every mapping of the org, by repository.
+    pub repository_sources: Vec<RepositorySourceBody>,
+}
+
+/// `GET /v1/deployments/{id}/commits`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentCommits {
+    /// The deployment, as `GET /v1/events/{id}` shows it.
+    pub deployment: serde_json::Map<String, serde_json::Value>,
+    /// The previous deployment the commits start from (null: none, and the history up to
+    /// 250 commits is listed).
+    pub previous: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Where the commits were read.
+    pub repository_source: RepositorySourceBody,
+    /// Newest first: `{"sha", "author", "time", "subject", "files": [...]}`.
+    pub commits: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// True when there were more than 250.
+    pub truncated: bool,
 }
 
 /// `GET /v1/openapi.json`: this document.

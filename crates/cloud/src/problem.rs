@@ -85,6 +85,22 @@ impl Problem {
         )
     }
 
+    /// 409: the request is sound but what it reads is not set up for it yet (the detail says
+    /// what to set up).
+    pub fn conflict(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "not-set-up", "Not set up", detail)
+    }
+
+    /// 502: a system behind a bridge failed to answer usefully.
+    pub fn bad_gateway(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "bad-gateway",
+            "Bad gateway",
+            detail,
+        )
+    }
+
     /// 500: the server found its own data unusable (never the client's fault).
     pub fn internal(detail: impl Into<String>) -> Self {
         Self::new(

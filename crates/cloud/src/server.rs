@@ -127,6 +127,11 @@ pub enum ServeError {
     /// The `--client-ca` file is unusable (a configuration error).
     #[error("--client-ca: {0}")]
     ClientCa(TlsError),
+    /// The loopback listener of the cloud's own Git client cannot be opened.
+    #[error(
+        "cannot listen on 127.0.0.1 for the cloud's own Git client (deployments' commits): {0}"
+    )]
+    Loopback(#[from] std::io::Error),
 }
 
 /// Runs the service until `shutdown` is cancelled, then drains and flushes.
@@ -162,6 +167,13 @@ pub async fn run(
     }
     let acceptor =
         TlsAcceptor::from(tls::server_config(identity, client_cas).map_err(ServeError::ClientCa)?);
+    // The loopback listener through which this process reads deployments' commits from its
+    // own relay (correlation/mirror.rs); nothing else listens there.
+    let internal = listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    let git = crate::correlation::mirror::GitClient {
+        root: options.data_dir.join("git-mirrors"),
+        relay: internal.local_addr()?,
+    };
     let app = App::new(
         store.clone(),
         metrics,
@@ -173,6 +185,7 @@ pub async fn run(
             forward_timeout: options.forward_timeout,
         },
         options.publishing.clone(),
+        git,
     );
     // A key revoked by any process stops working here within a second or two.
     let watcher = tokio::spawn(
@@ -221,6 +234,14 @@ pub async fn run(
             cap,
         )));
     }
+    loops.push(tokio::spawn(serve_loop(
+        internal,
+        None,
+        app.internal_router(),
+        shutdown.clone(),
+        (options.drain_timeout, options.header_read_timeout),
+        cap,
+    )));
     // Drain consumers' in-flight requests (some go through tunnels) before closing the tunnels.
     for task in loops {
         let _ = task.await;

@@ -2,7 +2,8 @@
 //! environment or all, over a window (docs/correlation.md, "DORA figures").
 //!
 //! - Deployment frequency: successful deployments in the window, and per day.
-//! - Change lead time: from `metadata.commitTimestamp` to the successful deployment.
+//! - Change lead time: from the oldest commit the deployment brought (as listed through its
+//!   repository's Git source), else `metadata.commitTimestamp`, to the successful deployment.
 //! - Change fail rate: failed deployments over finished ones; failed means status `failure`,
 //!   `error` or `rolled_back`, followed by a redeploy of an earlier version (a rollback), or
 //!   confirmed as an alert's cause.
@@ -235,15 +236,21 @@ async fn load(
     };
     let stored = store.list_events(org_id, &query).await?;
     let confirmed: HashSet<String> = store.confirmed_causes(org_id).await?.into_iter().collect();
+    let listed: HashMap<String, i64> = store
+        .first_commit_times(org_id)
+        .await?
+        .into_iter()
+        .collect();
     let mut deployments: Vec<Deployment> = stored
         .into_iter()
         .filter_map(|e| {
             let body: Value = serde_json::from_str(&e.body).ok()?;
-            let commit_at = body
-                .pointer("/metadata/commitTimestamp")
-                .and_then(Value::as_str)
-                .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-                .map(|t| t.timestamp_micros());
+            let commit_at = listed.get(&e.id).copied().or_else(|| {
+                body.pointer("/metadata/commitTimestamp")
+                    .and_then(Value::as_str)
+                    .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                    .map(|t| t.timestamp_micros())
+            });
             Some(Deployment {
                 fields: Fields::of(&body, e.occurred_at),
                 id: e.id,

@@ -4,7 +4,9 @@
 //! (`POST /v1/alerts/{id}/cause`) and the DORA figures (`GET /v1/dora`). A feature with its own
 //! router and state, reading storage only; it never imports the API's handlers.
 
+pub mod commits;
 pub mod dora;
+pub mod mirror;
 pub mod score;
 
 use std::sync::Arc;
@@ -26,12 +28,19 @@ use score::{AFTER_MICROS, BEFORE_MICROS, Fields};
 pub struct CorrelationState {
     store: Store,
     keys: Arc<KeyCache>,
+    mirrors: Arc<mirror::Mirrors>,
 }
 
 impl CorrelationState {
-    /// Correlation over `store`, authenticating with the shared verified-key cache.
-    pub fn new(store: Store, keys: Arc<KeyCache>) -> Self {
-        CorrelationState { store, keys }
+    /// Correlation over `store`, authenticating with the shared verified-key cache, reading
+    /// commits with `git`.
+    pub fn new(store: Store, keys: Arc<KeyCache>, git: mirror::GitClient) -> Self {
+        let mirrors = Arc::new(mirror::Mirrors::new(git, keys.clone()));
+        CorrelationState {
+            store,
+            keys,
+            mirrors,
+        }
     }
 
     /// [`dora::weekly`] over this state's storage.
@@ -56,6 +65,16 @@ pub fn router(state: CorrelationState) -> Router {
             get(dependencies).put(set_dependencies),
         )
         .route("/v1/dora", get(dora::figures))
+        .route(
+            "/v1/repository-sources",
+            get(commits::list_sources)
+                .put(commits::set_source)
+                .delete(commits::remove_source),
+        )
+        .route(
+            "/v1/deployments/{id}/commits",
+            get(commits::deployment_commits),
+        )
         .with_state(state)
 }
 

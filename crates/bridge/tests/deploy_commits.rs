@@ -1,0 +1,192 @@
+//! What changed in a deploy: the cloud lists a deployment's commits as a Git client of its own
+//! relay, through the real `bridge`, from a real Git server (nginx + fcgiwrap +
+//! `git http-backend`, with its own authentication), mapped through the API.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use testkit::bridge::Rig;
+use testkit::git_server::{GitAuth, GitServer};
+
+const GIT_TOKEN: &str = "ghs-SECRET-commits-token";
+
+fn deployment(sha: &str, at: DateTime<Utc>) -> Value {
+    json!({
+        "type": "deployment", "service": "api", "environment": "production",
+        "repository": "acme/api", "sha": sha, "status": "success",
+        "occurredAt": at.to_rfc3339(),
+    })
+}
+
+async fn get(rig: &Rig, key: &str, path: &str) -> (u16, Value) {
+    let res = rig
+        .cloud
+        .client()
+        .get(format!("{}{path}", rig.cloud.http))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap();
+    let status = res.status().as_u16();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+async fn put_mapping(rig: &Rig, body: &Value) -> (u16, Value) {
+    let res = rig
+        .cloud
+        .client()
+        .put(format!("{}/v1/repository-sources", rig.cloud.http))
+        .bearer_auth(&rig.tenant.api_key)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = res.status().as_u16();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+fn subjects(answer: &Value) -> Vec<&str> {
+    answer["commits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["subject"].as_str().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time() {
+    let server = GitServer::start(GitAuth::Basic {
+        user: "x-access-token".into(),
+        password: GIT_TOKEN.into(),
+    });
+    server.create_repo("acme/api.git", 2);
+    let first_sha = server.commit("acme/api.git", "first-deploy.txt", "one\n");
+    let url = server.url();
+    let mut rig = Rig::start_with(|_| {
+        format!("sources:\n  - {{type: git, name: code, url: {url}, auth: {{type: token, token: {GIT_TOKEN}}}}}\n")
+    })
+    .await;
+    let key = rig.tenant.api_key.clone();
+    rig.cloud
+        .post_event(&rig.tenant, &deployment(&first_sha, Utc::now()))
+        .await;
+    server.commit("acme/api.git", "payments/charge.rs", "fn charge() {}\n");
+    let second_sha = server.commit("acme/api.git", "README.md", "# api\n");
+    let second = rig
+        .cloud
+        .post_event(&rig.tenant, &deployment(&second_sha, Utc::now()))
+        .await;
+
+    // Until the repository is mapped, the answer says how to map it.
+    let (status, problem) = get(&rig, &key, &format!("/v1/deployments/{second}/commits")).await;
+    assert_eq!(status, 409, "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("PUT /v1/repository-sources"),
+        "{problem}"
+    );
+
+    // A bad mapping names each bad field.
+    let (status, problem) = put_mapping(
+        &rig,
+        &json!({"repository": "acme/api", "bridge": "DC 1", "source": "code", "path": "../etc"}),
+    )
+    .await;
+    assert_eq!(status, 422, "{problem}");
+    let pointers: Vec<&str> = problem["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["pointer"].as_str().unwrap())
+        .collect();
+    assert_eq!(pointers, ["/bridge", "/path"], "{problem}");
+
+    let mapping = json!({"repository": "acme/api", "bridge": "dc1", "source": "code", "path": "acme/api.git"});
+    let (status, answer) = put_mapping(&rig, &mapping).await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, listed) = get(&rig, &key, "/v1/repository-sources").await;
+    assert_eq!(listed["repositorySources"], json!([mapping]));
+
+    // The two commits since the previous deployment, newest first, with the files they touched.
+    let (status, answer) = get(&rig, &key, &format!("/v1/deployments/{second}/commits")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        subjects(&answer),
+        ["README.md", "payments/charge.rs"],
+        "{answer}"
+    );
+    assert_eq!(answer["commits"][0]["sha"], second_sha.as_str());
+    assert_eq!(answer["commits"][1]["files"], json!(["payments/charge.rs"]));
+    assert_eq!(answer["previous"]["sha"], first_sha.as_str());
+    assert_eq!(answer["truncated"], false);
+    assert!(
+        rig.cloud.data_dir.path().join("git-mirrors").is_dir(),
+        "the mirror is kept under the data dir"
+    );
+
+    // The change lead time counts from the oldest of those commits to the deployment.
+    let at = |t: &Value| DateTime::parse_from_rfc3339(t.as_str().unwrap()).unwrap();
+    let expected = (at(&answer["deployment"]["occurredAt"]) - at(&answer["commits"][1]["time"]))
+        .as_seconds_f64();
+    let (_, dora) = get(&rig, &key, "/v1/dora?service=api").await;
+    let lead = &dora["changeLeadTimeSeconds"];
+    assert_eq!(
+        lead["count"], 1,
+        "only the listed deployment has a commit time: {dora}"
+    );
+    let p50 = lead["p50"].as_f64().unwrap();
+    assert!((p50 - expected).abs() < 0.01, "{p50} vs {expected}: {dora}");
+
+    // Another org's key sees no such deployment.
+    let other = rig.cloud.tenant("globex");
+    let (status, _) = get(
+        &rig,
+        &other.api_key,
+        &format!("/v1/deployments/{second}/commits"),
+    )
+    .await;
+    assert_eq!(status, 404);
+
+    // A later deployment fetches incrementally into the same mirror.
+    let third_sha = server.commit("acme/api.git", "payments/refund.rs", "fn refund() {}\n");
+    let third = rig
+        .cloud
+        .post_event(&rig.tenant, &deployment(&third_sha, Utc::now()))
+        .await;
+    let (status, answer) = get(&rig, &key, &format!("/v1/deployments/{third}/commits")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(subjects(&answer), ["payments/refund.rs"]);
+
+    // Without the bridge, commits listed before are still answered; new ones are a clear 503.
+    rig.bridge.signal("TERM");
+    rig.bridge.wait();
+    let fourth_sha = server.commit("acme/api.git", "late.txt", "late\n");
+    let fourth = rig
+        .cloud
+        .post_event(&rig.tenant, &deployment(&fourth_sha, Utc::now()))
+        .await;
+    let (status, answer) = get(&rig, &key, &format!("/v1/deployments/{second}/commits")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(subjects(&answer).len(), 2);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let (status, problem) = loop {
+        let (status, problem) = get(&rig, &key, &format!("/v1/deployments/{fourth}/commits")).await;
+        if status != 200 || std::time::Instant::now() > deadline {
+            break (status, problem);
+        }
+    };
+    assert_eq!(status, 503, "{problem}");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("dc1"),
+        "{problem}"
+    );
+
+    // Neither the source's token nor the cloud's internal key is written anywhere.
+    let logs = rig.cloud.log_text() + &rig.bridge.log_text();
+    assert!(!logs.contains(GIT_TOKEN));
+    assert!(!logs.contains("sigint_"));
+}

@@ -1,0 +1,318 @@
+//! What changed in a deploy (docs/correlation.md, "Commits of a deployment"): the org maps
+//! each repository its events name to a Git source behind a bridge
+//! (`PUT|GET|DELETE /v1/repository-sources`), and `GET /v1/deployments/{id}/commits` lists
+//! the commits between the previous deployment of that service and environment and this one,
+//! read through the bridge by [`super::mirror`] and kept, so each is listed once.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use chrono::DateTime;
+use serde_json::{Value, json};
+
+use super::mirror::{self, GitError};
+use super::{CorrelationState, parse};
+use crate::problem::{Problem, storage_unavailable};
+use crate::signals::event::FieldError;
+use crate::storage::{ListedCommits, RepositorySource};
+
+/// The org's repository mappings.
+#[utoipa::path(get, path = "/v1/repository-sources", tag = "correlation",
+    responses((status = 200, body = crate::openapi::RepositorySources),
+        (status = 401, body = Problem, content_type = "application/problem+json")))]
+pub async fn list_sources(
+    State(state): State<CorrelationState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, Problem> {
+    let principal = state.keys.authenticate(&state.store, &headers).await?;
+    let sources = state
+        .store
+        .repository_sources(principal.org_id)
+        .await
+        .map_err(|e| storage_unavailable(&e))?;
+    Ok(Json(json!({ "repositorySources": sources })))
+}
+
+/// Checks a mapping's fields, naming each bad one.
+pub fn validate_source(body: &Value) -> Result<RepositorySource, Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let mut field = |name: &str, ok: &dyn Fn(&str) -> bool, rule: &str| -> String {
+        match body.get(name).and_then(Value::as_str) {
+            Some(v) if ok(v) => v.to_string(),
+            Some(v) => {
+                errors.push(FieldError {
+                    pointer: format!("/{name}"),
+                    detail: format!("{v:?} is not valid: expected {rule}"),
+                });
+                String::new()
+            }
+            None => {
+                errors.push(FieldError {
+                    pointer: format!("/{name}"),
+                    detail: format!("{name} is required: {rule}"),
+                });
+                String::new()
+            }
+        }
+    };
+    let source = RepositorySource {
+        repository: field(
+            "repository",
+            &|v| !v.trim().is_empty() && v.len() <= 200,
+            "the repository as your events name it (1 to 200 bytes), e.g. \"acme/api\"",
+        ),
+        bridge: field(
+            "bridge",
+            &tunnel::is_valid_bridge_name,
+            &format!("a bridge name: {}", tunnel::BRIDGE_NAME_RULE),
+        ),
+        source: field(
+            "source",
+            &is_resource_name,
+            "the name of a sources entry of the bridge's config (1 to 63 letters, digits, '-', '_' or '.')",
+        ),
+        path: field(
+            "path",
+            &is_repository_path,
+            "the repository's path under the source's url, e.g. \"acme/api.git\" (no leading '/', no '.' or '..' segments)",
+        ),
+    };
+    if let Some(obj) = body.as_object() {
+        for key in obj.keys() {
+            if !["repository", "bridge", "source", "path"].contains(&key.as_str()) {
+                errors.push(FieldError {
+                    pointer: format!("/{}", crate::signals::validate::pointer_token(key)),
+                    detail: format!(
+                        "unknown field {key:?}; the body is {{\"repository\", \"bridge\", \"source\", \"path\"}}"
+                    ),
+                });
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(source)
+    } else {
+        Err(errors)
+    }
+}
+
+fn is_resource_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && !name.bytes().all(|b| b == b'.')
+}
+
+fn is_repository_path(path: &str) -> bool {
+    (1..=400).contains(&path.len())
+        && path.split('/').all(|segment| {
+            !segment.is_empty()
+                && segment != "."
+                && segment != ".."
+                && segment
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~'))
+        })
+}
+
+/// `PUT /v1/repository-sources` with `{"repository", "bridge", "source", "path"}`: the Git
+/// source that holds `repository` (replacing an earlier mapping of it).
+#[utoipa::path(put, path = "/v1/repository-sources", tag = "correlation",
+    request_body(content = crate::openapi::RepositorySourceBody, content_type = "application/json"),
+    responses((status = 200, body = crate::openapi::RepositorySourceBody),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 422, body = Problem, content_type = "application/problem+json")))]
+pub async fn set_source(
+    State(state): State<CorrelationState>,
+    headers: HeaderMap,
+    body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<Value>, Problem> {
+    let principal = state.keys.authenticate(&state.store, &headers).await?;
+    let Json(body) = body.map_err(|e| {
+        Problem::bad_request(format!(
+            "{}; expected {{\"repository\": \"acme/api\", \"bridge\": \"dc1\", \"source\": \"code\", \"path\": \"acme/api.git\"}}",
+            e.body_text()
+        ))
+    })?;
+    let source = validate_source(&body).map_err(Problem::invalid)?;
+    state
+        .store
+        .set_repository_source(principal.org_id, &source)
+        .await
+        .map_err(|e| storage_unavailable(&e))?;
+    Ok(Json(json!(source)))
+}
+
+/// The query of `DELETE /v1/repository-sources`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Which {
+    repository: String,
+}
+
+/// `DELETE /v1/repository-sources?repository=acme/api`: forgets a mapping.
+#[utoipa::path(delete, path = "/v1/repository-sources", tag = "correlation",
+    params(("repository" = String, Query)),
+    responses((status = 204, description = "Removed"),
+        (status = 404, body = Problem, content_type = "application/problem+json")))]
+pub async fn remove_source(
+    State(state): State<CorrelationState>,
+    headers: HeaderMap,
+    query: Result<Query<Which>, axum::extract::rejection::QueryRejection>,
+) -> Result<axum::http::StatusCode, Problem> {
+    let principal = state.keys.authenticate(&state.store, &headers).await?;
+    let Query(which) = query.map_err(|e| {
+        Problem::bad_request(format!(
+            "{}; expected ?repository=<the repository>",
+            e.body_text()
+        ))
+    })?;
+    let removed = state
+        .store
+        .remove_repository_source(principal.org_id, &which.repository)
+        .await
+        .map_err(|e| storage_unavailable(&e))?;
+    if removed {
+        Ok(axum::http::StatusCode::NO_CONTENT)
+    } else {
+        Err(Problem::not_found(format!(
+            "no Git source is mapped for repository {:?}",
+            which.repository
+        )))
+    }
+}
+
+/// The commits a deployment brought: between the previous deployment of its service and
+/// environment (that named a commit and did not fail) and this one.
+#[utoipa::path(get, path = "/v1/deployments/{id}/commits", tag = "correlation",
+    params(("id" = String, Path, description = "A deployment's event id")),
+    responses((status = 200, body = crate::openapi::DeploymentCommits),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The deployment has no sha or repository, or its repository is not mapped", body = Problem, content_type = "application/problem+json"),
+        (status = 502, body = Problem, content_type = "application/problem+json"),
+        (status = 503, body = Problem, content_type = "application/problem+json")))]
+pub async fn deployment_commits(
+    State(state): State<CorrelationState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    let principal = state.keys.authenticate(&state.store, &headers).await?;
+    Ok(Json(commits_of(&state, principal.org_id, &id).await?))
+}
+
+/// `GET /v1/deployments/{id}/commits`'s answer for the org's deployment `id`.
+pub async fn commits_of(state: &CorrelationState, org_id: i64, id: &str) -> Result<Value, Problem> {
+    let failed = |e: crate::storage::StorageError| storage_unavailable(&e);
+    let stored = state
+        .store
+        .event(org_id, id)
+        .await
+        .map_err(failed)?
+        .ok_or_else(|| Problem::not_found(format!("no event {id:?} in this org")))?;
+    let (body, fields) = parse(&stored)?;
+    if fields.kind != "deployment" {
+        return Err(Problem::not_found(format!(
+            "event {id:?} is a {}, not a deployment: commits are listed for deployments",
+            fields.kind
+        )));
+    }
+    let (Some(repository), Some(sha)) = (&fields.repository, &fields.sha) else {
+        return Err(Problem::conflict(format!(
+            "deployment {id:?} names no repository and sha; send both with deployments to list their commits"
+        )));
+    };
+    if !mirror::is_commit_id(sha) {
+        return Err(Problem::conflict(format!(
+            "deployment {id:?} has sha {sha:?}, which is not a commit id (7 to 64 hex digits)"
+        )));
+    }
+    let source = state
+        .store
+        .repository_source(org_id, repository)
+        .await
+        .map_err(failed)?
+        .ok_or_else(|| Problem::conflict(format!(
+            "no Git source is mapped for repository {repository:?}; map one with PUT /v1/repository-sources (docs/correlation.md)"
+        )))?;
+    let previous = match (&fields.service, &fields.environment) {
+        (Some(service), Some(environment)) => state
+            .store
+            .previous_deployment(org_id, service, environment, (fields.at, &stored.id))
+            .await
+            .map_err(failed)?,
+        _ => None,
+    };
+    let previous = previous
+        .map(|e| parse(&e))
+        .transpose()?
+        .filter(|(_, f)| f.repository.as_deref() == Some(repository.as_str()));
+    let previous_sha = previous
+        .as_ref()
+        .and_then(|(_, f)| f.sha.clone())
+        .filter(|s| mirror::is_commit_id(s));
+    let listed = state
+        .store
+        .listed_commits(org_id, id)
+        .await
+        .map_err(failed)?;
+    let commits: Value = match listed.filter(|l| l.previous_sha == previous_sha) {
+        Some(l) => serde_json::from_str(&l.commits).unwrap_or_default(),
+        None => {
+            let (commits, truncated) = state
+                .mirrors
+                .commits(org_id, &source, previous_sha.as_deref(), sha)
+                .await
+                .map_err(|e| git_problem(&e, &source))?;
+            let first = commits
+                .iter()
+                .filter_map(|c| DateTime::parse_from_rfc3339(&c.time).ok())
+                .map(|t| t.timestamp_micros())
+                .min();
+            let list = json!({"commits": commits, "truncated": truncated});
+            let keep = ListedCommits {
+                previous_sha: previous_sha.clone(),
+                commits: list.to_string(),
+                repository: repository.clone(),
+            };
+            state
+                .store
+                .keep_commits(org_id, id, &keep, first)
+                .await
+                .map_err(failed)?;
+            list
+        }
+    };
+    Ok(json!({
+        "deployment": body,
+        "previous": previous.map(|(b, _)| b),
+        "repositorySource": source,
+        "commits": commits["commits"],
+        "truncated": commits["truncated"],
+    }))
+}
+
+/// A Git failure as the API reports it, naming the bridge and source.
+fn git_problem(e: &GitError, source: &RepositorySource) -> Problem {
+    let (bridge, name, path) = (&source.bridge, &source.source, &source.path);
+    match e {
+        GitError::Http { status: 503 } => Problem::unavailable(
+            5,
+            format!(
+                "bridge {bridge:?} has no live tunnel, so the commits cannot be read; start the bridge and retry"
+            ),
+        ),
+        GitError::Http { status: 404 } => Problem::bad_gateway(format!(
+            "bridge {bridge:?} has no Git source {name:?} serving {path:?}; check the mapping (PUT /v1/repository-sources) and the bridge's sources"
+        )),
+        GitError::MissingCommit(sha) => Problem::bad_gateway(format!(
+            "commit {sha} is not in {path:?} (source {name:?} on bridge {bridge:?}); check the deployment's sha and the mapping's path"
+        )),
+        other => {
+            tracing::warn!(bridge = %bridge, source = %name, cause = %other, "cannot list a deployment's commits");
+            Problem::bad_gateway(format!(
+                "cannot read {path:?} through source {name:?} on bridge {bridge:?}: {other}"
+            ))
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! What "what changed in a deploy" stores: which Git source holds each repository of the org,
+//! and the commits each deployment brought, listed once and kept.
+
+use sqlx::Row;
+
+use super::records::event_from_row;
+use super::{StorageError, Store, StoredEvent, now_micros, on_db, on_writer};
+
+/// Where a repository's commits are read: a Git source behind one of the org's bridges.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RepositorySource {
+    /// The repository as events name it (`acme/api`).
+    pub repository: String,
+    /// The bridge.
+    pub bridge: String,
+    /// The bridge's Git source (its `sources` entry's name).
+    pub source: String,
+    /// The repository's path under the source's URL (`acme/api.git`).
+    pub path: String,
+}
+
+/// The commits listed for one deployment.
+#[derive(Debug, Clone)]
+pub struct ListedCommits {
+    /// The previous deployment's commit they were listed from (`None`: no previous one).
+    pub previous_sha: Option<String>,
+    /// The commits, as `GET /v1/deployments/{id}/commits` answers them (a JSON array).
+    pub commits: String,
+    /// The repository they were listed from.
+    pub repository: String,
+}
+
+impl Store {
+    /// The org's repository mappings, by repository.
+    pub async fn repository_sources(
+        &self,
+        org_id: i64,
+    ) -> Result<Vec<RepositorySource>, StorageError> {
+        let sql = "SELECT repository, bridge, source, path FROM repository_sources \
+                   WHERE org_id = $1 ORDER BY repository";
+        Ok(on_db!(&self.db, pool => sqlx::query(sql)
+            .bind(org_id)
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .map(|r| RepositorySource {
+                repository: r.get(0),
+                bridge: r.get(1),
+                source: r.get(2),
+                path: r.get(3),
+            })
+            .collect()))
+    }
+
+    /// The Git source mapped to `repository`, if any.
+    pub async fn repository_source(
+        &self,
+        org_id: i64,
+        repository: &str,
+    ) -> Result<Option<RepositorySource>, StorageError> {
+        let sql = "SELECT bridge, source, path FROM repository_sources \
+                   WHERE org_id = $1 AND repository = $2";
+        Ok(on_db!(&self.db, pool => sqlx::query(sql)
+        .bind(org_id)
+        .bind(repository)
+        .fetch_optional(pool)
+        .await?
+        .map(|r| RepositorySource {
+            repository: repository.to_string(),
+            bridge: r.get(0),
+            source: r.get(1),
+            path: r.get(2),
+        })))
+    }
+
+    /// Maps `source.repository` to its Git source (replacing an earlier mapping), and forgets
+    /// the commits listed through the earlier one.
+    pub async fn set_repository_source(
+        &self,
+        org_id: i64,
+        source: &RepositorySource,
+    ) -> Result<(), StorageError> {
+        let sql = "INSERT INTO repository_sources (org_id, repository, bridge, source, path, updated_at) \
+                   VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (org_id, repository) DO UPDATE SET \
+                   bridge = excluded.bridge, source = excluded.source, path = excluded.path, \
+                   updated_at = excluded.updated_at";
+        on_writer!(&self.db, pool => {
+            let mut tx = pool.begin().await?;
+            sqlx::query(sql)
+                .bind(org_id)
+                .bind(&source.repository)
+                .bind(&source.bridge)
+                .bind(&source.source)
+                .bind(&source.path)
+                .bind(now_micros())
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM deployment_commits WHERE org_id = $1 AND repository = $2")
+                .bind(org_id)
+                .bind(&source.repository)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    /// Removes the mapping of `repository`; false when there was none.
+    pub async fn remove_repository_source(
+        &self,
+        org_id: i64,
+        repository: &str,
+    ) -> Result<bool, StorageError> {
+        let sql = "DELETE FROM repository_sources WHERE org_id = $1 AND repository = $2";
+        Ok(on_writer!(&self.db, pool => sqlx::query(sql)
+            .bind(org_id)
+            .bind(repository)
+            .execute(pool)
+            .await?
+            .rows_affected())
+            > 0)
+    }
+
+    /// The newest deployment of `service` in `environment` before `(at, id)` that names a
+    /// commit and did not fail: where a deployment's commits start.
+    pub async fn previous_deployment(
+        &self,
+        org_id: i64,
+        service: &str,
+        environment: &str,
+        (at, id): (i64, &str),
+    ) -> Result<Option<StoredEvent>, StorageError> {
+        let sql = "SELECT id, occurred_at, received_at, body FROM events \
+                   WHERE org_id = $1 AND type = 'deployment' AND service = $2 AND environment = $3 \
+                   AND (occurred_at < $4 OR (occurred_at = $4 AND id < $5)) \
+                   ORDER BY occurred_at DESC, id DESC LIMIT 50";
+        let rows: Vec<StoredEvent> = on_db!(&self.db, pool => sqlx::query(sql)
+            .bind(org_id)
+            .bind(service)
+            .bind(environment)
+            .bind(at)
+            .bind(id)
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .map(event_from_row)
+            .collect());
+        Ok(rows.into_iter().find(|e| {
+            let body: serde_json::Value = serde_json::from_str(&e.body).unwrap_or_default();
+            let text = |k: &str| body.get(k).and_then(serde_json::Value::as_str);
+            text("sha").is_some()
+                && !matches!(text("status"), Some("failure" | "error" | "rolled_back"))
+        }))
+    }
+
+    /// The commits listed earlier for `deployment_id`.
+    pub async fn listed_commits(
+        &self,
+        org_id: i64,
+        deployment_id: &str,
+    ) -> Result<Option<ListedCommits>, StorageError> {
+        let sql = "SELECT previous_sha, commits, repository FROM deployment_commits \
+                   WHERE org_id = $1 AND deployment_id = $2";
+        Ok(on_db!(&self.db, pool => sqlx::query(sql)
+        .bind(org_id)
+        .bind(deployment_id)
+        .fetch_optional(pool)
+        .await?
+        .map(|r| ListedCommits {
+            previous_sha: r.get(0),
+            commits: r.get(1),
+            repository: r.get(2),
+        })))
+    }
+
+    /// Keeps the commits listed for `deployment_id`, and when the oldest was made (µs).
+    pub async fn keep_commits(
+        &self,
+        org_id: i64,
+        deployment_id: &str,
+        listed: &ListedCommits,
+        first_commit_at: Option<i64>,
+    ) -> Result<(), StorageError> {
+        let sql = "INSERT INTO deployment_commits \
+                   (org_id, deployment_id, repository, previous_sha, commits, first_commit_at, listed_at) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (org_id, deployment_id) DO UPDATE SET \
+                   repository = excluded.repository, previous_sha = excluded.previous_sha, commits = excluded.commits, \
+                   first_commit_at = excluded.first_commit_at, listed_at = excluded.listed_at";
+        on_writer!(&self.db, pool => sqlx::query(sql)
+            .bind(org_id)
+            .bind(deployment_id)
+            .bind(&listed.repository)
+            .bind(&listed.previous_sha)
+            .bind(&listed.commits)
+            .bind(first_commit_at)
+            .bind(now_micros())
+            .execute(pool)
+            .await?
+            .rows_affected());
+        Ok(())
+    }
+
+    /// When the oldest commit of each of the org's listed deployments was made (µs), by
+    /// deployment id: the change lead time counts from it.
+    pub async fn first_commit_times(
+        &self,
+        org_id: i64,
+    ) -> Result<Vec<(String, i64)>, StorageError> {
+        let sql = "SELECT deployment_id, first_commit_at FROM deployment_commits \
+                   WHERE org_id = $1 AND first_commit_at IS NOT NULL";
+        Ok(on_db!(&self.db, pool => sqlx::query(sql)
+            .bind(org_id)
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()))
+    }
+}
