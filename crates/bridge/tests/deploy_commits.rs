@@ -7,6 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use testkit::bridge::Rig;
+use testkit::dashboard;
 use testkit::git_server::{GitAuth, GitServer};
 
 const GIT_TOKEN: &str = "ghs-SECRET-commits-token";
@@ -141,6 +142,47 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time() {
     let p50 = lead["p50"].as_f64().unwrap();
     assert!((p50 - expected).abs() < 0.01, "{p50} vs {expected}: {dora}");
 
+    // The deployment's page lists them; admins map repositories on the dashboard too.
+    let web = dashboard::client(&rig.cloud);
+    let admin = dashboard::session(&rig.cloud, &web, "acme", "ada@acme.test", "admin").await;
+    let member = dashboard::session(&rig.cloud, &web, "acme", "bob@acme.test", "member").await;
+    let page_of = |id: &str| format!("{}/events/{id}", rig.cloud.https);
+    let (status, page) = dashboard::get(&web, page_of(&second), &member).await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("payments/charge.rs") && page.contains(&second_sha[..12]),
+        "{page}"
+    );
+    let form = [
+        ("repository", "acme/api"),
+        ("bridge", "dc1"),
+        ("source", "code"),
+        ("path", "/acme/api.git"),
+    ];
+    let action = "/integrations/repositories";
+    let (status, _) = dashboard::post(&web, &rig.cloud, &member, action, &form).await;
+    assert_eq!(status, 403, "members do not map repositories");
+    let bad = [
+        ("repository", "acme/api"),
+        ("bridge", "DC 1"),
+        ("source", "code"),
+        ("path", "x"),
+    ];
+    let (status, page) = dashboard::post(&web, &rig.cloud, &admin, action, &bad).await;
+    assert_eq!(status, 422);
+    assert!(page.contains("bridge: expected"), "{page}");
+    let (status, _) = dashboard::post(&web, &rig.cloud, &admin, action, &form).await;
+    assert_eq!(status, 303);
+    let (_, page) = dashboard::get(&web, format!("{}{action}", rig.cloud.https), &member).await;
+    assert!(page.contains("acme/api.git"), "{page}");
+    let (_, audit) = dashboard::get(&web, format!("{}/audit", rig.cloud.https), &admin).await;
+    assert!(audit.contains("repository_source.set"), "{audit}");
+    let (status, answer) = get(&rig, &key, &format!("/v1/deployments/{second}/commits")).await;
+    assert_eq!(
+        status, 200,
+        "listed again through the new mapping: {answer}"
+    );
+
     // Another org's key sees no such deployment.
     let other = rig.cloud.tenant("globex");
     let (status, _) = get(
@@ -184,6 +226,24 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time() {
         problem["detail"].as_str().unwrap().contains("dc1"),
         "{problem}"
     );
+
+    // A mapping removed is gone; removing it again is a 404.
+    for want in [204, 404] {
+        let res = rig
+            .cloud
+            .client()
+            .delete(format!(
+                "{}/v1/repository-sources?repository=acme/api",
+                rig.cloud.http
+            ))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status().as_u16(), want);
+    }
+    let (status, _) = get(&rig, &key, &format!("/v1/deployments/{second}/commits")).await;
+    assert_eq!(status, 409);
 
     // Neither the source's token nor the cloud's internal key is written anywhere.
     let logs = rig.cloud.log_text() + &rig.bridge.log_text();

@@ -147,7 +147,29 @@ impl App {
 /// imports another.
 struct CorrelationInsight(crate::correlation::CorrelationState);
 
+/// How long a page waits for a deployment's commits before saying to come back.
+const COMMITS_WAIT: Duration = Duration::from_secs(15);
+
 impl crate::insight::Insight for CorrelationInsight {
+    fn commits<'a>(
+        &'a self,
+        org_id: i64,
+        deployment_id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<serde_json::Value, String>> {
+        let (state, id) = (self.0.clone(), deployment_id.to_string());
+        Box::pin(async move {
+            // Spawned, so that a fetch outliving the wait still finishes and is kept.
+            let listing = tokio::spawn(async move {
+                crate::correlation::commits::commits_of(&state, org_id, &id).await
+            });
+            match tokio::time::timeout(COMMITS_WAIT, listing).await {
+                Ok(Ok(answer)) => answer.map_err(|p| p.detail),
+                Ok(Err(_)) => Err("Listing the commits failed; reload the page to try again.".into()),
+                Err(_) => Err("Listing the commits is taking a while (a first fetch of the repository); reload the page in a minute.".into()),
+            }
+        })
+    }
+
     fn suspects<'a>(
         &'a self,
         org_id: i64,

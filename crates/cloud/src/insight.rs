@@ -20,4 +20,13 @@ pub trait Insight: Send + Sync {
         environment: Option<&'a str>,
         weeks: u32,
     ) -> BoxFuture<'a, Option<(Vec<Value>, Value)>>;
+
+    /// `GET /v1/deployments/{id}/commits`'s answer for the org's deployment, or why there is
+    /// none, as a sentence for a person. Waits a bounded time: a first fetch of a large
+    /// repository goes on in the background and the answer is ready on a later call.
+    fn commits<'a>(
+        &'a self,
+        org_id: i64,
+        deployment_id: &'a str,
+    ) -> BoxFuture<'a, Result<Value, String>>;
 }

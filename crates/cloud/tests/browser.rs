@@ -225,6 +225,24 @@ async fn an_admin_and_a_member_use_the_dashboard() {
         .await;
     browser.wait_for_text("Deployment frequency").await;
     browser.check_page("service").await;
+    // An admin maps a repository to a Git source on its page.
+    browser
+        .goto(&format!("{}/integrations/repositories", cloud.http))
+        .await;
+    browser.wait_for_text("No repository is mapped yet.").await;
+    for (field, value) in [
+        ("#repository", "acme/checkout"),
+        ("#bridge", "dc1"),
+        ("#source", "code"),
+        ("#path", "acme/checkout.git"),
+    ] {
+        browser.fill(field, value).await;
+    }
+    browser
+        .click("form[action='/integrations/repositories'] button")
+        .await;
+    browser.wait_for_text("acme/checkout.git").await;
+    browser.check_page("repositories").await;
     browser.goto(&format!("{}/audit", cloud.http)).await;
     browser.wait_for_text("bridge_token.revoke").await;
     browser.check_page("audit").await;

@@ -32,6 +32,10 @@ const PUBLIC: &[(&str, &str)] = &[
     ("get", "/v1/services/{service}/dependencies"),
     ("put", "/v1/services/{service}/dependencies"),
     ("get", "/v1/dora"),
+    ("get", "/v1/repository-sources"),
+    ("put", "/v1/repository-sources"),
+    ("delete", "/v1/repository-sources"),
+    ("get", "/v1/deployments/{id}/commits"),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

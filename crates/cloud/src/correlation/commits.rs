@@ -14,7 +14,7 @@ use super::mirror::{self, GitError};
 use super::{CorrelationState, parse};
 use crate::problem::{Problem, storage_unavailable};
 use crate::signals::event::FieldError;
-use crate::storage::{ListedCommits, RepositorySource};
+use crate::storage::{ListedCommits, REPOSITORY_RULES, RepositorySource};
 
 /// The org's repository mappings.
 #[utoipa::path(get, path = "/v1/repository-sources", tag = "correlation",
@@ -36,50 +36,40 @@ pub async fn list_sources(
 /// Checks a mapping's fields, naming each bad one.
 pub fn validate_source(body: &Value) -> Result<RepositorySource, Vec<FieldError>> {
     let mut errors = Vec::new();
-    let mut field = |name: &str, ok: &dyn Fn(&str) -> bool, rule: &str| -> String {
-        match body.get(name).and_then(Value::as_str) {
-            Some(v) if ok(v) => v.to_string(),
-            Some(v) => {
-                errors.push(FieldError {
-                    pointer: format!("/{name}"),
-                    detail: format!("{v:?} is not valid: expected {rule}"),
-                });
-                String::new()
-            }
-            None => {
-                errors.push(FieldError {
-                    pointer: format!("/{name}"),
-                    detail: format!("{name} is required: {rule}"),
-                });
-                String::new()
-            }
+    let mut text = |name: &str| match body.get(name).and_then(Value::as_str) {
+        Some(v) => v.to_string(),
+        None => {
+            let rule = REPOSITORY_RULES
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map_or("", |r| r.1);
+            errors.push(FieldError {
+                pointer: format!("/{name}"),
+                detail: format!("{name} is required: {rule}"),
+            });
+            String::new()
         }
     };
     let source = RepositorySource {
-        repository: field(
-            "repository",
-            &|v| !v.trim().is_empty() && v.len() <= 200,
-            "the repository as your events name it (1 to 200 bytes), e.g. \"acme/api\"",
-        ),
-        bridge: field(
-            "bridge",
-            &tunnel::is_valid_bridge_name,
-            &format!("a bridge name: {}", tunnel::BRIDGE_NAME_RULE),
-        ),
-        source: field(
-            "source",
-            &is_resource_name,
-            "the name of a sources entry of the bridge's config (1 to 63 letters, digits, '-', '_' or '.')",
-        ),
-        path: field(
-            "path",
-            &is_repository_path,
-            "the repository's path under the source's url, e.g. \"acme/api.git\" (no leading '/', no '.' or '..' segments)",
-        ),
+        repository: text("repository"),
+        bridge: text("bridge"),
+        source: text("source"),
+        path: text("path"),
     };
+    for (name, rule) in source.problems() {
+        if body.get(name).is_some_and(Value::is_string) {
+            errors.push(FieldError {
+                pointer: format!("/{name}"),
+                detail: format!(
+                    "{:?} is not valid: expected {rule}",
+                    body[name].as_str().unwrap_or("")
+                ),
+            });
+        }
+    }
     if let Some(obj) = body.as_object() {
         for key in obj.keys() {
-            if !["repository", "bridge", "source", "path"].contains(&key.as_str()) {
+            if !REPOSITORY_RULES.iter().any(|(n, _)| n == key) {
                 errors.push(FieldError {
                     pointer: format!("/{}", crate::signals::validate::pointer_token(key)),
                     detail: format!(
@@ -89,31 +79,12 @@ pub fn validate_source(body: &Value) -> Result<RepositorySource, Vec<FieldError>
             }
         }
     }
+    errors.sort_by(|a, b| a.pointer.cmp(&b.pointer));
     if errors.is_empty() {
         Ok(source)
     } else {
         Err(errors)
     }
-}
-
-fn is_resource_name(name: &str) -> bool {
-    (1..=63).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        && !name.bytes().all(|b| b == b'.')
-}
-
-fn is_repository_path(path: &str) -> bool {
-    (1..=400).contains(&path.len())
-        && path.split('/').all(|segment| {
-            !segment.is_empty()
-                && segment != "."
-                && segment != ".."
-                && segment
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~'))
-        })
 }
 
 /// `PUT /v1/repository-sources` with `{"repository", "bridge", "source", "path"}`: the Git

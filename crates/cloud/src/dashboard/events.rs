@@ -66,6 +66,52 @@ struct EventPage<'a> {
     suspects: Option<Vec<SuspectRow>>,
     /// For an alert: the deployment confirmed as its cause.
     cause: Option<String>,
+    /// For a deployment: the commits it brought, or why they cannot be shown.
+    commits: Option<Result<Vec<CommitRow>, String>>,
+}
+
+/// One commit of a deployment, as its page lists it.
+struct CommitRow {
+    sha: String,
+    subject: String,
+    author: String,
+    time: String,
+    /// The first paths it changed, and how many more.
+    files: String,
+}
+
+/// Paths shown per commit.
+const FILES_SHOWN: usize = 5;
+
+fn commit_rows(answer: &Value) -> Vec<CommitRow> {
+    let list = answer["commits"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    list.iter()
+        .map(|c| {
+            let files: Vec<&str> = c["files"]
+                .as_array()
+                .map(|f| f.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let mut shown = files
+                .iter()
+                .take(FILES_SHOWN)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ");
+            if files.len() > FILES_SHOWN {
+                shown.push_str(&format!(" and {} more", files.len() - FILES_SHOWN));
+            }
+            CommitRow {
+                sha: text(c, "sha").chars().take(12).collect(),
+                subject: text(c, "subject"),
+                author: text(c, "author"),
+                time: text(c, "time"),
+                files: shown,
+            }
+        })
+        .collect()
 }
 
 fn suspect_rows(answer: &Value) -> Vec<SuspectRow> {
@@ -264,6 +310,12 @@ pub async fn detail(
             } else {
                 (None, None)
             };
+            let commits = if kind == "deployment" {
+                let answer = state.insight.commits(me.session.user.org_id, &e.id).await;
+                Some(answer.map(|a| commit_rows(&a)))
+            } else {
+                None
+            };
             page(
                 StatusCode::OK,
                 &EventPage {
@@ -273,6 +325,7 @@ pub async fn detail(
                     json,
                     suspects,
                     cause,
+                    commits,
                 },
             )
         }

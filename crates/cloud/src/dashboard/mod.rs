@@ -3,7 +3,8 @@
 //! set-password links, Argon2id passwords, server-side sessions, CSRF tokens on every form,
 //! sign-in throttling, strict security headers), the events timeline and the services' last
 //! deployments, the org's signal keys and API keys, its bridges with their tokens and live
-//! instances, release notifications (a notice, an org webhook) and the org's audit. It owns
+//! instances, release notifications (a notice, an org webhook), the repositories mapped to Git
+//! sources (a deployment's commits) and the org's audit. It owns
 //! its router and state; it does not use the API's or the relay's handlers.
 
 mod audit;
@@ -13,6 +14,7 @@ mod events;
 mod notifications;
 mod pages;
 pub mod password;
+mod repositories;
 mod services;
 mod session;
 mod signals;
@@ -190,6 +192,14 @@ pub fn router(state: DashboardState) -> Router {
         .route(
             "/integrations/notifications/webhook/remove",
             axum::routing::post(notifications::remove_webhook),
+        )
+        .route(
+            "/integrations/repositories",
+            get(repositories::list).post(repositories::set),
+        )
+        .route(
+            "/integrations/repositories/remove",
+            axum::routing::post(repositories::remove),
         )
         .route("/audit", get(audit::list))
         .route("/assets/app.css", get(stylesheet))

@@ -31,7 +31,7 @@ pub use audit::{Actor, AuditEntry};
 pub use correlation::{MAX_CANDIDATES, TITLE_LOOKBACK_MICROS};
 pub use keys::{Credential, KeyInfo};
 pub use records::{ApiKeyRow, BridgeTokenRow, EventQuery, NewEvent, StoredEvent};
-pub use repositories::{ListedCommits, RepositorySource};
+pub use repositories::{ListedCommits, REPOSITORY_RULES, RepositorySource};
 pub use users::{Role, Session, User};
 pub use webhooks::{Delivery, Webhook};
 pub use writer::{InsertOutcome, WriteBatch};

@@ -19,6 +19,62 @@ pub struct RepositorySource {
     pub path: String,
 }
 
+/// What each field of a [`RepositorySource`] must be, for error messages.
+pub const REPOSITORY_RULES: [(&str, &str); 4] = [
+    (
+        "repository",
+        "the repository as your events name it (1 to 200 bytes), e.g. \"acme/api\"",
+    ),
+    ("bridge", tunnel::BRIDGE_NAME_RULE),
+    (
+        "source",
+        "the name of a sources entry of the bridge's config (1 to 63 letters, digits, '-', '_' or '.')",
+    ),
+    (
+        "path",
+        "the repository's path under the source's url, e.g. \"acme/api.git\" (no leading '/', no '.' or '..' segments)",
+    ),
+];
+
+impl RepositorySource {
+    /// The fields that break [`REPOSITORY_RULES`], each with its rule: the API and the
+    /// dashboard's form check mappings alike.
+    pub fn problems(&self) -> Vec<(&'static str, &'static str)> {
+        let ok = [
+            !self.repository.trim().is_empty() && self.repository.len() <= 200,
+            tunnel::is_valid_bridge_name(&self.bridge),
+            is_resource_name(&self.source),
+            is_repository_path(&self.path),
+        ];
+        REPOSITORY_RULES
+            .into_iter()
+            .zip(ok)
+            .filter(|(_, ok)| !ok)
+            .map(|(rule, _)| rule)
+            .collect()
+    }
+}
+
+fn is_resource_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && !name.bytes().all(|b| b == b'.')
+}
+
+fn is_repository_path(path: &str) -> bool {
+    (1..=400).contains(&path.len())
+        && path.split('/').all(|segment| {
+            !segment.is_empty()
+                && segment != "."
+                && segment != ".."
+                && segment
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~'))
+        })
+}
+
 /// The commits listed for one deployment.
 #[derive(Debug, Clone)]
 pub struct ListedCommits {

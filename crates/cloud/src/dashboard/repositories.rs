@@ -1,0 +1,138 @@
+//! Repositories: which Git source behind which bridge holds each repository the org's events
+//! name, so that a deployment's page lists the commits it brought. Everyone sees the
+//! mappings; admins set and remove them (audited), checked as `PUT /v1/repository-sources`
+//! checks them.
+
+use askama::Template;
+use axum::Form;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+
+use super::DashboardState;
+use super::pages::{Me, message, page, refuse_admin_form, unavailable};
+use crate::storage::RepositorySource;
+
+#[derive(Template)]
+#[template(path = "dashboard/repositories.html")]
+struct RepositoriesPage<'a> {
+    me: &'a Me,
+    sources: Vec<RepositorySource>,
+}
+
+/// `GET /integrations/repositories`.
+pub async fn list(State(state): State<DashboardState>, me: Me) -> Response {
+    match state.store.repository_sources(me.session.user.org_id).await {
+        Ok(sources) => page(StatusCode::OK, &RepositoriesPage { me: &me, sources }),
+        Err(_) => unavailable(),
+    }
+}
+
+/// The mapping form's fields (removal sends only `repository`).
+#[derive(Deserialize)]
+pub struct MappingForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    repository: String,
+    #[serde(default)]
+    bridge: String,
+    #[serde(default)]
+    source: String,
+    #[serde(default)]
+    path: String,
+}
+
+/// `POST /integrations/repositories`: maps a repository to a Git source (admins), replacing
+/// an earlier mapping of it.
+pub async fn set(
+    State(state): State<DashboardState>,
+    me: Me,
+    Form(form): Form<MappingForm>,
+) -> Response {
+    if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
+        return answer;
+    }
+    let mapping = RepositorySource {
+        repository: form.repository.trim().to_string(),
+        bridge: form.bridge.trim().to_string(),
+        source: form.source.trim().to_string(),
+        path: form.path.trim().trim_start_matches('/').to_string(),
+    };
+    let problems = mapping.problems();
+    if !problems.is_empty() {
+        let why: Vec<String> = problems
+            .iter()
+            .map(|(field, rule)| format!("{field}: expected {rule}."))
+            .collect();
+        return message(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Mapping not valid",
+            &why.join(" "),
+            "/integrations/repositories",
+            "Back",
+        );
+    }
+    let org_id = me.session.user.org_id;
+    let what = format!(
+        "{} -> {}/{}/{}",
+        mapping.repository, mapping.bridge, mapping.source, mapping.path
+    );
+    if state
+        .store
+        .set_repository_source(org_id, &mapping)
+        .await
+        .is_err()
+        || state
+            .store
+            .audit(org_id, &me.actor(), "repository_source.set", &what)
+            .await
+            .is_err()
+    {
+        return unavailable();
+    }
+    Redirect::to("/integrations/repositories").into_response()
+}
+
+/// `POST /integrations/repositories/remove`: forgets a mapping (admins).
+pub async fn remove(
+    State(state): State<DashboardState>,
+    me: Me,
+    Form(form): Form<MappingForm>,
+) -> Response {
+    if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
+        return answer;
+    }
+    let org_id = me.session.user.org_id;
+    match state
+        .store
+        .remove_repository_source(org_id, &form.repository)
+        .await
+    {
+        Ok(true) => {
+            if state
+                .store
+                .audit(
+                    org_id,
+                    &me.actor(),
+                    "repository_source.remove",
+                    &form.repository,
+                )
+                .await
+                .is_err()
+            {
+                return unavailable();
+            }
+            Redirect::to("/integrations/repositories").into_response()
+        }
+        Ok(false) => message(
+            StatusCode::NOT_FOUND,
+            "No such mapping",
+            "Your org maps no Git source for this repository.",
+            "/integrations/repositories",
+            "Back",
+        ),
+        Err(_) => unavailable(),
+    }
+}
