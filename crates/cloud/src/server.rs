@@ -204,6 +204,10 @@ pub async fn run(
         )
         .run(shutdown.clone()),
     );
+    let lister = tokio::spawn(crate::correlation::lister::keep_listing(
+        app.correlation.clone(),
+        shutdown.clone(),
+    ));
     let relay = app.relay.clone();
     let tls_app = app.router(Listener::Tls);
     let plain_app = app.router(Listener::Plain);
@@ -249,6 +253,7 @@ pub async fn run(
     relay.shutdown.cancel();
     let _ = watcher.await;
     let _ = notifier.await;
+    let _ = lister.await;
     store.close().await;
     tracing::info!("stopped: in-flight requests drained, storage flushed");
     Ok(())

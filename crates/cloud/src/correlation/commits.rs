@@ -263,6 +263,40 @@ pub async fn commits_of(state: &CorrelationState, org_id: i64, id: &str) -> Resu
     }))
 }
 
+/// A suspect's reason from the commits listed for it: how many, and the top-level paths
+/// they touched ("3 commits since the previous deployment, touching payments/ and README.md").
+pub fn summary(listed: &str) -> Option<String> {
+    let list: Value = serde_json::from_str(listed).ok()?;
+    let commits = list["commits"].as_array()?;
+    let n = commits.len();
+    let mut places: Vec<&str> = Vec::new();
+    let files = commits
+        .iter()
+        .filter_map(|c| c["files"].as_array())
+        .flatten()
+        .filter_map(Value::as_str);
+    for file in files {
+        let place = match file.find('/') {
+            Some(slash) => &file[..=slash],
+            None => file,
+        };
+        if !places.contains(&place) {
+            places.push(place);
+        }
+    }
+    let many = if n == 1 { "" } else { "s" };
+    let touching = match places.as_slice() {
+        [] => String::new(),
+        [one] => format!(", touching {one}"),
+        [a, b] => format!(", touching {a} and {b}"),
+        [a, b, c] => format!(", touching {a}, {b} and {c}"),
+        [a, b, c, rest @ ..] => format!(", touching {a}, {b}, {c} and {} more", rest.len()),
+    };
+    Some(format!(
+        "{n} commit{many} since the previous deployment{touching}"
+    ))
+}
+
 /// A Git failure as the API reports it, naming the bridge and source.
 fn git_problem(e: &GitError, source: &RepositorySource) -> Problem {
     let (bridge, name, path) = (&source.bridge, &source.source, &source.path);

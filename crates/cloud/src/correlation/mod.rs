@@ -6,6 +6,7 @@
 
 pub mod commits;
 pub mod dora;
+pub mod lister;
 pub mod mirror;
 pub mod score;
 
@@ -174,10 +175,21 @@ pub async fn suspects_of(
         None => Vec::new(),
     };
     let ranked = score::rank(&alert, &candidates, first, &dependencies);
-    let suspects: Vec<Value> = ranked
-        .into_iter()
-        .map(|s| json!({"event": bodies[s.index], "score": s.score, "reasons": s.reasons}))
-        .collect();
+    let mut suspects: Vec<Value> = Vec::with_capacity(ranked.len());
+    for mut s in ranked {
+        let e = &stored[s.index];
+        if candidates[s.index].kind == "deployment" {
+            let listed = state
+                .store
+                .listed_commits(org_id, &e.id)
+                .await
+                .map_err(|e| storage_unavailable(&e))?;
+            if let Some(reason) = listed.and_then(|l| commits::summary(&l.commits)) {
+                s.reasons.push(reason);
+            }
+        }
+        suspects.push(json!({"event": bodies[s.index], "score": s.score, "reasons": s.reasons}));
+    }
     Ok(json!({"alert": alert_body, "suspects": suspects}))
 }
 

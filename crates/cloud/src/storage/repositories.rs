@@ -272,4 +272,18 @@ impl Store {
             .map(|r| (r.get(0), r.get(1)))
             .collect()))
     }
+
+    /// The orgs that map at least one repository, and when any mapping last changed (µs):
+    /// the commit lister's cue to look again.
+    pub async fn repository_source_orgs(&self) -> Result<(Vec<i64>, i64), StorageError> {
+        let (orgs, changed) = on_db!(&self.db, pool => (
+            sqlx::query_scalar("SELECT DISTINCT org_id FROM repository_sources ORDER BY org_id")
+                .fetch_all(pool)
+                .await?,
+            sqlx::query_scalar::<_, Option<i64>>("SELECT max(updated_at) FROM repository_sources")
+                .fetch_one(pool)
+                .await?,
+        ));
+        Ok((orgs, changed.unwrap_or(0)))
+    }
 }
