@@ -201,6 +201,10 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time() {
     assert!(page.contains("acme/api.git"), "{page}");
     let (_, audit) = dashboard::get(&web, format!("{}/audit", rig.cloud.https), &admin).await;
     assert!(audit.contains("repository_source.set"), "{audit}");
+    assert!(
+        audit.contains("sigapi_"),
+        "the API key that mapped it: {audit}"
+    );
     let (status, answer) = get(&rig, &key, &format!("/v1/deployments/{second}/commits")).await;
     assert_eq!(
         status, 200,

@@ -4,6 +4,7 @@
 //! the commits between the previous deployment of that service and environment and this one,
 //! read through the bridge by [`super::mirror`] and kept, so each is listed once.
 
+use axum::Extension;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
@@ -12,9 +13,10 @@ use serde_json::{Value, json};
 
 use super::mirror::{self, GitError};
 use super::{CorrelationState, parse};
+use crate::auth::{PeerAddr, Principal};
 use crate::problem::{Problem, storage_unavailable};
 use crate::signals::event::FieldError;
-use crate::storage::{ListedCommits, REPOSITORY_RULES, RepositorySource};
+use crate::storage::{Actor, ListedCommits, REPOSITORY_RULES, RepositorySource};
 
 /// The org's repository mappings.
 #[utoipa::path(get, path = "/v1/repository-sources", tag = "correlation",
@@ -96,6 +98,7 @@ pub fn validate_source(body: &Value) -> Result<RepositorySource, Vec<FieldError>
         (status = 422, body = Problem, content_type = "application/problem+json")))]
 pub async fn set_source(
     State(state): State<CorrelationState>,
+    peer: Option<Extension<PeerAddr>>,
     headers: HeaderMap,
     body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, Problem> {
@@ -112,6 +115,11 @@ pub async fn set_source(
         .set_repository_source(principal.org_id, &source)
         .await
         .map_err(|e| storage_unavailable(&e))?;
+    let what = format!(
+        "{} -> {}/{}/{}",
+        source.repository, source.bridge, source.source, source.path
+    );
+    audit(&state, &principal, peer, "repository_source.set", &what).await?;
     Ok(Json(json!(source)))
 }
 
@@ -129,6 +137,7 @@ pub struct Which {
         (status = 404, body = Problem, content_type = "application/problem+json")))]
 pub async fn remove_source(
     State(state): State<CorrelationState>,
+    peer: Option<Extension<PeerAddr>>,
     headers: HeaderMap,
     query: Result<Query<Which>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::http::StatusCode, Problem> {
@@ -145,6 +154,14 @@ pub async fn remove_source(
         .await
         .map_err(|e| storage_unavailable(&e))?;
     if removed {
+        audit(
+            &state,
+            &principal,
+            peer,
+            "repository_source.remove",
+            &which.repository,
+        )
+        .await?;
         Ok(axum::http::StatusCode::NO_CONTENT)
     } else {
         Err(Problem::not_found(format!(
@@ -152,6 +169,25 @@ pub async fn remove_source(
             which.repository
         )))
     }
+}
+
+/// Records a change made with an API key: the key's public id and the caller's address.
+async fn audit(
+    state: &CorrelationState,
+    principal: &Principal,
+    peer: Option<Extension<PeerAddr>>,
+    action: &str,
+    object: &str,
+) -> Result<(), Problem> {
+    let actor = Actor {
+        who: principal.key_id.clone(),
+        address: peer.map_or_else(|| "unknown".into(), |Extension(p)| p.0.ip().to_string()),
+    };
+    state
+        .store
+        .audit(principal.org_id, &actor, action, object)
+        .await
+        .map_err(|e| storage_unavailable(&e))
 }
 
 /// The commits a deployment brought: between the previous deployment of its service and
