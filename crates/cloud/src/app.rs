@@ -120,9 +120,9 @@ impl App {
     }
 
     /// The routes of the loopback listener through which this process is a Git client of its
-    /// own relay (a deployment's commits): the relay's consumer routes only.
+    /// own relay (a deployment's commits): the relay's Git routes only.
     pub fn internal_router(&self) -> Router {
-        relay::router(self.relay.clone()).fallback(not_found)
+        relay::internal_router(self.relay.clone()).fallback(not_found)
     }
 
     /// The routes of one listener: the tunnel's handshake only on TLS.

@@ -14,6 +14,11 @@ use crate::problem::{Problem, storage_unavailable};
 use crate::secrets::{self, Kind};
 use crate::storage::{ApiKeyRow, Credential, Store};
 
+/// Marks a request that came in on the loopback listener of the cloud's own Git client: it is
+/// authenticated with [`KeyCache::authenticate_internal`], and nothing else is accepted there.
+#[derive(Clone, Copy, Debug)]
+pub struct InternalCaller;
+
 /// The address a connection came from, put in each request's extensions by the server loop.
 #[derive(Clone, Copy, Debug)]
 pub struct PeerAddr(pub std::net::SocketAddr);
@@ -131,12 +136,6 @@ impl KeyCache {
         headers: &HeaderMap,
     ) -> Result<Principal, Problem> {
         let presented = presented_key(headers)?;
-        if let Some(org_id) = self.internal.org_of(&presented) {
-            return Ok(Principal {
-                org_id,
-                key_id: INTERNAL_PRINCIPAL.to_string(),
-            });
-        }
         let invalid = || {
             Problem::unauthorized(
                 "the API key is not valid; create one with `cloud api-key create --org ORG`",
@@ -207,6 +206,21 @@ impl KeyCache {
         Ok(org)
     }
 
+    /// Authenticates a request of the cloud's own Git client (on the loopback listener, which
+    /// takes nothing else): only an internal key of this process.
+    pub fn authenticate_internal(&self, headers: &HeaderMap) -> Result<Principal, Problem> {
+        let presented = presented_key(headers)?;
+        match self.internal.org_of(&presented) {
+            Some(org_id) => Ok(Principal {
+                org_id,
+                key_id: INTERNAL_PRINCIPAL.to_string(),
+            }),
+            None => Err(Problem::unauthorized(
+                "this listener serves the cloud's own Git client only",
+            )),
+        }
+    }
+
     /// A key acting for `org_id` that only this process accepts, for the cloud's own requests
     /// through its relay (a Git client reading a deployment's commits).
     pub fn internal_key(&self, org_id: i64) -> String {
@@ -253,4 +267,37 @@ fn touch(store: &Store, kind: Credential, id: &str) {
             tracing::debug!(cause = %e, "cannot record a key's last use");
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bearer(key: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::AUTHORIZATION,
+            format!("Bearer {key}").parse().unwrap(),
+        );
+        headers
+    }
+
+    #[test]
+    fn internal_keys_work_for_their_org_in_their_process_only() {
+        let cache = KeyCache::default();
+        let key = cache.internal_key(7);
+        let principal = cache.authenticate_internal(&bearer(&key)).unwrap();
+        assert_eq!(
+            (principal.org_id, principal.key_id.as_str()),
+            (7, INTERNAL_PRINCIPAL)
+        );
+        let other_org = key.replacen("sigint_7_", "sigint_8_", 1);
+        assert!(cache.authenticate_internal(&bearer(&other_org)).is_err());
+        assert!(
+            KeyCache::default()
+                .authenticate_internal(&bearer(&key))
+                .is_err()
+        );
+        assert!(cache.authenticate_internal(&bearer("sigapi_x_y")).is_err());
+    }
 }

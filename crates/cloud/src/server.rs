@@ -171,7 +171,7 @@ pub async fn run(
     // own relay (correlation/mirror.rs); nothing else listens there.
     let internal = listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
     let git = crate::correlation::mirror::GitClient {
-        root: options.data_dir.join("git-mirrors"),
+        root: std::path::absolute(options.data_dir.join("git-mirrors"))?,
         relay: internal.local_addr()?,
     };
     let app = App::new(

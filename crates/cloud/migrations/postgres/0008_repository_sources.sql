@@ -10,13 +10,15 @@ CREATE TABLE repository_sources (
     PRIMARY KEY (org_id, repository)
 );
 
--- The commits a deployment brought, as listed once through the bridge: the list (JSON), the
--- previous deployment's commit it was listed from (a late, closer deployment lists it again),
--- and its oldest commit's time, which the change lead time counts from.
+-- The commits a deployment brought, as listed once through the bridge: the list (JSON), where
+-- it was read (bridge/source/path: a list from an earlier mapping is not used), the previous
+-- deployment's commit it was listed from (a late, closer deployment lists it again), and its
+-- oldest commit's time, which the change lead time counts from (when the list is exact).
 CREATE TABLE deployment_commits (
     org_id           BIGINT NOT NULL REFERENCES orgs(id),
     deployment_id    TEXT NOT NULL,
     repository       TEXT NOT NULL,
+    source           TEXT NOT NULL,
     previous_sha     TEXT,
     commits          TEXT NOT NULL,
     first_commit_at  BIGINT,

@@ -231,7 +231,8 @@ pub async fn commits_of(state: &CorrelationState, org_id: i64, id: &str) -> Resu
     };
     if !mirror::is_commit_id(sha) {
         return Err(Problem::conflict(format!(
-            "deployment {id:?} has sha {sha:?}, which is not a commit id (7 to 64 hex digits)"
+            "deployment {id:?} has sha {sha:?}, which is not {}",
+            mirror::COMMIT_ID_RULE
         )));
     }
     let source = state
@@ -245,15 +246,16 @@ pub async fn commits_of(state: &CorrelationState, org_id: i64, id: &str) -> Resu
     let previous = match (&fields.service, &fields.environment) {
         (Some(service), Some(environment)) => state
             .store
-            .previous_deployment(org_id, service, environment, (fields.at, &stored.id))
+            .previous_deployment(
+                org_id,
+                (service, environment, repository),
+                (fields.at, &stored.id),
+            )
             .await
             .map_err(failed)?,
         _ => None,
     };
-    let previous = previous
-        .map(|e| parse(&e))
-        .transpose()?
-        .filter(|(_, f)| f.repository.as_deref() == Some(repository.as_str()));
+    let previous = previous.map(|e| parse(&e)).transpose()?;
     let previous_sha = previous
         .as_ref()
         .and_then(|(_, f)| f.sha.clone())
@@ -263,24 +265,40 @@ pub async fn commits_of(state: &CorrelationState, org_id: i64, id: &str) -> Resu
         .listed_commits(org_id, id)
         .await
         .map_err(failed)?;
-    let commits: Value = match listed.filter(|l| l.previous_sha == previous_sha) {
+    let where_from = source.place();
+    let fresh = |l: &ListedCommits| l.previous_sha == previous_sha && l.source == where_from;
+    let commits: Value = match listed.filter(fresh) {
         Some(l) => serde_json::from_str(&l.commits).unwrap_or_default(),
         None => {
-            let (commits, truncated) = state
-                .mirrors
-                .commits(org_id, &source, previous_sha.as_deref(), sha)
+            // Spawned, so that a caller who goes away does not cut a fetch short.
+            let (mirrors, place, from, to) = (
+                state.mirrors.clone(),
+                source.clone(),
+                previous_sha.clone(),
+                sha.clone(),
+            );
+            let listing =
+                tokio::spawn(
+                    async move { mirrors.commits(org_id, &place, from.as_deref(), &to).await },
+                )
                 .await
+                .map_err(|_| Problem::internal("listing the commits stopped unexpectedly; retry"))?
                 .map_err(|e| git_problem(&e, &source))?;
-            let first = commits
+            // Only an exact list dates the change lead time: a whole history would make it
+            // as old as the repository.
+            let first = listing
+                .commits
                 .iter()
+                .filter(|_| listing.complete)
                 .filter_map(|c| DateTime::parse_from_rfc3339(&c.time).ok())
                 .map(|t| t.timestamp_micros())
                 .min();
-            let list = json!({"commits": commits, "truncated": truncated});
+            let list = json!({"commits": listing.commits, "truncated": listing.truncated});
             let keep = ListedCommits {
                 previous_sha: previous_sha.clone(),
                 commits: list.to_string(),
                 repository: repository.clone(),
+                source: where_from.clone(),
             };
             state
                 .store
@@ -305,6 +323,9 @@ pub fn summary(listed: &str) -> Option<String> {
     let list: Value = serde_json::from_str(listed).ok()?;
     let commits = list["commits"].as_array()?;
     let n = commits.len();
+    if n == 0 {
+        return None;
+    }
     let mut places: Vec<&str> = Vec::new();
     let files = commits
         .iter()

@@ -3,7 +3,7 @@
 //! when a repository is mapped (by any process), then every [`ROUND`], the recent deployments
 //! of mapped repositories whose commits are not listed yet.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -21,19 +21,27 @@ const CUE: Duration = Duration::from_secs(2);
 const LOOKBACK_MICROS: i64 = 30 * 86_400_000_000;
 /// Most deployments looked at per org and round (the newest).
 const PER_ROUND: i64 = 500;
+/// How long a deployment whose commits cannot be listed (its commit is not in the repository,
+/// the source refuses) waits before it is tried again.
+const RETRY_FAILED: Duration = Duration::from_secs(3600);
+
+/// Deployments that failed for a reason of their own, and when: skipped until [`RETRY_FAILED`].
+type Failed = HashMap<(i64, String), tokio::time::Instant>;
 
 /// Until `shutdown`: a round at each mapping change and every [`ROUND`].
 pub async fn keep_listing(state: CorrelationState, shutdown: CancellationToken) {
     let mut seen_change = -1;
     let mut last_round = tokio::time::Instant::now();
+    let mut failed = Failed::new();
     loop {
         match state.store.repository_source_orgs().await {
             Ok((orgs, changed)) if changed != seen_change || last_round.elapsed() >= ROUND => {
                 seen_change = changed;
                 last_round = tokio::time::Instant::now();
+                failed.retain(|_, at| at.elapsed() < RETRY_FAILED);
                 for org_id in orgs {
                     tokio::select! {
-                        () = list_org(&state, org_id) => {}
+                        () = list_org(&state, org_id, &mut failed) => {}
                         () = shutdown.cancelled() => return,
                     }
                 }
@@ -48,9 +56,11 @@ pub async fn keep_listing(state: CorrelationState, shutdown: CancellationToken) 
     }
 }
 
-/// Lists the org's recent, unlisted deployments of mapped repositories, oldest first; a
-/// repository that fails (its bridge is down) is skipped until the next round.
-async fn list_org(state: &CorrelationState, org_id: i64) {
+/// Lists the org's recent, unlisted deployments of mapped repositories, oldest first. A
+/// repository whose bridge has no tunnel (503) waits for the next round; a deployment that
+/// fails otherwise (its commit is not in the repository, the source refuses) waits
+/// [`RETRY_FAILED`], without holding up the others.
+async fn list_org(state: &CorrelationState, org_id: i64, failed: &mut Failed) {
     let Ok(sources) = state.store.repository_sources(org_id).await else {
         return;
     };
@@ -75,7 +85,8 @@ async fn list_org(state: &CorrelationState, org_id: i64) {
         let Some(repository) = text("repository").filter(|r| mapped.contains(*r)) else {
             continue;
         };
-        if text("sha").is_none() || failing.contains(repository) {
+        let key = (org_id, d.id.clone());
+        if text("sha").is_none() || failing.contains(repository) || failed.contains_key(&key) {
             continue;
         }
         match state.store.listed_commits(org_id, &d.id).await {
@@ -84,7 +95,11 @@ async fn list_org(state: &CorrelationState, org_id: i64) {
         }
         if let Err(p) = commits_of(state, org_id, &d.id).await {
             tracing::debug!(deployment = %d.id, cause = %p.detail, "cannot list a deployment's commits yet");
-            failing.insert(repository.to_string());
+            if p.status == 503 {
+                failing.insert(repository.to_string());
+            } else {
+                failed.insert(key, tokio::time::Instant::now());
+            }
         }
     }
 }

@@ -83,6 +83,18 @@ pub struct Commit {
     pub files: Vec<String>,
 }
 
+/// What [`Mirrors::commits`] found.
+#[derive(Debug)]
+pub struct Listing {
+    /// Newest first.
+    pub commits: Vec<Commit>,
+    /// True when there were more than [`MAX_COMMITS`].
+    pub truncated: bool,
+    /// True when these are exactly the commits since the previous deployment: its commit was
+    /// found and nothing was cut. Only then does the oldest one date the change lead time.
+    pub complete: bool,
+}
+
 /// The mirrors, with one lock each so that two requests never fetch into one at once.
 pub struct Mirrors {
     client: GitClient,
@@ -90,10 +102,15 @@ pub struct Mirrors {
     locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
 }
 
-/// True for what may be a commit id: 7 to 64 hex digits (never an option to git).
+/// True for what may be a commit id: 7 to 40 hex digits (SHA-1, abbreviated or whole), or 64
+/// (SHA-256); never an option to git. Only whole ids can be fetched by id: an abbreviated one
+/// must be on a branch or tag.
 pub fn is_commit_id(sha: &str) -> bool {
-    (7..=64).contains(&sha.len()) && sha.bytes().all(|b| b.is_ascii_hexdigit())
+    ((7..=40).contains(&sha.len()) || sha.len() == 64) && sha.bytes().all(|b| b.is_ascii_hexdigit())
 }
+
+/// What [`is_commit_id`] accepts, for error messages.
+pub const COMMIT_ID_RULE: &str = "a commit id: 7 to 40 hex digits, or 64 (whole ids are best: an abbreviated one is found only on a branch or tag)";
 
 impl Mirrors {
     /// Mirrors under `client.root`, fetched with internal keys from `keys`.
@@ -105,15 +122,16 @@ impl Mirrors {
         }
     }
 
-    /// The commits in `to` that `from` lacks (all of `to`'s history when `from` is `None`),
-    /// newest first, at most [`MAX_COMMITS`]; and whether there were more.
+    /// The commits in `to` that `from` lacks, newest first, at most [`MAX_COMMITS`]. When
+    /// `from` is `None` or not in the repository (a history rewritten since), `to`'s own
+    /// history instead, and [`Listing::complete`] is false.
     pub async fn commits(
         &self,
         org_id: i64,
         source: &RepositorySource,
         from: Option<&str>,
         to: &str,
-    ) -> Result<(Vec<Commit>, bool), GitError> {
+    ) -> Result<Listing, GitError> {
         let dir = self.dir(org_id, source);
         let lock = self
             .locks
@@ -135,7 +153,7 @@ impl Mirrors {
         if !self.has_all(&dir, &wanted).await? {
             git(&dir, &["remote", "set-url", "origin", &url], None, "fetch").await?;
             git(&dir, &["fetch", "--quiet", "origin"], Some(&key), "fetch").await?;
-            for sha in &wanted {
+            for sha in wanted.iter().filter(|s| matches!(s.len(), 40 | 64)) {
                 if !self.has_all(&dir, &[sha]).await? {
                     // Protocol v2 serves any reachable commit, advertised or not.
                     let _ = git(
@@ -151,9 +169,13 @@ impl Mirrors {
         if !self.has_all(&dir, &[to]).await? {
             return Err(GitError::MissingCommit(to.to_string()));
         }
+        let from = match from {
+            Some(from) if self.has_all(&dir, &[from]).await? => Some(from),
+            _ => None,
+        };
         let range = match from {
-            Some(from) if self.has_all(&dir, &[from]).await? => format!("{from}..{to}"),
-            _ => to.to_string(),
+            Some(from) => format!("{from}..{to}"),
+            None => to.to_string(),
         };
         let max = format!("--max-count={}", MAX_COMMITS + 1);
         let out = git(
@@ -174,7 +196,11 @@ impl Mirrors {
         let mut commits = parse_log(&out);
         let truncated = commits.len() > MAX_COMMITS;
         commits.truncate(MAX_COMMITS);
-        Ok((commits, truncated))
+        Ok(Listing {
+            commits,
+            truncated,
+            complete: from.is_some() && !truncated,
+        })
     }
 
     /// `DATA_DIR/git-mirrors/{org}/{hash of bridge, source and path}.git`.
@@ -198,7 +224,10 @@ impl Mirrors {
         })?;
         let partial = dir.with_extension("partial");
         let _ = std::fs::remove_dir_all(&partial);
-        let target = partial.to_string_lossy().into_owned();
+        let target = partial
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let cloned = git(
             parent,
             &[
@@ -248,9 +277,10 @@ impl Mirrors {
     }
 }
 
-/// Runs `git args` in `dir`, hermetically (no system or user configuration, no prompts, no
-/// lazy blob fetches), with `key` sent as a Bearer header when given (through the
-/// environment, never the command line); its stdout.
+/// Runs `git args` in `dir`, hermetically: an empty environment but `PATH` (no system or
+/// user configuration, no proxy, no prompts, no lazy blob fetches, no redirects followed), in
+/// a process group of its own that is killed whole if the command is dropped or times out;
+/// `key` goes as a Bearer header through the environment, never the command line. Its stdout.
 async fn git(
     dir: &Path,
     args: &[&str],
@@ -261,44 +291,92 @@ async fn git(
     command
         .args(args)
         .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", dir)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_NO_LAZY_FETCH", "1")
+        .env("NO_PROXY", "*")
+        .env("no_proxy", "*")
         .env("LC_ALL", "C")
+        .env("GIT_CONFIG_COUNT", if key.is_some() { "2" } else { "1" })
+        .env("GIT_CONFIG_KEY_0", "http.followRedirects")
+        .env("GIT_CONFIG_VALUE_0", "false")
         .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true);
     if let Some(key) = key {
         command
-            .env("GIT_CONFIG_COUNT", "1")
-            .env("GIT_CONFIG_KEY_0", "http.extraHeader")
-            .env("GIT_CONFIG_VALUE_0", format!("Authorization: Bearer {key}"));
+            .env("GIT_CONFIG_KEY_1", "http.extraHeader")
+            .env("GIT_CONFIG_VALUE_1", format!("Authorization: Bearer {key}"));
     }
-    let out = tokio::time::timeout(GIT_TIMEOUT, command.output())
+    let child = command.spawn().map_err(GitError::Spawn)?;
+    let mut group = Group(child.id());
+    let out = tokio::time::timeout(GIT_TIMEOUT, child.wait_with_output())
         .await
         .map_err(|_| GitError::TimedOut(step))?
         .map_err(GitError::Spawn)?;
+    // Exited by itself: its helpers are done, and the group id may be reused.
+    group.0 = None;
     if out.status.success() {
         return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
-    if let Some(status) = stderr
+    Err(failure(step, &stderr))
+}
+
+/// A git command's process group, killed whole when dropped unfinished (its `git-remote-http`
+/// and `index-pack` helpers would otherwise go on writing into the mirror).
+struct Group(Option<u32>);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let pid = self
+            .0
+            .and_then(|id| i32::try_from(id).ok())
+            .and_then(rustix::process::Pid::from_raw);
+        if let Some(pid) = pid {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+/// What git's stderr says went wrong: an HTTP status when the relay refused (git words a 404
+/// and a 401 its own way), else its last line, without the relay's loopback address.
+fn failure(step: &'static str, stderr: &str) -> GitError {
+    let status = stderr
         .split("returned error: ")
         .nth(1)
         .and_then(|rest| rest.get(..3))
         .and_then(|code| code.parse().ok())
-    {
-        return Err(GitError::Http { status });
+        .or_else(|| {
+            if stderr.contains("not found") {
+                Some(404)
+            } else if stderr.contains("Authentication failed") {
+                Some(401)
+            } else {
+                None
+            }
+        });
+    if let Some(status) = status {
+        return GitError::Http { status };
     }
-    Err(GitError::Failed {
-        step,
-        message: stderr
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("no message")
-            .to_string(),
-    })
+    let last = stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no message");
+    let message = match (last.find("'http://"), last.rfind('\'')) {
+        (Some(start), Some(end)) if end > start => {
+            format!("{}the repository{}", &last[..start], &last[end + 1..])
+        }
+        _ => last.to_string(),
+    };
+    GitError::Failed { step, message }
 }
 
 /// `git log --name-only --format=%x1e%H%x1f%an%x1f%cI%x1f%s` output as commits.
@@ -349,8 +427,33 @@ mod tests {
     #[test]
     fn only_hex_ids_reach_git() {
         assert!(is_commit_id("0123abc"));
+        assert!(is_commit_id(&"a".repeat(40)));
+        assert!(is_commit_id(&"a".repeat(64)));
+        assert!(!is_commit_id(&"a".repeat(41)));
         assert!(!is_commit_id("--upload-pack=x"));
         assert!(!is_commit_id("abc"));
         assert!(!is_commit_id("main"));
+    }
+
+    #[test]
+    fn git_failures_name_the_status_and_hide_the_loopback_address() {
+        let not_found = "remote: x\nfatal: repository 'http://127.0.0.1:41234/v1/bridges/dc1/git/code/a.git/' not found\n";
+        assert!(matches!(
+            failure("clone", not_found),
+            GitError::Http { status: 404 }
+        ));
+        let refused = "fatal: unable to access 'http://127.0.0.1:41234/v1/x/': The requested URL returned error: 503\n";
+        assert!(matches!(
+            failure("fetch", refused),
+            GitError::Http { status: 503 }
+        ));
+        let other = "fatal: unable to access 'http://127.0.0.1:41234/v1/x/': Failed to connect\n";
+        let GitError::Failed { message, .. } = failure("fetch", other) else {
+            panic!("not a plain failure");
+        };
+        assert_eq!(
+            message,
+            "fatal: unable to access the repository: Failed to connect"
+        );
     }
 }

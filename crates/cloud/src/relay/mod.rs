@@ -108,6 +108,20 @@ pub fn router(state: RelayState) -> Router {
     router.with_state(state)
 }
 
+/// The routes of the loopback listener through which the cloud is a Git client of its own
+/// relay (a deployment's commits): the Git routes only, which there take only the process's
+/// internal keys ([`crate::auth::KeyCache::authenticate_internal`]).
+pub fn internal_router(state: RelayState) -> Router {
+    let base = format!(
+        "/v1/bridges/{{bridge}}/{}/{{name}}",
+        ResourceKind::Git.segment()
+    );
+    Router::new()
+        .route(&format!("{base}/{{*path}}"), any(forward::forward_git))
+        .layer(axum::Extension(crate::auth::InternalCaller))
+        .with_state(state)
+}
+
 /// The bridges' routes (TLS listener only: tokens never travel in clear): enrollment and the
 /// tunnel's upgrade.
 pub fn tunnel_router(state: RelayState) -> Router {

@@ -22,10 +22,22 @@ impl Store {
         from: i64,
         to: i64,
     ) -> Result<Vec<StoredEvent>, StorageError> {
-        let with_env = "SELECT id, occurred_at, received_at, body FROM events \
+        // SQLite: the correlation index carries the sequence number (rowid), not the id; ids
+        // grow with it, so the order is the same. Named, so the planner never prefers the
+        // time index and reads every event of the day.
+        let with_env_sqlite = "SELECT id, occurred_at, received_at, body FROM events \
+                        INDEXED BY events_changes \
+                        WHERE org_id = $1 AND type IN ('deployment', 'change') AND environment = $2 \
+                        AND occurred_at >= $3 AND occurred_at <= $4 \
+                        ORDER BY occurred_at DESC, rowid DESC LIMIT $5";
+        let with_env_pg = "SELECT id, occurred_at, received_at, body FROM events \
                         WHERE org_id = $1 AND type IN ('deployment', 'change') AND environment = $2 \
                         AND occurred_at >= $3 AND occurred_at <= $4 \
                         ORDER BY occurred_at DESC, id DESC LIMIT $5";
+        let with_env = match &self.db {
+            super::Db::Sqlite { .. } => with_env_sqlite,
+            super::Db::Postgres(_) => with_env_pg,
+        };
         let any_env = "SELECT id, occurred_at, received_at, body FROM events \
                        WHERE org_id = $1 AND type IN ('deployment', 'change') \
                        AND occurred_at >= $2 AND occurred_at <= $3 \

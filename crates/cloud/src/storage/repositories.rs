@@ -37,6 +37,11 @@ pub const REPOSITORY_RULES: [(&str, &str); 4] = [
 ];
 
 impl RepositorySource {
+    /// `bridge/source/path`: where the commits are read.
+    pub fn place(&self) -> String {
+        format!("{}/{}/{}", self.bridge, self.source, self.path)
+    }
+
     /// The fields that break [`REPOSITORY_RULES`], each with its rule: the API and the
     /// dashboard's form check mappings alike.
     pub fn problems(&self) -> Vec<(&'static str, &'static str)> {
@@ -84,6 +89,8 @@ pub struct ListedCommits {
     pub commits: String,
     /// The repository they were listed from.
     pub repository: String,
+    /// Where ([`RepositorySource::place`]): a list from an earlier mapping is not used.
+    pub source: String,
 }
 
 impl Store {
@@ -161,35 +168,46 @@ impl Store {
         Ok(())
     }
 
-    /// Removes the mapping of `repository`; false when there was none.
+    /// Removes the mapping of `repository`, and the commits listed through it; false when
+    /// there was none.
     pub async fn remove_repository_source(
         &self,
         org_id: i64,
         repository: &str,
     ) -> Result<bool, StorageError> {
-        let sql = "DELETE FROM repository_sources WHERE org_id = $1 AND repository = $2";
-        Ok(on_writer!(&self.db, pool => sqlx::query(sql)
-            .bind(org_id)
-            .bind(repository)
-            .execute(pool)
-            .await?
-            .rows_affected())
-            > 0)
+        let removed = on_writer!(&self.db, pool => {
+            let mut tx = pool.begin().await?;
+            let removed = sqlx::query("DELETE FROM repository_sources WHERE org_id = $1 AND repository = $2")
+                .bind(org_id)
+                .bind(repository)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            sqlx::query("DELETE FROM deployment_commits WHERE org_id = $1 AND repository = $2")
+                .bind(org_id)
+                .bind(repository)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            removed
+        });
+        Ok(removed > 0)
     }
 
-    /// The newest deployment of `service` in `environment` before `(at, id)` that names a
-    /// commit and did not fail: where a deployment's commits start.
+    /// The newest successful (or status-less) deployment of `service` in `environment` before
+    /// `(at, id)` that names a commit of `repository`: where a deployment's commits start.
+    /// Looks at the 200 newest such deployments.
     pub async fn previous_deployment(
         &self,
         org_id: i64,
-        service: &str,
-        environment: &str,
+        (service, environment, repository): (&str, &str, &str),
         (at, id): (i64, &str),
     ) -> Result<Option<StoredEvent>, StorageError> {
         let sql = "SELECT id, occurred_at, received_at, body FROM events \
                    WHERE org_id = $1 AND type = 'deployment' AND service = $2 AND environment = $3 \
+                   AND (status = 'success' OR status IS NULL) \
                    AND (occurred_at < $4 OR (occurred_at = $4 AND id < $5)) \
-                   ORDER BY occurred_at DESC, id DESC LIMIT 50";
+                   ORDER BY occurred_at DESC, id DESC LIMIT 200";
         let rows: Vec<StoredEvent> = on_db!(&self.db, pool => sqlx::query(sql)
             .bind(org_id)
             .bind(service)
@@ -204,8 +222,7 @@ impl Store {
         Ok(rows.into_iter().find(|e| {
             let body: serde_json::Value = serde_json::from_str(&e.body).unwrap_or_default();
             let text = |k: &str| body.get(k).and_then(serde_json::Value::as_str);
-            text("sha").is_some()
-                && !matches!(text("status"), Some("failure" | "error" | "rolled_back"))
+            text("sha").is_some() && text("repository") == Some(repository)
         }))
     }
 
@@ -215,7 +232,7 @@ impl Store {
         org_id: i64,
         deployment_id: &str,
     ) -> Result<Option<ListedCommits>, StorageError> {
-        let sql = "SELECT previous_sha, commits, repository FROM deployment_commits \
+        let sql = "SELECT previous_sha, commits, repository, source FROM deployment_commits \
                    WHERE org_id = $1 AND deployment_id = $2";
         Ok(on_db!(&self.db, pool => sqlx::query(sql)
         .bind(org_id)
@@ -226,6 +243,7 @@ impl Store {
             previous_sha: r.get(0),
             commits: r.get(1),
             repository: r.get(2),
+            source: r.get(3),
         })))
     }
 
@@ -238,9 +256,10 @@ impl Store {
         first_commit_at: Option<i64>,
     ) -> Result<(), StorageError> {
         let sql = "INSERT INTO deployment_commits \
-                   (org_id, deployment_id, repository, previous_sha, commits, first_commit_at, listed_at) \
-                   VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (org_id, deployment_id) DO UPDATE SET \
+                   (org_id, deployment_id, repository, previous_sha, commits, first_commit_at, listed_at, source) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (org_id, deployment_id) DO UPDATE SET \
                    repository = excluded.repository, previous_sha = excluded.previous_sha, commits = excluded.commits, \
+                   source = excluded.source, \
                    first_commit_at = excluded.first_commit_at, listed_at = excluded.listed_at";
         on_writer!(&self.db, pool => sqlx::query(sql)
             .bind(org_id)
@@ -250,6 +269,7 @@ impl Store {
             .bind(&listed.commits)
             .bind(first_commit_at)
             .bind(now_micros())
+            .bind(&listed.source)
             .execute(pool)
             .await?
             .rows_affected());
@@ -262,8 +282,10 @@ impl Store {
         &self,
         org_id: i64,
     ) -> Result<Vec<(String, i64)>, StorageError> {
-        let sql = "SELECT deployment_id, first_commit_at FROM deployment_commits \
-                   WHERE org_id = $1 AND first_commit_at IS NOT NULL";
+        let sql = "SELECT d.deployment_id, d.first_commit_at FROM deployment_commits d \
+                   JOIN repository_sources r ON r.org_id = d.org_id AND r.repository = d.repository \
+                   WHERE d.org_id = $1 AND d.first_commit_at IS NOT NULL \
+                   AND d.source = r.bridge || '/' || r.source || '/' || r.path";
         Ok(on_db!(&self.db, pool => sqlx::query(sql)
             .bind(org_id)
             .fetch_all(pool)

@@ -31,7 +31,7 @@ use tunnel::ResourceKind;
 
 use self::body::{Announced, InFlight, Tracked};
 use super::{Instance, RelayState};
-use crate::auth::Principal;
+use crate::auth::{InternalCaller, Principal};
 use crate::problem::{Problem, storage_unavailable};
 use crate::stall::{ReadError, StallTimer, read_whole};
 
@@ -210,7 +210,11 @@ pub async fn forward(
 }
 
 async fn run(state: &RelayState, target: &Target, req: Request) -> Result<Response, Problem> {
-    let principal = state.keys.authenticate(&state.store, req.headers()).await?;
+    let principal = if req.extensions().get::<InternalCaller>().is_some() {
+        state.keys.authenticate_internal(req.headers())?
+    } else {
+        state.keys.authenticate(&state.store, req.headers()).await?
+    };
     let instances = upstream_peers(state, &principal, target).await?;
     let (parts, body) = req.into_parts();
     let head = upstream_request(&parts, target, &principal);
