@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
+use testkit::Backend;
 use testkit::bridge::Rig;
 use testkit::dashboard;
 use testkit::git_server::{GitAuth, GitServer};
@@ -56,8 +57,9 @@ fn subjects(answer: &Value) -> Vec<&str> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time() {
+testkit::on_both_backends!(a_deployments_commits_come_through_the_bridge_and_feed_lead_time);
+
+async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backend: Backend) {
     let server = GitServer::start(GitAuth::Basic {
         user: "x-access-token".into(),
         password: GIT_TOKEN.into(),
@@ -65,7 +67,7 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time() {
     server.create_repo("acme/api.git", 2);
     let first_sha = server.commit("acme/api.git", "first-deploy.txt", "one\n");
     let url = server.url();
-    let mut rig = Rig::start_with(|_| {
+    let mut rig = Rig::start_full(backend, &[], |_| {
         format!("sources:\n  - {{type: git, name: code, url: {url}, auth: {{type: token, token: {GIT_TOKEN}}}}}\n")
     })
     .await;
