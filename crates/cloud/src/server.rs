@@ -112,6 +112,9 @@ fn connection_cap(listeners: usize) -> usize {
     cap
 }
 
+/// Connections of the cloud's own Git client at once (one per mirror being fetched).
+const INTERNAL_CONNECTIONS: usize = 64;
+
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -132,6 +135,9 @@ pub enum ServeError {
         "cannot listen on 127.0.0.1 for the cloud's own Git client (deployments' commits): {0}"
     )]
     Loopback(#[from] std::io::Error),
+    /// The data directory's absolute path cannot be found.
+    #[error("--data-dir: cannot resolve its absolute path ({0}); pass an absolute --data-dir")]
+    DataDir(std::io::Error),
 }
 
 /// Runs the service until `shutdown` is cancelled, then drains and flushes.
@@ -171,7 +177,8 @@ pub async fn run(
     // own relay (correlation/mirror.rs); nothing else listens there.
     let internal = listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
     let git = crate::correlation::mirror::GitClient {
-        root: std::path::absolute(options.data_dir.join("git-mirrors"))?,
+        root: std::path::absolute(options.data_dir.join("git-mirrors"))
+            .map_err(ServeError::DataDir)?,
         relay: internal.local_addr()?,
     };
     let app = App::new(
@@ -238,18 +245,23 @@ pub async fn run(
             cap,
         )));
     }
-    loops.push(tokio::spawn(serve_loop(
+    // Closed only after the public listeners drained: their in-flight requests may still be
+    // reading commits through it.
+    let internal_stop = CancellationToken::new();
+    let internal_loop = tokio::spawn(serve_loop(
         internal,
         None,
         app.internal_router(),
-        shutdown.clone(),
+        internal_stop.clone(),
         (options.drain_timeout, options.header_read_timeout),
-        cap,
-    )));
+        INTERNAL_CONNECTIONS,
+    ));
     // Drain consumers' in-flight requests (some go through tunnels) before closing the tunnels.
     for task in loops {
         let _ = task.await;
     }
+    internal_stop.cancel();
+    let _ = internal_loop.await;
     relay.shutdown.cancel();
     let _ = watcher.await;
     let _ = notifier.await;

@@ -57,14 +57,18 @@ pub async fn keep_listing(state: CorrelationState, shutdown: CancellationToken) 
 }
 
 /// Lists the org's recent, unlisted deployments of mapped repositories, oldest first. A
-/// repository whose bridge has no tunnel (503) waits for the next round; a deployment that
-/// fails otherwise (its commit is not in the repository, the source refuses) waits
-/// [`RETRY_FAILED`], without holding up the others.
+/// repository that cannot be read (its bridge has no tunnel, its source refuses or does not
+/// answer) waits for the next round; a deployment that fails on its own (its `sha` is not a
+/// commit id or not in the repository) waits [`RETRY_FAILED`], without holding up the
+/// others. A list made through an earlier mapping is made again.
 async fn list_org(state: &CorrelationState, org_id: i64, failed: &mut Failed) {
     let Ok(sources) = state.store.repository_sources(org_id).await else {
         return;
     };
-    let mapped: HashSet<String> = sources.into_iter().map(|s| s.repository).collect();
+    let mapped: HashMap<String, String> = sources
+        .into_iter()
+        .map(|s| (s.repository.clone(), s.place()))
+        .collect();
     let query = EventQuery {
         kind: Some("deployment".into()),
         service: None,
@@ -82,7 +86,8 @@ async fn list_org(state: &CorrelationState, org_id: i64, failed: &mut Failed) {
     for d in deployments {
         let body: Value = serde_json::from_str(&d.body).unwrap_or_default();
         let text = |k: &str| body.get(k).and_then(Value::as_str);
-        let Some(repository) = text("repository").filter(|r| mapped.contains(*r)) else {
+        let Some((repository, place)) = text("repository").and_then(|r| mapped.get_key_value(r))
+        else {
             continue;
         };
         let key = (org_id, d.id.clone());
@@ -91,14 +96,15 @@ async fn list_org(state: &CorrelationState, org_id: i64, failed: &mut Failed) {
         }
         match state.store.listed_commits(org_id, &d.id).await {
             Ok(None) => {}
+            Ok(Some(listed)) if listed.source != *place => {}
             _ => continue,
         }
         if let Err(p) = commits_of(state, org_id, &d.id).await {
             tracing::debug!(deployment = %d.id, cause = %p.detail, "cannot list a deployment's commits yet");
-            if p.status == 503 {
-                failing.insert(repository.to_string());
-            } else {
+            if p.status == 409 || p.detail.starts_with("commit ") {
                 failed.insert(key, tokio::time::Instant::now());
+            } else {
+                failing.insert(repository.to_string());
             }
         }
     }

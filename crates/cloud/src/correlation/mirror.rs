@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -215,14 +216,24 @@ impl Mirrors {
             .join(format!("{name}.git"))
     }
 
-    /// A first, partial clone into a temporary directory, renamed into place when whole.
+    /// A first, partial clone into a temporary directory of this process, renamed into place
+    /// when whole (another process sharing the data directory may have won the race: its
+    /// mirror is as good). The mirrors' directories are the service user's only.
     async fn clone_into(&self, dir: &Path, url: &str, key: &str) -> Result<(), GitError> {
         let parent = dir.parent().unwrap_or(&self.client.root);
-        std::fs::create_dir_all(parent).map_err(|cause| GitError::Dir {
-            path: parent.to_path_buf(),
-            cause,
-        })?;
-        let partial = dir.with_extension("partial");
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(|cause| GitError::Dir {
+                path: parent.to_path_buf(),
+                cause,
+            })?;
+        // A directory left without HEAD (an interrupted rename) is no mirror.
+        if dir.exists() && !dir.join("HEAD").exists() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        let partial = dir.with_extension(format!("partial-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&partial);
         let target = partial
             .file_name()
@@ -256,10 +267,17 @@ impl Mirrors {
             )
             .await?;
         }
-        std::fs::rename(&partial, dir).map_err(|cause| GitError::Dir {
-            path: dir.to_path_buf(),
-            cause,
-        })
+        match std::fs::rename(&partial, dir) {
+            Ok(()) => Ok(()),
+            Err(_) if dir.join("HEAD").exists() => {
+                let _ = std::fs::remove_dir_all(&partial);
+                Ok(())
+            }
+            Err(cause) => Err(GitError::Dir {
+                path: dir.to_path_buf(),
+                cause,
+            }),
+        }
     }
 
     /// Whether the mirror has every commit of `shas`.
@@ -301,9 +319,11 @@ async fn git(
         .env("NO_PROXY", "*")
         .env("no_proxy", "*")
         .env("LC_ALL", "C")
-        .env("GIT_CONFIG_COUNT", if key.is_some() { "2" } else { "1" })
+        .env("GIT_CONFIG_COUNT", if key.is_some() { "3" } else { "2" })
         .env("GIT_CONFIG_KEY_0", "http.followRedirects")
         .env("GIT_CONFIG_VALUE_0", "false")
+        .env("GIT_CONFIG_KEY_1", "core.quotePath")
+        .env("GIT_CONFIG_VALUE_1", "false")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -311,8 +331,8 @@ async fn git(
         .kill_on_drop(true);
     if let Some(key) = key {
         command
-            .env("GIT_CONFIG_KEY_1", "http.extraHeader")
-            .env("GIT_CONFIG_VALUE_1", format!("Authorization: Bearer {key}"));
+            .env("GIT_CONFIG_KEY_2", "http.extraHeader")
+            .env("GIT_CONFIG_VALUE_2", format!("Authorization: Bearer {key}"));
     }
     let child = command.spawn().map_err(GitError::Spawn)?;
     let mut group = Group(child.id());
@@ -354,7 +374,7 @@ fn failure(step: &'static str, stderr: &str) -> GitError {
         .and_then(|rest| rest.get(..3))
         .and_then(|code| code.parse().ok())
         .or_else(|| {
-            if stderr.contains("not found") {
+            if stderr.contains("' not found") {
                 Some(404)
             } else if stderr.contains("Authentication failed") {
                 Some(401)

@@ -203,11 +203,26 @@ impl Store {
         (service, environment, repository): (&str, &str, &str),
         (at, id): (i64, &str),
     ) -> Result<Option<StoredEvent>, StorageError> {
-        let sql = "SELECT id, occurred_at, received_at, body FROM events \
-                   WHERE org_id = $1 AND type = 'deployment' AND service = $2 AND environment = $3 \
-                   AND (status = 'success' OR status IS NULL) \
-                   AND (occurred_at < $4 OR (occurred_at = $4 AND id < $5)) \
-                   ORDER BY occurred_at DESC, id DESC LIMIT 200";
+        // SQLite: named, so that the planner walks the correlation index (deployments and
+        // changes of one environment) rather than the org's whole history by time.
+        let sql = match &self.db {
+            super::Db::Sqlite { .. } => {
+                "SELECT id, occurred_at, received_at, body FROM events INDEXED BY events_changes \
+                 WHERE org_id = $1 AND type IN ('deployment', 'change') AND environment = $3 \
+                 AND type = 'deployment' AND service = $2 \
+                 AND (status = 'success' OR status IS NULL) \
+                 AND (occurred_at < $4 OR (occurred_at = $4 AND id < $5)) \
+                 ORDER BY occurred_at DESC, rowid DESC LIMIT 200"
+            }
+            super::Db::Postgres(_) => {
+                "SELECT id, occurred_at, received_at, body FROM events \
+                 WHERE org_id = $1 AND type IN ('deployment', 'change') AND environment = $3 \
+                 AND type = 'deployment' AND service = $2 \
+                 AND (status = 'success' OR status IS NULL) \
+                 AND (occurred_at < $4 OR (occurred_at = $4 AND id < $5)) \
+                 ORDER BY occurred_at DESC, id DESC LIMIT 200"
+            }
+        };
         let rows: Vec<StoredEvent> = on_db!(&self.db, pool => sqlx::query(sql)
             .bind(org_id)
             .bind(service)
