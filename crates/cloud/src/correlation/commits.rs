@@ -191,12 +191,12 @@ async fn audit(
 }
 
 /// The commits a deployment brought: between the previous deployment of its service and
-/// environment (that named a commit and did not fail) and this one.
+/// environment (the last successful one naming a commit of the same repository) and this one.
 #[utoipa::path(get, path = "/v1/deployments/{id}/commits", tag = "correlation",
     params(("id" = String, Path, description = "A deployment's event id")),
     responses((status = 200, body = crate::openapi::DeploymentCommits),
         (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The deployment has no sha or repository, or its repository is not mapped", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The deployment has no sha or repository, its sha is not a commit id, or its repository is not mapped", body = Problem, content_type = "application/problem+json"),
         (status = 502, body = Problem, content_type = "application/problem+json"),
         (status = 503, body = Problem, content_type = "application/problem+json")))]
 pub async fn deployment_commits(
