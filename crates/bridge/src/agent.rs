@@ -239,6 +239,8 @@ impl Agent {
             .max_send_buf_size(tunnel::MAX_FRAME as usize * 4)
             .max_pending_accept_reset_streams(tunnel::MAX_RESET_STREAMS)
             .max_local_error_reset_streams(tunnel::MAX_RESET_STREAMS)
+            // Database sessions are extended CONNECT streams (RFC 8441).
+            .enable_connect_protocol()
             .keep_alive_interval(hb)
             .keep_alive_timeout(hb * 3);
         let connection = builder.serve_connection(upgraded, service);

@@ -78,6 +78,15 @@ pub struct AuditRecord {
     pub decision: Decision,
     /// The rule that decided, e.g. `default:git-fetch` or `apis[0].allow[1]`.
     pub rule: String,
+    /// Database sessions only: `session_start`, `session_end` or `statement`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// `session_end` only: how the session ended (`closed`, or what failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
+    /// `statement` only: the statement's text as the client sent it (at most 64 KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statement: Option<String>,
 }
 
 fn rfc3339_z<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {

@@ -11,8 +11,8 @@ use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::config::{Config, GitSource, ResourceKind};
-use crate::{dial, forward, identity, reachability};
+use crate::config::{Config, Database, GitSource};
+use crate::{dial, forward, identity, postgres};
 
 /// How long one probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -109,15 +109,20 @@ fn git_probe_url(source: &GitSource) -> String {
     }
 }
 
-async fn probe_tcp(kind: &'static str, name: &str, host: &str, port: u16) -> Row {
-    let result = dial::tcp(host, port, None)
-        .await
-        .map(|_| "ok (TCP)".to_string())
-        .map_err(|e| e.to_string());
+/// A real login to a database, as a session does: the row names the step that failed (DNS,
+/// TCP, TLS, authentication, or the database missing).
+async fn probe_database(db: &Database) -> Row {
+    let result = match postgres::login(db, &[]).await {
+        Ok(_) => Ok(format!(
+            "ok (logged in as {:?} to database {:?})",
+            db.credentials.username, db.database
+        )),
+        Err(e) => Err(e.to_string()),
+    };
     Row {
-        kind,
-        name: name.to_string(),
-        target: format!("{host}:{port}"),
+        kind: "database",
+        name: db.name.clone(),
+        target: format!("{}:{}/{}", db.host, db.port, db.database),
         result,
     }
 }
@@ -138,13 +143,8 @@ async fn probe_all(cfg: &Config) -> Vec<Row> {
             result: forward::check_registry(registry).await,
         });
     }
-    // The others are tried as the periodic reachability check tries them: DNS and TCP.
-    for t in reachability::targets(cfg) {
-        let kind = match t.kind {
-            ResourceKind::Api | ResourceKind::Git | ResourceKind::Registry => continue,
-            ResourceKind::Database => "database",
-        };
-        rows.push(probe_tcp(kind, &t.name, &t.host, t.port).await);
+    for db in &cfg.databases {
+        rows.push(probe_database(db).await);
     }
     rows
 }

@@ -35,7 +35,8 @@ pub use error::{ConfigError, Origin, Problem};
 pub use proxy::{ProxyUrl, bypasses_proxy, parse_no_proxy};
 pub use resources::{
     AllowRule, Api, ApiAuth, Credentials, DEFAULT_POSTGRES_PORT, Database, DatabaseEngine,
-    GIT_TOKEN_USER, GitAuth, GitSource, MAX_NAME_LEN, Registry, ResourceKind, is_valid_name,
+    GIT_TOKEN_USER, GitAuth, GitSource, MAX_NAME_LEN, Registry, ResourceKind, SslMode,
+    is_valid_name,
 };
 pub use secret::{Secret, basic_authorization};
 

@@ -40,6 +40,7 @@ pub mod identity;
 pub mod logging;
 pub mod memory;
 pub mod metrics;
+pub mod postgres;
 pub mod reachability;
 pub mod rules;
 pub mod run;

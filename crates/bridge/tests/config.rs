@@ -84,6 +84,9 @@ fn audit_verify_reports_tampering() {
             principal: "k".into(),
             decision: bridge::audit::Decision::Allowed,
             rule: "default".into(),
+            event: None,
+            ended: None,
+            statement: None,
         };
         log.write(&record).unwrap();
     }

@@ -136,12 +136,21 @@ impl KeyCache {
         headers: &HeaderMap,
     ) -> Result<Principal, Problem> {
         let presented = presented_key(headers)?;
+        self.authenticate_key(store, &presented).await
+    }
+
+    /// Authenticates an API key given as such (the PostgreSQL front end's password).
+    pub async fn authenticate_key(
+        &self,
+        store: &Store,
+        presented: &str,
+    ) -> Result<Principal, Problem> {
         let invalid = || {
             Problem::unauthorized(
                 "the API key is not valid; create one with `cloud api-key create --org ORG`",
             )
         };
-        let (id, secret) = secrets::parse(Kind::ApiKey, &presented).ok_or_else(invalid)?;
+        let (id, secret) = secrets::parse(Kind::ApiKey, presented).ok_or_else(invalid)?;
         let cached = {
             let rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
             rows.get(id)

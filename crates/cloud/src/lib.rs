@@ -29,6 +29,7 @@ pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod openapi;
+pub mod pgwire;
 pub mod problem;
 pub mod relay;
 pub mod secrets;

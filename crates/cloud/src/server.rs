@@ -18,6 +18,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::app::{App, Limits, Listener};
 use crate::metrics::Metrics;
+use crate::pgwire::PgFront;
 use crate::relay::connect::{ClientCert, PeerAddr};
 use crate::storage::{Backend, OpenMode, ServeLock, StorageError, Store};
 use crate::tls::{self, TlsError};
@@ -216,6 +217,7 @@ pub async fn run(
         shutdown.clone(),
     ));
     let relay = app.relay.clone();
+    let pg = crate::pgwire::PgFront::new(relay.clone(), acceptor.clone());
     let tls_app = app.router(Listener::Tls);
     let plain_app = app.router(Listener::Plain);
 
@@ -226,7 +228,7 @@ pub async fn run(
     }
     loops.push(tokio::spawn(serve_loop(
         tls_listener,
-        Some(acceptor),
+        Some((acceptor, pg)),
         tls_app,
         shutdown.clone(),
         (options.drain_timeout, options.header_read_timeout),
@@ -367,7 +369,7 @@ async fn drive<C: GracefulConnection>(
 
 async fn serve_loop(
     listener: TcpListener,
-    tls: Option<TlsAcceptor>,
+    tls: Option<(TlsAcceptor, Arc<PgFront>)>,
     app: Router,
     stop: CancellationToken,
     timeouts: (Duration, Duration),
@@ -419,7 +421,17 @@ async fn serve_loop(
                         .into_owned();
                     drive(conn, &activity, &stop, header_read_timeout).await;
                 }
-                Some(acceptor) => {
+                Some((acceptor, pg)) => {
+                    // PostgreSQL shares the port: its packets start with a zero byte.
+                    let mut first = [0u8; 1];
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await {
+                        Ok(Ok(1)) if PgFront::starts_postgres(first[0]) => {
+                            pg.serve_plain(stream, peer).await;
+                            return;
+                        }
+                        Ok(Ok(1)) => {}
+                        _ => return,
+                    }
                     let stream = match tokio::time::timeout(
                         HANDSHAKE_TIMEOUT,
                         acceptor.accept(stream),
@@ -436,6 +448,10 @@ async fn serve_loop(
                             return;
                         }
                     };
+                    if stream.get_ref().1.alpn_protocol() == Some(crate::pgwire::ALPN) {
+                        pg.serve_tls(stream, peer).await;
+                        return;
+                    }
                     let client_cert = stream
                         .get_ref()
                         .1

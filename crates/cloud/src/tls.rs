@@ -301,7 +301,8 @@ pub fn server_config(
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_client_cert_verifier(verifier)
         .with_single_cert(identity.chain, identity.key)?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // `postgresql`: PostgreSQL 17's direct TLS on the same port (crate::pgwire).
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec(), b"postgresql".to_vec()];
     Ok(Arc::new(config))
 }
 

@@ -8,6 +8,7 @@ pub mod browser;
 pub mod dashboard;
 pub mod freeze;
 pub mod git_server;
+pub mod pg_cluster;
 pub mod registry;
 pub mod tls;
 pub mod upstream;

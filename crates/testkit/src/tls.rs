@@ -39,6 +39,15 @@ impl TestCa {
         path
     }
 
+    /// A certificate for `host` signed by this CA and its key, both PEM (for servers that read
+    /// files, such as PostgreSQL).
+    pub fn server_pem(&self, host: &str) -> (String, String) {
+        let key = rcgen::KeyPair::generate().expect("server key");
+        let params = rcgen::CertificateParams::new(vec![host.to_string()]).expect("server params");
+        let cert = params.signed_by(&key, &self.issuer).expect("server cert");
+        (cert.pem(), key.serialize_pem())
+    }
+
     /// A TLS server configuration with a certificate for `host` signed by this CA.
     pub fn server_config(&self, host: &str) -> Arc<rustls::ServerConfig> {
         let key = rcgen::KeyPair::generate().expect("server key");

@@ -52,10 +52,22 @@ pub const MAX_FRAME: u32 = 256 * 1024;
 /// every other caller until the bridge reconnected. The public listeners keep the defaults.
 pub const MAX_RESET_STREAMS: usize = 100_000;
 
-/// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u32 = 1;
-/// The oldest protocol version the cloud still accepts.
+/// The protocol version this build speaks. Version 2 adds database streams (HTTP/2 extended
+/// CONNECT, [`DATABASE_PROTOCOL`]); a version 1 bridge serves every other kind.
+pub const PROTOCOL_VERSION: u32 = 2;
+/// The oldest protocol version the cloud still accepts: one release back, so that operators
+/// upgrade the cloud first and then the bridges one instance at a time, without an outage.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;
+
+/// The `:protocol` of the extended CONNECT (RFC 8441) that opens a database session: the
+/// stream then carries the PostgreSQL protocol both ways. The cloud writes the client's
+/// startup message first (its `user` and `database` removed: the bridge's entry decides
+/// those); the bridge logs in and answers with what the server sends from `AuthenticationOk`
+/// on, or with an `ErrorResponse` saying why it could not.
+pub const DATABASE_PROTOCOL: &str = "postgresql";
+/// The last path segment of a database stream that carries a `CancelRequest` (with the
+/// server's own process id and key) instead of a session: `/databases/{name}/cancel`.
+pub const DATABASE_CANCEL: &str = "cancel";
 
 /// Whether the cloud accepts a bridge speaking `version`; `Err` says why not, for both logs.
 pub fn check_protocol(version: &str) -> Result<u32, String> {
@@ -107,6 +119,7 @@ mod tests {
     #[test]
     fn protocol_versions() {
         assert_eq!(check_protocol("1"), Ok(1));
+        assert_eq!(check_protocol("2"), Ok(2));
         assert!(
             check_protocol("99")
                 .unwrap_err()

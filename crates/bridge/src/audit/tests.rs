@@ -25,6 +25,9 @@ fn record(n: u64) -> AuditRecord {
         principal: "key_123".into(),
         decision: Decision::Allowed,
         rule: "default:git-fetch".into(),
+        event: None,
+        ended: None,
+        statement: None,
     }
 }
 

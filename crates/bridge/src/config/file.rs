@@ -75,6 +75,10 @@ pub(crate) struct DatabaseFile {
     pub database: Option<Spanned<String>>,
     pub credentials: Option<Spanned<CredentialsFile>>,
     pub max_connections: Option<Spanned<i64>>,
+    pub sslmode: Option<Spanned<String>>,
+    pub sslrootcert: Option<Spanned<String>>,
+    pub read_only: Option<bool>,
+    pub audit_statements: Option<bool>,
 }
 
 /// `databases[].credentials` and `registries[].auth`.

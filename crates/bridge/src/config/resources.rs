@@ -101,6 +101,39 @@ pub enum DatabaseEngine {
     Postgresql,
 }
 
+/// How the bridge secures its connection to a database (`sslmode`, as libpq names them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SslMode {
+    /// Plain TCP; the server is never asked for TLS.
+    Disable,
+    /// TLS when the server offers it, plain otherwise; the certificate is not checked
+    /// (libpq's default).
+    Prefer,
+    /// TLS or nothing; the certificate is not checked.
+    Require,
+    /// TLS with a certificate chained to `sslrootcert` (or the system roots), any host name.
+    VerifyCa,
+    /// TLS with a certificate chained to `sslrootcert` (or the system roots) and naming `host`.
+    VerifyFull,
+}
+
+impl SslMode {
+    /// Every accepted value, in the order the docs list them.
+    pub const NAMES: [&str; 5] = ["disable", "prefer", "require", "verify-ca", "verify-full"];
+
+    /// The mode named `s`.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "disable" => SslMode::Disable,
+            "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            _ => return None,
+        })
+    }
+}
+
 /// A database the bridge logs in to on the cloud's behalf.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Database {
@@ -118,6 +151,14 @@ pub struct Database {
     pub credentials: Credentials,
     /// Concurrent connections to this database; `None` means only the bridge-wide limit.
     pub max_connections: Option<u32>,
+    /// TLS to the database (`sslmode`, default `prefer`).
+    pub sslmode: SslMode,
+    /// The CA bundle for `verify-ca` and `verify-full` instead of the system roots.
+    pub sslrootcert: Option<std::path::PathBuf>,
+    /// Every session starts with `default_transaction_read_only=on`.
+    pub read_only: bool,
+    /// One audit record per statement text (simple queries and `Parse`).
+    pub audit_statements: bool,
 }
 
 /// `apis[].auth`: how the bridge proves itself to an internal API.

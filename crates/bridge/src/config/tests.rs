@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use super::*;
 
-/// A configuration shaped like the product's documented sample (less its `databases`, which this
-/// release cannot serve yet), with secrets from the environment.
+/// A configuration shaped like the product's documented sample, with secrets from the
+/// environment.
 const SAMPLE: &str = r#"
 token: ${BRIDGE_TOKEN}
 name: production-bridge
@@ -345,7 +345,6 @@ databases:
         "bridge.yaml:21:15: apis[1].allow[0].path: expected a path pattern starting with / or *",
         "bridge.yaml:23:5: databases[0].database: required",
         "bridge.yaml:23:5: databases[0].credentials: required",
-        "bridge.yaml:23:5: databases[0]: this bridge release",
         "bridge.yaml:24:11: databases[0].port: expected a port from 1 to 65535, got 0",
     ];
     // In file order (problems without a place first), one per line.
@@ -493,21 +492,34 @@ sources:
 }
 
 #[test]
-fn kinds_this_release_cannot_serve_are_refused_by_entry() {
-    let yaml = r#"
-name: b
-databases:
-  - {type: postgresql, host: db, database: app, credentials: {username: u, password: p}}
-  - {type: postgresql, host: db2, database: app, credentials: {username: u, password: p}}
-"#;
-    let err = failure(yaml, &MapEnv::new().with(TOKEN_VAR, "t"));
-    for want in [
-        "bridge.yaml:4:5: databases[0]: this bridge release",
-        "databases[1]: this bridge release",
-    ] {
-        assert!(err.contains(want), "{want:?} missing from:\n{err}");
-    }
-    assert!(err.contains("cannot serve databases yet"), "{err}");
+fn database_entries_take_libpq_sslmodes_and_name_a_bad_one() {
+    let env = MapEnv::new().with(TOKEN_VAR, "t");
+    let config = load(
+        "name: b\ndatabases:\n  - {type: postgresql, host: db, database: app, credentials: {username: u, password: p}}\n  - {name: ro, type: postgres, host: db, port: 6432, database: app, credentials: {username: u, password: p}, sslmode: verify-full, sslrootcert: /etc/db-ca.pem, read_only: true, audit_statements: true}\n",
+        &env,
+    )
+    .unwrap();
+    let (first, second) = (&config.databases[0], &config.databases[1]);
+    assert_eq!(
+        (first.name.as_str(), first.port, first.sslmode),
+        ("app", 5432, SslMode::Prefer)
+    );
+    assert!(!first.read_only && !first.audit_statements);
+    assert_eq!(
+        (second.name.as_str(), second.port, second.sslmode),
+        ("ro", 6432, SslMode::VerifyFull)
+    );
+    assert!(second.read_only && second.audit_statements);
+    assert_eq!(
+        second.sslrootcert.as_deref(),
+        Some(std::path::Path::new("/etc/db-ca.pem"))
+    );
+    let err = failure(
+        "name: b\ndatabases:\n  - {type: postgresql, host: db, database: app, credentials: {username: u, password: p}, sslmode: verify}\n",
+        &env,
+    );
+    assert!(err.contains("databases[0].sslmode"), "{err}");
+    assert!(err.contains("verify-full"), "{err}");
 }
 
 #[test]

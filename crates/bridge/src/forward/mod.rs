@@ -10,10 +10,12 @@
 //!    streams back with one hop's headers removed;
 //! 5. **settle**: one audit record and the metrics, however the stream ends ([`Finish`]).
 //!
-//! Each kind is one module ([`api`], [`git`]) implementing [`Kind`].
+//! Each HTTP kind is one module ([`api`], [`git`], [`registry`]) implementing [`Kind`];
+//! databases ([`database`]) are byte streams that share the route, admit and settle phases.
 
 mod api;
 mod counted;
+mod database;
 mod git;
 mod kind;
 mod registry;
@@ -55,8 +57,12 @@ const QUEUE_WAIT: Duration = Duration::from_secs(5);
 
 /// The kinds this release forwards; the bridge announces only these, and refuses to start
 /// with an entry of another kind.
-pub const SERVED_KINDS: [ResourceKind; 3] =
-    [ResourceKind::Api, ResourceKind::Git, ResourceKind::Registry];
+pub const SERVED_KINDS: [ResourceKind; 4] = [
+    ResourceKind::Api,
+    ResourceKind::Git,
+    ResourceKind::Registry,
+    ResourceKind::Database,
+];
 
 /// One declared entry, ready to forward to.
 struct Resource {
@@ -86,6 +92,7 @@ pub struct Forwarder {
     /// `max_connections`: streams of this instance, all resources together.
     all: Arc<Semaphore>,
     resources: HashMap<(ResourceKind, String), Resource>,
+    databases: HashMap<String, Arc<database::DatabaseEntry>>,
     memory: MemoryGauge,
 }
 
@@ -142,7 +149,21 @@ impl Forwarder {
                 },
             );
         }
+        let databases = cfg
+            .databases
+            .iter()
+            .map(|db| {
+                let entry = database::DatabaseEntry {
+                    db: db.clone(),
+                    slots: db
+                        .max_connections
+                        .map(|n| Arc::new(Semaphore::new(n.max(1) as usize))),
+                };
+                (db.name.clone(), Arc::new(entry))
+            })
+            .collect();
         Forwarder {
+            databases,
             cfg,
             status,
             metrics,
@@ -169,6 +190,14 @@ impl Forwarder {
         let mut audit = self.audit_record(&req);
         // Phase 1: route.
         let path = req.uri().path().to_string();
+        if let Some((ResourceKind::Database, name, rest)) =
+            tunnel::resource::split_tunnel_path(&path)
+        {
+            audit.kind = ResourceKind::Database;
+            audit.resource = name.to_string();
+            let rest = rest.to_string();
+            return Ok(self.database(req, started, audit, &rest).await);
+        }
         let routed = tunnel::resource::split_tunnel_path(&path).and_then(|(kind, name, rest)| {
             audit.kind = kind;
             audit.resource = name.to_string();
@@ -307,6 +336,9 @@ impl Forwarder {
             principal: header_str(req.headers(), tunnel::HEADER_PRINCIPAL),
             decision: Decision::Denied,
             rule: String::new(),
+            event: None,
+            ended: None,
+            statement: None,
         }
     }
 
@@ -334,6 +366,13 @@ impl Forwarder {
             });
         }
         let rule = resource.kind.admit(req.method(), path, req.uri().query())?;
+        let permits = self.admit_stream(resource.slots.as_ref()).await?;
+        Ok((rule, permits))
+    }
+
+    /// The admission every stream passes, whatever its kind: memory under `max_memory_mb`,
+    /// then a slot under `max_connections` (and the resource's own `slots`).
+    async fn admit_stream(&self, slots: Option<&Arc<Semaphore>>) -> Result<Permits, Refusal> {
         if self.memory.rss_mb() > self.cfg.max_memory_mb {
             tracing::warn!(
                 limit_mb = self.cfg.max_memory_mb,
@@ -346,20 +385,17 @@ impl Forwarder {
                 why: "the bridge is above max_memory_mb; retry shortly".into(),
             });
         }
-        let Some(permits) = self.permits(resource).await else {
-            return Err(Refusal {
-                status: StatusCode::SERVICE_UNAVAILABLE,
-                reason: "overloaded",
-                rule: "max_connections".into(),
-                why: "the bridge or this resource is at its max_connections; retry shortly".into(),
-            });
-        };
-        Ok((rule, permits))
+        self.permits(slots).await.ok_or_else(|| Refusal {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            reason: "overloaded",
+            rule: "max_connections".into(),
+            why: "the bridge or this resource is at its max_connections; retry shortly".into(),
+        })
     }
 
     /// A slot under `max_connections` and, where the resource sets one, under its own limit.
     /// A free slot is taken at once; otherwise the stream waits, up to [`QUEUE_WAIT`] in all.
-    async fn permits(&self, resource: &Resource) -> Option<Permits> {
+    async fn permits(&self, slots: Option<&Arc<Semaphore>>) -> Option<Permits> {
         let deadline = tokio::time::Instant::now() + QUEUE_WAIT;
         let take = |sem: Arc<Semaphore>| async move {
             match sem.clone().try_acquire_owned() {
@@ -372,7 +408,7 @@ impl Forwarder {
         };
         // The resource's own limit first: streams queued for one busy resource must not sit
         // on instance-wide slots that other resources could use.
-        let own = match &resource.slots {
+        let own = match slots {
             Some(sem) => Some(take(sem.clone()).await?),
             None => None,
         };

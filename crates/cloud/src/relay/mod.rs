@@ -18,6 +18,7 @@ use axum::routing::{any, get, post};
 use tokio_util::sync::CancellationToken;
 use tunnel::ResourceKind;
 
+pub use forward::stream::{DatabaseStream, open_database};
 pub use registry::{BridgeView, Instance, InstanceView, Registry};
 
 use crate::auth::KeyCache;

@@ -4,7 +4,7 @@ use crate::config::error::Origin;
 use crate::config::file::FileConfig;
 use crate::config::resources::{
     Api, ApiAuth, DEFAULT_POSTGRES_PORT, Database, DatabaseEngine, GitAuth, GitSource, Registry,
-    ResourceKind,
+    ResourceKind, SslMode,
 };
 use crate::config::{MAX_MAX_CONNECTIONS, Secret};
 
@@ -15,35 +15,12 @@ pub(super) fn all(
     cx: &mut Ctx<'_>,
     file: &FileConfig,
 ) -> (Vec<GitSource>, Vec<Database>, Vec<Api>, Vec<Registry>) {
-    let lists = (
+    (
         sources(cx, file),
         databases(cx, file),
         apis(cx, file),
         registries(cx, file),
-    );
-    not_served_yet(cx, ResourceKind::Database, file.databases.as_deref());
-    lists
-}
-
-/// An entry of a kind this release parses but cannot forward is an error: announced and then
-/// unreachable, it would fail at the first request instead of at start.
-fn not_served_yet<T>(
-    cx: &mut Ctx<'_>,
-    kind: ResourceKind,
-    entries: Option<&[serde_saphyr::Spanned<T>]>,
-) {
-    for (i, entry) in entries.into_iter().flatten().enumerate() {
-        let msg = format!(
-            "this bridge release (v{}) cannot serve {} yet; remove the entry, or run a release that serves them",
-            crate::VERSION,
-            kind.list_key()
-        );
-        cx.fail(
-            &format!("{}[{i}]", kind.list_key()),
-            &Origin::at(&entry.referenced),
-            msg,
-        );
-    }
+    )
 }
 
 /// An optional sub-entry: `None` when given but invalid, `Some(None)` when absent.
@@ -238,7 +215,28 @@ fn databases(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Database> {
             }
         };
         let max_connections = max_connections(cx, entry.max_connections.as_ref(), &key);
-        let (Some(host), Some(database), Some(credentials)) = (host, database, credentials) else {
+        let sslmode = match &entry.sslmode {
+            None => Some(SslMode::Prefer),
+            Some(given) => {
+                let mode = SslMode::parse(given.value.trim());
+                if mode.is_none() {
+                    cx.fail(
+                        &format!("{key}.sslmode"),
+                        &Origin::at(&given.referenced),
+                        format!(
+                            "{:?} is not an sslmode; use one of {}",
+                            given.value,
+                            SslMode::NAMES.join(", ")
+                        ),
+                    );
+                }
+                mode
+            }
+        };
+        let sslrootcert = cx.path(entry.sslrootcert.as_ref(), &format!("{key}.sslrootcert"));
+        let (Some(host), Some(database), Some(credentials), Some(sslmode)) =
+            (host, database, credentials, sslmode)
+        else {
             continue;
         };
         let base = database.value.clone();
@@ -250,6 +248,10 @@ fn databases(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Database> {
             database: database.value,
             credentials,
             max_connections,
+            sslmode,
+            sslrootcert,
+            read_only: entry.read_only.unwrap_or(false),
+            audit_statements: entry.audit_statements.unwrap_or(false),
         };
         entries.push((explicit, base, db));
     }

@@ -15,6 +15,7 @@
 
 mod body;
 mod kinds;
+pub mod stream;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,0 +1,380 @@
+//! Database sessions: the one kind that is a byte stream, not HTTP. The cloud opens an
+//! extended CONNECT (`:protocol postgresql`) on `/databases/{name}/`; the bridge admits it like
+//! any stream (memory, `max_connections`), answers `200`, then on the upgraded stream reads
+//! the client's startup message, logs in to the database with the entry's credentials
+//! ([`crate::postgres`]), and splices bytes both ways. A login that fails becomes the
+//! `ErrorResponse` the client reads. Every session writes a `session_start` and a
+//! `session_end` audit record, and with `audit_statements` one `statement` record per simple
+//! query or `Parse`. `/databases/{name}/cancel` carries a `CancelRequest` instead.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Buf, BytesMut};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::Semaphore;
+
+use super::{Forwarder, ResBody, kind};
+use crate::audit::{AuditRecord, Decision};
+use crate::config::Database;
+use crate::postgres;
+
+/// The longest statement text an audit record keeps.
+const MAX_STATEMENT: usize = 64 * 1024;
+
+/// One declared database, with its own `max_connections`.
+pub(super) struct DatabaseEntry {
+    pub db: Database,
+    pub slots: Option<Arc<Semaphore>>,
+}
+
+impl Forwarder {
+    /// Admits a database stream and, once upgraded, runs its session in its own task.
+    pub(super) async fn database(
+        self: Arc<Self>,
+        mut req: Request<Incoming>,
+        started: Instant,
+        mut audit: AuditRecord,
+        rest: &str,
+    ) -> Response<ResBody> {
+        let Some(entry) = self.databases.get(&audit.resource).cloned() else {
+            let refusal =
+                kind::Refusal::not_found("not_declared", "this bridge declares no such database");
+            return self.deny(started, audit, None, refusal);
+        };
+        let protocol = req
+            .extensions()
+            .get::<hyper::ext::Protocol>()
+            .map(|p| p.as_str().to_owned());
+        if req.method() != Method::CONNECT || protocol.as_deref() != Some(tunnel::DATABASE_PROTOCOL)
+        {
+            let refusal = kind::Refusal {
+                status: StatusCode::METHOD_NOT_ALLOWED,
+                reason: "not_allowed",
+                rule: "database-stream".into(),
+                why: "a database is reached as a PostgreSQL stream (extended CONNECT, :protocol postgresql), never as HTTP".into(),
+            };
+            return self.deny(started, audit, None, refusal);
+        }
+        let cancel = match rest.trim_end_matches('/') {
+            "" => false,
+            r if r == format!("/{}", tunnel::DATABASE_CANCEL) => true,
+            _ => {
+                let refusal = kind::Refusal::not_found(
+                    "not_declared",
+                    "a database stream's path is /databases/{name}/ or /databases/{name}/cancel",
+                );
+                return self.deny(started, audit, None, refusal);
+            }
+        };
+        let permits = match self.admit_stream(entry.slots.as_ref()).await {
+            Ok(permits) => permits,
+            Err(refusal) => return self.deny(started, audit, None, refusal),
+        };
+        audit.rule = if cancel {
+            "database-cancel".into()
+        } else {
+            "database-session".into()
+        };
+        audit.decision = Decision::Allowed;
+        audit.status = 200;
+        let upgrade = hyper::upgrade::on(&mut req);
+        let forwarder = self.clone();
+        tokio::spawn(async move {
+            let io = match upgrade.await {
+                Ok(io) => TokioIo::new(io),
+                Err(e) => {
+                    tracing::warn!(cause = %e, "database stream never opened");
+                    return;
+                }
+            };
+            if cancel {
+                forwarder.cancel(io, &entry, audit, started).await;
+            } else {
+                forwarder.session(io, &entry, audit, started).await;
+            }
+            drop(permits);
+        });
+        Response::new(
+            http_body_util::Empty::new()
+                .map_err(|never: std::convert::Infallible| match never {})
+                .boxed(),
+        )
+    }
+
+    /// A session: startup, login, then bytes both ways until either side ends.
+    async fn session<S: AsyncRead + AsyncWrite + Unpin + Send>(
+        &self,
+        mut client: S,
+        entry: &DatabaseEntry,
+        mut audit: AuditRecord,
+        started: Instant,
+    ) {
+        self.metrics.in_flight.inc();
+        let params = match tunnel::postgres::read_first_packet(&mut client).await {
+            Ok(tunnel::postgres::FirstPacket::Startup(params)) => params,
+            Ok(other) => {
+                self.end(
+                    audit,
+                    started,
+                    (0, 0),
+                    format!("startup: expected a startup message, got {other:?}"),
+                );
+                self.metrics.in_flight.dec();
+                return;
+            }
+            Err(why) => {
+                self.end(audit, started, (0, 0), format!("startup: {why}"));
+                self.metrics.in_flight.dec();
+                return;
+            }
+        };
+        let name = audit.resource.clone();
+        let session = match postgres::login(&entry.db, &params).await {
+            Ok(session) => session,
+            Err(e) => {
+                tracing::warn!(resource = %name, step = e.step(), cause = %e, "database login failed");
+                let message = format!("the bridge cannot open database {name:?}: {e}");
+                let _ = client
+                    .write_all(&tunnel::postgres::error_response(e.sqlstate(), &message))
+                    .await;
+                let _ = client.shutdown().await;
+                audit.status = 502;
+                self.end(
+                    audit,
+                    started,
+                    (0, 0),
+                    format!("login failed at {}", e.step()),
+                );
+                self.metrics.in_flight.dec();
+                return;
+            }
+        };
+        let mut start = audit.clone();
+        start.event = Some("session_start".into());
+        start.time = chrono::Utc::now();
+        self.write_audit(&start);
+        let postgres::Session {
+            io: mut server,
+            pending,
+        } = session;
+        let (ended, bytes) = splice(&mut client, &mut server, pending, |text| {
+            if entry.db.audit_statements {
+                let mut record = audit.clone();
+                record.event = Some("statement".into());
+                record.time = chrono::Utc::now();
+                record.statement = Some(text);
+                self.write_audit(&record);
+            }
+        })
+        .await;
+        self.end(audit, started, bytes, ended);
+        self.metrics.in_flight.dec();
+    }
+
+    /// A cancel: the `CancelRequest` the cloud sends, passed on to the database.
+    async fn cancel<S: AsyncRead + AsyncWrite + Unpin + Send>(
+        &self,
+        mut client: S,
+        entry: &DatabaseEntry,
+        mut audit: AuditRecord,
+        started: Instant,
+    ) {
+        let ended = match tunnel::postgres::read_first_packet(&mut client).await {
+            Ok(tunnel::postgres::FirstPacket::Cancel(pid, key)) => {
+                match postgres::cancel(&entry.db, pid, key).await {
+                    Ok(()) => "cancel sent".to_string(),
+                    Err(e) => format!("cancel failed at {}: {e}", e.step()),
+                }
+            }
+            Ok(other) => format!("expected a CancelRequest, got {other:?}"),
+            Err(e) => format!("cancel unread: {e}"),
+        };
+        let _ = client.shutdown().await;
+        audit.event = Some("cancel".into());
+        self.end(audit, started, (16, 0), ended);
+    }
+
+    /// The `session_end` record.
+    fn end(&self, mut audit: AuditRecord, started: Instant, bytes: (u64, u64), ended: String) {
+        self.metrics
+            .duration
+            .observe(started.elapsed().as_secs_f64());
+        audit.time = chrono::Utc::now();
+        audit.event.get_or_insert_with(|| "session_end".into());
+        audit.ended = Some(ended);
+        (audit.bytes_in, audit.bytes_out) = bytes;
+        audit.duration_ms = started.elapsed().as_millis() as u64;
+        self.write_audit(&audit);
+    }
+}
+
+/// Copies bytes both ways until both directions end, first sending the server's `pending`
+/// bytes to the client. Returns how it ended and the bytes (from the client, to the client).
+/// `statement` is called with each statement text the client sends.
+async fn splice<C, S>(
+    client: &mut C,
+    server: &mut S,
+    pending: BytesMut,
+    statement: impl FnMut(String),
+) -> (String, (u64, u64))
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin + ?Sized,
+{
+    let (mut client_r, mut client_w) = tokio::io::split(client);
+    let (mut server_r, mut server_w) = tokio::io::split(server);
+    let up = async {
+        let mut tap = Statements::new(statement);
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut n_total = 0u64;
+        let result = loop {
+            match client_r.read(&mut buf).await {
+                Ok(0) => break Ok(()),
+                Ok(n) => {
+                    n_total += n as u64;
+                    tap.feed(&buf[..n]);
+                    if let Err(e) = server_w.write_all(&buf[..n]).await {
+                        break Err(format!("database connection failed: {e}"));
+                    }
+                }
+                Err(e) => break Err(format!("tunnel stream failed: {e}")),
+            }
+        };
+        let _ = server_w.shutdown().await;
+        (result, n_total)
+    };
+    let down = async {
+        let mut n_total = pending.len() as u64;
+        let mut result = client_w
+            .write_all(&pending)
+            .await
+            .map_err(|e| format!("tunnel stream failed: {e}"));
+        let mut buf = vec![0u8; 64 * 1024];
+        while result.is_ok() {
+            match server_r.read(&mut buf).await {
+                Ok(0) => break,
+                Ok(n) => {
+                    n_total += n as u64;
+                    result = client_w
+                        .write_all(&buf[..n])
+                        .await
+                        .map_err(|e| format!("tunnel stream failed: {e}"));
+                }
+                Err(e) => result = Err(format!("database connection failed: {e}")),
+            }
+        }
+        let _ = client_w.shutdown().await;
+        (result, n_total)
+    };
+    let ((up_result, up_bytes), (down_result, down_bytes)) = tokio::join!(up, down);
+    let ended = match (up_result, down_result) {
+        (Ok(()), Ok(())) => "closed".to_string(),
+        (Err(e), _) | (_, Err(e)) => e,
+    };
+    (ended, (up_bytes, down_bytes))
+}
+
+/// Follows the frontend messages of a session to find statement texts: `Q` (simple query) and
+/// `P` (`Parse`: a name, then the text).
+struct Statements<F: FnMut(String)> {
+    header: Vec<u8>,
+    tag: u8,
+    remaining: usize,
+    body: Vec<u8>,
+    emit: F,
+}
+
+impl<F: FnMut(String)> Statements<F> {
+    fn new(emit: F) -> Self {
+        Statements {
+            header: Vec::with_capacity(5),
+            tag: 0,
+            remaining: 0,
+            body: Vec::new(),
+            emit,
+        }
+    }
+
+    fn wanted(&self) -> bool {
+        matches!(self.tag, b'Q' | b'P')
+    }
+
+    fn feed(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.remaining == 0 {
+                let take = (5 - self.header.len()).min(bytes.len());
+                self.header.extend_from_slice(&bytes[..take]);
+                bytes = &bytes[take..];
+                if self.header.len() < 5 {
+                    return;
+                }
+                let mut h = &self.header[..];
+                self.tag = h.get_u8();
+                self.remaining = (h.get_i32().max(4) - 4) as usize;
+                self.header.clear();
+                self.body.clear();
+                if self.remaining == 0 {
+                    continue;
+                }
+            }
+            let take = self.remaining.min(bytes.len());
+            if self.wanted() && self.body.len() < MAX_STATEMENT + 256 {
+                self.body
+                    .extend_from_slice(&bytes[..take.min(MAX_STATEMENT + 256 - self.body.len())]);
+            }
+            self.remaining -= take;
+            bytes = &bytes[take..];
+            if self.remaining == 0 && self.wanted() {
+                self.finish();
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        let text = match self.tag {
+            b'P' => self.body.splitn(3, |&b| b == 0).nth(1).unwrap_or_default(),
+            _ => self.body.split(|&b| b == 0).next().unwrap_or_default(),
+        };
+        let text = &text[..text.len().min(MAX_STATEMENT)];
+        (self.emit)(String::from_utf8_lossy(text).into_owned());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![tag];
+        m.extend_from_slice(&(body.len() as i32 + 4).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    #[test]
+    fn statements_are_found_across_any_split() {
+        let mut stream = message(b'Q', b"SELECT 1\0");
+        stream.extend(message(b'P', b"s1\0INSERT INTO t VALUES ($1)\0\0\0"));
+        stream.extend(message(b'B', b"\0s1\0\0\0\0\0\0\0"));
+        stream.extend(message(b'd', b"copy data, not a statement"));
+        stream.extend(message(b'Q', b"COMMIT\0"));
+        for chunk in [1, 2, 3, 7, 64, stream.len()] {
+            let mut seen = Vec::new();
+            let mut tap = Statements::new(|s| seen.push(s));
+            for piece in stream.chunks(chunk) {
+                tap.feed(piece);
+            }
+            drop(tap);
+            assert_eq!(
+                seen,
+                ["SELECT 1", "INSERT INTO t VALUES ($1)", "COMMIT"],
+                "chunks of {chunk}"
+            );
+        }
+    }
+}

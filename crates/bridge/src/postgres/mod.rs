@@ -1,0 +1,416 @@
+//! The bridge's PostgreSQL client: it opens a connection to a declared database, secures it
+//! per `sslmode`, and logs in with the entry's credentials (SCRAM-SHA-256, MD5 or cleartext),
+//! so that the password never leaves the bridge. Used by database sessions
+//! ([`crate::forward`]) and by `bridge check`, which reports the step that failed.
+
+mod tls;
+
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, BytesMut};
+use fallible_iterator::FallibleIterator;
+use postgres_protocol::authentication::{md5_hash, sasl};
+use postgres_protocol::message::{backend, frontend};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+pub use tls::client_config;
+
+use crate::config::{Database, SslMode};
+
+/// A connection to the database: plain TCP or TLS.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// How long DNS, TCP and TLS together may take before the step is reported as failed.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the login exchange may take.
+const LOGIN_TIMEOUT: Duration = Duration::from_secs(20);
+/// The longest message the bridge reads during login.
+const MAX_MESSAGE: usize = 1 << 20;
+
+/// Why a login failed, by the step that failed (what `bridge check` prints).
+#[derive(Debug, thiserror::Error)]
+pub enum LoginError {
+    /// The host name did not resolve.
+    #[error("DNS: cannot resolve {host:?}: {cause}")]
+    Dns {
+        /// The entry's host.
+        host: String,
+        /// The resolver's error.
+        cause: String,
+    },
+    /// No TCP connection.
+    #[error("TCP: cannot connect to {addr}: {cause}; check that the bridge host can reach it")]
+    Tcp {
+        /// `host:port`.
+        addr: String,
+        /// The socket error.
+        cause: String,
+    },
+    /// TLS was required and failed (refused by the server, or a certificate not trusted).
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// The server refused the entry's credentials.
+    #[error(
+        "authentication: the server refused the bridge's credentials for user {user:?} ({code}: {message}); fix databases[].credentials"
+    )]
+    Auth {
+        /// The entry's user.
+        user: String,
+        /// SQLSTATE, e.g. `28P01`.
+        code: String,
+        /// The server's message.
+        message: String,
+    },
+    /// The entry's database does not exist on the server.
+    #[error("database: {message} ({code}); fix databases[].database")]
+    DatabaseMissing {
+        /// `3D000`.
+        code: String,
+        /// The server's message.
+        message: String,
+    },
+    /// The server refused the session for another reason (too many connections, shutting down).
+    #[error("server: {message} ({code})")]
+    Server {
+        /// SQLSTATE.
+        code: String,
+        /// The server's message.
+        message: String,
+    },
+    /// The server spoke something the bridge does not understand, or went silent.
+    #[error("protocol: {0}")]
+    Protocol(String),
+}
+
+impl LoginError {
+    /// The SQLSTATE a client is told: the server's own, or `08001` when the bridge could not
+    /// reach the database at all.
+    pub fn sqlstate(&self) -> &str {
+        match self {
+            LoginError::Auth { .. } => "28000",
+            LoginError::DatabaseMissing { code, .. } | LoginError::Server { code, .. } => code,
+            _ => "08001",
+        }
+    }
+
+    /// The step's name, for metrics-free summaries such as the audit record's `ended`.
+    pub fn step(&self) -> &'static str {
+        match self {
+            LoginError::Dns { .. } => "dns",
+            LoginError::Tcp { .. } => "tcp",
+            LoginError::Tls(_) => "tls",
+            LoginError::Auth { .. } => "authentication",
+            LoginError::DatabaseMissing { .. } => "database",
+            LoginError::Server { .. } => "server",
+            LoginError::Protocol(_) => "protocol",
+        }
+    }
+}
+
+/// A logged-in session: the connection, and what the server sent from `AuthenticationOk` up to
+/// its first `ReadyForQuery` (and anything after that arrived with it).
+pub struct Session {
+    /// The connection, positioned after `pending`.
+    pub io: Box<dyn Io>,
+    /// `AuthenticationOk`, the parameter statuses, the backend key and `ReadyForQuery`, as the
+    /// server sent them; the client must get them first.
+    pub pending: BytesMut,
+}
+
+/// Opens a connection to `db` and secures it per its `sslmode`.
+pub async fn connect(db: &Database) -> Result<Box<dyn Io>, LoginError> {
+    tokio::time::timeout(CONNECT_TIMEOUT, connect_inner(db))
+        .await
+        .map_err(|_| LoginError::Tcp {
+            addr: format!("{}:{}", db.host, db.port),
+            cause: format!("no answer within {}s", CONNECT_TIMEOUT.as_secs()),
+        })?
+}
+
+async fn connect_inner(db: &Database) -> Result<Box<dyn Io>, LoginError> {
+    let addr = format!("{}:{}", db.host, db.port);
+    let addrs: Vec<_> = tokio::net::lookup_host((db.host.as_str(), db.port))
+        .await
+        .map_err(|e| LoginError::Dns {
+            host: db.host.clone(),
+            cause: e.to_string(),
+        })?
+        .collect();
+    let mut last = None;
+    let mut tcp = None;
+    for a in addrs {
+        match TcpStream::connect(a).await {
+            Ok(s) => {
+                tcp = Some(s);
+                break;
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    let Some(mut tcp) = tcp else {
+        return Err(LoginError::Tcp {
+            addr,
+            cause: last.map_or("no address".into(), |e| e.to_string()),
+        });
+    };
+    let _ = tcp.set_nodelay(true);
+    let config = client_config(db.sslmode, db.sslrootcert.as_deref()).map_err(LoginError::Tls)?;
+    let Some(config) = config else {
+        return Ok(Box::new(tcp));
+    };
+    let mut buf = BytesMut::new();
+    frontend::ssl_request(&mut buf);
+    tcp.write_all(&buf).await.map_err(|e| LoginError::Tcp {
+        addr: addr.clone(),
+        cause: e.to_string(),
+    })?;
+    let answer = tcp.read_u8().await.map_err(|e| LoginError::Tcp {
+        addr: addr.clone(),
+        cause: e.to_string(),
+    })?;
+    match answer {
+        b'S' => {}
+        b'N' if db.sslmode == SslMode::Prefer => return Ok(Box::new(tcp)),
+        b'N' => {
+            return Err(LoginError::Tls(format!(
+                "the server at {addr} does not accept TLS, and sslmode is {}; turn ssl on at the server or lower sslmode",
+                mode_name(db.sslmode)
+            )));
+        }
+        other => {
+            return Err(LoginError::Protocol(format!(
+                "the server at {addr} answered the TLS request with byte {other:#04x}; is it PostgreSQL?"
+            )));
+        }
+    }
+    let name = rustls::pki_types::ServerName::try_from(db.host.clone()).map_err(|e| {
+        LoginError::Tls(format!("{:?} is not a valid TLS server name: {e}", db.host))
+    })?;
+    let tls = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| {
+            LoginError::Tls(format!(
+                "handshake with {addr} failed: {e}; check sslmode and sslrootcert"
+            ))
+        })?;
+    Ok(Box::new(tls))
+}
+
+fn mode_name(mode: SslMode) -> &'static str {
+    match mode {
+        SslMode::Disable => "disable",
+        SslMode::Prefer => "prefer",
+        SslMode::Require => "require",
+        SslMode::VerifyCa => "verify-ca",
+        SslMode::VerifyFull => "verify-full",
+    }
+}
+
+/// Connects and logs in to `db` as its entry's user, on its entry's database, passing on the
+/// client's own startup `params` (never `user` or `database`).
+pub async fn login(db: &Database, params: &[(String, String)]) -> Result<Session, LoginError> {
+    let io = connect(db).await?;
+    tokio::time::timeout(LOGIN_TIMEOUT, authenticate(db, io, params))
+        .await
+        .map_err(|_| {
+            LoginError::Protocol(format!(
+                "the server did not finish the login within {}s",
+                LOGIN_TIMEOUT.as_secs()
+            ))
+        })?
+}
+
+async fn authenticate(
+    db: &Database,
+    mut io: Box<dyn Io>,
+    params: &[(String, String)],
+) -> Result<Session, LoginError> {
+    let user = db.credentials.username.as_str();
+    let password = db.credentials.password.expose().as_bytes();
+    let mut startup: Vec<(&str, &str)> = vec![("user", user), ("database", &db.database)];
+    startup.extend(
+        params
+            .iter()
+            .filter(|(k, _)| k != "user" && k != "database")
+            .map(|(k, v)| (k.as_str(), v.as_str())),
+    );
+    if db.read_only {
+        startup.retain(|(k, _)| *k != "default_transaction_read_only");
+        startup.push(("default_transaction_read_only", "on"));
+    }
+    let mut out = BytesMut::new();
+    frontend::startup_message(startup, &mut out)
+        .map_err(|e| LoginError::Protocol(e.to_string()))?;
+    send(&mut io, &mut out).await?;
+    let mut inbox = BytesMut::with_capacity(8 * 1024);
+    let mut scram: Option<sasl::ScramSha256> = None;
+    loop {
+        let (tag, body) = read_message(&mut io, &mut inbox).await?;
+        let mut whole = BytesMut::with_capacity(body.len() + 5);
+        whole.put_u8(tag);
+        whole.put_i32(body.len() as i32 + 4);
+        whole.extend_from_slice(&body);
+        let message = backend::Message::parse(&mut whole)
+            .map_err(|e| LoginError::Protocol(format!("unreadable server message: {e}")))?
+            .ok_or_else(|| LoginError::Protocol("truncated server message".into()))?;
+        match message {
+            backend::Message::AuthenticationOk => {
+                return greeting(io, inbox, user).await;
+            }
+            backend::Message::AuthenticationCleartextPassword => {
+                frontend::password_message(password, &mut out)
+                    .map_err(|e| LoginError::Protocol(e.to_string()))?;
+            }
+            backend::Message::AuthenticationMd5Password(body) => {
+                let hashed = md5_hash(user.as_bytes(), password, body.salt());
+                frontend::password_message(hashed.as_bytes(), &mut out)
+                    .map_err(|e| LoginError::Protocol(e.to_string()))?;
+            }
+            backend::Message::AuthenticationSasl(body) => {
+                let mut mechanisms = body.mechanisms();
+                let mut scram_offered = false;
+                while let Some(m) = mechanisms
+                    .next()
+                    .map_err(|e| LoginError::Protocol(e.to_string()))?
+                {
+                    scram_offered |= m == sasl::SCRAM_SHA_256;
+                }
+                if !scram_offered {
+                    return Err(LoginError::Protocol(
+                        "the server offers no SASL mechanism the bridge speaks (SCRAM-SHA-256)"
+                            .into(),
+                    ));
+                }
+                let s = sasl::ScramSha256::new(password, sasl::ChannelBinding::unsupported());
+                frontend::sasl_initial_response(sasl::SCRAM_SHA_256, s.message(), &mut out)
+                    .map_err(|e| LoginError::Protocol(e.to_string()))?;
+                scram = Some(s);
+            }
+            backend::Message::AuthenticationSaslContinue(body) => {
+                let s = scram.as_mut().ok_or_else(|| {
+                    LoginError::Protocol("SASL continue before SASL start".into())
+                })?;
+                s.update(body.data())
+                    .map_err(|e| LoginError::Protocol(format!("SCRAM: {e}")))?;
+                frontend::sasl_response(s.message(), &mut out)
+                    .map_err(|e| LoginError::Protocol(e.to_string()))?;
+            }
+            backend::Message::AuthenticationSaslFinal(body) => {
+                let mut s = scram
+                    .take()
+                    .ok_or_else(|| LoginError::Protocol("SASL final before SASL start".into()))?;
+                s.finish(body.data()).map_err(|e| {
+                    LoginError::Protocol(format!("the server's SCRAM proof is wrong: {e}"))
+                })?;
+            }
+            backend::Message::ErrorResponse(_) => return Err(refused(&body, user)),
+            backend::Message::NoticeResponse(_) => {}
+            _ => {
+                return Err(LoginError::Protocol(format!(
+                    "unexpected message {:?} during login (the server asks for a method the bridge does not speak, such as GSSAPI)",
+                    tag as char
+                )));
+            }
+        }
+        if !out.is_empty() {
+            send(&mut io, &mut out).await?;
+        }
+    }
+}
+
+/// After `AuthenticationOk`: the server's parameter statuses and backend key, up to the first
+/// `ReadyForQuery`, kept for the client. The server may still refuse here (a database that
+/// does not exist is only checked after authentication).
+async fn greeting(
+    mut io: Box<dyn Io>,
+    mut inbox: BytesMut,
+    user: &str,
+) -> Result<Session, LoginError> {
+    let mut pending = BytesMut::with_capacity(512);
+    pending.extend_from_slice(&[b'R', 0, 0, 0, 8, 0, 0, 0, 0]);
+    loop {
+        let (tag, body) = read_message(&mut io, &mut inbox).await?;
+        if tag == b'E' {
+            return Err(refused(&body, user));
+        }
+        pending.put_u8(tag);
+        pending.put_i32(body.len() as i32 + 4);
+        pending.extend_from_slice(&body);
+        if tag == b'Z' {
+            pending.extend_from_slice(&inbox);
+            return Ok(Session { io, pending });
+        }
+    }
+}
+
+/// The login error an `ErrorResponse` body stands for.
+fn refused(body: &[u8], user: &str) -> LoginError {
+    let (code, message) = tunnel::postgres::error_fields(body);
+    match code.as_str() {
+        "28P01" | "28000" => LoginError::Auth {
+            user: user.to_string(),
+            code,
+            message,
+        },
+        "3D000" => LoginError::DatabaseMissing { code, message },
+        _ => LoginError::Server { code, message },
+    }
+}
+
+async fn send(io: &mut Box<dyn Io>, out: &mut BytesMut) -> Result<(), LoginError> {
+    io.write_all(out).await.map_err(|e| {
+        LoginError::Protocol(format!("the connection failed while logging in: {e}"))
+    })?;
+    out.clear();
+    io.flush()
+        .await
+        .map_err(|e| LoginError::Protocol(format!("the connection failed while logging in: {e}")))
+}
+
+/// Reads one backend message (`tag`, body) from `io`, buffering in `inbox`.
+async fn read_message(
+    io: &mut Box<dyn Io>,
+    inbox: &mut BytesMut,
+) -> Result<(u8, BytesMut), LoginError> {
+    loop {
+        if inbox.len() >= 5 {
+            let len = i32::from_be_bytes([inbox[1], inbox[2], inbox[3], inbox[4]]);
+            if !(4..=MAX_MESSAGE as i32).contains(&len) {
+                return Err(LoginError::Protocol(format!(
+                    "a server message claims {len} bytes; is this PostgreSQL?"
+                )));
+            }
+            let total = 1 + len as usize;
+            if inbox.len() >= total {
+                let tag = inbox.get_u8();
+                inbox.advance(4);
+                let body = inbox.split_to(total - 5);
+                return Ok((tag, body));
+            }
+        }
+        let n = io.read_buf(inbox).await.map_err(|e| {
+            LoginError::Protocol(format!("the connection failed while logging in: {e}"))
+        })?;
+        if n == 0 {
+            return Err(LoginError::Protocol(
+                "the server closed the connection during login".into(),
+            ));
+        }
+    }
+}
+
+/// Sends a `CancelRequest` for the server's session `(process_id, secret_key)` on a new
+/// connection, as a client's Ctrl-C would.
+pub async fn cancel(db: &Database, process_id: i32, secret_key: i32) -> Result<(), LoginError> {
+    let mut io = connect(db).await?;
+    let mut out = BytesMut::new();
+    frontend::cancel_request(process_id, secret_key, &mut out);
+    send(&mut io, &mut out).await?;
+    // The server closes the connection once it has read the request.
+    let mut sink = [0u8; 64];
+    let _ = tokio::time::timeout(CONNECT_TIMEOUT, io.read(&mut sink)).await;
+    Ok(())
+}

@@ -1,0 +1,588 @@
+//! PostgreSQL databases through the bridge: real clients (`psql`, `tokio-postgres`) against
+//! `cloud`'s TLS port, the real `bridge`, and a throwaway PostgreSQL cluster that requires
+//! SCRAM, so that a wrong password anywhere fails as it would in production.
+
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use testkit::bridge::{BridgeProc, yaml_for};
+use testkit::pg_cluster::{DATABASE, PASSWORD, PgCluster, USER};
+use testkit::{Backend, Cloud, Tenant};
+use tokio_postgres::config::SslNegotiation;
+
+/// A cloud, an org, a bridge `dc1` declaring `entries`, connected.
+struct DbRig {
+    cloud: Cloud,
+    tenant: Tenant,
+    token: String,
+    bridge: BridgeProc,
+}
+
+impl DbRig {
+    async fn start(entries: &str) -> DbRig {
+        let cloud = Cloud::start(Backend::Sqlite);
+        let tenant = cloud.tenant("acme");
+        let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+        let bridge = start_bridge(&cloud, &token, entries).await;
+        DbRig {
+            cloud,
+            tenant,
+            token,
+            bridge,
+        }
+    }
+
+    /// The libpq connection string of the docs, with `dbname=dc1/{database}`.
+    fn conninfo(&self, database: &str) -> String {
+        format!(
+            "host=localhost hostaddr=127.0.0.1 port={} dbname=dc1/{database} user=anything sslmode=verify-full sslrootcert={}",
+            self.cloud.tls_port(),
+            self.cloud.ca_path().display()
+        )
+    }
+
+    fn psql(&self, database: &str, key: &str, sql: &str) -> Output {
+        Command::new("psql")
+            .args([
+                "-X",
+                "-At",
+                "-v",
+                "ON_ERROR_STOP=1",
+                &self.conninfo(database),
+                "-c",
+                sql,
+            ])
+            .env("PGPASSWORD", key)
+            .env("PGCONNECT_TIMEOUT", "20")
+            .output()
+            .expect("psql")
+    }
+
+    /// A `tokio-postgres` client through the cloud's port, with `negotiation`.
+    async fn driver(
+        &self,
+        database: &str,
+        key: &str,
+        negotiation: SslNegotiation,
+    ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+        let mut config = tokio_postgres::Config::new();
+        config
+            .host("localhost")
+            .hostaddr(std::net::IpAddr::from([127, 0, 0, 1]))
+            .port(self.cloud.tls_port())
+            .dbname(format!("dc1/{database}"))
+            .user("anything")
+            .password(key)
+            .application_name("db-tests")
+            .ssl_mode(tokio_postgres::config::SslMode::Require)
+            .ssl_negotiation(negotiation)
+            .connect_timeout(Duration::from_secs(20));
+        let (client, connection) = config.connect(self.tls()).await?;
+        tokio::spawn(connection);
+        Ok(client)
+    }
+
+    fn tls(&self) -> tokio_postgres_rustls::MakeRustlsConnect {
+        let mut roots = rustls::RootCertStore::empty();
+        use rustls_pki_types::pem::PemObject;
+        for cert in rustls_pki_types::CertificateDer::pem_file_iter(self.cloud.ca_path()).unwrap() {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        config.alpn_protocols = vec![b"postgresql".to_vec()];
+        tokio_postgres_rustls::MakeRustlsConnect::new(config)
+    }
+}
+
+async fn start_bridge(cloud: &Cloud, token: &str, entries: &str) -> BridgeProc {
+    let yaml = yaml_for(cloud, "dc1", entries);
+    let bridge = BridgeProc::start(
+        &yaml,
+        &[("SERVICE_BRIDGE_TOKEN", token), ("DB_PASSWORD", PASSWORD)],
+    );
+    bridge
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    bridge
+}
+
+/// A `databases` entry for `cluster`, named `name`, with `extra` keys.
+fn entry(cluster: &PgCluster, name: &str, extra: &str) -> String {
+    format!(
+        "  - name: {name}\n    type: postgresql\n    host: 127.0.0.1\n    port: {}\n    database: {DATABASE}\n    credentials: {{username: {USER}, password: \"${{DB_PASSWORD}}\"}}\n{extra}",
+        cluster.port
+    )
+}
+
+fn stdout(out: &Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn stderr(out: &Output, what: &str) -> String {
+    assert!(!out.status.success(), "{what} should have failed");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn message(e: &tokio_postgres::Error) -> String {
+    e.as_db_error()
+        .map(|d| d.message().to_string())
+        .unwrap_or_else(|| e.to_string())
+}
+
+fn code(e: &tokio_postgres::Error) -> String {
+    e.as_db_error()
+        .map(|d| d.code().code().to_string())
+        .unwrap_or_else(|| format!("no SQLSTATE: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psql_and_a_driver_reach_the_database_with_an_api_key() {
+    let cluster = PgCluster::start(false);
+    let rig = DbRig::start(&format!("databases:\n{}", entry(&cluster, "orders", ""))).await;
+
+    // psql, exactly as the docs say: the API key as the password, any user name.
+    let out = rig.psql(
+        "orders",
+        &rig.tenant.api_key,
+        "SELECT current_user, current_database(), current_setting('application_name')",
+    );
+    assert_eq!(stdout(&out, "psql"), format!("{USER}|{DATABASE}|psql"));
+
+    // A driver over the SSLRequest path: a transaction across many round trips.
+    let mut client = rig
+        .driver("orders", &rig.tenant.api_key, SslNegotiation::Postgres)
+        .await
+        .expect("driver connects");
+    client
+        .batch_execute("CREATE TABLE items (id int PRIMARY KEY, note text)")
+        .await
+        .unwrap();
+    let tx = client.transaction().await.unwrap();
+    for i in 0..200 {
+        tx.execute(
+            "INSERT INTO items VALUES ($1, $2)",
+            &[&i, &format!("item {i}")],
+        )
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM items", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 200);
+    let app: String = client
+        .query_one("SELECT current_setting('application_name')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        app, "db-tests",
+        "the client's startup parameters are passed on"
+    );
+
+    // COPY of 100 MB out and back in.
+    use futures_util::{SinkExt, StreamExt};
+    let started = Instant::now();
+    let out = client
+        .copy_out("COPY (SELECT g, repeat('x', 1000) FROM generate_series(1, 100000) g) TO STDOUT")
+        .await
+        .unwrap();
+    futures_util::pin_mut!(out);
+    let mut copied = Vec::with_capacity(101 << 20);
+    while let Some(chunk) = out.next().await {
+        copied.extend_from_slice(&chunk.unwrap());
+    }
+    assert!(
+        copied.len() > 100_000_000,
+        "COPY OUT gave {} bytes",
+        copied.len()
+    );
+    client
+        .batch_execute("CREATE TABLE blobs (id int, body text)")
+        .await
+        .unwrap();
+    let sink = client.copy_in("COPY blobs FROM STDIN").await.unwrap();
+    futures_util::pin_mut!(sink);
+    for piece in copied.chunks(1 << 20) {
+        sink.send(bytes::Bytes::copy_from_slice(piece))
+            .await
+            .unwrap();
+    }
+    let rows = sink.finish().await.unwrap();
+    assert_eq!(rows, 100_000);
+    eprintln!("COPY 100 MB out and in: {:?}", started.elapsed());
+
+    // PostgreSQL 17's direct TLS (ALPN `postgresql`), which psql 15 cannot do.
+    let direct = rig
+        .driver("orders", &rig.tenant.api_key, SslNegotiation::Direct)
+        .await
+        .expect("direct TLS connects");
+    let one: i32 = direct.query_one("SELECT 1", &[]).await.unwrap().get(0);
+    assert_eq!(one, 1);
+
+    // The audit log has each session's start and end, with the principal and the bytes.
+    drop(client);
+    drop(direct);
+    let records = rig.bridge.audit_records(6).await;
+    let ends: Vec<_> = records
+        .iter()
+        .filter(|r| r["event"] == "session_end")
+        .collect();
+    assert!(ends.len() >= 2, "{records:?}");
+    assert!(records.iter().any(|r| {
+        r["event"] == "session_start"
+            && r["kind"] == "database"
+            && r["resource"] == "orders"
+            && r["principal"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("sigapi_"))
+    }));
+    assert!(
+        ends.iter()
+            .any(|r| r["bytes_out"].as_u64() > Some(100_000_000)
+                && r["bytes_in"].as_u64() > Some(100_000_000)
+                && r["ended"] == "closed"),
+        "{ends:?}"
+    );
+
+    // The database password is in no output of either side.
+    for (what, text) in [
+        ("bridge log", rig.bridge.log_text()),
+        ("cloud log", rig.cloud.log_text()),
+        ("bridge metrics", rig.bridge.metrics().await),
+    ] {
+        assert!(
+            !text.contains(PASSWORD),
+            "{what} shows the database password"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_keys_unknown_databases_and_plain_connections_are_refused_clearly() {
+    let cluster = PgCluster::start(false);
+    let rig = DbRig::start(&format!("databases:\n{}", entry(&cluster, "orders", ""))).await;
+
+    let wrong = rig
+        .driver("orders", "sigapi_nope.nope", SslNegotiation::Postgres)
+        .await;
+    assert_eq!(code(&wrong.err().unwrap()), "28P01");
+    let err = stderr(
+        &rig.psql("orders", "wrong", "SELECT 1"),
+        "psql with a wrong key",
+    );
+    assert!(err.contains("API key"), "{err}");
+
+    let unknown = rig
+        .driver("nope", &rig.tenant.api_key, SslNegotiation::Postgres)
+        .await;
+    assert_eq!(code(&unknown.err().unwrap()), "3D000");
+    let err = stderr(
+        &rig.psql("nope", &rig.tenant.api_key, "SELECT 1"),
+        "psql to an unknown database",
+    );
+    assert!(err.contains("declares no database"), "{err}");
+
+    // Another org's key: its org has no bridge dc1.
+    let other = rig.cloud.tenant("globex");
+    let theirs = rig
+        .driver("orders", &other.api_key, SslNegotiation::Postgres)
+        .await;
+    assert_eq!(code(&theirs.err().unwrap()), "3D000");
+
+    // Without TLS the cloud never asks for the password.
+    let plain = Command::new("psql")
+        .args([
+            "-X",
+            &format!(
+                "host=127.0.0.1 port={} dbname=dc1/orders user=x sslmode=disable",
+                rig.cloud.tls_port()
+            ),
+            "-c",
+            "SELECT 1",
+        ])
+        .env("PGPASSWORD", &rig.tenant.api_key)
+        .output()
+        .unwrap();
+    let err = stderr(&plain, "psql without TLS");
+    assert!(err.contains("only inside TLS"), "{err}");
+
+    // GSS encryption is declined with `N`, as a server without it does.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut raw = tokio::net::TcpStream::connect(("127.0.0.1", rig.cloud.tls_port()))
+        .await
+        .unwrap();
+    raw.write_all(&[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x30])
+        .await
+        .unwrap();
+    assert_eq!(raw.read_u8().await.unwrap(), b'N');
+
+    // The HTTP API on the same port still works.
+    let bridges = rig
+        .cloud
+        .client()
+        .get(format!("{}/v1/bridges", rig.cloud.https))
+        .bearer_auth(&rig.tenant.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bridges.status(), 200);
+
+    // A live bridge whose tunnel is down: 57P03.
+    let mut rig = rig;
+    rig.bridge.signal("KILL");
+    rig.bridge.wait();
+    let down = Instant::now();
+    loop {
+        let r = rig
+            .driver("orders", &rig.tenant.api_key, SslNegotiation::Postgres)
+            .await;
+        match r {
+            Err(e) if code(&e) == "57P03" => break,
+            _ if down.elapsed() > Duration::from_secs(20) => {
+                panic!("no 57P03 after the bridge stopped")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_statement_audit_limits_and_cancel() {
+    let cluster = PgCluster::start(false);
+    cluster.psql_local("CREATE TABLE t (x int)");
+    let entries = format!(
+        "databases:\n{}{}",
+        entry(&cluster, "orders", "    max_connections: 2\n"),
+        entry(
+            &cluster,
+            "orders-ro",
+            "    read_only: true\n    audit_statements: true\n"
+        )
+    );
+    let rig = DbRig::start(&entries).await;
+
+    // read_only: the session refuses writes; reads work.
+    let ro = rig
+        .driver("orders-ro", &rig.tenant.api_key, SslNegotiation::Postgres)
+        .await
+        .unwrap();
+    let err = ro
+        .execute("INSERT INTO t VALUES (1)", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), "25006", "{err}");
+    let n: i64 = ro
+        .query_one("SELECT count(*) FROM t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+    drop(ro);
+    let records = rig.bridge.audit_records(4).await;
+    let statements: Vec<_> = records
+        .iter()
+        .filter(|r| r["event"] == "statement")
+        .filter_map(|r| r["statement"].as_str())
+        .collect();
+    assert!(
+        statements.contains(&"INSERT INTO t VALUES (1)"),
+        "{statements:?}"
+    );
+    assert!(
+        statements.contains(&"SELECT count(*) FROM t"),
+        "{statements:?}"
+    );
+
+    // max_connections: 2 → the third session gets 53300 with a message.
+    let a = rig
+        .driver("orders", &rig.tenant.api_key, SslNegotiation::Postgres)
+        .await
+        .unwrap();
+    let b = rig
+        .driver("orders", &rig.tenant.api_key, SslNegotiation::Postgres)
+        .await
+        .unwrap();
+    let third = rig
+        .driver("orders", &rig.tenant.api_key, SslNegotiation::Postgres)
+        .await;
+    let e = third.expect_err("a third session is refused");
+    assert_eq!(code(&e), "53300", "{e}");
+    assert!(message(&e).contains("max_connections"), "{}", message(&e));
+    drop(b);
+
+    // Cancel from the driver (inside TLS): a 30 s sleep ends within a second or two.
+    let token = a.cancel_token();
+    let sleeping = tokio::spawn(async move { a.query("SELECT pg_sleep(30)", &[]).await });
+    wait_for_sleep(&cluster).await;
+    let asked = Instant::now();
+    token.cancel_query(rig.tls()).await.expect("cancel sent");
+    let e = sleeping.await.unwrap().unwrap_err();
+    assert_eq!(code(&e), "57014", "{e}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "cancel took {:?}",
+        asked.elapsed()
+    );
+
+    // Cancel from psql's Ctrl-C, which psql 15 sends without TLS.
+    let mut psql = Command::new("psql")
+        .args(["-X", &rig.conninfo("orders"), "-c", "SELECT pg_sleep(30)"])
+        .env("PGPASSWORD", &rig.tenant.api_key)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_sleep(&cluster).await;
+    let asked = Instant::now();
+    Command::new("kill")
+        .args(["-INT", &psql.id().to_string()])
+        .status()
+        .unwrap();
+    let status = psql.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(psql.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert!(
+        err.contains("canceling statement due to user request"),
+        "{err}"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "cancel took {:?}",
+        asked.elapsed()
+    );
+}
+
+/// Waits until a `pg_sleep` runs on the cluster.
+async fn wait_for_sleep(cluster: &PgCluster) {
+    let start = Instant::now();
+    while cluster.psql_local(
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%' AND state = 'active'",
+    ) != "1"
+    {
+        assert!(start.elapsed() < Duration::from_secs(20), "the sleep never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_to_the_database_and_a_bridge_restart_mid_session() {
+    let cluster = PgCluster::start(true);
+    let ca = cluster.ca_file.clone().unwrap();
+    let entries = format!(
+        "databases:\n{}{}",
+        entry(
+            &cluster,
+            "orders",
+            &format!(
+                "    sslmode: verify-full\n    sslrootcert: {}\n",
+                ca.display()
+            )
+        )
+        .replace("host: 127.0.0.1", "host: localhost"),
+        entry(&cluster, "plain", "    sslmode: disable\n")
+    );
+    let mut rig = DbRig::start(&entries).await;
+    let client = rig
+        .driver("orders", &rig.tenant.api_key, SslNegotiation::Postgres)
+        .await
+        .expect("verify-full session");
+    let ssl: bool = client
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(ssl, "the bridge reached the database over TLS");
+
+    // The server refuses plain TCP: the client reads why, naming the bridge's entry.
+    let plain = rig
+        .driver("plain", &rig.tenant.api_key, SslNegotiation::Postgres)
+        .await;
+    let e = plain.err().unwrap();
+    assert!(
+        message(&e).contains("cannot open database \"plain\""),
+        "{}",
+        message(&e)
+    );
+
+    // The bridge restarts mid-session: the client gets an error, not a hang.
+    rig.bridge.signal("KILL");
+    rig.bridge.wait();
+    let failed = tokio::time::timeout(Duration::from_secs(20), client.query_one("SELECT 1", &[]))
+        .await
+        .expect("the query ends instead of hanging");
+    assert!(failed.is_err());
+    rig.bridge = start_bridge(&rig.cloud, &rig.token, &entries).await;
+    let again = rig
+        .driver("orders", &rig.tenant.api_key, SslNegotiation::Postgres)
+        .await
+        .expect("a new session after the restart");
+    let one: i32 = again.query_one("SELECT 1", &[]).await.unwrap().get(0);
+    assert_eq!(one, 1);
+}
+
+/// `bridge check` logs in to each database for real and names the step that failed.
+#[test]
+fn check_names_the_failing_step_of_each_database() {
+    let cluster = PgCluster::start(false);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bridge.yaml");
+    let yaml = format!(
+        "name: dc1\ntoken: x\napi_url: https://127.0.0.1:{closed}\nhealth_check_port: 0\ndatabases:\n{}{}{}{}",
+        entry(&cluster, "good", ""),
+        entry(&cluster, "wrongpw", "").replace("${DB_PASSWORD}", "not-the-password"),
+        entry(&cluster, "missing", "").replace(&format!("database: {DATABASE}"), "database: nope"),
+        entry(&cluster, "notls", "    sslmode: require\n"),
+    ) + &format!(
+        "  - {{name: closed, type: postgresql, host: 127.0.0.1, port: {closed}, database: x, credentials: {{username: u, password: p}}}}\n"
+    );
+    std::fs::write(&path, yaml).unwrap();
+    let out = Command::new(testkit::bridge::bridge_bin())
+        .args(["check", "--config"])
+        .arg(&path)
+        .env("DB_PASSWORD", PASSWORD)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{text}");
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.contains(&format!(" {name} ")))
+            .unwrap_or_else(|| panic!("no line for {name} in:\n{text}"))
+            .to_string()
+    };
+    assert!(line("good").contains("ok (logged in as \"app\""), "{text}");
+    assert!(line("wrongpw").contains("authentication:"), "{text}");
+    assert!(line("missing").contains("database:"), "{text}");
+    assert!(line("notls").contains("TLS:"), "{text}");
+    assert!(line("closed").contains("TCP:"), "{text}");
+    assert!(!text.contains(PASSWORD), "{text}");
+}

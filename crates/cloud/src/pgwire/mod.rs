@@ -1,0 +1,127 @@
+//! The PostgreSQL front end on the cloud's TLS port: `psql "host=CLOUD port=8443
+//! dbname={bridge}/{database} sslmode=verify-full"` reaches a database behind a bridge.
+//!
+//! A connection whose first byte is `0` (a PostgreSQL length) rather than `22` (a TLS record)
+//! is PostgreSQL: it may ask for GSS encryption (answered `N`), must ask for TLS (`S`, then
+//! the usual handshake), or is a plain `CancelRequest`. A TLS connection that negotiated ALPN
+//! `postgresql` (PostgreSQL 17's direct TLS) is PostgreSQL too. Inside TLS, [`session`] asks
+//! for a cleartext password, which must be an API key of the org that owns the bridge, opens
+//! a database stream through the tunnel and splices bytes. The cloud never speaks this
+//! protocol without TLS: the password is an API key.
+//!
+//! Cancel requests carry the key the cloud handed out, never the database's own: [`Cancels`]
+//! maps one to the other while the session lives.
+
+mod cancel;
+mod session;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+use tunnel::postgres::{FirstPacket, error_response, read_first_packet};
+
+pub use cancel::Cancels;
+
+use crate::relay::RelayState;
+
+/// The ALPN protocol of PostgreSQL's direct TLS.
+pub const ALPN: &[u8] = b"postgresql";
+/// How long a client may take to send its startup packet, password or TLS handshake.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What the front end needs: the relay (tunnels, keys, store) and the TLS port's acceptor.
+pub struct PgFront {
+    relay: RelayState,
+    tls: TlsAcceptor,
+    cancels: Cancels,
+}
+
+impl PgFront {
+    /// The front end over `relay`, securing connections with `tls` (the TLS port's own).
+    pub fn new(relay: RelayState, tls: TlsAcceptor) -> Arc<Self> {
+        Arc::new(PgFront {
+            relay,
+            tls,
+            cancels: Cancels::default(),
+        })
+    }
+
+    /// Whether a connection on the TLS port that starts with `first` speaks PostgreSQL (every
+    /// PostgreSQL packet starts with a length below 16 MiB, a TLS handshake with byte 22).
+    pub fn starts_postgres(first: u8) -> bool {
+        first == 0
+    }
+
+    /// Serves a connection that started with a PostgreSQL packet before any TLS.
+    pub async fn serve_plain(self: Arc<Self>, mut stream: TcpStream, peer: std::net::SocketAddr) {
+        loop {
+            let packet =
+                tokio::time::timeout(STARTUP_TIMEOUT, read_first_packet(&mut stream)).await;
+            let packet = match packet {
+                Ok(Ok(packet)) => packet,
+                Ok(Err(why)) => {
+                    tracing::debug!(peer = %peer, why, "unreadable PostgreSQL packet");
+                    return;
+                }
+                Err(_) => return,
+            };
+            match packet {
+                FirstPacket::GssEnc => {
+                    if stream.write_all(b"N").await.is_err() {
+                        return;
+                    }
+                }
+                FirstPacket::Ssl => {
+                    if stream.write_all(b"S").await.is_err() {
+                        return;
+                    }
+                    let accepted =
+                        tokio::time::timeout(STARTUP_TIMEOUT, self.tls.accept(stream)).await;
+                    match accepted {
+                        Ok(Ok(tls)) => self.serve_tls(tls, peer).await,
+                        Ok(Err(e)) => {
+                            tracing::debug!(peer = %peer, cause = %e, "PostgreSQL TLS handshake failed")
+                        }
+                        Err(_) => {
+                            tracing::debug!(peer = %peer, "PostgreSQL TLS handshake timed out")
+                        }
+                    }
+                    return;
+                }
+                FirstPacket::Cancel(pid, key) => {
+                    self.cancels.cancel(&self.relay, pid, key).await;
+                    return;
+                }
+                FirstPacket::Startup(_) => {
+                    let _ = stream
+                        .write_all(&error_response(
+                            "08P01",
+                            "this server speaks PostgreSQL only inside TLS, because the password is an API key: connect with sslmode=verify-full and sslrootcert set to the service's CA (or sslmode=require)",
+                        ))
+                        .await;
+                    return;
+                }
+                FirstPacket::Other(code) => {
+                    let _ = stream
+                        .write_all(&error_response(
+                            "08P01",
+                            &format!("unsupported protocol or request code {code}; this server speaks PostgreSQL protocol 3.0"),
+                        ))
+                        .await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Serves a PostgreSQL session inside TLS (after `SSLRequest`, or direct TLS).
+    pub async fn serve_tls<S>(self: Arc<Self>, stream: S, peer: std::net::SocketAddr)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
+        session::run(&self, stream, peer).await;
+    }
+}

@@ -1,0 +1,217 @@
+//! One PostgreSQL session inside TLS: startup, the API key as a cleartext password, the
+//! database stream through the tunnel, the server's greeting (its backend key replaced by the
+//! cloud's own), then bytes both ways.
+
+use std::net::SocketAddr;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tunnel::postgres::{FirstPacket, error_response, read_first_packet, startup_message};
+
+use super::{PgFront, STARTUP_TIMEOUT};
+use crate::auth::Principal;
+use crate::problem::Problem;
+
+/// The startup parameters passed on to the database: the client's own, never `user` or
+/// `database` (the bridge's entry decides those).
+fn passed_on(params: &[(String, String)]) -> Vec<(String, String)> {
+    params
+        .iter()
+        .filter(|(k, _)| k != "user" && k != "database")
+        .cloned()
+        .collect()
+}
+
+/// The SQLSTATE and message a client reads for a relay refusal.
+fn refusal(problem: &Problem, bridge: &str, database: &str) -> (&'static str, String) {
+    let code = match problem.status {
+        401 | 403 => "28P01",
+        404 => "3D000",
+        503 if problem.detail.contains("max_connections") => "53300",
+        503 => "57P03",
+        _ => "08006",
+    };
+    let message = match code {
+        "3D000" => format!(
+            "no database {bridge}/{database}: {}; dbname is BRIDGE/DATABASE, a bridge of this org and a databases entry it declares",
+            problem.detail
+        ),
+        "53300" => format!(
+            "too many connections to {bridge}/{database}: {}",
+            problem.detail
+        ),
+        _ => problem.detail.clone(),
+    };
+    (code, message)
+}
+
+/// Runs a session to its end.
+pub(super) async fn run<S>(front: &PgFront, mut client: S, peer: SocketAddr)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let packet = tokio::time::timeout(STARTUP_TIMEOUT, read_first_packet(&mut client)).await;
+    let params = match packet {
+        Ok(Ok(FirstPacket::Startup(params))) => params,
+        Ok(Ok(FirstPacket::Cancel(pid, key))) => {
+            front.cancels.cancel(&front.relay, pid, key).await;
+            return;
+        }
+        Ok(Ok(other)) => {
+            let message = format!("expected a startup message inside TLS, got {other:?}");
+            let _ = client.write_all(&error_response("08P01", &message)).await;
+            return;
+        }
+        Ok(Err(why)) => {
+            tracing::debug!(peer = %peer, why, "unreadable PostgreSQL startup");
+            return;
+        }
+        Err(_) => return,
+    };
+    let dbname = params
+        .iter()
+        .find(|(k, _)| k == "database")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let Some((bridge, database)) = dbname
+        .split_once('/')
+        .filter(|(b, d)| !b.is_empty() && !d.is_empty())
+    else {
+        let message = format!(
+            "dbname {dbname:?} does not name a database behind a bridge; use dbname=BRIDGE/DATABASE, e.g. dbname=dc1/orders"
+        );
+        let _ = client.write_all(&error_response("3D000", &message)).await;
+        return;
+    };
+    let (bridge, database) = (bridge.to_string(), database.to_string());
+    let principal = match password(front, &mut client).await {
+        Ok(principal) => principal,
+        Err(message) => {
+            let _ = client.write_all(&error_response("28P01", &message)).await;
+            return;
+        }
+    };
+    let mut stream = match crate::relay::open_database(
+        &front.relay,
+        &principal,
+        &bridge,
+        &database,
+        false,
+    )
+    .await
+    {
+        Ok(stream) => stream,
+        Err(problem) => {
+            let (code, message) = refusal(&problem, &bridge, &database);
+            let _ = client.write_all(&error_response(code, &message)).await;
+            return;
+        }
+    };
+    tracing::info!(peer = %peer, bridge = %bridge, database = %database, principal = %principal.key_id, instance = %stream.instance, "database session opened");
+    if stream
+        .io
+        .write_all(&startup_message(&passed_on(&params)))
+        .await
+        .is_err()
+    {
+        let _ = client
+            .write_all(&error_response(
+                "08006",
+                "the tunnel failed while opening the session; retry",
+            ))
+            .await;
+        return;
+    }
+    // The greeting: everything up to the first ReadyForQuery (or a FATAL error), with the
+    // server's BackendKeyData replaced by a key of the cloud's.
+    let mut registered = None;
+    loop {
+        let mut head = [0u8; 5];
+        if stream.io.read_exact(&mut head).await.is_err() {
+            let _ = client
+                .write_all(&error_response(
+                    "08006",
+                    "the bridge closed the session before it was ready; see the bridge's log",
+                ))
+                .await;
+            return;
+        }
+        let len = i32::from_be_bytes([head[1], head[2], head[3], head[4]]);
+        if !(4..=1 << 24).contains(&len) {
+            return;
+        }
+        let mut body = vec![0u8; len as usize - 4];
+        if stream.io.read_exact(&mut body).await.is_err() {
+            return;
+        }
+        if head[0] == b'K' && body.len() == 8 {
+            let server = (
+                i32::from_be_bytes([body[0], body[1], body[2], body[3]]),
+                i32::from_be_bytes([body[4], body[5], body[6], body[7]]),
+            );
+            let (key, guard) = front
+                .cancels
+                .register(&principal, &bridge, &database, server);
+            body[..4].copy_from_slice(&key.0.to_be_bytes());
+            body[4..].copy_from_slice(&key.1.to_be_bytes());
+            registered = Some(guard);
+        }
+        if client.write_all(&head).await.is_err() || client.write_all(&body).await.is_err() {
+            return;
+        }
+        if head[0] == b'Z' || head[0] == b'E' {
+            break;
+        }
+    }
+    let result = tokio::io::copy_bidirectional(&mut client, &mut stream.io).await;
+    drop(registered);
+    match result {
+        Ok((up, down)) => {
+            tracing::info!(peer = %peer, bridge = %bridge, database = %database, bytes_in = up, bytes_out = down, "database session closed")
+        }
+        Err(e) => {
+            tracing::info!(peer = %peer, bridge = %bridge, database = %database, cause = %e, "database session ended with an error")
+        }
+    }
+}
+
+/// Asks for a cleartext password and authenticates it as an API key.
+async fn password<S>(front: &PgFront, client: &mut S) -> Result<Principal, String>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    client
+        .write_all(&[b'R', 0, 0, 0, 8, 0, 0, 0, 3])
+        .await
+        .map_err(|e| e.to_string())?;
+    let read = async {
+        let tag = client.read_u8().await.map_err(|e| e.to_string())?;
+        let len = client.read_i32().await.map_err(|e| e.to_string())?;
+        if tag != b'p' || !(5..=4096).contains(&len) {
+            return Err("expected a password message".to_string());
+        }
+        let mut body = vec![0u8; len as usize - 4];
+        client
+            .read_exact(&mut body)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(
+            String::from_utf8_lossy(body.split(|&b| b == 0).next().unwrap_or_default())
+                .into_owned(),
+        )
+    };
+    let key = tokio::time::timeout(STARTUP_TIMEOUT, read)
+        .await
+        .map_err(|_| "no password within 30 s".to_string())??;
+    front
+        .relay
+        .keys
+        .authenticate_key(&front.relay.store, &key)
+        .await
+        .map_err(|p| {
+            if p.status == 401 {
+                "password authentication failed: the password must be an API key of the org that owns the bridge (create one with `cloud api-key create --org ORG`)".to_string()
+            } else {
+                p.detail
+            }
+        })
+}

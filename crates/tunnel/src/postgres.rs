@@ -1,0 +1,177 @@
+//! The few PostgreSQL wire messages both halves handle around a database stream: the startup
+//! message (the client's, which the cloud reads and passes on as the stream's first bytes, and
+//! the bridge reads back) and `ErrorResponse` (which either side writes when it refuses).
+//! Everything else on the stream is the server's and the client's own protocol.
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Protocol 3.0 in a startup message.
+pub const PROTOCOL_3: i32 = 196_608;
+/// The request code of an `SSLRequest`.
+pub const SSL_REQUEST: i32 = 80_877_103;
+/// The request code of a `GSSENCRequest`.
+pub const GSSENC_REQUEST: i32 = 80_877_104;
+/// The request code of a `CancelRequest`.
+pub const CANCEL_REQUEST: i32 = 80_877_102;
+/// The longest startup message either side reads.
+pub const MAX_STARTUP: usize = 10_000;
+
+/// The first packet of a connection: a startup message, or one of the special requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FirstPacket {
+    /// Protocol 3.0 with its `(name, value)` parameters.
+    Startup(Vec<(String, String)>),
+    /// `SSLRequest`.
+    Ssl,
+    /// `GSSENCRequest`.
+    GssEnc,
+    /// `CancelRequest` with the process id and secret key.
+    Cancel(i32, i32),
+    /// Anything else: the protocol or request code.
+    Other(i32),
+}
+
+/// Reads the first packet (length, code, body) of a connection; `Err` says what was wrong.
+pub async fn read_first_packet<S: AsyncRead + Unpin>(io: &mut S) -> Result<FirstPacket, String> {
+    let len = io
+        .read_i32()
+        .await
+        .map_err(|e| format!("no startup packet: {e}"))?;
+    if !(8..=MAX_STARTUP as i32).contains(&len) {
+        return Err(format!(
+            "a startup packet of {len} bytes (between 8 and {MAX_STARTUP} expected)"
+        ));
+    }
+    let mut body = vec![0u8; len as usize - 4];
+    io.read_exact(&mut body)
+        .await
+        .map_err(|e| format!("a truncated startup packet: {e}"))?;
+    let code = i32::from_be_bytes([body[0], body[1], body[2], body[3]]);
+    let rest = &body[4..];
+    Ok(match code {
+        SSL_REQUEST => FirstPacket::Ssl,
+        GSSENC_REQUEST => FirstPacket::GssEnc,
+        CANCEL_REQUEST if rest.len() == 8 => FirstPacket::Cancel(
+            i32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]),
+            i32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]),
+        ),
+        PROTOCOL_3 => FirstPacket::Startup(parameters(rest)),
+        other => FirstPacket::Other(other),
+    })
+}
+
+fn parameters(mut rest: &[u8]) -> Vec<(String, String)> {
+    let mut params = Vec::new();
+    let next = |rest: &mut &[u8]| {
+        let end = rest.iter().position(|&b| b == 0)?;
+        let s = String::from_utf8_lossy(&rest[..end]).into_owned();
+        *rest = &rest[end + 1..];
+        Some(s)
+    };
+    while let Some(name) = next(&mut rest) {
+        if name.is_empty() {
+            break;
+        }
+        let Some(value) = next(&mut rest) else { break };
+        params.push((name, value));
+    }
+    params
+}
+
+/// A protocol 3.0 startup message with `params`.
+pub fn startup_message(params: &[(String, String)]) -> Vec<u8> {
+    let mut body = PROTOCOL_3.to_be_bytes().to_vec();
+    for (name, value) in params {
+        body.extend_from_slice(name.as_bytes());
+        body.push(0);
+        body.extend_from_slice(value.as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    let mut out = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+    out.extend_from_slice(&body);
+    out
+}
+
+/// A `CancelRequest` for the server session `(process_id, secret_key)`.
+pub fn cancel_request(process_id: i32, secret_key: i32) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[..4].copy_from_slice(&16i32.to_be_bytes());
+    out[4..8].copy_from_slice(&CANCEL_REQUEST.to_be_bytes());
+    out[8..12].copy_from_slice(&process_id.to_be_bytes());
+    out[12..].copy_from_slice(&secret_key.to_be_bytes());
+    out
+}
+
+/// A `FATAL` `ErrorResponse` with SQLSTATE `code` and `message`, as a server sends it.
+pub fn error_response(code: &str, message: &str) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (kind, value) in [
+        (b'S', "FATAL"),
+        (b'V', "FATAL"),
+        (b'C', code),
+        (b'M', message),
+    ] {
+        body.push(kind);
+        body.extend_from_slice(value.replace('\0', " ").as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    let mut out = vec![b'E'];
+    out.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// The SQLSTATE (`C`) and message (`M`) fields of an `ErrorResponse` body.
+pub fn error_fields(body: &[u8]) -> (String, String) {
+    let (mut code, mut message) = (String::new(), String::new());
+    let mut rest = body;
+    while let Some((&kind, tail)) = rest.split_first() {
+        if kind == 0 {
+            break;
+        }
+        let end = tail.iter().position(|&b| b == 0).unwrap_or(tail.len());
+        let value = String::from_utf8_lossy(&tail[..end]).into_owned();
+        match kind {
+            b'C' => code = value,
+            b'M' => message = value,
+            _ => {}
+        }
+        rest = tail.get(end + 1..).unwrap_or_default();
+    }
+    (code, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn startup_messages_round_trip() {
+        let params = vec![
+            ("application_name".to_string(), "psql".to_string()),
+            ("options".to_string(), "-c search_path=app".to_string()),
+        ];
+        let bytes = startup_message(&params);
+        let read = read_first_packet(&mut &bytes[..]).await.unwrap();
+        assert_eq!(read, FirstPacket::Startup(params));
+        let cancel = cancel_request(42, -7);
+        assert_eq!(
+            read_first_packet(&mut &cancel[..]).await.unwrap(),
+            FirstPacket::Cancel(42, -7)
+        );
+        let huge = (MAX_STARTUP as i32 + 1).to_be_bytes();
+        assert!(read_first_packet(&mut &huge[..]).await.is_err());
+    }
+
+    #[test]
+    fn error_responses_round_trip() {
+        let e = error_response("53300", "too many connections");
+        assert_eq!(e[0], b'E');
+        assert_eq!(
+            error_fields(&e[5..]),
+            ("53300".to_string(), "too many connections".to_string())
+        );
+    }
+}
