@@ -53,7 +53,10 @@ async fn the_bridge_page_shows_instances_makes_tokens_and_revokes() {
         .replace("&#34;", "\"")
         .replace("&#39;", "'")
         .replace("&amp;", "&");
-    assert!(yaml.contains("# databases:"), "{yaml}");
+    assert!(
+        yaml.contains("\ndatabases:\n  - type: postgresql"),
+        "{yaml}"
+    );
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("bridge.yaml"), &yaml).unwrap();
     let check = Command::new(bridge_bin())
@@ -63,6 +66,7 @@ async fn the_bridge_page_shows_instances_makes_tokens_and_revokes() {
         .env("GIT_TOKEN", "t")
         .env("API_TOKEN", "t")
         .env("REGISTRY_PASSWORD", "p")
+        .env("DB_PASSWORD", "p")
         .output()
         .unwrap();
     assert_ne!(

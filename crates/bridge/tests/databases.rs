@@ -586,3 +586,147 @@ fn check_names_the_failing_step_of_each_database() {
     assert!(line("closed").contains("TCP:"), "{text}");
     assert!(!text.contains(PASSWORD), "{text}");
 }
+
+/// `cloud db-proxy` on a free loopback port, for the rig's cloud, with `api_key`.
+struct DbProxy {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl DbProxy {
+    async fn start(rig: &DbRig, api_key: &str) -> DbProxy {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(testkit::cloud_bin())
+            .args(["db-proxy", "--api-url"])
+            .arg(format!("https://localhost:{}", rig.cloud.tls_port()))
+            .arg("--ca-file")
+            .arg(rig.cloud.ca_path())
+            .args(["--bridge", "dc1", "--database", "orders"])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("CLOUD_API_KEY", api_key)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "db-proxy did not listen"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        DbProxy { child, port }
+    }
+
+    fn psql(&self, sql: &str) -> Output {
+        Command::new("psql")
+            .args(["-X", "-At", "-w"])
+            .arg(format!(
+                "host=127.0.0.1 port={} dbname=any user=me",
+                self.port
+            ))
+            .args(["-c", sql])
+            .env_remove("PGPASSWORD")
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for DbProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn db_proxy_serves_local_clients_without_a_password_over_https() {
+    let cluster = PgCluster::start(false);
+    let rig = DbRig::start(&format!("databases:\n{}", entry(&cluster, "orders", ""))).await;
+    let proxy = DbProxy::start(&rig, &rig.tenant.api_key).await;
+    let out = proxy.psql("SELECT current_user, current_database()");
+    assert_eq!(
+        stdout(&out, "psql through db-proxy"),
+        format!("{USER}|{DATABASE}")
+    );
+
+    // Ctrl-C through the proxy cancels the statement.
+    let mut psql = Command::new("psql")
+        .args(["-X", "-w"])
+        .arg(format!(
+            "host=127.0.0.1 port={} dbname=any user=me",
+            proxy.port
+        ))
+        .args(["-c", "SELECT pg_sleep(30)"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_sleep(&cluster).await;
+    Command::new("kill")
+        .args(["-INT", &psql.id().to_string()])
+        .status()
+        .unwrap();
+    let asked = Instant::now();
+    let status = psql.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(psql.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert!(
+        err.contains("canceling statement due to user request"),
+        "{err}"
+    );
+    assert!(asked.elapsed() < Duration::from_secs(5));
+
+    // A wrong key: the local client reads why.
+    let wrong = DbProxy::start(&rig, "sigapi_nope.nope").await;
+    let err = stderr(
+        &wrong.psql("SELECT 1"),
+        "psql through db-proxy with a wrong key",
+    );
+    assert!(err.contains("refused CLOUD_API_KEY"), "{err}");
+
+    // Refused at start: a non-loopback address, and no key in the environment.
+    for (args, env_key, want) in [
+        (
+            vec!["--listen", "0.0.0.0:0"],
+            Some("k"),
+            "not a loopback address",
+        ),
+        (
+            vec!["--listen", "127.0.0.1:0"],
+            None,
+            "CLOUD_API_KEY is not set",
+        ),
+    ] {
+        let mut cmd = Command::new(testkit::cloud_bin());
+        cmd.args([
+            "db-proxy",
+            "--api-url",
+            "https://localhost:1",
+            "--bridge",
+            "dc1",
+            "--database",
+            "orders",
+        ])
+        .args(&args)
+        .env_remove("CLOUD_API_KEY");
+        if let Some(k) = env_key {
+            cmd.env("CLOUD_API_KEY", k);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(want),
+            "{out:?}"
+        );
+    }
+}

@@ -67,6 +67,8 @@ pub struct App {
     pub live: Arc<dyn LiveBridges>,
     /// Correlation, for the features that are not correlation.
     pub insight: Arc<dyn crate::insight::Insight>,
+    /// PostgreSQL sessions (the TLS port's front end and the upgrade route share it).
+    pub pg: crate::pgwire::PgState,
     metrics: Metrics,
 }
 
@@ -95,6 +97,7 @@ impl App {
         let insight: Arc<dyn crate::insight::Insight> =
             Arc::new(CorrelationInsight(correlation.clone()));
         App {
+            pg: crate::pgwire::PgState::new(relay.clone()),
             api: ApiState::new(
                 store.clone(),
                 metrics.clone(),
@@ -131,6 +134,7 @@ impl App {
             .merge(relay::router(self.relay.clone()))
             .merge(crate::correlation::router(self.correlation.clone()))
             .merge(crate::openapi::router())
+            .merge(crate::pgwire::router(self.pg.clone()))
             .merge(dashboard::router(
                 self.dashboard.over_tls(listener == Listener::Tls),
             ));

@@ -75,6 +75,41 @@ pub enum Command {
     /// Manage dashboard users (each gets a one-time set-password link).
     #[command(subcommand)]
     User(UserCommand),
+    /// Serve one database behind a bridge on a loopback port, reached over HTTPS: local
+    /// PostgreSQL clients connect without TLS or password. The API key comes from the
+    /// environment (CLOUD_API_KEY), never a flag.
+    #[command(name = "db-proxy")]
+    DbProxy(DbProxyArgs),
+}
+
+/// Options of `cloud db-proxy`.
+#[derive(Debug, Args)]
+pub struct DbProxyArgs {
+    /// The cloud's address, such as https://signals.example.com.
+    #[arg(long, env = "CLOUD_API_URL", value_parser = api_url)]
+    pub api_url: url::Url,
+    /// The CA (PEM) that signs the cloud's certificate, such as its data/ca.pem; default: the
+    /// system roots.
+    #[arg(long, env = "CLOUD_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// The bridge's name.
+    #[arg(long, env = "CLOUD_DB_PROXY_BRIDGE")]
+    pub bridge: String,
+    /// The name of the bridge's `databases` entry.
+    #[arg(long, env = "CLOUD_DB_PROXY_DATABASE")]
+    pub database: String,
+    /// Where local clients connect (a loopback address).
+    #[arg(long, env = "CLOUD_DB_PROXY_LISTEN", default_value = "127.0.0.1:5432")]
+    pub listen: SocketAddr,
+}
+
+fn api_url(raw: &str) -> Result<url::Url, String> {
+    match url::Url::parse(raw.trim()) {
+        Ok(u) if matches!(u.scheme(), "https" | "http") && u.host().is_some() => Ok(u),
+        _ => Err(format!(
+            "{raw:?} is not the cloud's address: expected such as https://signals.example.com"
+        )),
+    }
 }
 
 /// Options of `cloud serve`.

@@ -7,8 +7,8 @@ use std::time::Duration;
 use clap::Parser;
 use cloud::admin::{self, AdminError};
 use cloud::cli::{
-    BridgeTokenCommand, Cli, Command, KeyCommand, OrgCommand, RoleArg, ServeArgs, StorageArgs,
-    UserCommand,
+    BridgeTokenCommand, Cli, Command, DbProxyArgs, KeyCommand, OrgCommand, RoleArg, ServeArgs,
+    StorageArgs, UserCommand,
 };
 use cloud::metrics::Metrics;
 use cloud::server::{self, ServeOptions};
@@ -21,7 +21,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let serving = matches!(cli.command, Command::Serve(_));
+    let serving = matches!(cli.command, Command::Serve(_) | Command::DbProxy(_));
     let level = cli
         .log_level
         .clone()
@@ -108,6 +108,7 @@ async fn run(command: Command) -> Result<(), Failure> {
     let actor = cloud::storage::Actor::cli();
     let (store, output) = match command {
         Command::Serve(args) => return serve(args).await,
+        Command::DbProxy(args) => return db_proxy(args).await,
         Command::Org(OrgCommand::Create { slug, storage }) => {
             let store = open(&storage).await?;
             let out = admin::create_org(&store, &actor, &slug).await;
@@ -221,6 +222,28 @@ async fn run(command: Command) -> Result<(), Failure> {
     store.close().await;
     println!("{}", output?);
     Ok(())
+}
+
+async fn db_proxy(args: DbProxyArgs) -> Result<(), Failure> {
+    let api_key = std::env::var("CLOUD_API_KEY")
+        .ok()
+        .filter(|k| !k.trim().is_empty())
+        .ok_or_else(|| {
+            Failure::Usage(
+                "CLOUD_API_KEY is not set: give db-proxy an API key of the org in the environment (never as a flag, where `ps` would show it)".into(),
+            )
+        })?;
+    let options = cloud::pgwire::proxy::ProxyOptions {
+        api_url: args.api_url,
+        ca_file: args.ca_file,
+        bridge: args.bridge,
+        database: args.database,
+        listen: args.listen,
+        api_key: api_key.trim().to_string(),
+    };
+    cloud::pgwire::proxy::run(options, cloud::shutdown::on_signal())
+        .await
+        .map_err(|e| Failure::Usage(e.to_string()))
 }
 
 async fn serve(args: ServeArgs) -> Result<(), Failure> {

@@ -217,7 +217,7 @@ pub async fn run(
         shutdown.clone(),
     ));
     let relay = app.relay.clone();
-    let pg = crate::pgwire::PgFront::new(relay.clone(), acceptor.clone());
+    let pg = PgFront::new(app.pg.clone(), acceptor.clone());
     let tls_app = app.router(Listener::Tls);
     let plain_app = app.router(Listener::Plain);
 

@@ -9,11 +9,18 @@
 //! a database stream through the tunnel and splices bytes. The cloud never speaks this
 //! protocol without TLS: the password is an API key.
 //!
+//! `cloud db-proxy` ([`proxy`]) reaches the same sessions over HTTPS instead, for networks
+//! where only 443 leaves: `GET /v1/bridges/{bridge}/databases/{name}` with an API key and
+//! `Upgrade: postgresql` ([`router`]); after `101`, the connection carries what a client
+//! would send after TLS, minus the password.
+//!
 //! Cancel requests carry the key the cloud handed out, never the database's own: [`Cancels`]
 //! maps one to the other while the session lives.
 
 mod cancel;
+pub mod proxy;
 mod session;
+mod upgrade;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +31,7 @@ use tokio_rustls::TlsAcceptor;
 use tunnel::postgres::{FirstPacket, error_response, read_first_packet};
 
 pub use cancel::Cancels;
+pub use upgrade::{UPGRADE, router};
 
 use crate::relay::RelayState;
 
@@ -32,21 +40,34 @@ pub const ALPN: &[u8] = b"postgresql";
 /// How long a client may take to send its startup packet, password or TLS handshake.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// What the front end needs: the relay (tunnels, keys, store) and the TLS port's acceptor.
-pub struct PgFront {
+/// What sessions share, on the TLS port and on the upgrade route: the relay (tunnels, keys,
+/// store) and the cancel keys handed out.
+#[derive(Clone)]
+pub struct PgState {
     relay: RelayState,
+    cancels: Arc<Cancels>,
+}
+
+impl PgState {
+    /// Sessions over `relay`.
+    pub fn new(relay: RelayState) -> Self {
+        PgState {
+            relay,
+            cancels: Arc::new(Cancels::default()),
+        }
+    }
+}
+
+/// The TLS port's front end: [`PgState`] and the port's TLS acceptor.
+pub struct PgFront {
+    state: PgState,
     tls: TlsAcceptor,
-    cancels: Cancels,
 }
 
 impl PgFront {
-    /// The front end over `relay`, securing connections with `tls` (the TLS port's own).
-    pub fn new(relay: RelayState, tls: TlsAcceptor) -> Arc<Self> {
-        Arc::new(PgFront {
-            relay,
-            tls,
-            cancels: Cancels::default(),
-        })
+    /// The front end over `state`, securing connections with `tls` (the TLS port's own).
+    pub fn new(state: PgState, tls: TlsAcceptor) -> Arc<Self> {
+        Arc::new(PgFront { state, tls })
     }
 
     /// Whether a connection on the TLS port that starts with `first` speaks PostgreSQL (every
@@ -92,7 +113,7 @@ impl PgFront {
                     return;
                 }
                 FirstPacket::Cancel(pid, key) => {
-                    self.cancels.cancel(&self.relay, pid, key).await;
+                    self.state.cancels.cancel(&self.state.relay, pid, key).await;
                     return;
                 }
                 FirstPacket::Startup(_) => {
@@ -122,6 +143,6 @@ impl PgFront {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send,
     {
-        session::run(&self, stream, peer).await;
+        session::run(&self.state, stream, peer).await;
     }
 }

@@ -1,13 +1,13 @@
-//! One PostgreSQL session inside TLS: startup, the API key as a cleartext password, the
-//! database stream through the tunnel, the server's greeting (its backend key replaced by the
-//! cloud's own), then bytes both ways.
+//! One PostgreSQL session: startup, the API key as a cleartext password (on the TLS port; the
+//! upgrade route has it from its `Authorization`), the database stream through the tunnel,
+//! the server's greeting (its backend key replaced by the cloud's own), then bytes both ways.
 
 use std::net::SocketAddr;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tunnel::postgres::{FirstPacket, error_response, read_first_packet, startup_message};
 
-use super::{PgFront, STARTUP_TIMEOUT};
+use super::{PgState, STARTUP_TIMEOUT};
 use crate::auth::Principal;
 use crate::problem::Problem;
 
@@ -44,8 +44,8 @@ fn refusal(problem: &Problem, bridge: &str, database: &str) -> (&'static str, St
     (code, message)
 }
 
-/// Runs a session to its end.
-pub(super) async fn run<S>(front: &PgFront, mut client: S, peer: SocketAddr)
+/// Runs a session on the TLS port to its end.
+pub(super) async fn run<S>(front: &PgState, mut client: S, peer: SocketAddr)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
@@ -90,26 +90,53 @@ where
             return;
         }
     };
-    let mut stream = match crate::relay::open_database(
-        &front.relay,
-        &principal,
-        &bridge,
-        &database,
-        false,
-    )
-    .await
-    {
-        Ok(stream) => stream,
-        Err(problem) => {
-            let (code, message) = refusal(&problem, &bridge, &database);
-            let _ = client.write_all(&error_response(code, &message)).await;
-            return;
-        }
+    let target = Session {
+        principal,
+        bridge,
+        database,
+        peer,
     };
+    serve(front, client, &target, &params).await;
+}
+
+/// Who a session is for, once the key is checked.
+pub(super) struct Session {
+    pub principal: Principal,
+    pub bridge: String,
+    pub database: String,
+    pub peer: SocketAddr,
+}
+
+/// Opens the database stream for `target` and relays the session to its end.
+pub(super) async fn serve<S>(
+    front: &PgState,
+    mut client: S,
+    target: &Session,
+    params: &[(String, String)],
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let Session {
+        principal,
+        bridge,
+        database,
+        peer,
+    } = target;
+    let (bridge, database) = (bridge.clone(), database.clone());
+    let mut stream =
+        match crate::relay::open_database(&front.relay, principal, &bridge, &database, false).await
+        {
+            Ok(stream) => stream,
+            Err(problem) => {
+                let (code, message) = refusal(&problem, &bridge, &database);
+                let _ = client.write_all(&error_response(code, &message)).await;
+                return;
+            }
+        };
     tracing::info!(peer = %peer, bridge = %bridge, database = %database, principal = %principal.key_id, instance = %stream.instance, "database session opened");
     if stream
         .io
-        .write_all(&startup_message(&passed_on(&params)))
+        .write_all(&startup_message(&passed_on(params)))
         .await
         .is_err()
     {
@@ -150,7 +177,7 @@ where
             );
             let (key, guard) = front
                 .cancels
-                .register(&principal, &bridge, &database, server);
+                .register(principal, &bridge, &database, server);
             body[..4].copy_from_slice(&key.0.to_be_bytes());
             body[4..].copy_from_slice(&key.1.to_be_bytes());
             registered = Some(guard);
@@ -175,7 +202,7 @@ where
 }
 
 /// Asks for a cleartext password and authenticates it as an API key.
-async fn password<S>(front: &PgFront, client: &mut S) -> Result<Principal, String>
+async fn password<S>(front: &PgState, client: &mut S) -> Result<Principal, String>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {

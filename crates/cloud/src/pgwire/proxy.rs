@@ -1,0 +1,310 @@
+//! `cloud db-proxy`: a PostgreSQL endpoint on loopback for one database behind a bridge, as
+//! `cloud-sql-proxy` and `tsh proxy db` are. Clients connect without TLS and without a
+//! password (only this machine can reach the port); each connection becomes one HTTPS request
+//! to the cloud, `GET /v1/bridges/{bridge}/databases/{database}` with the API key and
+//! `Upgrade: postgresql`, over which the session then runs. Only 443 (or wherever `--api-url`
+//! points) has to leave the network. Cancels (Ctrl-C) travel the same way.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Empty};
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tunnel::postgres::{
+    FirstPacket, cancel_request, error_response, read_first_packet, startup_message,
+};
+
+use super::UPGRADE;
+
+/// How long reaching the cloud (TCP, TLS, the upgrade) may take.
+const DIAL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What `cloud db-proxy` was asked to do.
+pub struct ProxyOptions {
+    /// The cloud's base URL (`https://…` in production).
+    pub api_url: url::Url,
+    /// The CA that signs the cloud's certificate, instead of the system roots.
+    pub ca_file: Option<PathBuf>,
+    /// The bridge's name.
+    pub bridge: String,
+    /// The `databases` entry's name.
+    pub database: String,
+    /// Where local clients connect: a loopback address.
+    pub listen: SocketAddr,
+    /// The org's API key (from `CLOUD_API_KEY`).
+    pub api_key: String,
+}
+
+/// Why `cloud db-proxy` cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// Clients need no password, so only this machine may reach the port.
+    #[error(
+        "--listen {0} is not a loopback address: clients of db-proxy need no password, so it listens on 127.0.0.1 or ::1 only"
+    )]
+    NotLoopback(SocketAddr),
+    /// The port is taken or not allowed.
+    #[error("cannot listen on --listen {0}: {1}")]
+    Listen(SocketAddr, std::io::Error),
+    /// `--ca-file` cannot be read.
+    #[error("--ca-file {0}: {1}")]
+    Ca(PathBuf, String),
+    /// `--api-url` has no host or an unknown scheme.
+    #[error("--api-url {0}: expected https://HOST[:PORT] (or http:// for a local cloud)")]
+    Url(String),
+}
+
+/// How to reach the cloud's upgrade route.
+struct Dialer {
+    host: String,
+    port: u16,
+    tls: Option<tokio_rustls::TlsConnector>,
+    path: String,
+    authorization: String,
+}
+
+/// Listens on `opts.listen` and serves each local client until `shutdown`, then lets open
+/// sessions finish.
+pub async fn run(opts: ProxyOptions, shutdown: CancellationToken) -> Result<(), ProxyError> {
+    if !opts.listen.ip().is_loopback() {
+        return Err(ProxyError::NotLoopback(opts.listen));
+    }
+    let dialer = Arc::new(dialer(&opts)?);
+    let listener = TcpListener::bind(opts.listen)
+        .await
+        .map_err(|e| ProxyError::Listen(opts.listen, e))?;
+    let addr = listener.local_addr().unwrap_or(opts.listen);
+    tracing::info!(addr = %addr, bridge = %opts.bridge, database = %opts.database, "db-proxy listening");
+    let sessions = TaskTracker::new();
+    loop {
+        let (conn, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    tracing::warn!(cause = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = shutdown.cancelled() => break,
+        };
+        let _ = conn.set_nodelay(true);
+        sessions.spawn(client(conn, peer, dialer.clone()));
+    }
+    drop(listener);
+    sessions.close();
+    tracing::info!(
+        open = sessions.len(),
+        "shutdown: waiting for open sessions to end"
+    );
+    sessions.wait().await;
+    Ok(())
+}
+
+fn dialer(opts: &ProxyOptions) -> Result<Dialer, ProxyError> {
+    let url = &opts.api_url;
+    let host = url
+        .host_str()
+        .ok_or_else(|| ProxyError::Url(url.to_string()))?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = url
+        .port_or_known_default()
+        .ok_or_else(|| ProxyError::Url(url.to_string()))?;
+    let tls = match url.scheme() {
+        "https" => {
+            let roots = match &opts.ca_file {
+                Some(path) => {
+                    let mut roots = rustls::RootCertStore::empty();
+                    let certs = crate::tls::load_certificates(path)
+                        .map_err(|e| ProxyError::Ca(path.clone(), e.to_string()))?;
+                    roots.add_parsable_certificates(certs);
+                    roots
+                }
+                None => tunnel::roots::public(),
+            };
+            let mut config = rustls::ClientConfig::builder_with_provider(tunnel::tls::provider())
+                .with_safe_default_protocol_versions()
+                .map_err(|e| ProxyError::Url(e.to_string()))?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Some(tokio_rustls::TlsConnector::from(Arc::new(config)))
+        }
+        "http" => None,
+        _ => return Err(ProxyError::Url(url.to_string())),
+    };
+    let base = url.path().trim_end_matches('/');
+    Ok(Dialer {
+        host,
+        port,
+        tls,
+        path: format!(
+            "{base}/v1/bridges/{}/databases/{}",
+            opts.bridge, opts.database
+        ),
+        authorization: format!("Bearer {}", opts.api_key),
+    })
+}
+
+/// One local client: declines TLS and GSS encryption (the port is loopback), then relays its
+/// session, or its cancel, through the cloud.
+async fn client(mut conn: TcpStream, peer: SocketAddr, dialer: Arc<Dialer>) {
+    loop {
+        let packet = match read_first_packet(&mut conn).await {
+            Ok(packet) => packet,
+            Err(why) => {
+                tracing::debug!(peer = %peer, why, "unreadable PostgreSQL packet");
+                return;
+            }
+        };
+        match packet {
+            FirstPacket::Ssl | FirstPacket::GssEnc => {
+                if conn.write_all(b"N").await.is_err() {
+                    return;
+                }
+            }
+            FirstPacket::Startup(params) => {
+                let mut upstream = match dialer.open().await {
+                    Ok(io) => io,
+                    Err((code, message)) => {
+                        tracing::warn!(peer = %peer, code, why = %message, "session not opened");
+                        let _ = conn.write_all(&error_response(code, &message)).await;
+                        return;
+                    }
+                };
+                if upstream.write_all(&startup_message(&params)).await.is_err() {
+                    return;
+                }
+                match tokio::io::copy_bidirectional(&mut conn, &mut upstream).await {
+                    Ok((up, down)) => {
+                        tracing::info!(peer = %peer, bytes_in = up, bytes_out = down, "session closed")
+                    }
+                    Err(e) => {
+                        tracing::info!(peer = %peer, cause = %e, "session ended with an error")
+                    }
+                }
+                return;
+            }
+            FirstPacket::Cancel(pid, key) => {
+                if let Ok(mut upstream) = dialer.open().await {
+                    let _ = upstream.write_all(&cancel_request(pid, key)).await;
+                    let _ = upstream.shutdown().await;
+                    let mut sink = [0u8; 16];
+                    let _ = tokio::time::timeout(DIAL_TIMEOUT, upstream.read(&mut sink)).await;
+                }
+                return;
+            }
+            FirstPacket::Other(code) => {
+                let message = format!("unsupported protocol or request code {code}");
+                let _ = conn.write_all(&error_response("08P01", &message)).await;
+                return;
+            }
+        }
+    }
+}
+
+impl Dialer {
+    /// The upgraded connection, or the SQLSTATE and message to give the client.
+    async fn open(&self) -> Result<TokioIo<Upgraded>, (&'static str, String)> {
+        tokio::time::timeout(DIAL_TIMEOUT, self.open_inner())
+            .await
+            .map_err(|_| {
+                (
+                    "08001",
+                    format!(
+                        "the cloud at {}:{} did not answer within {} s",
+                        self.host,
+                        self.port,
+                        DIAL_TIMEOUT.as_secs()
+                    ),
+                )
+            })?
+    }
+
+    async fn open_inner(&self) -> Result<TokioIo<Upgraded>, (&'static str, String)> {
+        let unreachable = |e: String| {
+            (
+                "08001",
+                format!("cannot reach the cloud at {}:{}: {e}", self.host, self.port),
+            )
+        };
+        let tcp = TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        let _ = tcp.set_nodelay(true);
+        let request = hyper::Request::get(&self.path)
+            .header(hyper::header::HOST, &self.host)
+            .header(hyper::header::AUTHORIZATION, &self.authorization)
+            .header(hyper::header::CONNECTION, "upgrade")
+            .header(hyper::header::UPGRADE, UPGRADE)
+            .body(Empty::<bytes::Bytes>::new())
+            .map_err(|e| unreachable(e.to_string()))?;
+        let response = match &self.tls {
+            Some(tls) => {
+                let name = rustls::pki_types::ServerName::try_from(self.host.clone())
+                    .map_err(|e| unreachable(e.to_string()))?;
+                let stream = tls
+                    .connect(name, tcp)
+                    .await
+                    .map_err(|e| unreachable(format!("TLS: {e} (is --ca-file the cloud's CA?)")))?;
+                send(TokioIo::new(stream), request).await
+            }
+            None => send(TokioIo::new(tcp), request).await,
+        }
+        .map_err(unreachable)?;
+        let status = response.status().as_u16();
+        if status == 101 {
+            return hyper::upgrade::on(response)
+                .await
+                .map(TokioIo::new)
+                .map_err(|e| unreachable(e.to_string()));
+        }
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let detail = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["detail"].as_str().map(str::to_string))
+            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+        Err(match status {
+            401 => (
+                "28P01",
+                format!("the cloud refused CLOUD_API_KEY: {detail}"),
+            ),
+            404 => ("3D000", detail),
+            _ => ("08001", format!("the cloud answered {status}: {detail}")),
+        })
+    }
+}
+
+/// Sends `request` on a new HTTP/1.1 connection that may be upgraded.
+async fn send<T>(
+    io: T,
+    request: hyper::Request<Empty<bytes::Bytes>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, String>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = conn.with_upgrades().await;
+    });
+    sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())
+}

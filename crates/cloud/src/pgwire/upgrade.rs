@@ -1,0 +1,90 @@
+//! `GET /v1/bridges/{bridge}/databases/{name}` with `Upgrade: postgresql`: the HTTPS way to a
+//! database session, used by `cloud db-proxy`. The API key is checked before `101`; after it,
+//! the connection carries a startup message (or a `CancelRequest`) and then the session, as on
+//! the TLS port after the password.
+
+use axum::Router;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWriteExt;
+use tunnel::postgres::{FirstPacket, error_response, read_first_packet};
+
+use super::session::{Session, serve};
+use super::{PgState, STARTUP_TIMEOUT};
+use crate::auth::PeerAddr;
+use crate::problem::Problem;
+
+/// The `Upgrade` token of the route.
+pub const UPGRADE: &str = "postgresql";
+
+/// The upgrade route, on both listeners.
+pub fn router(state: PgState) -> Router {
+    Router::new()
+        .route("/v1/bridges/{bridge}/databases/{name}", get(upgrade))
+        .with_state(state)
+}
+
+async fn upgrade(
+    State(state): State<PgState>,
+    Path((bridge, database)): Path<(String, String)>,
+    mut req: Request,
+) -> Response {
+    let asked = req
+        .headers()
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case(UPGRADE));
+    if !asked {
+        return Problem::bad_request(format!(
+            "this route opens a PostgreSQL session: send `Connection: Upgrade` and `Upgrade: {UPGRADE}` over HTTP/1.1 (cloud db-proxy does)"
+        ))
+        .into_response();
+    }
+    let principal = match state
+        .relay
+        .keys
+        .authenticate(&state.relay.store, req.headers())
+        .await
+    {
+        Ok(principal) => principal,
+        Err(problem) => return problem.into_response(),
+    };
+    let peer = req
+        .extensions()
+        .get::<PeerAddr>()
+        .map_or(std::net::SocketAddr::from(([0, 0, 0, 0], 0)), |p| p.0);
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        let Ok(upgraded) = on_upgrade.await else {
+            return;
+        };
+        let mut io = TokioIo::new(upgraded);
+        match tokio::time::timeout(STARTUP_TIMEOUT, read_first_packet(&mut io)).await {
+            Ok(Ok(FirstPacket::Startup(params))) => {
+                let target = Session {
+                    principal,
+                    bridge,
+                    database,
+                    peer,
+                };
+                serve(&state, io, &target, &params).await;
+            }
+            Ok(Ok(FirstPacket::Cancel(pid, key))) => {
+                state.cancels.cancel(&state.relay, pid, key).await;
+            }
+            Ok(Ok(other)) => {
+                let message = format!("expected a startup message, got {other:?}");
+                let _ = io.write_all(&error_response("08P01", &message)).await;
+            }
+            _ => {}
+        }
+    });
+    let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    headers.insert(header::UPGRADE, HeaderValue::from_static(UPGRADE));
+    response
+}
