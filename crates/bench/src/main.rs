@@ -8,11 +8,13 @@
 //! target/release/bench git
 //! target/release/bench dashboard
 //! target/release/bench correlate --pg-url postgres://postgres@127.0.0.1:5432/test
+//! target/release/bench db
 //! ```
 
 mod correlate;
 mod cpu;
 mod dashboard;
+mod db;
 mod fill;
 mod git;
 mod ingest;
@@ -49,6 +51,9 @@ enum Command {
     Registry(registry::Args),
     /// The suspects of an alert among 100,000 deployments and 100,000 alerts.
     Correlate(correlate::Args),
+    /// `pgbench -S` through the cloud's PostgreSQL port, directly and through PgBouncer, and
+    /// the RSS of 100 idle sessions (needs pgbench and pgbouncer).
+    Db(db::Args),
     /// The dashboard's timeline and services pages over a million events (SQLite).
     Dashboard(dashboard::Args),
     /// The tunnel benchmark's internal HTTP server, alone (also handy for `wrk`).
@@ -64,6 +69,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Registry(args) => registry::run(args),
         Command::Dashboard(args) => dashboard::run(args).await,
         Command::Correlate(args) => correlate::run(args).await,
+        Command::Db(args) => db::run(args).await,
         Command::Upstream(args) => upstream::run(args).await,
     }
 }

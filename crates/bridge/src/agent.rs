@@ -265,6 +265,7 @@ impl Agent {
                 }
                 _ = shutdown.cancelled() => {
                     tracing::info!("shutdown: finishing in-flight streams");
+                    self.forwarder.stop_sessions().await;
                     connection.as_mut().graceful_shutdown();
                     if tokio::time::timeout(DRAIN_TIMEOUT, &mut connection).await.is_err() {
                         tracing::warn!("drain timed out");

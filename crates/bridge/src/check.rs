@@ -112,12 +112,19 @@ fn git_probe_url(source: &GitSource) -> String {
 /// A real login to a database, as a session does: the row names the step that failed (DNS,
 /// TCP, TLS, authentication, or the database missing).
 async fn probe_database(db: &Database) -> Row {
-    let result = match postgres::login(db, &[]).await {
-        Ok(_) => Ok(format!(
-            "ok (logged in as {:?} to database {:?})",
-            db.credentials.username, db.database
+    let result = match tokio::time::timeout(PROBE_TIMEOUT, postgres::login(db, &[])).await {
+        Ok(Ok(session)) => {
+            postgres::terminate(session).await;
+            Ok(format!(
+                "ok (logged in as {:?} to database {:?})",
+                db.credentials.username, db.database
+            ))
+        }
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!(
+            "no answer within {} s (DNS, TCP, TLS or login)",
+            PROBE_TIMEOUT.as_secs()
         )),
-        Err(e) => Err(e.to_string()),
     };
     Row {
         kind: "database",

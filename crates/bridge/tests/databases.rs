@@ -322,6 +322,21 @@ async fn wrong_keys_unknown_databases_and_plain_connections_are_refused_clearly(
     let err = stderr(&plain, "psql without TLS");
     assert!(err.contains("only inside TLS"), "{err}");
 
+    // A replication connection is never passed on: the session is an ordinary one, where
+    // replication commands are syntax errors.
+    let out = Command::new("psql")
+        .args([
+            "-X",
+            &format!("{} replication=database", rig.conninfo("orders")),
+            "-c",
+            "IDENTIFY_SYSTEM",
+        ])
+        .env("PGPASSWORD", &rig.tenant.api_key)
+        .output()
+        .unwrap();
+    let err = stderr(&out, "a replication command");
+    assert!(err.contains("syntax error"), "{err}");
+
     // GSS encryption is declined with `N`, as a server without it does.
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut raw = tokio::net::TcpStream::connect(("127.0.0.1", rig.cloud.tls_port()))
@@ -424,9 +439,9 @@ async fn read_only_statement_audit_limits_and_cancel() {
     let e = third.expect_err("a third session is refused");
     assert_eq!(code(&e), "53300", "{e}");
     assert!(message(&e).contains("max_connections"), "{}", message(&e));
-    drop(b);
 
-    // Cancel from the driver (inside TLS): a 30 s sleep ends within a second or two.
+    // Cancel from the driver (inside TLS), while both slots are busy: a 30 s sleep ends within
+    // a second or two (a cancel takes no slot).
     let token = a.cancel_token();
     let sleeping = tokio::spawn(async move { a.query("SELECT pg_sleep(30)", &[]).await });
     wait_for_sleep(&cluster).await;
@@ -434,6 +449,7 @@ async fn read_only_statement_audit_limits_and_cancel() {
     token.cancel_query(rig.tls()).await.expect("cancel sent");
     let e = sleeping.await.unwrap().unwrap_err();
     assert_eq!(code(&e), "57014", "{e}");
+    drop(b);
     assert!(
         asked.elapsed() < Duration::from_secs(5),
         "cancel took {:?}",
@@ -467,6 +483,24 @@ async fn read_only_statement_audit_limits_and_cancel() {
         "cancel took {:?}",
         asked.elapsed()
     );
+
+    // SIGTERM with a session open: the bridge ends it, records why, and exits 0 at once.
+    let open = rig
+        .driver("orders", &rig.tenant.api_key, SslNegotiation::Postgres)
+        .await
+        .unwrap();
+    open.simple_query("SELECT 1").await.unwrap();
+    let mut rig = rig;
+    rig.bridge.signal("TERM");
+    assert_eq!(rig.bridge.wait(), Some(0));
+    let records = rig.bridge.audit_records(1).await;
+    assert!(
+        records
+            .iter()
+            .any(|r| r["event"] == "session_end" && r["ended"] == "bridge shutdown"),
+        "{records:?}"
+    );
+    assert!(open.simple_query("SELECT 1").await.is_err());
 }
 
 /// Waits until a `pg_sleep` runs on the cluster.

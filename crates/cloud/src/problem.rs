@@ -244,3 +244,12 @@ pub fn time_param(name: &str, value: Option<&str>) -> Result<Option<i64>, Proble
         })
         .transpose()
 }
+
+/// The `detail` of a problem+json body, or the body itself when it is not one (a peer's
+/// refusal, read back to be shown in another protocol).
+pub fn detail_of(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["detail"].as_str().map(str::to_string))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned())
+}

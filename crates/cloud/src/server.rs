@@ -218,6 +218,15 @@ pub async fn run(
     ));
     let relay = app.relay.clone();
     let pg = PgFront::new(app.pg.clone(), acceptor.clone());
+    // Database sessions have no natural end: at shutdown they close, so that the drain below
+    // does not wait for them.
+    let pg_stop = tokio::spawn({
+        let (pg, shutdown, drain) = (app.pg.clone(), shutdown.clone(), options.drain_timeout);
+        async move {
+            shutdown.cancelled().await;
+            pg.shut_down(drain).await;
+        }
+    });
     let tls_app = app.router(Listener::Tls);
     let plain_app = app.router(Listener::Plain);
 
@@ -264,6 +273,7 @@ pub async fn run(
     }
     internal_stop.cancel();
     let _ = internal_loop.await;
+    let _ = pg_stop.await;
     relay.shutdown.cancel();
     let _ = watcher.await;
     let _ = notifier.await;

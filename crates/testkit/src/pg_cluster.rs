@@ -72,8 +72,13 @@ fn ok(out: Output, what: &str) {
 
 impl PgCluster {
     /// Starts a cluster that requires SCRAM-SHA-256 for TCP; with `ssl`, it serves TLS with
-    /// a certificate for `localhost` and `127.0.0.1` from a test CA and refuses plain TCP.
+    /// a certificate for `localhost` from a test CA and refuses plain TCP.
     pub fn start(ssl: bool) -> PgCluster {
+        Self::start_sized(ssl, 40)
+    }
+
+    /// [`PgCluster::start`] with the server's `max_connections`.
+    pub fn start_sized(ssl: bool, max_connections: u32) -> PgCluster {
         let bin = bin_dir();
         let dir = tempfile::Builder::new()
             .prefix("pg-cluster-")
@@ -105,8 +110,9 @@ impl PgCluster {
         );
         let mut ca_file = None;
         let mut conf = String::from(
-            "listen_addresses = '127.0.0.1'\npassword_encryption = 'scram-sha-256'\nfsync = off\nsynchronous_commit = off\nmax_connections = 40\n",
+            "listen_addresses = '127.0.0.1'\npassword_encryption = 'scram-sha-256'\nfsync = off\nsynchronous_commit = off\n",
         );
+        conf.push_str(&format!("max_connections = {max_connections}\n"));
         conf.push_str(&format!(
             "unix_socket_directories = '{}'\n",
             dir.path().display()
@@ -190,6 +196,11 @@ impl PgCluster {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// The directory of the cluster's Unix socket (trusted: no password).
+    pub fn socket_dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// The server's log so far.

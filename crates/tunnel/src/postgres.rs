@@ -3,7 +3,9 @@
 //! the bridge reads back) and `ErrorResponse` (which either side writes when it refuses).
 //! Everything else on the stream is the server's and the client's own protocol.
 
-use tokio::io::{AsyncRead, AsyncReadExt};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Protocol 3.0 in a startup message.
 pub const PROTOCOL_3: i32 = 196_608;
@@ -76,6 +78,33 @@ fn parameters(mut rest: &[u8]) -> Vec<(String, String)> {
         params.push((name, value));
     }
     params
+}
+
+/// Startup parameters that never pass from a client to the database: `user` and `database`
+/// (the bridge's entry decides them) and `replication` (a replication connection would read
+/// the whole cluster's changes).
+pub const NOT_PASSED_ON: [&str; 3] = ["user", "database", "replication"];
+
+/// The client's startup parameters that are passed on to the database.
+pub fn passed_on(params: &[(String, String)]) -> impl Iterator<Item = &(String, String)> {
+    params
+        .iter()
+        .filter(|(k, _)| !NOT_PASSED_ON.contains(&k.as_str()))
+}
+
+/// Writes a `CancelRequest` on `io` (a connection of its own, as the protocol wants), then
+/// waits up to 10 s for the peer to close it, which it does once the request is read.
+pub async fn send_cancel<S: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut S,
+    process_id: i32,
+    secret_key: i32,
+) -> std::io::Result<()> {
+    io.write_all(&cancel_request(process_id, secret_key))
+        .await?;
+    io.flush().await?;
+    let mut sink = [0u8; 64];
+    let _ = tokio::time::timeout(Duration::from_secs(10), io.read(&mut sink)).await;
+    Ok(())
 }
 
 /// A protocol 3.0 startup message with `params`.

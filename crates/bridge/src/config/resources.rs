@@ -121,16 +121,25 @@ impl SslMode {
     /// Every accepted value, in the order the docs list them.
     pub const NAMES: [&str; 5] = ["disable", "prefer", "require", "verify-ca", "verify-full"];
 
+    const ALL: [SslMode; 5] = [
+        SslMode::Disable,
+        SslMode::Prefer,
+        SslMode::Require,
+        SslMode::VerifyCa,
+        SslMode::VerifyFull,
+    ];
+
     /// The mode named `s`.
     pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "disable" => SslMode::Disable,
-            "prefer" => SslMode::Prefer,
-            "require" => SslMode::Require,
-            "verify-ca" => SslMode::VerifyCa,
-            "verify-full" => SslMode::VerifyFull,
-            _ => return None,
-        })
+        Self::NAMES
+            .iter()
+            .position(|n| *n == s)
+            .map(|i| Self::ALL[i])
+    }
+
+    /// The mode's name as written in the configuration.
+    pub fn name(self) -> &'static str {
+        Self::NAMES[Self::ALL.iter().position(|m| *m == self).unwrap_or(0)]
     }
 }
 

@@ -5,10 +5,12 @@
 //! ([`crate::postgres`]), and splices bytes both ways. A login that fails becomes the
 //! `ErrorResponse` the client reads. Every session writes a `session_start` and a
 //! `session_end` audit record, and with `audit_statements` one `statement` record per simple
-//! query or `Parse`. `/databases/{name}/cancel` carries a `CancelRequest` instead.
+//! query, `Parse` or function call. At the bridge's shutdown, open sessions are cut (their
+//! record says `bridge shutdown`). `/databases/{name}/cancel` carries a `CancelRequest` instead.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use http::{Method, Request, Response, StatusCode};
@@ -17,6 +19,8 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tunnel::postgres::{FirstPacket, error_response, read_first_packet};
 
 use super::{Forwarder, ResBody, kind};
 use crate::audit::{AuditRecord, Decision};
@@ -25,6 +29,28 @@ use crate::postgres;
 
 /// The longest statement text an audit record keeps.
 const MAX_STATEMENT: usize = 64 * 1024;
+
+/// Bytes read at once in each direction of a session: queries and rows are small, and 100
+/// idle sessions should not cost 100 × 128 KiB.
+const SPLICE_BUFFER: usize = 16 * 1024;
+/// How long the cloud has to send the startup message (or cancel) of a stream.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Counts a database stream in `bridge_streams_in_flight` for as long as it lives.
+struct InFlight(prometheus_client::metrics::gauge::Gauge);
+
+impl InFlight {
+    fn new(gauge: &prometheus_client::metrics::gauge::Gauge) -> Self {
+        gauge.inc();
+        InFlight(gauge.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
 
 /// One declared database, with its own `max_connections`.
 pub(super) struct DatabaseEntry {
@@ -71,9 +97,14 @@ impl Forwarder {
                 return self.deny(started, audit, None, refusal);
             }
         };
-        let permits = match self.admit_stream(entry.slots.as_ref()).await {
-            Ok(permits) => permits,
-            Err(refusal) => return self.deny(started, audit, None, refusal),
+        // A cancel takes no slot: it is most needed when every slot is busy.
+        let permits = if cancel {
+            None
+        } else {
+            match self.admit_stream(entry.slots.as_ref()).await {
+                Ok(permits) => Some(permits),
+                Err(refusal) => return self.deny(started, audit, None, refusal),
+            }
         };
         audit.rule = if cancel {
             "database-cancel".into()
@@ -84,11 +115,13 @@ impl Forwarder {
         audit.status = 200;
         let upgrade = hyper::upgrade::on(&mut req);
         let forwarder = self.clone();
-        tokio::spawn(async move {
+        self.sessions.spawn(async move {
+            let _in_flight = InFlight::new(&forwarder.metrics.in_flight);
             let io = match upgrade.await {
                 Ok(io) => TokioIo::new(io),
                 Err(e) => {
                     tracing::warn!(cause = %e, "database stream never opened");
+                    forwarder.end(audit, started, (0, 0), format!("stream never opened: {e}"));
                     return;
                 }
             };
@@ -114,9 +147,9 @@ impl Forwarder {
         mut audit: AuditRecord,
         started: Instant,
     ) {
-        self.metrics.in_flight.inc();
-        let params = match tunnel::postgres::read_first_packet(&mut client).await {
-            Ok(tunnel::postgres::FirstPacket::Startup(params)) => params,
+        let first = tokio::time::timeout(STARTUP_TIMEOUT, read_first_packet(&mut client)).await;
+        let params = match first.unwrap_or_else(|_| Err("no startup message within 30 s".into())) {
+            Ok(FirstPacket::Startup(params)) => params,
             Ok(other) => {
                 self.end(
                     audit,
@@ -124,12 +157,10 @@ impl Forwarder {
                     (0, 0),
                     format!("startup: expected a startup message, got {other:?}"),
                 );
-                self.metrics.in_flight.dec();
                 return;
             }
             Err(why) => {
                 self.end(audit, started, (0, 0), format!("startup: {why}"));
-                self.metrics.in_flight.dec();
                 return;
             }
         };
@@ -138,9 +169,14 @@ impl Forwarder {
             Ok(session) => session,
             Err(e) => {
                 tracing::warn!(resource = %name, step = e.step(), cause = %e, "database login failed");
-                let message = format!("the bridge cannot open database {name:?}: {e}");
+                // The client reads the step and the server's own words; internal host names,
+                // addresses and socket errors stay in the bridge's log.
+                let message = format!(
+                    "the bridge cannot open database {name:?}: {}; the bridge's log has the details",
+                    e.public()
+                );
                 let _ = client
-                    .write_all(&tunnel::postgres::error_response(e.sqlstate(), &message))
+                    .write_all(&error_response(e.sqlstate(), &message))
                     .await;
                 let _ = client.shutdown().await;
                 audit.status = 502;
@@ -150,7 +186,6 @@ impl Forwarder {
                     (0, 0),
                     format!("login failed at {}", e.step()),
                 );
-                self.metrics.in_flight.dec();
                 return;
             }
         };
@@ -162,7 +197,7 @@ impl Forwarder {
             io: mut server,
             pending,
         } = session;
-        let (ended, bytes) = splice(&mut client, &mut server, pending, |text| {
+        let (ended, bytes) = splice(&mut client, &mut server, pending, &self.stop, |text| {
             if entry.db.audit_statements {
                 let mut record = audit.clone();
                 record.event = Some("statement".into());
@@ -173,7 +208,6 @@ impl Forwarder {
         })
         .await;
         self.end(audit, started, bytes, ended);
-        self.metrics.in_flight.dec();
     }
 
     /// A cancel: the `CancelRequest` the cloud sends, passed on to the database.
@@ -184,8 +218,9 @@ impl Forwarder {
         mut audit: AuditRecord,
         started: Instant,
     ) {
-        let ended = match tunnel::postgres::read_first_packet(&mut client).await {
-            Ok(tunnel::postgres::FirstPacket::Cancel(pid, key)) => {
+        let first = tokio::time::timeout(STARTUP_TIMEOUT, read_first_packet(&mut client)).await;
+        let ended = match first.unwrap_or_else(|_| Err("nothing within 30 s".into())) {
+            Ok(FirstPacket::Cancel(pid, key)) => {
                 match postgres::cancel(&entry.db, pid, key).await {
                     Ok(()) => "cancel sent".to_string(),
                     Err(e) => format!("cancel failed at {}: {e}", e.step()),
@@ -220,6 +255,7 @@ async fn splice<C, S>(
     client: &mut C,
     server: &mut S,
     pending: BytesMut,
+    stop: &CancellationToken,
     statement: impl FnMut(String),
 ) -> (String, (u64, u64))
 where
@@ -228,15 +264,17 @@ where
 {
     let (mut client_r, mut client_w) = tokio::io::split(client);
     let (mut server_r, mut server_w) = tokio::io::split(server);
+    let (up_total, down_total) = (AtomicU64::new(0), AtomicU64::new(0));
     let up = async {
         let mut tap = Statements::new(statement);
-        let mut buf = vec![0u8; 64 * 1024];
+        let mut buf = vec![0u8; SPLICE_BUFFER];
         let mut n_total = 0u64;
         let result = loop {
             match client_r.read(&mut buf).await {
                 Ok(0) => break Ok(()),
                 Ok(n) => {
                     n_total += n as u64;
+                    up_total.fetch_add(n as u64, Ordering::Relaxed);
                     tap.feed(&buf[..n]);
                     if let Err(e) = server_w.write_all(&buf[..n]).await {
                         break Err(format!("database connection failed: {e}"));
@@ -250,16 +288,18 @@ where
     };
     let down = async {
         let mut n_total = pending.len() as u64;
+        down_total.fetch_add(n_total, Ordering::Relaxed);
         let mut result = client_w
             .write_all(&pending)
             .await
             .map_err(|e| format!("tunnel stream failed: {e}"));
-        let mut buf = vec![0u8; 64 * 1024];
+        let mut buf = vec![0u8; SPLICE_BUFFER];
         while result.is_ok() {
             match server_r.read(&mut buf).await {
                 Ok(0) => break,
                 Ok(n) => {
                     n_total += n as u64;
+                    down_total.fetch_add(n as u64, Ordering::Relaxed);
                     result = client_w
                         .write_all(&buf[..n])
                         .await
@@ -271,12 +311,19 @@ where
         let _ = client_w.shutdown().await;
         (result, n_total)
     };
-    let ((up_result, up_bytes), (down_result, down_bytes)) = tokio::join!(up, down);
-    let ended = match (up_result, down_result) {
-        (Ok(()), Ok(())) => "closed".to_string(),
-        (Err(e), _) | (_, Err(e)) => e,
-    };
-    (ended, (up_bytes, down_bytes))
+    // The byte counts live outside the two futures, so a shutdown that drops them mid-copy
+    // still reports what went through.
+    let both = async { tokio::join!(up, down) };
+    tokio::select! {
+        ((up_result, up_bytes), (down_result, down_bytes)) = both => {
+            let ended = match (up_result, down_result) {
+                (Ok(()), Ok(())) => "closed".to_string(),
+                (Err(e), _) | (_, Err(e)) => e,
+            };
+            (ended, (up_bytes, down_bytes))
+        }
+        () = stop.cancelled() => ("bridge shutdown".to_string(), (up_total.load(Ordering::Relaxed), down_total.load(Ordering::Relaxed))),
+    }
 }
 
 /// Follows the frontend messages of a session to find statement texts: `Q` (simple query) and
@@ -301,7 +348,7 @@ impl<F: FnMut(String)> Statements<F> {
     }
 
     fn wanted(&self) -> bool {
-        matches!(self.tag, b'Q' | b'P')
+        matches!(self.tag, b'Q' | b'P' | b'F')
     }
 
     fn feed(&mut self, mut bytes: &[u8]) {
@@ -336,6 +383,14 @@ impl<F: FnMut(String)> Statements<F> {
     }
 
     fn finish(&mut self) {
+        if self.tag == b'F' {
+            let oid = self
+                .body
+                .get(..4)
+                .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+            (self.emit)(format!("function call (oid {oid})"));
+            return;
+        }
         let text = match self.tag {
             b'P' => self.body.splitn(3, |&b| b == 0).nth(1).unwrap_or_default(),
             _ => self.body.split(|&b| b == 0).next().unwrap_or_default(),
@@ -362,6 +417,7 @@ mod tests {
         stream.extend(message(b'P', b"s1\0INSERT INTO t VALUES ($1)\0\0\0"));
         stream.extend(message(b'B', b"\0s1\0\0\0\0\0\0\0"));
         stream.extend(message(b'd', b"copy data, not a statement"));
+        stream.extend(message(b'F', &[0, 0, 0x0a, 0xbc, 0, 0]));
         stream.extend(message(b'Q', b"COMMIT\0"));
         for chunk in [1, 2, 3, 7, 64, stream.len()] {
             let mut seen = Vec::new();
@@ -372,7 +428,12 @@ mod tests {
             drop(tap);
             assert_eq!(
                 seen,
-                ["SELECT 1", "INSERT INTO t VALUES ($1)", "COMMIT"],
+                [
+                    "SELECT 1",
+                    "INSERT INTO t VALUES ($1)",
+                    "function call (oid 2748)",
+                    "COMMIT"
+                ],
                 "chunks of {chunk}"
             );
         }

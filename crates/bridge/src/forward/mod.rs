@@ -93,6 +93,10 @@ pub struct Forwarder {
     all: Arc<Semaphore>,
     resources: HashMap<(ResourceKind, String), Resource>,
     databases: HashMap<String, Arc<database::DatabaseEntry>>,
+    /// Database sessions, which outlive the HTTP exchange that opened them.
+    sessions: tokio_util::task::TaskTracker,
+    /// Cancelled at shutdown: open database sessions end (and write their records).
+    stop: tokio_util::sync::CancellationToken,
     memory: MemoryGauge,
 }
 
@@ -164,6 +168,8 @@ impl Forwarder {
             .collect();
         Forwarder {
             databases,
+            sessions: tokio_util::task::TaskTracker::new(),
+            stop: tokio_util::sync::CancellationToken::new(),
             cfg,
             status,
             metrics,
@@ -173,6 +179,14 @@ impl Forwarder {
             resources,
             memory: MemoryGauge::default(),
         }
+    }
+
+    /// Ends the open database sessions (at shutdown: a session has no natural end to wait
+    /// for) and waits until their audit records are written.
+    pub async fn stop_sessions(&self) {
+        self.stop.cancel();
+        self.sessions.close();
+        self.sessions.wait().await;
     }
 
     /// Handles one stream from the cloud.

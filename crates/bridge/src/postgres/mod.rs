@@ -95,6 +95,24 @@ impl LoginError {
         }
     }
 
+    /// What a client of the session may read: the step, and the server's own words where the
+    /// server spoke, never the bridge's internal host names, addresses or socket errors.
+    pub fn public(&self) -> String {
+        match self {
+            LoginError::Dns { .. } | LoginError::Tcp { .. } => {
+                format!("{} failed: the bridge cannot reach it", self.step())
+            }
+            LoginError::Tls(_) => "TLS to it failed (see the entry's sslmode)".into(),
+            LoginError::Auth { message, .. } => format!(
+                "it refused the bridge's login: {message} (fix databases[].credentials, or the server's pg_hba.conf)"
+            ),
+            LoginError::DatabaseMissing { message, .. } | LoginError::Server { message, .. } => {
+                message.clone()
+            }
+            LoginError::Protocol(_) => "the login failed (protocol)".into(),
+        }
+    }
+
     /// The step's name, for metrics-free summaries such as the audit record's `ended`.
     pub fn step(&self) -> &'static str {
         match self {
@@ -176,7 +194,7 @@ async fn connect_inner(db: &Database) -> Result<Box<dyn Io>, LoginError> {
         b'N' => {
             return Err(LoginError::Tls(format!(
                 "the server at {addr} does not accept TLS, and sslmode is {}; turn ssl on at the server or lower sslmode",
-                mode_name(db.sslmode)
+                db.sslmode.name()
             )));
         }
         other => {
@@ -197,16 +215,6 @@ async fn connect_inner(db: &Database) -> Result<Box<dyn Io>, LoginError> {
             ))
         })?;
     Ok(Box::new(tls))
-}
-
-fn mode_name(mode: SslMode) -> &'static str {
-    match mode {
-        SslMode::Disable => "disable",
-        SslMode::Prefer => "prefer",
-        SslMode::Require => "require",
-        SslMode::VerifyCa => "verify-ca",
-        SslMode::VerifyFull => "verify-full",
-    }
 }
 
 /// Connects and logs in to `db` as its entry's user, on its entry's database, passing on the
@@ -230,13 +238,10 @@ async fn authenticate(
 ) -> Result<Session, LoginError> {
     let user = db.credentials.username.as_str();
     let password = db.credentials.password.expose().as_bytes();
+    // The password itself goes out only to a server whose certificate was checked.
+    let verified = matches!(db.sslmode, SslMode::VerifyCa | SslMode::VerifyFull);
     let mut startup: Vec<(&str, &str)> = vec![("user", user), ("database", &db.database)];
-    startup.extend(
-        params
-            .iter()
-            .filter(|(k, _)| k != "user" && k != "database")
-            .map(|(k, v)| (k.as_str(), v.as_str())),
-    );
+    startup.extend(tunnel::postgres::passed_on(params).map(|(k, v)| (k.as_str(), v.as_str())));
     if db.read_only {
         startup.retain(|(k, _)| *k != "default_transaction_read_only");
         startup.push(("default_transaction_read_only", "on"));
@@ -257,8 +262,18 @@ async fn authenticate(
             .map_err(|e| LoginError::Protocol(format!("unreadable server message: {e}")))?
             .ok_or_else(|| LoginError::Protocol("truncated server message".into()))?;
         match message {
+            backend::Message::AuthenticationOk if scram.is_some() => {
+                return Err(LoginError::Protocol(
+                    "the server ended SCRAM without proving it knows the password; is it the real server?".into(),
+                ));
+            }
             backend::Message::AuthenticationOk => {
                 return greeting(io, inbox, user).await;
+            }
+            backend::Message::AuthenticationCleartextPassword if !verified => {
+                return Err(LoginError::Protocol(
+                    "the server asks for the password in clear over a connection whose server is not verified; use sslmode verify-full (or verify-ca), or have the server ask for SCRAM (pg_hba.conf: scram-sha-256)".into(),
+                ));
             }
             backend::Message::AuthenticationCleartextPassword => {
                 frontend::password_message(password, &mut out)
@@ -406,11 +421,14 @@ async fn read_message(
 /// connection, as a client's Ctrl-C would.
 pub async fn cancel(db: &Database, process_id: i32, secret_key: i32) -> Result<(), LoginError> {
     let mut io = connect(db).await?;
-    let mut out = BytesMut::new();
-    frontend::cancel_request(process_id, secret_key, &mut out);
-    send(&mut io, &mut out).await?;
-    // The server closes the connection once it has read the request.
-    let mut sink = [0u8; 64];
-    let _ = tokio::time::timeout(CONNECT_TIMEOUT, io.read(&mut sink)).await;
-    Ok(())
+    tunnel::postgres::send_cancel(&mut io, process_id, secret_key)
+        .await
+        .map_err(|e| LoginError::Protocol(format!("the cancel request failed: {e}")))
+}
+
+/// Ends a logged-in session politely (`Terminate`), as `bridge check` does after its login.
+pub async fn terminate(session: Session) {
+    let mut io = session.io;
+    let _ = io.write_all(&[b'X', 0, 0, 0, 4]).await;
+    let _ = io.shutdown().await;
 }

@@ -5,8 +5,6 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use tokio::io::AsyncWriteExt;
-
 use crate::auth::Principal;
 use crate::relay::{RelayState, open_database};
 
@@ -25,12 +23,12 @@ struct Target {
 pub struct Cancels(Mutex<HashMap<(i32, i32), Target>>);
 
 /// Removes a session's key when the session ends.
-pub struct Registered<'a> {
-    cancels: &'a Cancels,
+pub struct Registered {
+    cancels: std::sync::Arc<Cancels>,
     key: (i32, i32),
 }
 
-impl Drop for Registered<'_> {
+impl Drop for Registered {
     fn drop(&mut self) {
         self.cancels.lock().remove(&self.key);
     }
@@ -44,12 +42,12 @@ impl Cancels {
     /// Registers the server's `(process_id, secret_key)` for a session; returns the pair to
     /// hand the client, valid until the guard drops.
     pub fn register(
-        &self,
+        self: &std::sync::Arc<Self>,
         principal: &Principal,
         bridge: &str,
         database: &str,
         server: (i32, i32),
-    ) -> ((i32, i32), Registered<'_>) {
+    ) -> ((i32, i32), Registered) {
         let target = Target {
             principal: principal.clone(),
             bridge: bridge.to_string(),
@@ -65,7 +63,13 @@ impl Cancels {
             }
         };
         map.insert(key, target);
-        (key, Registered { cancels: self, key })
+        (
+            key,
+            Registered {
+                cancels: self.clone(),
+                key,
+            },
+        )
     }
 
     /// Forwards a client's `CancelRequest` for `(process_id, secret_key)`, if it names a live
@@ -85,15 +89,11 @@ impl Cancels {
         .await
         {
             Ok(mut stream) => {
-                let request =
-                    tunnel::postgres::cancel_request(target.process_id, target.secret_key);
-                let _ = stream.io.write_all(&request).await;
-                let _ = stream.io.shutdown().await;
                 // The bridge closes the stream once it has passed the request on.
-                let mut sink = [0u8; 16];
-                let _ = tokio::time::timeout(
-                    std::time::Duration::from_secs(10),
-                    tokio::io::AsyncReadExt::read(&mut stream.io, &mut sink),
+                let _ = tunnel::postgres::send_cancel(
+                    &mut stream.io,
+                    target.process_id,
+                    target.secret_key,
                 )
                 .await;
             }

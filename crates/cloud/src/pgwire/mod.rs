@@ -28,6 +28,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tunnel::postgres::{FirstPacket, error_response, read_first_packet};
 
 pub use cancel::Cancels;
@@ -46,6 +48,11 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct PgState {
     relay: RelayState,
     cancels: Arc<Cancels>,
+    /// The upgrade route's sessions, which outlive their HTTP exchange.
+    sessions: TaskTracker,
+    /// Cancelled when the service shuts down: open sessions close (a session has no natural
+    /// end to wait for, and the bridges' tunnels close next).
+    stop: CancellationToken,
 }
 
 impl PgState {
@@ -54,7 +61,16 @@ impl PgState {
         PgState {
             relay,
             cancels: Arc::new(Cancels::default()),
+            sessions: TaskTracker::new(),
+            stop: CancellationToken::new(),
         }
+    }
+
+    /// Closes every open session (at shutdown) and waits, up to `limit`, for them to end.
+    pub async fn shut_down(&self, limit: Duration) {
+        self.stop.cancel();
+        self.sessions.close();
+        let _ = tokio::time::timeout(limit, self.sessions.wait()).await;
     }
 }
 

@@ -13,16 +13,18 @@ use std::time::Duration;
 use http_body_util::{BodyExt, Empty};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tunnel::postgres::{
-    FirstPacket, cancel_request, error_response, read_first_packet, startup_message,
+    FirstPacket, error_response, read_first_packet, send_cancel, startup_message,
 };
 
 use super::UPGRADE;
 
+/// How long open sessions may run on after SIGTERM.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long reaching the cloud (TCP, TLS, the upgrade) may take.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -56,8 +58,10 @@ pub enum ProxyError {
     /// `--ca-file` cannot be read.
     #[error("--ca-file {0}: {1}")]
     Ca(PathBuf, String),
-    /// `--api-url` has no host or an unknown scheme.
-    #[error("--api-url {0}: expected https://HOST[:PORT] (or http:// for a local cloud)")]
+    /// `--api-url` has no host, an unknown scheme, or `http://` to another machine.
+    #[error(
+        "--api-url {0}: expected https://HOST[:PORT] (http:// only to localhost or a loopback address: the API key would cross the network in clear)"
+    )]
     Url(String),
 }
 
@@ -102,9 +106,17 @@ pub async fn run(opts: ProxyOptions, shutdown: CancellationToken) -> Result<(), 
     sessions.close();
     tracing::info!(
         open = sessions.len(),
-        "shutdown: waiting for open sessions to end"
+        "shutdown: waiting up to 30 s for open sessions to end"
     );
-    sessions.wait().await;
+    if tokio::time::timeout(DRAIN_TIMEOUT, sessions.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            open = sessions.len(),
+            "drain timed out; closing the remaining sessions"
+        );
+    }
     Ok(())
 }
 
@@ -139,7 +151,8 @@ fn dialer(opts: &ProxyOptions) -> Result<Dialer, ProxyError> {
             config.alpn_protocols = vec![b"http/1.1".to_vec()];
             Some(tokio_rustls::TlsConnector::from(Arc::new(config)))
         }
-        "http" => None,
+        // The API key would cross the network in clear: plain HTTP only to this machine.
+        "http" if is_loopback_host(&host) => None,
         _ => return Err(ProxyError::Url(url.to_string())),
     };
     let base = url.path().trim_end_matches('/');
@@ -153,6 +166,13 @@ fn dialer(opts: &ProxyOptions) -> Result<Dialer, ProxyError> {
         ),
         authorization: format!("Bearer {}", opts.api_key),
     })
+}
+
+fn is_loopback_host(host: &str) -> bool {
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// One local client: declines TLS and GSS encryption (the port is loopback), then relays its
@@ -196,10 +216,7 @@ async fn client(mut conn: TcpStream, peer: SocketAddr, dialer: Arc<Dialer>) {
             }
             FirstPacket::Cancel(pid, key) => {
                 if let Ok(mut upstream) = dialer.open().await {
-                    let _ = upstream.write_all(&cancel_request(pid, key)).await;
-                    let _ = upstream.shutdown().await;
-                    let mut sink = [0u8; 16];
-                    let _ = tokio::time::timeout(DIAL_TIMEOUT, upstream.read(&mut sink)).await;
+                    let _ = send_cancel(&mut upstream, pid, key).await;
                 }
                 return;
             }
@@ -274,10 +291,7 @@ impl Dialer {
             .await
             .map(|b| b.to_bytes())
             .unwrap_or_default();
-        let detail = serde_json::from_slice::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| v["detail"].as_str().map(str::to_string))
-            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+        let detail = crate::problem::detail_of(&body);
         Err(match status {
             401 => (
                 "28P01",

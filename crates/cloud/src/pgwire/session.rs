@@ -3,23 +3,19 @@
 //! the server's greeting (its backend key replaced by the cloud's own), then bytes both ways.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tunnel::postgres::{FirstPacket, error_response, read_first_packet, startup_message};
+use tunnel::postgres::{
+    FirstPacket, error_response, passed_on, read_first_packet, startup_message,
+};
 
 use super::{PgState, STARTUP_TIMEOUT};
 use crate::auth::Principal;
 use crate::problem::Problem;
 
-/// The startup parameters passed on to the database: the client's own, never `user` or
-/// `database` (the bridge's entry decides those).
-fn passed_on(params: &[(String, String)]) -> Vec<(String, String)> {
-    params
-        .iter()
-        .filter(|(k, _)| k != "user" && k != "database")
-        .cloned()
-        .collect()
-}
+/// How long the bridge has to log in to the database and send the server's greeting.
+const GREETING_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The SQLSTATE and message a client reads for a relay refusal.
 fn refusal(problem: &Problem, bridge: &str, database: &str) -> (&'static str, String) {
@@ -134,9 +130,10 @@ pub(super) async fn serve<S>(
             }
         };
     tracing::info!(peer = %peer, bridge = %bridge, database = %database, principal = %principal.key_id, instance = %stream.instance, "database session opened");
+    let passed: Vec<(String, String)> = passed_on(params).cloned().collect();
     if stream
         .io
-        .write_all(&startup_message(&passed_on(params)))
+        .write_all(&startup_message(&passed))
         .await
         .is_err()
     {
@@ -150,46 +147,25 @@ pub(super) async fn serve<S>(
     }
     // The greeting: everything up to the first ReadyForQuery (or a FATAL error), with the
     // server's BackendKeyData replaced by a key of the cloud's.
-    let mut registered = None;
-    loop {
-        let mut head = [0u8; 5];
-        if stream.io.read_exact(&mut head).await.is_err() {
-            let _ = client
-                .write_all(&error_response(
-                    "08006",
-                    "the bridge closed the session before it was ready; see the bridge's log",
-                ))
-                .await;
+    let greeted = tokio::time::timeout(
+        GREETING_TIMEOUT,
+        greeting(front, &mut client, &mut stream.io, target),
+    )
+    .await
+    .unwrap_or(Err(
+        "the bridge did not finish logging in to the database within 60 s; see the bridge's log",
+    ));
+    let registered = match greeted {
+        Ok(registered) => registered,
+        Err(why) => {
+            let _ = client.write_all(&error_response("08006", why)).await;
             return;
         }
-        let len = i32::from_be_bytes([head[1], head[2], head[3], head[4]]);
-        if !(4..=1 << 24).contains(&len) {
-            return;
-        }
-        let mut body = vec![0u8; len as usize - 4];
-        if stream.io.read_exact(&mut body).await.is_err() {
-            return;
-        }
-        if head[0] == b'K' && body.len() == 8 {
-            let server = (
-                i32::from_be_bytes([body[0], body[1], body[2], body[3]]),
-                i32::from_be_bytes([body[4], body[5], body[6], body[7]]),
-            );
-            let (key, guard) = front
-                .cancels
-                .register(principal, &bridge, &database, server);
-            body[..4].copy_from_slice(&key.0.to_be_bytes());
-            body[4..].copy_from_slice(&key.1.to_be_bytes());
-            registered = Some(guard);
-        }
-        if client.write_all(&head).await.is_err() || client.write_all(&body).await.is_err() {
-            return;
-        }
-        if head[0] == b'Z' || head[0] == b'E' {
-            break;
-        }
-    }
-    let result = tokio::io::copy_bidirectional(&mut client, &mut stream.io).await;
+    };
+    let result = tokio::select! {
+        result = tokio::io::copy_bidirectional(&mut client, &mut stream.io) => result,
+        () = front.stop.cancelled() => Err(std::io::Error::other("the service is shutting down")),
+    };
     drop(registered);
     match result {
         Ok((up, down)) => {
@@ -197,6 +173,52 @@ pub(super) async fn serve<S>(
         }
         Err(e) => {
             tracing::info!(peer = %peer, bridge = %bridge, database = %database, cause = %e, "database session ended with an error")
+        }
+    }
+}
+
+/// Relays the server's greeting, up to its first `ReadyForQuery` (or a fatal error), with its
+/// `BackendKeyData` replaced by a key of the cloud's; returns that key's registration. Past
+/// the greeting the stream is spliced without looking at it.
+async fn greeting<C, B>(
+    front: &PgState,
+    client: &mut C,
+    bridge_io: &mut B,
+    target: &Session,
+) -> Result<Option<super::cancel::Registered>, &'static str>
+where
+    C: AsyncWrite + Unpin,
+    B: AsyncRead + Unpin,
+{
+    let closed = "the bridge closed the session before it was ready; see the bridge's log";
+    let mut registered = None;
+    loop {
+        let mut head = [0u8; 5];
+        bridge_io.read_exact(&mut head).await.map_err(|_| closed)?;
+        let len = i32::from_be_bytes([head[1], head[2], head[3], head[4]]);
+        if !(4..=1 << 24).contains(&len) {
+            return Err("the bridge sent a malformed message; see the bridge's log");
+        }
+        let mut body = vec![0u8; len as usize - 4];
+        bridge_io.read_exact(&mut body).await.map_err(|_| closed)?;
+        if head[0] == b'K' && body.len() == 8 {
+            let server = (
+                i32::from_be_bytes([body[0], body[1], body[2], body[3]]),
+                i32::from_be_bytes([body[4], body[5], body[6], body[7]]),
+            );
+            let (key, guard) =
+                front
+                    .cancels
+                    .register(&target.principal, &target.bridge, &target.database, server);
+            body[..4].copy_from_slice(&key.0.to_be_bytes());
+            body[4..].copy_from_slice(&key.1.to_be_bytes());
+            registered = Some(guard);
+        }
+        if client.write_all(&head).await.is_err() || client.write_all(&body).await.is_err() {
+            return Err(closed);
+        }
+        if head[0] == b'Z' || head[0] == b'E' {
+            return Ok(registered);
         }
     }
 }

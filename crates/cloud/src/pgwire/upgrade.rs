@@ -57,7 +57,8 @@ async fn upgrade(
         .get::<PeerAddr>()
         .map_or(std::net::SocketAddr::from(([0, 0, 0, 0], 0)), |p| p.0);
     let on_upgrade = hyper::upgrade::on(&mut req);
-    tokio::spawn(async move {
+    let sessions = state.sessions.clone();
+    sessions.spawn(async move {
         let Ok(upgraded) = on_upgrade.await else {
             return;
         };

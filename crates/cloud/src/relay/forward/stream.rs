@@ -97,10 +97,7 @@ pub async fn open_database(
                 .and_then(Result::ok)
                 .map(|b| b.to_bytes())
                 .unwrap_or_default();
-            let detail = serde_json::from_slice::<serde_json::Value>(&body)
-                .ok()
-                .and_then(|v| v["detail"].as_str().map(str::to_string))
-                .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+            let detail = crate::problem::detail_of(&body);
             return Err(match status {
                 404 => Problem::not_found(detail),
                 503 => Problem::unavailable(1, detail),
