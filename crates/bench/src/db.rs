@@ -30,6 +30,13 @@ pub struct Args {
     /// Idle sessions held open for the memory figure.
     #[arg(long, default_value_t = 100)]
     pub idle: usize,
+    /// pgbench's worker threads (`-j`); 0: one per client (pgbench's own default is 1, which
+    /// measured the tunnel a little lower: docs/benchmarks.md).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Async worker threads of `cloud` (TOKIO_WORKER_THREADS); default its own.
+    #[arg(long)]
+    pub cloud_threads: Option<usize>,
 }
 
 /// One way to reach the database: a libpq connection string and its password.
@@ -40,7 +47,8 @@ struct Arm {
 }
 
 /// One pgbench run: (transactions per second, p50 latency in ms).
-fn pgbench(arm: &Arm, clients: usize, secs: u64) -> Result<(f64, f64)> {
+fn pgbench(arm: &Arm, clients: usize, threads: usize, secs: u64) -> Result<(f64, f64)> {
+    let threads = if threads == 0 { clients } else { threads.min(clients) };
     let dir = tempfile::tempdir()?;
     let prefix = dir.path().join("log");
     let mut cmd = Command::new("pgbench");
@@ -146,7 +154,7 @@ pub async fn run(args: Args) -> Result<()> {
     if !init.status.success() {
         bail!("pgbench -i: {}", String::from_utf8_lossy(&init.stderr));
     }
-    let (cloud, _, api_key) = start(&[], None)?;
+    let (cloud, _, api_key) = start(&[], args.cloud_threads)?;
     let token = bridge_token(&cloud)?;
     let entry = format!(
         "databases:\n  - {{name: orders, type: postgresql, host: 127.0.0.1, port: {}, database: {DATABASE}, credentials: {{username: {USER}, password: {PASSWORD}}}, sslmode: disable}}\n",
@@ -186,14 +194,27 @@ pub async fn run(args: Args) -> Result<()> {
         },
     ];
     println!(
-        "pgbench -S, {} s per run, {} runs interleaved, scale {}",
-        args.secs, args.runs, args.scale
+        "pgbench -S, {} s per run, {} runs interleaved, scale {}, -j {}",
+        args.secs,
+        args.runs,
+        args.scale,
+        if args.threads == 0 { "clients".to_string() } else { args.threads.to_string() }
     );
     let mut results: Vec<Vec<(f64, f64)>> = vec![Vec::new(); arms.len() * 2];
     for run in 0..args.runs {
         for (c, clients) in [1usize, 16].into_iter().enumerate() {
             for (a, arm) in arms.iter().enumerate() {
-                let (tps, p50) = pgbench(arm, clients, args.secs)?;
+                let (tps, p50) = pgbench(arm, clients, args.threads, args.secs)?;
+                // Sessions that outlive their client would show here (pgbouncer keeps its
+                // pool open, so only before its first run).
+                if run == 0 && clients == 16 && a == 1 {
+                    println!(
+                        "server sessions open after the clients left: {}",
+                        cluster.psql_local(
+                            "SELECT count(*) - 1 FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                        )
+                    );
+                }
                 println!(
                     "run {run} clients {clients:>2} {:<30} tps {tps:>9.0}  p50 {p50:.3} ms",
                     arm.label
