@@ -30,9 +30,8 @@ pub struct Args {
     /// Idle sessions held open for the memory figure.
     #[arg(long, default_value_t = 100)]
     pub idle: usize,
-    /// pgbench's worker threads (`-j`); 0: one per client (pgbench's own default is 1, which
-    /// measured the tunnel a little lower: docs/benchmarks.md).
-    #[arg(long, default_value_t = 0)]
+    /// pgbench's worker threads (`-j`), 1 as pgbench's own default; 0: one per client.
+    #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// Async worker threads of `cloud` (TOKIO_WORKER_THREADS); default its own.
     #[arg(long)]
@@ -48,7 +47,11 @@ struct Arm {
 
 /// One pgbench run: (transactions per second, p50 latency in ms).
 fn pgbench(arm: &Arm, clients: usize, threads: usize, secs: u64) -> Result<(f64, f64)> {
-    let threads = if threads == 0 { clients } else { threads.min(clients) };
+    let threads = if threads == 0 {
+        clients
+    } else {
+        threads.min(clients)
+    };
     let dir = tempfile::tempdir()?;
     let prefix = dir.path().join("log");
     let mut cmd = Command::new("pgbench");
@@ -58,7 +61,7 @@ fn pgbench(arm: &Arm, clients: usize, threads: usize, secs: u64) -> Result<(f64,
         "-c",
         &clients.to_string(),
         "-j",
-        &clients.to_string(),
+        &threads.to_string(),
     ])
     .args(["-T", &secs.to_string(), "--log", "--log-prefix"])
     .arg(&prefix)
@@ -198,7 +201,11 @@ pub async fn run(args: Args) -> Result<()> {
         args.secs,
         args.runs,
         args.scale,
-        if args.threads == 0 { "clients".to_string() } else { args.threads.to_string() }
+        if args.threads == 0 {
+            "clients".to_string()
+        } else {
+            args.threads.to_string()
+        }
     );
     let mut results: Vec<Vec<(f64, f64)>> = vec![Vec::new(); arms.len() * 2];
     for run in 0..args.runs {

@@ -18,11 +18,15 @@ pub const CANCEL_REQUEST: i32 = 80_877_102;
 /// The longest startup message either side reads.
 pub const MAX_STARTUP: usize = 10_000;
 
+/// One startup parameter: its name, and its value as the client sent it (bytes: a value need
+/// not be UTF-8, and is passed on unchanged).
+pub type Param = (String, Vec<u8>);
+
 /// The first packet of a connection: a startup message, or one of the special requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FirstPacket {
-    /// Protocol 3.0 with its `(name, value)` parameters.
-    Startup(Vec<(String, String)>),
+    /// Protocol 3.0 with its parameters.
+    Startup(Vec<Param>),
     /// `SSLRequest`.
     Ssl,
     /// `GSSENCRequest`.
@@ -62,22 +66,30 @@ pub async fn read_first_packet<S: AsyncRead + Unpin>(io: &mut S) -> Result<First
     })
 }
 
-fn parameters(mut rest: &[u8]) -> Vec<(String, String)> {
+fn parameters(mut rest: &[u8]) -> Vec<Param> {
     let mut params = Vec::new();
     let next = |rest: &mut &[u8]| {
         let end = rest.iter().position(|&b| b == 0)?;
-        let s = String::from_utf8_lossy(&rest[..end]).into_owned();
+        let field = rest[..end].to_vec();
         *rest = &rest[end + 1..];
-        Some(s)
+        Some(field)
     };
     while let Some(name) = next(&mut rest) {
         if name.is_empty() {
             break;
         }
         let Some(value) = next(&mut rest) else { break };
-        params.push((name, value));
+        params.push((String::from_utf8_lossy(&name).into_owned(), value));
     }
     params
+}
+
+/// The value of parameter `name`, as text.
+pub fn param(params: &[Param], name: &str) -> Option<String> {
+    params
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
 }
 
 /// Startup parameters that never pass from a client to the database: `user` and `database`
@@ -86,7 +98,7 @@ fn parameters(mut rest: &[u8]) -> Vec<(String, String)> {
 pub const NOT_PASSED_ON: [&str; 3] = ["user", "database", "replication"];
 
 /// The client's startup parameters that are passed on to the database.
-pub fn passed_on(params: &[(String, String)]) -> impl Iterator<Item = &(String, String)> {
+pub fn passed_on(params: &[Param]) -> impl Iterator<Item = &Param> {
     params
         .iter()
         .filter(|(k, _)| !NOT_PASSED_ON.contains(&k.as_str()))
@@ -108,12 +120,12 @@ pub async fn send_cancel<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// A protocol 3.0 startup message with `params`.
-pub fn startup_message(params: &[(String, String)]) -> Vec<u8> {
+pub fn startup_message<'a>(params: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Vec<u8> {
     let mut body = PROTOCOL_3.to_be_bytes().to_vec();
     for (name, value) in params {
         body.extend_from_slice(name.as_bytes());
         body.push(0);
-        body.extend_from_slice(value.as_bytes());
+        body.extend_from_slice(value);
         body.push(0);
     }
     body.push(0);
@@ -179,12 +191,16 @@ mod tests {
     #[tokio::test]
     async fn startup_messages_round_trip() {
         let params = vec![
-            ("application_name".to_string(), "psql".to_string()),
-            ("options".to_string(), "-c search_path=app".to_string()),
+            ("application_name".to_string(), b"caf\xe9".to_vec()),
+            ("options".to_string(), b"-c search_path=app".to_vec()),
         ];
-        let bytes = startup_message(&params);
+        let bytes = startup_message(params.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
         let read = read_first_packet(&mut &bytes[..]).await.unwrap();
-        assert_eq!(read, FirstPacket::Startup(params));
+        assert_eq!(read, FirstPacket::Startup(params.clone()));
+        assert_eq!(
+            param(&params, "options").as_deref(),
+            Some("-c search_path=app")
+        );
         let cancel = cancel_request(42, -7);
         assert_eq!(
             read_first_packet(&mut &cancel[..]).await.unwrap(),

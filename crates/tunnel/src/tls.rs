@@ -101,7 +101,12 @@ fn roots(cas: Vec<CertificateDer<'static>>) -> Result<Arc<RootCertStore>, TlsCon
     Ok(Arc::new(roots))
 }
 
-/// Accepts any server certificate (`tls_verify: false`); signatures are still checked.
+/// Accepts any server certificate (`tls_verify: false`, and a database's `sslmode` `prefer`
+/// or `require`); signatures are still checked.
+pub fn unverified_server() -> Arc<dyn ServerCertVerifier> {
+    Arc::new(NoVerification(provider()))
+}
+
 #[derive(Debug)]
 struct NoVerification(Arc<CryptoProvider>);
 

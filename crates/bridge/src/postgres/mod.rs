@@ -13,6 +13,7 @@ use postgres_protocol::authentication::{md5_hash, sasl};
 use postgres_protocol::message::{backend, frontend};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tunnel::postgres::Param;
 
 pub use tls::client_config;
 
@@ -219,7 +220,7 @@ async fn connect_inner(db: &Database) -> Result<Box<dyn Io>, LoginError> {
 
 /// Connects and logs in to `db` as its entry's user, on its entry's database, passing on the
 /// client's own startup `params` (never `user` or `database`).
-pub async fn login(db: &Database, params: &[(String, String)]) -> Result<Session, LoginError> {
+pub async fn login(db: &Database, params: &[Param]) -> Result<Session, LoginError> {
     let io = connect(db).await?;
     tokio::time::timeout(LOGIN_TIMEOUT, authenticate(db, io, params))
         .await
@@ -234,21 +235,22 @@ pub async fn login(db: &Database, params: &[(String, String)]) -> Result<Session
 async fn authenticate(
     db: &Database,
     mut io: Box<dyn Io>,
-    params: &[(String, String)],
+    params: &[Param],
 ) -> Result<Session, LoginError> {
     let user = db.credentials.username.as_str();
     let password = db.credentials.password.expose().as_bytes();
     // The password itself goes out only to a server whose certificate was checked.
     let verified = matches!(db.sslmode, SslMode::VerifyCa | SslMode::VerifyFull);
-    let mut startup: Vec<(&str, &str)> = vec![("user", user), ("database", &db.database)];
-    startup.extend(tunnel::postgres::passed_on(params).map(|(k, v)| (k.as_str(), v.as_str())));
+    let mut startup: Vec<(&str, &[u8])> = vec![
+        ("user", user.as_bytes()),
+        ("database", db.database.as_bytes()),
+    ];
+    startup.extend(tunnel::postgres::passed_on(params).map(|(k, v)| (k.as_str(), v.as_slice())));
     if db.read_only {
         startup.retain(|(k, _)| *k != "default_transaction_read_only");
-        startup.push(("default_transaction_read_only", "on"));
+        startup.push(("default_transaction_read_only", b"on"));
     }
-    let mut out = BytesMut::new();
-    frontend::startup_message(startup, &mut out)
-        .map_err(|e| LoginError::Protocol(e.to_string()))?;
+    let mut out = BytesMut::from(&tunnel::postgres::startup_message(startup)[..]);
     send(&mut io, &mut out).await?;
     let mut inbox = BytesMut::with_capacity(8 * 1024);
     let mut scram: Option<sasl::ScramSha256> = None;

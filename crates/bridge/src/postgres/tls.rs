@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, Error, SignatureScheme};
 
@@ -21,7 +20,7 @@ pub fn client_config(
     let provider = tunnel::tls::provider();
     let verifier: Arc<dyn ServerCertVerifier> = match mode {
         SslMode::Disable => return Ok(None),
-        SslMode::Prefer | SslMode::Require => Arc::new(Unchecked(provider.clone())),
+        SslMode::Prefer | SslMode::Require => tunnel::tls::unverified_server(),
         SslMode::VerifyCa | SslMode::VerifyFull => {
             let roots = match sslrootcert {
                 Some(path) => {
@@ -49,56 +48,6 @@ pub fn client_config(
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
     Ok(Some(Arc::new(config)))
-}
-
-/// `prefer` and `require`: the signature is checked (the peer holds the key it shows), the
-/// certificate is not.
-#[derive(Debug)]
-struct Unchecked(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 /// `verify-ca`: the chain must reach a trusted root; the name is not compared.

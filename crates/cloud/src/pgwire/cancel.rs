@@ -73,9 +73,20 @@ impl Cancels {
     }
 
     /// Forwards a client's `CancelRequest` for `(process_id, secret_key)`, if it names a live
-    /// session.
-    pub async fn cancel(&self, relay: &RelayState, process_id: i32, secret_key: i32) {
-        let Some(target) = self.lock().get(&(process_id, secret_key)).cloned() else {
+    /// session (of `caller_org`, when the caller is known: the upgrade route's key).
+    pub async fn cancel(
+        &self,
+        relay: &RelayState,
+        process_id: i32,
+        secret_key: i32,
+        caller_org: Option<i64>,
+    ) {
+        let Some(target) = self
+            .lock()
+            .get(&(process_id, secret_key))
+            .filter(|t| caller_org.is_none_or(|org| org == t.principal.org_id))
+            .cloned()
+        else {
             tracing::debug!("a cancel request matched no session");
             return;
         };

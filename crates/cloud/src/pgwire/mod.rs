@@ -129,7 +129,10 @@ impl PgFront {
                     return;
                 }
                 FirstPacket::Cancel(pid, key) => {
-                    self.state.cancels.cancel(&self.state.relay, pid, key).await;
+                    self.state
+                        .cancels
+                        .cancel(&self.state.relay, pid, key, None)
+                        .await;
                     return;
                 }
                 FirstPacket::Startup(_) => {

@@ -201,7 +201,9 @@ async fn client(mut conn: TcpStream, peer: SocketAddr, dialer: Arc<Dialer>) {
                         return;
                     }
                 };
-                if upstream.write_all(&startup_message(&params)).await.is_err() {
+                let message =
+                    startup_message(params.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
+                if upstream.write_all(&message).await.is_err() {
                     return;
                 }
                 match tokio::io::copy_bidirectional(&mut conn, &mut upstream).await {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tunnel::postgres::{
-    FirstPacket, error_response, passed_on, read_first_packet, startup_message,
+    FirstPacket, Param, error_response, param, passed_on, read_first_packet, startup_message,
 };
 
 use super::{PgState, STARTUP_TIMEOUT};
@@ -49,7 +49,7 @@ where
     let params = match packet {
         Ok(Ok(FirstPacket::Startup(params))) => params,
         Ok(Ok(FirstPacket::Cancel(pid, key))) => {
-            front.cancels.cancel(&front.relay, pid, key).await;
+            front.cancels.cancel(&front.relay, pid, key, None).await;
             return;
         }
         Ok(Ok(other)) => {
@@ -63,11 +63,7 @@ where
         }
         Err(_) => return,
     };
-    let dbname = params
-        .iter()
-        .find(|(k, _)| k == "database")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
+    let dbname = param(&params, "database").unwrap_or_default();
     let Some((bridge, database)) = dbname
         .split_once('/')
         .filter(|(b, d)| !b.is_empty() && !d.is_empty())
@@ -104,12 +100,8 @@ pub(super) struct Session {
 }
 
 /// Opens the database stream for `target` and relays the session to its end.
-pub(super) async fn serve<S>(
-    front: &PgState,
-    mut client: S,
-    target: &Session,
-    params: &[(String, String)],
-) where
+pub(super) async fn serve<S>(front: &PgState, mut client: S, target: &Session, params: &[Param])
+where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
     let Session {
@@ -130,13 +122,8 @@ pub(super) async fn serve<S>(
             }
         };
     tracing::info!(peer = %peer, bridge = %bridge, database = %database, principal = %principal.key_id, instance = %stream.instance, "database session opened");
-    let passed: Vec<(String, String)> = passed_on(params).cloned().collect();
-    if stream
-        .io
-        .write_all(&startup_message(&passed))
-        .await
-        .is_err()
-    {
+    let passed = passed_on(params).map(|(k, v)| (k.as_str(), v.as_slice()));
+    if stream.io.write_all(&startup_message(passed)).await.is_err() {
         let _ = client
             .write_all(&error_response(
                 "08006",

@@ -74,7 +74,10 @@ async fn upgrade(
                 serve(&state, io, &target, &params).await;
             }
             Ok(Ok(FirstPacket::Cancel(pid, key))) => {
-                state.cancels.cancel(&state.relay, pid, key).await;
+                state
+                    .cancels
+                    .cancel(&state.relay, pid, key, Some(principal.org_id))
+                    .await;
             }
             Ok(Ok(other)) => {
                 let message = format!("expected a startup message, got {other:?}");
