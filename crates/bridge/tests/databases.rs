@@ -764,3 +764,60 @@ async fn db_proxy_serves_local_clients_without_a_password_over_https() {
         );
     }
 }
+
+/// MD5 logins work; a password asked for in clear goes only to a server whose certificate the
+/// bridge checked, so over plain TCP the login fails and says why.
+#[test]
+fn md5_works_and_a_cleartext_password_goes_only_to_a_verified_server() {
+    let cluster = PgCluster::start_with_hba(
+        "host all legacy 127.0.0.1/32 md5\nhost all plainpw 127.0.0.1/32 password\nhost all all 127.0.0.1/32 scram-sha-256",
+    );
+    cluster.psql_local(
+        "SET password_encryption = 'md5'; CREATE ROLE legacy LOGIN PASSWORD 'legacy-pw'; CREATE ROLE plainpw LOGIN PASSWORD 'plain-pw'",
+    );
+    assert!(
+        cluster
+            .psql_local("SELECT rolpassword FROM pg_authid WHERE rolname = 'legacy'")
+            .starts_with("md5")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bridge.yaml");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let db = |name: &str, user: &str, pw: &str| {
+        format!(
+            "  - {{name: {name}, type: postgresql, host: 127.0.0.1, port: {}, database: {DATABASE}, credentials: {{username: {user}, password: {pw}}}, sslmode: disable}}\n",
+            cluster.port
+        )
+    };
+    let yaml = format!(
+        "name: dc1\ntoken: x\napi_url: https://127.0.0.1:{closed}\nhealth_check_port: 0\ndatabases:\n{}{}",
+        db("md5", "legacy", "legacy-pw"),
+        db("clear", "plainpw", "plain-pw"),
+    );
+    std::fs::write(&path, yaml).unwrap();
+    let out = Command::new(testkit::bridge::bridge_bin())
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.contains(&format!(" {name} ")))
+            .unwrap_or_else(|| panic!("no line for {name} in:\n{text}"))
+            .to_string()
+    };
+    assert!(
+        line("md5").contains("ok (logged in as \"legacy\""),
+        "{text}"
+    );
+    assert!(
+        line("clear").contains("authentication: the server asks for the password in clear"),
+        "{text}"
+    );
+    assert!(!cluster.log().contains("plain-pw"));
+}

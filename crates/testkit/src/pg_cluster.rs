@@ -79,6 +79,16 @@ impl PgCluster {
 
     /// [`PgCluster::start`] with the server's `max_connections`.
     pub fn start_sized(ssl: bool, max_connections: u32) -> PgCluster {
+        Self::start_full(ssl, max_connections, None)
+    }
+
+    /// A cluster without TLS whose `pg_hba.conf` TCP lines are `hba` (after a trusted local
+    /// socket), such as `host all legacy 127.0.0.1/32 md5`.
+    pub fn start_with_hba(hba: &str) -> PgCluster {
+        Self::start_full(false, 40, Some(hba))
+    }
+
+    fn start_full(ssl: bool, max_connections: u32, tcp_hba: Option<&str>) -> PgCluster {
         let bin = bin_dir();
         let dir = tempfile::Builder::new()
             .prefix("pg-cluster-")
@@ -117,7 +127,10 @@ impl PgCluster {
             "unix_socket_directories = '{}'\n",
             dir.path().display()
         ));
-        let hba = if ssl {
+        let custom = tcp_hba.map(|lines| format!("local all all trust\n{lines}\n"));
+        let hba = if let Some(custom) = &custom {
+            custom.as_str()
+        } else if ssl {
             let ca = TestCa::new();
             ca_file = Some(ca.write_pem(dir.path(), "db-ca.pem"));
             let (cert, key) = ca.server_pem("localhost");

@@ -80,6 +80,10 @@ pub enum LoginError {
         /// The server's message.
         message: String,
     },
+    /// The server asked for the password in a way that would hand it to whoever answers on an
+    /// unverified connection.
+    #[error("authentication: {0}")]
+    Insecure(String),
     /// The server spoke something the bridge does not understand, or went silent.
     #[error("protocol: {0}")]
     Protocol(String),
@@ -110,6 +114,7 @@ impl LoginError {
             LoginError::DatabaseMissing { message, .. } | LoginError::Server { message, .. } => {
                 message.clone()
             }
+            LoginError::Insecure(why) => why.clone(),
             LoginError::Protocol(_) => "the login failed (protocol)".into(),
         }
     }
@@ -120,7 +125,7 @@ impl LoginError {
             LoginError::Dns { .. } => "dns",
             LoginError::Tcp { .. } => "tcp",
             LoginError::Tls(_) => "tls",
-            LoginError::Auth { .. } => "authentication",
+            LoginError::Auth { .. } | LoginError::Insecure(_) => "authentication",
             LoginError::DatabaseMissing { .. } => "database",
             LoginError::Server { .. } => "server",
             LoginError::Protocol(_) => "protocol",
@@ -273,7 +278,7 @@ async fn authenticate(
                 return greeting(io, inbox, user).await;
             }
             backend::Message::AuthenticationCleartextPassword if !verified => {
-                return Err(LoginError::Protocol(
+                return Err(LoginError::Insecure(
                     "the server asks for the password in clear over a connection whose server is not verified; use sslmode verify-full (or verify-ca), or have the server ask for SCRAM (pg_hba.conf: scram-sha-256)".into(),
                 ));
             }
