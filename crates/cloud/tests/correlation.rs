@@ -338,21 +338,27 @@ fn urlencode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
-/// A new alert whose top suspect scores at least 0.7 reaches the org's webhook, signed, with
-/// the reasons; the dashboard shows the alert's suspects and the service's DORA figures.
-#[tokio::test]
-async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
-    use testkit::dashboard::{client, get, post as form, session, shown_secret};
-    use testkit::webhook::{Receiver, signature_valid};
+/// A cloud with org `acme`, a signed-in admin, and a webhook receiver set as the org's webhook.
+struct WebhookOrg {
+    cloud: Cloud,
+    tenant: Tenant,
+    browser: reqwest::Client,
+    admin: String,
+    receiver: testkit::webhook::Receiver,
+    /// The Notifications page that set it (it shows the signing secret once).
+    page: String,
+}
 
-    let cloud = Cloud::start_with(
-        Backend::Sqlite,
-        &["--webhook-first-retry", "0.2", "--webhook-allow-private"],
-    );
-    let t = cloud.tenant("acme");
+/// Starts [`WebhookOrg`]; `extra` are more `cloud serve` arguments (first retry after 0.2 s).
+async fn org_with_webhook(extra: &[&str]) -> WebhookOrg {
+    use testkit::dashboard::{client, post as form, session};
+    let mut args = vec!["--webhook-first-retry", "0.2"];
+    args.extend_from_slice(extra);
+    let cloud = Cloud::start_with(Backend::Sqlite, &args);
+    let tenant = cloud.tenant("acme");
     let browser = client(&cloud);
     let admin = session(&cloud, &browser, "acme", "ada@example.com", "admin").await;
-    let receiver = Receiver::start(0).await;
+    let receiver = testkit::webhook::Receiver::start(0).await;
     let (status, page) = form(
         &browser,
         &cloud,
@@ -362,6 +368,31 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
     )
     .await;
     assert_eq!(status, 200, "{page}");
+    WebhookOrg {
+        cloud,
+        tenant,
+        browser,
+        admin,
+        receiver,
+        page,
+    }
+}
+
+/// A new alert whose top suspect scores at least 0.7 reaches the org's webhook, signed, with
+/// the reasons; the dashboard shows the alert's suspects and the service's DORA figures.
+#[tokio::test]
+async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
+    use testkit::dashboard::{get, post as form, session, shown_secret};
+    use testkit::webhook::signature_valid;
+
+    let WebhookOrg {
+        cloud,
+        tenant: t,
+        browser,
+        admin,
+        receiver,
+        page,
+    } = org_with_webhook(&["--webhook-allow-private"]).await;
     let secret = shown_secret(&page);
 
     let now = Utc::now();
@@ -537,23 +568,16 @@ async fn concurrent_deployments_of_the_same_services_all_commit_postgres() {
 /// Notifications page shows why, and the receiver gets nothing.
 #[tokio::test]
 async fn webhooks_reach_public_addresses_only_by_default() {
-    use testkit::dashboard::{client, get, post as form, session};
-    use testkit::webhook::Receiver;
+    use testkit::dashboard::get;
 
-    let cloud = Cloud::start_with(Backend::Sqlite, &["--webhook-first-retry", "0.2"]);
-    let t = cloud.tenant("acme");
-    let browser = client(&cloud);
-    let admin = session(&cloud, &browser, "acme", "ada@example.com", "admin").await;
-    let receiver = Receiver::start(0).await;
-    let (status, _) = form(
-        &browser,
-        &cloud,
-        &admin,
-        "/integrations/notifications/webhook",
-        &[("url", &receiver.url)],
-    )
-    .await;
-    assert_eq!(status, 200);
+    let WebhookOrg {
+        cloud,
+        tenant: t,
+        browser,
+        admin,
+        receiver,
+        ..
+    } = org_with_webhook(&[]).await;
     let now = Utc::now();
     cloud.post_event(&t, &json!({"type": "deployment", "service": "api", "environment": "production",
         "status": "success", "version": "v2", "timestamp": (now - Duration::minutes(5)).to_rfc3339()})).await;
