@@ -1,7 +1,7 @@
 //! `bench db`: `pgbench -S` (select-only) through the cloud's PostgreSQL port (TLS from the
 //! client, the tunnel, the bridge's own login) against the same database directly and
 //! through PgBouncer (session mode, one hop: the peer doing comparable work), interleaved in
-//! one run, at 1 and 16 clients; then the RSS of `cloud` and `bridge` holding 100 idle
+//! one run, at 1 and 16 clients, after the RSS of `cloud` and `bridge` holding 100 idle
 //! sessions. The server is a throwaway cluster that requires SCRAM, as in the tests.
 
 use std::path::Path;
@@ -196,6 +196,38 @@ pub async fn run(args: Args) -> Result<()> {
             password: None,
         },
     ];
+    // Memory first, before pgbench's load raises the high-water marks: idle sessions held
+    // through the cloud's port.
+    let pids = [("cloud", cloud.child.id()), ("bridge", bridge.pid())];
+    let before: Vec<f64> = pids.iter().map(|p| status_mb(p.1, "VmRSS:")).collect();
+    let tls = tls_to(&cloud.dir.path().join("ca.pem"))?;
+    let mut sessions = Vec::new();
+    for _ in 0..args.idle {
+        let mut config = tokio_postgres::Config::new();
+        config
+            .host("localhost")
+            .hostaddr(std::net::IpAddr::from([127, 0, 0, 1]))
+            .port(cloud.tls_port)
+            .dbname("dc1/orders")
+            .user("x")
+            .password(&api_key)
+            .ssl_mode(tokio_postgres::config::SslMode::Require);
+        let (client, connection) = config.connect(tls.clone()).await?;
+        tokio::spawn(connection);
+        client.simple_query("SELECT 1").await?;
+        sessions.push(client);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for ((name, pid), before) in pids.iter().zip(&before) {
+        let now = status_mb(*pid, "VmRSS:");
+        println!(
+            "{name}: RSS {before:.1} MB before, {now:.1} MB with {} idle sessions ({:.1} KB each), peak so far {:.1} MB",
+            args.idle,
+            (now - before) * 1024.0 / args.idle as f64,
+            status_mb(*pid, "VmHWM:")
+        );
+    }
+    drop(sessions);
     println!(
         "pgbench -S, {} s per run, {} runs interleaved, scale {}, -j {}",
         args.secs,
@@ -257,37 +289,6 @@ pub async fn run(args: Args) -> Result<()> {
         cloud16.0 / bouncer16.0
     );
 
-    // Memory: idle sessions held through the cloud's port.
-    let pids = [("cloud", cloud.child.id()), ("bridge", bridge.pid())];
-    let before: Vec<f64> = pids.iter().map(|p| status_mb(p.1, "VmRSS:")).collect();
-    let tls = tls_to(&cloud.dir.path().join("ca.pem"))?;
-    let mut sessions = Vec::new();
-    for _ in 0..args.idle {
-        let mut config = tokio_postgres::Config::new();
-        config
-            .host("localhost")
-            .hostaddr(std::net::IpAddr::from([127, 0, 0, 1]))
-            .port(cloud.tls_port)
-            .dbname("dc1/orders")
-            .user("x")
-            .password(&api_key)
-            .ssl_mode(tokio_postgres::config::SslMode::Require);
-        let (client, connection) = config.connect(tls.clone()).await?;
-        tokio::spawn(connection);
-        client.simple_query("SELECT 1").await?;
-        sessions.push(client);
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    for ((name, pid), before) in pids.iter().zip(&before) {
-        let now = status_mb(*pid, "VmRSS:");
-        println!(
-            "{name}: RSS {before:.1} MB before, {now:.1} MB with {} idle sessions ({:.1} KB each), peak {:.1} MB",
-            args.idle,
-            (now - before) * 1024.0 / args.idle as f64,
-            status_mb(*pid, "VmHWM:")
-        );
-    }
-    drop(sessions);
     let _ = bouncer.kill();
     let _ = bouncer.wait();
     Ok(())

@@ -265,10 +265,13 @@ impl Agent {
                 }
                 _ = shutdown.cancelled() => {
                     tracing::info!("shutdown: finishing in-flight streams");
-                    self.forwarder.stop_sessions().await;
+                    self.forwarder.stop_sessions();
                     connection.as_mut().graceful_shutdown();
                     if tokio::time::timeout(DRAIN_TIMEOUT, &mut connection).await.is_err() {
                         tracing::warn!("drain timed out");
+                    }
+                    if tokio::time::timeout(DRAIN_TIMEOUT, self.forwarder.sessions_ended()).await.is_err() {
+                        tracing::warn!("database sessions did not end within the drain time");
                     }
                     break;
                 }

@@ -112,7 +112,13 @@ fn git_probe_url(source: &GitSource) -> String {
 /// A real login to a database, as a session does: the row names the step that failed (DNS,
 /// TCP, TLS, authentication, or the database missing).
 async fn probe_database(db: &Database) -> Row {
-    let result = match tokio::time::timeout(PROBE_TIMEOUT, postgres::login(db, &[])).await {
+    // DNS, TCP and TLS have 10 s each and the login 20 s: the probe allows them all.
+    let result = match tokio::time::timeout(
+        3 * PROBE_TIMEOUT + Duration::from_secs(20),
+        postgres::login(db, &[]),
+    )
+    .await
+    {
         Ok(Ok(session)) => {
             postgres::terminate(session).await;
             Ok(format!(
@@ -121,10 +127,7 @@ async fn probe_database(db: &Database) -> Row {
             ))
         }
         Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!(
-            "no answer within {} s (DNS, TCP, TLS or login)",
-            PROBE_TIMEOUT.as_secs()
-        )),
+        Err(_) => Err("no answer within 50 s (DNS, TCP, TLS or login)".into()),
     };
     Row {
         kind: "database",

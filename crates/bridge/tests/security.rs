@@ -277,8 +277,21 @@ async fn unsupported_versions_and_borrowed_certificates_are_refused(backend: Bac
         .to_str()
         .unwrap()
         .to_string();
-    assert!(why.contains("upgrade the bridge"), "{why}");
+    assert!(why.contains("upgrade the cloud"), "{why}");
+    assert!(why.contains("accepts 1 to 2"), "{why}");
     cloud.wait_log_line("bridge protocol version 99 is not supported");
+    let res = connect_with(&cloud, &cert, &dc1, "dc1", "0").await;
+    assert_eq!(res.status(), 426);
+    assert!(
+        res.headers()["x-bridge-refusal"]
+            .to_str()
+            .unwrap()
+            .contains("upgrade the bridge")
+    );
+    // The previous protocol version is still accepted, so bridges may be upgraded after the
+    // cloud, one instance at a time.
+    let res = connect_with(&cloud, &cert, &dc1, "dc1", "1").await;
+    assert_eq!(res.status(), 101);
     // dc1's certificate does not open a tunnel for dc2, even with dc2's token.
     let res = connect_with(&cloud, &cert, &dc2, "dc2", "1").await;
     assert_eq!(res.status(), 403);

@@ -75,11 +75,16 @@ pub fn check_protocol(version: &str) -> Result<u32, String> {
         .trim()
         .parse()
         .map_err(|_| format!("protocol version {version:?} is not a number"))?;
+    let upgrade = if v > PROTOCOL_VERSION {
+        "upgrade the cloud first (then the bridges), or run the bridge release that matches it"
+    } else {
+        "upgrade the bridge"
+    };
     if (MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&v) {
         Ok(v)
     } else {
         Err(format!(
-            "bridge protocol version {v} is not supported; this cloud accepts {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}: upgrade the bridge"
+            "bridge protocol version {v} is not supported; this cloud accepts {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}: {upgrade}"
         ))
     }
 }
@@ -122,6 +127,11 @@ mod tests {
         assert_eq!(check_protocol("2"), Ok(2));
         assert!(
             check_protocol("99")
+                .unwrap_err()
+                .contains("upgrade the cloud")
+        );
+        assert!(
+            check_protocol("0")
                 .unwrap_err()
                 .contains("upgrade the bridge")
         );

@@ -97,6 +97,15 @@ impl Forwarder {
                 return self.deny(started, audit, None, refusal);
             }
         };
+        if self.stop.is_cancelled() {
+            let refusal = kind::Refusal {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                reason: "overloaded",
+                rule: "shutdown".into(),
+                why: "the bridge is shutting down; another instance, or this one once restarted, will take the session".into(),
+            };
+            return self.deny(started, audit, None, refusal);
+        }
         // A cancel takes no slot: it is most needed when every slot is busy.
         let permits = if cancel {
             None
@@ -147,8 +156,13 @@ impl Forwarder {
         mut audit: AuditRecord,
         started: Instant,
     ) {
-        let first = tokio::time::timeout(STARTUP_TIMEOUT, read_first_packet(&mut client)).await;
-        let params = match first.unwrap_or_else(|_| Err("no startup message within 30 s".into())) {
+        let first = tokio::select! {
+            first = tokio::time::timeout(STARTUP_TIMEOUT, read_first_packet(&mut client)) => {
+                first.unwrap_or_else(|_| Err("no startup message within 30 s".into()))
+            }
+            () = self.stop.cancelled() => Err("bridge shutdown".into()),
+        };
+        let params = match first {
             Ok(FirstPacket::Startup(params)) => params,
             Ok(other) => {
                 self.end(
@@ -165,7 +179,15 @@ impl Forwarder {
             }
         };
         let name = audit.resource.clone();
-        let session = match postgres::login(&entry.db, &params).await {
+        let login = tokio::select! {
+            login = postgres::login(&entry.db, &params) => Some(login),
+            () = self.stop.cancelled() => None,
+        };
+        let Some(login) = login else {
+            self.end(audit, started, (0, 0), "bridge shutdown".into());
+            return;
+        };
+        let session = match login {
             Ok(session) => session,
             Err(e) => {
                 tracing::warn!(resource = %name, step = e.step(), cause = %e, "database login failed");

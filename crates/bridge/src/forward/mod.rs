@@ -182,10 +182,14 @@ impl Forwarder {
     }
 
     /// Ends the open database sessions (at shutdown: a session has no natural end to wait
-    /// for) and waits until their audit records are written.
-    pub async fn stop_sessions(&self) {
+    /// for) and refuses new ones; [`Forwarder::sessions_ended`] waits for their records.
+    pub fn stop_sessions(&self) {
         self.stop.cancel();
         self.sessions.close();
+    }
+
+    /// Resolves once every database session has ended and written its audit record.
+    pub async fn sessions_ended(&self) {
         self.sessions.wait().await;
     }
 

@@ -94,7 +94,7 @@ impl LoginError {
     /// reach the database at all.
     pub fn sqlstate(&self) -> &str {
         match self {
-            LoginError::Auth { .. } => "28000",
+            LoginError::Auth { .. } | LoginError::Insecure(_) => "28000",
             LoginError::DatabaseMissing { code, .. } | LoginError::Server { code, .. } => code,
             _ => "08001",
         }
@@ -143,42 +143,48 @@ pub struct Session {
     pub pending: BytesMut,
 }
 
-/// Opens a connection to `db` and secures it per its `sslmode`.
+/// Opens a connection to `db` and secures it per its `sslmode`; DNS, TCP and TLS each have
+/// [`CONNECT_TIMEOUT`], so a step that stalls is named as the one that failed.
 pub async fn connect(db: &Database) -> Result<Box<dyn Io>, LoginError> {
-    tokio::time::timeout(CONNECT_TIMEOUT, connect_inner(db))
-        .await
-        .map_err(|_| LoginError::Tcp {
-            addr: format!("{}:{}", db.host, db.port),
-            cause: format!("no answer within {}s", CONNECT_TIMEOUT.as_secs()),
-        })?
-}
-
-async fn connect_inner(db: &Database) -> Result<Box<dyn Io>, LoginError> {
     let addr = format!("{}:{}", db.host, db.port);
-    let addrs: Vec<_> = tokio::net::lookup_host((db.host.as_str(), db.port))
-        .await
-        .map_err(|e| LoginError::Dns {
-            host: db.host.clone(),
-            cause: e.to_string(),
-        })?
-        .collect();
+    let silent = || format!("no answer within {} s", CONNECT_TIMEOUT.as_secs());
+    let dns_error = |cause: String| LoginError::Dns {
+        host: db.host.clone(),
+        cause,
+    };
+    let addrs: Vec<_> = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        tokio::net::lookup_host((db.host.as_str(), db.port)),
+    )
+    .await
+    .map_err(|_| dns_error(silent()))?
+    .map_err(|e| dns_error(e.to_string()))?
+    .collect();
     let mut last = None;
     let mut tcp = None;
     for a in addrs {
-        match TcpStream::connect(a).await {
-            Ok(s) => {
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(a)).await {
+            Ok(Ok(s)) => {
                 tcp = Some(s);
                 break;
             }
-            Err(e) => last = Some(e),
+            Ok(Err(e)) => last = Some(e.to_string()),
+            Err(_) => last = Some(silent()),
         }
     }
-    let Some(mut tcp) = tcp else {
+    let Some(tcp) = tcp else {
         return Err(LoginError::Tcp {
             addr,
-            cause: last.map_or("no address".into(), |e| e.to_string()),
+            cause: last.unwrap_or_else(|| "no address".into()),
         });
     };
+    tokio::time::timeout(CONNECT_TIMEOUT, secure(db, tcp, &addr))
+        .await
+        .map_err(|_| LoginError::Tls(format!("{addr}: {}", silent())))?
+}
+
+/// Asks for TLS and completes the handshake, per `sslmode`.
+async fn secure(db: &Database, mut tcp: TcpStream, addr: &str) -> Result<Box<dyn Io>, LoginError> {
     let _ = tcp.set_nodelay(true);
     let config = client_config(db.sslmode, db.sslrootcert.as_deref()).map_err(LoginError::Tls)?;
     let Some(config) = config else {
@@ -187,11 +193,11 @@ async fn connect_inner(db: &Database) -> Result<Box<dyn Io>, LoginError> {
     let mut buf = BytesMut::new();
     frontend::ssl_request(&mut buf);
     tcp.write_all(&buf).await.map_err(|e| LoginError::Tcp {
-        addr: addr.clone(),
+        addr: addr.to_string(),
         cause: e.to_string(),
     })?;
     let answer = tcp.read_u8().await.map_err(|e| LoginError::Tcp {
-        addr: addr.clone(),
+        addr: addr.to_string(),
         cause: e.to_string(),
     })?;
     match answer {

@@ -39,6 +39,8 @@ use crate::relay::RelayState;
 
 /// The ALPN protocol of PostgreSQL's direct TLS.
 pub const ALPN: &[u8] = b"postgresql";
+/// Most sessions open at once through the upgrade route (`cloud db-proxy`'s).
+const UPGRADE_SESSIONS: usize = 1024;
 /// How long a client may take to send its startup packet, password or TLS handshake.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -48,8 +50,10 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct PgState {
     relay: RelayState,
     cancels: Arc<Cancels>,
-    /// The upgrade route's sessions, which outlive their HTTP exchange.
+    /// The upgrade route's sessions, which outlive their HTTP exchange (and so the listener's
+    /// connection cap): they have their own cap.
     sessions: TaskTracker,
+    upgrade_slots: Arc<tokio::sync::Semaphore>,
     /// Cancelled when the service shuts down: open sessions close (a session has no natural
     /// end to wait for, and the bridges' tunnels close next).
     stop: CancellationToken,
@@ -62,6 +66,7 @@ impl PgState {
             relay,
             cancels: Arc::new(Cancels::default()),
             sessions: TaskTracker::new(),
+            upgrade_slots: Arc::new(tokio::sync::Semaphore::new(UPGRADE_SESSIONS)),
             stop: CancellationToken::new(),
         }
     }
@@ -92,11 +97,14 @@ impl PgFront {
         first == 0
     }
 
-    /// Serves a connection that started with a PostgreSQL packet before any TLS.
+    /// Serves a connection that started with a PostgreSQL packet before any TLS. The whole
+    /// negotiation (one declined `GSSENCRequest` at most, then `SSLRequest` and the TLS
+    /// handshake, a cancel, or a refused plain startup) has [`STARTUP_TIMEOUT`] in all.
     pub async fn serve_plain(self: Arc<Self>, mut stream: TcpStream, peer: std::net::SocketAddr) {
+        let deadline = tokio::time::Instant::now() + STARTUP_TIMEOUT;
+        let mut declined_gss = false;
         loop {
-            let packet =
-                tokio::time::timeout(STARTUP_TIMEOUT, read_first_packet(&mut stream)).await;
+            let packet = tokio::time::timeout_at(deadline, read_first_packet(&mut stream)).await;
             let packet = match packet {
                 Ok(Ok(packet)) => packet,
                 Ok(Err(why)) => {
@@ -106,7 +114,9 @@ impl PgFront {
                 Err(_) => return,
             };
             match packet {
+                FirstPacket::GssEnc if declined_gss => return,
                 FirstPacket::GssEnc => {
+                    declined_gss = true;
                     if stream.write_all(b"N").await.is_err() {
                         return;
                     }
@@ -115,8 +125,7 @@ impl PgFront {
                     if stream.write_all(b"S").await.is_err() {
                         return;
                     }
-                    let accepted =
-                        tokio::time::timeout(STARTUP_TIMEOUT, self.tls.accept(stream)).await;
+                    let accepted = tokio::time::timeout_at(deadline, self.tls.accept(stream)).await;
                     match accepted {
                         Ok(Ok(tls)) => self.serve_tls(tls, peer).await,
                         Ok(Err(e)) => {
@@ -162,6 +171,10 @@ impl PgFront {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send,
     {
-        session::run(&self.state, stream, peer).await;
+        // At shutdown the session closes, wherever it is (logging in, or running).
+        tokio::select! {
+            () = session::run(&self.state, stream, peer) => {}
+            () = self.state.stop.cancelled() => {}
+        }
     }
 }

@@ -179,7 +179,10 @@ fn is_loopback_host(host: &str) -> bool {
 /// session, or its cancel, through the cloud.
 async fn client(mut conn: TcpStream, peer: SocketAddr, dialer: Arc<Dialer>) {
     loop {
-        let packet = match read_first_packet(&mut conn).await {
+        let packet = tokio::time::timeout(DIAL_TIMEOUT, read_first_packet(&mut conn))
+            .await
+            .unwrap_or_else(|_| Err("no packet within 20 s".into()));
+        let packet = match packet {
             Ok(packet) => packet,
             Err(why) => {
                 tracing::debug!(peer = %peer, why, "unreadable PostgreSQL packet");

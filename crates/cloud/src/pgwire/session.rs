@@ -77,8 +77,8 @@ where
     let (bridge, database) = (bridge.to_string(), database.to_string());
     let principal = match password(front, &mut client).await {
         Ok(principal) => principal,
-        Err(message) => {
-            let _ = client.write_all(&error_response("28P01", &message)).await;
+        Err((code, message)) => {
+            let _ = client.write_all(&error_response(code, &message)).await;
             return;
         }
     };
@@ -143,7 +143,9 @@ where
         "the bridge did not finish logging in to the database within 60 s; see the bridge's log",
     ));
     let registered = match greeted {
-        Ok(registered) => registered,
+        Ok((registered, true)) => registered,
+        // The server refused the session; its error has reached the client.
+        Ok((_, false)) => return,
         Err(why) => {
             let _ = client.write_all(&error_response("08006", why)).await;
             return;
@@ -166,13 +168,14 @@ where
 
 /// Relays the server's greeting, up to its first `ReadyForQuery` (or a fatal error), with its
 /// `BackendKeyData` replaced by a key of the cloud's; returns that key's registration. Past
-/// the greeting the stream is spliced without looking at it.
+/// the greeting the stream is spliced without looking at it. `false` when the greeting ended
+/// with the server's error instead of `ReadyForQuery`.
 async fn greeting<C, B>(
     front: &PgState,
     client: &mut C,
     bridge_io: &mut B,
     target: &Session,
-) -> Result<Option<super::cancel::Registered>, &'static str>
+) -> Result<(Option<super::cancel::Registered>, bool), &'static str>
 where
     C: AsyncWrite + Unpin,
     B: AsyncRead + Unpin,
@@ -205,20 +208,20 @@ where
             return Err(closed);
         }
         if head[0] == b'Z' || head[0] == b'E' {
-            return Ok(registered);
+            return Ok((registered, head[0] == b'Z'));
         }
     }
 }
 
 /// Asks for a cleartext password and authenticates it as an API key.
-async fn password<S>(front: &PgState, client: &mut S) -> Result<Principal, String>
+async fn password<S>(front: &PgState, client: &mut S) -> Result<Principal, (&'static str, String)>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     client
         .write_all(&[b'R', 0, 0, 0, 8, 0, 0, 0, 3])
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| ("08006", e.to_string()))?;
     let read = async {
         let tag = client.read_u8().await.map_err(|e| e.to_string())?;
         let len = client.read_i32().await.map_err(|e| e.to_string())?;
@@ -237,7 +240,9 @@ where
     };
     let key = tokio::time::timeout(STARTUP_TIMEOUT, read)
         .await
-        .map_err(|_| "no password within 30 s".to_string())??;
+        .map_err(|_| "no password within 30 s".to_string())
+        .and_then(|r| r)
+        .map_err(|why| ("08P01", why))?;
     front
         .relay
         .keys
@@ -245,9 +250,9 @@ where
         .await
         .map_err(|p| {
             if p.status == 401 {
-                "password authentication failed: the password must be an API key of the org that owns the bridge (create one with `cloud api-key create --org ORG`)".to_string()
+                ("28P01", "password authentication failed: the password must be an API key of the org that owns the bridge (create one with `cloud api-key create --org ORG`)".to_string())
             } else {
-                p.detail
+                ("57P03", p.detail)
             }
         })
 }

@@ -43,6 +43,12 @@ async fn upgrade(
         ))
         .into_response();
     }
+    if req.version() != axum::http::Version::HTTP_11 {
+        return Problem::bad_request(
+            "a PostgreSQL session upgrades an HTTP/1.1 connection; this request came over another HTTP version",
+        )
+        .into_response();
+    }
     let principal = match state
         .relay
         .keys
@@ -56,34 +62,21 @@ async fn upgrade(
         .extensions()
         .get::<PeerAddr>()
         .map_or(std::net::SocketAddr::from(([0, 0, 0, 0], 0)), |p| p.0);
+    let Ok(slot) = state.upgrade_slots.clone().try_acquire_owned() else {
+        return Problem::unavailable(
+            1,
+            "this service has as many database sessions open through this route as it allows; retry shortly",
+        )
+        .into_response();
+    };
     let on_upgrade = hyper::upgrade::on(&mut req);
     let sessions = state.sessions.clone();
+    let stop = state.stop.clone();
     sessions.spawn(async move {
-        let Ok(upgraded) = on_upgrade.await else {
-            return;
-        };
-        let mut io = TokioIo::new(upgraded);
-        match tokio::time::timeout(STARTUP_TIMEOUT, read_first_packet(&mut io)).await {
-            Ok(Ok(FirstPacket::Startup(params))) => {
-                let target = Session {
-                    principal,
-                    bridge,
-                    database,
-                    peer,
-                };
-                serve(&state, io, &target, &params).await;
-            }
-            Ok(Ok(FirstPacket::Cancel(pid, key))) => {
-                state
-                    .cancels
-                    .cancel(&state.relay, pid, key, Some(principal.org_id))
-                    .await;
-            }
-            Ok(Ok(other)) => {
-                let message = format!("expected a startup message, got {other:?}");
-                let _ = io.write_all(&error_response("08P01", &message)).await;
-            }
-            _ => {}
+        let _slot = slot;
+        tokio::select! {
+            () = upgraded(state, on_upgrade, principal, bridge, database, peer) => {}
+            () = stop.cancelled() => {}
         }
     });
     let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
@@ -91,4 +84,41 @@ async fn upgrade(
     headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     headers.insert(header::UPGRADE, HeaderValue::from_static(UPGRADE));
     response
+}
+
+/// The session (or cancel) over the upgraded connection.
+async fn upgraded(
+    state: PgState,
+    on_upgrade: hyper::upgrade::OnUpgrade,
+    principal: crate::auth::Principal,
+    bridge: String,
+    database: String,
+    peer: std::net::SocketAddr,
+) {
+    let Ok(upgraded) = on_upgrade.await else {
+        return;
+    };
+    let mut io = TokioIo::new(upgraded);
+    match tokio::time::timeout(STARTUP_TIMEOUT, read_first_packet(&mut io)).await {
+        Ok(Ok(FirstPacket::Startup(params))) => {
+            let target = Session {
+                principal,
+                bridge,
+                database,
+                peer,
+            };
+            serve(&state, io, &target, &params).await;
+        }
+        Ok(Ok(FirstPacket::Cancel(pid, key))) => {
+            state
+                .cancels
+                .cancel(&state.relay, pid, key, Some(principal.org_id))
+                .await;
+        }
+        Ok(Ok(other)) => {
+            let message = format!("expected a startup message, got {other:?}");
+            let _ = io.write_all(&error_response("08P01", &message)).await;
+        }
+        _ => {}
+    }
 }
