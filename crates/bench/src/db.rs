@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use testkit::pg_cluster::{DATABASE, PASSWORD, PgCluster, USER};
+use testkit::pg_cluster::{
+    DATABASE, PASSWORD, PgCluster, USER, as_server_user, give_to_server_user,
+};
 
 use crate::procs::{bridge_token, free_port, start, start_bridge, status_mb};
 use crate::sample::median;
@@ -103,7 +105,24 @@ fn pgbench(arm: &Arm, clients: usize, threads: usize, secs: u64) -> Result<(f64,
 
 /// PgBouncer in session mode in front of the cluster, trusting local clients, logging in to
 /// the server with SCRAM; run as `postgres` when root (it refuses root).
-fn pgbouncer(cluster: &PgCluster, dir: &Path) -> Result<(Child, u16)> {
+/// A running PgBouncer, stopped on drop: through its pid file, since the `runuser` in front
+/// of it (as root) does not pass signals on.
+struct Bouncer {
+    child: Child,
+    pidfile: std::path::PathBuf,
+}
+
+impl Drop for Bouncer {
+    fn drop(&mut self) {
+        if let Ok(pid) = std::fs::read_to_string(&self.pidfile) {
+            let _ = Command::new("kill").args(["-TERM", pid.trim()]).status();
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn pgbouncer(cluster: &PgCluster, dir: &Path) -> Result<(Bouncer, u16)> {
     let port = free_port()?;
     let ini = dir.join("pgbouncer.ini");
     std::fs::write(dir.join("users.txt"), format!("\"{USER}\" \"\"\n"))?;
@@ -117,28 +136,20 @@ fn pgbouncer(cluster: &PgCluster, dir: &Path) -> Result<(Child, u16)> {
             dir.join("pgbouncer.pid").display(),
         ),
     )?;
-    let root = Command::new("id").arg("-u").output()?.stdout == b"0\n";
-    if root {
-        Command::new("chown")
-            .args(["-R", "postgres:postgres"])
-            .arg(dir)
-            .status()?;
-    }
-    let mut cmd = if root {
-        let mut c = Command::new("runuser");
-        c.args(["-u", "postgres", "--", "pgbouncer"]);
-        c
-    } else {
-        Command::new("pgbouncer")
-    };
+    give_to_server_user(dir);
+    let mut cmd = as_server_user("pgbouncer");
     let child = cmd
         .arg(&ini)
         .stderr(std::process::Stdio::null())
         .spawn()
         .context("pgbouncer (Debian package pgbouncer)")?;
+    let bouncer = Bouncer {
+        child,
+        pidfile: dir.join("pgbouncer.pid"),
+    };
     for _ in 0..200 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok((child, port));
+            return Ok((bouncer, port));
         }
         std::thread::sleep(Duration::from_millis(25));
     }
@@ -169,7 +180,7 @@ pub async fn run(args: Args) -> Result<()> {
         work.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o777),
     )?;
-    let (mut bouncer, bouncer_port) = pgbouncer(&cluster, work.path())?;
+    let (bouncer, bouncer_port) = pgbouncer(&cluster, work.path())?;
     let arms = [
         Arm {
             label: "direct",
@@ -289,8 +300,7 @@ pub async fn run(args: Args) -> Result<()> {
         cloud16.0 / bouncer16.0
     );
 
-    let _ = bouncer.kill();
-    let _ = bouncer.wait();
+    drop(bouncer);
     Ok(())
 }
 

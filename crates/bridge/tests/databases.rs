@@ -42,6 +42,15 @@ impl DbRig {
         )
     }
 
+    /// `psql -X CONNINFO ARGS…` with the org's API key as the password, to finish and run.
+    fn psql_cmd(&self, conninfo: &str, args: &[&str]) -> Command {
+        let mut cmd = Command::new("psql");
+        cmd.args(["-X", conninfo])
+            .args(args)
+            .env("PGPASSWORD", &self.tenant.api_key);
+        cmd
+    }
+
     fn psql(&self, database: &str, key: &str, sql: &str) -> Output {
         Command::new("psql")
             .args([
@@ -160,17 +169,11 @@ async fn psql_and_a_driver_reach_the_database_with_an_api_key() {
     );
     assert_eq!(stdout(&out, "psql"), format!("{USER}|{DATABASE}|psql"));
     // `options` and DateStyle, as libpq sends them from PGOPTIONS and PGDATESTYLE.
-    let out = Command::new("psql")
-        .args([
-            "-X",
-            "-At",
+    let out = rig
+        .psql_cmd(
             &rig.conninfo("orders"),
-            "-c",
-            "SHOW search_path",
-            "-c",
-            "SHOW DateStyle",
-        ])
-        .env("PGPASSWORD", &rig.tenant.api_key)
+            &["-At", "-c", "SHOW search_path", "-c", "SHOW DateStyle"],
+        )
         .env("PGOPTIONS", "-c search_path=audit_schema")
         .env("PGDATESTYLE", "German")
         .output()
@@ -339,17 +342,12 @@ async fn wrong_keys_unknown_databases_and_plain_connections_are_refused_clearly(
     assert_eq!(code(&theirs.err().unwrap()), "3D000");
 
     // Without TLS the cloud never asks for the password.
-    let plain = Command::new("psql")
-        .args([
-            "-X",
-            &format!(
-                "host=127.0.0.1 port={} dbname=dc1/orders user=x sslmode=disable",
-                rig.cloud.tls_port()
-            ),
-            "-c",
-            "SELECT 1",
-        ])
-        .env("PGPASSWORD", &rig.tenant.api_key)
+    let plain_conninfo = format!(
+        "host=127.0.0.1 port={} dbname=dc1/orders user=x sslmode=disable",
+        rig.cloud.tls_port()
+    );
+    let plain = rig
+        .psql_cmd(&plain_conninfo, &["-c", "SELECT 1"])
         .output()
         .unwrap();
     let err = stderr(&plain, "psql without TLS");
@@ -357,14 +355,11 @@ async fn wrong_keys_unknown_databases_and_plain_connections_are_refused_clearly(
 
     // A replication connection is never passed on: the session is an ordinary one, where
     // replication commands are syntax errors.
-    let out = Command::new("psql")
-        .args([
-            "-X",
+    let out = rig
+        .psql_cmd(
             &format!("{} replication=database", rig.conninfo("orders")),
-            "-c",
-            "IDENTIFY_SYSTEM",
-        ])
-        .env("PGPASSWORD", &rig.tenant.api_key)
+            &["-c", "IDENTIFY_SYSTEM"],
+        )
         .output()
         .unwrap();
     let err = stderr(&out, "a replication command");
@@ -436,14 +431,11 @@ async fn read_only_statement_audit_limits_and_cancel() {
         .unwrap_err();
     assert_eq!(code(&err), "25006", "{err}");
     // A client's own `options` cannot turn it off at startup: the entry's setting comes last.
-    let out = Command::new("psql")
-        .args([
-            "-X",
+    let out = rig
+        .psql_cmd(
             &rig.conninfo("orders-ro"),
-            "-c",
-            "INSERT INTO t VALUES (2)",
-        ])
-        .env("PGPASSWORD", &rig.tenant.api_key)
+            &["-c", "INSERT INTO t VALUES (2)"],
+        )
         .env("PGOPTIONS", "-c default_transaction_read_only=off")
         .output()
         .unwrap();
@@ -504,9 +496,8 @@ async fn read_only_statement_audit_limits_and_cancel() {
     );
 
     // Cancel from psql's Ctrl-C, which psql 15 sends without TLS.
-    let mut psql = Command::new("psql")
-        .args(["-X", &rig.conninfo("orders"), "-c", "SELECT pg_sleep(30)"])
-        .env("PGPASSWORD", &rig.tenant.api_key)
+    let mut psql = rig
+        .psql_cmd(&rig.conninfo("orders"), &["-c", "SELECT pg_sleep(30)"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -47,15 +47,36 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-/// Runs a server binary, as `postgres` when this process is root.
-fn run(bin: &Path, args: &[&str]) -> Output {
-    let mut cmd = if is_root() {
+/// A command for `program` as the `postgres` user when this process is root (PostgreSQL and
+/// PgBouncer refuse to run as root), as itself otherwise.
+pub fn as_server_user(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    if is_root() {
         let mut c = Command::new("runuser");
-        c.args(["-u", "postgres", "--"]).arg(bin);
+        c.args(["-u", "postgres", "--"]).arg(program);
         c
     } else {
-        Command::new(bin)
-    };
+        Command::new(program)
+    }
+}
+
+/// Hands `path` (recursively) to the `postgres` user when this process is root, so that a
+/// server run by [`as_server_user`] may read it.
+pub fn give_to_server_user(path: &Path) {
+    if is_root() {
+        ok(
+            Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(path)
+                .output()
+                .unwrap(),
+            "chown",
+        );
+    }
+}
+
+/// Runs a server binary, as `postgres` when this process is root.
+fn run(bin: &Path, args: &[&str]) -> Output {
+    let mut cmd = as_server_user(bin);
     cmd.args(args).env("LC_ALL", "C.UTF-8");
     cmd.output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()))
@@ -226,15 +247,7 @@ impl PgCluster {
 fn write_as_server(path: &Path, contents: &str) {
     std::fs::write(path, contents).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    if is_root() {
-        ok(
-            Command::new("chown")
-                .args(["postgres:postgres", path.to_str().unwrap()])
-                .output()
-                .unwrap(),
-            "chown",
-        );
-    }
+    give_to_server_user(path);
 }
 
 impl Drop for PgCluster {
