@@ -32,6 +32,7 @@ use crate::signals::event::FieldError;
         crate::relay::forward::forward_git,
         crate::relay::forward::registry_base,
         crate::relay::forward::forward_registry,
+        crate::pgwire::upgrade::upgrade,
         crate::correlation::suspects,
         crate::correlation::confirm_cause,
         crate::correlation::dependencies,

@@ -23,6 +23,7 @@ const PUBLIC: &[(&str, &str)] = &[
     ("get", "/v2/"),
     ("get", "/v2/{bridge}/{registry}/{path}"),
     ("head", "/v2/{bridge}/{registry}/{path}"),
+    ("get", "/v1/bridges/{bridge}/databases/{name}"),
     ("get", "/livez"),
     ("get", "/readyz"),
     ("get", "/metrics"),

@@ -20,7 +20,7 @@
 mod cancel;
 pub mod proxy;
 mod session;
-mod upgrade;
+pub(crate) mod upgrade;
 
 use std::sync::Arc;
 use std::time::Duration;

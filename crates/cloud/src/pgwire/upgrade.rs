@@ -27,7 +27,15 @@ pub fn router(state: PgState) -> Router {
         .with_state(state)
 }
 
-async fn upgrade(
+/// `GET /v1/bridges/{bridge}/databases/{name}` with `Connection: Upgrade` and
+/// `Upgrade: postgresql` over HTTP/1.1: a PostgreSQL session on an HTTPS connection.
+#[utoipa::path(get, path = "/v1/bridges/{bridge}/databases/{name}", tag = "bridges",
+    params(("bridge" = String, Path), ("name" = String, Path, description = "The databases entry's name")),
+    responses((status = 101, description = "Switching to the PostgreSQL protocol: the connection then carries a startup message (or a CancelRequest) and the session; refusals after this point are PostgreSQL ErrorResponses"),
+        (status = 400, description = "No `Upgrade: postgresql` header, or not HTTP/1.1", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or a wrong API key", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The route has as many sessions open as it allows; `Retry-After: 1`", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn upgrade(
     State(state): State<PgState>,
     Path((bridge, database)): Path<(String, String)>,
     mut req: Request,
