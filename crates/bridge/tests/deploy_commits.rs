@@ -17,7 +17,7 @@ fn deployment(sha: &str, at: DateTime<Utc>) -> Value {
     json!({
         "type": "deployment", "service": "api", "environment": "production",
         "repository": "acme/api", "sha": sha, "status": "success",
-        "occurredAt": at.to_rfc3339(),
+        "timestamp": at.to_rfc3339(),
     })
 }
 
@@ -145,7 +145,7 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
     );
 
     let at = |t: &Value| DateTime::parse_from_rfc3339(t.as_str().unwrap()).unwrap();
-    let expected = (at(&answer["deployment"]["occurredAt"]) - at(&answer["commits"][1]["time"]))
+    let expected = (at(&answer["deployment"]["timestamp"]) - at(&answer["commits"][1]["time"]))
         .as_seconds_f64();
     let lead = &dora["changeLeadTimeSeconds"];
     assert_eq!(lead["count"], 1, "{dora}");
@@ -213,7 +213,7 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
             &rig.tenant,
             &json!({"type": "alert", "service": "api", "environment": "production",
                 "status": "triggered", "severity": "critical", "title": "Charges fail",
-                "occurredAt": Utc::now().to_rfc3339()}),
+                "timestamp": Utc::now().to_rfc3339()}),
         )
         .await;
     let (_, suspects) = get(&rig, &key, &format!("/v1/alerts/{alert}/suspects")).await;
