@@ -64,7 +64,9 @@ impl Tinyproxy {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("tinyproxy must be installed (apt-get install tinyproxy); .ci/run installs it");
+            .expect(
+                "tinyproxy must be installed (apt-get install tinyproxy); scripts/test installs it",
+            );
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             if child.try_wait().expect("tinyproxy status").is_some() {

@@ -824,7 +824,7 @@ async fn podman_pulls_through_the_cloud() {
             .args(["--storage-driver", "vfs"])
             .args(args)
             .output()
-            .expect("podman must be installed (.ci/run installs it)")
+            .expect("podman must be installed (scripts/test installs it)")
     };
     // podman login: any user, the API key as password; then a pull that uses it.
     let authfile = store.join("auth.json").display().to_string();

@@ -14,7 +14,7 @@ pub fn screenshot_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/screenshots")
 }
 
-/// axe-core's script: `$AXE_CORE_JS`, or where `.ci/run` installs it
+/// axe-core's script: `$AXE_CORE_JS`, or where `scripts/test` installs it
 /// (`npm install --prefix target/browser axe-core@4`).
 fn axe_script() -> String {
     let path = std::env::var("AXE_CORE_JS")
@@ -57,7 +57,7 @@ impl Browser {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("chromedriver (Debian package chromium-driver; .ci/run installs it)");
+            .expect("chromedriver (Debian package chromium-driver; scripts/test installs it)");
         let profile = tempfile::tempdir().expect("profile dir").keep();
         let caps = json!({
             "goog:chromeOptions": {

@@ -36,7 +36,7 @@ pub fn run(program: &str, args: &[&str]) -> String {
     let out = Command::new(program)
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("{program} must be installed (.ci/run installs it): {e}"));
+        .unwrap_or_else(|e| panic!("{program} must be installed (scripts/test installs it): {e}"));
     assert!(
         out.status.success(),
         "{program} {args:?} failed:\n{}{}",
@@ -120,7 +120,7 @@ impl RegistryServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("docker-registry must be installed (apt-get install docker-registry); .ci/run installs it");
+            .expect("docker-registry must be installed (apt-get install docker-registry); scripts/test installs it");
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             if child.try_wait().expect("registry status").is_some() {
