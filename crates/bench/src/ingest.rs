@@ -20,7 +20,8 @@ pub struct Args {
     #[arg(long)]
     pub pg_url: Option<String>,
     /// Instead: single events and batches of this build against the `cloud` in this
-    /// directory (another build), on SQLite, interleaved in one run.
+    /// directory (another build), on SQLite (and on PostgreSQL with --pg-url, each server in
+    /// its own schema), interleaved in one run.
     #[arg(long)]
     pub compare_bin_dir: Option<std::path::PathBuf>,
     /// With --compare-bin-dir: batches of a mixed stream (1 deployment, 4 alerts, 2 changes
@@ -160,10 +161,15 @@ async fn bench_backend(name: &str, db: &[String], args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// This build against another, interleaved: events/s of each and their ratio.
-async fn compare(other: &std::path::Path, args: &Args) -> Result<()> {
-    let (this, key_a, api_a) = start(&[], args.load.cloud_threads)?;
-    let (that, key_b, api_b) = crate::procs::start_from(other, &[], args.load.cloud_threads)?;
+/// This build against another, interleaved: events/s of each and their ratio. `dbs` are the
+/// two servers' storage arguments (empty: SQLite each in its own data dir).
+async fn compare(
+    other: &std::path::Path,
+    args: &Args,
+    (backend, db_a, db_b): (&str, &[String], &[String]),
+) -> Result<()> {
+    let (this, key_a, api_a) = start(db_a, args.load.cloud_threads)?;
+    let (that, key_b, api_b) = crate::procs::start_from(other, db_b, args.load.cloud_threads)?;
     let load = |key: &str, api: &str, n: usize| Load {
         method: hyper::Method::POST,
         path: format!("/v1/signals/{key}"),
@@ -181,7 +187,7 @@ async fn compare(other: &std::path::Path, args: &Args) -> Result<()> {
         ("other", that.child.id()),
     ];
     println!(
-        "this build against {}, SQLite, interleaved; batches of {}",
+        "this build against {}, {backend}, interleaved; batches of {}",
         other.display(),
         if args.mix {
             "a mixed stream"
@@ -216,7 +222,16 @@ async fn compare(other: &std::path::Path, args: &Args) -> Result<()> {
 /// Runs the ingestion benchmark.
 pub async fn run(args: Args) -> Result<()> {
     if let Some(dir) = &args.compare_bin_dir {
-        return compare(dir, &args).await;
+        compare(dir, &args, ("SQLite", &[], &[])).await?;
+        if let Some(url) = &args.pg_url {
+            let a = crate::procs::PgSchema::create(url).await?;
+            let b = crate::procs::PgSchema::create(url).await?;
+            let result = compare(dir, &args, ("PostgreSQL", &a.args, &b.args)).await;
+            a.drop().await?;
+            b.drop().await?;
+            result?;
+        }
+        return Ok(());
     }
     bench_backend("SQLite", &[], &args).await?;
     if let Some(url) = &args.pg_url {

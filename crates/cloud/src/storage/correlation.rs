@@ -22,46 +22,25 @@ impl Store {
         from: i64,
         to: i64,
     ) -> Result<Vec<StoredEvent>, StorageError> {
-        // SQLite: the correlation index carries the sequence number (rowid), not the id; ids
-        // grow with it, so the order is the same. Named, so the planner never prefers the
-        // time index and reads every event of the day.
-        let with_env_sqlite = "SELECT id, occurred_at, received_at, body FROM events \
-                        INDEXED BY events_changes \
-                        WHERE org_id = $1 AND type IN ('deployment', 'change') AND environment = $2 \
-                        AND occurred_at >= $3 AND occurred_at <= $4 \
-                        ORDER BY occurred_at DESC, rowid DESC LIMIT $5";
-        let with_env_pg = "SELECT id, occurred_at, received_at, body FROM events \
-                        WHERE org_id = $1 AND type IN ('deployment', 'change') AND environment = $2 \
-                        AND occurred_at >= $3 AND occurred_at <= $4 \
-                        ORDER BY occurred_at DESC, id DESC LIMIT $5";
-        let with_env = match &self.db {
-            super::Db::Sqlite { .. } => with_env_sqlite,
-            super::Db::Postgres(_) => with_env_pg,
-        };
+        // One environment: from the record of deployments and changes by hour.
+        if let Some(env) = environment {
+            let limit = MAX_CANDIDATES as usize;
+            return self.changes_by_hours(org_id, env, (from, to), limit).await;
+        }
         let any_env = "SELECT id, occurred_at, received_at, body FROM events \
                        WHERE org_id = $1 AND type IN ('deployment', 'change') \
                        AND occurred_at >= $2 AND occurred_at <= $3 \
                        ORDER BY occurred_at DESC, id DESC LIMIT $4";
-        Ok(on_db!(&self.db, pool => {
-            let rows = match environment {
-                Some(env) => sqlx::query(with_env)
-                    .bind(org_id)
-                    .bind(env)
-                    .bind(from)
-                    .bind(to)
-                    .bind(MAX_CANDIDATES)
-                    .fetch_all(pool)
-                    .await?,
-                None => sqlx::query(any_env)
-                    .bind(org_id)
-                    .bind(from)
-                    .bind(to)
-                    .bind(MAX_CANDIDATES)
-                    .fetch_all(pool)
-                    .await?,
-            };
-            rows.into_iter().map(event_from_row).collect()
-        }))
+        Ok(on_db!(&self.db, pool => sqlx::query(any_env)
+            .bind(org_id)
+            .bind(from)
+            .bind(to)
+            .bind(MAX_CANDIDATES)
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .map(event_from_row)
+            .collect()))
     }
 
     /// When the org's first alert with `dedup_key` in `[from, before)` (µs) fired, if one did.

@@ -7,6 +7,7 @@
 //! (on SQLite, a dedicated thread with its own connection: [`sqlite_writer`](self::sqlite_writer)).
 
 mod audit;
+mod change_hours;
 mod correlation;
 mod ids;
 mod keys;

@@ -381,8 +381,18 @@ impl Store {
         org_id: i64,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StorageError> {
-        let heads = "SELECT event_id FROM deploy_heads WHERE org_id = $1 \
-                     ORDER BY service, environment LIMIT $2";
+        // PostgreSQL keeps a row per writer slot: the newest of a pair's rows is its head.
+        let heads = match &self.db {
+            super::Db::Sqlite { .. } => {
+                "SELECT event_id FROM deploy_heads WHERE org_id = $1 \
+                 ORDER BY service, environment LIMIT $2"
+            }
+            super::Db::Postgres(_) => {
+                "SELECT DISTINCT ON (service, environment) event_id FROM deploy_heads \
+                 WHERE org_id = $1 ORDER BY service, environment, occurred_at DESC, event_id DESC \
+                 LIMIT $2"
+            }
+        };
         let ids: Vec<String> = on_db!(&self.db, pool => sqlx::query_scalar(heads)
             .bind(org_id)
             .bind(limit)

@@ -3,7 +3,6 @@
 
 use sqlx::Row;
 
-use super::records::event_from_row;
 use super::{StorageError, Store, StoredEvent, now_micros, on_db, on_writer};
 
 /// Where a repository's commits are read: a Git source behind one of the org's bridges.
@@ -203,42 +202,14 @@ impl Store {
         (service, environment, repository): (&str, &str, &str),
         (at, id): (i64, &str),
     ) -> Result<Option<StoredEvent>, StorageError> {
-        // SQLite: named, so that the planner walks the correlation index (deployments and
-        // changes of one environment) rather than the org's whole history by time.
-        let sql = match &self.db {
-            super::Db::Sqlite { .. } => {
-                "SELECT id, occurred_at, received_at, body FROM events INDEXED BY events_changes \
-                 WHERE org_id = $1 AND type IN ('deployment', 'change') AND environment = $3 \
-                 AND type = 'deployment' AND service = $2 \
-                 AND (status = 'success' OR status IS NULL) \
-                 AND (occurred_at < $4 OR (occurred_at = $4 AND id < $5)) \
-                 ORDER BY occurred_at DESC, rowid DESC LIMIT 200"
-            }
-            super::Db::Postgres(_) => {
-                "SELECT id, occurred_at, received_at, body FROM events \
-                 WHERE org_id = $1 AND type IN ('deployment', 'change') AND environment = $3 \
-                 AND type = 'deployment' AND service = $2 \
-                 AND (status = 'success' OR status IS NULL) \
-                 AND (occurred_at < $4 OR (occurred_at = $4 AND id < $5)) \
-                 ORDER BY occurred_at DESC, id DESC LIMIT 200"
-            }
-        };
-        let rows: Vec<StoredEvent> = on_db!(&self.db, pool => sqlx::query(sql)
-            .bind(org_id)
-            .bind(service)
-            .bind(environment)
-            .bind(at)
-            .bind(id)
-            .fetch_all(pool)
-            .await?
-            .into_iter()
-            .map(event_from_row)
-            .collect());
-        Ok(rows.into_iter().find(|e| {
+        let names_commit = |e: &StoredEvent| {
             let body: serde_json::Value = serde_json::from_str(&e.body).unwrap_or_default();
             let text = |k: &str| body.get(k).and_then(serde_json::Value::as_str);
             text("sha").is_some() && text("repository") == Some(repository)
-        }))
+        };
+        let scope = (service, environment);
+        self.previous_deployment_by_hours(org_id, scope, (at, id), 200, names_commit)
+            .await
     }
 
     /// The commits listed earlier for `deployment_id`.

@@ -112,6 +112,7 @@ fn commit(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<InsertOut
     let tx = conn.transaction()?;
     let mut fresh = vec![true; jobs.len()];
     let mut heads = super::writer::Heads::default();
+    let mut hours = super::change_hours::Hours::default();
     {
         let mut insert = tx.prepare_cached(INSERT_EVENT)?;
         let mut idempotency = tx.prepare_cached(INSERT_IDEMPOTENCY)?;
@@ -126,6 +127,9 @@ fn commit(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<InsertOut
             }
             for e in &b.events {
                 heads.offer(b.org_id, e);
+                if let Some(seq) = e.seq {
+                    hours.offer(b.org_id, e, super::change_hours::Key::Seq(seq));
+                }
                 insert.execute(params![
                     e.seq,
                     e.id,
@@ -145,6 +149,19 @@ fn commit(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<InsertOut
         let mut upsert = tx.prepare_cached(UPSERT_HEAD)?;
         for ((org_id, service, environment), (at, id)) in heads.0 {
             upsert.execute(params![org_id, service, environment, at, id])?;
+        }
+        let mut add_hour = tx.prepare_cached(super::change_hours::INSERT_SQLITE)?;
+        for row in hours.rows() {
+            let super::change_hours::Key::Seq(first) = row.first else {
+                continue;
+            };
+            add_hour.execute(params![
+                row.org_id,
+                row.environment,
+                row.hour,
+                first,
+                row.entries
+            ])?;
         }
     }
     tx.commit()?;

@@ -11,6 +11,7 @@ use std::time::Instant;
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use super::change_hours::Key;
 use super::{Db, NewEvent, StorageError, now_micros};
 use crate::metrics::Metrics;
 
@@ -23,6 +24,9 @@ const POSTGRES_GROUP_EVENTS: usize = 1_000;
 /// PostgreSQL writer tasks: two keep a commit in flight while the next group is encoded,
 /// without multiplying the memory of in-flight groups.
 const POSTGRES_WRITERS: usize = 2;
+/// PostgreSQL's `deploy_heads` keeps one row per pair and writer slot, so that writers never
+/// wait for each other's row locks; this many slots in all.
+const HEAD_SLOTS: i16 = 64;
 /// Queued batches before `submit` waits (back-pressure instead of unbounded memory).
 const QUEUE_DEPTH: usize = 4_096;
 
@@ -86,8 +90,14 @@ pub(crate) fn spawn(
         }
         None => {
             let rx = Arc::new(Mutex::new(rx));
-            (0..POSTGRES_WRITERS)
-                .map(|_| tokio::spawn(run(db.clone(), rx.clone(), metrics.clone())))
+            // Each writer keeps its own `deploy_heads` rows (its slot); another process on the
+            // same database most likely picks other slots.
+            let base = rand::random_range(0..HEAD_SLOTS / POSTGRES_WRITERS as i16);
+            (0..POSTGRES_WRITERS as i16)
+                .map(|i| {
+                    let slot = base * POSTGRES_WRITERS as i16 + i;
+                    tokio::spawn(run(db.clone(), rx.clone(), metrics.clone(), slot))
+                })
                 .collect()
         }
     };
@@ -156,7 +166,7 @@ pub(super) fn group(first: Job, rx: &mut mpsc::Receiver<Job>, max: usize) -> Vec
     jobs
 }
 
-async fn run(db: Db, rx: Arc<Mutex<mpsc::Receiver<Job>>>, metrics: Metrics) {
+async fn run(db: Db, rx: Arc<Mutex<mpsc::Receiver<Job>>>, metrics: Metrics, slot: i16) {
     loop {
         let jobs = {
             let mut rx = rx.lock().await;
@@ -166,7 +176,7 @@ async fn run(db: Db, rx: Arc<Mutex<mpsc::Receiver<Job>>>, metrics: Metrics) {
             group(first, &mut rx, POSTGRES_GROUP_EVENTS)
         };
         let started = Instant::now();
-        let result = commit(&db, &jobs).await;
+        let result = commit(&db, &jobs, slot).await;
         metrics.observe_commit(started.elapsed(), jobs.len());
         answer(jobs, result.map_err(|e| e.to_string()));
     }
@@ -199,15 +209,19 @@ impl Heads {
 }
 
 /// The PostgreSQL bulk insert: one fixed statement whatever the row count (arrays unnested),
-/// so one prepared statement serves every group. It also keeps `deploy_heads` current from the
-/// group's newest deployment per service and environment ($12 to $16), in the same statement.
+/// so one prepared statement serves every group. It also keeps the writer's `deploy_heads` rows
+/// (slot $17) current from the group's newest deployment per service and environment ($12 to
+/// $16), and adds the group's rows of `change_hours` ($18 to $22), in the same statement. A row lock taken here is held until the commit's fsync; with a
+/// slot each, two writers never wait for each other (they did with one row per pair).
 const INSERT_EVENTS: &str = "WITH inserted AS (INSERT INTO events (id, org_id, signal_key, type, service, \
     environment, status, dedup_key, occurred_at, received_at, body) \
     SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
-    $6::text[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[])) \
-    INSERT INTO deploy_heads (org_id, service, environment, occurred_at, event_id) \
-    SELECT * FROM UNNEST($12::bigint[], $13::text[], $14::text[], $15::bigint[], $16::text[]) \
-    ON CONFLICT (org_id, service, environment) DO UPDATE \
+    $6::text[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[])), \
+    hours AS (INSERT INTO change_hours (org_id, environment, hour, first_id, entries) \
+    SELECT * FROM UNNEST($18::bigint[], $19::text[], $20::bigint[], $21::text[], $22::text[])) \
+    INSERT INTO deploy_heads (org_id, service, environment, occurred_at, event_id, slot) \
+    SELECT h.*, $17::smallint FROM UNNEST($12::bigint[], $13::text[], $14::text[], $15::bigint[], \
+    $16::text[]) AS h ON CONFLICT (org_id, service, environment, slot) DO UPDATE \
     SET occurred_at = excluded.occurred_at, event_id = excluded.event_id \
     WHERE excluded.occurred_at > deploy_heads.occurred_at \
     OR (excluded.occurred_at = deploy_heads.occurred_at AND excluded.event_id > deploy_heads.event_id)";
@@ -217,6 +231,7 @@ const INSERT_EVENTS: &str = "WITH inserted AS (INSERT INTO events (id, org_id, s
 async fn insert_events<'e>(
     exec: impl sqlx::PgExecutor<'e>,
     rows: &[(&Job, &NewEvent)],
+    slot: i16,
 ) -> Result<(), StorageError> {
     let text = |f: &dyn for<'a> Fn(&'a Job, &'a NewEvent) -> &'a str| -> Vec<&str> {
         rows.iter().map(|(j, e)| f(j, e)).collect()
@@ -228,11 +243,21 @@ async fn insert_events<'e>(
         rows.iter().map(|(j, e)| f(j, e)).collect()
     };
     let mut heads = Heads::default();
+    let mut hours = super::change_hours::Hours::default();
     for (j, e) in rows {
         heads.offer(j.batch.org_id, e);
+        hours.offer(j.batch.org_id, e, Key::Id(e.id.clone()));
     }
-    // In key order: the two writers then lock `deploy_heads` rows in the same order, so two
-    // concurrent groups with the same services wait for each other instead of deadlocking.
+    let hours: Vec<_> = hours.rows().collect();
+    let first_ids: Vec<&str> = hours
+        .iter()
+        .map(|h| match &h.first {
+            Key::Id(id) => id.as_str(),
+            Key::Seq(_) => "",
+        })
+        .collect();
+    // In key order: writers of two processes that share a slot then lock `deploy_heads` rows
+    // in the same order, so they wait for each other instead of deadlocking.
     let mut heads: Vec<_> = heads.0.into_iter().collect();
     heads.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     sqlx::query(INSERT_EVENTS)
@@ -267,6 +292,22 @@ async fn insert_events<'e>(
                 .map(|(_, (_, id))| id.as_str())
                 .collect::<Vec<&str>>(),
         )
+        .bind(slot)
+        .bind(hours.iter().map(|h| h.org_id).collect::<Vec<i64>>())
+        .bind(
+            hours
+                .iter()
+                .map(|h| h.environment.as_str())
+                .collect::<Vec<&str>>(),
+        )
+        .bind(hours.iter().map(|h| h.hour).collect::<Vec<i64>>())
+        .bind(first_ids)
+        .bind(
+            hours
+                .iter()
+                .map(|h| h.entries.as_str())
+                .collect::<Vec<&str>>(),
+        )
         .execute(exec)
         .await?;
     Ok(())
@@ -275,7 +316,7 @@ async fn insert_events<'e>(
 /// Inserts every job's events in one transaction (PostgreSQL). A job whose idempotency key is
 /// taken stores nothing and learns the first answer after the commit. Without keys, the group
 /// is one statement, atomic on its own, so BEGIN and COMMIT round trips are saved.
-async fn commit(db: &Db, jobs: &[Job]) -> Result<Vec<InsertOutcome>, StorageError> {
+async fn commit(db: &Db, jobs: &[Job], slot: i16) -> Result<Vec<InsertOutcome>, StorageError> {
     let Db::Postgres(pool) = db else {
         return Err(StorageError::Commit(
             "the async writer serves PostgreSQL only".into(),
@@ -289,7 +330,7 @@ async fn commit(db: &Db, jobs: &[Job]) -> Result<Vec<InsertOutcome>, StorageErro
             .collect()
     };
     if jobs.iter().all(|j| j.batch.idempotency.is_none()) {
-        insert_events(pool, &all(&vec![true; jobs.len()])).await?;
+        insert_events(pool, &all(&vec![true; jobs.len()]), slot).await?;
         return Ok(vec![InsertOutcome::Stored; jobs.len()]);
     }
     let mut tx = pool.begin().await?;
@@ -309,7 +350,7 @@ async fn commit(db: &Db, jobs: &[Job]) -> Result<Vec<InsertOutcome>, StorageErro
             fresh[i] = done.rows_affected() == 1;
         }
     }
-    insert_events(&mut *tx, &all(&fresh)).await?;
+    insert_events(&mut *tx, &all(&fresh), slot).await?;
     tx.commit().await?;
     let mut outcomes = Vec::with_capacity(jobs.len());
     for (job, fresh) in jobs.iter().zip(fresh) {
