@@ -270,9 +270,10 @@ mod tests {
     const EARLIER_SQL: &str = "INSERT INTO events (id, org_id, signal_key, type, service, \
         environment, status, occurred_at, received_at, body) \
         VALUES ($1, 1, 'k', $2, $3, $4, $5, $6, $6, $7)";
+    /// SQLite: ids that carry no sequence number are rows from before migration 3 (`legacy`).
     const EARLIER_SQLITE: &str = "INSERT INTO events (id, org_id, signal_key, type, service, \
-        environment, status, occurred_at, received_at, body, seq, legacy) \
-        VALUES ($1, 1, 'k', $2, $3, $4, $5, $6, $6, $7, $8, 1)";
+        environment, status, occurred_at, received_at, body, legacy) \
+        VALUES ($1, 1, 'k', $2, $3, $4, $5, $6, $6, $7, 1)";
     const HEADS_SQL: &str = "INSERT INTO deploy_heads (org_id, service, environment, \
         occurred_at, event_id) VALUES (1, 'api', 'production', $1, 'e001'), \
         (1, 'api', 'staging', $2, 'e004')";
@@ -338,6 +339,41 @@ mod tests {
         store.close().await;
     }
 
+    /// Stores the org, [`earlier`] (in order: SQLite numbers them 1 to 5, their `seq`) and
+    /// the `deploy_heads` rows of that time, in a database at migration 9.
+    async fn store_earlier(db: &Db) {
+        let sql = match db {
+            Db::Sqlite { .. } => EARLIER_SQLITE,
+            Db::Postgres(_) => EARLIER_SQL,
+        };
+        on_db!(db, pool => {
+            sqlx::query("INSERT INTO orgs (slug, created_at) VALUES ('acme', 0)")
+                .execute(pool)
+                .await
+                .unwrap();
+            for e in earlier() {
+                sqlx::query(sql)
+                    .bind(&e.id)
+                    .bind(e.kind)
+                    .bind(&e.service)
+                    .bind(&e.environment)
+                    .bind(&e.status)
+                    .bind(e.occurred_at)
+                    .bind(&e.body)
+                    .execute(pool)
+                    .await
+                    .unwrap();
+            }
+            sqlx::query(HEADS_SQL)
+                .bind(10 * DAY)
+                .bind(10 * DAY + 3 * HOUR_MICROS)
+                .execute(pool)
+                .await
+                .unwrap();
+            pool.close().await;
+        });
+    }
+
     #[tokio::test]
     async fn sqlite_migration_10_lists_earlier_deployments_and_the_writer_adds_new_ones() {
         let dir = tempfile::tempdir().unwrap();
@@ -347,32 +383,11 @@ mod tests {
             .create_if_missing(true);
         let old = SqlitePool::connect_with(options).await.unwrap();
         SQLITE_MIGRATIONS.run_to(9, &old).await.unwrap();
-        sqlx::query("INSERT INTO orgs (slug, created_at) VALUES ('acme', 0)")
-            .execute(&old)
-            .await
-            .unwrap();
-        for e in earlier() {
-            // Ids that carry no sequence number: rows from before migration 3 (`legacy`).
-            sqlx::query(EARLIER_SQLITE)
-                .bind(&e.id)
-                .bind(e.kind)
-                .bind(&e.service)
-                .bind(&e.environment)
-                .bind(&e.status)
-                .bind(e.occurred_at)
-                .bind(&e.body)
-                .bind(e.seq)
-                .execute(&old)
-                .await
-                .unwrap();
-        }
-        sqlx::query(HEADS_SQL)
-            .bind(10 * DAY)
-            .bind(10 * DAY + 3 * HOUR_MICROS)
-            .execute(&old)
-            .await
-            .unwrap();
-        old.close().await;
+        store_earlier(&Db::Sqlite {
+            read: old.clone(),
+            write: old,
+        })
+        .await;
         let backend = Backend::Sqlite(path);
         let store = Store::open(&backend, Metrics::new(), OpenMode::CreateIfMissing).await;
         check_upgraded(store.unwrap()).await;
@@ -383,30 +398,7 @@ mod tests {
         let schema = testkit::PgSchema::create();
         let old = sqlx::PgPool::connect(&schema.url).await.unwrap();
         POSTGRES_MIGRATIONS.run_to(9, &old).await.unwrap();
-        sqlx::query("INSERT INTO orgs (slug, created_at) VALUES ('acme', 0)")
-            .execute(&old)
-            .await
-            .unwrap();
-        for e in earlier() {
-            sqlx::query(EARLIER_SQL)
-                .bind(&e.id)
-                .bind(e.kind)
-                .bind(&e.service)
-                .bind(&e.environment)
-                .bind(&e.status)
-                .bind(e.occurred_at)
-                .bind(&e.body)
-                .execute(&old)
-                .await
-                .unwrap();
-        }
-        sqlx::query(HEADS_SQL)
-            .bind(10 * DAY)
-            .bind(10 * DAY + 3 * HOUR_MICROS)
-            .execute(&old)
-            .await
-            .unwrap();
-        old.close().await;
+        store_earlier(&Db::Postgres(old)).await;
         let backend = Backend::Postgres(schema.url.clone());
         let store = Store::open(&backend, Metrics::new(), OpenMode::CreateIfMissing).await;
         check_upgraded(store.unwrap()).await;
