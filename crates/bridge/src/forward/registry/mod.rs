@@ -1,0 +1,348 @@
+//! `registries` (OCI distribution API): pulls pass, `GET` and `HEAD` under `/v2/`, checked here
+//! before anything reaches the registry. The entry's login answers the registry's challenge,
+//! learnt once from an unauthenticated `GET /v2/` as registry clients do:
+//! - `Basic` (Distribution with htpasswd, Nexus, Artifactory): sent with every request;
+//! - `Bearer` (the Docker token flow: Harbor, GitLab, Quay, Distribution with token auth): the
+//!   bridge asks the challenge's `realm` for a token for the request's scope, with the login as
+//!   Basic, caches it until it expires, and sends it. A realm on another host than the
+//!   registry's is used only when the entry lists it in `token_hosts`.
+//!
+//! Refusals are OCI error bodies (`{"errors":[{"code":"DENIED",…}]}`), which registry clients
+//! print to their user.
+//!
+//! This module admits requests and filters answers; `auth` learns the challenge and fetches
+//! tokens; `redirects` follows the registry's redirects and checks the hosts its answers name.
+
+mod auth;
+mod redirects;
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
+use http_body_util::Empty;
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use url::Url;
+
+use super::kind::{Authorize, Follow, Kind, Refusal, Sent};
+use crate::config::{Registry, basic_authorization};
+use crate::rules::allowed;
+
+use auth::{AUTH_TIMEOUT, AuthState, Scheme};
+
+/// A `registries` entry at work: its configuration, and what it learnt of the registry's
+/// authentication.
+pub(super) struct RegistryKind {
+    cfg: Registry,
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    auth: std::sync::Mutex<AuthState>,
+}
+
+impl RegistryKind {
+    /// The entry `cfg`, with nothing learnt yet.
+    pub(super) fn new(cfg: Registry) -> Self {
+        RegistryKind {
+            cfg,
+            client: Client::builder(TokioExecutor::new()).build(super::https_connector(None)),
+            auth: std::sync::Mutex::new(AuthState {
+                scheme: Scheme::Unknown,
+                tokens: HashMap::new(),
+            }),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.cfg.url.as_str().trim_end_matches('/'))
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, AuthState> {
+        self.auth.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn basic(&self) -> Option<HeaderValue> {
+        let login = self.cfg.auth.as_ref()?;
+        HeaderValue::from_str(&basic_authorization(&login.username, &login.password)).ok()
+    }
+
+    fn unavailable(&self, rule: &str, why: String) -> Refusal {
+        Refusal {
+            status: StatusCode::BAD_GATEWAY,
+            reason: "upstream_auth",
+            rule: rule.to_string(),
+            why,
+        }
+    }
+}
+
+/// What `bridge check` does for a registry: its challenge, a token when it asks for one, and
+/// an authenticated `GET /v2/`, as a pull starts; the error says which step failed.
+pub async fn check_registry(cfg: &Registry) -> Result<String, String> {
+    let kind = RegistryKind::new(cfg.clone());
+    let authorization = kind
+        .authorization(&Method::GET, "/v2/")
+        .await
+        .map_err(|refusal| refusal.why)?;
+    let scheme = match &kind.state().scheme {
+        Scheme::Bearer { .. } => "token",
+        Scheme::Basic => "Basic",
+        _ => "no login",
+    };
+    let mut req = http::Request::get(kind.url("/v2/"))
+        .body(Empty::new())
+        .map_err(|e| e.to_string())?;
+    if let Some(value) = authorization {
+        req.headers_mut().insert(header::AUTHORIZATION, value);
+    }
+    let response = tokio::time::timeout(AUTH_TIMEOUT, kind.client.request(req))
+        .await
+        .map_err(|_| format!("GET /v2/ timed out after {AUTH_TIMEOUT:?}"))?
+        .map_err(|e| format!("GET /v2/ failed: {e}"))?;
+    match response.status().as_u16() {
+        200 => Ok(format!("ok (GET /v2/ with {scheme}: HTTP 200)")),
+        401 | 403 => Err(format!(
+            "login rejected (GET /v2/ with {scheme}: HTTP {}): check registries[].auth",
+            response.status().as_u16()
+        )),
+        other => Err(format!("GET /v2/ answered HTTP {other}")),
+    }
+}
+/// `host:port` of a URL (the port its scheme implies when it names none).
+fn host_port(url: &Url) -> String {
+    format!(
+        "{}:{}",
+        url.host_str().unwrap_or_default(),
+        url.port_or_known_default().unwrap_or(0)
+    )
+}
+
+fn is_pull(method: &Method) -> bool {
+    method == Method::GET || method == Method::HEAD
+}
+
+/// The repository a cross-repository blob mount (`POST …/blobs/uploads/?mount=D&from=REPO`)
+/// reads from, when its name is a valid repository name.
+fn mount_source(query: Option<&str>) -> Option<String> {
+    let from = url::form_urlencoded::parse(query?.as_bytes())
+        .find(|(key, _)| key == "from")?
+        .1
+        .into_owned();
+    let valid = !from.is_empty()
+        && from.split('/').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+        });
+    valid.then_some(from)
+}
+
+/// The token scope a request needs: `repository:NAME:pull` (`pull,push` when `pushing`) for
+/// `/v2/NAME/{manifests,blobs,tags}/…`, `registry:catalog:*` for the catalog, none for `/v2/`.
+fn scope_of(path: &str, pushing: bool) -> Option<String> {
+    let rest = path.strip_prefix("/v2/")?;
+    if rest.is_empty() {
+        return None;
+    }
+    if rest.starts_with("_catalog") {
+        return Some("registry:catalog:*".to_string());
+    }
+    let end = ["/manifests/", "/blobs/", "/tags/"]
+        .iter()
+        .filter_map(|marker| rest.find(marker))
+        .min()?;
+    let actions = if pushing { "pull,push" } else { "pull" };
+    Some(format!("repository:{}:{actions}", &rest[..end]))
+}
+
+impl Kind for RegistryKind {
+    fn max_connections(&self) -> Option<u32> {
+        self.cfg.max_connections
+    }
+
+    fn base_url(&self) -> &Url {
+        &self.cfg.url
+    }
+
+    fn admit(&self, method: &Method, path: &str, query: Option<&str>) -> Result<String, Refusal> {
+        if !path.starts_with("/v2/") {
+            return Err(Refusal::not_found(
+                "registry: /v2/ only",
+                "only the OCI distribution API (/v2/…) passes this bridge",
+            ));
+        }
+        let pulling = is_pull(method);
+        let pushing = [Method::POST, Method::PUT, Method::PATCH].contains(method);
+        let admitted = pulling || (pushing && self.cfg.allow_push);
+        if !admitted {
+            let why = if pushing {
+                format!(
+                    "registry {:?} is pull-only on this bridge: {method} is refused (its operator can set allow_push: true on the entry)",
+                    self.cfg.name
+                )
+            } else {
+                format!(
+                    "{method} is refused on registry {:?}: only pulls (GET, HEAD) and, with allow_push, pushes (POST, PUT, PATCH) pass",
+                    self.cfg.name
+                )
+            };
+            return Err(Refusal::forbidden("registry: pull only", why));
+        }
+        let from = query
+            .and_then(|q| url::form_urlencoded::parse(q.as_bytes()).find(|(key, _)| key == "from"));
+        if pushing && let Some((_, from)) = from {
+            // A mount copies a blob out of another repository: that read must pass as well.
+            let source = mount_source(query).map(|repo| format!("/v2/{repo}/blobs/"));
+            let readable = source.as_deref().is_some_and(|source| {
+                self.cfg.allow.is_empty() || allowed(&self.cfg.allow, "GET", source).is_some()
+            });
+            if !readable {
+                return Err(Refusal::forbidden(
+                    "registry: mount source",
+                    format!(
+                        "a blob mount from repository {from:?} is refused: this entry's allow rules do not let it be read"
+                    ),
+                ));
+            }
+        }
+        if !self.cfg.allow.is_empty() {
+            return allowed(&self.cfg.allow, method.as_str(), path).ok_or_else(|| {
+                Refusal::forbidden(
+                    "no matching allow rule",
+                    "no allow rule of this registry matches the method and path",
+                )
+            });
+        }
+        Ok(if pulling {
+            "registry pull (GET, HEAD)".to_string()
+        } else {
+            "registry push (allow_push: true)".to_string()
+        })
+    }
+
+    /// Credentials come from [`Kind::authorize`]: which ones depends on the registry's challenge.
+    fn upstream_request_filter(&self, _headers: &mut HeaderMap) {}
+
+    fn authorize<'a>(
+        &'a self,
+        method: &'a Method,
+        path: &'a str,
+        query: Option<&'a str>,
+    ) -> Authorize<'a> {
+        Box::pin(async move {
+            let scope = scope_of(path, !is_pull(method)).map(|scope| {
+                match mount_source(query) {
+                    // A cross-repository mount reads the source repository too.
+                    Some(from) => format!("{scope} repository:{from}:pull"),
+                    None => scope,
+                }
+            });
+            self.authorization_for(scope).await
+        })
+    }
+
+    fn keeps_request(&self) -> bool {
+        true
+    }
+
+    fn follow<'a>(&'a self, sent: &'a Sent, response: Response<Incoming>) -> Follow<'a> {
+        Box::pin(async move {
+            let response = self.retry_unauthorized(sent, response).await?;
+            self.follow_redirects(sent, response).await
+        })
+    }
+
+    /// The registry refusing the entry's login is the bridge operator's problem: passed on,
+    /// its challenge would make the client ask its user for a password that cannot help.
+    /// Also turns an absolute `Location` on the registry's own origin (Distribution names
+    /// upload URLs so) into a path, which the cloud then prefixes with its own: the internal
+    /// URL never reaches the client, and a chunked upload's next request comes back through
+    /// the cloud.
+    fn response_filter(&self, status: StatusCode, headers: &mut HeaderMap) -> Option<Refusal> {
+        // The registry's own cookies (sessions, CSRF) are for its web UI, not for callers.
+        headers.remove(header::SET_COOKIE);
+        if let Some(location) = headers.get(header::LOCATION).and_then(|v| v.to_str().ok()) {
+            match self.relative(location) {
+                Some(path) => {
+                    if let Ok(path) = HeaderValue::from_str(&path) {
+                        headers.insert(header::LOCATION, path);
+                    }
+                }
+                // An absolute URL elsewhere would show the caller an internal host.
+                None => {
+                    tracing::warn!(registry = %self.cfg.name, "dropped a Location naming another host");
+                    headers.remove(header::LOCATION);
+                }
+            }
+        }
+        if status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN {
+            return None;
+        }
+        let how = if self.cfg.auth.is_some() {
+            "rejected the login in the entry's auth (wrong, expired or lacking pull access?)"
+        } else {
+            "wants a login and the entry has no auth"
+        };
+        Some(Refusal {
+            status: StatusCode::BAD_GATEWAY,
+            reason: "upstream_auth",
+            rule: format!("registry answered {}", status.as_u16()),
+            why: format!(
+                "registry {:?} {how} (HTTP {}); the bridge's operator must fix registries[].auth",
+                self.cfg.name,
+                status.as_u16()
+            ),
+        })
+    }
+
+    /// An OCI error body: registry clients print its message.
+    fn refusal(&self, status: StatusCode, why: &str) -> http::Response<super::ResBody> {
+        let mut r = super::kind::text(status, "");
+        *r.body_mut() = super::kind::full(tunnel::oci::error_body(status.as_u16(), why));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An entry without login or extra hosts.
+    pub(super) fn registry() -> RegistryKind {
+        RegistryKind::new(Registry {
+            name: "reg".into(),
+            url: "https://registry.internal".parse().unwrap(),
+            auth: None,
+            token_hosts: Vec::new(),
+            redirect_hosts: Vec::new(),
+            allow_push: false,
+            allow: Vec::new(),
+            max_connections: None,
+        })
+    }
+
+    #[test]
+    fn pulls_pass_and_everything_else_is_refused() {
+        let r = registry();
+        assert!(
+            r.admit(&Method::GET, "/v2/team/app/manifests/1.0", None)
+                .is_ok()
+        );
+        assert!(
+            r.admit(&Method::HEAD, "/v2/team/app/blobs/sha256:ab", None)
+                .is_ok()
+        );
+        let push = r
+            .admit(&Method::PUT, "/v2/team/app/manifests/1.0", None)
+            .unwrap_err();
+        assert_eq!(push.status, StatusCode::FORBIDDEN);
+        let outside = r.admit(&Method::GET, "/metrics", None).unwrap_err();
+        assert_eq!(outside.status, StatusCode::NOT_FOUND);
+    }
+}

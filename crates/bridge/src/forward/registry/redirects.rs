@@ -1,0 +1,171 @@
+//! The registry's redirects (blob downloads from S3-like storage), followed by the bridge to
+//! trusted hosts only, and the `Location`s it passes on, made relative to the cloud's route.
+
+use http::{Method, Response, StatusCode, header};
+use http_body_util::Empty;
+use hyper::body::Incoming;
+use url::Url;
+
+use super::super::kind::{Refusal, Sent};
+use super::{RegistryKind, host_port};
+
+/// Redirects followed for one request at most.
+const MAX_REDIRECTS: usize = 5;
+
+impl RegistryKind {
+    /// Follows the registry's redirects (blob downloads from S3-like storage) itself, to the
+    /// registry's own host or a `redirect_hosts` entry only, and without the entry's login (a
+    /// storage URL carries its own signature); a redirect elsewhere is refused, so no internal
+    /// URL reaches the client.
+    pub(super) async fn follow_redirects(
+        &self,
+        sent: &Sent,
+        mut response: Response<Incoming>,
+    ) -> Result<Response<Incoming>, Refusal> {
+        let method = &sent.method;
+        let mut at = sent
+            .head
+            .as_ref()
+            .and_then(|(uri, _)| Url::parse(&uri.to_string()).ok())
+            .unwrap_or_else(|| self.cfg.url.clone());
+        for _ in 0..MAX_REDIRECTS {
+            if !response.status().is_redirection() || response.status() == StatusCode::NOT_MODIFIED
+            {
+                return Ok(response);
+            }
+            let location = response
+                .headers()
+                .get(header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|l| at.join(l).ok());
+            let Some(target) = location else {
+                return Err(self.unavailable(
+                    "registry: redirect",
+                    format!(
+                        "registry {:?} answered a redirect without a usable Location",
+                        self.cfg.name
+                    ),
+                ));
+            };
+            let host = host_port(&target);
+            let allowed = self.trusted(&target, &self.cfg.redirect_hosts);
+            if !allowed || (method != Method::GET && method != Method::HEAD) {
+                // The host is for the bridge's operator, in its log; the caller learns none of
+                // the internal network's names.
+                tracing::warn!(registry = %self.cfg.name, redirect_host = %host, "registry redirect not followed: if that is the registry's blob storage, add this host to redirect_hosts");
+                return Err(self.unavailable(
+                    "registry: redirect_hosts",
+                    format!(
+                        "registry {:?} redirected the {method} to a host that is neither its own nor in registries[].redirect_hosts; the bridge does not follow it (the bridge's log names the host)",
+                        self.cfg.name
+                    ),
+                ));
+            }
+            let mut req = http::Request::builder()
+                .method(method.clone())
+                .uri(target.as_str())
+                .body(Empty::new())
+                .map_err(|e| self.unavailable("registry: redirect", e.to_string()))?;
+            // What the answer depends on goes along: a resumed pull's range, the formats asked.
+            if let Some((_, headers)) = &sent.head {
+                for name in [header::RANGE, header::ACCEPT, header::IF_NONE_MATCH] {
+                    for value in headers.get_all(&name) {
+                        req.headers_mut().append(name.clone(), value.clone());
+                    }
+                }
+            }
+            response = self.client.request(req).await.map_err(|e| {
+                tracing::warn!(registry = %self.cfg.name, redirect_host = %host, cause = %e, "redirect target unreachable");
+                self.unavailable(
+                    "registry: redirect",
+                    format!(
+                        "the bridge cannot reach the storage registry {:?} redirected to (the bridge's log says which and why)",
+                        self.cfg.name
+                    ),
+                )
+            })?;
+            at = target;
+        }
+        Err(self.unavailable(
+            "registry: redirect",
+            format!(
+                "registry {:?} redirected more than {MAX_REDIRECTS} times",
+                self.cfg.name
+            ),
+        ))
+    }
+
+    /// Whether the bridge may send a request to `url`, which a registry answer named: on the
+    /// registry's own scheme, host and port, or on a host of `listed` (a bare host meaning the
+    /// default port of the registry's scheme) over https, or over the registry's own scheme.
+    pub(super) fn trusted(&self, url: &Url, listed: &[String]) -> bool {
+        let own = &self.cfg.url;
+        let same_scheme = url.scheme() == own.scheme() || url.scheme() == "https";
+        if !same_scheme {
+            return false;
+        }
+        let host = host_port(url);
+        if host == host_port(own) {
+            return true;
+        }
+        let default_port = own.port_or_known_default().unwrap_or(443);
+        listed.iter().any(|entry| {
+            Url::parse(&format!("{}://{entry}/", own.scheme())).is_ok_and(|u| {
+                let port = u.port().unwrap_or(default_port);
+                format!("{}:{port}", u.host_str().unwrap_or_default()) == host
+            })
+        })
+    }
+
+    /// A `Location` as the cloud can prefix it: `/v2/…` on the registry's own origin (absolute
+    /// or not, under the entry's base path), or `None` for one that names another origin.
+    pub(super) fn relative(&self, location: &str) -> Option<String> {
+        let url = self.cfg.url.join(location).ok()?;
+        if url.scheme() != self.cfg.url.scheme() || host_port(&url) != host_port(&self.cfg.url) {
+            return None;
+        }
+        let base = self.cfg.url.path().trim_end_matches('/');
+        let path = url.path().strip_prefix(base).unwrap_or(url.path());
+        Some(match url.query() {
+            Some(query) => format!("{path}?{query}"),
+            None => path.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::registry;
+    use super::*;
+
+    #[test]
+    fn answers_may_name_only_the_registry_or_listed_hosts() {
+        let mut cfg = registry().cfg;
+        cfg.url = "https://reg.internal/artifactory/api/docker/repo"
+            .parse()
+            .unwrap();
+        let r = RegistryKind::new(cfg);
+        let url = |s: &str| Url::parse(s).unwrap();
+        let listed = ["auth.internal".to_string(), "s3.internal:9000".to_string()];
+        assert!(r.trusted(&url("https://reg.internal:443/token"), &[]));
+        assert!(r.trusted(&url("https://auth.internal/token"), &listed));
+        assert!(r.trusted(&url("https://s3.internal:9000/b"), &listed));
+        // Not over plain HTTP, not on another port, not an unlisted host.
+        assert!(!r.trusted(&url("http://reg.internal:443/token"), &[]));
+        assert!(!r.trusted(&url("https://auth.internal:8443/token"), &listed));
+        assert!(!r.trusted(&url("https://evil.example/token"), &listed));
+        // Locations on the registry's origin lose it and the entry's base path.
+        assert_eq!(
+            r.relative(
+                "https://REG.internal:443/artifactory/api/docker/repo/v2/a/blobs/uploads/u?_state=x"
+            )
+            .as_deref(),
+            Some("/v2/a/blobs/uploads/u?_state=x")
+        );
+        assert_eq!(
+            r.relative("/artifactory/api/docker/repo/v2/a").as_deref(),
+            Some("/v2/a")
+        );
+        assert_eq!(r.relative("https://other.internal/v2/a"), None);
+    }
+}
