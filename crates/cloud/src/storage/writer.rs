@@ -209,10 +209,11 @@ impl Heads {
 }
 
 /// The PostgreSQL bulk insert: one fixed statement whatever the row count (arrays unnested),
-/// so one prepared statement serves every group. It also keeps the writer's `deploy_heads` rows
-/// (slot $17) current from the group's newest deployment per service and environment ($12 to
-/// $16), and adds the group's rows of `change_hours` ($18 to $22), in the same statement. A row lock taken here is held until the commit's fsync; with a
-/// slot each, two writers never wait for each other (they did with one row per pair).
+/// so one prepared statement serves every group. In the same statement it keeps the writer's
+/// `deploy_heads` rows (slot $17) current from the group's newest deployment per service and
+/// environment ($12 to $16), and adds the group's rows of `change_hours` ($18 to $22). A row
+/// lock taken here is held until the commit's fsync; with a slot each, two writers never wait
+/// for each other (they did with one row per pair).
 const INSERT_EVENTS: &str = "WITH inserted AS (INSERT INTO events (id, org_id, signal_key, type, service, \
     environment, status, dedup_key, occurred_at, received_at, body) \
     SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
