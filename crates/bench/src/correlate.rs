@@ -18,6 +18,10 @@ pub struct Args {
     /// Deployments, and as many alerts.
     #[arg(long, default_value_t = 100_000)]
     each: usize,
+    /// Events per request while filling: 1 stores deployments one per request, as deploy tools
+    /// send them, so each group commit holds a few (the most rows of `change_hours`).
+    #[arg(long, default_value_t = crate::fill::BATCH)]
+    batch: usize,
     /// Requests measured.
     #[arg(long, default_value_t = 300)]
     requests: usize,
@@ -63,7 +67,7 @@ async fn backend(name: &str, db: &[String], args: &Args) -> Result<()> {
         &client,
         &format!("{base}/v1/signals/{signal_key}"),
         &api_key,
-        n,
+        (n, args.batch),
         |i| event(i, n, now),
     )
     .await?;

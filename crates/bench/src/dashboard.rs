@@ -94,7 +94,7 @@ pub async fn run(args: Args) -> Result<()> {
         &client,
         &format!("{base}/v1/signals/{signal_key}"),
         &api_key,
-        n,
+        (n, crate::fill::BATCH),
         |i| event(i, n, now),
     )
     .await?;
