@@ -243,7 +243,9 @@ impl Agent {
             .enable_connect_protocol()
             .keep_alive_interval(hb)
             .keep_alive_timeout(hb * 3);
-        let connection = builder.serve_connection(upgraded, service);
+        // Frames of many streams in one write (tunnel::coalesce).
+        let io = TokioIo::new(tunnel::coalesce::Coalesced::new(TokioIo::new(upgraded)));
+        let connection = builder.serve_connection(io, service);
         tokio::pin!(connection);
         let mut watchdog = tokio::time::interval(
             hb.min(Duration::from_secs(1))

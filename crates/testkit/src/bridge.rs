@@ -49,6 +49,8 @@ pub struct BridgeProc {
     health_port: std::sync::OnceLock<u16>,
     /// stdout and stderr lines.
     pub logs: Arc<Mutex<Vec<String>>>,
+    /// The threads copying stdout and stderr into `logs`.
+    readers: Vec<std::thread::JoinHandle<()>>,
     /// Holds the config file.
     pub dir: tempfile::TempDir,
 }
@@ -83,21 +85,23 @@ impl BridgeProc {
             .spawn()
             .expect("spawn bridge");
         let logs = Arc::new(Mutex::new(Vec::new()));
+        let mut readers = Vec::new();
         for out in [
             Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>,
             Box::new(child.stderr.take().expect("stderr")),
         ] {
             let logs = logs.clone();
-            std::thread::spawn(move || {
+            readers.push(std::thread::spawn(move || {
                 for line in BufReader::new(out).lines().map_while(Result::ok) {
                     logs.lock().unwrap().push(line);
                 }
-            });
+            }));
         }
         BridgeProc {
             child: Some(child),
             health_port: std::sync::OnceLock::new(),
             logs,
+            readers,
             dir,
         }
     }
@@ -255,6 +259,7 @@ impl BridgeProc {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = child.try_wait().expect("try_wait") {
+                crate::drain(&mut self.readers);
                 return status.code();
             }
             assert!(Instant::now() < deadline, "bridge did not exit");

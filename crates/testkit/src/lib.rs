@@ -129,6 +129,8 @@ pub struct Cloud {
     /// `https://localhost:PORT`
     pub https: String,
     pub logs: Arc<Mutex<Vec<String>>>,
+    /// The threads copying the current launch's stdout and stderr into `logs`.
+    readers: Vec<std::thread::JoinHandle<()>>,
     /// Ports of the first launch, reused by later launches (so bridges find it again).
     ports: Option<(u16, u16)>,
     /// A PostgreSQL URL borrowed from another `Cloud` (see [`Cloud::start_beside`]).
@@ -179,6 +181,7 @@ impl Cloud {
             http: String::new(),
             https: String::new(),
             logs: Arc::new(Mutex::new(Vec::new())),
+            readers: Vec::new(),
             ports: None,
             shared_url: None,
             open_files,
@@ -199,6 +202,7 @@ impl Cloud {
             http: String::new(),
             https: String::new(),
             logs: Arc::new(Mutex::new(Vec::new())),
+            readers: Vec::new(),
             ports: None,
             shared_url: other.pg.as_ref().map(|p| p.url.clone()),
             open_files: None,
@@ -249,7 +253,7 @@ impl Cloud {
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = mpsc::channel();
         let logs = self.logs.clone();
-        std::thread::spawn(move || {
+        let out_reader = std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Ok(v) = serde_json::from_str::<Value>(&line)
                     && v["message"] == "listening"
@@ -263,11 +267,12 @@ impl Cloud {
             }
         });
         let logs = self.logs.clone();
-        std::thread::spawn(move || {
+        let err_reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 logs.lock().unwrap().push(line);
             }
         });
+        self.readers = vec![out_reader, err_reader];
         self.child = Some(child);
         let mut ports = (0, 0);
         for _ in 0..2 {
@@ -456,6 +461,7 @@ impl Cloud {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = child.try_wait().expect("try_wait") {
+                drain(&mut self.readers);
                 return status.code();
             }
             assert!(std::time::Instant::now() < deadline, "cloud did not exit");
@@ -493,6 +499,17 @@ pub async fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Waits (up to 5 s) for the threads copying an exited process's output to reach its end, so
+/// that the log read after `wait()` holds its last lines. A grandchild still holding the pipe
+/// (a `git` the process started) does not make it hang.
+pub fn drain(readers: &mut Vec<std::thread::JoinHandle<()>>) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while readers.iter().any(|r| !r.is_finished()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    readers.clear();
 }
 
 pub fn install_crypto() {

@@ -5,6 +5,7 @@
 //! TLS 1.3 configurations both sides build, and the signals both stop on. What does not: any HTTP framework, storage, or the forwarding logic itself — the cloud
 //! and the bridge each own their half, and this crate stays small enough to read in one sitting.
 
+pub mod coalesce;
 pub mod handshake;
 pub mod hop;
 pub mod oci;

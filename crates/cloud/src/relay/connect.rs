@@ -11,9 +11,10 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls_pki_types::CertificateDer;
 use tunnel::ResourceInfo;
+use tunnel::coalesce::Coalesced;
 
 use super::Instance;
 use super::RelayState;
@@ -225,7 +226,7 @@ async fn run(state: RelayState, t: Tunnel, io: hyper::upgrade::Upgraded) {
         .max_send_buf_size(tunnel::MAX_FRAME as usize * 4)
         .max_pending_accept_reset_streams(tunnel::MAX_RESET_STREAMS)
         .max_local_error_reset_streams(tunnel::MAX_RESET_STREAMS)
-        .handshake::<_, Body>(io)
+        .handshake::<_, Body>(TokioIo::new(Coalesced::new(TokioIo::new(io))))
         .await;
     let (sender, connection) = match handshake {
         Ok(pair) => pair,
