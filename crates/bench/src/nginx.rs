@@ -81,6 +81,20 @@ pub struct Nginx {
     pub addr: SocketAddr,
 }
 
+impl Nginx {
+    /// The pid of its one worker process (which serves every request; the master only
+    /// supervises), or 0 when it has none: what the CPU accounting of a peer reads.
+    pub fn worker_pid(&self) -> u32 {
+        let Some(master) = self.child.as_ref().map(Child::id) else {
+            return 0;
+        };
+        std::fs::read_to_string(format!("/proc/{master}/task/{master}/children"))
+            .ok()
+            .and_then(|c| c.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
 impl Drop for Nginx {
     fn drop(&mut self) {
         let Some(mut child) = self.child.take() else {
@@ -112,7 +126,7 @@ pub struct Peers {
     /// Plain HTTP in, TLS 1.3 to `hop2`.
     pub two_hops: Nginx,
     /// TLS 1.3 in, credentials injected, keep-alive to the backend (behind `two_hops`).
-    _hop2: Nginx,
+    pub hop2: Nginx,
     _prefix: tempfile::TempDir,
 }
 
@@ -264,7 +278,7 @@ impl Peers {
             backend,
             one_hop,
             two_hops,
-            _hop2: hop2,
+            hop2,
             _prefix: prefix,
         };
         let expect = |what: &str, got: (u16, usize), status: u16| {

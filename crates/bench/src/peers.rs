@@ -2,12 +2,16 @@
 //! the backend reached directly, each driven by one `wrk -t1`, the load of the issue's
 //! reference figures. The targets run in one-second slices interleaved A B C D, D C B A, … so
 //! that the VM's drifting speed weighs on all alike, as `load::interleave` does for two.
+//! Each target's processes are metered during its own slices ([`crate::cpu`]): the CPU each
+//! spends per request and how much of the machine stayed idle say why one is faster.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+
+use crate::cpu::{Meter, Ticks, Usage};
 
 /// One thing to load.
 pub struct Target {
@@ -19,6 +23,8 @@ pub struct Target {
     pub path: String,
     /// The Authorization header the client sends, if any.
     pub auth: Option<String>,
+    /// The processes that serve it (the load generator aside), metered during its slices.
+    pub procs: Vec<(&'static str, u32)>,
 }
 
 /// What one target did over its slices.
@@ -33,14 +39,20 @@ pub struct Row {
     pub p99_ms: f64,
     /// Non-2xx answers and socket errors, all slices.
     pub errors: u64,
+    /// CPU of its processes per successful request, and the machine's idle share, over all
+    /// its slices.
+    pub usage: Usage,
 }
 
-/// One `wrk` run, as parsed.
+/// One `wrk` run, as parsed, and what the target's processes spent during it.
 struct Run {
     rps: f64,
+    /// Successful requests.
+    ok: f64,
     p50_ms: f64,
     p99_ms: f64,
     errors: u64,
+    ticks: Ticks,
 }
 
 fn wrk_bin() -> Result<PathBuf> {
@@ -74,10 +86,12 @@ fn wrk(bin: &PathBuf, t: &Target, conns: usize) -> Result<Run> {
     if let Some(auth) = &t.auth {
         cmd.args(["-H", &format!("Authorization: {auth}")]);
     }
+    let meter = Meter::start(&t.procs);
     let out = cmd
         .arg(format!("http://{}{}", t.addr, t.path))
         .output()
         .context("running wrk")?;
+    let ticks = meter.stop();
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         bail!(
@@ -119,9 +133,11 @@ fn wrk(bin: &PathBuf, t: &Target, conns: usize) -> Result<Run> {
     let rps = all_rps * (1.0 - non_2xx / requests.max(1.0));
     Ok(Run {
         rps,
+        ok: requests - non_2xx,
         p50_ms: latency("50%"),
         p99_ms: latency("99%"),
         errors,
+        ticks,
     })
 }
 
@@ -146,18 +162,24 @@ pub fn compare(targets: &[Target], conns: usize, slices: u64) -> Result<Vec<Row>
     Ok(targets
         .iter()
         .zip(runs)
-        .map(|(t, r)| Row {
-            label: t.label.clone(),
-            short: t.short,
-            rps: r.iter().map(|r| r.rps).sum::<f64>() / r.len().max(1) as f64,
-            p50_ms: median(r.iter().map(|r| r.p50_ms).collect()),
-            p99_ms: median(r.iter().map(|r| r.p99_ms).collect()),
-            errors: r.iter().map(|r| r.errors).sum(),
+        .map(|(t, r)| {
+            let mut ticks = Ticks::default();
+            r.iter().for_each(|run| ticks.add(&run.ticks));
+            let ok: f64 = r.iter().map(|r| r.ok).sum();
+            Row {
+                label: t.label.clone(),
+                short: t.short,
+                rps: r.iter().map(|r| r.rps).sum::<f64>() / r.len().max(1) as f64,
+                p50_ms: median(r.iter().map(|r| r.p50_ms).collect()),
+                p99_ms: median(r.iter().map(|r| r.p99_ms).collect()),
+                errors: r.iter().map(|r| r.errors).sum(),
+                usage: ticks.per_request(ok as usize),
+            }
         })
         .collect())
 }
 
-/// Prints the rows, each as a share of the first (direct).
+/// Prints the rows, each as a share of the first (direct), each followed by its CPU line.
 pub fn print(rows: &[Row]) {
     println!(
         "{:<40} {:>11} {:>9} {:>8} {:>8} {:>7}",
@@ -174,6 +196,7 @@ pub fn print(rows: &[Row]) {
             r.p99_ms,
             r.errors
         );
+        println!("    {}", r.usage.describe());
     }
 }
 

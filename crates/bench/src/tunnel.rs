@@ -169,6 +169,14 @@ pub async fn run(args: Args) -> Result<()> {
         path: "/v1/bridges/dc1/apis/up/hello".into(),
         ..direct.clone()
     };
+    let backend = ("backend", nginx.backend.worker_pid());
+    let tunnel_procs = |p: &Pipeline| {
+        vec![
+            ("cloud", p.cloud.child.id()),
+            ("bridge", p.bridge.pid()),
+            backend,
+        ]
+    };
     let mut targets = vec![
         Target {
             label: "direct to nginx (client sends Basic)".into(),
@@ -176,6 +184,7 @@ pub async fn run(args: Args) -> Result<()> {
             addr: nginx.backend.addr,
             path: "/".into(),
             auth: Some(nginx::basic()),
+            procs: vec![backend],
         },
         Target {
             label: "cloud -> tunnel -> bridge".into(),
@@ -183,6 +192,7 @@ pub async fn run(args: Args) -> Result<()> {
             addr: cloud.addr,
             path: "/v1/bridges/dc1/apis/json/".into(),
             auth: Some(format!("Bearer {api_key}")),
+            procs: tunnel_procs(&this),
         },
         Target {
             label: "one nginx hop".into(),
@@ -190,6 +200,7 @@ pub async fn run(args: Args) -> Result<()> {
             addr: nginx.one_hop.addr,
             path: "/".into(),
             auth: None,
+            procs: vec![("hop", nginx.one_hop.worker_pid()), backend],
         },
         Target {
             label: "two nginx hops, TLS 1.3 between".into(),
@@ -197,6 +208,11 @@ pub async fn run(args: Args) -> Result<()> {
             addr: nginx.two_hops.addr,
             path: "/".into(),
             auth: None,
+            procs: vec![
+                ("hop 1", nginx.two_hops.worker_pid()),
+                ("hop 2", nginx.hop2.worker_pid()),
+                backend,
+            ],
         },
     ];
     if let Some(o) = &other {
@@ -206,6 +222,7 @@ pub async fn run(args: Args) -> Result<()> {
             addr: o.cloud.addr,
             path: "/v1/bridges/dc1/apis/json/".into(),
             auth: Some(format!("Bearer {}", o.api_key)),
+            procs: tunnel_procs(o),
         });
     }
     let mut peer_rows = Vec::new();
