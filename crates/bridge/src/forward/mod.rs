@@ -10,20 +10,24 @@
 //!    streams back with one hop's headers removed;
 //! 5. **settle**: one audit record and the metrics, however the stream ends ([`Finish`]).
 //!
-//! Each HTTP kind is one module ([`api`], [`git`], [`registry`]) implementing [`Kind`];
-//! databases ([`database`]) are byte streams that share the route, admit and settle phases.
+//! The phases every kind shares live here (route, upstream request, response), in [`admit`]
+//! and in [`settle`]. Each HTTP kind is one module ([`api`], [`git`], [`registry`])
+//! implementing [`Kind`]; databases ([`database`]) are byte streams that share the route,
+//! admit and settle phases.
 
+mod admit;
 mod api;
 mod counted;
 mod database;
 mod git;
 mod kind;
 mod registry;
+mod settle;
 mod upstream;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -39,21 +43,18 @@ use tokio::sync::Semaphore;
 pub use counted::{Counted, Tally};
 pub use kind::{Kind, Refusal};
 pub use registry::check_registry;
+use settle::Finish;
 use upstream::{HOP, build_upstream, strip_headers};
 pub use upstream::{https_connector, load_ca};
 
-use crate::audit::{AuditLog, AuditRecord, Decision};
+use crate::audit::{AuditLog, Decision};
 use crate::config::{Config, ResourceKind};
 use crate::memory::MemoryGauge;
 use crate::metrics::Metrics;
-use crate::rules::{method_is_forbidden, path_is_clean};
 use crate::status::Status;
 
 /// The response body type of the service.
 pub type ResBody = BoxBody<Bytes, hyper::Error>;
-
-/// How long a stream waits for a free slot under `max_connections` before a 503.
-const QUEUE_WAIT: Duration = Duration::from_secs(5);
 
 /// The kinds this release forwards; the bridge announces only these, and refuses to start
 /// with an entry of another kind.
@@ -332,163 +333,6 @@ impl Forwarder {
             }
         }
     }
-
-    /// The audit record of a stream, before anything is decided.
-    fn audit_record(&self, req: &Request<Incoming>) -> AuditRecord {
-        let method = method_of(req).to_string();
-        AuditRecord {
-            time: chrono::Utc::now(),
-            request_id: header_str(req.headers(), tunnel::HEADER_REQUEST_ID),
-            org: header_str(req.headers(), tunnel::HEADER_ORG),
-            bridge: self.cfg.name.clone(),
-            instance: self.instance.clone(),
-            kind: ResourceKind::Api,
-            resource: String::new(),
-            method,
-            // Written without query values: the record's serializer strips them.
-            path: req.uri().to_string(),
-            status: 0,
-            bytes_in: 0,
-            bytes_out: 0,
-            duration_ms: 0,
-            principal: header_str(req.headers(), tunnel::HEADER_PRINCIPAL),
-            decision: Decision::Denied,
-            rule: String::new(),
-            event: None,
-            ended: None,
-            statement: None,
-        }
-    }
-
-    /// Phase 2: the rule that admits the stream and its slots, or why it is refused.
-    async fn admit(
-        &self,
-        resource: &Resource,
-        req: &Request<Incoming>,
-        path: &str,
-    ) -> Result<(String, Permits), Refusal> {
-        if !path_is_clean(path) {
-            return Err(Refusal {
-                status: StatusCode::BAD_REQUEST,
-                reason: "not_allowed",
-                rule: "path-normalisation".into(),
-                why: "the path has '..', '.', encoded slashes, dots, semicolons or percent signs, or backslashes; send a normalised path".into(),
-            });
-        }
-        if method_is_forbidden(method_of(req)) {
-            return Err(Refusal {
-                status: StatusCode::METHOD_NOT_ALLOWED,
-                reason: "not_allowed",
-                rule: "forbidden-method".into(),
-                why: "TRACE and CONNECT are never forwarded (TRACE would echo the injected credentials)".into(),
-            });
-        }
-        let rule = resource.kind.admit(req.method(), path, req.uri().query())?;
-        let permits = self.admit_stream(resource.slots.as_ref()).await?;
-        Ok((rule, permits))
-    }
-
-    /// The admission every stream passes, whatever its kind: memory under `max_memory_mb`,
-    /// then a slot under `max_connections` (and the resource's own `slots`).
-    async fn admit_stream(&self, slots: Option<&Arc<Semaphore>>) -> Result<Permits, Refusal> {
-        if self.memory.rss_mb() > self.cfg.max_memory_mb {
-            tracing::warn!(
-                limit_mb = self.cfg.max_memory_mb,
-                "memory above max_memory_mb; refusing new streams"
-            );
-            return Err(Refusal {
-                status: StatusCode::SERVICE_UNAVAILABLE,
-                reason: "memory",
-                rule: "max_memory_mb".into(),
-                why: "the bridge is above max_memory_mb; retry shortly".into(),
-            });
-        }
-        self.permits(slots).await.ok_or_else(|| Refusal {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            reason: "overloaded",
-            rule: "max_connections".into(),
-            why: "the bridge or this resource is at its max_connections; retry shortly".into(),
-        })
-    }
-
-    /// A slot under `max_connections` and, where the resource sets one, under its own limit.
-    /// A free slot is taken at once; otherwise the stream waits, up to [`QUEUE_WAIT`] in all.
-    async fn permits(&self, slots: Option<&Arc<Semaphore>>) -> Option<Permits> {
-        let deadline = tokio::time::Instant::now() + QUEUE_WAIT;
-        let take = |sem: Arc<Semaphore>| async move {
-            match sem.clone().try_acquire_owned() {
-                Ok(p) => Some(p),
-                Err(_) => tokio::time::timeout_at(deadline, sem.acquire_owned())
-                    .await
-                    .ok()?
-                    .ok(),
-            }
-        };
-        // The resource's own limit first: streams queued for one busy resource must not sit
-        // on instance-wide slots that other resources could use.
-        let own = match slots {
-            Some(sem) => Some(take(sem.clone()).await?),
-            None => None,
-        };
-        let all = take(self.all.clone()).await?;
-        Some(Permits {
-            _all: all,
-            _own: own,
-        })
-    }
-
-    /// Settles a refused stream: metrics, the audit record, and the refusal in the kind's
-    /// format (problem+json where no resource was found).
-    /// The internal system answered, but not with what may go back (it refused the bridge's
-    /// credentials, or redirected where the bridge does not follow): the kind's refusal
-    /// instead, counted, logged and audited with the rule that decided.
-    fn refused_answer(
-        &self,
-        mut finish: Finish,
-        resource: &Resource,
-        name: &str,
-        refusal: Refusal,
-    ) -> Response<ResBody> {
-        tracing::warn!(resource = %name, status = refusal.status.as_u16(), why = %refusal.why, "internal resource's answer refused");
-        self.metrics.refuse(refusal.reason);
-        if let Some(audit) = finish.audit.as_mut() {
-            audit.status = refusal.status.as_u16();
-            audit.rule = refusal.rule;
-        }
-        drop(finish);
-        resource.kind.refusal(refusal.status, &refusal.why)
-    }
-
-    fn deny(
-        &self,
-        started: Instant,
-        mut audit: AuditRecord,
-        resource: Option<&Resource>,
-        refusal: Refusal,
-    ) -> Response<ResBody> {
-        self.metrics.refuse(refusal.reason);
-        self.metrics
-            .duration
-            .observe(started.elapsed().as_secs_f64());
-        audit.status = refusal.status.as_u16();
-        audit.decision = Decision::Denied;
-        audit.rule = if refusal.rule.is_empty() {
-            refusal.reason.to_string()
-        } else {
-            refusal.rule
-        };
-        self.write_audit(&audit);
-        match resource {
-            Some(r) => r.kind.refusal(refusal.status, &refusal.why),
-            None => kind::problem(refusal.status, &refusal.why),
-        }
-    }
-
-    fn write_audit(&self, record: &AuditRecord) {
-        if let Err(e) = self.audit.write(record) {
-            tracing::error!(cause = %e, "cannot write the audit record");
-        }
-    }
 }
 
 /// The caller's method: the stream's own, or the one the cloud names when HTTP/2 could not
@@ -505,46 +349,6 @@ fn header_str(h: &HeaderMap, name: &str) -> String {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string()
-}
-
-/// Held for as long as a stream is forwarded.
-struct Permits {
-    _all: tokio::sync::OwnedSemaphorePermit,
-    _own: Option<tokio::sync::OwnedSemaphorePermit>,
-}
-
-/// Phase 5: writes the audit record and metrics when the response body ends (or is dropped).
-struct Finish {
-    forwarder: Arc<Forwarder>,
-    audit: Option<AuditRecord>,
-    started: Instant,
-    bytes_in: Arc<AtomicU64>,
-    bytes_out: u64,
-    _permits: Permits,
-}
-
-impl Drop for Finish {
-    fn drop(&mut self) {
-        let f = &self.forwarder;
-        f.metrics.in_flight.dec();
-        f.metrics
-            .duration
-            .observe(self.started.elapsed().as_secs_f64());
-        if let Some(mut audit) = self.audit.take() {
-            audit.time = chrono::Utc::now();
-            audit.bytes_in = self.bytes_in.load(Ordering::Relaxed);
-            audit.bytes_out = self.bytes_out;
-            audit.duration_ms = self.started.elapsed().as_millis() as u64;
-            f.write_audit(&audit);
-        }
-    }
-}
-
-/// The response's bytes_out, written with the audit record.
-impl Tally for Finish {
-    fn add(&mut self, n: u64) {
-        self.bytes_out += n;
-    }
 }
 
 /// An error and its sources, outermost first: hyper's own message ("client error (Connect)")

@@ -89,12 +89,12 @@ impl RelayState {
 /// The consumers' routes: `GET /v1/bridges`, for each of [`FORWARDED_KINDS`]
 /// `ANY /v1/bridges/{bridge}/{kind}/{name}[/{path…}]`, and registries under `/v2/`.
 pub fn router(state: RelayState) -> Router {
-    let mut router = Router::new().route("/v1/bridges", get(forward::list));
+    let mut router = Router::new().route("/v1/bridges", get(forward::routes::list));
     for kind in FORWARDED_KINDS {
         let base = format!("/v1/bridges/{{bridge}}/{}/{{name}}", kind.segment());
         let handler = match kind {
-            ResourceKind::Git => any(forward::forward_git),
-            _ => any(forward::forward_api),
+            ResourceKind::Git => any(forward::routes::forward_git),
+            _ => any(forward::routes::forward_api),
         };
         router = router
             .route(&base, handler.clone())
@@ -103,9 +103,9 @@ pub fn router(state: RelayState) -> Router {
     }
     // Registries: the OCI distribution API lives at the root of a host.
     router = router
-        .route("/v2", get(forward::registry_base))
-        .route("/v2/", get(forward::registry_base))
-        .route("/v2/{*path}", any(forward::forward_registry));
+        .route("/v2", get(forward::routes::registry_base))
+        .route("/v2/", get(forward::routes::registry_base))
+        .route("/v2/{*path}", any(forward::routes::forward_registry));
     router.with_state(state)
 }
 
@@ -118,7 +118,10 @@ pub fn internal_router(state: RelayState) -> Router {
         ResourceKind::Git.segment()
     );
     Router::new()
-        .route(&format!("{base}/{{*path}}"), any(forward::forward_git))
+        .route(
+            &format!("{base}/{{*path}}"),
+            any(forward::routes::forward_git),
+        )
         .layer(axum::Extension(crate::auth::InternalCaller))
         .with_state(state)
 }

@@ -10,24 +10,23 @@
 //!    the answer, or while a small answer was held), under the `--forward-timeout` watchdog;
 //!    [`response_filter`] cleans the answer's head and the body streams back ([`body`]).
 //!
-//! What differs per kind on this side is only how a refusal is written ([`kinds`]); the
-//! bridge does the rest.
+//! The routes that run these phases are in [`routes`]. What differs per kind on this side is
+//! only how a refusal is written ([`kinds`]); the bridge does the rest.
 
 mod body;
 mod kinds;
+pub mod routes;
 pub mod stream;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use axum::Json;
 use axum::body::Body;
-use axum::extract::{RawPathParams, Request, State};
+use axum::extract::{RawPathParams, Request};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, request};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
 use http_body::Body as HttpBody;
-use serde_json::json;
 use tunnel::ResourceKind;
 
 use self::body::{Announced, InFlight, Tracked};
@@ -58,22 +57,9 @@ const DROPPED: &[&str] = &[
     "expect",
 ];
 
-/// `GET /v1/bridges`: the org's connected bridges and their instances.
-#[utoipa::path(get, path = "/v1/bridges", tag = "bridges",
-    responses((status = 200, body = crate::openapi::Bridges), (status = 401, body = Problem, content_type = "application/problem+json")))]
-pub async fn list(
-    State(state): State<RelayState>,
-    headers: HeaderMap,
-) -> Result<Json<serde_json::Value>, Problem> {
-    let principal = state.keys.authenticate(&state.store, &headers).await?;
-    Ok(Json(
-        json!({"bridges": state.registry.list(principal.org_id)}),
-    ))
-}
-
 /// Which resource a consumer's request names, from the route's raw (still percent-encoded)
 /// parameters, so that `%2F` stays `%2F` and the bridge's path check sees what was sent.
-struct Target {
+pub(super) struct Target {
     kind: ResourceKind,
     bridge: String,
     name: String,
@@ -100,117 +86,11 @@ impl Target {
     }
 }
 
-/// `ANY /v1/bridges/{bridge}/apis/{name}/{path}`: an internal HTTP API through the bridge.
-#[utoipa::path(method(get, post, put, delete, patch, head, options),
-    path = "/v1/bridges/{bridge}/apis/{name}/{path}", tag = "bridges",
-    params(("bridge" = String, Path), ("name" = String, Path, description = "The apis entry's name"),
-        ("path" = String, Path, description = "The path inside the API (may hold slashes)")),
-    responses((status = 200, description = "The internal API's answer, streamed"),
-        (status = 404, description = "No such bridge or resource", body = Problem, content_type = "application/problem+json"),
-        (status = 502, description = "The tunnel or the internal system failed", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The bridge has no live tunnel", body = Problem, content_type = "application/problem+json"),
-        (status = 504, description = "No answer within --forward-timeout", body = Problem, content_type = "application/problem+json")))]
-pub async fn forward_api(
-    State(state): State<RelayState>,
-    params: RawPathParams,
+pub(super) async fn run(
+    state: &RelayState,
+    target: &Target,
     req: Request,
-) -> Response {
-    forward(state, ResourceKind::Api, params, req).await
-}
-
-/// `GET|POST /v1/bridges/{bridge}/git/{source}/{path}`: Git's smart HTTP through the bridge.
-#[utoipa::path(method(get, post), path = "/v1/bridges/{bridge}/git/{name}/{path}", tag = "bridges",
-    params(("bridge" = String, Path), ("name" = String, Path, description = "The sources entry's name"),
-        ("path" = String, Path, description = "The repository path and Git's service path")),
-    responses((status = 200, description = "The Git server's answer, streamed"),
-        (status = 401, description = "No API key: a Basic challenge, so git asks for one", content_type = "text/plain"),
-        (status = 403, description = "Refused at the bridge (push to a fetch-only source)", content_type = "text/plain"),
-        (status = 404, description = "No such bridge, source or repository", content_type = "text/plain")))]
-pub async fn forward_git(
-    State(state): State<RelayState>,
-    params: RawPathParams,
-    req: Request,
-) -> Response {
-    forward(state, ResourceKind::Git, params, req).await
-}
-
-/// `GET /v2/`: the registry API's base, which clients try first. With a valid API key (Basic,
-/// any user, as `skopeo login` sends it; or Bearer) it answers 200; without, 401 and a `Basic`
-/// challenge, so the client sends its login.
-#[utoipa::path(get, path = "/v2/", tag = "registries",
-    responses((status = 200, description = "The API key is valid: `{}` with `Docker-Distribution-API-Version: registry/2.0`"),
-        (status = 401, description = "No or a wrong API key: an OCI error body and a `Basic` challenge", content_type = "application/json")))]
-pub async fn registry_base(State(state): State<RelayState>, headers: HeaderMap) -> Response {
-    match state.keys.authenticate(&state.store, &headers).await {
-        Ok(_) => (
-            [
-                (tunnel::oci::API_VERSION_HEADER, tunnel::oci::API_VERSION),
-                ("content-type", "application/json"),
-            ],
-            "{}",
-        )
-            .into_response(),
-        Err(problem) => kinds::registry_refusal(problem),
-    }
-}
-
-/// `GET|HEAD /v2/{bridge}/{registry}/{repository}/…`: a private registry through the bridge.
-/// Clients address images as `CLOUD/{bridge}/{registry}/{repository}:{tag}`, so the first two
-/// path components pick the bridge and its `registries` entry, and the rest is the registry's
-/// own `/v2/{repository}/…`.
-#[utoipa::path(method(get, head), path = "/v2/{bridge}/{registry}/{path}", tag = "registries",
-    params(("bridge" = String, Path), ("registry" = String, Path, description = "The registries entry's name"),
-        ("path" = String, Path, description = "The repository and the registry API's own path (manifests/…, blobs/…, tags/list)")),
-    responses((status = 200, description = "The registry's answer, streamed"),
-        (status = 401, description = "No API key: an OCI error body and a `Basic` challenge", content_type = "application/json"),
-        (status = 403, description = "Refused at the bridge (not a pull): OCI `DENIED`", content_type = "application/json"),
-        (status = 404, description = "No such bridge, registry or repository: OCI `NAME_UNKNOWN`", content_type = "application/json"),
-        (status = 502, description = "The tunnel or the registry failed, or the registry refused the bridge's login", content_type = "application/json")))]
-pub async fn forward_registry(
-    State(state): State<RelayState>,
-    params: RawPathParams,
-    req: Request,
-) -> Response {
-    let path = params
-        .iter()
-        .find(|(key, _)| *key == "path")
-        .map_or("", |(_, value)| value);
-    let mut parts = path.splitn(3, '/');
-    let (Some(bridge), Some(name), Some(rest)) = (parts.next(), parts.next(), parts.next()) else {
-        return kinds::registry_refusal(Problem::not_found(format!(
-            "no image name in {path:?}: pull CLOUD/BRIDGE/REGISTRY/REPOSITORY:TAG, with the bridge's name and its registries entry"
-        )));
-    };
-    let target = Target {
-        kind: ResourceKind::Registry,
-        bridge: bridge.to_string(),
-        name: name.to_string(),
-        rest: format!("/v2/{rest}"),
-    };
-    match run(&state, &target, req).await {
-        Ok(mut response) => {
-            kinds::registry_response_filter(bridge, name, &mut response);
-            response
-        }
-        Err(problem) => kinds::registry_refusal(problem),
-    }
-}
-
-/// The handler of every forwarded route.
-pub async fn forward(
-    state: RelayState,
-    kind: ResourceKind,
-    params: RawPathParams,
-    req: Request,
-) -> Response {
-    let target = Target::new(kind, &params);
-    match run(&state, &target, req).await {
-        Ok(response) => response,
-        Err(problem) => kinds::refusal(kind, problem),
-    }
-}
-
-async fn run(state: &RelayState, target: &Target, req: Request) -> Result<Response, Problem> {
+) -> Result<Response, Problem> {
     let principal = if req.extensions().get::<InternalCaller>().is_some() {
         state.keys.authenticate_internal(req.headers())?
     } else {

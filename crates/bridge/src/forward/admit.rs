@@ -1,0 +1,103 @@
+//! Phase 2, admit: whether a stream may go on, and the slots it holds while it does. Every
+//! kind passes it (databases call [`Forwarder::admit_stream`] directly).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, StatusCode};
+use hyper::body::Incoming;
+use tokio::sync::Semaphore;
+
+use super::{Forwarder, Refusal, Resource, method_of};
+use crate::rules::{method_is_forbidden, path_is_clean};
+
+/// How long a stream waits for a free slot under `max_connections` before a 503.
+const QUEUE_WAIT: Duration = Duration::from_secs(5);
+
+impl Forwarder {
+    /// Phase 2: the rule that admits the stream and its slots, or why it is refused.
+    pub(super) async fn admit(
+        &self,
+        resource: &Resource,
+        req: &Request<Incoming>,
+        path: &str,
+    ) -> Result<(String, Permits), Refusal> {
+        if !path_is_clean(path) {
+            return Err(Refusal {
+                status: StatusCode::BAD_REQUEST,
+                reason: "not_allowed",
+                rule: "path-normalisation".into(),
+                why: "the path has '..', '.', encoded slashes, dots, semicolons or percent signs, or backslashes; send a normalised path".into(),
+            });
+        }
+        if method_is_forbidden(method_of(req)) {
+            return Err(Refusal {
+                status: StatusCode::METHOD_NOT_ALLOWED,
+                reason: "not_allowed",
+                rule: "forbidden-method".into(),
+                why: "TRACE and CONNECT are never forwarded (TRACE would echo the injected credentials)".into(),
+            });
+        }
+        let rule = resource.kind.admit(req.method(), path, req.uri().query())?;
+        let permits = self.admit_stream(resource.slots.as_ref()).await?;
+        Ok((rule, permits))
+    }
+
+    /// The admission every stream passes, whatever its kind: memory under `max_memory_mb`,
+    /// then a slot under `max_connections` (and the resource's own `slots`).
+    pub(super) async fn admit_stream(
+        &self,
+        slots: Option<&Arc<Semaphore>>,
+    ) -> Result<Permits, Refusal> {
+        if self.memory.rss_mb() > self.cfg.max_memory_mb {
+            tracing::warn!(
+                limit_mb = self.cfg.max_memory_mb,
+                "memory above max_memory_mb; refusing new streams"
+            );
+            return Err(Refusal {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                reason: "memory",
+                rule: "max_memory_mb".into(),
+                why: "the bridge is above max_memory_mb; retry shortly".into(),
+            });
+        }
+        self.permits(slots).await.ok_or_else(|| Refusal {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            reason: "overloaded",
+            rule: "max_connections".into(),
+            why: "the bridge or this resource is at its max_connections; retry shortly".into(),
+        })
+    }
+
+    /// A slot under `max_connections` and, where the resource sets one, under its own limit.
+    /// A free slot is taken at once; otherwise the stream waits, up to [`QUEUE_WAIT`] in all.
+    async fn permits(&self, slots: Option<&Arc<Semaphore>>) -> Option<Permits> {
+        let deadline = tokio::time::Instant::now() + QUEUE_WAIT;
+        let take = |sem: Arc<Semaphore>| async move {
+            match sem.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => tokio::time::timeout_at(deadline, sem.acquire_owned())
+                    .await
+                    .ok()?
+                    .ok(),
+            }
+        };
+        // The resource's own limit first: streams queued for one busy resource must not sit
+        // on instance-wide slots that other resources could use.
+        let own = match slots {
+            Some(sem) => Some(take(sem.clone()).await?),
+            None => None,
+        };
+        let all = take(self.all.clone()).await?;
+        Some(Permits {
+            _all: all,
+            _own: own,
+        })
+    }
+}
+
+/// Held for as long as a stream is forwarded.
+pub(super) struct Permits {
+    _all: tokio::sync::OwnedSemaphorePermit,
+    _own: Option<tokio::sync::OwnedSemaphorePermit>,
+}

@@ -1,0 +1,134 @@
+//! Phase 5, settle: the stream's audit record and metrics, written once however it ends:
+//! refused before it reached the internal system ([`Forwarder::deny`]), refused on the
+//! internal system's answer ([`Forwarder::refused_answer`]), or when the answer's body ends or
+//! is dropped ([`Finish`]).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+
+use super::admit::Permits;
+use super::{Forwarder, Refusal, ResBody, Resource, Tally, header_str, kind, method_of};
+use crate::audit::{AuditRecord, Decision};
+use crate::config::ResourceKind;
+
+impl Forwarder {
+    /// The audit record of a stream, before anything is decided.
+    pub(super) fn audit_record(&self, req: &Request<Incoming>) -> AuditRecord {
+        let method = method_of(req).to_string();
+        AuditRecord {
+            time: chrono::Utc::now(),
+            request_id: header_str(req.headers(), tunnel::HEADER_REQUEST_ID),
+            org: header_str(req.headers(), tunnel::HEADER_ORG),
+            bridge: self.cfg.name.clone(),
+            instance: self.instance.clone(),
+            kind: ResourceKind::Api,
+            resource: String::new(),
+            method,
+            // Written without query values: the record's serializer strips them.
+            path: req.uri().to_string(),
+            status: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+            duration_ms: 0,
+            principal: header_str(req.headers(), tunnel::HEADER_PRINCIPAL),
+            decision: Decision::Denied,
+            rule: String::new(),
+            event: None,
+            ended: None,
+            statement: None,
+        }
+    }
+
+    /// The internal system answered, but not with what may go back (it refused the bridge's
+    /// credentials, or redirected where the bridge does not follow): the kind's refusal
+    /// instead, counted, logged and audited with the rule that decided.
+    pub(super) fn refused_answer(
+        &self,
+        mut finish: Finish,
+        resource: &Resource,
+        name: &str,
+        refusal: Refusal,
+    ) -> Response<ResBody> {
+        tracing::warn!(resource = %name, status = refusal.status.as_u16(), why = %refusal.why, "internal resource's answer refused");
+        self.metrics.refuse(refusal.reason);
+        if let Some(audit) = finish.audit.as_mut() {
+            audit.status = refusal.status.as_u16();
+            audit.rule = refusal.rule;
+        }
+        drop(finish);
+        resource.kind.refusal(refusal.status, &refusal.why)
+    }
+
+    /// Settles a refused stream: metrics, the audit record, and the refusal in the kind's
+    /// format (problem+json where no resource was found).
+    pub(super) fn deny(
+        &self,
+        started: Instant,
+        mut audit: AuditRecord,
+        resource: Option<&Resource>,
+        refusal: Refusal,
+    ) -> Response<ResBody> {
+        self.metrics.refuse(refusal.reason);
+        self.metrics
+            .duration
+            .observe(started.elapsed().as_secs_f64());
+        audit.status = refusal.status.as_u16();
+        audit.decision = Decision::Denied;
+        audit.rule = if refusal.rule.is_empty() {
+            refusal.reason.to_string()
+        } else {
+            refusal.rule
+        };
+        self.write_audit(&audit);
+        match resource {
+            Some(r) => r.kind.refusal(refusal.status, &refusal.why),
+            None => kind::problem(refusal.status, &refusal.why),
+        }
+    }
+
+    /// Appends a record to the audit log; a failure is logged, never passed to the caller.
+    pub(super) fn write_audit(&self, record: &AuditRecord) {
+        if let Err(e) = self.audit.write(record) {
+            tracing::error!(cause = %e, "cannot write the audit record");
+        }
+    }
+}
+
+/// Phase 5: writes the audit record and metrics when the response body ends (or is dropped).
+pub(super) struct Finish {
+    pub(super) forwarder: Arc<Forwarder>,
+    /// Taken when written: `None` once the record is out.
+    pub(super) audit: Option<AuditRecord>,
+    pub(super) started: Instant,
+    pub(super) bytes_in: Arc<AtomicU64>,
+    pub(super) bytes_out: u64,
+    pub(super) _permits: Permits,
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        let f = &self.forwarder;
+        f.metrics.in_flight.dec();
+        f.metrics
+            .duration
+            .observe(self.started.elapsed().as_secs_f64());
+        if let Some(mut audit) = self.audit.take() {
+            audit.time = chrono::Utc::now();
+            audit.bytes_in = self.bytes_in.load(Ordering::Relaxed);
+            audit.bytes_out = self.bytes_out;
+            audit.duration_ms = self.started.elapsed().as_millis() as u64;
+            f.write_audit(&audit);
+        }
+    }
+}
+
+/// The response's bytes_out, written with the audit record.
+impl Tally for Finish {
+    fn add(&mut self, n: u64) {
+        self.bytes_out += n;
+    }
+}

@@ -1,0 +1,60 @@
+//! The store's error type.
+
+/// What went wrong talking to the database.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// The `--database-url` is of no supported kind.
+    #[error(
+        "unsupported --database-url {0:?}: expected postgres://user@host:port/db or sqlite:PATH"
+    )]
+    BadUrl(String),
+    /// Could not open or migrate the database.
+    #[error(
+        "cannot open the database ({target}): {source}. Check that it is reachable and writable"
+    )]
+    Open {
+        /// The database, with any password removed.
+        target: String,
+        /// The driver's error.
+        source: sqlx::Error,
+    },
+    /// Schema migration failed.
+    #[error("cannot migrate the database schema: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A query failed (connection lost, disk full, …).
+    #[error("database query failed: {0}")]
+    Query(#[from] sqlx::Error),
+    /// A group commit failed (every request in the group gets this).
+    #[error("group commit failed: {0}")]
+    Commit(String),
+    /// The group-commit writer has stopped (the server is shutting down).
+    #[error("the storage writer has stopped; the server is shutting down")]
+    WriterGone,
+    /// The PostgreSQL search_path names no schema that exists.
+    #[error("{0}")]
+    NoSchema(String),
+    /// An admin command found no database where it looked (only `serve` creates one).
+    #[error("{0}")]
+    NotCreated(String),
+    /// Another `cloud serve` holds the SQLite database.
+    #[error(
+        "another `cloud serve` is using the database {0}; stop it, or give this one its own --data-dir"
+    )]
+    InUse(String),
+    /// The lock file beside the SQLite database could not be opened or locked.
+    #[error("cannot lock {file}: {cause}. Check that the data directory is writable")]
+    Lock {
+        /// The lock file.
+        file: String,
+        /// What the system said.
+        cause: String,
+    },
+    /// A name that must be unique exists already.
+    #[error("{what} {name:?} exists already")]
+    Exists {
+        /// What kind of thing (org, …).
+        what: &'static str,
+        /// Its name.
+        name: String,
+    },
+}
