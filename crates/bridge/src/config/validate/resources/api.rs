@@ -5,7 +5,7 @@ use crate::config::error::Origin;
 use crate::config::file::FileConfig;
 use crate::config::resources::{Api, ApiAuth, ResourceKind};
 
-use super::{max_connections, present_and_valid};
+use super::{auth_type, max_connections, present_and_valid, unused_auth_fields};
 use crate::config::validate::fields::{Ctx, Names};
 
 /// The `apis` entries that are valid; every fault is reported to `cx`.
@@ -64,44 +64,27 @@ fn api_auth(
     key: &str,
 ) -> Option<ApiAuth> {
     let auth_key = format!("{key}.auth");
-    let type_key = format!("{auth_key}.type");
-    let kind = cx.optional(auth.kind.as_ref(), &type_key).map_or_else(
-        || "basic".to_string(),
-        |g| g.value.trim().to_ascii_lowercase(),
-    );
-    let fields = [
-        ("username", &auth.username),
-        ("password", &auth.password),
-        ("token", &auth.token),
-        ("name", &auth.name),
-        ("value", &auth.value),
-    ];
+    let kind = auth_type(
+        cx,
+        auth.kind.as_ref(),
+        at,
+        &auth_key,
+        "basic",
+        &["basic", "bearer", "header"],
+    )?;
     let used: &[&str] = match kind.as_str() {
         "basic" => &["username", "password"],
         "bearer" => &["token"],
-        "header" => &["name", "value"],
-        other => {
-            let origin = auth
-                .kind
-                .as_ref()
-                .map_or_else(|| at.clone(), |k| Origin::at(&k.referenced));
-            let msg = format!("expected basic, bearer or header, got {other:?}");
-            cx.fail(&type_key, &origin, msg);
-            return None;
-        }
+        _ => &["name", "value"],
     };
-    for (field, value) in fields {
-        if let Some(v) = value
-            && !used.contains(&field)
-        {
-            let msg = format!("not used with auth type {kind:?}; remove it");
-            cx.fail(
-                &format!("{auth_key}.{field}"),
-                &Origin::at(&v.referenced),
-                msg,
-            );
-        }
-    }
+    let fields = [
+        ("username", auth.username.as_ref()),
+        ("password", auth.password.as_ref()),
+        ("token", auth.token.as_ref()),
+        ("name", auth.name.as_ref()),
+        ("value", auth.value.as_ref()),
+    ];
+    unused_auth_fields(cx, &auth_key, &kind, &fields, used);
     match kind.as_str() {
         "basic" => cx
             .credentials(

@@ -5,7 +5,7 @@ use crate::config::error::Origin;
 use crate::config::file::FileConfig;
 use crate::config::resources::{GitAuth, GitSource, ResourceKind};
 
-use super::{max_connections, present_and_valid};
+use super::{auth_type, max_connections, present_and_valid, unused_auth_fields};
 use crate::config::validate::fields::{Ctx, Names};
 
 /// The `sources` entries that are valid; every fault is reported to `cx`.
@@ -56,29 +56,32 @@ fn git_auth(
     at: &Origin,
     key: &str,
 ) -> Option<GitAuth> {
-    let type_key = format!("{key}.auth.type");
-    let kind = cx.optional(auth.kind.as_ref(), &type_key).map_or_else(
-        || "token".to_string(),
-        |g| g.value.trim().to_ascii_lowercase(),
-    );
-    let token_key = format!("{key}.auth.token");
-    let misplaced =
-        |cx: &mut Ctx<'_>, value: Option<&serde_saphyr::Spanned<String>>, field: &str| {
-            if let Some(v) = value {
-                let msg = format!("not used with auth type {kind:?}; remove it");
-                cx.fail(
-                    &format!("{key}.auth.{field}"),
-                    &Origin::at(&v.referenced),
-                    msg,
-                );
-            }
-        };
+    let auth_key = format!("{key}.auth");
+    let kind = auth_type(
+        cx,
+        auth.kind.as_ref(),
+        at,
+        &auth_key,
+        "token",
+        &["token", "bearer", "basic"],
+    )?;
+    let used: &[&str] = match kind.as_str() {
+        "token" => &["token", "username"],
+        "bearer" => &["token"],
+        _ => &["username", "password"],
+    };
+    let fields = [
+        ("token", auth.token.as_ref()),
+        ("username", auth.username.as_ref()),
+        ("password", auth.password.as_ref()),
+    ];
+    unused_auth_fields(cx, &auth_key, &kind, &fields, used);
+    let token_key = format!("{auth_key}.token");
     match kind.as_str() {
         "token" => {
-            misplaced(cx, auth.password.as_ref(), "password");
             let token = cx.required(auth.token.as_ref(), &token_key, at);
             let username = cx
-                .optional(auth.username.as_ref(), &format!("{key}.auth.username"))
+                .optional(auth.username.as_ref(), &format!("{auth_key}.username"))
                 .map(|given| given.value);
             Some(GitAuth::Token {
                 username,
@@ -86,14 +89,10 @@ fn git_auth(
             })
         }
         "bearer" => {
-            misplaced(cx, auth.username.as_ref(), "username");
-            misplaced(cx, auth.password.as_ref(), "password");
             let token = cx.required(auth.token.as_ref(), &token_key, at);
             Some(GitAuth::Bearer(Secret::new(token?.value)))
         }
-        "basic" => {
-            misplaced(cx, auth.token.as_ref(), "token");
-            let auth_key = format!("{key}.auth");
+        _ => {
             let login = cx.credentials(
                 auth.username.as_ref(),
                 auth.password.as_ref(),
@@ -102,15 +101,6 @@ fn git_auth(
                 false,
             );
             Some(GitAuth::Basic(login?))
-        }
-        other => {
-            let origin = auth
-                .kind
-                .as_ref()
-                .map_or_else(|| at.clone(), |k| Origin::at(&k.referenced));
-            let msg = format!("expected token, bearer or basic, got {other:?}");
-            cx.fail(&type_key, &origin, msg);
-            None
         }
     }
 }

@@ -7,6 +7,7 @@ mod git;
 mod registry;
 
 use crate::config::MAX_MAX_CONNECTIONS;
+use crate::config::error::Origin;
 use crate::config::file::FileConfig;
 use crate::config::resources::{Api, Database, GitSource, Registry};
 
@@ -42,4 +43,58 @@ fn max_connections(
     let range = 1..=i64::from(MAX_MAX_CONNECTIONS);
     cx.int(value.map(located), &key, range, &expected)
         .map(|n| n as u32)
+}
+
+/// An `auth` block's `type`, trimmed and lowercased (`default` when absent), if it is one of
+/// `known`; any other is reported on `{auth_key}.type`, naming the expected ones.
+fn auth_type(
+    cx: &mut Ctx<'_>,
+    kind: Option<&serde_saphyr::Spanned<String>>,
+    at: &Origin,
+    auth_key: &str,
+    default: &str,
+    known: &[&str],
+) -> Option<String> {
+    let type_key = format!("{auth_key}.type");
+    let given = cx.optional(kind, &type_key).map_or_else(
+        || default.to_string(),
+        |g| g.value.trim().to_ascii_lowercase(),
+    );
+    if known.contains(&given.as_str()) {
+        return Some(given);
+    }
+    let origin = kind.map_or_else(|| at.clone(), |k| Origin::at(&k.referenced));
+    let expected = match known.split_last() {
+        Some((last, [])) => (*last).to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    };
+    cx.fail(
+        &type_key,
+        &origin,
+        format!("expected {expected}, got {given:?}"),
+    );
+    None
+}
+
+/// Reports each field of an `auth` block of type `kind` that the type does not use.
+fn unused_auth_fields(
+    cx: &mut Ctx<'_>,
+    auth_key: &str,
+    kind: &str,
+    fields: &[(&str, Option<&serde_saphyr::Spanned<String>>)],
+    used: &[&str],
+) {
+    for (field, value) in fields {
+        if let Some(v) = value
+            && !used.contains(field)
+        {
+            let msg = format!("not used with auth type {kind:?}; remove it");
+            cx.fail(
+                &format!("{auth_key}.{field}"),
+                &Origin::at(&v.referenced),
+                msg,
+            );
+        }
+    }
 }
