@@ -5,7 +5,7 @@ use crate::config::error::Origin;
 use crate::config::file::FileConfig;
 use crate::config::resources::{Api, ApiAuth, ResourceKind};
 
-use super::{auth_type, max_connections, present_and_valid, unused_auth_fields};
+use super::{AuthTypes, auth_type, max_connections, present_and_valid};
 use crate::config::validate::fields::{Ctx, Names};
 
 /// The `apis` entries that are valid; every fault is reported to `cx`.
@@ -64,19 +64,11 @@ fn api_auth(
     key: &str,
 ) -> Option<ApiAuth> {
     let auth_key = format!("{key}.auth");
-    let kind = auth_type(
-        cx,
-        auth.kind.as_ref(),
-        at,
-        &auth_key,
-        "basic",
-        &["basic", "bearer", "header"],
-    )?;
-    let used: &[&str] = match kind.as_str() {
-        "basic" => &["username", "password"],
-        "bearer" => &["token"],
-        _ => &["name", "value"],
-    };
+    let types: AuthTypes<'_> = &[
+        ("basic", &["username", "password"]),
+        ("bearer", &["token"]),
+        ("header", &["name", "value"]),
+    ];
     let fields = [
         ("username", auth.username.as_ref()),
         ("password", auth.password.as_ref()),
@@ -84,7 +76,14 @@ fn api_auth(
         ("name", auth.name.as_ref()),
         ("value", auth.value.as_ref()),
     ];
-    unused_auth_fields(cx, &auth_key, &kind, &fields, used);
+    let kind = auth_type(
+        cx,
+        &auth_key,
+        at,
+        (auth.kind.as_ref(), "basic"),
+        types,
+        &fields,
+    )?;
     match kind.as_str() {
         "basic" => cx
             .credentials(

@@ -5,7 +5,7 @@ use crate::config::error::Origin;
 use crate::config::file::FileConfig;
 use crate::config::resources::{GitAuth, GitSource, ResourceKind};
 
-use super::{auth_type, max_connections, present_and_valid, unused_auth_fields};
+use super::{AuthTypes, auth_type, max_connections, present_and_valid};
 use crate::config::validate::fields::{Ctx, Names};
 
 /// The `sources` entries that are valid; every fault is reported to `cx`.
@@ -57,25 +57,24 @@ fn git_auth(
     key: &str,
 ) -> Option<GitAuth> {
     let auth_key = format!("{key}.auth");
-    let kind = auth_type(
-        cx,
-        auth.kind.as_ref(),
-        at,
-        &auth_key,
-        "token",
-        &["token", "bearer", "basic"],
-    )?;
-    let used: &[&str] = match kind.as_str() {
-        "token" => &["token", "username"],
-        "bearer" => &["token"],
-        _ => &["username", "password"],
-    };
+    let types: AuthTypes<'_> = &[
+        ("token", &["token", "username"]),
+        ("bearer", &["token"]),
+        ("basic", &["username", "password"]),
+    ];
     let fields = [
         ("token", auth.token.as_ref()),
         ("username", auth.username.as_ref()),
         ("password", auth.password.as_ref()),
     ];
-    unused_auth_fields(cx, &auth_key, &kind, &fields, used);
+    let kind = auth_type(
+        cx,
+        &auth_key,
+        at,
+        (auth.kind.as_ref(), "token"),
+        types,
+        &fields,
+    )?;
     let token_key = format!("{auth_key}.token");
     match kind.as_str() {
         "token" => {

@@ -45,51 +45,45 @@ fn max_connections(
         .map(|n| n as u32)
 }
 
+/// What an `auth` block may hold: each `type` with the fields it uses.
+type AuthTypes<'a> = &'a [(&'a str, &'a [&'a str])];
+
 /// An `auth` block's `type`, trimmed and lowercased (`default` when absent), if it is one of
-/// `known`; any other is reported on `{auth_key}.type`, naming the expected ones.
+/// `types`; any other is reported on `{auth_key}.type`, naming the expected ones. Each of
+/// `fields` that is given but not used by the type is reported too.
 fn auth_type(
     cx: &mut Ctx<'_>,
-    kind: Option<&serde_saphyr::Spanned<String>>,
-    at: &Origin,
     auth_key: &str,
-    default: &str,
-    known: &[&str],
+    at: &Origin,
+    (kind, default): (Option<&serde_saphyr::Spanned<String>>, &str),
+    types: AuthTypes<'_>,
+    fields: &[(&str, Option<&serde_saphyr::Spanned<String>>)],
 ) -> Option<String> {
     let type_key = format!("{auth_key}.type");
     let given = cx.optional(kind, &type_key).map_or_else(
         || default.to_string(),
         |g| g.value.trim().to_ascii_lowercase(),
     );
-    if known.contains(&given.as_str()) {
-        return Some(given);
-    }
-    let origin = kind.map_or_else(|| at.clone(), |k| Origin::at(&k.referenced));
-    let expected = match known.split_last() {
-        Some((last, [])) => (*last).to_string(),
-        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-        None => String::new(),
+    let Some((_, used)) = types.iter().find(|(name, _)| *name == given) else {
+        let origin = kind.map_or_else(|| at.clone(), |k| Origin::at(&k.referenced));
+        let names: Vec<&str> = types.iter().map(|(name, _)| *name).collect();
+        let expected = match names.split_last() {
+            Some((last, [])) => (*last).to_string(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        };
+        cx.fail(
+            &type_key,
+            &origin,
+            format!("expected {expected}, got {given:?}"),
+        );
+        return None;
     };
-    cx.fail(
-        &type_key,
-        &origin,
-        format!("expected {expected}, got {given:?}"),
-    );
-    None
-}
-
-/// Reports each field of an `auth` block of type `kind` that the type does not use.
-fn unused_auth_fields(
-    cx: &mut Ctx<'_>,
-    auth_key: &str,
-    kind: &str,
-    fields: &[(&str, Option<&serde_saphyr::Spanned<String>>)],
-    used: &[&str],
-) {
     for (field, value) in fields {
         if let Some(v) = value
             && !used.contains(field)
         {
-            let msg = format!("not used with auth type {kind:?}; remove it");
+            let msg = format!("not used with auth type {given:?}; remove it");
             cx.fail(
                 &format!("{auth_key}.{field}"),
                 &Origin::at(&v.referenced),
@@ -97,4 +91,5 @@ fn unused_auth_fields(
             );
         }
     }
+    Some(given)
 }
