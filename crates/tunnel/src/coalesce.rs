@@ -5,12 +5,11 @@
 //! bytes or more is queued (it keeps such a payload aside rather than copying it, then must
 //! flush it before buffering the next frame), and the TLS layer under it sends every write at
 //! once. A bridge answering 32 small requests at a time therefore made one TLS record and one
-//! `writev` per answer. [`Coalesced`] takes those writes into one buffer and puts off a flush
-//! that finds little held once: the writing task is woken again at once (it runs after the
-//! tasks already due), and its next flush sends what the streams queued meanwhile. Putting
-//! flushes off for longer (until the runtime's next round of I/O events) made fewer writes but
-//! fewer requests/s: the answers waited (docs/benchmarks.md, session 14). Large writes (bulk
-//! transfers) pass straight through.
+//! `writev` per answer. [`Coalesced`] takes those writes into one buffer and sends it when the
+//! connection task flushes, after it has written every frame its streams had queued. Putting a
+//! flush off once more (the task woken again, to gather what other streams queue meanwhile)
+//! made fewer writes but fewer requests/s: the answers waited (docs/benchmarks.md, sessions 14
+//! and 15). Large writes (bulk transfers) pass straight through.
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -23,14 +22,11 @@ const HOLD: usize = 64 * 1024;
 /// A write at least this large goes straight to the connection when nothing is held: copying
 /// it would cost more than the system call it saves.
 const PASS: usize = 16 * 1024;
-/// A connection whose small writes are gathered until a flush, and whose first flush with
-/// little held waits one turn of the writing task (see the module's doc).
+/// A connection whose small writes are gathered until a flush (see the module's doc).
 #[derive(Debug)]
 pub struct Coalesced<T> {
     inner: T,
     held: Vec<u8>,
-    /// A flush was put off; the next one writes.
-    deferred: bool,
 }
 
 impl<T> Coalesced<T> {
@@ -39,7 +35,6 @@ impl<T> Coalesced<T> {
         Coalesced {
             inner,
             held: Vec::with_capacity(HOLD),
-            deferred: false,
         }
     }
 }
@@ -125,17 +120,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesced<T> {
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        if !this.held.is_empty() {
-            if !this.deferred && this.held.len() < PASS {
-                // The writer is woken at once and flushes again after the tasks already due
-                // have run; what they queue by then goes out in the same write.
-                this.deferred = true;
-                cx.waker().wake_by_ref();
-                return Poll::Ready(Ok(()));
-            }
-            ready!(this.poll_drain(cx))?;
-        }
-        this.deferred = false;
+        ready!(this.poll_drain(cx))?;
         Pin::new(&mut this.inner).poll_flush(cx)
     }
 
@@ -159,25 +144,23 @@ mod tests {
         polled.is_ready().then(|| buf.filled().len())
     }
 
-    /// Small writes reach the peer only on a flush, as one piece: the first flush with little
-    /// held is put off once, the second writes.
+    /// Small writes reach the peer only on a flush, as one piece.
     #[tokio::test]
-    async fn small_writes_are_held_until_the_second_flush() {
+    async fn small_writes_are_held_until_the_flush() {
         let (a, mut b) = tokio::io::duplex(1 << 20);
         let mut w = Coalesced::new(a);
         let mut got = [0u8; 16];
         w.write_all(b"one ").await.unwrap();
         w.write_all(b"two").await.unwrap();
-        w.flush().await.unwrap();
         assert_eq!(
             readable_now(&mut b, &mut got).await,
             None,
-            "sent before the put-off flush"
+            "sent before the flush"
         );
         w.flush().await.unwrap();
         let n = readable_now(&mut b, &mut got)
             .await
-            .expect("sent at the second flush");
+            .expect("sent at the flush");
         assert_eq!(&got[..n], b"one two");
     }
 
