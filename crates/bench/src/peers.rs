@@ -201,7 +201,8 @@ pub fn print(rows: &[Row]) {
 }
 
 /// Prints one line per connection count: each target's requests/s and share of direct, and
-/// the ratio of the second target to the fifth (this build's tunnel to another's), if any.
+/// the ratio of the second target (this build's tunnel) to the one labelled `old tunnel`
+/// (another build's), if any.
 pub fn print_summary(runs: &[(usize, Vec<Row>)]) {
     let Some((_, first)) = runs.first() else {
         return;
@@ -210,7 +211,8 @@ pub fn print_summary(runs: &[(usize, Vec<Row>)]) {
     for r in first {
         head += &format!(" {:>17}", r.short);
     }
-    if first.len() > 4 {
+    let old = first.iter().position(|r| r.short == "old tunnel");
+    if old.is_some() {
         head += &format!(" {:>8}", "new/old");
     }
     println!("{head}");
@@ -220,7 +222,7 @@ pub fn print_summary(runs: &[(usize, Vec<Row>)]) {
         for r in rows {
             line += &format!(" {:>10.0} ({:>3.0}%)", r.rps, 100.0 * r.rps / direct);
         }
-        if let Some(old) = rows.get(4) {
+        if let Some(old) = old.and_then(|i| rows.get(i)) {
             line += &format!(" {:>8.3}", rows[1].rps / old.rps);
         }
         println!("{line}");

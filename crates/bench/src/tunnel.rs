@@ -46,6 +46,10 @@ pub struct Args {
     /// bulk download or stream count.
     #[arg(long)]
     pub peers_only: bool,
+    /// Also measure this build with N instances (processes) of the bridge on this machine, as
+    /// one more row beside the peers: the cloud spreads the callers over them. 1: no such row.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=4))]
+    pub bridge_instances: u8,
 }
 
 /// The bridge's `apis` entry for the peers' nginx backend (Basic credentials injected).
@@ -57,27 +61,31 @@ fn json_api(backend: SocketAddr) -> String {
     )
 }
 
-/// A `cloud` and its `bridge`, from this build or another. The bridge is stopped first (fields
-/// drop in order), so that it does not log a lost tunnel.
+/// A `cloud` and its bridge's instances, from this build or another. The instances are stopped
+/// first (fields drop in order), so that they do not log a lost tunnel.
 struct Pipeline {
-    bridge: crate::procs::Bridge,
+    bridges: Vec<crate::procs::Bridge>,
     cloud: Server,
     api_key: String,
 }
 
-/// Starts a cloud from `bin_dir` (None: next to this binary) and a bridge with `apis`.
+/// Starts a cloud from `bin_dir` (None: next to this binary) and `instances` instances of a
+/// bridge with `apis`.
 fn pipeline(
     bin_dir: Option<&std::path::Path>,
     threads: Option<usize>,
     apis: &str,
     streams: usize,
+    instances: u8,
 ) -> Result<Pipeline> {
     let (cloud, _, api_key) = match bin_dir {
         Some(dir) => start_from(dir, &[], threads)?,
         None => start(&[], threads)?,
     };
     let token = bridge_token(&cloud)?;
-    let bridge = start_bridge(&cloud, &token, &format!("apis:\n{apis}"), streams)?;
+    let bridges = (0..instances)
+        .map(|_| start_bridge(&cloud, &token, &format!("apis:\n{apis}"), streams))
+        .collect::<Result<Vec<_>>>()?;
     // The backend must answer through this tunnel before anything is measured.
     let (status, bytes) = nginx::probe(
         cloud.addr,
@@ -93,7 +101,7 @@ fn pipeline(
     Ok(Pipeline {
         cloud,
         api_key,
-        bridge,
+        bridges,
     })
 }
 
@@ -145,16 +153,23 @@ pub async fn run(args: Args) -> Result<()> {
         json_api(nginx.backend.addr)
     );
     let threads = args.load.cloud_threads;
-    let this = pipeline(None, threads, &apis, args.streams)?;
+    let this = pipeline(None, threads, &apis, args.streams, 1)?;
     let other = match &args.compare_bin_dir {
         Some(dir) => {
             let apis = json_api(nginx.backend.addr);
-            Some(pipeline(Some(dir), threads, &apis, args.streams)?)
+            Some(pipeline(Some(dir), threads, &apis, args.streams, 1)?)
         }
         None => None,
     };
+    let spread = match args.bridge_instances {
+        1 => None,
+        n => {
+            let apis = json_api(nginx.backend.addr);
+            Some(pipeline(None, threads, &apis, args.streams, n)?)
+        }
+    };
     let (cloud, api_key) = (&this.cloud, this.api_key.clone());
-    let bridge_pid = this.bridge.pid();
+    let bridge_pid = this.bridges[0].pid();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_rss = rss_mb(bridge_pid, "VmRSS:");
 
@@ -171,11 +186,11 @@ pub async fn run(args: Args) -> Result<()> {
     };
     let backend = ("backend", nginx.backend.worker_pid());
     let tunnel_procs = |p: &Pipeline| {
-        vec![
-            ("cloud", p.cloud.child.id()),
-            ("bridge", p.bridge.pid()),
-            backend,
-        ]
+        let names = ["bridge", "bridge 2", "bridge 3", "bridge 4"];
+        let mut procs = vec![("cloud", p.cloud.child.id())];
+        procs.extend(names.into_iter().zip(p.bridges.iter().map(|b| b.pid())));
+        procs.push(backend);
+        procs
     };
     let mut targets = vec![
         Target {
@@ -223,6 +238,16 @@ pub async fn run(args: Args) -> Result<()> {
             path: "/v1/bridges/dc1/apis/json/".into(),
             auth: Some(format!("Bearer {}", o.api_key)),
             procs: tunnel_procs(o),
+        });
+    }
+    if let Some(p) = &spread {
+        targets.push(Target {
+            label: format!("tunnel, {} bridge instances", p.bridges.len()),
+            short: "instances",
+            addr: p.cloud.addr,
+            path: "/v1/bridges/dc1/apis/json/".into(),
+            auth: Some(format!("Bearer {}", p.api_key)),
+            procs: tunnel_procs(p),
         });
     }
     let mut peer_rows = Vec::new();
@@ -296,11 +321,18 @@ pub async fn run(args: Args) -> Result<()> {
             o.cloud.bin_dir.display()
         );
     }
+    if let Some(p) = &spread {
+        println!(
+            "(instances: this build with {} bridge instances on this machine)",
+            p.bridges.len()
+        );
+    }
     if args.peers_only {
         return Ok(());
     }
-    // The other build's processes would only add noise from here on.
+    // The other pipelines' processes would only add noise from here on.
     drop(other);
+    drop(spread);
     // One request at a time: what the two hops add when nothing queues.
     let d1 = drive(internal_addr, direct.clone(), 1, s.min(3), None).await;
     report("direct, one connection", &d1, 1);

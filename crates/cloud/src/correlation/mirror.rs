@@ -9,20 +9,19 @@ use std::net::SocketAddr;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use tokio::process::Command;
 
 use crate::auth::KeyCache;
 use crate::storage::RepositorySource;
+
+pub use super::git_cli::GitError;
+use super::git_cli::git;
 
 /// Most commits listed for one deployment; more are reported as truncated.
 pub const MAX_COMMITS: usize = 250;
 /// Most file names listed per commit.
 const MAX_FILES: usize = 200;
-/// The longest one `git` command may take (a first fetch of a large repository).
-const GIT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Where the cloud's Git client keeps mirrors and reaches its relay.
 #[derive(Debug, Clone)]
@@ -31,42 +30,6 @@ pub struct GitClient {
     pub root: PathBuf,
     /// The loopback listener that serves the relay to this process.
     pub relay: SocketAddr,
-}
-
-/// Why commits could not be listed.
-#[derive(Debug, thiserror::Error)]
-pub enum GitError {
-    /// `git` is not installed or cannot be started.
-    #[error("cannot run git ({0}); install git on the cloud's host")]
-    Spawn(std::io::Error),
-    /// The mirror's directory cannot be made.
-    #[error("cannot create the mirror {path}: {cause}")]
-    Dir {
-        /// The directory.
-        path: PathBuf,
-        /// Why.
-        cause: std::io::Error,
-    },
-    /// The relay answered the fetch with an HTTP error status.
-    #[error("the relay answered {status}")]
-    Http {
-        /// The status git reported.
-        status: u16,
-    },
-    /// Git failed otherwise; its last error line.
-    #[error("git {step} failed: {message}")]
-    Failed {
-        /// clone, fetch or log.
-        step: &'static str,
-        /// git's last line on stderr.
-        message: String,
-    },
-    /// A commit is not in the repository, even after fetching it.
-    #[error("commit {0} is not in the repository")]
-    MissingCommit(String),
-    /// A git command ran longer than its limit.
-    #[error("git {0} took longer than {GIT_TIMEOUT:?}")]
-    TimedOut(&'static str),
 }
 
 /// One commit as listed.
@@ -295,110 +258,6 @@ impl Mirrors {
     }
 }
 
-/// Runs `git args` in `dir`, hermetically: an empty environment but `PATH` (no system or
-/// user configuration, no proxy, no prompts, no lazy blob fetches, no redirects followed), in
-/// a process group of its own that is killed whole if the command is dropped or times out;
-/// `key` goes as a Bearer header through the environment, never the command line. Its stdout.
-async fn git(
-    dir: &Path,
-    args: &[&str],
-    key: Option<&str>,
-    step: &'static str,
-) -> Result<String, GitError> {
-    let mut command = Command::new("git");
-    command
-        .args(args)
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_NO_LAZY_FETCH", "1")
-        .env("NO_PROXY", "*")
-        .env("no_proxy", "*")
-        .env("LC_ALL", "C")
-        .env("GIT_CONFIG_COUNT", if key.is_some() { "3" } else { "2" })
-        .env("GIT_CONFIG_KEY_0", "http.followRedirects")
-        .env("GIT_CONFIG_VALUE_0", "false")
-        .env("GIT_CONFIG_KEY_1", "core.quotePath")
-        .env("GIT_CONFIG_VALUE_1", "false")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    if let Some(key) = key {
-        command
-            .env("GIT_CONFIG_KEY_2", "http.extraHeader")
-            .env("GIT_CONFIG_VALUE_2", format!("Authorization: Bearer {key}"));
-    }
-    let child = command.spawn().map_err(GitError::Spawn)?;
-    let mut group = Group(child.id());
-    let out = tokio::time::timeout(GIT_TIMEOUT, child.wait_with_output())
-        .await
-        .map_err(|_| GitError::TimedOut(step))?
-        .map_err(GitError::Spawn)?;
-    // Exited by itself: its helpers are done, and the group id may be reused.
-    group.0 = None;
-    if out.status.success() {
-        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
-    }
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    Err(failure(step, &stderr))
-}
-
-/// A git command's process group, killed whole when dropped unfinished (its `git-remote-http`
-/// and `index-pack` helpers would otherwise go on writing into the mirror).
-struct Group(Option<u32>);
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        let pid = self
-            .0
-            .and_then(|id| i32::try_from(id).ok())
-            .and_then(rustix::process::Pid::from_raw);
-        if let Some(pid) = pid {
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        }
-    }
-}
-
-/// What git's stderr says went wrong: an HTTP status when the relay refused (git words a 404
-/// and a 401 its own way), else its last line, without the relay's loopback address.
-fn failure(step: &'static str, stderr: &str) -> GitError {
-    let status = stderr
-        .split("returned error: ")
-        .nth(1)
-        .and_then(|rest| rest.get(..3))
-        .and_then(|code| code.parse().ok())
-        .or_else(|| {
-            if stderr.contains("' not found") {
-                Some(404)
-            } else if stderr.contains("Authentication failed") {
-                Some(401)
-            } else {
-                None
-            }
-        });
-    if let Some(status) = status {
-        return GitError::Http { status };
-    }
-    let last = stderr
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("no message");
-    let message = match (last.find("'http://"), last.rfind('\'')) {
-        (Some(start), Some(end)) if end > start => {
-            format!("{}the repository{}", &last[..start], &last[end + 1..])
-        }
-        _ => last.to_string(),
-    };
-    GitError::Failed { step, message }
-}
-
 /// `git log --name-only --format=%x1e%H%x1f%an%x1f%cI%x1f%s` output as commits.
 fn parse_log(out: &str) -> Vec<Commit> {
     out.split('\x1e')
@@ -453,27 +312,5 @@ mod tests {
         assert!(!is_commit_id("--upload-pack=x"));
         assert!(!is_commit_id("abc"));
         assert!(!is_commit_id("main"));
-    }
-
-    #[test]
-    fn git_failures_name_the_status_and_hide_the_loopback_address() {
-        let not_found = "remote: x\nfatal: repository 'http://127.0.0.1:41234/v1/bridges/dc1/git/code/a.git/' not found\n";
-        assert!(matches!(
-            failure("clone", not_found),
-            GitError::Http { status: 404 }
-        ));
-        let refused = "fatal: unable to access 'http://127.0.0.1:41234/v1/x/': The requested URL returned error: 503\n";
-        assert!(matches!(
-            failure("fetch", refused),
-            GitError::Http { status: 503 }
-        ));
-        let other = "fatal: unable to access 'http://127.0.0.1:41234/v1/x/': Failed to connect\n";
-        let GitError::Failed { message, .. } = failure("fetch", other) else {
-            panic!("not a plain failure");
-        };
-        assert_eq!(
-            message,
-            "fatal: unable to access the repository: Failed to connect"
-        );
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod commits;
 pub mod dora;
+mod git_cli;
 pub mod lister;
 pub mod mirror;
 pub mod score;

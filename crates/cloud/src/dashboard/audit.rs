@@ -8,7 +8,8 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::DashboardState;
-use super::pages::{Me, message, page, unavailable, when_micros};
+use super::me::Me;
+use super::render::{message, page, unavailable, when_micros};
 
 /// Entries per page.
 const PAGE: i64 = 100;

@@ -16,7 +16,8 @@ use crate::live::outdated;
 use crate::storage::Credential;
 
 use super::DashboardState;
-use super::pages::{Me, message, origin, page, refuse_admin_form, unavailable, when_micros};
+use super::me::{Me, refuse_admin_form};
+use super::render::{message, origin, page, unavailable, when_micros};
 
 struct InstanceRow {
     id: String,

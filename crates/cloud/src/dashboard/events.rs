@@ -11,7 +11,8 @@ use serde_json::Value;
 use crate::storage::{EventQuery, StoredEvent};
 
 use super::DashboardState;
-use super::pages::{Me, message, page, unavailable, when_micros};
+use super::me::Me;
+use super::render::{message, page, unavailable, when_micros};
 
 /// Events per page.
 const PAGE: i64 = 50;
@@ -357,7 +358,7 @@ pub async fn confirm_cause(
     Path(id): Path<String>,
     axum::Form(form): axum::Form<CauseForm>,
 ) -> Response {
-    if let Some(answer) = super::pages::refuse_admin_form(&me, &form.csrf) {
+    if let Some(answer) = super::me::refuse_admin_form(&me, &form.csrf) {
         return answer;
     }
     let org_id = me.session.user.org_id;

@@ -11,7 +11,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::DashboardState;
-use super::pages::{Me, csrf_refused, message, page, refuse_admin_form, unavailable, when_micros};
+use super::me::{Me, refuse_admin_form};
+use super::render::{csrf_refused, message, page, unavailable, when_micros};
 use super::session;
 
 struct DeliveryRow {

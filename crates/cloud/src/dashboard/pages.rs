@@ -10,6 +10,8 @@ use serde::Deserialize;
 
 use crate::auth::PeerAddr;
 
+use super::me::Me;
+use super::render::{csrf_refused, message, page, unavailable};
 use super::session::{self, CSRF_COOKIE, SESSION_COOKIE};
 use super::{DashboardState, password};
 
@@ -37,180 +39,6 @@ struct SetPasswordPage<'a> {
 struct HomePage<'a> {
     me: &'a Me,
 }
-
-/// The signed-in user, as every signed-in page shows them (and the CSRF token of their forms).
-pub struct Me {
-    /// The org's slug.
-    pub org: String,
-    /// The user's email.
-    pub email: String,
-    /// admin or member.
-    pub role: &'static str,
-    /// The session's CSRF token.
-    pub csrf: String,
-    /// Whether the user may manage.
-    pub admin: bool,
-    /// The session, for storage calls.
-    pub session: crate::storage::Session,
-    /// The client's IP address, for the audit.
-    pub address: String,
-    /// The release notice this user asked for, when a connected bridge is outdated.
-    pub notice: Option<String>,
-}
-
-impl Me {
-    /// Who acts, for the audit.
-    pub fn actor(&self) -> crate::storage::Actor {
-        crate::storage::Actor {
-            who: self.email.clone(),
-            address: self.address.clone(),
-        }
-    }
-}
-
-/// A handler that takes a [`Me`] runs only for a signed-in user; anyone else is sent to
-/// sign-in (503 when storage fails).
-impl axum::extract::FromRequestParts<DashboardState> for Me {
-    type Rejection = Response;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &DashboardState,
-    ) -> Result<Self, Self::Rejection> {
-        let mut me = me(state, &parts.headers).await?;
-        if let Some(peer) = parts.extensions.get::<PeerAddr>() {
-            me.address = peer.0.ip().to_string();
-        }
-        if me.session.user.release_notices {
-            me.notice = release_notice(state, me.session.user.org_id);
-        }
-        Ok(me)
-    }
-}
-
-/// The notice of outdated bridges: how many instances run an older release, and which.
-fn release_notice(state: &DashboardState, org_id: i64) -> Option<String> {
-    let behind: Vec<String> = state
-        .live
-        .instances(org_id)
-        .into_iter()
-        .filter(|i| crate::live::outdated(&i.version, &state.release))
-        .map(|i| format!("{} {}", i.bridge, i.version))
-        .collect();
-    if behind.is_empty() {
-        return None;
-    }
-    Some(format!(
-        "Bridge release {} is available: {} connected instance(s) run an older release ({}). See Integrations: Bridge to upgrade.",
-        state.release,
-        behind.len(),
-        behind.join(", ")
-    ))
-}
-
-/// The signed-in user of this request, or the answer to give instead: to sign-in when there
-/// is no session, 503 when storage fails.
-pub async fn me(state: &DashboardState, headers: &HeaderMap) -> Result<Me, Response> {
-    match session::current(&state.store, headers).await {
-        Ok(Some((s, _))) => Ok(Me {
-            org: s.user.org.clone(),
-            email: s.user.email.clone(),
-            role: s.user.role.as_str(),
-            csrf: s.csrf.clone(),
-            admin: s.user.role == crate::storage::Role::Admin,
-            session: s,
-            address: "unknown".into(),
-            notice: None,
-        }),
-        Ok(None) => Err(Redirect::to("/sign-in").into_response()),
-        Err(_) => Err(unavailable()),
-    }
-}
-
-/// `None` for an admin with the form's right CSRF token; else the 403 page to answer.
-pub fn refuse_admin_form(me: &Me, csrf: &str) -> Option<Response> {
-    if !session::same(&me.csrf, csrf) {
-        return Some(csrf_refused());
-    }
-    if !me.admin {
-        tracing::warn!(email = %me.email, org = %me.org, "refused: an admin action by a member");
-        return Some(message(
-            StatusCode::FORBIDDEN,
-            "Admins only",
-            "Your role is member: members read, admins manage. Ask an admin of your org.",
-            "/",
-            "Back to the dashboard",
-        ));
-    }
-    None
-}
-
-#[derive(Template)]
-#[template(path = "dashboard/message.html")]
-struct MessagePage<'a> {
-    heading: &'a str,
-    text: &'a str,
-    link: &'a str,
-    link_text: &'a str,
-}
-
-/// A rendered page with its status.
-pub fn page(status: StatusCode, template: &impl Template) -> Response {
-    match template.render() {
-        Ok(html) => (
-            status,
-            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-            html,
-        )
-            .into_response(),
-        Err(e) => {
-            tracing::error!(cause = %e, "cannot render a dashboard page");
-            (StatusCode::INTERNAL_SERVER_ERROR, "cannot render the page").into_response()
-        }
-    }
-}
-
-/// A page that says what happened and where to go.
-pub fn message(
-    status: StatusCode,
-    heading: &str,
-    text: &str,
-    link: &str,
-    link_text: &str,
-) -> Response {
-    page(
-        status,
-        &MessagePage {
-            heading,
-            text,
-            link,
-            link_text,
-        },
-    )
-}
-
-/// 503: storage failed.
-pub fn unavailable() -> Response {
-    message(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "Storage unavailable",
-        "The service cannot reach its database right now. Try again in a moment.",
-        "/",
-        "Try again",
-    )
-}
-
-/// 403: the form's CSRF token is missing or wrong.
-pub fn csrf_refused() -> Response {
-    message(
-        StatusCode::FORBIDDEN,
-        "Form expired",
-        "This form was not sent from a page of this dashboard, or it is too old (CSRF check). Reload the page and send it again.",
-        "/",
-        "Back to the dashboard",
-    )
-}
-
 /// The pre-session CSRF token: the cookie's, or a new one (with the cookie to set).
 fn pre_session_csrf(headers: &HeaderMap, secure: bool) -> (String, Option<HeaderValue>) {
     match session::cookie(headers, CSRF_COOKIE) {
@@ -239,32 +67,6 @@ fn with_cookie(mut response: Response, cookie: Option<HeaderValue>) -> Response 
 pub async fn home(me: Me) -> Response {
     page(StatusCode::OK, &HomePage { me: &me })
 }
-
-/// The address for the commands the pages show: `--public-url` when set, else the one the
-/// page was reached at (`https://HOST` over TLS, else `http://HOST`), and `CLOUD_HOST` when
-/// the request named no usable host.
-pub fn origin(state: &DashboardState, headers: &HeaderMap, tls: bool) -> String {
-    if let Some(url) = &state.public_url {
-        return url.clone();
-    }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .filter(|h| {
-            h.chars()
-                .all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c))
-        })
-        .unwrap_or("CLOUD_HOST");
-    format!("{}://{host}", if tls { "https" } else { "http" })
-}
-
-/// A stored time (µs) as pages show it: `2026-11-26 14:03:12 UTC`.
-pub fn when_micros(micros: i64) -> String {
-    chrono::DateTime::from_timestamp_micros(micros)
-        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
-        .unwrap_or_default()
-}
-
 /// `GET /sign-in`.
 pub async fn sign_in_form(State(state): State<DashboardState>, headers: HeaderMap) -> Response {
     let (csrf, cookie) = pre_session_csrf(&headers, state.secure);

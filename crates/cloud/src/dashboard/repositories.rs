@@ -11,7 +11,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::DashboardState;
-use super::pages::{Me, message, page, refuse_admin_form, unavailable};
+use super::me::{Me, refuse_admin_form};
+use super::render::{message, page, unavailable};
 use crate::storage::RepositorySource;
 
 #[derive(Template)]

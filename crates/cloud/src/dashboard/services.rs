@@ -8,7 +8,8 @@ use axum::response::Response;
 use serde_json::Value;
 
 use super::DashboardState;
-use super::pages::{Me, page, unavailable, when_micros};
+use super::me::Me;
+use super::render::{page, unavailable, when_micros};
 
 /// The most service/environment pairs shown.
 const MOST: i64 = 500;

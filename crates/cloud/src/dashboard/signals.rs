@@ -13,7 +13,8 @@ use crate::admin;
 use crate::storage::{Credential, KeyInfo};
 
 use super::DashboardState;
-use super::pages::{Me, message, origin, page, refuse_admin_form, unavailable, when_micros};
+use super::me::{Me, refuse_admin_form};
+use super::render::{message, origin, page, unavailable, when_micros};
 
 /// One row of a key table.
 struct Row {

@@ -8,31 +8,26 @@
 //! query, `Parse` or function call. At the bridge's shutdown, open sessions are cut (their
 //! record says `bridge shutdown`). `/databases/{name}/cancel` carries a `CancelRequest` instead.
 
+mod splice;
+mod statements;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BytesMut};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Semaphore;
-use tokio_util::sync::CancellationToken;
 use tunnel::postgres::{FirstPacket, error_response, read_first_packet};
 
 use super::{Forwarder, ResBody, kind};
 use crate::audit::{AuditRecord, Decision};
 use crate::config::Database;
 use crate::postgres;
+use splice::splice;
 
-/// The longest statement text an audit record keeps.
-const MAX_STATEMENT: usize = 64 * 1024;
-
-/// Bytes read at once in each direction of a session: queries and rows are small, and 100
-/// idle sessions should not cost 100 × 128 KiB.
-const SPLICE_BUFFER: usize = 16 * 1024;
 /// How long the cloud has to send the startup message (or cancel) of a stream.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -267,197 +262,5 @@ impl Forwarder {
         (audit.bytes_in, audit.bytes_out) = bytes;
         audit.duration_ms = started.elapsed().as_millis() as u64;
         self.write_audit(&audit);
-    }
-}
-
-/// Copies bytes both ways until both directions end, first sending the server's `pending`
-/// bytes to the client. Returns how it ended and the bytes (from the client, to the client).
-/// `statement` is called with each statement text the client sends.
-async fn splice<C, S>(
-    client: &mut C,
-    server: &mut S,
-    pending: BytesMut,
-    stop: &CancellationToken,
-    statement: impl FnMut(String),
-) -> (String, (u64, u64))
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-    S: AsyncRead + AsyncWrite + Unpin + ?Sized,
-{
-    let (mut client_r, mut client_w) = tokio::io::split(client);
-    let (mut server_r, mut server_w) = tokio::io::split(server);
-    let (up_total, down_total) = (AtomicU64::new(0), AtomicU64::new(0));
-    let up = async {
-        let mut tap = Statements::new(statement);
-        let mut buf = vec![0u8; SPLICE_BUFFER];
-        let mut n_total = 0u64;
-        let result = loop {
-            match client_r.read(&mut buf).await {
-                Ok(0) => break Ok(()),
-                Ok(n) => {
-                    n_total += n as u64;
-                    up_total.fetch_add(n as u64, Ordering::Relaxed);
-                    tap.feed(&buf[..n]);
-                    if let Err(e) = server_w.write_all(&buf[..n]).await {
-                        break Err(format!("database connection failed: {e}"));
-                    }
-                }
-                Err(e) => break Err(format!("tunnel stream failed: {e}")),
-            }
-        };
-        let _ = server_w.shutdown().await;
-        (result, n_total)
-    };
-    let down = async {
-        let mut n_total = pending.len() as u64;
-        down_total.fetch_add(n_total, Ordering::Relaxed);
-        let mut result = client_w
-            .write_all(&pending)
-            .await
-            .map_err(|e| format!("tunnel stream failed: {e}"));
-        let mut buf = vec![0u8; SPLICE_BUFFER];
-        while result.is_ok() {
-            match server_r.read(&mut buf).await {
-                Ok(0) => break,
-                Ok(n) => {
-                    n_total += n as u64;
-                    down_total.fetch_add(n as u64, Ordering::Relaxed);
-                    result = client_w
-                        .write_all(&buf[..n])
-                        .await
-                        .map_err(|e| format!("tunnel stream failed: {e}"));
-                }
-                Err(e) => result = Err(format!("database connection failed: {e}")),
-            }
-        }
-        let _ = client_w.shutdown().await;
-        (result, n_total)
-    };
-    // The byte counts live outside the two futures, so a shutdown that drops them mid-copy
-    // still reports what went through.
-    let both = async { tokio::join!(up, down) };
-    tokio::select! {
-        ((up_result, up_bytes), (down_result, down_bytes)) = both => {
-            let ended = match (up_result, down_result) {
-                (Ok(()), Ok(())) => "closed".to_string(),
-                (Err(e), _) | (_, Err(e)) => e,
-            };
-            (ended, (up_bytes, down_bytes))
-        }
-        () = stop.cancelled() => ("bridge shutdown".to_string(), (up_total.load(Ordering::Relaxed), down_total.load(Ordering::Relaxed))),
-    }
-}
-
-/// Follows the frontend messages of a session to find statement texts: `Q` (simple query) and
-/// `P` (`Parse`: a name, then the text).
-struct Statements<F: FnMut(String)> {
-    header: Vec<u8>,
-    tag: u8,
-    remaining: usize,
-    body: Vec<u8>,
-    emit: F,
-}
-
-impl<F: FnMut(String)> Statements<F> {
-    fn new(emit: F) -> Self {
-        Statements {
-            header: Vec::with_capacity(5),
-            tag: 0,
-            remaining: 0,
-            body: Vec::new(),
-            emit,
-        }
-    }
-
-    fn wanted(&self) -> bool {
-        matches!(self.tag, b'Q' | b'P' | b'F')
-    }
-
-    fn feed(&mut self, mut bytes: &[u8]) {
-        while !bytes.is_empty() {
-            if self.remaining == 0 {
-                let take = (5 - self.header.len()).min(bytes.len());
-                self.header.extend_from_slice(&bytes[..take]);
-                bytes = &bytes[take..];
-                if self.header.len() < 5 {
-                    return;
-                }
-                let mut h = &self.header[..];
-                self.tag = h.get_u8();
-                self.remaining = (h.get_i32().max(4) - 4) as usize;
-                self.header.clear();
-                self.body.clear();
-                if self.remaining == 0 {
-                    continue;
-                }
-            }
-            let take = self.remaining.min(bytes.len());
-            if self.wanted() && self.body.len() < MAX_STATEMENT + 256 {
-                self.body
-                    .extend_from_slice(&bytes[..take.min(MAX_STATEMENT + 256 - self.body.len())]);
-            }
-            self.remaining -= take;
-            bytes = &bytes[take..];
-            if self.remaining == 0 && self.wanted() {
-                self.finish();
-            }
-        }
-    }
-
-    fn finish(&mut self) {
-        if self.tag == b'F' {
-            let oid = self
-                .body
-                .get(..4)
-                .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
-            (self.emit)(format!("function call (oid {oid})"));
-            return;
-        }
-        let text = match self.tag {
-            b'P' => self.body.splitn(3, |&b| b == 0).nth(1).unwrap_or_default(),
-            _ => self.body.split(|&b| b == 0).next().unwrap_or_default(),
-        };
-        let text = &text[..text.len().min(MAX_STATEMENT)];
-        (self.emit)(String::from_utf8_lossy(text).into_owned());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn message(tag: u8, body: &[u8]) -> Vec<u8> {
-        let mut m = vec![tag];
-        m.extend_from_slice(&(body.len() as i32 + 4).to_be_bytes());
-        m.extend_from_slice(body);
-        m
-    }
-
-    #[test]
-    fn statements_are_found_across_any_split() {
-        let mut stream = message(b'Q', b"SELECT 1\0");
-        stream.extend(message(b'P', b"s1\0INSERT INTO t VALUES ($1)\0\0\0"));
-        stream.extend(message(b'B', b"\0s1\0\0\0\0\0\0\0"));
-        stream.extend(message(b'd', b"copy data, not a statement"));
-        stream.extend(message(b'F', &[0, 0, 0x0a, 0xbc, 0, 0]));
-        stream.extend(message(b'Q', b"COMMIT\0"));
-        for chunk in [1, 2, 3, 7, 64, stream.len()] {
-            let mut seen = Vec::new();
-            let mut tap = Statements::new(|s| seen.push(s));
-            for piece in stream.chunks(chunk) {
-                tap.feed(piece);
-            }
-            drop(tap);
-            assert_eq!(
-                seen,
-                [
-                    "SELECT 1",
-                    "INSERT INTO t VALUES ($1)",
-                    "function call (oid 2748)",
-                    "COMMIT"
-                ],
-                "chunks of {chunk}"
-            );
-        }
     }
 }

@@ -1,0 +1,92 @@
+//! A database session's bytes, both ways between the tunnel stream and the server, counted,
+//! with the client's statements tapped for the audit; cut at the bridge's shutdown.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+use super::statements::Statements;
+
+/// Bytes read at once in each direction of a session: queries and rows are small, and 100
+/// idle sessions should not cost 100 × 128 KiB.
+const SPLICE_BUFFER: usize = 16 * 1024;
+
+/// Copies bytes both ways until both directions end, first sending the server's `pending`
+/// bytes to the client. Returns how it ended and the bytes (from the client, to the client).
+/// `statement` is called with each statement text the client sends.
+pub(super) async fn splice<C, S>(
+    client: &mut C,
+    server: &mut S,
+    pending: BytesMut,
+    stop: &CancellationToken,
+    statement: impl FnMut(String),
+) -> (String, (u64, u64))
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin + ?Sized,
+{
+    let (mut client_r, mut client_w) = tokio::io::split(client);
+    let (mut server_r, mut server_w) = tokio::io::split(server);
+    let (up_total, down_total) = (AtomicU64::new(0), AtomicU64::new(0));
+    let up = async {
+        let mut tap = Statements::new(statement);
+        let mut buf = vec![0u8; SPLICE_BUFFER];
+        let mut n_total = 0u64;
+        let result = loop {
+            match client_r.read(&mut buf).await {
+                Ok(0) => break Ok(()),
+                Ok(n) => {
+                    n_total += n as u64;
+                    up_total.fetch_add(n as u64, Ordering::Relaxed);
+                    tap.feed(&buf[..n]);
+                    if let Err(e) = server_w.write_all(&buf[..n]).await {
+                        break Err(format!("database connection failed: {e}"));
+                    }
+                }
+                Err(e) => break Err(format!("tunnel stream failed: {e}")),
+            }
+        };
+        let _ = server_w.shutdown().await;
+        (result, n_total)
+    };
+    let down = async {
+        let mut n_total = pending.len() as u64;
+        down_total.fetch_add(n_total, Ordering::Relaxed);
+        let mut result = client_w
+            .write_all(&pending)
+            .await
+            .map_err(|e| format!("tunnel stream failed: {e}"));
+        let mut buf = vec![0u8; SPLICE_BUFFER];
+        while result.is_ok() {
+            match server_r.read(&mut buf).await {
+                Ok(0) => break,
+                Ok(n) => {
+                    n_total += n as u64;
+                    down_total.fetch_add(n as u64, Ordering::Relaxed);
+                    result = client_w
+                        .write_all(&buf[..n])
+                        .await
+                        .map_err(|e| format!("tunnel stream failed: {e}"));
+                }
+                Err(e) => result = Err(format!("database connection failed: {e}")),
+            }
+        }
+        let _ = client_w.shutdown().await;
+        (result, n_total)
+    };
+    // The byte counts live outside the two futures, so a shutdown that drops them mid-copy
+    // still reports what went through.
+    let both = async { tokio::join!(up, down) };
+    tokio::select! {
+        ((up_result, up_bytes), (down_result, down_bytes)) = both => {
+            let ended = match (up_result, down_result) {
+                (Ok(()), Ok(())) => "closed".to_string(),
+                (Err(e), _) | (_, Err(e)) => e,
+            };
+            (ended, (up_bytes, down_bytes))
+        }
+        () = stop.cancelled() => ("bridge shutdown".to_string(), (up_total.load(Ordering::Relaxed), down_total.load(Ordering::Relaxed))),
+    }
+}

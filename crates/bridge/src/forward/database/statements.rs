@@ -1,0 +1,125 @@
+//! The statements of a PostgreSQL session, read from the client's messages as they pass, for
+//! `audit_statements`.
+
+use bytes::Buf;
+
+/// The longest statement text an audit record keeps.
+const MAX_STATEMENT: usize = 64 * 1024;
+
+/// Follows the frontend messages of a session to find statement texts: `Q` (simple query),
+/// `P` (`Parse`: a name, then the text) and `F` (a function call, by its oid).
+pub(super) struct Statements<F: FnMut(String)> {
+    header: Vec<u8>,
+    tag: u8,
+    remaining: usize,
+    body: Vec<u8>,
+    emit: F,
+}
+
+impl<F: FnMut(String)> Statements<F> {
+    /// A tap that calls `emit` with each statement text, in the order the client sent them.
+    pub(super) fn new(emit: F) -> Self {
+        Statements {
+            header: Vec::with_capacity(5),
+            tag: 0,
+            remaining: 0,
+            body: Vec::new(),
+            emit,
+        }
+    }
+
+    /// Whether the current message carries a statement.
+    fn wanted(&self) -> bool {
+        matches!(self.tag, b'Q' | b'P' | b'F')
+    }
+
+    /// Reads the client's next bytes, cut anywhere: a message may span many calls.
+    pub(super) fn feed(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.remaining == 0 {
+                let take = (5 - self.header.len()).min(bytes.len());
+                self.header.extend_from_slice(&bytes[..take]);
+                bytes = &bytes[take..];
+                if self.header.len() < 5 {
+                    return;
+                }
+                let mut h = &self.header[..];
+                self.tag = h.get_u8();
+                self.remaining = (h.get_i32().max(4) - 4) as usize;
+                self.header.clear();
+                self.body.clear();
+                if self.remaining == 0 {
+                    continue;
+                }
+            }
+            let take = self.remaining.min(bytes.len());
+            if self.wanted() && self.body.len() < MAX_STATEMENT + 256 {
+                self.body
+                    .extend_from_slice(&bytes[..take.min(MAX_STATEMENT + 256 - self.body.len())]);
+            }
+            self.remaining -= take;
+            bytes = &bytes[take..];
+            if self.remaining == 0 && self.wanted() {
+                self.finish();
+            }
+        }
+    }
+
+    /// Emits the statement of the message just read whole.
+    fn finish(&mut self) {
+        if self.tag == b'F' {
+            let oid = self
+                .body
+                .get(..4)
+                .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+            (self.emit)(format!("function call (oid {oid})"));
+            return;
+        }
+        let text = match self.tag {
+            b'P' => self.body.splitn(3, |&b| b == 0).nth(1).unwrap_or_default(),
+            _ => self.body.split(|&b| b == 0).next().unwrap_or_default(),
+        };
+        let text = &text[..text.len().min(MAX_STATEMENT)];
+        (self.emit)(String::from_utf8_lossy(text).into_owned());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![tag];
+        m.extend_from_slice(&(body.len() as i32 + 4).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    #[test]
+    fn statements_are_found_across_any_split() {
+        let mut stream = message(b'Q', b"SELECT 1\0");
+        stream.extend(message(b'P', b"s1\0INSERT INTO t VALUES ($1)\0\0\0"));
+        stream.extend(message(b'B', b"\0s1\0\0\0\0\0\0\0"));
+        stream.extend(message(b'd', b"copy data, not a statement"));
+        stream.extend(message(b'F', &[0, 0, 0x0a, 0xbc, 0, 0]));
+        stream.extend(message(b'Q', b"COMMIT\0"));
+        for chunk in [1, 2, 3, 7, 64, stream.len()] {
+            let mut seen = Vec::new();
+            let mut tap = Statements::new(|s| seen.push(s));
+            for piece in stream.chunks(chunk) {
+                tap.feed(piece);
+            }
+            drop(tap);
+            assert_eq!(
+                seen,
+                [
+                    "SELECT 1",
+                    "INSERT INTO t VALUES ($1)",
+                    "function call (oid 2748)",
+                    "COMMIT"
+                ],
+                "chunks of {chunk}"
+            );
+        }
+    }
+}

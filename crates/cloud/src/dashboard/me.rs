@@ -1,0 +1,118 @@
+//! Who is signed in: the [`Me`] extractor every signed-in page takes (session, role, CSRF
+//! token, the release notice), and the check of an admin's form.
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+
+use crate::auth::PeerAddr;
+
+use super::DashboardState;
+use super::render::{csrf_refused, message, unavailable};
+use super::session;
+
+/// The signed-in user, as every signed-in page shows them (and the CSRF token of their forms).
+pub struct Me {
+    /// The org's slug.
+    pub org: String,
+    /// The user's email.
+    pub email: String,
+    /// admin or member.
+    pub role: &'static str,
+    /// The session's CSRF token.
+    pub csrf: String,
+    /// Whether the user may manage.
+    pub admin: bool,
+    /// The session, for storage calls.
+    pub session: crate::storage::Session,
+    /// The client's IP address, for the audit.
+    pub address: String,
+    /// The release notice this user asked for, when a connected bridge is outdated.
+    pub notice: Option<String>,
+}
+
+impl Me {
+    /// Who acts, for the audit.
+    pub fn actor(&self) -> crate::storage::Actor {
+        crate::storage::Actor {
+            who: self.email.clone(),
+            address: self.address.clone(),
+        }
+    }
+}
+
+/// A handler that takes a [`Me`] runs only for a signed-in user; anyone else is sent to
+/// sign-in (503 when storage fails).
+impl axum::extract::FromRequestParts<DashboardState> for Me {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &DashboardState,
+    ) -> Result<Self, Self::Rejection> {
+        let mut me = me(state, &parts.headers).await?;
+        if let Some(peer) = parts.extensions.get::<PeerAddr>() {
+            me.address = peer.0.ip().to_string();
+        }
+        if me.session.user.release_notices {
+            me.notice = release_notice(state, me.session.user.org_id);
+        }
+        Ok(me)
+    }
+}
+
+/// The notice of outdated bridges: how many instances run an older release, and which.
+fn release_notice(state: &DashboardState, org_id: i64) -> Option<String> {
+    let behind: Vec<String> = state
+        .live
+        .instances(org_id)
+        .into_iter()
+        .filter(|i| crate::live::outdated(&i.version, &state.release))
+        .map(|i| format!("{} {}", i.bridge, i.version))
+        .collect();
+    if behind.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "Bridge release {} is available: {} connected instance(s) run an older release ({}). See Integrations: Bridge to upgrade.",
+        state.release,
+        behind.len(),
+        behind.join(", ")
+    ))
+}
+
+/// The signed-in user of this request, or the answer to give instead: to sign-in when there
+/// is no session, 503 when storage fails.
+pub async fn me(state: &DashboardState, headers: &HeaderMap) -> Result<Me, Response> {
+    match session::current(&state.store, headers).await {
+        Ok(Some((s, _))) => Ok(Me {
+            org: s.user.org.clone(),
+            email: s.user.email.clone(),
+            role: s.user.role.as_str(),
+            csrf: s.csrf.clone(),
+            admin: s.user.role == crate::storage::Role::Admin,
+            session: s,
+            address: "unknown".into(),
+            notice: None,
+        }),
+        Ok(None) => Err(Redirect::to("/sign-in").into_response()),
+        Err(_) => Err(unavailable()),
+    }
+}
+
+/// `None` for an admin with the form's right CSRF token; else the 403 page to answer.
+pub fn refuse_admin_form(me: &Me, csrf: &str) -> Option<Response> {
+    if !session::same(&me.csrf, csrf) {
+        return Some(csrf_refused());
+    }
+    if !me.admin {
+        tracing::warn!(email = %me.email, org = %me.org, "refused: an admin action by a member");
+        return Some(message(
+            StatusCode::FORBIDDEN,
+            "Admins only",
+            "Your role is member: members read, admins manage. Ask an admin of your org.",
+            "/",
+            "Back to the dashboard",
+        ));
+    }
+    None
+}

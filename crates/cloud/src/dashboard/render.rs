@@ -1,0 +1,99 @@
+//! What every page shares: rendering a template with its status, the message pages (storage
+//! unavailable, form expired), the address shown in commands, and times as pages show them.
+
+use askama::Template;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::DashboardState;
+
+#[derive(Template)]
+#[template(path = "dashboard/message.html")]
+struct MessagePage<'a> {
+    heading: &'a str,
+    text: &'a str,
+    link: &'a str,
+    link_text: &'a str,
+}
+
+/// A rendered page with its status.
+pub fn page(status: StatusCode, template: &impl Template) -> Response {
+    match template.render() {
+        Ok(html) => (
+            status,
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            html,
+        )
+            .into_response(),
+        Err(e) => {
+            tracing::error!(cause = %e, "cannot render a dashboard page");
+            (StatusCode::INTERNAL_SERVER_ERROR, "cannot render the page").into_response()
+        }
+    }
+}
+
+/// A page that says what happened and where to go.
+pub fn message(
+    status: StatusCode,
+    heading: &str,
+    text: &str,
+    link: &str,
+    link_text: &str,
+) -> Response {
+    page(
+        status,
+        &MessagePage {
+            heading,
+            text,
+            link,
+            link_text,
+        },
+    )
+}
+
+/// 503: storage failed.
+pub fn unavailable() -> Response {
+    message(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Storage unavailable",
+        "The service cannot reach its database right now. Try again in a moment.",
+        "/",
+        "Try again",
+    )
+}
+
+/// 403: the form's CSRF token is missing or wrong.
+pub fn csrf_refused() -> Response {
+    message(
+        StatusCode::FORBIDDEN,
+        "Form expired",
+        "This form was not sent from a page of this dashboard, or it is too old (CSRF check). Reload the page and send it again.",
+        "/",
+        "Back to the dashboard",
+    )
+}
+
+/// The address for the commands the pages show: `--public-url` when set, else the one the
+/// page was reached at (`https://HOST` over TLS, else `http://HOST`), and `CLOUD_HOST` when
+/// the request named no usable host.
+pub fn origin(state: &DashboardState, headers: &HeaderMap, tls: bool) -> String {
+    if let Some(url) = &state.public_url {
+        return url.clone();
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| {
+            h.chars()
+                .all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c))
+        })
+        .unwrap_or("CLOUD_HOST");
+    format!("{}://{host}", if tls { "https" } else { "http" })
+}
+
+/// A stored time (µs) as pages show it: `2026-11-26 14:03:12 UTC`.
+pub fn when_micros(micros: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(micros)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .unwrap_or_default()
+}

@@ -1,0 +1,227 @@
+//! One listener's accept loop and each connection's life: TLS (or PostgreSQL on the same port),
+//! HTTP/1.1 or HTTP/2 with their time-outs, an idle HTTP/2 connection closed, and at shutdown
+//! a graceful close that lets in-flight requests finish.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulConnection;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+
+use crate::pgwire::PgFront;
+use crate::relay::connect::{ClientCert, PeerAddr};
+
+/// How long a TLS handshake may take before the connection is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// HTTP/2 flow-control windows for callers: a stream may have 1 MiB in flight, a connection
+/// four times that, so one upload held back by a busy bridge does not starve the others on its
+/// connection (which would then look paused to their `--header-read-timeout`).
+const STREAM_WINDOW: u32 = 1 << 20;
+const CONNECTION_WINDOW: u32 = 4 << 20;
+
+/// Largest HTTP/1.1 read buffer of a connection (and so the longest request head). hyper's
+/// default lets each connection's buffer grow to 400 KiB and keep what it grew to: with a
+/// thousand clients sending batches that was 80 MB held by idle connections. Bodies stream
+/// through it in pieces of at most this size.
+const HTTP1_MAX_BUFFER: usize = 16 * 1024;
+
+/// The per-connection HTTP settings: without a timer hyper enforces no header time-out at all,
+/// and a client sending a byte a minute would hold its connection forever.
+fn http_builder(header_read_timeout: Duration) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout)
+        .max_buf_size(HTTP1_MAX_BUFFER);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(Duration::from_secs(20));
+    builder
+}
+
+/// What one connection has done, so that an idle HTTP/2 connection can be closed (its client
+/// answering pings would otherwise keep it forever). HTTP/1.1 is left to hyper, whose
+/// keep-alive timer starts when the last response has gone out.
+#[derive(Default)]
+struct Activity {
+    requests: AtomicU64,
+    http2: AtomicBool,
+}
+
+impl Activity {
+    fn request(&self, version: axum::http::Version) {
+        if version == axum::http::Version::HTTP_2 {
+            self.http2.store(true, Ordering::Relaxed);
+        }
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Resolves once a whole `period` has passed without a new request on an HTTP/2
+    /// connection, or on a connection that has never sent one. In-flight HTTP/2 streams do
+    /// not count: the graceful close (GOAWAY) lets them finish.
+    async fn idle(&self, period: Duration) {
+        let mut seen = self.requests.load(Ordering::Relaxed);
+        loop {
+            tokio::time::sleep(period).await;
+            let now = self.requests.load(Ordering::Relaxed);
+            if now == seen && (now == 0 || self.http2.load(Ordering::Relaxed)) {
+                return;
+            }
+            seen = now;
+        }
+    }
+}
+
+/// Serves one connection to its end, closing it gracefully (in-flight requests finish, and a
+/// streaming answer streams on) at shutdown or once [`Activity::idle`].
+async fn drive<C: GracefulConnection>(
+    conn: C,
+    activity: &Activity,
+    stop: &CancellationToken,
+    idle: Duration,
+) {
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        () = stop.cancelled() => {}
+        () = activity.idle(idle) => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    let _ = conn.await;
+}
+
+/// Accepts on `listener` (at most `cap` connections at once) and serves each connection until
+/// `stop`; then waits up to the drain time-out for the connections to finish.
+pub(super) async fn serve_loop(
+    listener: TcpListener,
+    tls: Option<(TlsAcceptor, Arc<PgFront>)>,
+    app: Router,
+    stop: CancellationToken,
+    timeouts: (Duration, Duration),
+    cap: usize,
+) {
+    let (drain_timeout, header_read_timeout) = timeouts;
+    let connections = TaskTracker::new();
+    let builder = Arc::new(http_builder(header_read_timeout));
+    let slots = Arc::new(tokio::sync::Semaphore::new(cap));
+    loop {
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+            _ = stop.cancelled() => break,
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(err) => {
+                    tracing::warn!(cause = %err, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.cancelled() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let stop = stop.clone();
+        let builder = builder.clone();
+        let tls = tls.clone();
+        connections.spawn(async move {
+            let _slot = slot;
+            let activity = Arc::new(Activity::default());
+            let counted = activity.clone();
+            match tls {
+                None => {
+                    let service = TowerToHyperService::new(app.map_request(
+                        move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                            counted.request(req.version());
+                            req.extensions_mut().insert(PeerAddr(peer));
+                            req
+                        },
+                    ));
+                    let conn = builder
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                        .into_owned();
+                    drive(conn, &activity, &stop, header_read_timeout).await;
+                }
+                Some((acceptor, pg)) => {
+                    // PostgreSQL shares the port: its packets start with a zero byte.
+                    let mut first = [0u8; 1];
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await {
+                        Ok(Ok(1)) if PgFront::starts_postgres(first[0]) => {
+                            pg.serve_plain(stream, peer).await;
+                            return;
+                        }
+                        Ok(Ok(1)) => {}
+                        _ => return,
+                    }
+                    let stream = match tokio::time::timeout(
+                        HANDSHAKE_TIMEOUT,
+                        acceptor.accept(stream),
+                    )
+                    .await
+                    {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(err)) => {
+                            tracing::debug!(peer = %peer, cause = %err, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(peer = %peer, "TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    if stream.get_ref().1.alpn_protocol() == Some(crate::pgwire::ALPN) {
+                        pg.serve_tls(stream, peer).await;
+                        return;
+                    }
+                    let client_cert = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|certs| certs.first())
+                        .map(|leaf| ClientCert(leaf.clone().into_owned()));
+                    let service = TowerToHyperService::new(app.map_request(
+                        move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                            counted.request(req.version());
+                            if let Some(cert) = &client_cert {
+                                req.extensions_mut().insert(cert.clone());
+                            }
+                            req.extensions_mut().insert(PeerAddr(peer));
+                            req
+                        },
+                    ));
+                    let conn = builder
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                        .into_owned();
+                    drive(conn, &activity, &stop, header_read_timeout).await;
+                }
+            }
+        });
+    }
+    drop(listener);
+    connections.close();
+    if tokio::time::timeout(drain_timeout, connections.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(timeout = ?drain_timeout, "drain timed out; closing remaining connections");
+    }
+}

@@ -1,0 +1,234 @@
+//! The serving loop: accept on the TLS and plain-HTTP listeners, serve the router over HTTP/1.1
+//! or HTTP/2, and on shutdown stop accepting, drain in-flight requests, then flush storage.
+
+mod connection;
+mod listener;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::{App, Limits, Listener};
+use crate::metrics::Metrics;
+use crate::pgwire::PgFront;
+use crate::storage::{Backend, OpenMode, ServeLock, StorageError, Store};
+use crate::tls::{self, TlsError};
+use connection::serve_loop;
+use listener::connection_cap;
+pub use listener::listen;
+
+/// Everything `cloud serve` needs besides its listeners.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// SQLite file or PostgreSQL URL.
+    pub backend: Backend,
+    /// Holds the CA and the self-signed certificate.
+    pub data_dir: PathBuf,
+    /// `--tls-cert` and `--tls-key`, when given.
+    pub tls_files: Option<(PathBuf, PathBuf)>,
+    /// `--tls-names`: more names for the self-signed certificate.
+    pub tls_names: Vec<String>,
+    /// `--client-ca`: CAs of operators' own PKI, whose bridge certificates are trusted too.
+    pub client_ca: Option<PathBuf>,
+    /// Events/s per signal key; 0 turns the limit off.
+    pub signal_rate_limit: u32,
+    /// Bytes of signal request bodies ingested at once.
+    pub ingest_memory: usize,
+    /// How long in-flight requests may take to finish at shutdown.
+    pub drain_timeout: Duration,
+    /// How long a client may take to send a request's headers (and how long a keep-alive
+    /// connection may sit idle) before it is closed.
+    pub header_read_timeout: Duration,
+    /// How long a forwarded request may wait for its response's headers.
+    pub forward_timeout: Duration,
+    /// `--bridge-release` and `--public-url`.
+    pub publishing: crate::app::Publishing,
+    /// `--webhook-first-retry`: the wait after a webhook delivery's first failure.
+    pub webhook_first_retry: Duration,
+    /// `--webhook-allow-private`: webhooks may reach non-public addresses.
+    pub webhook_allow_private: bool,
+}
+/// Connections of the cloud's own Git client at once (one per mirror being fetched).
+const INTERNAL_CONNECTIONS: usize = 64;
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Storage could not be opened.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// TLS could not be set up.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The operator's `--tls-cert`/`--tls-key` files are unusable (a configuration error).
+    #[error("--tls-cert/--tls-key: {0}")]
+    TlsFiles(TlsError),
+    /// The `--client-ca` file is unusable (a configuration error).
+    #[error("--client-ca: {0}")]
+    ClientCa(TlsError),
+    /// The loopback listener of the cloud's own Git client cannot be opened.
+    #[error(
+        "cannot listen on 127.0.0.1 for the cloud's own Git client (deployments' commits): {0}"
+    )]
+    Loopback(#[from] std::io::Error),
+    /// The data directory's absolute path cannot be found.
+    #[error("--data-dir: cannot resolve its absolute path ({0}); pass an absolute --data-dir")]
+    DataDir(std::io::Error),
+}
+
+/// Runs the service until `shutdown` is cancelled, then drains and flushes.
+pub async fn run(
+    options: ServeOptions,
+    tls_listener: TcpListener,
+    http_listener: Option<TcpListener>,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let metrics = Metrics::new();
+    let _lock = ServeLock::acquire(&options.backend)?;
+    let store = Store::open(&options.backend, metrics.clone(), OpenMode::CreateIfMissing).await?;
+    let ca = shared_ca(&store, &options.data_dir).await?;
+    let identity = tls::server_identity(
+        &ca,
+        &options.tls_names,
+        options
+            .tls_files
+            .as_ref()
+            .map(|(c, k)| (c.as_path(), k.as_path())),
+    )
+    .map_err(|e| match options.tls_files {
+        Some(_) => ServeError::TlsFiles(e),
+        None => ServeError::Tls(e),
+    })?;
+    let mut client_cas = vec![ca.cert_der()?];
+    if let Some(path) = &options.client_ca {
+        let operator_cas = tls::load_certificates(path).map_err(ServeError::ClientCa)?;
+        for subject in tls::non_ca_subjects(&operator_cas) {
+            tracing::warn!(file = %path.display(), subject = %subject, "--client-ca holds a certificate that is not a CA (no CA:TRUE basic constraint); it is trusted as a root all the same: check that the file holds your CA, not a client certificate");
+        }
+        client_cas.extend(operator_cas);
+    }
+    let acceptor =
+        TlsAcceptor::from(tls::server_config(identity, client_cas).map_err(ServeError::ClientCa)?);
+    // The loopback listener through which this process reads deployments' commits from its
+    // own relay (correlation/mirror.rs); nothing else listens there.
+    let internal = listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    let git = crate::correlation::mirror::GitClient {
+        root: std::path::absolute(options.data_dir.join("git-mirrors"))
+            .map_err(ServeError::DataDir)?,
+        relay: internal.local_addr()?,
+    };
+    let app = App::new(
+        store.clone(),
+        metrics,
+        ca,
+        Limits {
+            signal_rate_limit: options.signal_rate_limit,
+            ingest_memory: options.ingest_memory,
+            read_timeout: options.header_read_timeout,
+            forward_timeout: options.forward_timeout,
+        },
+        options.publishing.clone(),
+        git,
+    );
+    // A key revoked by any process stops working here within a second or two.
+    let watcher = tokio::spawn(
+        app.api
+            .keys
+            .clone()
+            .watch_revocations(store.clone(), shutdown.clone()),
+    );
+    let notifier = tokio::spawn(
+        crate::notify::Notifier::new(
+            store.clone(),
+            app.live.clone(),
+            app.insight.clone(),
+            options.publishing.bridge_release.clone(),
+            (options.webhook_first_retry, options.webhook_allow_private),
+        )
+        .run(shutdown.clone()),
+    );
+    let lister = tokio::spawn(crate::correlation::lister::keep_listing(
+        app.correlation.clone(),
+        shutdown.clone(),
+    ));
+    let relay = app.relay.clone();
+    let pg = PgFront::new(app.pg.clone(), acceptor.clone());
+    // Database sessions have no natural end: at shutdown they close, so that the drain below
+    // does not wait for them.
+    let pg_stop = tokio::spawn({
+        let (pg, shutdown, drain) = (app.pg.clone(), shutdown.clone(), options.drain_timeout);
+        async move {
+            shutdown.cancelled().await;
+            pg.shut_down(drain).await;
+        }
+    });
+    let tls_app = app.router(Listener::Tls);
+    let plain_app = app.router(Listener::Plain);
+
+    let cap = connection_cap(1 + usize::from(http_listener.is_some()));
+    let mut loops = Vec::new();
+    if let Ok(addr) = tls_listener.local_addr() {
+        tracing::info!(addr = %addr, scheme = "https", "listening");
+    }
+    loops.push(tokio::spawn(serve_loop(
+        tls_listener,
+        Some((acceptor, pg)),
+        tls_app,
+        shutdown.clone(),
+        (options.drain_timeout, options.header_read_timeout),
+        cap,
+    )));
+    if let Some(listener) = http_listener {
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(addr = %addr, scheme = "http", "listening");
+        }
+        loops.push(tokio::spawn(serve_loop(
+            listener,
+            None,
+            plain_app,
+            shutdown.clone(),
+            (options.drain_timeout, options.header_read_timeout),
+            cap,
+        )));
+    }
+    // Closed only after the public listeners drained: their in-flight requests may still be
+    // reading commits through it.
+    let internal_stop = CancellationToken::new();
+    let internal_loop = tokio::spawn(serve_loop(
+        internal,
+        None,
+        app.internal_router(),
+        internal_stop.clone(),
+        (options.drain_timeout, options.header_read_timeout),
+        INTERNAL_CONNECTIONS,
+    ));
+    // Drain consumers' in-flight requests (some go through tunnels) before closing the tunnels.
+    for task in loops {
+        let _ = task.await;
+    }
+    internal_stop.cancel();
+    let _ = internal_loop.await;
+    let _ = pg_stop.await;
+    relay.shutdown.cancel();
+    let _ = watcher.await;
+    let _ = notifier.await;
+    let _ = lister.await;
+    store.close().await;
+    tracing::info!("stopped: in-flight requests drained, storage flushed");
+    Ok(())
+}
+
+/// The CA shared through the database: an existing `DIR/ca.pem` pair or a new one is offered,
+/// the stored one is used, and `DIR/ca.pem` is rewritten to match it.
+async fn shared_ca(store: &Store, data_dir: &std::path::Path) -> Result<tls::LocalCa, ServeError> {
+    let (cert, key) = match tls::LocalCa::read_files(data_dir)? {
+        Some(pair) => pair,
+        None => tls::LocalCa::generate()?,
+    };
+    let (cert, key) = store.ca_get_or_insert(&cert, &key).await?;
+    tls::LocalCa::write_files(data_dir, &cert, &key)?;
+    Ok(tls::LocalCa::from_pem(&cert, &key)?)
+}

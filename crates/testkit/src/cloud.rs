@@ -1,0 +1,297 @@
+//! A running `cloud serve` (the real binary of this build) on ephemeral ports, and its admin
+//! commands against the same storage.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::{Backend, PgSchema, Tenant, drain};
+
+/// A running `cloud serve`.
+pub struct Cloud {
+    pub backend: Backend,
+    pub data_dir: tempfile::TempDir,
+    pub pg: Option<PgSchema>,
+    pub extra_args: Vec<String>,
+    child: Option<Child>,
+    /// `http://127.0.0.1:PORT`
+    pub http: String,
+    /// `https://localhost:PORT`
+    pub https: String,
+    pub logs: Arc<Mutex<Vec<String>>>,
+    /// The threads copying the current launch's stdout and stderr into `logs`.
+    readers: Vec<std::thread::JoinHandle<()>>,
+    /// Ports of the first launch, reused by later launches (so bridges find it again).
+    ports: Option<(u16, u16)>,
+    /// A PostgreSQL URL borrowed from another `Cloud` (see [`Cloud::start_beside`]).
+    shared_url: Option<String>,
+    /// The open-file limit (soft and hard) to run the process under (see [`Cloud::start_limited`]).
+    open_files: Option<u64>,
+}
+
+/// The `cloud` binary of this build: `target/<profile>/cloud`, next to the test's own
+/// `deps/` directory. `cargo test --workspace` builds it.
+pub fn cloud_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let bin = dir.join("cloud");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build -p cloud` (cargo test --workspace does)",
+        bin.display()
+    );
+    bin
+}
+impl Cloud {
+    /// Starts a server with default options.
+    pub fn start(backend: Backend) -> Self {
+        Self::start_with(backend, &[])
+    }
+
+    /// Starts a server with extra `serve` arguments.
+    pub fn start_with(backend: Backend, extra: &[&str]) -> Self {
+        Self::start_configured(backend, extra, None)
+    }
+
+    /// Starts a server whose open-file limit, soft and hard, is `open_files` (as a small
+    /// `ulimit -n` would set it), through util-linux's `prlimit`.
+    pub fn start_limited(backend: Backend, open_files: u64) -> Self {
+        Self::start_configured(backend, &[], Some(open_files))
+    }
+
+    fn start_configured(backend: Backend, extra: &[&str], open_files: Option<u64>) -> Self {
+        let pg = (backend == Backend::Postgres).then(PgSchema::create);
+        let mut cloud = Cloud {
+            backend,
+            data_dir: tempfile::tempdir().expect("tempdir"),
+            pg,
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            http: String::new(),
+            https: String::new(),
+            logs: Arc::new(Mutex::new(Vec::new())),
+            readers: Vec::new(),
+            ports: None,
+            shared_url: None,
+            open_files,
+        };
+        cloud.launch();
+        cloud
+    }
+
+    /// A second `cloud` process on the same PostgreSQL schema as `other` (own data directory
+    /// and ports), as when several processes serve one database.
+    pub fn start_beside(other: &Cloud) -> Self {
+        let mut cloud = Cloud {
+            backend: other.backend,
+            data_dir: tempfile::tempdir().expect("tempdir"),
+            pg: None,
+            extra_args: other.extra_args.clone(),
+            child: None,
+            http: String::new(),
+            https: String::new(),
+            logs: Arc::new(Mutex::new(Vec::new())),
+            readers: Vec::new(),
+            ports: None,
+            shared_url: other.pg.as_ref().map(|p| p.url.clone()),
+            open_files: None,
+        };
+        cloud.launch();
+        cloud
+    }
+
+    fn storage_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--data-dir".to_string(),
+            self.data_dir.path().display().to_string(),
+        ];
+        if let Some(url) = self
+            .pg
+            .as_ref()
+            .map(|p| &p.url)
+            .or(self.shared_url.as_ref())
+        {
+            args.push("--database-url".into());
+            args.push(url.clone());
+        }
+        args
+    }
+
+    /// (Re)starts the process and waits until both listeners are up and `/readyz` answers.
+    pub fn launch(&mut self) {
+        let mut cmd = match self.open_files {
+            Some(n) => {
+                let mut cmd = Command::new("prlimit");
+                cmd.arg(format!("--nofile={n}:{n}"))
+                    .arg("--")
+                    .arg(cloud_bin());
+                cmd
+            }
+            None => Command::new(cloud_bin()),
+        };
+        let (tls, http) = self.ports.unwrap_or((0, 0));
+        cmd.arg("serve")
+            .args(self.storage_args())
+            .args(["--listen", &format!("127.0.0.1:{tls}")])
+            .args(["--http-listen", &format!("127.0.0.1:{http}")])
+            .args(&self.extra_args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn cloud");
+        let stdout = child.stdout.take().expect("stdout");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        let logs = self.logs.clone();
+        let out_reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line)
+                    && v["message"] == "listening"
+                {
+                    let _ = tx.send((
+                        v["scheme"].as_str().unwrap_or("").to_string(),
+                        v["addr"].as_str().unwrap_or("").to_string(),
+                    ));
+                }
+                logs.lock().unwrap().push(line);
+            }
+        });
+        let logs = self.logs.clone();
+        let err_reader = std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                logs.lock().unwrap().push(line);
+            }
+        });
+        self.readers = vec![out_reader, err_reader];
+        self.child = Some(child);
+        let mut ports = (0, 0);
+        for _ in 0..2 {
+            let (scheme, addr) = rx
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("cloud did not start; logs:\n{}", self.log_text()));
+            let port = addr.rsplit(':').next().unwrap_or_default().to_string();
+            match scheme.as_str() {
+                "https" => {
+                    ports.0 = port.parse().unwrap_or(0);
+                    self.https = format!("https://localhost:{port}");
+                }
+                _ => {
+                    ports.1 = port.parse().unwrap_or(0);
+                    self.http = format!("http://{addr}");
+                }
+            }
+        }
+        self.ports = Some(ports);
+    }
+
+    /// The CA that signed the server certificate (`DIR/ca.pem`).
+    pub fn ca_path(&self) -> PathBuf {
+        self.data_dir.path().join("ca.pem")
+    }
+
+    /// The TLS port.
+    pub fn tls_port(&self) -> u16 {
+        self.ports.map_or(0, |p| p.0)
+    }
+
+    /// Everything the process wrote to stdout and stderr so far, one line per line.
+    pub fn log_text(&self) -> String {
+        self.logs.lock().unwrap().join("\n")
+    }
+
+    /// Waits (up to 5 s) for a log line containing `needle` and returns it: the server's output
+    /// reaches the test through a pipe and a reader thread, a moment after the server wrote it.
+    pub fn wait_log_line(&self, needle: &str) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Some(line) = self.log_text().lines().find(|l| l.contains(needle)) {
+                return line.to_string();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no log line with {needle:?} within 5 s:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Runs an admin command against the same storage; returns its output.
+    pub fn admin_output(&self, args: &[&str]) -> Output {
+        Command::new(cloud_bin())
+            .args(args)
+            .args(self.storage_args())
+            .output()
+            .expect("run cloud admin command")
+    }
+
+    /// Runs an admin command that must succeed; returns its stdout, trimmed.
+    pub fn admin(&self, args: &[&str]) -> String {
+        let out = self.admin_output(args);
+        assert!(
+            out.status.success(),
+            "cloud {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .expect("utf8")
+            .trim()
+            .to_string()
+    }
+
+    /// Creates an org with a signal key and an API key.
+    pub fn tenant(&self, slug: &str) -> Tenant {
+        self.admin(&["org", "create", slug]);
+        Tenant {
+            signal_key: self.admin(&["signal-key", "create", "--org", slug]),
+            api_key: self.admin(&["api-key", "create", "--org", slug]),
+        }
+    }
+
+    /// The running process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Sends a signal to the server process.
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args(["-s", sig, &self.pid().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit; returns its exit code.
+    pub fn wait(&mut self) -> Option<i32> {
+        let mut child = self.child.take().expect("running");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                drain(&mut self.readers);
+                return status.code();
+            }
+            assert!(std::time::Instant::now() < deadline, "cloud did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, then start again on the same storage.
+    pub fn kill_and_restart(&mut self) {
+        self.signal("KILL");
+        self.wait();
+        self.launch();
+    }
+}
+
+impl Drop for Cloud {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

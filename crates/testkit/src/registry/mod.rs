@@ -1,0 +1,179 @@
+//! A real OCI registry for the registry tests: Debian's `docker-registry` (Distribution 2.8)
+//! on a loopback port, with htpasswd (Basic) auth or with token auth (a token service here
+//! that signs JWTs as the Docker token spec says), filled with small images built here as OCI
+//! layouts and pushed with `skopeo`.
+
+mod image;
+mod token;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use image::{OciImage, oci_image, oci_multi_arch};
+pub use token::{TOKEN_ISSUER, TOKEN_SERVICE, TokenService};
+
+/// The registry's login.
+pub const USER: &str = "puller";
+/// Its password.
+pub const PASSWORD: &str = "r3gistry-pw";
+
+/// A running `docker-registry`; killed on drop.
+pub struct RegistryServer {
+    child: Child,
+    /// `http://127.0.0.1:PORT`
+    pub url: String,
+    /// `127.0.0.1:PORT`, as image names start.
+    pub host: String,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for RegistryServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `program` with `args`; panics with its output when it fails.
+pub fn run(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program} must be installed (scripts/test installs it): {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl RegistryServer {
+    /// Starts a registry that takes [`USER`] and [`PASSWORD`] as HTTP Basic.
+    pub fn start() -> Self {
+        Self::start_with(|dir| {
+            let htpasswd = run("htpasswd", &["-Bbn", USER, PASSWORD]);
+            std::fs::write(dir.join("htpasswd"), htpasswd).expect("htpasswd");
+            format!(
+                "auth:\n  htpasswd:\n    realm: test-registry\n    path: {}/htpasswd\n",
+                dir.display()
+            )
+        })
+    }
+
+    /// Starts a registry that asks for no login (as behind a front that redirects).
+    pub fn start_open() -> Self {
+        Self::start_with(|_| String::new())
+    }
+
+    /// Pushes `image` as `repository:tag` to a registry without a login.
+    pub fn push_open(&self, image: &OciImage, repository: &str, tag: &str) {
+        run(
+            "skopeo",
+            &[
+                "--insecure-policy",
+                "copy",
+                "--dest-tls-verify=false",
+                &format!("oci:{}:latest", image.dir.display()),
+                &format!("docker://{}/{repository}:{tag}", self.host),
+            ],
+        );
+    }
+
+    /// Starts a registry with token auth: its challenge sends clients to `tokens`, whose
+    /// signing certificate it trusts.
+    pub fn start_token(tokens: &TokenService) -> Self {
+        Self::start_with(|dir| {
+            let bundle = dir.join("token-ca.pem");
+            std::fs::write(&bundle, &tokens.cert_pem).expect("token bundle");
+            format!(
+                "auth:\n  token:\n    realm: {}/token\n    service: {TOKEN_SERVICE}\n    issuer: {TOKEN_ISSUER}\n    rootcertbundle: {}\n",
+                tokens.url,
+                bundle.display()
+            )
+        })
+    }
+
+    fn start_with(auth: impl Fn(&Path) -> String) -> Self {
+        for _ in 0..5 {
+            if let Some(server) = Self::try_start(&auth) {
+                return server;
+            }
+        }
+        panic!("docker-registry did not start on any of five free ports");
+    }
+
+    fn try_start(auth: &impl Fn(&Path) -> String) -> Option<Self> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let config = format!(
+            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: test-only\n{auth}",
+            root = dir.path().display(),
+            auth = auth(dir.path())
+        );
+        let config_path = dir.path().join("config.yml");
+        std::fs::write(&config_path, config).expect("config");
+        let mut child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config_path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("docker-registry must be installed (apt-get install docker-registry); scripts/test installs it");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if child.try_wait().expect("registry status").is_some() {
+                return None; // the port was taken
+            }
+            assert!(Instant::now() < deadline, "docker-registry did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if child.try_wait().expect("registry status").is_some() {
+            return None;
+        }
+        Some(RegistryServer {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            host: format!("127.0.0.1:{port}"),
+            dir,
+        })
+    }
+
+    /// Pushes `image` (every architecture of an index) as `repository:tag`, straight to the
+    /// registry.
+    pub fn push(&self, image: &OciImage, repository: &str, tag: &str) {
+        self.push_as(image, repository, tag, "oci");
+    }
+
+    /// [`RegistryServer::push`] with skopeo's `--format` (`oci`, or `v2s2` for Docker's
+    /// manifests, an index becoming a Docker manifest list).
+    pub fn push_as(&self, image: &OciImage, repository: &str, tag: &str, format: &str) {
+        run(
+            "skopeo",
+            &[
+                "--insecure-policy",
+                "copy",
+                "--all",
+                "--format",
+                format,
+                "--dest-tls-verify=false",
+                "--dest-creds",
+                &format!("{USER}:{PASSWORD}"),
+                &format!("oci:{}:latest", image.dir.display()),
+                &format!("docker://{}/{repository}:{tag}", self.host),
+            ],
+        );
+    }
+
+    /// A directory of this server's, for files a test writes beside it.
+    pub fn scratch(&self, name: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::create_dir_all(&path).expect("scratch dir");
+        path
+    }
+}
