@@ -64,21 +64,9 @@ impl Cloud {
     }
 
     fn start_configured(backend: Backend, extra: &[&str], open_files: Option<u64>) -> Self {
-        let pg = (backend == Backend::Postgres).then(PgSchema::create);
-        let mut cloud = Cloud {
-            backend,
-            data_dir: tempfile::tempdir().expect("tempdir"),
-            pg,
-            extra_args: extra.iter().map(|s| s.to_string()).collect(),
-            child: None,
-            http: String::new(),
-            https: String::new(),
-            logs: Arc::new(Mutex::new(Vec::new())),
-            readers: Vec::new(),
-            ports: None,
-            shared_url: None,
-            open_files,
-        };
+        let mut cloud = Self::unlaunched(backend, extra.iter().map(|s| s.to_string()).collect());
+        cloud.pg = (backend == Backend::Postgres).then(PgSchema::create);
+        cloud.open_files = open_files;
         cloud.launch();
         cloud
     }
@@ -86,22 +74,28 @@ impl Cloud {
     /// A second `cloud` process on the same PostgreSQL schema as `other` (own data directory
     /// and ports), as when several processes serve one database.
     pub fn start_beside(other: &Cloud) -> Self {
-        let mut cloud = Cloud {
-            backend: other.backend,
+        let mut cloud = Self::unlaunched(other.backend, other.extra_args.clone());
+        cloud.shared_url = other.pg.as_ref().map(|p| p.url.clone());
+        cloud.launch();
+        cloud
+    }
+
+    /// A server not started yet, with a data directory of its own and no storage but SQLite.
+    fn unlaunched(backend: Backend, extra_args: Vec<String>) -> Self {
+        Cloud {
+            backend,
             data_dir: tempfile::tempdir().expect("tempdir"),
             pg: None,
-            extra_args: other.extra_args.clone(),
+            extra_args,
             child: None,
             http: String::new(),
             https: String::new(),
             logs: Arc::new(Mutex::new(Vec::new())),
             readers: Vec::new(),
             ports: None,
-            shared_url: other.pg.as_ref().map(|p| p.url.clone()),
+            shared_url: None,
             open_files: None,
-        };
-        cloud.launch();
-        cloud
+        }
     }
 
     fn storage_args(&self) -> Vec<String> {

@@ -2,6 +2,7 @@
 //! HTTP/1.1 or HTTP/2 with their time-outs, an idle HTTP/2 connection closed, and at shutdown
 //! a graceful close that lets in-flight requests finish.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -105,6 +106,37 @@ async fn drive<C: GracefulConnection>(
     let _ = conn.await;
 }
 
+/// Serves HTTP/1.1 or HTTP/2 on one connection, plain or after TLS (`http`: the settings, the
+/// shutdown token and the idle time-out): each request carries the peer's address and, over
+/// mutual TLS, the client's certificate, for the handlers that check them.
+async fn serve_http<I>(
+    io: I,
+    app: Router,
+    peer: SocketAddr,
+    client_cert: Option<ClientCert>,
+    http: (&auto::Builder<TokioExecutor>, &CancellationToken, Duration),
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (builder, stop, idle) = http;
+    let activity = Arc::new(Activity::default());
+    let counted = activity.clone();
+    let service = TowerToHyperService::new(app.map_request(
+        move |mut req: axum::http::Request<hyper::body::Incoming>| {
+            counted.request(req.version());
+            if let Some(cert) = &client_cert {
+                req.extensions_mut().insert(cert.clone());
+            }
+            req.extensions_mut().insert(PeerAddr(peer));
+            req
+        },
+    ));
+    let conn = builder
+        .serve_connection_with_upgrades(TokioIo::new(io), service)
+        .into_owned();
+    drive(conn, &activity, stop, idle).await;
+}
+
 /// Accepts on `listener` (at most `cap` connections at once) and serves each connection until
 /// `stop`; then waits up to the drain time-out for the connections to finish.
 pub(super) async fn serve_loop(
@@ -145,22 +177,9 @@ pub(super) async fn serve_loop(
         let tls = tls.clone();
         connections.spawn(async move {
             let _slot = slot;
-            let activity = Arc::new(Activity::default());
-            let counted = activity.clone();
+            let http = (&*builder, &stop, header_read_timeout);
             match tls {
-                None => {
-                    let service = TowerToHyperService::new(app.map_request(
-                        move |mut req: axum::http::Request<hyper::body::Incoming>| {
-                            counted.request(req.version());
-                            req.extensions_mut().insert(PeerAddr(peer));
-                            req
-                        },
-                    ));
-                    let conn = builder
-                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                        .into_owned();
-                    drive(conn, &activity, &stop, header_read_timeout).await;
-                }
+                None => serve_http(stream, app, peer, None, http).await,
                 Some((acceptor, pg)) => {
                     // PostgreSQL shares the port: its packets start with a zero byte.
                     let mut first = [0u8; 1];
@@ -198,20 +217,7 @@ pub(super) async fn serve_loop(
                         .peer_certificates()
                         .and_then(|certs| certs.first())
                         .map(|leaf| ClientCert(leaf.clone().into_owned()));
-                    let service = TowerToHyperService::new(app.map_request(
-                        move |mut req: axum::http::Request<hyper::body::Incoming>| {
-                            counted.request(req.version());
-                            if let Some(cert) = &client_cert {
-                                req.extensions_mut().insert(cert.clone());
-                            }
-                            req.extensions_mut().insert(PeerAddr(peer));
-                            req
-                        },
-                    ));
-                    let conn = builder
-                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                        .into_owned();
-                    drive(conn, &activity, &stop, header_read_timeout).await;
+                    serve_http(stream, app, peer, client_cert, http).await;
                 }
             }
         });
