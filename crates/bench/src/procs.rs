@@ -203,22 +203,29 @@ impl Drop for Bridge {
 
 /// Starts the `bridge` of `cloud`'s bin dir as `dc1` with `token`, declaring `resources`
 /// (YAML of `apis:`/`sources:` at the top level), and waits until its tunnel is up. It logs
-/// warnings only and audits into the cloud's temp data dir, so that neither floods stdout;
-/// its stdout is still read at info level, for the line that says it connected.
+/// warnings only and audits into a file of its own in the cloud's temp data dir, so that
+/// neither floods stdout; its stdout is still read at info level, for the line that says it
+/// connected.
 pub fn start_bridge(
     cloud: &Server,
     token: &str,
     resources: &str,
     max_connections: usize,
 ) -> Result<Bridge> {
+    // Each instance has its own health port, and by it its own config and audit file: two
+    // processes appending to one file would interleave its hash chain.
+    let health_port = free_port()?;
     let yaml = format!(
-        "name: dc1\napi_url: https://localhost:{}\ntls_ca_file: {}\nhealth_check_port: {}\nlog_level: warn\nmax_connections: {max_connections}\naudit_log: {}\n{resources}",
+        "name: dc1\napi_url: https://localhost:{}\ntls_ca_file: {}\nhealth_check_port: {health_port}\nlog_level: warn\nmax_connections: {max_connections}\naudit_log: {}\n{resources}",
         cloud.tls_port,
         cloud.dir.path().join("ca.pem").display(),
-        free_port()?,
-        cloud.dir.path().join("audit.log").display(),
+        cloud
+            .dir
+            .path()
+            .join(format!("audit-{health_port}.log"))
+            .display(),
     );
-    let path = cloud.dir.path().join("bridge.yaml");
+    let path = cloud.dir.path().join(format!("bridge-{health_port}.yaml"));
     std::fs::write(&path, yaml)?;
     let mut child = Command::new(bin_in(&cloud.bin_dir, "bridge")?)
         .args(["run", "--config"])

@@ -63,8 +63,15 @@ async fn probe_cloud(cfg: &Config) -> Row {
 }
 
 /// An HTTP GET of `url` with the credentials the forwarder would inject for `kind`: proves
-/// DNS, TCP, TLS and, by a 401 or 403, credentials the resource rejects.
-async fn probe_http(label: &'static str, name: &str, url: String, kind: &dyn forward::Kind) -> Row {
+/// DNS, TCP, TLS and, by a 401 or 403, credentials the resource rejects. Any other answer is
+/// ok (an API's root may well be a 404), except a 404 where `missing` says what it means.
+async fn probe_http(
+    label: &'static str,
+    name: &str,
+    url: String,
+    kind: &dyn forward::Kind,
+    missing: Option<&str>,
+) -> Row {
     if let Some(Err(e)) = kind.tls_ca_file().map(forward::load_ca) {
         return Row {
             kind: label,
@@ -86,7 +93,12 @@ async fn probe_http(label: &'static str, name: &str, url: String, kind: &dyn for
                     "credentials rejected (HTTP {})",
                     r.status().as_u16()
                 )),
-                Ok(Ok(r)) => Ok(format!("ok (HTTP {})", r.status().as_u16())),
+                Ok(Ok(r)) => match missing {
+                    Some(what) if r.status() == hyper::StatusCode::NOT_FOUND => {
+                        Err(format!("{what} (HTTP 404)"))
+                    }
+                    _ => Ok(format!("ok (HTTP {})", r.status().as_u16())),
+                },
             }
         }
     };
@@ -100,12 +112,18 @@ async fn probe_http(label: &'static str, name: &str, url: String, kind: &dyn for
 
 /// What `bridge check` fetches from a Git source: the refs of its first repository named
 /// without a glob, as `git clone` would, or else the server root (which still proves the
-/// credentials on servers that guard every path).
-fn git_probe_url(source: &GitSource) -> String {
+/// credentials on servers that guard every path). With the repository's name comes what its
+/// 404 means: the entry names a repository the server does not have.
+fn git_probe(source: &GitSource) -> (String, Option<String>) {
     let base = source.url.as_str().trim_end_matches('/');
     match source.repositories.iter().find(|r| !r.contains('*')) {
-        Some(repo) => format!("{base}/{repo}/info/refs?service=git-upload-pack"),
-        None => format!("{base}/"),
+        Some(repo) => (
+            format!("{base}/{repo}/info/refs?service=git-upload-pack"),
+            Some(format!(
+                "no repository {repo:?} on the server: check sources[].url and repositories"
+            )),
+        ),
+        None => (format!("{base}/"), None),
     }
 }
 
@@ -140,10 +158,11 @@ async fn probe_database(db: &Database) -> Row {
 async fn probe_all(cfg: &Config) -> Vec<Row> {
     let mut rows = vec![probe_cloud(cfg).await];
     for api in &cfg.apis {
-        rows.push(probe_http("api", &api.name, api.url.to_string(), api).await);
+        rows.push(probe_http("api", &api.name, api.url.to_string(), api, None).await);
     }
     for source in &cfg.sources {
-        rows.push(probe_http("git", &source.name, git_probe_url(source), source).await);
+        let (url, missing) = git_probe(source);
+        rows.push(probe_http("git", &source.name, url, source, missing.as_deref()).await);
     }
     for registry in &cfg.registries {
         rows.push(Row {

@@ -17,10 +17,19 @@ pub struct NameLabel {
     pub name: String,
 }
 
+/// The reasons of `bridge_refused_total`, each a series from the start.
+pub const REFUSAL_REASONS: [&str; 5] = [
+    "not_declared",
+    "not_allowed",
+    "overloaded",
+    "memory",
+    "upstream_auth",
+];
+
 /// Label of `bridge_refused_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
-    /// not_declared, not_allowed, overloaded, memory.
+    /// One of [`REFUSAL_REASONS`].
     pub reason: String,
 }
 
@@ -113,6 +122,13 @@ impl Metrics {
                 name: name.to_string(),
             })
             .set(0);
+        // Every documented reason has a series from the start, at 0, so that `rate()` and
+        // `absent()` alert rules see one before the first refusal.
+        for reason in REFUSAL_REASONS {
+            let _ = refused.get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            });
+        }
         Metrics {
             registry: Arc::new(registry),
             name: name.to_string(),

@@ -271,6 +271,7 @@ async fn psql_and_a_driver_reach_the_database_with_an_api_key() {
         r["event"] == "session_start"
             && r["kind"] == "database"
             && r["resource"] == "orders"
+            && r["path"] == "/databases/orders/"
             && r["principal"]
                 .as_str()
                 .is_some_and(|p| p.starts_with("sigapi_"))

@@ -151,6 +151,17 @@ async fn a_bridge_at_max_connections_queues_5_s_then_answers_503() {
         format!("max_connections: 1\n{}", internal_api_yaml(upstream, ""))
     })
     .await;
+    // Every reason's series is there from the start, at 0 (alert rules need one to exist).
+    for reason in [
+        "not_declared",
+        "not_allowed",
+        "overloaded",
+        "memory",
+        "upstream_auth",
+    ] {
+        let series = format!("bridge_refused_total{{reason=\"{reason}\"}}");
+        assert_eq!(rig.bridge.metric(&series).await, 0.0, "{series}");
+    }
     let busy = tokio::spawn(
         rig.request(reqwest::Method::GET, "/slow?sleep_ms=15000")
             .send(),

@@ -371,6 +371,35 @@ async fn a_wrong_source_token_is_a_clear_error_for_git_and_bridge_check() {
             "repositories: [\"team/lib.git\"]"
         )
     );
+    let (code, team) = check_team_row(yaml);
+    assert_eq!(code, Some(1), "{team}");
+    assert!(team.contains("team/lib.git/info/refs"), "{team}");
+    assert!(
+        team.contains("FAILED: credentials rejected (HTTP 401)"),
+        "{team}"
+    );
+
+    // The right token, but the entry names a repository the server does not have: the
+    // source's URL or its list is wrong, and `bridge check` says so rather than "ok (HTTP 404)".
+    let yaml = format!(
+        "{}token: unused\n{}",
+        yaml_for(&rig.cloud, "dc1", ""),
+        sources(&server, GIT_TOKEN).replace(
+            "repositories: [\"team/*\"]",
+            "repositories: [\"team/gone.git\"]"
+        )
+    );
+    let (code, team) = check_team_row(yaml);
+    assert_eq!(code, Some(1), "{team}");
+    assert!(
+        team.contains("FAILED: no repository \"team/gone.git\" on the server")
+            && team.contains("(HTTP 404)"),
+        "{team}"
+    );
+}
+
+/// Runs `bridge check` on `yaml`: its exit code and its row for the source `team`.
+fn check_team_row(yaml: String) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bridge.yaml");
     std::fs::write(&path, yaml).unwrap();
@@ -381,16 +410,12 @@ async fn a_wrong_source_token_is_a_clear_error_for_git_and_bridge_check() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{text}");
     let team = text
         .lines()
         .find(|l| l.starts_with("git") && l.contains(" team "))
-        .expect("a row for team");
-    assert!(team.contains("team/lib.git/info/refs"), "{team}");
-    assert!(
-        team.contains("FAILED: credentials rejected (HTTP 401)"),
-        "{team}"
-    );
+        .unwrap_or_else(|| panic!("no row for team in: {text}"))
+        .to_string();
+    (out.status.code(), team)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,19 +8,25 @@ use std::time::Duration;
 
 use testkit::bridge::{Rig, internal_api_yaml};
 
-/// `relay_retries_total{when}` from the cloud's `/metrics`.
+/// `relay_retries_total{when}` from the cloud's `/metrics`, a series that exists from the
+/// cloud's start (at 0) so that alert rules can rely on it.
 async fn retries(rig: &Rig, when: &str) -> f64 {
     let text = rig.cloud.metrics_text().await;
     let series = format!("relay_retries_total{{when=\"{when}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&series))
-        .map_or(0.0, |v| v.trim().parse().unwrap())
+        .unwrap_or_else(|| panic!("no {series}in the cloud's /metrics:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_an_instance_mid_response_loses_no_request() {
     let mut rig = Rig::start("").await;
     let second = rig.another_instance().await;
+    assert_eq!(retries(&rig, "before_response").await, 0.0);
+    assert_eq!(retries(&rig, "mid_response").await, 0.0);
     let failures = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));

@@ -112,6 +112,11 @@ impl Metrics {
             commit_batches.clone(),
         );
         let retries = Family::<RetryLabel, Counter>::default();
+        // Both series exist from the start, at 0, so that `rate()` and `absent()` alert rules
+        // see a series before the first retry.
+        for when in ["before_response", "mid_response"] {
+            let _ = retries.get_or_create(&RetryLabel { when });
+        }
         registry.register(
             "relay_retries",
             "Forwarded requests sent again to another bridge instance because their tunnel failed",

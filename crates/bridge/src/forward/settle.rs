@@ -28,8 +28,13 @@ impl Forwarder {
             kind: ResourceKind::Api,
             resource: String::new(),
             method,
-            // Written without query values: the record's serializer strips them.
-            path: req.uri().to_string(),
+            // The path and query only (a stream the cloud opens with a full URI, as a database
+            // session's is, names the same path), written without query values: the record's
+            // serializer strips them.
+            path: req
+                .uri()
+                .path_and_query()
+                .map_or_else(|| req.uri().path().to_string(), ToString::to_string),
             status: 0,
             bytes_in: 0,
             bytes_out: 0,

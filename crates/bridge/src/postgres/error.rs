@@ -1,0 +1,105 @@
+//! Why a login to a declared database failed, told three ways: to `bridge check` (every
+//! detail), to the session's client (no internal names) and to the audit record (the step).
+
+/// Why a login failed, by the step that failed (what `bridge check` prints).
+#[derive(Debug, thiserror::Error)]
+pub enum LoginError {
+    /// The host name did not resolve.
+    #[error("DNS: cannot resolve {host:?}: {cause}")]
+    Dns {
+        /// The entry's host.
+        host: String,
+        /// The resolver's error.
+        cause: String,
+    },
+    /// No TCP connection.
+    #[error("TCP: cannot connect to {addr}: {cause}; check that the bridge host can reach it")]
+    Tcp {
+        /// `host:port`.
+        addr: String,
+        /// The socket error.
+        cause: String,
+    },
+    /// TLS was required and failed (refused by the server, or a certificate not trusted).
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// The server refused the entry's credentials.
+    #[error(
+        "authentication: the server refused the bridge's credentials for user {user:?} ({code}: {message}); fix databases[].credentials"
+    )]
+    Auth {
+        /// The entry's user.
+        user: String,
+        /// SQLSTATE, e.g. `28P01`.
+        code: String,
+        /// The server's message.
+        message: String,
+    },
+    /// The entry's database does not exist on the server.
+    #[error("database: {message} ({code}); fix databases[].database")]
+    DatabaseMissing {
+        /// `3D000`.
+        code: String,
+        /// The server's message.
+        message: String,
+    },
+    /// The server refused the session for another reason (too many connections, shutting down).
+    #[error("server: {message} ({code})")]
+    Server {
+        /// SQLSTATE.
+        code: String,
+        /// The server's message.
+        message: String,
+    },
+    /// The server asked for the password in a way that would hand it to whoever answers on an
+    /// unverified connection.
+    #[error("authentication: {0}")]
+    Insecure(String),
+    /// The server spoke something the bridge does not understand, or went silent.
+    #[error("protocol: {0}")]
+    Protocol(String),
+}
+
+impl LoginError {
+    /// The SQLSTATE a client is told: the server's own, or `08001` when the bridge could not
+    /// reach the database at all.
+    pub fn sqlstate(&self) -> &str {
+        match self {
+            LoginError::Auth { .. } | LoginError::Insecure(_) => "28000",
+            LoginError::DatabaseMissing { code, .. } | LoginError::Server { code, .. } => code,
+            _ => "08001",
+        }
+    }
+
+    /// What a client of the session may read: the step, and the server's own words where the
+    /// server spoke, never the bridge's internal host names, addresses or socket errors.
+    pub fn public(&self) -> String {
+        match self {
+            LoginError::Dns { .. } | LoginError::Tcp { .. } => {
+                format!("{} failed: the bridge cannot reach it", self.step())
+            }
+            LoginError::Tls(_) => "TLS to it failed (see the entry's sslmode)".into(),
+            LoginError::Auth { message, .. } => format!(
+                "it refused the bridge's login: {message} (fix databases[].credentials, or the server's pg_hba.conf)"
+            ),
+            LoginError::DatabaseMissing { message, .. } | LoginError::Server { message, .. } => {
+                message.clone()
+            }
+            LoginError::Insecure(why) => why.clone(),
+            LoginError::Protocol(_) => "the login failed (protocol)".into(),
+        }
+    }
+
+    /// The step's name, for metrics-free summaries such as the audit record's `ended`.
+    pub fn step(&self) -> &'static str {
+        match self {
+            LoginError::Dns { .. } => "dns",
+            LoginError::Tcp { .. } => "tcp",
+            LoginError::Tls(_) => "tls",
+            LoginError::Auth { .. } | LoginError::Insecure(_) => "authentication",
+            LoginError::DatabaseMissing { .. } => "database",
+            LoginError::Server { .. } => "server",
+            LoginError::Protocol(_) => "protocol",
+        }
+    }
+}
