@@ -148,6 +148,50 @@ impl Config {
         }
     }
 
+    /// Where the health endpoint of the bridge run with the file at `path` (or the environment
+    /// alone) listens: the file is read and checked as [`Config::load`] does (syntax, unknown
+    /// keys), but only `health_check_address` and `health_check_port` are validated, so that
+    /// `bridge healthcheck` needs neither the token nor the resources' secrets.
+    pub fn health_endpoint(
+        path: Option<&Path>,
+        env: &dyn Env,
+    ) -> Result<(std::net::IpAddr, u16), ConfigError> {
+        let (file, source, mut problems) = match path {
+            None => (
+                file::FileConfig::default(),
+                "environment".to_owned(),
+                Vec::new(),
+            ),
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                let source = path.display().to_string();
+                match parse_file(&text) {
+                    Ok((file, unknown)) => (file, source, unknown),
+                    Err(problems) => {
+                        return Err(ConfigError::Invalid {
+                            file: source,
+                            problems,
+                        });
+                    }
+                }
+            }
+        };
+        let endpoint = validate::health_endpoint(&file, env).map_err(|p| problems.extend(p));
+        match endpoint {
+            Ok(endpoint) if problems.is_empty() => Ok(endpoint),
+            _ => {
+                error::in_file_order(&mut problems);
+                Err(ConfigError::Invalid {
+                    file: source,
+                    problems,
+                })
+            }
+        }
+    }
+
     /// Builds the configuration from the environment alone (no file), as a container would.
     pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
         validate::validate(&file::FileConfig::default(), env).map_err(|problems| {

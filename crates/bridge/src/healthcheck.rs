@@ -11,25 +11,25 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 
-use crate::config::Config;
+use crate::config::{Config, ProcessEnv};
 
 /// The whole probe (connect, request, body) must fit in this; a health check that hangs is as
 /// bad as one that fails.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Where the health endpoint of a bridge with this configuration listens, as seen from the same
-/// host: an unspecified address (`0.0.0.0`, `::`) is reached on loopback. `None` when the port
-/// is chosen at start (`health_check_port: 0`), which no other process can know.
-pub fn target(cfg: &Config) -> Option<SocketAddr> {
-    if cfg.health_check_port == 0 {
+/// Where a health endpoint listening on `address` and `port` is reached from the same host:
+/// an unspecified address (`0.0.0.0`, `::`) on loopback. `None` when the port is chosen at
+/// start (`health_check_port: 0`), which no other process can know.
+fn target(address: IpAddr, port: u16) -> Option<SocketAddr> {
+    if port == 0 {
         return None;
     }
-    let ip = match cfg.health_check_address {
+    let ip = match address {
         IpAddr::V4(a) if a.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
         IpAddr::V6(a) if a.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
         ip => ip,
     };
-    Some(SocketAddr::new(ip, cfg.health_check_port))
+    Some(SocketAddr::new(ip, port))
 }
 
 /// `GET /health` on `addr`: the status code and the body.
@@ -62,11 +62,15 @@ async fn probe(addr: SocketAddr) -> Result<(u16, String), String> {
 /// Runs the command: exit 0 when healthy or degraded (200), 1 when unhealthy or unreachable,
 /// 2 when the configuration is invalid or names no fixed port.
 pub fn healthcheck(path: Option<&Path>) -> ExitCode {
-    let cfg = match crate::run::load(path) {
-        Ok(c) => c,
-        Err(code) => return code,
+    // Only the two health fields are validated: a health check needs no secrets.
+    let (address, port) = match Config::health_endpoint(path, &ProcessEnv) {
+        Ok(endpoint) => endpoint,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
     };
-    let Some(addr) = target(&cfg) else {
+    let Some(addr) = target(address, port) else {
         eprintln!(
             "health_check_port is 0 (a free port chosen at start): set a fixed health_check_port so that `bridge healthcheck` can find it"
         );

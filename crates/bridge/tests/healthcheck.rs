@@ -5,17 +5,19 @@
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use testkit::bridge::{INTERNAL_PASSWORD, Rig, bridge_bin};
+use testkit::bridge::{Rig, bridge_bin};
 
-/// Runs `bridge healthcheck --config FILE` on `yaml`, with the rig's token in the environment.
+/// Runs `bridge healthcheck --config FILE` on `yaml` without the token or the `${INTERNAL_PW}`
+/// the file names in the environment: a health check needs no secrets.
 fn healthcheck(rig: &Rig, yaml: &str) -> Output {
     let path = rig.bridge.dir.path().join("healthcheck.yaml");
     std::fs::write(&path, yaml).unwrap();
+    assert!(yaml.contains("${INTERNAL_PW}"), "{yaml}");
     Command::new(bridge_bin())
         .args(["healthcheck", "--config"])
         .arg(&path)
-        .env("SERVICE_BRIDGE_TOKEN", &rig.token)
-        .env("INTERNAL_PW", INTERNAL_PASSWORD)
+        .env_remove("SERVICE_BRIDGE_TOKEN")
+        .env_remove("INTERNAL_PW")
         .output()
         .unwrap()
 }
@@ -88,5 +90,30 @@ fn a_port_chosen_at_start_cannot_be_probed() {
         text(&out.stderr).contains("set a fixed health_check_port"),
         "{}",
         text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_bad_health_field_or_unknown_key_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bridge.yaml");
+    std::fs::write(
+        &path,
+        "name: b\nhealth_check_address: localhost\nhealth_chek_port: 9\n",
+    )
+    .unwrap();
+    let out = Command::new(bridge_bin())
+        .args(["healthcheck", "--config"])
+        .arg(&path)
+        .env_remove("SERVICE_BRIDGE_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    // Both problems at once, each with its line.
+    assert!(
+        stderr.contains("bridge.yaml:2:23: health_check_address: expected an IP address")
+            && stderr.contains("bridge.yaml:3:1: unknown field `health_chek_port`"),
+        "{stderr}"
     );
 }

@@ -139,30 +139,7 @@ pub(crate) fn validate(file: &FileConfig, env: &dyn Env) -> Result<Config, Vec<P
             "a positive number of megabytes",
         )
         .map_or(DEFAULT_MAX_MEMORY_MB, |n| n as u64);
-    let health_check_port = cx
-        .int(
-            file.health_check_port.as_ref().map(located),
-            "health_check_port",
-            0..=65535,
-            "a port from 0 to 65535 (0: any free port, logged at start)",
-        )
-        .map_or(DEFAULT_HEALTH_CHECK_PORT, |n| n as u16);
-    let health_check_address = match cx
-        .optional(file.health_check_address.as_ref(), "health_check_address")
-    {
-        None => Some(DEFAULT_HEALTH_CHECK_ADDRESS),
-        Some(given) => match given.value.trim().parse::<std::net::IpAddr>() {
-            Ok(ip) => Some(ip),
-            Err(_) => {
-                let msg = format!(
-                    "expected an IP address such as 127.0.0.1 (this host only) or 0.0.0.0 (every interface), got {:?}",
-                    given.value
-                );
-                cx.fail("health_check_address", &given.origin, msg);
-                None
-            }
-        },
-    };
+    let (health_check_address, health_check_port) = health(&mut cx, file);
 
     let proxy = match &file.proxy_url {
         Some(value) => cx.string(value, "proxy_url"),
@@ -240,7 +217,7 @@ pub(crate) fn validate(file: &FileConfig, env: &dyn Env) -> Result<Config, Vec<P
         state_dir,
         audit_log,
         health_check_port,
-        health_check_address: health_check_address.unwrap_or(DEFAULT_HEALTH_CHECK_ADDRESS),
+        health_check_address,
         sources,
         databases,
         apis,
@@ -251,4 +228,45 @@ pub(crate) fn validate(file: &FileConfig, env: &dyn Env) -> Result<Config, Vec<P
     }
     super::error::in_file_order(&mut cx.problems);
     Err(cx.problems)
+}
+
+/// Only where the health endpoint listens (`health_check_address`, `health_check_port`): what
+/// `bridge healthcheck` needs, without the token or the resources' secrets.
+pub(crate) fn health_endpoint(
+    file: &FileConfig,
+    env: &dyn Env,
+) -> Result<(std::net::IpAddr, u16), Vec<Problem>> {
+    let mut cx = Ctx {
+        env,
+        problems: Vec::new(),
+    };
+    let endpoint = health(&mut cx, file);
+    if cx.problems.is_empty() {
+        return Ok(endpoint);
+    }
+    Err(cx.problems)
+}
+
+/// `health_check_address` and `health_check_port`, or their defaults.
+fn health(cx: &mut Ctx, file: &FileConfig) -> (std::net::IpAddr, u16) {
+    let port = cx
+        .int(
+            file.health_check_port.as_ref().map(located),
+            "health_check_port",
+            0..=65535,
+            "a port from 0 to 65535 (0: any free port, logged at start)",
+        )
+        .map_or(DEFAULT_HEALTH_CHECK_PORT, |n| n as u16);
+    let address = match cx.optional(file.health_check_address.as_ref(), "health_check_address") {
+        None => DEFAULT_HEALTH_CHECK_ADDRESS,
+        Some(given) => given.value.trim().parse().unwrap_or_else(|_| {
+            let msg = format!(
+                "expected an IP address such as 127.0.0.1 (this host only) or 0.0.0.0 (every interface), got {:?}",
+                given.value
+            );
+            cx.fail("health_check_address", &given.origin, msg);
+            DEFAULT_HEALTH_CHECK_ADDRESS
+        }),
+    };
+    (address, port)
 }
