@@ -100,6 +100,8 @@ async fn credentials_are_injected_and_the_api_key_is_not_forwarded() {
         .header("forwarded", "for=10.0.0.1;host=evil.example")
         .header("x-forwarded-host", "evil.example")
         .header("x-forwarded-proto", "http")
+        .header("x-forwarded-port", "8443")
+        .header("x-forwarded-prefix", "/admin")
         .header("x-real-ip", "10.0.0.1")
         .header("expect", "100-continue")
         .send()
@@ -123,6 +125,8 @@ async fn credentials_are_injected_and_the_api_key_is_not_forwarded() {
         "forwarded",
         "x-forwarded-host",
         "x-forwarded-proto",
+        "x-forwarded-port",
+        "x-forwarded-prefix",
         "x-real-ip",
         "expect",
     ] {

@@ -221,11 +221,25 @@ fn time(micros: i64) -> String {
 /// How long a set-password link is valid.
 pub const LINK_VALIDITY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
-/// The base of set-password links: `--public-url`, or `https://` and the TLS listen address.
+/// The base of set-password links: `--public-url`, or `https://` and the TLS listen address,
+/// with loopback for an every-interface address (`0.0.0.0:8443`, a container's default), which
+/// no browser can open.
 fn link_base(public_url: Option<&str>, listen: &str) -> Result<String, AdminError> {
     let base = match public_url {
         Some(u) => u.trim().trim_end_matches('/').to_string(),
-        None => format!("https://{listen}"),
+        None => match listen.parse::<std::net::SocketAddr>() {
+            Ok(addr) if addr.ip().is_unspecified() => {
+                let loopback = match addr {
+                    std::net::SocketAddr::V4(_) => std::net::IpAddr::from([127, 0, 0, 1]),
+                    std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                };
+                format!(
+                    "https://{}",
+                    std::net::SocketAddr::new(loopback, addr.port())
+                )
+            }
+            _ => format!("https://{listen}"),
+        },
     };
     match url::Url::parse(&base) {
         Ok(u) if matches!(u.scheme(), "https" | "http") && u.host().is_some() => Ok(base),
@@ -311,4 +325,22 @@ pub async fn reset_password(
         .audit(user.org_id, actor, "user.reset_password", &email)
         .await?;
     password_link(store, user.id, &base).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::link_base;
+
+    #[test]
+    fn links_open_in_a_browser_whatever_the_listen_address() {
+        let base = |listen| link_base(None, listen).unwrap();
+        assert_eq!(base("0.0.0.0:8443"), "https://127.0.0.1:8443");
+        assert_eq!(base("[::]:8443"), "https://[::1]:8443");
+        assert_eq!(base("192.0.2.7:8443"), "https://192.0.2.7:8443");
+        assert_eq!(
+            link_base(Some("https://signals.example.com/"), "0.0.0.0:8443").unwrap(),
+            "https://signals.example.com"
+        );
+        assert!(link_base(Some("signals.example.com"), "0.0.0.0:8443").is_err());
+    }
 }

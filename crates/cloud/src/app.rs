@@ -41,6 +41,9 @@ pub struct Publishing {
     pub bridge_release: String,
     /// `--public-url`: the dashboard's address as people and bridges reach it.
     pub public_url: Option<String>,
+    /// The TLS listener's port: the bridge commands a page shows dial it, even when the page
+    /// was reached on the plain listener.
+    pub tls_port: u16,
 }
 
 /// Which listener a router serves.
@@ -114,6 +117,7 @@ impl App {
                 keys,
                 release: publishing.bridge_release,
                 public_url: publishing.public_url,
+                tls_port: publishing.tls_port,
             }),
             live,
             insight,
@@ -130,14 +134,18 @@ impl App {
 
     /// The routes of one listener: the tunnel's handshake only on TLS.
     pub fn router(&self, listener: Listener) -> Router {
+        // The routes whose handlers read small bodies whole: a paused body gets a 408.
+        let whole =
+            || middleware::from_fn_with_state(self.api.read_timeout, crate::stall::whole_body);
         let mut app = api::router(self.api.clone())
             .merge(relay::router(self.relay.clone()))
-            .merge(crate::correlation::router(self.correlation.clone()))
+            .merge(crate::correlation::router(self.correlation.clone()).layer(whole()))
             .merge(crate::openapi::router())
             .merge(crate::pgwire::router(self.pg.clone()))
-            .merge(dashboard::router(
-                self.dashboard.over_tls(listener == Listener::Tls),
-            ));
+            .merge(
+                dashboard::router(self.dashboard.over_tls(listener == Listener::Tls))
+                    .layer(whole()),
+            );
         if listener == Listener::Tls {
             app = app.merge(relay::tunnel_router(self.relay.clone()));
         }

@@ -151,8 +151,8 @@ pub struct ServeArgs {
     /// Seconds in-flight requests may take to finish at shutdown.
     #[arg(long, env = "CLOUD_DRAIN_TIMEOUT", default_value_t = 20)]
     pub drain_timeout: u64,
-    /// Seconds a client may take to send a request's headers; the longest pause in a signal's
-    /// or a forwarded request's body (then 408); and how long an HTTP/2 connection may go
+    /// Seconds a client may take to send a request's headers; the longest pause in a signal's,
+    /// a forwarded request's, a dashboard form's or a correlation JSON body (then 408); and how long an HTTP/2 connection may go
     /// without a new request before it is closed gracefully.
     #[arg(long, env = "CLOUD_HEADER_READ_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub header_read_timeout: u64,

@@ -277,6 +277,9 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
         publishing: cloud::app::Publishing {
             bridge_release: args.bridge_release,
             public_url: args.public_url,
+            tls_port: tls_listener
+                .local_addr()
+                .map_or(args.listen.port(), |a| a.port()),
         },
         webhook_first_retry: Duration::from_secs_f64(args.webhook_first_retry),
         webhook_allow_private: args.webhook_allow_private,

@@ -121,6 +121,40 @@ where
     }
 }
 
+/// The largest form or JSON document the routes behind [`whole_body`] take (axum's own
+/// default limit for them).
+pub const WHOLE_BODY: usize = 2 * 1024 * 1024;
+
+/// Middleware for routes whose handlers read small bodies whole (the dashboard's forms,
+/// correlation's JSON): reads the body first, so that a client that stops sending for `pause`
+/// (`--header-read-timeout`) mid-body, or is still sending after four times that, gets a 408
+/// instead of holding a connection; a body over [`WHOLE_BODY`] gets a 413.
+pub async fn whole_body(
+    axum::extract::State(pause): axum::extract::State<Duration>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let (parts, mut body) = request.into_parts();
+    let read = tokio::time::timeout(pause * 4, read_whole(&mut body, WHOLE_BODY, pause));
+    match read.await.unwrap_or(Err(ReadError::Stalled)) {
+        Ok(bytes) => {
+            let request = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
+            next.run(request).await
+        }
+        Err(ReadError::Stalled) => crate::problem::Problem::body_stalled(pause).into_response(),
+        Err(ReadError::TooLarge) => crate::problem::Problem::too_large(format!(
+            "the request body is over {} MiB; these routes take a form or a JSON document up to that size",
+            WHOLE_BODY / (1024 * 1024)
+        ))
+        .into_response(),
+        Err(ReadError::Body(e)) => {
+            crate::problem::Problem::bad_request(format!("cannot read the request body: {e}"))
+                .into_response()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -288,6 +288,13 @@ async fn dora_figures_match_the_hand_computed_example() {
     )
     .await;
     assert_eq!(status, 200, "{body}");
+    // The confirmation is audited like the dashboard's, with the API key as the actor.
+    let line: Value = serde_json::from_str(&cloud.wait_log_line("alert.confirm_cause")).unwrap();
+    assert_eq!(line["object"], format!("{alert} <- {}", ids[6]), "{line}");
+    assert!(
+        line["actor"].as_str().unwrap().starts_with("sigapi_"),
+        "{line}"
+    );
     let (status, body) = call(
         &cloud,
         &t,
@@ -600,5 +607,19 @@ async fn webhooks_reach_public_addresses_only_by_default() {
     assert!(
         receiver.received().is_empty(),
         "a loopback webhook was called"
+    );
+    // A member sees why, but not the URL's path (it often holds a token); nor does the log.
+    let member =
+        testkit::dashboard::session(&cloud, &browser, "acme", "max@example.com", "member").await;
+    let (_, page) = get(&browser, url, &member).await;
+    assert!(page.contains("not a public address"), "{page}");
+    assert!(
+        !page.contains("/hook"),
+        "the webhook's path shown to a member: {page}"
+    );
+    let failed = cloud.wait_log_line("webhook delivery failed");
+    assert!(
+        !failed.contains("/hook"),
+        "the webhook's path logged: {failed}"
     );
 }

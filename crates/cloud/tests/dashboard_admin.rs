@@ -58,6 +58,15 @@ async fn audit(backend: Backend) {
     )
     .await;
     assert_eq!(status, 200);
+    let (status, _) = post(
+        &client,
+        &cloud,
+        &admin,
+        "/integrations/notifications/webhook/remove",
+        &[],
+    )
+    .await;
+    assert_eq!(status, 303);
 
     let (status, audit) = get(&client, format!("{}/audit", cloud.https), &admin).await;
     assert_eq!(status, 200);
@@ -76,6 +85,16 @@ async fn audit(backend: Backend) {
         assert!(audit.contains(expected), "no {expected:?} in {audit}");
     }
     assert!(!audit.contains(&api_key), "a secret in the audit");
+    // The removal names the URL that was removed.
+    let removal = audit
+        .find("webhook.remove")
+        .expect("no webhook.remove in the audit");
+    let row_end = removal + audit[removal..].find("</tr>").unwrap();
+    assert!(
+        audit[removal..row_end].contains("https://hooks.example.com/signals"),
+        "{}",
+        &audit[removal..row_end]
+    );
     // Newest first: the webhook before the key's creation.
     assert!(audit.find("webhook.set").unwrap() < audit.find("api_key.create").unwrap());
 
@@ -204,5 +223,39 @@ async fn public_url_is_the_base_of_the_commands_pages_show() {
     assert!(
         why.contains("--public-url") && why.contains("https://"),
         "{why}"
+    );
+}
+
+/// Bridges speak TLS only: a bridge token made on the plain listener's page gets commands and a
+/// `bridge.yml` that dial the TLS listener, not the plain port with `https://` in front.
+#[tokio::test]
+async fn bridge_commands_dial_the_tls_listener_whichever_listener_served_the_page() {
+    use testkit::dashboard::hidden;
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.admin(&["org", "create", "acme"]);
+    let client = client(&cloud);
+    let admin = session(&cloud, &client, "acme", "ada@example.com", "admin").await;
+    let (_, home) = get(&client, format!("{}/", cloud.http), &admin).await;
+    let csrf = hidden(&home, "csrf");
+    let page = client
+        .post(format!("{}/integrations/bridge/create", cloud.http))
+        .header("cookie", &admin)
+        .form(&[("csrf", csrf.as_str()), ("name", "dc1")])
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("sigbrt_"), "{page}");
+    // The page's host (the plain listener's 127.0.0.1) with the TLS listener's port.
+    let tls_port = cloud.https.rsplit(':').next().unwrap();
+    let tls = format!("https://127.0.0.1:{tls_port}");
+    assert!(page.contains(&format!("SERVICE_API_URL={tls}")), "{page}");
+    assert!(page.contains(&format!("api_url: {tls}")), "{page}");
+    let plain_port = cloud.http.rsplit(':').next().unwrap();
+    assert!(
+        !page.contains(&format!("https://127.0.0.1:{plain_port}")),
+        "the plain port with https: {page}"
     );
 }

@@ -170,6 +170,37 @@ async fn failed_sign_ins_are_throttled_and_logged_without_the_password() {
     assert!(!log.contains("wrong guess 123") && !log.contains(PASSWORD));
 }
 
+/// Guesses sent all at once get no more tries than guesses sent one by one: an attempt counts
+/// from the moment it is admitted, not from when its password check fails.
+#[tokio::test]
+async fn guesses_sent_at_once_are_throttled_like_guesses_in_a_row() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.admin(&["org", "create", "acme"]);
+    let link = user(&cloud, "acme", "ada@example.com", "member");
+    let client = client(&cloud);
+    set_password(&client, &link).await;
+
+    let guesses = (0..20).map(|i| {
+        let (client, base) = (client.clone(), cloud.https.clone());
+        async move {
+            sign_in(
+                &client,
+                &base,
+                "ada@example.com",
+                &format!("wrong guess {i:03}"),
+            )
+            .await
+            .status()
+            .as_u16()
+        }
+    });
+    let statuses = futures_util::future::join_all(guesses).await;
+    let checked = statuses.iter().filter(|s| **s == 401).count();
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    assert!(checked <= 5, "{checked} guesses checked: {statuses:?}");
+    assert_eq!(checked + refused, 20, "{statuses:?}");
+}
+
 #[tokio::test]
 async fn the_plain_listener_sets_cookies_without_secure() {
     let cloud = Cloud::start(Backend::Sqlite);

@@ -181,3 +181,29 @@ async fn a_body_still_arriving_after_four_times_the_read_timeout_is_408() {
         "cut after {took:?}"
     );
 }
+
+/// The dashboard's forms and correlation's JSON are read whole before their handlers run,
+/// under the same pause rule as signals: a sign-in whose body stops arriving gets a 408 after
+/// `--header-read-timeout`, and does not hold its connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_form_whose_body_pauses_gets_408() {
+    let cloud = Cloud::start_with(Backend::Sqlite, &["--header-read-timeout", "1"]);
+    for path in ["/sign-in", "/v1/alerts/x/cause"] {
+        let mut tcp = TcpStream::connect(cloud.http.trim_start_matches("http://"))
+            .await
+            .unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+             Content-Length: 100\r\n\r\nemail=ada"
+        );
+        tcp.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(20), tcp.read_to_end(&mut answer))
+            .await
+            .expect("an answer within 20 s")
+            .ok();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{path}: {answer}");
+        assert!(answer.contains("--header-read-timeout"), "{path}: {answer}");
+    }
+}

@@ -17,14 +17,21 @@ pub fn connection_listed(headers: &HeaderMap) -> Vec<HeaderName> {
         .collect()
 }
 
-/// Removes the headers `names` (lowercase) and every header `Connection` lists. One pass over
-/// the message's few headers, not one lookup per listed name: this runs on every forwarded
-/// request and response.
+/// Removes the headers `names` (lowercase; a name ending in `*` is a prefix, so
+/// `x-forwarded-*` covers `x-forwarded-port` and every other member of that family) and every
+/// header `Connection` lists. One pass over the message's few headers, not one lookup per
+/// listed name: this runs on every forwarded request and response.
 pub fn strip(headers: &mut HeaderMap, names: &[&str]) {
     let listed = connection_listed(headers);
+    let named = |k: &HeaderName| {
+        names.iter().any(|n| match n.strip_suffix('*') {
+            Some(prefix) => k.as_str().starts_with(prefix),
+            None => k.as_str() == *n,
+        })
+    };
     let present: Vec<HeaderName> = headers
         .keys()
-        .filter(|k| names.contains(&k.as_str()) || listed.contains(k))
+        .filter(|k| named(k) || listed.contains(k))
         .cloned()
         .collect();
     for name in present {
@@ -46,8 +53,14 @@ mod tests {
         h.insert("x-hop-secret", "1".parse().unwrap());
         h.insert("te", "trailers".parse().unwrap());
         h.insert("x-kept", "2".parse().unwrap());
-        strip(&mut h, &["connection", "te"]);
-        assert_eq!(h.len(), 1, "{h:?}");
+        h.insert("x-forwarded-port", "443".parse().unwrap());
+        h.insert("x-forwarded", "1".parse().unwrap());
+        strip(&mut h, &["connection", "te", "x-forwarded-*"]);
+        assert_eq!(h.len(), 2, "{h:?}");
+        assert!(
+            h.contains_key("x-forwarded"),
+            "a prefix covers longer names only"
+        );
         assert!(h.contains_key("x-kept"));
     }
 }

@@ -12,11 +12,11 @@ use chrono::DateTime;
 use serde_json::{Value, json};
 
 use super::mirror::{self, GitError};
-use super::{CorrelationState, parse};
-use crate::auth::{PeerAddr, Principal};
+use super::{CorrelationState, audit, parse};
+use crate::auth::PeerAddr;
 use crate::problem::{Problem, storage_unavailable};
 use crate::signals::event::FieldError;
-use crate::storage::{Actor, ListedCommits, REPOSITORY_RULES, RepositorySource};
+use crate::storage::{ListedCommits, REPOSITORY_RULES, RepositorySource};
 
 /// The org's repository mappings.
 #[utoipa::path(get, path = "/v1/repository-sources", tag = "correlation",
@@ -169,25 +169,6 @@ pub async fn remove_source(
             which.repository
         )))
     }
-}
-
-/// Records a change made with an API key: the key's public id and the caller's address.
-async fn audit(
-    state: &CorrelationState,
-    principal: &Principal,
-    peer: Option<Extension<PeerAddr>>,
-    action: &str,
-    object: &str,
-) -> Result<(), Problem> {
-    let actor = Actor {
-        who: principal.key_id.clone(),
-        address: peer.map_or_else(|| "unknown".into(), |Extension(p)| p.0.ip().to_string()),
-    };
-    state
-        .store
-        .audit(principal.org_id, &actor, action, object)
-        .await
-        .map_err(|e| storage_unavailable(&e))
 }
 
 /// The commits a deployment brought: between the previous deployment of its service and

@@ -16,13 +16,13 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde_json::{Value, json};
 
-use crate::auth::KeyCache;
+use crate::auth::{KeyCache, PeerAddr, Principal};
 use crate::problem::{Problem, storage_unavailable};
 use crate::signals::event::FieldError;
-use crate::storage::{Store, StoredEvent, TITLE_LOOKBACK_MICROS};
+use crate::storage::{Actor, Store, StoredEvent, TITLE_LOOKBACK_MICROS};
 use score::{AFTER_MICROS, BEFORE_MICROS, Fields};
 
 /// What correlation's handlers share.
@@ -229,6 +229,7 @@ pub struct Cause {
         (status = 422, body = Problem, content_type = "application/problem+json")))]
 pub async fn confirm_cause(
     State(state): State<CorrelationState>,
+    peer: Option<Extension<PeerAddr>>,
     headers: HeaderMap,
     Path(id): Path<String>,
     body: Result<Json<Cause>, axum::extract::rejection::JsonRejection>,
@@ -264,9 +265,36 @@ pub async fn confirm_cause(
         .confirm_cause(principal.org_id, &id, &cause.deployment_id)
         .await
         .map_err(|e| storage_unavailable(&e))?;
+    audit(
+        &state,
+        &principal,
+        peer,
+        "alert.confirm_cause",
+        &format!("{id} <- {}", cause.deployment_id),
+    )
+    .await?;
     Ok(Json(
         json!({"alertId": id, "deploymentId": cause.deployment_id}),
     ))
+}
+
+/// Records a change made with an API key: the key's public id and the caller's address.
+pub(crate) async fn audit(
+    state: &CorrelationState,
+    principal: &Principal,
+    peer: Option<Extension<PeerAddr>>,
+    action: &str,
+    object: &str,
+) -> Result<(), Problem> {
+    let actor = Actor {
+        who: principal.key_id.clone(),
+        address: peer.map_or_else(|| "unknown".into(), |Extension(p)| p.0.ip().to_string()),
+    };
+    state
+        .store
+        .audit(principal.org_id, &actor, action, object)
+        .await
+        .map_err(|e| storage_unavailable(&e))
 }
 
 /// Most dependencies of one service.

@@ -17,7 +17,7 @@ use crate::storage::Credential;
 
 use super::DashboardState;
 use super::me::{Me, refuse_admin_form};
-use super::render::{message, origin, page, unavailable, when_micros};
+use super::render::{bridge_origin, message, page, unavailable, when_micros};
 
 struct InstanceRow {
     id: String,
@@ -193,8 +193,7 @@ pub async fn create(
         Err(_) => return unavailable(),
     };
     tracing::info!(email = %me.email, org = %me.org, bridge = %name, "bridge token created in the dashboard");
-    // Bridges dial the TLS listener, whichever listener served this page.
-    let base = origin(&state, &headers, true);
+    let base = bridge_origin(&state, &headers);
     let yaml = Skeleton { name, base: &base }.render().unwrap_or_default();
     let container = format!(
         "podman run -d --name bridge-{name} --read-only \\\n  -e SERVICE_BRIDGE_TOKEN='{token}' \\\n  -e SERVICE_BRIDGE_CONFIG=/etc/bridge/bridge.yaml -v \"$PWD/bridge.yaml:/etc/bridge/bridge.yaml:ro\" \\\n  -p 127.0.0.1:8080:8080 signals-bridge:{release}",

@@ -51,6 +51,7 @@ pub struct DashboardState {
     throttle: Arc<Throttle>,
     release: Arc<str>,
     public_url: Option<String>,
+    tls_port: u16,
     secure: bool,
 }
 
@@ -68,6 +69,8 @@ pub struct DashboardParts {
     pub release: String,
     /// `--public-url`: the base of the commands the pages show.
     pub public_url: Option<String>,
+    /// The TLS listener's port, which bridges dial.
+    pub tls_port: u16,
 }
 
 impl DashboardState {
@@ -83,6 +86,7 @@ impl DashboardState {
             public_url: parts
                 .public_url
                 .map(|u| u.trim_end_matches('/').to_string()),
+            tls_port: parts.tls_port,
             secure: false,
         }
     }

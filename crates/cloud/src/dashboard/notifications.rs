@@ -101,21 +101,17 @@ pub async fn show(State(state): State<DashboardState>, me: Me) -> Response {
             subscribed: me.session.user.release_notices,
             // A webhook URL often carries a token: members see where it goes, not the path.
             webhook: webhook.map(|w| {
-                let shown = if me.admin { w.url } else { origin_only(&w.url) };
+                let shown = if me.admin {
+                    w.url
+                } else {
+                    crate::notify::origin_only(&w.url)
+                };
                 (shown, when_micros(w.created_at))
             }),
             deliveries: deliveries.into_iter().map(row).collect(),
             me: &me,
         },
     )
-}
-
-/// `scheme://host[:port]/…` of a URL, for people who may not see its path and query.
-fn origin_only(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(u) => format!("{}/…", u.origin().ascii_serialization()),
-        Err(_) => "…".into(),
-    }
 }
 
 /// The subscription form's fields.
@@ -232,10 +228,10 @@ pub async fn remove_webhook(
     }
     let org_id = me.session.user.org_id;
     match state.store.remove_webhook(org_id).await {
-        Ok(true) => {
+        Ok(Some(url)) => {
             if state
                 .store
-                .audit(org_id, &me.actor(), "webhook.remove", "")
+                .audit(org_id, &me.actor(), "webhook.remove", &url)
                 .await
                 .is_err()
             {
@@ -243,7 +239,7 @@ pub async fn remove_webhook(
             }
             Redirect::to("/integrations/notifications").into_response()
         }
-        Ok(false) => message(
+        Ok(None) => message(
             StatusCode::NOT_FOUND,
             "No webhook",
             "Your org has no webhook to remove.",

@@ -110,33 +110,33 @@ pub async fn sign_in(
             },
         )
     };
-    if let Some(wait) = state.throttle.blocked(&email, address) {
-        tracing::warn!(email = %email, address = ?address, "sign-in refused: too many failures");
-        let minutes = wait.as_secs().div_ceil(60).max(1);
-        let mut response = again(
-            StatusCode::TOO_MANY_REQUESTS,
-            &format!("Too many failed sign-ins. Try again in {minutes} minute(s)."),
-        );
-        if let Ok(v) = HeaderValue::from_str(&wait.as_secs().max(1).to_string()) {
-            response.headers_mut().insert(header::RETRY_AFTER, v);
+    let attempt = match state.throttle.admit(&email, address) {
+        Ok(attempt) => attempt,
+        Err(wait) => {
+            tracing::warn!(email = %email, address = ?address, "sign-in refused: too many failures");
+            let minutes = wait.as_secs().div_ceil(60).max(1);
+            let mut response = again(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!("Too many failed sign-ins. Try again in {minutes} minute(s)."),
+            );
+            if let Ok(v) = HeaderValue::from_str(&wait.as_secs().max(1).to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+            return response;
         }
-        return response;
-    }
+    };
     let user = match state.store.user_by_email(&email).await {
         Ok(u) => u,
         Err(_) => return unavailable(),
     };
     let stored = user.as_ref().and_then(|u| u.password_hash.clone());
-    let typed = form.password.clone();
-    let ok = tokio::task::spawn_blocking(move || password::verify(&typed, stored.as_deref()))
-        .await
-        .unwrap_or(false);
+    let ok = password::verify_off_thread(form.password.clone(), stored).await;
     let Some(user) = user.filter(|_| ok) else {
-        state.throttle.failed(&email, address);
+        attempt.failed();
         tracing::warn!(email = %email, address = ?address, "sign-in failed: wrong email or password");
         return again(StatusCode::UNAUTHORIZED, "Wrong email or password.");
     };
-    state.throttle.succeeded(&email);
+    attempt.succeeded();
     match session::start(&state.store, user.id).await {
         Ok(id) => {
             tracing::info!(email = %email, org = %user.org, address = ?address, "signed in");
@@ -243,7 +243,7 @@ pub async fn set_password(
         return page(StatusCode::UNPROCESSABLE_ENTITY, &again);
     }
     let typed = form.password.clone();
-    let Ok(Ok(hash)) = tokio::task::spawn_blocking(move || password::hash(&typed)).await else {
+    let Ok(hash) = password::hash_off_thread(typed).await else {
         return message(
             StatusCode::INTERNAL_SERVER_ERROR,
             "Password not set",

@@ -19,6 +19,32 @@ pub const MAX_PASSWORD_CHARS: usize = 1024;
 static DUMMY: std::sync::LazyLock<Option<String>> =
     std::sync::LazyLock::new(|| hash("not a password of anyone").ok());
 
+/// Most Argon2 computations at once: each holds 19 MiB for tens of milliseconds, so a burst
+/// of sign-ins waits here rather than taking hundreds of MiB on blocking threads.
+const HASHING_AT_ONCE: usize = 4;
+static HASHING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(HASHING_AT_ONCE);
+
+/// [`verify`] on a blocking thread, at most [`HASHING_AT_ONCE`] at a time.
+pub async fn verify_off_thread(password: String, stored: Option<String>) -> bool {
+    let Ok(_permit) = HASHING.acquire().await else {
+        return false;
+    };
+    tokio::task::spawn_blocking(move || verify(&password, stored.as_deref()))
+        .await
+        .unwrap_or(false)
+}
+
+/// [`hash`] on a blocking thread, at most [`HASHING_AT_ONCE`] at a time.
+pub async fn hash_off_thread(password: String) -> Result<String, String> {
+    let _permit = HASHING
+        .acquire()
+        .await
+        .map_err(|e| format!("cannot hash the password: {e}"))?;
+    tokio::task::spawn_blocking(move || hash(&password))
+        .await
+        .map_err(|e| format!("cannot hash the password: {e}"))?
+}
+
 /// An Argon2id PHC string for `password`, with a fresh random salt.
 pub fn hash(password: &str) -> Result<String, String> {
     Argon2::default()

@@ -91,6 +91,34 @@ pub fn origin(state: &DashboardState, headers: &HeaderMap, tls: bool) -> String 
     format!("{}://{host}", if tls { "https" } else { "http" })
 }
 
+/// The address the bridge commands a page shows dial: `--public-url` when it is `https://`;
+/// else `https://` with the host the page was reached at (or `--public-url`'s) and the TLS
+/// listener's port, since bridges speak TLS only, whichever listener served the page.
+pub fn bridge_origin(state: &DashboardState, headers: &HeaderMap) -> String {
+    if let Some(url) = state
+        .public_url
+        .as_ref()
+        .filter(|u| u.starts_with("https://"))
+    {
+        return url.clone();
+    }
+    let from_public = state
+        .public_url
+        .as_deref()
+        .and_then(|u| u.strip_prefix("http://"));
+    let seen = origin(state, headers, true);
+    let authority = from_public.unwrap_or_else(|| seen.trim_start_matches("https://"));
+    let host = authority
+        .split('/')
+        .next()
+        .and_then(|a| a.parse::<axum::http::uri::Authority>().ok())
+        .map_or_else(|| "CLOUD_HOST".to_string(), |a| a.host().to_string());
+    match state.tls_port {
+        443 => format!("https://{host}"),
+        port => format!("https://{host}:{port}"),
+    }
+}
+
 /// A stored time (µs) as pages show it: `2026-11-26 14:03:12 UTC`.
 pub fn when_micros(micros: i64) -> String {
     chrono::DateTime::from_timestamp_micros(micros)

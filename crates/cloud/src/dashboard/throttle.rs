@@ -22,43 +22,88 @@ enum Key {
     Address(IpAddr),
 }
 
-/// The failure counters.
+/// An email longer than this (no account can have one) is counted by address only, so the
+/// table never holds such keys.
+const MAX_EMAIL_BYTES: usize = 254;
+
+/// The failure counters, and the attempts still being checked.
 #[derive(Default)]
 pub struct Throttle {
-    failures: Mutex<HashMap<Key, Vec<Instant>>>,
+    state: Mutex<Counts>,
+}
+
+#[derive(Default)]
+struct Counts {
+    failures: HashMap<Key, Vec<Instant>>,
+    /// Attempts admitted and not yet settled: they count as failures until they are, so that
+    /// many sign-ins sent at once cannot all pass the check before the first one fails.
+    pending: HashMap<Key, usize>,
+}
+
+/// An admitted sign-in attempt: settle it with [`Attempt::failed`] or
+/// [`Attempt::succeeded`]; dropped unsettled (the request went away), it counts for nothing.
+pub struct Attempt<'a> {
+    throttle: &'a Throttle,
+    keys: Vec<Key>,
 }
 
 impl Throttle {
-    /// `Some(wait)` when `email` or `address` has used up its failures.
-    pub fn blocked(&self, email: &str, address: Option<IpAddr>) -> Option<Duration> {
+    /// Admits an attempt for `email` from `address`, or `Err(wait)` when either has used up
+    /// its failures (counting the attempts still being checked).
+    pub fn admit(&self, email: &str, address: Option<IpAddr>) -> Result<Attempt<'_>, Duration> {
         let now = Instant::now();
-        let mut map = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let mut wait = None;
-        for key in keys(email, address) {
-            if let Some(times) = map.get_mut(&key) {
+        let keys = keys(email, address);
+        let mut counts = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut wait: Option<Duration> = None;
+        for key in &keys {
+            let failed = counts.failures.get_mut(key).map_or(0, |times| {
                 times.retain(|t| now.duration_since(*t) < WINDOW);
-                if times.len() >= MAX_FAILURES {
-                    let until = WINDOW.saturating_sub(now.duration_since(times[0]));
-                    wait = Some(wait.map_or(until, |w: Duration| w.max(until)));
-                }
+                times.len()
+            });
+            let pending = counts.pending.get(key).copied().unwrap_or(0);
+            if failed + pending >= MAX_FAILURES {
+                // Blocked by failures: until the oldest leaves the window; by attempts still
+                // running only: a second, by when they are settled.
+                let until = match counts.failures.get(key) {
+                    Some(times) if failed >= MAX_FAILURES => {
+                        WINDOW.saturating_sub(now.duration_since(times[0]))
+                    }
+                    _ => Duration::from_secs(1),
+                };
+                wait = Some(wait.map_or(until, |w| w.max(until)));
             }
         }
-        wait
+        if let Some(wait) = wait {
+            return Err(wait);
+        }
+        for key in &keys {
+            *counts.pending.entry(key.clone()).or_default() += 1;
+        }
+        Ok(Attempt {
+            throttle: self,
+            keys,
+        })
     }
+}
 
-    /// Counts a failed sign-in against both.
-    pub fn failed(&self, email: &str, address: Option<IpAddr>) {
+impl Attempt<'_> {
+    /// Counts a failed sign-in against the account and the address.
+    pub fn failed(self) {
         let now = Instant::now();
-        let mut map = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= MAX_TRACKED {
-            map.retain(|_, times| {
+        let mut counts = self
+            .throttle
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if counts.failures.len() >= MAX_TRACKED {
+            counts.failures.retain(|_, times| {
                 times
                     .last()
                     .is_some_and(|t| now.duration_since(*t) < WINDOW)
             });
         }
-        for key in keys(email, address) {
-            let times = map.entry(key).or_default();
+        for key in &self.keys {
+            let times = counts.failures.entry(key.clone()).or_default();
             times.push(now);
             if times.len() > MAX_FAILURES {
                 times.remove(0);
@@ -66,15 +111,42 @@ impl Throttle {
         }
     }
 
-    /// Forgets an account's failures after it signed in.
-    pub fn succeeded(&self, email: &str) {
-        let mut map = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        map.remove(&Key::Account(email.to_string()));
+    /// Forgets the account's failures: it signed in.
+    pub fn succeeded(self) {
+        let mut counts = self
+            .throttle
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for key in self.keys.iter().filter(|k| matches!(k, Key::Account(_))) {
+            counts.failures.remove(key);
+        }
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        let mut counts = self
+            .throttle
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for key in &self.keys {
+            if let Some(n) = counts.pending.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    counts.pending.remove(key);
+                }
+            }
+        }
     }
 }
 
 fn keys(email: &str, address: Option<IpAddr>) -> Vec<Key> {
-    let mut keys = vec![Key::Account(email.to_string())];
+    let mut keys = Vec::new();
+    if email.len() <= MAX_EMAIL_BYTES {
+        keys.push(Key::Account(email.to_string()));
+    }
     keys.extend(address.map(Key::Address));
     keys
 }
@@ -88,15 +160,54 @@ mod tests {
         let t = Throttle::default();
         let home: IpAddr = "192.0.2.1".parse().unwrap();
         for _ in 0..MAX_FAILURES {
-            assert!(t.blocked("ada@example.com", Some(home)).is_none());
-            t.failed("ada@example.com", Some(home));
+            t.admit("ada@example.com", Some(home)).unwrap().failed();
         }
-        assert!(t.blocked("ada@example.com", None).is_some());
+        assert!(t.admit("ada@example.com", None).is_err());
         // The same address, another account: blocked too.
-        assert!(t.blocked("bob@example.com", Some(home)).is_some());
+        assert!(t.admit("bob@example.com", Some(home)).is_err());
         // The account from elsewhere: still blocked; another account elsewhere: free.
         let away: IpAddr = "198.51.100.7".parse().unwrap();
-        assert!(t.blocked("ada@example.com", Some(away)).is_some());
-        assert!(t.blocked("bob@example.com", Some(away)).is_none());
+        assert!(t.admit("ada@example.com", Some(away)).is_err());
+        assert!(t.admit("bob@example.com", Some(away)).is_ok());
+    }
+
+    #[test]
+    fn attempts_at_once_count_before_they_fail() {
+        let t = Throttle::default();
+        let home: IpAddr = "192.0.2.1".parse().unwrap();
+        let running: Vec<_> = (0..MAX_FAILURES)
+            .map(|_| t.admit("ada@example.com", Some(home)).unwrap())
+            .collect();
+        let wait = t.admit("ada@example.com", Some(home)).err();
+        assert_eq!(wait, Some(Duration::from_secs(1)), "a sixth at once");
+        // Settled as successes, or abandoned: the slots are free again.
+        drop(running);
+        assert!(t.admit("ada@example.com", Some(home)).is_ok());
+    }
+
+    #[test]
+    fn a_success_forgets_the_account_but_not_the_address() {
+        let t = Throttle::default();
+        let home: IpAddr = "192.0.2.1".parse().unwrap();
+        for _ in 0..MAX_FAILURES - 1 {
+            t.admit("ada@example.com", Some(home)).unwrap().failed();
+        }
+        t.admit("ada@example.com", Some(home)).unwrap().succeeded();
+        let away: IpAddr = "198.51.100.7".parse().unwrap();
+        for _ in 0..MAX_FAILURES {
+            t.admit("ada@example.com", Some(away)).unwrap().failed();
+        }
+        assert!(t.admit("ada@example.com", Some(away)).is_err());
+    }
+
+    #[test]
+    fn an_overlong_email_is_counted_by_address_only() {
+        let t = Throttle::default();
+        let home: IpAddr = "192.0.2.1".parse().unwrap();
+        let long = format!("{}@example.com", "a".repeat(MAX_EMAIL_BYTES));
+        t.admit(&long, Some(home)).unwrap().failed();
+        let counts = t.state.lock().unwrap();
+        assert_eq!(counts.failures.len(), 1);
+        assert!(counts.failures.contains_key(&Key::Address(home)));
     }
 }

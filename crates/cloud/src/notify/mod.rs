@@ -24,6 +24,15 @@ use crate::insight::Insight;
 use crate::live::LiveBridges;
 use crate::storage::Store;
 
+/// A webhook URL as shown to anyone but the org's admins, and in errors and logs: its origin
+/// (`https://hooks.example.com/…`), since the path of a webhook URL often holds a token.
+pub fn origin_only(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(u) => format!("{}/…", u.origin().ascii_serialization()),
+        Err(_) => "…".into(),
+    }
+}
+
 /// How often the notifier looks for news and due deliveries.
 const TICK: Duration = Duration::from_secs(1);
 

@@ -133,8 +133,11 @@ async fn attempt(
     secret: &str,
     delivery: &Delivery,
 ) -> Result<(), String> {
+    // Errors are stored and shown to every member, and logged: they name the receiver by its
+    // origin only, since a webhook URL's path often holds a token.
+    let shown = super::origin_only(url);
     if !allow_private {
-        super::guard::literal_allowed(url).map_err(|why| format!("POST {url}: {why}"))?;
+        super::guard::literal_allowed(url).map_err(|why| format!("POST {shown}: {why}"))?;
     }
     let t = chrono::Utc::now().timestamp();
     let answer = client
@@ -149,7 +152,8 @@ async fn attempt(
         .await
         .map_err(|e| {
             // reqwest's own text hides the cause ("error sending request"): show the chain.
-            let mut text = format!("POST {url}: {e}");
+            let e = e.without_url();
+            let mut text = format!("POST {shown}: {e}");
             let mut cause = std::error::Error::source(&e);
             while let Some(c) = cause {
                 text.push_str(&format!(": {c}"));
@@ -160,7 +164,7 @@ async fn attempt(
     if answer.status().is_success() {
         Ok(())
     } else {
-        Err(format!("POST {url}: answered {}", answer.status()))
+        Err(format!("POST {shown}: answered {}", answer.status()))
     }
 }
 

@@ -117,16 +117,21 @@ impl Store {
         }))
     }
 
-    /// Removes the org's webhook; true when there was one.
-    pub async fn remove_webhook(&self, org_id: i64) -> Result<bool, StorageError> {
+    /// Removes the org's webhook; its URL when there was one (for the audit record).
+    pub async fn remove_webhook(&self, org_id: i64) -> Result<Option<String>, StorageError> {
         let now = now_micros();
         let stop = "UPDATE webhook_deliveries SET next_attempt_at = NULL, last_error = 'webhook removed' \
                     WHERE next_attempt_at IS NOT NULL AND webhook_id IN \
                     (SELECT id FROM webhooks WHERE org_id = $1 AND removed_at IS NULL)";
         on_writer!(&self.db, pool => sqlx::query(stop).bind(org_id).execute(pool).await?.rows_affected());
-        let sql = "UPDATE webhooks SET removed_at = $1 WHERE org_id = $2 AND removed_at IS NULL";
-        let n = on_writer!(&self.db, pool => sqlx::query(sql).bind(now).bind(org_id).execute(pool).await?.rows_affected());
-        Ok(n > 0)
+        let sql = "UPDATE webhooks SET removed_at = $1 WHERE org_id = $2 AND removed_at IS NULL \
+                   RETURNING url";
+        Ok(on_writer!(&self.db, pool => sqlx::query(sql)
+            .bind(now)
+            .bind(org_id)
+            .fetch_optional(pool)
+            .await?
+            .map(|r| r.get::<String, _>(0))))
     }
 
     /// Every org's live webhook.

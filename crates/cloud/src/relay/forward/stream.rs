@@ -91,7 +91,9 @@ pub async fn open_database(
         };
         if !response.status().is_success() {
             let status = response.status().as_u16();
-            let body = tokio::time::timeout(state.forward_timeout, response.body_mut().collect())
+            // A refusal is a short problem document: read at most 64 KiB of it.
+            let limited = http_body_util::Limited::new(response.body_mut(), 64 * 1024);
+            let body = tokio::time::timeout(state.forward_timeout, limited.collect())
                 .await
                 .ok()
                 .and_then(Result::ok)
