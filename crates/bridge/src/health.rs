@@ -2,13 +2,19 @@
 //! (readiness: the JSON of docs/bridge.md, 503 when unhealthy) and `/metrics` (Prometheus text).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
@@ -45,7 +51,15 @@ async fn metrics_text(State(s): State<HealthState>) -> Response {
         .into_response()
 }
 
-/// Serves the three endpoints until `shutdown`.
+/// Most connections the operator's port serves at once: probes and scrapers need a few; more
+/// wait in the kernel's backlog, so a flood of them costs no memory here.
+const MAX_CONNECTIONS: usize = 64;
+/// How long a client has to send a request's head, an idle keep-alive connection included:
+/// one that sends nothing is closed rather than held.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves the three endpoints until `shutdown` (HTTP/1.1, at most [`MAX_CONNECTIONS`] at once,
+/// each closed after [`HEAD_TIMEOUT`] without a request), then lets answers in flight finish.
 pub async fn serve(
     listener: TcpListener,
     status: Arc<Status>,
@@ -60,7 +74,39 @@ pub async fn serve(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(addr = %addr, "health endpoint listening");
     }
-    let _ = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await;
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let graceful = GracefulShutdown::new();
+    loop {
+        let slot = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+        };
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors, say: wait a moment rather than spin.
+                    tracing::warn!(cause = %e, "health endpoint cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let mut builder = http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEAD_TIMEOUT);
+        let connection =
+            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            let _ = connection.await;
+            drop(slot);
+        });
+    }
+    let _ = tokio::time::timeout(HEAD_TIMEOUT, graceful.shutdown()).await;
 }

@@ -304,6 +304,25 @@ async fn dora_figures_match_the_hand_computed_example() {
     )
     .await;
     assert_eq!(status, 422, "{body}");
+    // Not sent as JSON: 415, saying how to send it.
+    let res = cloud
+        .client()
+        .post(format!("{}/v1/alerts/{alert}/cause", cloud.http))
+        .bearer_auth(&t.api_key)
+        .header("content-type", "text/plain")
+        .body(json!({"deploymentId": ids[6]}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 415);
+    let problem: Value = res.json().await.unwrap();
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("application/json"),
+        "{problem}"
+    );
     let since = base().to_rfc3339();
     let until = (base() + Duration::days(7)).to_rfc3339();
     let (status, f) = call(

@@ -218,6 +218,22 @@ async fn every_error_status_has_a_problem_body(backend: Backend) {
         .collect();
     assert_eq!(pointers, ["/environment", "/status"]);
 
+    // A type of the wrong JSON kind is named as such, not as missing.
+    let (s, h, b) = send(
+        client
+            .post(&url)
+            .bearer_auth(&t.api_key)
+            .json(&json!({"type": 5})),
+    )
+    .await;
+    assert_problem(s, &h, &b, 422);
+    assert_eq!(b["errors"][0]["pointer"], "/type", "{b}");
+    let detail = b["errors"][0]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("must be a string, not a number"),
+        "{detail}"
+    );
+
     let (s, b) = get(&cloud, &t.api_key, "/v1/events").await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(

@@ -12,7 +12,7 @@ use chrono::DateTime;
 use serde_json::{Value, json};
 
 use super::mirror::{self, GitError};
-use super::{CorrelationState, audit, parse};
+use super::{CorrelationState, audit, json_body, parse};
 use crate::auth::PeerAddr;
 use crate::problem::{Problem, storage_unavailable};
 use crate::signals::event::FieldError;
@@ -95,6 +95,7 @@ pub fn validate_source(body: &Value) -> Result<RepositorySource, Vec<FieldError>
     request_body(content = crate::openapi::RepositorySourceBody, content_type = "application/json"),
     responses((status = 200, body = crate::openapi::RepositorySourceBody),
         (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 415, body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json")))]
 pub async fn set_source(
     State(state): State<CorrelationState>,
@@ -103,12 +104,10 @@ pub async fn set_source(
     body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
-    let Json(body) = body.map_err(|e| {
-        Problem::bad_request(format!(
-            "{}; expected {{\"repository\": \"acme/api\", \"bridge\": \"dc1\", \"source\": \"code\", \"path\": \"acme/api.git\"}}",
-            e.body_text()
-        ))
-    })?;
+    let body = json_body(
+        body,
+        r#"{"repository": "acme/api", "bridge": "dc1", "source": "code", "path": "acme/api.git"}"#,
+    )?;
     let source = validate_source(&body).map_err(Problem::invalid)?;
     state
         .store

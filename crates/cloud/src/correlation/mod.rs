@@ -225,6 +225,7 @@ pub struct Cause {
     request_body(content = crate::openapi::CauseBody, content_type = "application/json"),
     responses((status = 200, body = crate::openapi::CauseConfirmed),
         (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 415, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json")))]
 pub async fn confirm_cause(
@@ -235,12 +236,10 @@ pub async fn confirm_cause(
     body: Result<Json<Cause>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
-    let Json(cause) = body.map_err(|e| {
-        Problem::bad_request(format!(
-            "{}; expected {{\"deploymentId\": \"<the id of a deployment event>\"}}",
-            e.body_text()
-        ))
-    })?;
+    let cause = json_body(
+        body,
+        r#"{"deploymentId": "<the id of a deployment event>"}"#,
+    )?;
     alert(&state, principal.org_id, &id).await?;
     let deployment = state
         .store
@@ -276,6 +275,25 @@ pub async fn confirm_cause(
     Ok(Json(
         json!({"alertId": id, "deploymentId": cause.deployment_id}),
     ))
+}
+
+/// A route's JSON body, or its problem: 415 when it is not sent as `application/json`, else
+/// 400 saying what is wrong and showing the `expected` shape.
+pub(crate) fn json_body<T>(
+    body: Result<Json<T>, axum::extract::rejection::JsonRejection>,
+    expected: &str,
+) -> Result<T, Problem> {
+    use axum::extract::rejection::JsonRejection;
+    match body {
+        Ok(Json(value)) => Ok(value),
+        Err(JsonRejection::MissingJsonContentType(_)) => Err(Problem::unsupported_media(format!(
+            "send the body as Content-Type: application/json, such as {expected}"
+        ))),
+        Err(e) => Err(Problem::bad_request(format!(
+            "{}; expected {expected}",
+            e.body_text()
+        ))),
+    }
 }
 
 /// Records a change made with an API key: the key's public id and the caller's address.
@@ -326,6 +344,7 @@ pub async fn dependencies(
     request_body(content = crate::openapi::Dependencies, content_type = "application/json"),
     responses((status = 200, body = crate::openapi::Dependencies),
         (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 415, body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json")))]
 pub async fn set_dependencies(
     State(state): State<CorrelationState>,
@@ -334,12 +353,7 @@ pub async fn set_dependencies(
     body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
-    let Json(body) = body.map_err(|e| {
-        Problem::bad_request(format!(
-            "{}; expected {{\"dependencies\": [\"service-name\", …]}}",
-            e.body_text()
-        ))
-    })?;
+    let body = json_body(body, r#"{"dependencies": ["service-name", …]}"#)?;
     let mut errors = Vec::new();
     let mut list: Vec<String> = Vec::new();
     match body.get("dependencies").and_then(Value::as_array) {

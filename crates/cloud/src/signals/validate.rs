@@ -245,14 +245,26 @@ pub fn validate<'a>(
         errors,
         members: &members,
     };
-    let kind = match members.get("type").and_then(|raw| raw::string(raw)) {
-        Some(t) => EventType::parse(t.trim()).or_else(|| {
-            c.fail(
-                "type",
-                format!("type {t:?} is unknown; expected deployment, alert, change or custom"),
-            );
-            None
-        }),
+    let kind = match members.present("type") {
+        Some(raw) => match raw::string(raw) {
+            Some(t) => EventType::parse(t.trim()).or_else(|| {
+                c.fail(
+                    "type",
+                    format!("type {t:?} is unknown; expected deployment, alert, change or custom"),
+                );
+                None
+            }),
+            None => {
+                let kind = Kind::of(raw).article();
+                c.fail(
+                    "type",
+                    format!(
+                        "type must be a string, not {kind}: one of deployment, alert, change, custom"
+                    ),
+                );
+                None
+            }
+        },
         None => {
             c.fail(
                 "type",
