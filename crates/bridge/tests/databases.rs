@@ -426,6 +426,11 @@ async fn read_only_statement_audit_limits_and_cancel() {
         .driver("orders-ro", &rig.tenant.api_key, SslNegotiation::Postgres)
         .await
         .unwrap();
+    // Refused (read-only), but audited first: without the password.
+    let refused = ro
+        .batch_execute("ALTER ROLE nobody PASSWORD 'hunter2-secret'")
+        .await;
+    assert!(refused.is_err());
     let err = ro
         .execute("INSERT INTO t VALUES (1)", &[])
         .await
@@ -463,6 +468,11 @@ async fn read_only_statement_audit_limits_and_cancel() {
         statements.contains(&"SELECT count(*) FROM t"),
         "{statements:?}"
     );
+    assert!(
+        statements.contains(&"ALTER ROLE nobody PASSWORD '…'"),
+        "{statements:?}"
+    );
+    assert!(!rig.bridge.log_text().contains("hunter2"));
 
     // max_connections: 2 → the third session gets 53300 with a message.
     let a = rig

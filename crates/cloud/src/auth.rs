@@ -169,9 +169,9 @@ impl KeyCache {
                     touch(store, Credential::ApiKey, id);
                 }
                 let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
-                if rows.len() >= MAX_CACHED {
-                    rows.clear();
-                }
+                // Unknown ids (a flood of made-up keys, say) go first: they never push out
+                // the keys in use.
+                make_room(&mut rows, MAX_CACHED, Option::is_some);
                 rows.insert(id.to_string(), (row.clone(), Instant::now()));
                 row
             }
@@ -207,9 +207,7 @@ impl KeyCache {
         if let Some(org) = org {
             touch(store, Credential::SignalKey, key);
             let mut keys = self.signal_keys.lock().unwrap_or_else(|e| e.into_inner());
-            if keys.len() >= MAX_CACHED {
-                keys.clear();
-            }
+            make_room(&mut keys, MAX_CACHED, |_| true);
             keys.insert(key.to_string(), (org, Instant::now()));
         }
         Ok(org)
@@ -269,6 +267,18 @@ impl KeyCache {
 
 /// Records, without waiting for it, that a credential was used (once per cache load: at most
 /// about every 30 s per key and server).
+/// Makes room for one more entry in a cache of `max`: when full, drops expired entries and
+/// those `keep` rejects, and everything only if that frees nothing.
+fn make_room<V>(cache: &mut HashMap<String, (V, Instant)>, max: usize, keep: impl Fn(&V) -> bool) {
+    if cache.len() < max {
+        return;
+    }
+    cache.retain(|_, (value, at)| keep(value) && at.elapsed() < CACHE_TTL);
+    if cache.len() >= max {
+        cache.clear();
+    }
+}
+
 fn touch(store: &Store, kind: Credential, id: &str) {
     let (store, id) = (store.clone(), id.to_string());
     tokio::spawn(async move {
@@ -289,6 +299,23 @@ mod tests {
             format!("Bearer {key}").parse().unwrap(),
         );
         headers
+    }
+
+    #[test]
+    fn made_up_ids_never_push_out_the_keys_in_use() {
+        let now = Instant::now();
+        let mut cache: HashMap<String, (Option<u8>, Instant)> = HashMap::new();
+        cache.insert("real".into(), (Some(1), now));
+        for i in 0..3 {
+            cache.insert(format!("made-up-{i}"), (None, now));
+        }
+        make_room(&mut cache, 4, Option::is_some);
+        assert_eq!(cache.keys().collect::<Vec<_>>(), ["real"]);
+        // All in use and fresh: the cache starts over rather than grow.
+        let mut full: HashMap<String, (Option<u8>, Instant)> =
+            (0..4).map(|i| (i.to_string(), (Some(i), now))).collect();
+        make_room(&mut full, 4, Option::is_some);
+        assert!(full.is_empty());
     }
 
     #[test]

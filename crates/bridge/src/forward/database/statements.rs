@@ -80,8 +80,60 @@ impl<F: FnMut(String)> Statements<F> {
             _ => self.body.split(|&b| b == 0).next().unwrap_or_default(),
         };
         let text = &text[..text.len().min(MAX_STATEMENT)];
-        (self.emit)(String::from_utf8_lossy(text).into_owned());
+        (self.emit)(without_passwords(&String::from_utf8_lossy(text)));
     }
+}
+
+/// The statement with the string literal after each `PASSWORD` keyword (or `password =`)
+/// replaced by `'…'` (`ALTER ROLE ada PASSWORD 'secret'`, `CREATE USER … WITH PASSWORD E'…'`,
+/// the SCRAM verifier psql's `\password` sends, `WHERE password = '…'`), so that an audit record never holds a password. The
+/// literal's quotes are followed with SQL's rules (`''` inside one is a quote).
+fn without_passwords(statement: &str) -> String {
+    let lower = statement.to_ascii_lowercase();
+    let bytes = statement.as_bytes();
+    let mut out = String::with_capacity(statement.len());
+    let mut copied = 0;
+    let mut from = 0;
+    while let Some(found) = lower[from..].find("password") {
+        let keyword_end = from + found + "password".len();
+        from = keyword_end;
+        let mut at = keyword_end;
+        while bytes.get(at).is_some_and(u8::is_ascii_whitespace) {
+            at += 1;
+        }
+        // `password = '…'` (a comparison, or an option) too.
+        if bytes.get(at) == Some(&b'=') {
+            at += 1;
+            while bytes.get(at).is_some_and(u8::is_ascii_whitespace) {
+                at += 1;
+            }
+        } else if at == keyword_end && bytes.get(at) != Some(&b'\'') {
+            continue;
+        }
+        if matches!(bytes.get(at), Some(b'e' | b'E')) && bytes.get(at + 1) == Some(&b'\'') {
+            at += 1;
+        }
+        if bytes.get(at) != Some(&b'\'') {
+            continue;
+        }
+        // The literal's end: the next lone quote (a doubled one, or a backslash-escaped one
+        // in an E'…' literal, is part of it); an unterminated literal runs to the end.
+        let mut end = at + 1;
+        while end < bytes.len() {
+            match bytes[end] {
+                b'\\' => end += 2,
+                b'\'' if bytes.get(end + 1) == Some(&b'\'') => end += 2,
+                b'\'' => break,
+                _ => end += 1,
+            }
+        }
+        out.push_str(&statement[copied..at]);
+        out.push_str("'…'");
+        copied = (end + 1).min(bytes.len());
+        from = copied;
+    }
+    out.push_str(&statement[copied..]);
+    out
 }
 
 #[cfg(test)]
@@ -93,6 +145,43 @@ mod tests {
         m.extend_from_slice(&(body.len() as i32 + 4).to_be_bytes());
         m.extend_from_slice(body);
         m
+    }
+
+    #[test]
+    fn passwords_never_reach_the_audit() {
+        for (statement, audited) in [
+            (
+                "ALTER ROLE ada PASSWORD 'it''s secret'",
+                "ALTER ROLE ada PASSWORD '…'",
+            ),
+            (
+                "create user bob with password E'a\\'b' login",
+                "create user bob with password E'…' login",
+            ),
+            (
+                "ALTER USER c PASSWORD 'SCRAM-SHA-256$4096:abc=$def=:ghi=';",
+                "ALTER USER c PASSWORD '…';",
+            ),
+            (
+                "ALTER ROLE d PASSWORD 'unterminated",
+                "ALTER ROLE d PASSWORD '…'",
+            ),
+            ("ALTER ROLE e PASSWORD NULL", "ALTER ROLE e PASSWORD NULL"),
+            (
+                "SELECT id FROM users WHERE password='hunter2'",
+                "SELECT id FROM users WHERE password='…'",
+            ),
+            (
+                "SELECT password_hash FROM users WHERE password_set",
+                "SELECT password_hash FROM users WHERE password_set",
+            ),
+            (
+                "ALTER ROLE f PASSWORD 'x'; ALTER ROLE g PASSWORD 'y'",
+                "ALTER ROLE f PASSWORD '…'; ALTER ROLE g PASSWORD '…'",
+            ),
+        ] {
+            assert_eq!(without_passwords(statement), audited, "{statement}");
+        }
     }
 
     #[test]
