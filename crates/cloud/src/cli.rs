@@ -260,7 +260,7 @@ pub enum KeyCommand {
         #[command(flatten)]
         storage: StorageArgs,
     },
-    /// Revoke a key by the id `list` shows; a running server stops accepting it within 2 s.
+    /// Revoke a key by the id `list` shows; a running server stops accepting it within a second or two.
     Revoke {
         /// The org's slug.
         #[arg(long, env = "CLOUD_ORG")]

@@ -12,7 +12,8 @@ use chrono::DateTime;
 use serde_json::{Value, json};
 
 use super::mirror::{self, GitError};
-use super::{CorrelationState, audit, json_body, parse};
+use super::request::{audit, json_body};
+use super::{CorrelationState, parse};
 use crate::auth::PeerAddr;
 use crate::problem::{Problem, storage_unavailable};
 use crate::signals::event::FieldError;

@@ -9,6 +9,7 @@ pub mod dora;
 mod git_cli;
 pub mod lister;
 pub mod mirror;
+mod request;
 pub mod score;
 
 use std::sync::Arc;
@@ -19,10 +20,11 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde_json::{Value, json};
 
-use crate::auth::{KeyCache, PeerAddr, Principal};
+use crate::auth::{KeyCache, PeerAddr};
 use crate::problem::{Problem, storage_unavailable};
 use crate::signals::event::FieldError;
-use crate::storage::{Actor, Store, StoredEvent, TITLE_LOOKBACK_MICROS};
+use crate::storage::{Store, StoredEvent, TITLE_LOOKBACK_MICROS};
+use request::{audit, json_body};
 use score::{AFTER_MICROS, BEFORE_MICROS, Fields};
 
 /// What correlation's handlers share.
@@ -275,44 +277,6 @@ pub async fn confirm_cause(
     Ok(Json(
         json!({"alertId": id, "deploymentId": cause.deployment_id}),
     ))
-}
-
-/// A route's JSON body, or its problem: 415 when it is not sent as `application/json`, else
-/// 400 saying what is wrong and showing the `expected` shape.
-pub(crate) fn json_body<T>(
-    body: Result<Json<T>, axum::extract::rejection::JsonRejection>,
-    expected: &str,
-) -> Result<T, Problem> {
-    use axum::extract::rejection::JsonRejection;
-    match body {
-        Ok(Json(value)) => Ok(value),
-        Err(JsonRejection::MissingJsonContentType(_)) => Err(Problem::unsupported_media(format!(
-            "send the body as Content-Type: application/json, such as {expected}"
-        ))),
-        Err(e) => Err(Problem::bad_request(format!(
-            "{}; expected {expected}",
-            e.body_text()
-        ))),
-    }
-}
-
-/// Records a change made with an API key: the key's public id and the caller's address.
-pub(crate) async fn audit(
-    state: &CorrelationState,
-    principal: &Principal,
-    peer: Option<Extension<PeerAddr>>,
-    action: &str,
-    object: &str,
-) -> Result<(), Problem> {
-    let actor = Actor {
-        who: principal.key_id.clone(),
-        address: peer.map_or_else(|| "unknown".into(), |Extension(p)| p.0.ip().to_string()),
-    };
-    state
-        .store
-        .audit(principal.org_id, &actor, action, object)
-        .await
-        .map_err(|e| storage_unavailable(&e))
 }
 
 /// Most dependencies of one service.

@@ -1,0 +1,47 @@
+//! What the correlation routes that change something share: their JSON body, read with a
+//! problem that says what was expected, and the audit record of a change made with an API key.
+
+use axum::extract::rejection::JsonRejection;
+use axum::{Extension, Json};
+
+use super::CorrelationState;
+use crate::auth::{PeerAddr, Principal};
+use crate::problem::{Problem, storage_unavailable};
+use crate::storage::Actor;
+
+/// A route's JSON body, or its problem: 415 when it is not sent as `application/json`, else
+/// 400 saying what is wrong and showing the `expected` shape.
+pub(super) fn json_body<T>(
+    body: Result<Json<T>, JsonRejection>,
+    expected: &str,
+) -> Result<T, Problem> {
+    match body {
+        Ok(Json(value)) => Ok(value),
+        Err(JsonRejection::MissingJsonContentType(_)) => Err(Problem::unsupported_media(format!(
+            "send the body as Content-Type: application/json, such as {expected}"
+        ))),
+        Err(e) => Err(Problem::bad_request(format!(
+            "{}; expected {expected}",
+            e.body_text()
+        ))),
+    }
+}
+
+/// Records a change made with an API key: the key's public id and the caller's address.
+pub(super) async fn audit(
+    state: &CorrelationState,
+    principal: &Principal,
+    peer: Option<Extension<PeerAddr>>,
+    action: &str,
+    object: &str,
+) -> Result<(), Problem> {
+    let actor = Actor {
+        who: principal.key_id.clone(),
+        address: peer.map_or_else(|| "unknown".into(), |Extension(p)| p.0.ip().to_string()),
+    };
+    state
+        .store
+        .audit(principal.org_id, &actor, action, object)
+        .await
+        .map_err(|e| storage_unavailable(&e))
+}
