@@ -277,6 +277,18 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
         "{problem}"
     );
 
+    // Mapped to a bridge the org never had: a 409 that says so (the relay's 404 alone would
+    // read as a missing source).
+    let nowhere = json!({"repository": "acme/api", "bridge": "nowhere", "source": "code", "path": "acme/api.git"});
+    assert_eq!(put_mapping(&rig, &nowhere).await.0, 200);
+    let (status, problem) = get(&rig, &key, &format!("/v1/deployments/{fourth}/commits")).await;
+    assert_eq!(status, 409, "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("\"nowhere\"") && detail.contains("no token"),
+        "{detail}"
+    );
+
     // A mapping removed is gone; removing it again is a 404.
     for want in [204, 404] {
         let res = rig

@@ -607,3 +607,24 @@ async fn an_https_api_signed_by_a_private_ca_is_reached_with_its_tls_ca_file() {
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn percent_encoded_paths_reach_the_api_as_sent() {
+    let rig = Rig::start("").await;
+    for (sent, path, query) in [
+        ("/v1/items/a%20b", "/v1/items/a%20b", ""),
+        ("/v1/files/a%3Fb?x=1", "/v1/files/a%3Fb", "x=1"),
+        ("/v1/tags/c%23d", "/v1/tags/c%23d", ""),
+        ("/v1/blobs/%FF%FE", "/v1/blobs/%FF%FE", ""),
+    ] {
+        let res = rig.get(sent).await;
+        assert_eq!(res.status(), 200, "{sent}");
+        let echo: Value = res.json().await.unwrap();
+        assert_eq!(echo["path"], path, "{sent}: {echo}");
+        assert_eq!(
+            echo["query"].as_str().unwrap_or(""),
+            query,
+            "{sent}: {echo}"
+        );
+    }
+}

@@ -253,3 +253,29 @@ pub fn detail_of(body: &[u8]) -> String {
         .and_then(|v| v["detail"].as_str().map(str::to_string))
         .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned())
 }
+
+/// A route's path parameters, as axum's `Path` reads them (percent-decoded), but refused as a
+/// problem (400) like every other malformed request when one is not UTF-8 once decoded.
+pub struct PathParams<T>(pub T);
+
+impl<T, S> axum::extract::FromRequestParts<S> for PathParams<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = Problem;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Problem> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(params)) => Ok(PathParams(params)),
+            Err(rejection) => Err(Problem::bad_request(format!(
+                "cannot read the path {} ({}); percent-encode its segments as UTF-8",
+                parts.uri.path(),
+                rejection.body_text()
+            ))),
+        }
+    }
+}

@@ -304,6 +304,48 @@ async fn dora_figures_match_the_hand_computed_example() {
     )
     .await;
     assert_eq!(status, 422, "{body}");
+    // JSON of another shape: 422, one entry per missing, wrong or unknown field, like every
+    // other JSON route; what is not JSON at all: 400, showing the shape.
+    for (sent, pointers) in [
+        (
+            json!({"deployment": "x"}),
+            vec!["/deploymentId", "/deployment"],
+        ),
+        (json!({"deploymentId": 7}), vec!["/deploymentId"]),
+        (json!([1, 2]), vec!["/deploymentId"]),
+    ] {
+        let (status, body) = call(
+            &cloud,
+            &t,
+            reqwest::Method::POST,
+            &format!("/v1/alerts/{alert}/cause"),
+            Some(sent.clone()),
+        )
+        .await;
+        assert_eq!(status, 422, "{sent}: {body}");
+        let found: Vec<&str> = body["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["pointer"].as_str().unwrap())
+            .collect();
+        assert_eq!(found, pointers, "{sent}: {body}");
+    }
+    let res = cloud
+        .client()
+        .post(format!("{}/v1/alerts/{alert}/cause", cloud.http))
+        .bearer_auth(&t.api_key)
+        .header("content-type", "application/json")
+        .body("{\"deploymentId\": ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 400);
+    let problem: Value = res.json().await.unwrap();
+    assert!(
+        problem["detail"].as_str().unwrap().contains("deploymentId"),
+        "{problem}"
+    );
     // Not sent as JSON: 415, saying how to send it.
     let res = cloud
         .client()

@@ -168,6 +168,24 @@ async fn failed_sign_ins_are_throttled_and_logged_without_the_password() {
         "{log}"
     );
     assert!(!log.contains("wrong guess 123") && !log.contains(PASSWORD));
+    // The address is the client's, as text.
+    assert!(log.contains("\"address\":\"127.0.0.1\""), "{log}");
+}
+
+/// What was typed as an email is logged only when it is an account's: a password typed into
+/// the email field stays out of the log.
+#[tokio::test]
+async fn an_email_that_is_no_account_is_not_logged() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let client = client(&cloud);
+    let res = sign_in(&client, &cloud.https, "hunter2-typed-here", PASSWORD).await;
+    assert_eq!(res.status(), 401);
+    let log = cloud.log_text();
+    assert!(
+        log.contains("sign-in failed: no account has the email typed"),
+        "{log}"
+    );
+    assert!(!log.contains("hunter2-typed-here"), "{log}");
 }
 
 /// Guesses sent all at once get no more tries than guesses sent one by one: an attempt counts

@@ -43,6 +43,38 @@ async fn an_unknown_query_parameter_lists_the_known_ones_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_segment_that_is_not_utf8_is_a_problem_naming_it() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let t = cloud.tenant("acme");
+    for path in [
+        "/v1/events/%FF",
+        "/v1/alerts/%FF/suspects",
+        "/v1/deployments/%FF/commits",
+        "/v1/bridges/dc1/databases/%FF",
+    ] {
+        let res = cloud
+            .client()
+            .get(format!("{}{path}", cloud.http))
+            .bearer_auth(&t.api_key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 400, "{path}");
+        assert_eq!(
+            res.headers()["content-type"],
+            "application/problem+json",
+            "{path}"
+        );
+        let problem: serde_json::Value = res.json().await.unwrap();
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(
+            detail.contains(path) && detail.contains("UTF-8"),
+            "{detail}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_admin_commands_log_no_server_notices() {
     let cloud = Cloud::start(Backend::Postgres);
     let out = cloud.admin_output(&["org", "create", "acme"]);

@@ -1,6 +1,7 @@
 //! The limits and header rules of docs/api.md, through the real binary: 431 for heads over
 //! 16 KiB, 422 for more than 500 events and for a malformed `Idempotency-Key`, Basic auth with
-//! the API key as password, and the 408 for a body that takes too long in all.
+//! the API key as password, the 408 for a body that takes too long in all, and one org's share
+//! of the database route's sessions.
 
 use std::time::{Duration, Instant};
 
@@ -205,5 +206,65 @@ async fn a_form_whose_body_pauses_gets_408() {
         let answer = String::from_utf8_lossy(&answer);
         assert!(answer.starts_with("HTTP/1.1 408"), "{path}: {answer}");
         assert!(answer.contains("--header-read-timeout"), "{path}: {answer}");
+    }
+}
+
+/// Asks the database route for a session (`cloud db-proxy`'s request) and returns the
+/// connection and the answer's head. No bridge is needed: the route's place is taken, or
+/// refused, before the bridge is asked.
+async fn open_db_session(cloud: &Cloud, key: &str) -> (TcpStream, String) {
+    let mut tcp = TcpStream::connect(cloud.http.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let request = format!(
+        "GET /v1/bridges/dc1/databases/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nConnection: Upgrade\r\nUpgrade: postgresql\r\n\r\n"
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut byte))
+            .await
+            .expect("an answer within 10 s")
+            .unwrap();
+        assert_eq!(n, 1, "closed before the end of the head: {head:?}");
+        head.push(byte[0]);
+    }
+    (tcp, String::from_utf8_lossy(&head).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_org_holds_at_most_half_of_the_database_sessions() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let (acme, globex) = (cloud.tenant("acme"), cloud.tenant("globex"));
+    let mut held = Vec::new();
+    for n in 0..512 {
+        let (tcp, head) = open_db_session(&cloud, &acme.api_key).await;
+        assert!(head.starts_with("HTTP/1.1 101"), "session {n}: {head}");
+        held.push(tcp);
+    }
+    let (_, head) = open_db_session(&cloud, &acme.api_key).await;
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 1"),
+        "{head}"
+    );
+    // Another org still has room.
+    let (_other, head) = open_db_session(&cloud, &globex.api_key).await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    // A session that ends gives its place back.
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (tcp, head) = open_db_session(&cloud, &acme.api_key).await;
+        if head.starts_with("HTTP/1.1 101") {
+            held.push(tcp);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the place never came back: {head}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

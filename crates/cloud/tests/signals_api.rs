@@ -404,6 +404,21 @@ async fn offsets_are_normalised_to_utc(backend: Backend) {
     .await;
     assert_eq!(event["timestamp"], "2024-01-15T10:30:00Z");
     assert_eq!(event["status"], "success");
+    // The type in any case, a fraction written in groups of three digits.
+    e["type"] = json!("Deployment");
+    e["timestamp"] = json!("2024-01-15T12:30:00.5+02:00");
+    let (s, _, b) = post(&cloud, &t, &e).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{b}");
+    let (_, event) = get(
+        &cloud,
+        &t.api_key,
+        &format!("/v1/events/{}", b["id"].as_str().unwrap()),
+    )
+    .await;
+    assert_eq!(event["type"], "deployment");
+    assert_eq!(event["timestamp"], "2024-01-15T10:30:00.500Z");
+    let (_, listed) = get(&cloud, &t.api_key, "/v1/events?type=DEPLOYMENT").await;
+    assert_eq!(listed["events"].as_array().unwrap().len(), 2, "{listed}");
     e["timestamp"] = json!("2024-01-15T12:30:00");
     let (s, _, b) = post(&cloud, &t, &e).await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);

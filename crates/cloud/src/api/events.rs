@@ -1,7 +1,7 @@
 //! `GET /v1/events` and `GET /v1/events/{id}`: an org reads back its own events.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -9,8 +9,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::ApiState;
-use crate::problem::Problem;
-use crate::problem::storage_unavailable;
+use crate::problem::{PathParams, Problem, storage_unavailable};
 use crate::signals::event::EventType;
 use crate::storage::{EventQuery, StoredEvent};
 
@@ -93,13 +92,15 @@ pub async fn list(
             ))
         }
     })?;
-    if let Some(kind) = &p.kind
-        && EventType::parse(kind).is_none()
-    {
-        return Err(Problem::bad_request(format!(
-            "query parameter type={kind:?} is unknown; expected deployment, alert, change or custom"
-        )));
-    }
+    // Any case, as at ingest; the stored name is the lower-case one.
+    let kind = match &p.kind {
+        None => None,
+        Some(kind) => Some(EventType::parse(kind).map(|t| t.as_str().to_string()).ok_or_else(|| {
+            Problem::bad_request(format!(
+                "query parameter type={kind:?} is unknown; expected deployment, alert, change or custom"
+            ))
+        })?),
+    };
     let limit = match &p.limit {
         None => DEFAULT_LIMIT,
         Some(l) => l
@@ -116,7 +117,7 @@ pub async fn list(
         since: crate::problem::time_param("since", p.since.as_deref())?,
         until: crate::problem::time_param("until", p.until.as_deref())?,
         after: p.cursor.as_deref().map(decode_cursor).transpose()?,
-        kind: p.kind,
+        kind,
         service: p.service,
         environment: p.environment,
         limit: limit + 1,
@@ -159,7 +160,7 @@ pub async fn list(
 pub async fn get(
     State(state): State<ApiState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
     let event = state

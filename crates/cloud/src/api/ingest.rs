@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use axum::body::Body;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
@@ -12,8 +12,7 @@ use chrono::{DateTime, Utc};
 use super::body;
 use super::budget::FIRST_SHARE;
 use super::{ApiState, idempotency};
-use crate::problem::Problem;
-use crate::problem::storage_unavailable;
+use crate::problem::{PathParams, Problem, storage_unavailable};
 use crate::signals::batch::{self, BatchError, MAX_REQUEST_BYTES};
 use crate::signals::event::{FieldError, ValidEvent, member_json};
 use crate::signals::raw;
@@ -41,7 +40,7 @@ use crate::storage::{InsertOutcome, NewEvent, Store, WriteBatch};
     ))]
 pub async fn post_signal(
     State(state): State<ApiState>,
-    Path(signal_key): Path<String>,
+    PathParams(signal_key): PathParams<String>,
     request: Request,
 ) -> Response {
     // The headers are borrowed from the request, not copied (axum's HeaderMap extractor clones).

@@ -6,7 +6,7 @@
 
 use axum::Extension;
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use chrono::DateTime;
 use serde_json::{Value, json};
@@ -15,7 +15,7 @@ use super::mirror::{self, GitError};
 use super::request::{audit, json_body};
 use super::{CorrelationState, parse};
 use crate::auth::PeerAddr;
-use crate::problem::{Problem, storage_unavailable};
+use crate::problem::{PathParams, Problem, storage_unavailable};
 use crate::signals::event::FieldError;
 use crate::storage::{ListedCommits, REPOSITORY_RULES, RepositorySource};
 
@@ -70,18 +70,12 @@ pub fn validate_source(body: &Value) -> Result<RepositorySource, Vec<FieldError>
             });
         }
     }
-    if let Some(obj) = body.as_object() {
-        for key in obj.keys() {
-            if !REPOSITORY_RULES.iter().any(|(n, _)| n == key) {
-                errors.push(FieldError {
-                    pointer: format!("/{}", crate::signals::validate::pointer_token(key)),
-                    detail: format!(
-                        "unknown field {key:?}; the body is {{\"repository\", \"bridge\", \"source\", \"path\"}}"
-                    ),
-                });
-            }
-        }
-    }
+    let known: Vec<&str> = REPOSITORY_RULES.iter().map(|(name, _)| *name).collect();
+    errors.extend(super::request::unknown_fields(
+        body,
+        &known,
+        r#"{"repository", "bridge", "source", "path"}"#,
+    ));
     errors.sort_by(|a, b| a.pointer.cmp(&b.pointer));
     if errors.is_empty() {
         Ok(source)
@@ -183,7 +177,7 @@ pub async fn remove_source(
 pub async fn deployment_commits(
     State(state): State<CorrelationState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
     Ok(Json(commits_of(&state, principal.org_id, &id).await?))
@@ -263,8 +257,13 @@ pub async fn commits_of(state: &CorrelationState, org_id: i64, id: &str) -> Resu
                     async move { mirrors.commits(org_id, &place, from.as_deref(), &to).await },
                 )
                 .await
-                .map_err(|_| Problem::internal("listing the commits stopped unexpectedly; retry"))?
-                .map_err(|e| git_problem(&e, &source))?;
+                .map_err(|_| {
+                    Problem::internal("listing the commits stopped unexpectedly; retry")
+                })?;
+            let listing = match listing {
+                Ok(listing) => listing,
+                Err(e) => return Err(git_problem(state, org_id, &e, &source).await),
+            };
             // Only an exact list dates the change lead time: a whole history would make it
             // as old as the repository.
             let first = listing
@@ -336,7 +335,12 @@ pub fn summary(listed: &str) -> Option<String> {
 }
 
 /// A Git failure as the API reports it, naming the bridge and source.
-fn git_problem(e: &GitError, source: &RepositorySource) -> Problem {
+async fn git_problem(
+    state: &CorrelationState,
+    org_id: i64,
+    e: &GitError,
+    source: &RepositorySource,
+) -> Problem {
     let (bridge, name, path) = (&source.bridge, &source.source, &source.path);
     match e {
         GitError::Http { status: 503 } => Problem::unavailable(
@@ -345,6 +349,19 @@ fn git_problem(e: &GitError, source: &RepositorySource) -> Problem {
                 "bridge {bridge:?} has no live tunnel, so the commits cannot be read; start the bridge and retry"
             ),
         ),
+        // The relay answers 404 for a bridge the org never had as for a missing source: the
+        // mapping's bridge is the first thing to check.
+        GitError::Http { status: 404 }
+            if matches!(
+                state.store.bridge_tokens_count(org_id, bridge).await,
+                Ok((0, _))
+            ) =>
+        {
+            Problem::conflict(format!(
+                "repository {:?} is mapped to bridge {bridge:?}, which this org has no token for; fix the mapping (PUT /v1/repository-sources) or create the bridge (`cloud bridge-token create --org ORG --name {bridge}`)",
+                source.repository
+            ))
+        }
         GitError::Http { status: 404 } => Problem::bad_gateway(format!(
             "bridge {bridge:?} has no Git source {name:?} serving {path:?}; check the mapping (PUT /v1/repository-sources) and the bridge's sources"
         )),

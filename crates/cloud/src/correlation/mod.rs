@@ -14,14 +14,14 @@ pub mod score;
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde_json::{Value, json};
 
 use crate::auth::{KeyCache, PeerAddr};
-use crate::problem::{Problem, storage_unavailable};
+use crate::problem::{PathParams, Problem, storage_unavailable};
 use crate::signals::event::FieldError;
 use crate::storage::{Store, StoredEvent, TITLE_LOOKBACK_MICROS};
 use request::{audit, json_body};
@@ -206,18 +206,42 @@ pub async fn suspects_of(
 pub async fn suspects(
     State(state): State<CorrelationState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
     Ok(Json(suspects_of(&state, principal.org_id, &id).await?))
 }
 
-/// The body of `POST /v1/alerts/{id}/cause`.
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Cause {
-    /// The id of the deployment event that caused the alert.
-    deployment_id: String,
+/// The shape of the body of `POST /v1/alerts/{id}/cause`.
+const CAUSE_SHAPE: &str = r#"{"deploymentId": "<the id of a deployment event>"}"#;
+
+/// The deployment id a cause body names, or what is wrong with it, field by field.
+fn deployment_id_of(body: &Value) -> Result<String, Vec<FieldError>> {
+    let mut errors = request::unknown_fields(body, &["deploymentId"], CAUSE_SHAPE);
+    let id = match body.get("deploymentId") {
+        Some(Value::String(id)) if !id.is_empty() => Some(id.clone()),
+        found => {
+            let what = if found.is_some() {
+                "must be"
+            } else {
+                "is required:"
+            };
+            errors.insert(
+                0,
+                FieldError {
+                    pointer: "/deploymentId".into(),
+                    detail: format!(
+                        "deploymentId {what} the id of a deployment event (a non-empty string)"
+                    ),
+                },
+            );
+            None
+        }
+    };
+    match id {
+        Some(id) if errors.is_empty() => Ok(id),
+        _ => Err(errors),
+    }
 }
 
 /// `POST /v1/alerts/{id}/cause` with `{"deploymentId": …}`: a person confirms the cause; it
@@ -234,18 +258,16 @@ pub async fn confirm_cause(
     State(state): State<CorrelationState>,
     peer: Option<Extension<PeerAddr>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
-    body: Result<Json<Cause>, axum::extract::rejection::JsonRejection>,
+    PathParams(id): PathParams<String>,
+    body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
-    let cause = json_body(
-        body,
-        r#"{"deploymentId": "<the id of a deployment event>"}"#,
-    )?;
+    let deployment_id =
+        deployment_id_of(&json_body(body, CAUSE_SHAPE)?).map_err(Problem::invalid)?;
     alert(&state, principal.org_id, &id).await?;
     let deployment = state
         .store
-        .event(principal.org_id, &cause.deployment_id)
+        .event(principal.org_id, &deployment_id)
         .await
         .map_err(|e| storage_unavailable(&e))?;
     let is_deployment = match &deployment {
@@ -257,13 +279,13 @@ pub async fn confirm_cause(
             pointer: "/deploymentId".into(),
             detail: format!(
                 "{:?} is not the id of a deployment event of this org",
-                cause.deployment_id
+                deployment_id
             ),
         }]));
     }
     state
         .store
-        .confirm_cause(principal.org_id, &id, &cause.deployment_id)
+        .confirm_cause(principal.org_id, &id, &deployment_id)
         .await
         .map_err(|e| storage_unavailable(&e))?;
     audit(
@@ -271,12 +293,10 @@ pub async fn confirm_cause(
         &principal,
         peer,
         "alert.confirm_cause",
-        &format!("{id} <- {}", cause.deployment_id),
+        &format!("{id} <- {}", deployment_id),
     )
     .await?;
-    Ok(Json(
-        json!({"alertId": id, "deploymentId": cause.deployment_id}),
-    ))
+    Ok(Json(json!({"alertId": id, "deploymentId": deployment_id})))
 }
 
 /// Most dependencies of one service.
@@ -290,7 +310,7 @@ const MAX_DEPENDENCIES: usize = 100;
 pub async fn dependencies(
     State(state): State<CorrelationState>,
     headers: HeaderMap,
-    Path(service): Path<String>,
+    PathParams(service): PathParams<String>,
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
     let list = state
@@ -313,7 +333,7 @@ pub async fn dependencies(
 pub async fn set_dependencies(
     State(state): State<CorrelationState>,
     headers: HeaderMap,
-    Path(service): Path<String>,
+    PathParams(service): PathParams<String>,
     body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
@@ -350,14 +370,11 @@ pub async fn set_dependencies(
             }
         }
     }
-    if let Some(obj) = body.as_object() {
-        for key in obj.keys().filter(|k| *k != "dependencies") {
-            errors.push(FieldError {
-                pointer: format!("/{}", crate::signals::validate::pointer_token(key)),
-                detail: format!("unknown field {key:?}; the body is {{\"dependencies\": [...]}}"),
-            });
-        }
-    }
+    errors.extend(request::unknown_fields(
+        &body,
+        &["dependencies"],
+        r#"{"dependencies": [...]}"#,
+    ));
     if !errors.is_empty() {
         return Err(Problem::invalid(errors));
     }

@@ -7,6 +7,7 @@ use axum::{Extension, Json};
 use super::CorrelationState;
 use crate::auth::{PeerAddr, Principal};
 use crate::problem::{Problem, storage_unavailable};
+use crate::signals::event::FieldError;
 use crate::storage::Actor;
 
 /// A route's JSON body, or its problem: 415 when it is not sent as `application/json`, else
@@ -25,6 +26,24 @@ pub(super) fn json_body<T>(
             e.body_text()
         ))),
     }
+}
+
+/// One problem for each member of the object `body` that is not one of `known` (the body's
+/// shape is `shape`, for the message).
+pub(super) fn unknown_fields(
+    body: &serde_json::Value,
+    known: &[&str],
+    shape: &str,
+) -> Vec<FieldError> {
+    body.as_object()
+        .into_iter()
+        .flat_map(|obj| obj.keys())
+        .filter(|key| !known.contains(&key.as_str()))
+        .map(|key| FieldError {
+            pointer: format!("/{}", crate::signals::validate::pointer_token(key)),
+            detail: format!("unknown field {key:?}; the body is {shape}"),
+        })
+        .collect()
 }
 
 /// Records a change made with an API key: the key's public id and the caller's address.

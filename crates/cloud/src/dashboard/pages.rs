@@ -100,6 +100,7 @@ pub async fn sign_in(
     }
     let email = form.email.trim().to_lowercase();
     let address = peer.map(|p| p.0.0.ip());
+    let shown_address = address.map_or_else(|| "unknown".to_string(), |a| a.to_string());
     let again = |status: StatusCode, error: &str| {
         page(
             status,
@@ -113,7 +114,9 @@ pub async fn sign_in(
     let attempt = match state.throttle.admit(&email, address) {
         Ok(attempt) => attempt,
         Err(wait) => {
-            tracing::warn!(email = %email, address = ?address, "sign-in refused: too many failures");
+            // The email typed is not logged before it is known to be an account's: people
+            // type passwords into the email field.
+            tracing::warn!(address = %shown_address, "sign-in refused: too many failures");
             let minutes = wait.as_secs().div_ceil(60).max(1);
             let mut response = again(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -131,15 +134,20 @@ pub async fn sign_in(
     };
     let stored = user.as_ref().and_then(|u| u.password_hash.clone());
     let ok = password::verify_off_thread(form.password.clone(), stored).await;
+    let known = user.is_some();
     let Some(user) = user.filter(|_| ok) else {
         attempt.failed();
-        tracing::warn!(email = %email, address = ?address, "sign-in failed: wrong email or password");
+        if known {
+            tracing::warn!(email = %email, address = %shown_address, "sign-in failed: wrong email or password");
+        } else {
+            tracing::warn!(address = %shown_address, "sign-in failed: no account has the email typed");
+        }
         return again(StatusCode::UNAUTHORIZED, "Wrong email or password.");
     };
     attempt.succeeded();
     match session::start(&state.store, user.id).await {
         Ok(id) => {
-            tracing::info!(email = %email, org = %user.org, address = ?address, "signed in");
+            tracing::info!(email = %email, org = %user.org, address = %shown_address, "signed in");
             signed_in(&id, state.secure)
         }
         Err(_) => unavailable(),

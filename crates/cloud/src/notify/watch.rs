@@ -108,28 +108,12 @@ impl Notifier {
                 continue;
             }
             let text = |v: &serde_json::Value, k: &str| v[k].as_str().unwrap_or("").to_string();
-            let reasons: Vec<String> = top["reasons"]
-                .as_array()
-                .map(|r| {
-                    r.iter()
-                        .filter_map(|s| s.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default();
             let body = json!({
                 "type": "alert.suspect",
                 "org": org,
                 "alert": answer["alert"],
                 "suspect": top,
-                "message": format!(
-                    "{} alert \"{}\": probably {} {} {} (score {score}): {}",
-                    text(&answer["alert"], "service"),
-                    text(&answer["alert"], "title"),
-                    text(&top["event"], "type"),
-                    text(&top["event"], "service"),
-                    text(&top["event"], "version"),
-                    reasons.join("; ")
-                ),
+                "message": suspect_message(&answer["alert"], top, score),
             });
             // Once per incident and suspect: an alert firing again (same dedupKey, or service
             // and title) with the same suspect is not sent again.
@@ -166,5 +150,50 @@ impl Notifier {
         }
         self.queued.insert(key);
         Ok(())
+    }
+}
+
+/// The one line of an `alert.suspect` notification: `api alert "Error rate": probably
+/// deployment api v2 (score 1): deployed 10 min before the alert; …`. A suspect without a
+/// version (a change) is named by the words it has.
+fn suspect_message(alert: &serde_json::Value, top: &serde_json::Value, score: f64) -> String {
+    let text = |v: &serde_json::Value, k: &str| v[k].as_str().unwrap_or("").to_string();
+    let suspect: Vec<String> = ["type", "service", "version"]
+        .iter()
+        .map(|k| text(&top["event"], k))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let reasons: Vec<&str> = top["reasons"]
+        .as_array()
+        .map(|r| r.iter().filter_map(serde_json::Value::as_str).collect())
+        .unwrap_or_default();
+    format!(
+        "{} alert \"{}\": probably {} (score {score}): {}",
+        text(alert, "service"),
+        text(alert, "title"),
+        suspect.join(" "),
+        reasons.join("; ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_suspect_is_named_by_the_words_it_has() {
+        let alert = json!({"service": "api", "title": "Error rate"});
+        let deployment = json!({"event": {"type": "deployment", "service": "api", "version": "v2"},
+            "reasons": ["deployed 10 min before the alert", "same service"]});
+        assert_eq!(
+            suspect_message(&alert, &deployment, 1.0),
+            "api alert \"Error rate\": probably deployment api v2 (score 1): deployed 10 min before the alert; same service"
+        );
+        let change =
+            json!({"event": {"type": "change", "service": "syn"}, "reasons": ["same service"]});
+        assert_eq!(
+            suspect_message(&alert, &change, 0.8),
+            "api alert \"Error rate\": probably change syn (score 0.8): same service"
+        );
     }
 }

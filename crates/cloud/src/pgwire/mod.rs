@@ -22,6 +22,7 @@ pub mod proxy;
 mod session;
 pub(crate) mod upgrade;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +42,9 @@ use crate::relay::RelayState;
 pub const ALPN: &[u8] = b"postgresql";
 /// Most sessions open at once through the upgrade route (`cloud db-proxy`'s).
 const UPGRADE_SESSIONS: usize = 1024;
+/// Most of them one org may hold, so that one org's clients (or a client that opens sessions
+/// and never starts them) leave room for the others, as the ingest budget does.
+const ORG_UPGRADE_SESSIONS: usize = UPGRADE_SESSIONS / 2;
 /// How long a client may take to send its startup packet, password or TLS handshake.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -54,6 +58,8 @@ pub struct PgState {
     /// connection cap): they have their own cap.
     sessions: TaskTracker,
     upgrade_slots: Arc<tokio::sync::Semaphore>,
+    /// Each org's share of `upgrade_slots`.
+    org_upgrade_slots: Arc<std::sync::Mutex<HashMap<i64, Arc<tokio::sync::Semaphore>>>>,
     /// Cancelled when the service shuts down: open sessions close (a session has no natural
     /// end to wait for, and the bridges' tunnels close next).
     stop: CancellationToken,
@@ -67,8 +73,27 @@ impl PgState {
             cancels: Arc::new(Cancels::default()),
             sessions: TaskTracker::new(),
             upgrade_slots: Arc::new(tokio::sync::Semaphore::new(UPGRADE_SESSIONS)),
+            org_upgrade_slots: Arc::default(),
             stop: CancellationToken::new(),
         }
+    }
+
+    /// A place for one more upgrade session of `org`: one of its org's share and one of the
+    /// route's, held until dropped; `None` when either is full.
+    fn upgrade_slot(&self, org: i64) -> Option<UpgradeSlot> {
+        let share = self
+            .org_upgrade_slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(org)
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(ORG_UPGRADE_SESSIONS)))
+            .clone();
+        let org = share.try_acquire_owned().ok()?;
+        let all = self.upgrade_slots.clone().try_acquire_owned().ok()?;
+        Some(UpgradeSlot {
+            _org: org,
+            _all: all,
+        })
     }
 
     /// Closes every open session (at shutdown) and waits, up to `limit`, for them to end.
@@ -77,6 +102,12 @@ impl PgState {
         self.sessions.close();
         let _ = tokio::time::timeout(limit, self.sessions.wait()).await;
     }
+}
+
+/// An upgrade session's place in its org's share and in the route's cap.
+struct UpgradeSlot {
+    _org: tokio::sync::OwnedSemaphorePermit,
+    _all: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// The TLS port's front end: [`PgState`] and the port's TLS acceptor.

@@ -4,7 +4,7 @@
 //! the TLS port after the password.
 
 use axum::Router;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -13,9 +13,9 @@ use tokio::io::AsyncWriteExt;
 use tunnel::postgres::{FirstPacket, error_response, read_first_packet};
 
 use super::session::{Session, serve};
-use super::{PgState, STARTUP_TIMEOUT};
+use super::{ORG_UPGRADE_SESSIONS, PgState, STARTUP_TIMEOUT, UPGRADE_SESSIONS};
 use crate::auth::PeerAddr;
-use crate::problem::Problem;
+use crate::problem::{PathParams, Problem};
 
 /// The `Upgrade` token of the route.
 pub const UPGRADE: &str = "postgresql";
@@ -34,10 +34,10 @@ pub fn router(state: PgState) -> Router {
     responses((status = 101, description = "Switching to the PostgreSQL protocol: the connection then carries a startup message (or a CancelRequest) and the session; refusals after this point are PostgreSQL ErrorResponses"),
         (status = 400, description = "No `Upgrade: postgresql` header, or not HTTP/1.1", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No or a wrong API key", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The route has as many sessions open as it allows; `Retry-After: 1`", body = Problem, content_type = "application/problem+json")))]
+        (status = 503, description = "The route has as many sessions open as it allows (1,024 in all, 512 for one org); `Retry-After: 1`", body = Problem, content_type = "application/problem+json")))]
 pub(crate) async fn upgrade(
     State(state): State<PgState>,
-    Path((bridge, database)): Path<(String, String)>,
+    PathParams((bridge, database)): PathParams<(String, String)>,
     mut req: Request,
 ) -> Response {
     let asked = req
@@ -70,10 +70,10 @@ pub(crate) async fn upgrade(
         .extensions()
         .get::<PeerAddr>()
         .map_or(std::net::SocketAddr::from(([0, 0, 0, 0], 0)), |p| p.0);
-    let Ok(slot) = state.upgrade_slots.clone().try_acquire_owned() else {
+    let Some(slot) = state.upgrade_slot(principal.org_id) else {
         return Problem::unavailable(
             1,
-            "this service has as many database sessions open through this route as it allows; retry shortly",
+            format!("this service has as many database sessions open through this route as it allows ({UPGRADE_SESSIONS} in all, {ORG_UPGRADE_SESSIONS} for one org); close some or retry shortly"),
         )
         .into_response();
     };

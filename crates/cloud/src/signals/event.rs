@@ -33,15 +33,17 @@ impl EventType {
         }
     }
 
-    /// Parses the wire name.
+    /// Parses the wire name, in any case (`Deployment` is `deployment`, as status synonyms are
+    /// case-insensitive too).
     pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "deployment" => EventType::Deployment,
-            "alert" => EventType::Alert,
-            "change" => EventType::Change,
-            "custom" => EventType::Custom,
-            _ => return None,
-        })
+        [
+            EventType::Deployment,
+            EventType::Alert,
+            EventType::Change,
+            EventType::Custom,
+        ]
+        .into_iter()
+        .find(|t| t.as_str().eq_ignore_ascii_case(s))
     }
 }
 

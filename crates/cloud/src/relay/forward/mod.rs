@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use axum::body::Body;
-use axum::extract::{RawPathParams, Request};
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, request};
 use axum::response::Response;
 use bytes::Bytes;
@@ -57,30 +57,42 @@ const DROPPED: &[&str] = &[
     "expect",
 ];
 
-/// Which resource a consumer's request names, from the route's raw (still percent-encoded)
-/// parameters, so that `%2F` stays `%2F` and the bridge's path check sees what was sent.
+/// Which resource a consumer's request names, read from the request's raw path (axum's path
+/// parameters are percent-decoded): `%2F` stays `%2F` for the bridge's path check, `%20` and
+/// `%3F` stay in the path, and bytes that are not UTF-8 pass as sent.
 pub(super) struct Target {
     kind: ResourceKind,
     bridge: String,
     name: String,
-    /// The path inside the resource, with its leading `/`.
+    /// The path inside the resource, with its leading `/`, still percent-encoded.
     rest: String,
 }
 
 impl Target {
-    fn new(kind: ResourceKind, params: &RawPathParams) -> Self {
+    /// The target of `raw_path` under the route `matched` (`/v1/bridges/{bridge}/api/{name}/{*path}`
+    /// and the like): a segment of the route names which segment of the path is the bridge or
+    /// the resource, and `{*…}` takes the rest. Segments match one for one, as the router
+    /// matched them.
+    fn new(kind: ResourceKind, matched: &str, raw_path: &str) -> Self {
         let mut target = Target {
             kind,
             bridge: String::new(),
             name: String::new(),
             rest: "/".to_string(),
         };
-        for (key, value) in params {
-            match key {
-                "bridge" => target.bridge = value.to_string(),
-                "name" => target.name = value.to_string(),
-                _ => target.rest = format!("/{value}"),
+        let mut raw = raw_path.strip_prefix('/').unwrap_or(raw_path);
+        for pattern in matched.strip_prefix('/').unwrap_or(matched).split('/') {
+            if pattern.starts_with("{*") {
+                target.rest = format!("/{raw}");
+                break;
             }
+            let (segment, after) = raw.split_once('/').unwrap_or((raw, ""));
+            match pattern {
+                "{bridge}" => target.bridge = segment.to_string(),
+                "{name}" => target.name = segment.to_string(),
+                _ => {}
+            }
+            raw = after;
         }
         target
     }
@@ -98,7 +110,7 @@ pub(super) async fn run(
     };
     let instances = upstream_peers(state, &principal, target).await?;
     let (parts, body) = req.into_parts();
-    let head = upstream_request(&parts, target, &principal);
+    let head = upstream_request(&parts, target, &principal)?;
     let body = hold_body(state, &parts.method, body).await?;
     send(state, target, &instances, head, body).await
 }
@@ -161,7 +173,11 @@ struct Head {
 }
 
 /// Phase 2: the request as the bridge sees it.
-fn upstream_request(parts: &request::Parts, target: &Target, principal: &Principal) -> Head {
+fn upstream_request(
+    parts: &request::Parts,
+    target: &Target,
+    principal: &Principal,
+) -> Result<Head, Problem> {
     let query = parts
         .uri
         .query()
@@ -211,12 +227,19 @@ fn upstream_request(parts: &request::Parts, target: &Target, principal: &Princip
     } else {
         parts.method.clone()
     };
-    Head {
+    // The path and the query are the caller's, as sent, so they parse; were one not to, the
+    // request is refused rather than sent somewhere else.
+    let uri = uri.parse::<Uri>().map_err(|_| {
+        Problem::bad_request(format!(
+            "the path {:?} is not a valid request target; percent-encode it (RFC 3986)",
+            target.rest
+        ))
+    })?;
+    Ok(Head {
         method,
-        // The path was checked by the router and the query is the caller's own: both parse.
-        uri: uri.parse().unwrap_or_else(|_| Uri::from_static("/")),
+        uri,
         headers,
-    }
+    })
 }
 
 /// What goes into the tunnel as the request body.

@@ -3,7 +3,7 @@
 //! ([`kinds`]).
 
 use axum::Json;
-use axum::extract::{RawPathParams, Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -38,10 +38,10 @@ pub async fn list(
         (status = 504, description = "No answer within --forward-timeout", body = Problem, content_type = "application/problem+json")))]
 pub async fn forward_api(
     State(state): State<RelayState>,
-    params: RawPathParams,
+    matched: MatchedPath,
     req: Request,
 ) -> Response {
-    forward(state, ResourceKind::Api, params, req).await
+    forward(state, ResourceKind::Api, &matched, req).await
 }
 
 /// `GET|POST /v1/bridges/{bridge}/git/{source}/{path}`: Git's smart HTTP through the bridge.
@@ -54,10 +54,10 @@ pub async fn forward_api(
         (status = 404, description = "No such bridge, source or repository", content_type = "text/plain")))]
 pub async fn forward_git(
     State(state): State<RelayState>,
-    params: RawPathParams,
+    matched: MatchedPath,
     req: Request,
 ) -> Response {
-    forward(state, ResourceKind::Git, params, req).await
+    forward(state, ResourceKind::Git, &matched, req).await
 }
 
 /// `GET /v2/`: the registry API's base, which clients try first. With a valid API key (Basic,
@@ -94,13 +94,12 @@ pub async fn registry_base(State(state): State<RelayState>, headers: HeaderMap) 
         (status = 502, description = "The tunnel or the registry failed, or the registry refused the bridge's login", content_type = "application/json")))]
 pub async fn forward_registry(
     State(state): State<RelayState>,
-    params: RawPathParams,
+    matched: MatchedPath,
     req: Request,
 ) -> Response {
-    let path = params
-        .iter()
-        .find(|(key, _)| *key == "path")
-        .map_or("", |(_, value)| value);
+    // The image name as sent (still percent-encoded), after `/v2/`.
+    let tail = Target::new(ResourceKind::Registry, matched.as_str(), req.uri().path()).rest;
+    let path = tail.strip_prefix('/').unwrap_or(&tail);
     let mut parts = path.splitn(3, '/');
     let (Some(bridge), Some(name), Some(rest)) = (parts.next(), parts.next(), parts.next()) else {
         return kinds::registry_refusal(Problem::not_found(format!(
@@ -126,10 +125,10 @@ pub async fn forward_registry(
 pub async fn forward(
     state: RelayState,
     kind: ResourceKind,
-    params: RawPathParams,
+    matched: &MatchedPath,
     req: Request,
 ) -> Response {
-    let target = Target::new(kind, &params);
+    let target = Target::new(kind, matched.as_str(), req.uri().path());
     match run(&state, &target, req).await {
         Ok(response) => response,
         Err(problem) => kinds::refusal(kind, problem),
