@@ -17,6 +17,7 @@ mod body;
 mod kinds;
 pub mod routes;
 pub mod stream;
+mod target;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,9 +28,9 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, re
 use axum::response::Response;
 use bytes::Bytes;
 use http_body::Body as HttpBody;
-use tunnel::ResourceKind;
 
 use self::body::{Announced, InFlight, Tracked};
+use self::target::Target;
 use super::{Instance, RelayState};
 use crate::auth::{InternalCaller, Principal};
 use crate::problem::{Problem, storage_unavailable};
@@ -57,52 +58,9 @@ const DROPPED: &[&str] = &[
     "expect",
 ];
 
-/// Which resource a consumer's request names, read from the request's raw path (axum's path
-/// parameters are percent-decoded): `%2F` stays `%2F` for the bridge's path check, `%20` and
-/// `%3F` stay in the path, and bytes that are not UTF-8 pass as sent.
-pub(super) struct Target {
-    kind: ResourceKind,
-    bridge: String,
-    name: String,
-    /// The path inside the resource, with its leading `/`, still percent-encoded.
-    rest: String,
-}
-
-impl Target {
-    /// The target of `raw_path` under the route `matched` (`/v1/bridges/{bridge}/api/{name}/{*path}`
-    /// and the like): a segment of the route names which segment of the path is the bridge or
-    /// the resource, and `{*…}` takes the rest. Segments match one for one, as the router
-    /// matched them.
-    fn new(kind: ResourceKind, matched: &str, raw_path: &str) -> Self {
-        let mut target = Target {
-            kind,
-            bridge: String::new(),
-            name: String::new(),
-            rest: "/".to_string(),
-        };
-        let mut raw = raw_path.strip_prefix('/').unwrap_or(raw_path);
-        for pattern in matched.strip_prefix('/').unwrap_or(matched).split('/') {
-            if pattern.starts_with("{*") {
-                target.rest = format!("/{raw}");
-                break;
-            }
-            let (segment, after) = raw.split_once('/').unwrap_or((raw, ""));
-            match pattern {
-                "{bridge}" => target.bridge = segment.to_string(),
-                "{name}" => target.name = segment.to_string(),
-                _ => {}
-            }
-            raw = after;
-        }
-        target
-    }
-}
-
-pub(super) async fn run(
-    state: &RelayState,
-    target: &Target,
-    req: Request,
-) -> Result<Response, Problem> {
+/// The shared phases, in order, for a request to `target`; the refusal of the first that
+/// fails, which the route writes the way its kind's clients read one.
+async fn run(state: &RelayState, target: &Target, req: Request) -> Result<Response, Problem> {
     let principal = if req.extensions().get::<InternalCaller>().is_some() {
         state.keys.authenticate_internal(req.headers())?
     } else {
