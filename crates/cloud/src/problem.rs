@@ -271,6 +271,14 @@ where
     ) -> Result<Self, Problem> {
         match axum::extract::Path::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Path(params)) => Ok(PathParams(params)),
+            // A 5xx rejection is a route of ours that names parameters it does not have.
+            Err(rejection) if rejection.status().is_server_error() => {
+                Err(Problem::internal(format!(
+                    "cannot read the path {}: {}",
+                    parts.uri.path(),
+                    rejection.body_text()
+                )))
+            }
             Err(rejection) => Err(Problem::bad_request(format!(
                 "cannot read the path {} ({}); percent-encode its segments as UTF-8",
                 parts.uri.path(),

@@ -235,6 +235,12 @@ async fn open_db_session(cloud: &Cloud, key: &str) -> (TcpStream, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_org_holds_at_most_half_of_the_database_sessions() {
+    // The cloud caps each listener at (hard open-file limit - 128) / 2 connections: 514 must fit.
+    let (_, hard) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap();
+    assert!(
+        hard >= 1_300,
+        "this test holds 514 connections: it needs a hard open-file limit of at least 1,300 (ulimit -Hn), not {hard}"
+    );
     let cloud = Cloud::start(Backend::Sqlite);
     let (acme, globex) = (cloud.tenant("acme"), cloud.tenant("globex"));
     let mut held = Vec::new();

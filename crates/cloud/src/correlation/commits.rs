@@ -171,7 +171,7 @@ pub async fn remove_source(
     params(("id" = String, Path, description = "A deployment's event id")),
     responses((status = 200, body = crate::openapi::DeploymentCommits),
         (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The deployment has no sha or repository, its sha is not a commit id, or its repository is not mapped", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The deployment has no sha or repository, its sha is not a commit id, its repository is not mapped, or it is mapped to a bridge the org has no token for", body = Problem, content_type = "application/problem+json"),
         (status = 502, body = Problem, content_type = "application/problem+json"),
         (status = 503, body = Problem, content_type = "application/problem+json")))]
 pub async fn deployment_commits(

@@ -107,7 +107,6 @@ impl Notifier {
             if score < STRONG_SUSPECT {
                 continue;
             }
-            let text = |v: &serde_json::Value, k: &str| v[k].as_str().unwrap_or("").to_string();
             let body = json!({
                 "type": "alert.suspect",
                 "org": org,
@@ -153,11 +152,15 @@ impl Notifier {
     }
 }
 
+/// The string member `key` of `value`, or `""`.
+fn text(value: &serde_json::Value, key: &str) -> String {
+    value[key].as_str().unwrap_or("").to_string()
+}
+
 /// The one line of an `alert.suspect` notification: `api alert "Error rate": probably
 /// deployment api v2 (score 1): deployed 10 min before the alert; …`. A suspect without a
 /// version (a change) is named by the words it has.
 fn suspect_message(alert: &serde_json::Value, top: &serde_json::Value, score: f64) -> String {
-    let text = |v: &serde_json::Value, k: &str| v[k].as_str().unwrap_or("").to_string();
     let suspect: Vec<String> = ["type", "service", "version"]
         .iter()
         .map(|k| text(&top["event"], k))

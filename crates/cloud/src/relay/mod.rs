@@ -91,15 +91,13 @@ impl RelayState {
 pub fn router(state: RelayState) -> Router {
     let mut router = Router::new().route("/v1/bridges", get(forward::routes::list));
     for kind in FORWARDED_KINDS {
-        let base = format!("/v1/bridges/{{bridge}}/{}/{{name}}", kind.segment());
         let handler = match kind {
             ResourceKind::Git => any(forward::routes::forward_git),
             _ => any(forward::routes::forward_api),
         };
-        router = router
-            .route(&base, handler.clone())
-            .route(&format!("{base}/"), handler.clone())
-            .route(&format!("{base}/{{*path}}"), handler);
+        for pattern in forwarded_routes(kind) {
+            router = router.route(&pattern, handler.clone());
+        }
     }
     // Registries: the OCI distribution API lives at the root of a host.
     router = router
@@ -109,19 +107,25 @@ pub fn router(state: RelayState) -> Router {
     router.with_state(state)
 }
 
+/// The route patterns of a forwarded kind: the resource's root with and without its slash, and
+/// every path under it. Forwarding reads the bridge, the resource and the rest of the path by
+/// these patterns' segment names (`{bridge}`, `{name}`, `{*path}`).
+fn forwarded_routes(kind: ResourceKind) -> [String; 3] {
+    let base = format!("/v1/bridges/{{bridge}}/{}/{{name}}", kind.segment());
+    [
+        base.clone(),
+        format!("{base}/"),
+        format!("{base}/{{*path}}"),
+    ]
+}
+
 /// The routes of the loopback listener through which the cloud is a Git client of its own
 /// relay (a deployment's commits): the Git routes only, which there take only the process's
 /// internal keys ([`crate::auth::KeyCache::authenticate_internal`]).
 pub fn internal_router(state: RelayState) -> Router {
-    let base = format!(
-        "/v1/bridges/{{bridge}}/{}/{{name}}",
-        ResourceKind::Git.segment()
-    );
+    let [.., under] = forwarded_routes(ResourceKind::Git);
     Router::new()
-        .route(
-            &format!("{base}/{{*path}}"),
-            any(forward::routes::forward_git),
-        )
+        .route(&under, any(forward::routes::forward_git))
         .layer(axum::Extension(crate::auth::InternalCaller))
         .with_state(state)
 }

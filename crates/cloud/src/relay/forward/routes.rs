@@ -32,6 +32,7 @@ pub async fn list(
     params(("bridge" = String, Path), ("name" = String, Path, description = "The apis entry's name"),
         ("path" = String, Path, description = "The path inside the API (may hold slashes)")),
     responses((status = 200, description = "The internal API's answer, streamed"),
+        (status = 400, description = "A path the bridge refuses (dot segments, encoded slashes, dots or percent signs) or that is no valid request target", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such bridge or resource", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "The tunnel or the internal system failed", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The bridge has no live tunnel", body = Problem, content_type = "application/problem+json"),
@@ -49,6 +50,7 @@ pub async fn forward_api(
     params(("bridge" = String, Path), ("name" = String, Path, description = "The sources entry's name"),
         ("path" = String, Path, description = "The repository path and Git's service path")),
     responses((status = 200, description = "The Git server's answer, streamed"),
+        (status = 400, description = "A path the bridge refuses (dot segments, encoded slashes, dots or percent signs)", content_type = "text/plain"),
         (status = 401, description = "No API key: a Basic challenge, so git asks for one", content_type = "text/plain"),
         (status = 403, description = "Refused at the bridge (push to a fetch-only source)", content_type = "text/plain"),
         (status = 404, description = "No such bridge, source or repository", content_type = "text/plain")))]

@@ -50,44 +50,40 @@ impl Target {
 mod tests {
     use super::*;
 
-    const ROUTE: &str = "/v1/bridges/{bridge}/apis/{name}/{*path}";
+    /// `(bridge, name, rest)` of `raw_path` under `pattern`.
+    fn parts(pattern: &str, raw_path: &str) -> (String, String, String) {
+        let t = Target::new(ResourceKind::Api, pattern, raw_path);
+        (t.bridge, t.name, t.rest)
+    }
 
-    #[test]
-    fn the_rest_keeps_its_percent_encoding() {
-        let t = Target::new(
-            ResourceKind::Api,
-            ROUTE,
-            "/v1/bridges/dc1/apis/internal/items/a%20b/%3F%FF",
-        );
-        assert_eq!(
-            (t.bridge.as_str(), t.name.as_str(), t.rest.as_str()),
-            ("dc1", "internal", "/items/a%20b/%3F%FF")
-        );
-        let t = Target::new(
-            ResourceKind::Api,
-            ROUTE,
-            "/v1/bridges/dc1/apis/internal/a%2Fb",
-        );
-        assert_eq!(t.rest, "/a%2Fb");
+    fn owned(bridge: &str, name: &str, rest: &str) -> (String, String, String) {
+        (bridge.into(), name.into(), rest.into())
     }
 
     #[test]
-    fn a_route_without_a_rest_reaches_the_root() {
-        for (route, path) in [
-            (
-                "/v1/bridges/{bridge}/apis/{name}",
-                "/v1/bridges/dc1/apis/internal",
-            ),
-            (
-                "/v1/bridges/{bridge}/apis/{name}/",
-                "/v1/bridges/dc1/apis/internal/",
-            ),
-        ] {
-            let t = Target::new(ResourceKind::Api, route, path);
+    fn the_routes_segments_are_read_from_the_raw_path() {
+        for kind in crate::relay::FORWARDED_KINDS {
+            let segment = kind.segment();
+            let [root, slash, under] = crate::relay::forwarded_routes(kind);
+            let base = format!("/v1/bridges/dc1/{segment}/internal");
+            assert_eq!(parts(&root, &base), owned("dc1", "internal", "/"));
             assert_eq!(
-                (t.bridge.as_str(), t.name.as_str(), t.rest.as_str()),
-                ("dc1", "internal", "/")
+                parts(&slash, &format!("{base}/")),
+                owned("dc1", "internal", "/")
+            );
+            // The rest keeps its percent-encoding, and an empty segment inside it.
+            assert_eq!(
+                parts(&under, &format!("{base}/items/a%20b//%3F%FF%2F")),
+                owned("dc1", "internal", "/items/a%20b//%3F%FF%2F")
             );
         }
+    }
+
+    #[test]
+    fn the_registry_route_gives_the_whole_image_name() {
+        assert_eq!(
+            parts("/v2/{*path}", "/v2/dc1/hub/team/app/manifests/1.0"),
+            owned("", "", "/dc1/hub/team/app/manifests/1.0")
+        );
     }
 }
