@@ -103,6 +103,13 @@ async fn credentials_are_injected_and_the_api_key_is_not_forwarded() {
         .header("x-forwarded-port", "8443")
         .header("x-forwarded-prefix", "/admin")
         .header("x-real-ip", "10.0.0.1")
+        .header("x-forwarded", "for=10.0.0.1")
+        .header("x-client-ip", "10.0.0.1")
+        .header("true-client-ip", "10.0.0.1")
+        .header("x-cluster-client-ip", "10.0.0.1")
+        .header("client-ip", "10.0.0.1")
+        .header("cf-connecting-ip", "10.0.0.1")
+        .header("fastly-client-ip", "10.0.0.1")
         .header("expect", "100-continue")
         .send()
         .await
@@ -128,6 +135,13 @@ async fn credentials_are_injected_and_the_api_key_is_not_forwarded() {
         "x-forwarded-port",
         "x-forwarded-prefix",
         "x-real-ip",
+        "x-forwarded",
+        "x-client-ip",
+        "true-client-ip",
+        "x-cluster-client-ip",
+        "client-ip",
+        "cf-connecting-ip",
+        "fastly-client-ip",
         "expect",
     ] {
         assert!(
@@ -627,4 +641,40 @@ async fn percent_encoded_paths_reach_the_api_as_sent() {
             "{sent}: {echo}"
         );
     }
+}
+
+/// An internal system's page is served on the cloud's origin, the dashboard's: it reaches the
+/// caller sandboxed, not sniffed, and setting no cookie there. A head larger than HTTP/2's
+/// default list size (30 KB) passes whole; one over the tunnel's limit is a 502 that says so,
+/// audited as 502 (it broke the stream, which read as a failed tunnel).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_are_sandboxed_and_large_heads_pass_or_are_refused_clearly() {
+    let rig = Rig::start("").await;
+    let res = rig
+        .request(reqwest::Method::GET, "/page?set_cookie=1&head_kb=30")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let headers = res.headers();
+    assert!(headers.get("set-cookie").is_none(), "{headers:?}");
+    assert_eq!(headers["content-type"], "text/html");
+    assert_eq!(headers["content-security-policy"], "sandbox");
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    let big = headers
+        .keys()
+        .filter(|k| k.as_str().starts_with("x-big-"))
+        .count();
+    assert_eq!(big, 8, "the large head arrived cut: {headers:?}");
+
+    let res = rig
+        .request(reqwest::Method::GET, "/page?head_kb=300")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 502);
+    let body = res.text().await.unwrap();
+    assert!(body.contains("more than the tunnel carries"), "{body}");
+    let records = rig.bridge.audit_records(2).await;
+    assert_eq!(records[1]["status"], 502, "{records:?}");
 }

@@ -163,6 +163,26 @@ async fn route(req: Request<Incoming>) -> Response<Body> {
         "headers": headers,
     });
     let mut response = Response::new(full(echo.to_string()));
+    if query(&req, "set_cookie").is_some() {
+        // An HTML page that sets a cookie: what a browser would run on the cloud's origin.
+        let h = response.headers_mut();
+        h.insert(
+            hyper::header::SET_COOKIE,
+            hyper::header::HeaderValue::from_static("internal=1; Path=/"),
+        );
+        h.insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("text/html"),
+        );
+    }
+    if let Some(kb) = query(&req, "head_kb") {
+        // About `kb` KB of response head, in headers of 4,000 bytes (`x-big-0`, …).
+        let value = hyper::header::HeaderValue::from_str(&"v".repeat(4000)).unwrap();
+        for i in 0..kb.div_ceil(4) {
+            let name = hyper::header::HeaderName::from_bytes(format!("x-big-{i}").as_bytes());
+            response.headers_mut().insert(name.unwrap(), value.clone());
+        }
+    }
     if query(&req, "hop_header").is_some() {
         // A header this server marks as its own hop's: no intermediary may pass it on.
         let h = response.headers_mut();

@@ -17,6 +17,7 @@
 
 mod admit;
 mod api;
+mod batch;
 mod counted;
 mod database;
 mod git;
@@ -40,11 +41,12 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::Semaphore;
 
+use batch::Batched;
 pub use counted::{Counted, Tally};
 pub use kind::{Kind, Refusal};
 pub use registry::check_registry;
 use settle::Finish;
-use upstream::{HOP, build_upstream, strip_headers};
+use upstream::{HOP, build_upstream, strip_headers, unforwardable};
 pub use upstream::{https_connector, load_ca};
 
 use crate::audit::{AuditLog, Decision};
@@ -305,15 +307,23 @@ impl Forwarder {
                     return Ok(self.refused_answer(finish, resource, &name, refusal));
                 }
                 strip_headers(&mut parts.headers, HOP);
+                if let Some(why) = unforwardable(&name, parts.status, &parts.headers) {
+                    tracing::warn!(resource = %name, cause = %why, "internal resource's answer cannot be forwarded");
+                    if let Some(audit) = finish.audit.as_mut() {
+                        audit.status = 502;
+                    }
+                    drop(finish);
+                    return Ok(resource.kind.refusal(StatusCode::BAD_GATEWAY, &why));
+                }
                 if let Some(audit) = finish.audit.as_mut() {
                     audit.status = parts.status.as_u16();
                 }
                 Ok(Response::from_parts(
                     parts,
-                    Counted {
+                    Batched::new(Counted {
                         inner: body,
                         tally: finish,
-                    }
+                    })
                     .boxed(),
                 ))
             }

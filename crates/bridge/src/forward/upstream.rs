@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use http::{HeaderMap, Request};
+use http::{HeaderMap, Request, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use rustls_pki_types::CertificateDer;
@@ -28,8 +28,15 @@ pub(super) const HOP: &[&str] = &[
     "x-original-url",
     "x-rewrite-url",
     "forwarded",
+    "x-forwarded",
     "x-forwarded-*",
     "x-real-ip",
+    "x-client-ip",
+    "true-client-ip",
+    "x-cluster-client-ip",
+    "client-ip",
+    "cf-connecting-ip",
+    "fastly-client-ip",
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -143,4 +150,52 @@ pub(super) fn build_upstream(
             tally: counter,
         },
     ))
+}
+
+/// Why an internal system's answer cannot go back through the tunnel, if it cannot: a `1xx`
+/// as the final answer (the bridge asked for no protocol switch; HTTP/2 cannot carry a `101`),
+/// or a head over [`tunnel::MAX_RESPONSE_HEAD`] as HTTP/2 counts it. Sent as it is, either
+/// broke the stream, which the cloud took for a failed tunnel (and retried elsewhere).
+pub(super) fn unforwardable(name: &str, status: StatusCode, headers: &HeaderMap) -> Option<String> {
+    if status.is_informational() {
+        return Some(format!(
+            "resource {name:?} answered {status} although no protocol switch was asked for; only final answers are forwarded"
+        ));
+    }
+    let head: usize = headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 32)
+        .sum();
+    (head > tunnel::MAX_RESPONSE_HEAD as usize).then(|| {
+        format!(
+            "resource {name:?} answered with a head of {head} bytes (names and values plus 32 per header, as HTTP/2 counts them), more than the tunnel carries ({} bytes); its answer was not forwarded",
+            tunnel::MAX_RESPONSE_HEAD
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn informational_answers_and_oversized_heads_are_not_forwarded() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-small", "1".parse().unwrap());
+        assert_eq!(unforwardable("a", StatusCode::OK, &headers), None);
+        let switch = unforwardable("a", StatusCode::SWITCHING_PROTOCOLS, &headers).unwrap();
+        assert!(switch.contains("101 Switching Protocols"), "{switch}");
+        let value: http::HeaderValue = "v".repeat(4000).parse().unwrap();
+        for i in 0..70 {
+            headers.insert(
+                http::HeaderName::from_bytes(format!("x-big-{i}").as_bytes()).unwrap(),
+                value.clone(),
+            );
+        }
+        let big = unforwardable("a", StatusCode::OK, &headers).unwrap();
+        assert!(
+            big.contains("more than the tunnel carries (262144 bytes)"),
+            "{big}"
+        );
+    }
 }

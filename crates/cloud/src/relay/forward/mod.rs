@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, request};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, header, request};
 use axum::response::Response;
 use bytes::Bytes;
 use http_body::Body as HttpBody;
@@ -116,8 +116,10 @@ async fn upstream_peers(
         .collect();
     if instances.is_empty() {
         return Err(Problem::not_found(format!(
-            "bridge {bridge:?} declares no {} named {:?}",
-            target.kind, target.name
+            "bridge {bridge:?} declares no {} named {:?} in its `{}` list",
+            target.kind,
+            target.name,
+            target.kind.list_key()
         )));
     }
     Ok(instances)
@@ -341,13 +343,9 @@ async fn send(
             }
         }
     }
-    let mut p = Problem::unavailable(
-        1,
-        format!("the tunnel to bridge {bridge:?} failed while forwarding ({last_error}); retry"),
-    );
-    p.status = StatusCode::BAD_GATEWAY.as_u16();
-    p.retry_after = None;
-    Err(p)
+    Err(Problem::bad_gateway(format!(
+        "the tunnel to bridge {bridge:?} failed while forwarding ({last_error}); retry"
+    )))
 }
 
 /// Whether an answer is held whole before it goes to the caller, so that a tunnel dying
@@ -388,7 +386,20 @@ async fn watchdog(
 }
 
 /// The answer's head as the caller gets it: one hop's headers removed, those its
-/// `Connection` lists too.
+/// `Connection` lists too, and no cookie set (the caller's own never reach the internal
+/// system either). An internal system's page shares this listener's origin with the
+/// dashboard, so it gets an origin of its own (`Content-Security-Policy: sandbox`: no script
+/// of it can read the dashboard or act with a signed-in user's session), and `nosniff`
+/// keeps a browser from reading an answer as another type than the one it says.
 fn response_filter(headers: &mut HeaderMap) {
     tunnel::hop::strip(headers, DROPPED);
+    headers.remove(header::SET_COOKIE);
+    headers.append(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("sandbox"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
 }
