@@ -16,10 +16,13 @@ use std::time::Duration;
 
 use url::Url;
 
+use self::parse::parse_file;
+
 mod env;
 mod error;
 mod expand;
 mod file;
+mod parse;
 mod proxy;
 mod resources;
 mod secret;
@@ -193,8 +196,20 @@ impl Config {
     }
 
     /// Builds the configuration from the environment alone (no file), as a container would.
+    /// A failure says first that no file was given: a newcomer who forgot `--config` would
+    /// otherwise read only that the token and the name are missing.
     pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
-        validate::validate(&file::FileConfig::default(), env).map_err(|problems| {
+        validate::validate(&file::FileConfig::default(), env).map_err(|mut problems| {
+            problems.insert(
+                0,
+                Problem::new(
+                    "",
+                    Origin::Unknown,
+                    format!(
+                        "no configuration file was given (--config FILE, or SERVICE_BRIDGE_CONFIG), so every setting comes from the environment ({TOKEN_VAR}, {NAME_VAR}, ...)"
+                    ),
+                ),
+            );
             ConfigError::Invalid {
                 file: "environment".to_owned(),
                 problems,
@@ -228,85 +243,6 @@ impl Config {
             .chain(registries)
             .collect()
     }
-}
-
-/// Parses the file's YAML. A syntax error or a wrong type becomes one located problem; unknown
-/// keys are all reported at once (each with its line and column), beside every other problem
-/// of the rest of the file. An empty file (or one of comments only) is an empty configuration.
-fn parse_file(text: &str) -> Result<(file::FileConfig, Vec<Problem>), Vec<Problem>> {
-    let has_content = text
-        .lines()
-        .map(str::trim)
-        .any(|line| !line.is_empty() && !line.starts_with('#') && line != "---");
-    if !has_content {
-        return Ok((file::FileConfig::default(), Vec::new()));
-    }
-    let mut unknown = Vec::new();
-    let mut text = text.to_string();
-    // serde stops at the first unknown key: blank it out (and the value under it, keeping the
-    // lines where they are) and read again, to find the next. Bounded, in case blanking one
-    // turns up a loop.
-    for _ in 0..MAX_UNKNOWN_KEYS {
-        let err = match serde_saphyr::from_str::<file::FileConfig>(&text) {
-            Ok(file) => return Ok((file, unknown)),
-            Err(err) => err,
-        };
-        let problem = yaml_problem(&err);
-        let at = err.location().filter(|at| at.line() > 0);
-        match at {
-            Some(at) if err.to_string().contains("unknown field") => {
-                unknown.push(problem);
-                match blank_key(&text, at.line() as usize, at.column() as usize) {
-                    Some(next) => text = next,
-                    None => return Err(unknown),
-                }
-            }
-            // Another error after blanking is an artefact of the blanking: the unknown keys
-            // found so far are what the file really has wrong.
-            _ if !unknown.is_empty() => return Err(unknown),
-            _ => return Err(vec![problem]),
-        }
-    }
-    Err(unknown)
-}
-
-/// Most unknown keys reported in one run.
-const MAX_UNKNOWN_KEYS: usize = 50;
-
-fn yaml_problem(err: &serde_saphyr::Error) -> Problem {
-    use serde_saphyr::MessageFormatter;
-    let bare = err.without_snippet();
-    let message: String = serde_saphyr::UserMessageFormatter
-        .format_message(bare)
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    let origin = err.location().map_or(Origin::Unknown, |at| Origin::at(&at));
-    Problem::new("", origin, message)
-}
-
-/// `text` with the key at `line`:`column` (1-based) blanked from there to the end of its line,
-/// and the lines of its value (indented deeper) emptied; the line count stays the same, so
-/// later problems keep their places. `None` when there is nothing to blank.
-fn blank_key(text: &str, line: usize, column: usize) -> Option<String> {
-    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
-    let index = line.checked_sub(1)?;
-    let start = column.checked_sub(1)?;
-    let current = lines.get_mut(index)?;
-    let cut = current.char_indices().nth(start).map(|(i, _)| i)?;
-    current.truncate(cut);
-    let indent = start;
-    for next in lines.iter_mut().skip(index + 1) {
-        let trimmed = next.trim_start();
-        if trimmed.is_empty() || trimmed.starts_with('#') {
-            continue;
-        }
-        if next.len() - trimmed.len() <= indent {
-            break;
-        }
-        next.clear();
-    }
-    Some(lines.join("\n"))
 }
 
 /// Log verbosity.

@@ -104,7 +104,7 @@ fn presented_key(headers: &HeaderMap) -> Result<Cow<'_, str>, Problem> {
         .get(header::AUTHORIZATION)
         .ok_or_else(|| {
             Problem::unauthorized(
-                "missing Authorization header; send Authorization: Bearer <API key>",
+                "missing Authorization header; send Authorization: Bearer <API key>, or HTTP Basic with the API key as the password (any user name: git and skopeo do this when the key is in the URL or --creds)",
             )
         })?
         .to_str()
@@ -120,11 +120,17 @@ fn presented_key(headers: &HeaderMap) -> Result<Cow<'_, str>, Problem> {
             .and_then(|b| String::from_utf8(b).ok())
             .ok_or_else(|| Problem::unauthorized("the Basic credentials are not valid base64"))?;
         let (_, password) = decoded.split_once(':').unwrap_or(("", &decoded));
+        if password.is_empty() {
+            // What a client sends when it was given no credentials (skopeo without --creds).
+            return Err(Problem::unauthorized(
+                "the Basic credentials carry no password; give the API key as the password (skopeo: --creds ci:$API_KEY; git: https://x:$API_KEY@HOST/…)",
+            ));
+        }
         return Ok(Cow::Owned(password.to_string()));
     }
     // The scheme is not echoed: a key sent without `Bearer ` would be the "scheme".
     Err(Problem::unauthorized(
-        "unsupported Authorization scheme; use Authorization: Bearer <API key>",
+        "unsupported Authorization scheme; use Authorization: Bearer <API key>, or HTTP Basic with the API key as the password",
     ))
 }
 
@@ -299,6 +305,31 @@ mod tests {
             format!("Bearer {key}").parse().unwrap(),
         );
         headers
+    }
+
+    /// What git and skopeo send is read like Bearer; what they send without credentials gets
+    /// a message that says how to give them.
+    #[test]
+    fn basic_carries_the_key_as_its_password() {
+        let basic = |userpass: &str| {
+            let mut headers = HeaderMap::new();
+            let value = base64::engine::general_purpose::STANDARD.encode(userpass);
+            headers.insert(
+                header::AUTHORIZATION,
+                format!("Basic {value}").parse().unwrap(),
+            );
+            headers
+        };
+        assert_eq!(presented_key(&basic("ci:sig_key")).unwrap(), "sig_key");
+        assert_eq!(presented_key(&bearer("sig_key")).unwrap(), "sig_key");
+        let empty = presented_key(&basic("ci:")).unwrap_err();
+        assert!(
+            empty.detail.contains("--creds ci:$API_KEY"),
+            "{}",
+            empty.detail
+        );
+        let missing = presented_key(&HeaderMap::new()).unwrap_err();
+        assert!(missing.detail.contains("HTTP Basic"), "{}", missing.detail);
     }
 
     #[test]

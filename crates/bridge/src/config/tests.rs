@@ -220,6 +220,10 @@ fn bad_environment_values_name_the_variable() {
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
+    assert!(
+        text.starts_with("environment: no configuration file was given (--config FILE"),
+        "{text}"
+    );
     let env = MapEnv::new()
         .with(TOKEN_VAR, "t")
         .with(NAME_VAR, "n")
@@ -273,6 +277,31 @@ fn unknown_keys_are_errors_with_line_and_column() {
         "{text}"
     );
     assert!(!text.contains('\n'), "one line: {text}");
+}
+
+/// A typo inside a `{…}` mapping (the `auth:` style the docs use) is one problem: the keys
+/// after it are read as written, and the rest of the file's problems are still listed.
+#[test]
+fn an_unknown_key_inside_braces_hides_nothing_after_it() {
+    let yaml = "name: dc1\ntoken: x\napis:\n  - name: internal\n    url: http://127.0.0.1:9000\n    auth: {type: basic, usernme: svc, password: x}\n    allow: [{method: GET, path: \"/*\", bogus: 1}]\nsources:\n  - url: http://127.0.0.1:9001\n    auth: {type: token, tokn: \"a,}b\"}\n";
+    let text = failure(yaml, &MapEnv::new());
+    let expected = [
+        "bridge.yaml:6:25: unknown field `usernme`",
+        "bridge.yaml:7:39: unknown field `bogus`",
+        "bridge.yaml:10:25: unknown field `tokn`",
+    ];
+    for want in expected {
+        assert!(text.contains(want), "expected {want:?} in:\n{text}");
+    }
+    assert!(text.contains("apis[0].auth.username: required"), "{text}");
+    assert!(text.contains("sources[0].auth.token: required"), "{text}");
+    assert_eq!(text.lines().count(), 5, "{text}");
+    for wrongly in ["`allow`", "`sources`", "`password`"] {
+        assert!(
+            !text.contains(wrongly),
+            "{wrongly} called unknown in:\n{text}"
+        );
+    }
 }
 
 #[test]

@@ -28,7 +28,7 @@ fn refusal(problem: &Problem, bridge: &str, database: &str) -> (&'static str, St
     };
     let message = match code {
         "3D000" => format!(
-            "no database {bridge}/{database}: {}; dbname is BRIDGE/DATABASE, a bridge of this org and a databases entry it declares",
+            "no database {bridge}/{database}: {}; dbname is BRIDGE/DATABASE (through cloud db-proxy: its --database), a bridge of this org and a databases entry it declares",
             problem.detail
         ),
         "53300" => format!(
