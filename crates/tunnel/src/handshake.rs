@@ -45,12 +45,16 @@ pub const CONNECTION_WINDOW: u32 = 32 * 1024 * 1024;
 /// Largest HTTP/2 frame either side accepts (fewer frames per megabyte than the 16 KiB default).
 pub const MAX_FRAME: u32 = 256 * 1024;
 
-/// Largest response head, as HTTP/2 counts it (each header's name and value plus 32 bytes),
-/// that the cloud takes from a bridge. HTTP/2's default of 16 KiB is less than some internal
-/// systems send (a page with many cookies or long CSP headers); the bridge's HTTP/1 client
-/// reads at most 100 headers, so this is room for any answer it accepted. A bigger head is
-/// refused by the bridge with a `502` that says so, never a broken stream.
+/// Largest head of an internal system's answer, as HTTP/2 counts it (each header's name and
+/// value plus 32 bytes), that the bridge passes into the tunnel: HTTP/2's default of 16 KiB is
+/// less than some internal systems send (many cookies, long policies). A bigger head (hyper's
+/// HTTP/1 client reads up to 400 KiB of one) is refused by the bridge with a `502` that says
+/// so, never a broken stream.
 pub const MAX_RESPONSE_HEAD: u32 = 256 * 1024;
+
+/// What the cloud's end of the tunnel accepts: [`MAX_RESPONSE_HEAD`] and room for what the
+/// bridge's HTTP/2 layer adds to a head it passed (`:status`, `date`, `content-length`).
+pub const MAX_TUNNEL_HEAD: u32 = MAX_RESPONSE_HEAD + 4 * 1024;
 
 /// HTTP/2's guards against a peer that resets streams in bulk (h2 defaults: 20 streams reset
 /// before they were accepted, 1,024 local error resets), sized for the tunnel's one trusted,

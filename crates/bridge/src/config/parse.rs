@@ -62,20 +62,25 @@ fn yaml_problem(err: &serde_saphyr::Error) -> Problem {
 /// `text` with the key at `line`:`column` (1-based) blanked from there to the end of its line,
 /// and the lines of its value (indented deeper) emptied; the line count stays the same, so
 /// later problems keep their places. A key inside a `{…}` mapping loses only its own entry
-/// (spaces in its place), so that the mapping stays closed and what follows reads as written.
-/// `None` when there is nothing to blank.
+/// (spaces in its place, over several lines if it spans them), so that the mapping stays
+/// closed and what follows reads as written. `None` when there is nothing to blank.
 fn blank_key(text: &str, line: usize, column: usize) -> Option<String> {
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
     let index = line.checked_sub(1)?;
     let start = column.checked_sub(1)?;
-    let current = lines.get_mut(index)?;
+    let current = lines.get(index)?;
     let cut = current.char_indices().nth(start).map(|(i, _)| i)?;
-    if let Some(end) = flow_entry_end(current, cut) {
-        let spaces = " ".repeat(current[cut..end].chars().count());
-        current.replace_range(cut..end, &spaces);
-        return Some(lines.join("\n"));
+    let mut whole = lines.join("\n");
+    let at = lines[..index].iter().map(|l| l.len() + 1).sum::<usize>() + cut;
+    if let Some(end) = flow_entry_end(&whole, at) {
+        let spaces: String = whole[at..end]
+            .chars()
+            .map(|c| if c == '\n' { c } else { ' ' })
+            .collect();
+        whole.replace_range(at..end, &spaces);
+        return Some(whole);
     }
-    current.truncate(cut);
+    lines[index].truncate(cut);
     let indent = start;
     for next in lines.iter_mut().skip(index + 1) {
         let trimmed = next.trim_start();
@@ -91,36 +96,115 @@ fn blank_key(text: &str, line: usize, column: usize) -> Option<String> {
 }
 
 /// Where the entry of a flow collection (`{a: 1, b: [2, 3]}`) that starts at byte `at` of
-/// `line` ends: past its comma, or at the bracket that closes the collection. `None` when `at`
-/// is not inside one, or the entry does not end on this line.
-fn flow_entry_end(line: &str, at: usize) -> Option<usize> {
-    let mut open = 0usize;
-    let mut quote = None;
-    for c in line[..at].chars() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, '"' | '\'') => quote = Some(c),
-            (None, '{' | '[') => open += 1,
-            (None, '}' | ']') => open = open.saturating_sub(1),
-            _ => {}
-        }
-    }
-    if open == 0 {
+/// `text` ends: past its comma, or at the bracket that closes the collection, on this line or
+/// a later one. `None` when `at` is not inside a flow collection.
+fn flow_entry_end(text: &str, at: usize) -> Option<usize> {
+    let mut scan = FlowScan::default();
+    text[..at].chars().for_each(|c| scan.step(c));
+    if scan.open == 0 || scan.quote.is_some() || scan.comment {
         return None;
     }
-    let mut depth = 0usize;
-    for (i, c) in line[at..].char_indices() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, '"' | '\'') => quote = Some(c),
-            (None, '{' | '[') => depth += 1,
-            (None, '}' | ']') if depth == 0 => return Some(at + i),
-            (None, '}' | ']') => depth -= 1,
-            (None, ',') if depth == 0 => return Some(at + i + 1),
-            _ => {}
+    let base = scan.open;
+    for (i, c) in text[at..].char_indices() {
+        if scan.quote.is_none() && !scan.comment && scan.open == base {
+            match c {
+                ',' => return Some(at + i + 1),
+                '}' | ']' => return Some(at + i),
+                _ => {}
+            }
         }
+        scan.step(c);
     }
     None
+}
+
+/// Just enough of YAML's flow syntax to know, character by character, how many `{`/`[` are
+/// open: quoted scalars (`"…\"…"`, `'…''…'`, a quote only where a scalar starts, so the
+/// apostrophe of `o'neil` is text) and comments (`#` after a space) hide brackets and commas.
+#[derive(Default)]
+struct FlowScan {
+    open: usize,
+    quote: Option<char>,
+    escaped: bool,
+    /// A single quote just closed: a second one right after it is an escaped quote.
+    maybe_doubled: bool,
+    comment: bool,
+    /// The last character outside quotes and comments that was not a space.
+    last: Option<char>,
+    after_space: bool,
+}
+
+impl FlowScan {
+    fn step(&mut self, c: char) {
+        if self.comment {
+            self.comment = c != '\n';
+            self.after_space = true;
+            return;
+        }
+        if std::mem::take(&mut self.maybe_doubled) && c == '\'' {
+            self.quote = Some('\'');
+            return;
+        }
+        if let Some(q) = self.quote {
+            if std::mem::take(&mut self.escaped) {
+                return;
+            }
+            if q == '"' && c == '\\' {
+                self.escaped = true;
+            } else if c == q {
+                self.quote = None;
+                self.maybe_doubled = q == '\'';
+                self.last = Some(c);
+                self.after_space = false;
+            }
+            return;
+        }
+        match c {
+            '#' if self.after_space || self.last.is_none() => {
+                self.comment = true;
+                return;
+            }
+            '"' | '\'' if matches!(self.last, None | Some('{' | '[' | ',' | ':')) => {
+                self.quote = Some(c);
+                return;
+            }
+            '{' | '[' => self.open += 1,
+            '}' | ']' => self.open = self.open.saturating_sub(1),
+            _ => {}
+        }
+        self.after_space = c.is_whitespace();
+        if !c.is_whitespace() {
+            self.last = Some(c);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The end of the entry that starts at `key` in `text`, as the text after it.
+    fn after(text: &str, key: &str) -> Option<String> {
+        let at = text.find(key).unwrap();
+        flow_entry_end(text, at).map(|end| text[end..].to_string())
+    }
+
+    #[test]
+    fn a_flow_entry_ends_at_its_comma_or_the_closing_bracket() {
+        assert_eq!(after("a: {t: b, bad: s, p: x}", "bad").unwrap(), " p: x}");
+        assert_eq!(after("a: {t: b, bad: [1, {c: 2}]}", "bad").unwrap(), "}");
+        assert_eq!(after(r#"a: {p: "x\"y, z", bad: 1}"#, "bad").unwrap(), "}");
+        assert_eq!(after("a: {p: 'it''s, x', bad: 1}", "bad").unwrap(), "}");
+        assert_eq!(after("a: {u: o'neil, bad: 1}", "bad").unwrap(), "}");
+        assert_eq!(after("a: {bad: 'x, y', b: 2}", "bad").unwrap(), " b: 2}");
+        // Over lines, past a comment with a comma in it.
+        assert_eq!(
+            after("a: {t: b,\n  bad: s # a, b\n}\nnext: 1", "bad").unwrap(),
+            "}\nnext: 1"
+        );
+        // Not in a flow collection: a block key, or a bracket in a comment or quotes.
+        assert_eq!(after("a:\n  bad: 1\n", "bad"), None);
+        assert_eq!(after("a: 1 # {\nbad: 1", "bad"), None);
+        assert_eq!(after("a: \"{\"\nbad: 1", "bad"), None);
+    }
 }

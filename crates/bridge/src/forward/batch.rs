@@ -88,10 +88,13 @@ where
                     // it has already read, not waiting for the network.
                     Ok(data) if !this.joined.is_empty() || data.len() < BATCH => {
                         this.waited = false;
-                        if this.joined.capacity() - this.joined.len() < data.len() {
-                            // Room for a batch and a last piece of up to 16 KiB past it, so
-                            // that the joined bytes are not copied again when it comes.
-                            this.joined.reserve(BATCH + BATCH / 4 + data.len());
+                        if this.joined.is_empty() {
+                            // A buffer of its own for each piece, with room for a batch and a
+                            // last chunk of up to 16 KiB past it: the joined bytes are copied
+                            // once, never moved to a larger buffer.
+                            this.joined = BytesMut::with_capacity(BATCH + BATCH / 4 + data.len());
+                        } else if this.joined.capacity() - this.joined.len() < data.len() {
+                            this.joined.reserve(data.len());
                         }
                         this.joined.extend_from_slice(&data);
                     }

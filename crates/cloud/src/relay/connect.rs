@@ -224,7 +224,7 @@ async fn run(state: RelayState, t: Tunnel, io: hyper::upgrade::Upgraded) {
         .initial_connection_window_size(tunnel::CONNECTION_WINDOW)
         .max_frame_size(tunnel::MAX_FRAME)
         .max_send_buf_size(tunnel::MAX_FRAME as usize * 4)
-        .max_header_list_size(tunnel::MAX_RESPONSE_HEAD)
+        .max_header_list_size(tunnel::MAX_TUNNEL_HEAD)
         .max_pending_accept_reset_streams(tunnel::MAX_RESET_STREAMS)
         .max_local_error_reset_streams(tunnel::MAX_RESET_STREAMS)
         .handshake::<_, Body>(TokioIo::new(Coalesced::new(TokioIo::new(io))))
