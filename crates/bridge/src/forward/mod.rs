@@ -309,11 +309,7 @@ impl Forwarder {
                 strip_headers(&mut parts.headers, HOP);
                 if let Some(why) = unforwardable(&name, parts.status, &parts.headers) {
                     tracing::warn!(resource = %name, cause = %why, "internal resource's answer cannot be forwarded");
-                    if let Some(audit) = finish.audit.as_mut() {
-                        audit.status = 502;
-                    }
-                    drop(finish);
-                    return Ok(resource.kind.refusal(StatusCode::BAD_GATEWAY, &why));
+                    return Ok(bad_gateway(finish, resource, &why));
                 }
                 if let Some(audit) = finish.audit.as_mut() {
                     audit.status = parts.status.as_u16();
@@ -330,12 +326,9 @@ impl Forwarder {
             Err(e) => {
                 let cause = causes(&e);
                 tracing::warn!(resource = %name, cause = %cause, "internal resource unreachable");
-                if let Some(audit) = finish.audit.as_mut() {
-                    audit.status = 502;
-                }
-                drop(finish);
-                Ok(resource.kind.refusal(
-                    StatusCode::BAD_GATEWAY,
+                Ok(bad_gateway(
+                    finish,
+                    resource,
                     &format!(
                         "the bridge cannot reach resource {name:?}: {cause}. Check that the bridge host can connect to it (and, for HTTPS, that the entry's tls_ca_file or the system roots vouch for its certificate)"
                     ),
@@ -343,6 +336,16 @@ impl Forwarder {
             }
         }
     }
+}
+
+/// The bridge's own `502` for an allowed request whose answer it could not get or pass on,
+/// audited as 502 (the stream's metrics settle as `finish` drops).
+fn bad_gateway(mut finish: Finish, resource: &Resource, why: &str) -> Response<ResBody> {
+    if let Some(audit) = finish.audit.as_mut() {
+        audit.status = 502;
+    }
+    drop(finish);
+    resource.kind.refusal(StatusCode::BAD_GATEWAY, why)
 }
 
 /// The caller's method: the stream's own, or the one the cloud names when HTTP/2 could not
