@@ -1,7 +1,7 @@
 //! The application: each feature (the Signals API, the bridge relay, the dashboard) owns its router and its
 //! state; this module builds their states from the shared parts (store, metrics, key cache),
-//! merges their routers, and adds what every route shares: the 404/405 answers and the
-//! per-route latency metric. Features never import each other.
+//! merges their routers, and adds what every route shares: the 404/405 answers, the refusal
+//! of other sites' pages, and the per-route latency metric. Features never import each other.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -151,6 +151,7 @@ impl App {
         }
         app.fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
+            .layer(middleware::from_fn(crate::cross_site::refuse_foreign_pages))
             .layer(middleware::from_fn_with_state(self.metrics.clone(), track))
     }
 }

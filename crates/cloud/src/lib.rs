@@ -12,6 +12,7 @@
 //! implements over those features. `correlation` ranks the suspects of an alert and computes
 //! the DORA figures.
 //!
+//! `cross_site` refuses what pages of other sites make a visitor's browser ask for.
 //! `server` owns the listeners, TLS and graceful shutdown; `admin` backs the key-minting
 //! commands; `metrics` defines every metric. Nothing here is shared with the bridge agent
 //! except through the `tunnel` crate.
@@ -22,6 +23,7 @@ pub mod app;
 pub mod auth;
 pub mod cli;
 pub mod correlation;
+pub mod cross_site;
 pub mod dashboard;
 pub mod insight;
 pub mod live;

@@ -110,10 +110,14 @@ impl Browser {
     pub async fn wait_for_text(&self, text: &str) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if self.source().await.contains(text) {
+            let source = self.source().await;
+            if source.contains(text) {
                 return;
             }
-            assert!(Instant::now() < deadline, "the page never showed {text:?}");
+            assert!(
+                Instant::now() < deadline,
+                "the page never showed {text:?}; it shows: {source}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }

@@ -163,17 +163,26 @@ async fn route(req: Request<Incoming>) -> Response<Body> {
         "headers": headers,
     });
     let mut response = Response::new(full(echo.to_string()));
-    if query(&req, "set_cookie").is_some() {
-        // An HTML page that sets a cookie: what a browser would run on the cloud's origin.
+    if query(&req, "origin_headers").is_some() {
+        // An HTML page with headers that a browser applies to the whole origin (here the
+        // cloud's): a cookie, HSTS, another server for the origin, a wipe of the origin's
+        // data, a worker's scope, and CORS that lets any site read with credentials.
         let h = response.headers_mut();
-        h.insert(
-            hyper::header::SET_COOKIE,
-            hyper::header::HeaderValue::from_static("internal=1; Path=/"),
-        );
-        h.insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static("text/html"),
-        );
+        for (name, value) in [
+            ("set-cookie", "internal=1; Path=/"),
+            ("content-type", "text/html"),
+            (
+                "strict-transport-security",
+                "max-age=31536000; includeSubDomains",
+            ),
+            ("alt-svc", "h2=\"127.0.0.1:1\"; ma=86400"),
+            ("clear-site-data", "\"cookies\""),
+            ("service-worker-allowed", "/"),
+            ("access-control-allow-origin", "https://other.example"),
+            ("access-control-allow-credentials", "true"),
+        ] {
+            h.insert(name, hyper::header::HeaderValue::from_static(value));
+        }
     }
     if let Some(kb) = query(&req, "head_kb") {
         // About `kb` KB of response head, in headers of 4,000 bytes (`x-big-0`, …).

@@ -1,19 +1,21 @@
 //! Forwarding: `ANY /v1/bridges/{bridge}/{kind}/{name}/{path…}` becomes one HTTP/2 stream to
 //! the least busy live instance of the bridge. Every kind passes the same phases:
 //!
-//! 1. [`upstream_peers`]: who asks (API key) and which instances may answer (live, declaring
-//!    the resource);
+//! 1. [`upstream_peers`]: who asks (API key; never another site's page, nor a page loading
+//!    the answer as a script: [`crate::cross_site`]) and which instances may answer (live,
+//!    declaring the resource);
 //! 2. [`upstream_request`]: the request as the bridge sees it: `/{kind}/{name}/{rest}`, the
 //!    caller's credentials and hop-by-hop headers removed, the request id and principal added;
 //! 3. [`hold_body`]: an idempotent request's small body is held so it can be sent again;
 //! 4. [`send`]: the stream, retried once on another instance when its tunnel died (before
 //!    the answer, or while a small answer was held), under the `--forward-timeout` watchdog;
-//!    [`response_filter`] cleans the answer's head and the body streams back ([`body`]).
+//!    [`headers::response_filter`] cleans the answer's head and the body streams back ([`body`]).
 //!
 //! The routes that run these phases are in [`routes`]. What differs per kind on this side is
 //! only how a refusal is written ([`kinds`]); the bridge does the rest.
 
 mod body;
+mod headers;
 mod kinds;
 pub mod routes;
 pub mod stream;
@@ -24,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, header, request};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, request};
 use axum::response::Response;
 use bytes::Bytes;
 use http_body::Body as HttpBody;
@@ -40,27 +42,12 @@ use crate::stall::{ReadError, StallTimer, read_whole};
 /// sent again to another instance if its tunnel dies; larger ones stream and are not retried.
 const REPLAYABLE_BODY: usize = 64 * 1024;
 
-/// Headers that belong to one hop, or to the caller's credentials, and are never forwarded.
-const DROPPED: &[&str] = &[
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "host",
-    "connection",
-    "keep-alive",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "proxy-connection",
-    // `100-continue` is answered by this hop (hyper does when the body is read); passed on,
-    // it would make the internal server send an interim answer nobody waits for.
-    "expect",
-];
-
 /// The shared phases, in order, for a request to `target`; the refusal of the first that
 /// fails, which the route writes the way its kind's clients read one.
 async fn run(state: &RelayState, target: &Target, req: Request) -> Result<Response, Problem> {
+    if let Some(refusal) = crate::cross_site::forwarding_refusal(req.headers()) {
+        return Err(refusal);
+    }
     let principal = if req.extensions().get::<InternalCaller>().is_some() {
         state.keys.authenticate_internal(req.headers())?
     } else {
@@ -149,16 +136,7 @@ fn upstream_request(
         target.name,
         target.rest
     );
-    let listed = tunnel::hop::connection_listed(&parts.headers);
-    let mut headers = HeaderMap::with_capacity(parts.headers.len() + 3);
-    for (k, v) in &parts.headers {
-        if !DROPPED.contains(&k.as_str())
-            && !k.as_str().starts_with("x-bridge-")
-            && !listed.contains(k)
-        {
-            headers.append(k.clone(), v.clone());
-        }
-    }
+    let mut headers = headers::request_filter(&parts.headers);
     let set = |h: &mut HeaderMap, k: &'static str, v: &str| {
         if let Ok(v) = HeaderValue::from_str(v) {
             h.insert(HeaderName::from_static(k), v);
@@ -306,7 +284,7 @@ async fn send(
         match answered {
             Ok(response) => {
                 let (mut parts, mut incoming) = response.into_parts();
-                response_filter(&mut parts.headers);
+                headers::response_filter(&mut parts.headers);
                 if another && holdable(&incoming) {
                     match read_whole(&mut incoming, REPLAYABLE_BODY, timeout).await {
                         Ok(bytes) => return Ok(Response::from_parts(parts, Body::from(bytes))),
@@ -383,23 +361,4 @@ async fn watchdog(
     }
     tokio::time::sleep(timeout).await;
     "the internal system may be slow or the bridge busy"
-}
-
-/// The answer's head as the caller gets it: one hop's headers removed, those its
-/// `Connection` lists too, and no cookie set (the caller's own never reach the internal
-/// system either). An internal system's page shares this listener's origin with the
-/// dashboard, so it gets an origin of its own (`Content-Security-Policy: sandbox`: no script
-/// of it can read the dashboard or act with a signed-in user's session), and `nosniff`
-/// keeps a browser from reading an answer as another type than the one it says.
-fn response_filter(headers: &mut HeaderMap) {
-    tunnel::hop::strip(headers, DROPPED);
-    headers.remove(header::SET_COOKIE);
-    headers.append(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("sandbox"),
-    );
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
 }

@@ -1,0 +1,115 @@
+//! Requests that a page of another site makes a visitor's browser send. A browser attaches
+//! this service's credentials on its own: the dashboard's session cookie, and an API key once
+//! someone typed it into the `Basic` prompt that a 401 answers with (git and registry clients
+//! need that challenge). A page elsewhere could then post events in the visitor's name, or
+//! send a request through a bridge to an internal system. Browsers say where each request
+//! comes from (Fetch Metadata: `Sec-Fetch-Site`, `Sec-Fetch-Mode`, `Sec-Fetch-Dest`); this
+//! module refuses what another site's page may not do. Clients that are no browser (curl, git,
+//! skopeo, bridges, CI jobs) send none of these headers and are never refused here.
+
+use axum::extract::Request;
+use axum::http::{HeaderMap, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::problem::Problem;
+
+/// The browser's word for where a request comes from, when it is another site or a page with
+/// an origin of its own (a sandboxed one); `None` for the service's own pages, for what the
+/// user typed or bookmarked, and for clients that are no browser.
+fn foreign(headers: &HeaderMap) -> Option<&str> {
+    let site = headers
+        .get("sec-fetch-site")?
+        .to_str()
+        .unwrap_or("unreadable");
+    (site != "same-origin" && site != "none").then_some(site)
+}
+
+/// Every route: a page of another site may link here (a top-level `GET` navigation, as a link
+/// or a bookmark makes); anything else it asks for (a form post, a `fetch`, an image, a
+/// frame) is refused with 403, so that it can neither act with the visitor's credentials nor
+/// read or embed what they see.
+pub async fn refuse_foreign_pages(request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    if let Some(site) = foreign(headers) {
+        let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+        let navigation = header("sec-fetch-mode") == Some("navigate")
+            && header("sec-fetch-dest").is_none_or(|d| d == "document")
+            && matches!(*request.method(), Method::GET | Method::HEAD);
+        if !navigation {
+            return Problem::forbidden(format!(
+                "a page of another site ({site}, as the browser says in Sec-Fetch-Site) asked for {} {}; this service acts only for its own pages and for clients such as curl, git and skopeo",
+                request.method(),
+                request.uri().path()
+            ))
+            .into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// What a script runs as: a browser loading an answer as one of these would run it on this
+/// service's origin.
+const SCRIPT_DESTINATIONS: &[&str] = &[
+    "script",
+    "worker",
+    "sharedworker",
+    "serviceworker",
+    "audioworklet",
+    "paintworklet",
+    "xslt",
+];
+
+/// Forwarded routes, stricter: an internal system's answer goes to clients, to a user who
+/// opened it themselves, and to this service's own pages, never to another site's page (not
+/// even by a link: an internal system may act on a `GET`), and no page loads it as a script,
+/// which would run it on this origin, the dashboard's.
+pub fn forwarding_refusal(headers: &HeaderMap) -> Option<Problem> {
+    if let Some(site) = foreign(headers) {
+        return Some(Problem::forbidden(format!(
+            "a page of another site ({site}, as the browser says in Sec-Fetch-Site) asked for an internal system's answer; open the address yourself, or use a client such as curl"
+        )));
+    }
+    let dest = headers.get("sec-fetch-dest")?.to_str().unwrap_or_default();
+    SCRIPT_DESTINATIONS.contains(&dest).then(|| {
+        Problem::forbidden(format!(
+            "a page asked to run an internal system's answer as a {dest} (Sec-Fetch-Dest); answers forwarded through a bridge are never run on this service's origin"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.parse().unwrap(), v.parse().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn clients_and_own_pages_pass_other_sites_and_scripts_do_not() {
+        assert!(forwarding_refusal(&headers(&[])).is_none());
+        assert!(forwarding_refusal(&headers(&[("sec-fetch-site", "none")])).is_none());
+        let own = headers(&[
+            ("sec-fetch-site", "same-origin"),
+            ("sec-fetch-dest", "empty"),
+        ]);
+        assert!(forwarding_refusal(&own).is_none());
+        let link = headers(&[
+            ("sec-fetch-site", "cross-site"),
+            ("sec-fetch-mode", "navigate"),
+            ("sec-fetch-dest", "document"),
+        ]);
+        let refused = forwarding_refusal(&link).expect("a link from another site");
+        assert!(refused.detail.contains("cross-site"), "{}", refused.detail);
+        let script = headers(&[
+            ("sec-fetch-site", "same-origin"),
+            ("sec-fetch-dest", "script"),
+        ]);
+        let refused = forwarding_refusal(&script).expect("loaded as a script");
+        assert!(refused.detail.contains("as a script"), "{}", refused.detail);
+    }
+}

@@ -1,0 +1,82 @@
+//! The heads that cross the relay: what of the caller's request the bridge never sees, and
+//! what of an internal system's answer the caller never gets.
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+
+/// Headers that belong to one hop, or to the caller's credentials, and are never forwarded.
+const DROPPED: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "host",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-connection",
+    // `100-continue` is answered by this hop (hyper does when the body is read); passed on,
+    // it would make the internal server send an interim answer nobody waits for.
+    "expect",
+];
+
+/// The caller's headers as the bridge gets them: without [`DROPPED`], those the caller's
+/// `Connection` lists, and any `x-bridge-*` (the tunnel's own, which only this hop sets).
+pub(super) fn request_filter(from: &HeaderMap) -> HeaderMap {
+    let listed = tunnel::hop::connection_listed(from);
+    let mut headers = HeaderMap::with_capacity(from.len() + 3);
+    for (k, v) in from {
+        if !DROPPED.contains(&k.as_str())
+            && !k.as_str().starts_with("x-bridge-")
+            && !listed.contains(k)
+        {
+            headers.append(k.clone(), v.clone());
+        }
+    }
+    headers
+}
+
+/// The answer's head as the caller gets it: one hop's headers removed, those its
+/// `Connection` lists too, and none that acts on this listener's origin rather than on the
+/// answer ([`ORIGIN_WIDE`]). An internal system's page shares that origin with the
+/// dashboard, so it gets an origin of its own (`Content-Security-Policy: sandbox`: no script
+/// of it can read the dashboard or act with a signed-in user's session), and `nosniff` keeps
+/// a browser from reading an answer as another type than the one it says.
+pub(super) fn response_filter(headers: &mut HeaderMap) {
+    tunnel::hop::strip(headers, DROPPED);
+    for name in ORIGIN_WIDE {
+        headers.remove(*name);
+    }
+    let cors: Vec<HeaderName> = headers
+        .keys()
+        .filter(|k| k.as_str().starts_with("access-control-"))
+        .cloned()
+        .collect();
+    for name in cors {
+        headers.remove(name);
+    }
+    headers.append(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("sandbox"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+}
+
+/// Answer headers that a browser applies to the whole origin, here the cloud's (the
+/// dashboard's): a cookie (the caller's own never reach the internal system either), HSTS
+/// (which would pin the cloud's host, and with `includeSubDomains` its siblings, to HTTPS),
+/// `Alt-Svc` (another server for the origin), `Clear-Site-Data` (which would sign every
+/// dashboard user out) and `Service-Worker-Allowed` (a worker's scope widened to every page).
+/// `Access-Control-*` go too (in [`response_filter`]): an internal system's CORS policy was
+/// written for its own origin, and would let another site read answers through this one.
+const ORIGIN_WIDE: &[&str] = &[
+    "set-cookie",
+    "strict-transport-security",
+    "alt-svc",
+    "clear-site-data",
+    "service-worker-allowed",
+];
