@@ -265,6 +265,16 @@ async fn what_is_not_reachable_says_why() {
         "an unknown source",
     );
     assert!(err.contains("declares no git named \"nope\""), "{err}");
+    // The config's list name where the URL has the kind: git prints the right URL.
+    let by_list_name = clone_url(&rig, &key, "team", "team/lib.git").replace("/git/", "/sources/");
+    let err = failed(
+        &git(work.path(), &["ls-remote", &by_list_name], &[]),
+        "/sources/ for /git/",
+    );
+    assert!(
+        err.contains("remote: a bridge's `sources` entries are reached at /v1/bridges/dc1/git/"),
+        "{err}"
+    );
     let other = rig.cloud.tenant("globex");
     let err = failed(
         &git(

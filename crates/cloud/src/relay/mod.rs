@@ -99,6 +99,11 @@ pub fn router(state: RelayState) -> Router {
             router = router.route(&pattern, handler.clone());
         }
     }
+    // Any other segment where the kind goes: a 404 that names the right URL.
+    router = router.route(
+        "/v1/bridges/{bridge}/{kind}/{*path}",
+        any(forward::routes::unknown_kind),
+    );
     // Registries: the OCI distribution API lives at the root of a host.
     router = router
         .route("/v2", get(forward::routes::registry_base))

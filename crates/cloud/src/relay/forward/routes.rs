@@ -123,6 +123,40 @@ pub async fn forward_registry(
     }
 }
 
+/// `ANY /v1/bridges/{bridge}/{kind}/…` for a `kind` no route forwards: a 404 that says which
+/// URL reaches what the caller meant. The likeliest slip is the bridge config's list name
+/// (`sources`, `registries`) where the URL has the kind's own (`git`, or `/v2/` for images).
+/// `text/plain` for git, which prints it as `remote: …`; problem+json for everyone else.
+pub async fn unknown_kind(
+    axum::extract::Path((bridge, kind, _)): axum::extract::Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let detail = match kind.as_str() {
+        "sources" => format!(
+            "a bridge's `sources` entries are reached at /v1/bridges/{bridge}/git/{{name}}/{{repository}}, not /sources/"
+        ),
+        "registries" => format!(
+            "a bridge's `registries` entries are pulled as CLOUD/{bridge}/{{name}}/{{repository}}:{{tag}} (the registry API at /v2/{bridge}/{{name}}/…), not /v1/bridges/{bridge}/registries/"
+        ),
+        "databases" => format!(
+            "a bridge's `databases` entries are reached with a PostgreSQL client on the cloud's TLS port, or with `cloud db-proxy` (GET /v1/bridges/{bridge}/databases/{{name}} and Upgrade: postgresql); there is no path under a database"
+        ),
+        _ => format!(
+            "no resource kind {kind:?} in /v1/bridges/{bridge}/{kind}/…: internal APIs are at /v1/bridges/{bridge}/apis/{{name}}/…, Git sources at /v1/bridges/{bridge}/git/{{name}}/…"
+        ),
+    };
+    let git = headers
+        .get(axum::http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ua| ua.starts_with("git/"));
+    let kind = if git {
+        ResourceKind::Git
+    } else {
+        ResourceKind::Api
+    };
+    kinds::refusal(kind, Problem::not_found(detail))
+}
+
 /// The handler of every forwarded route.
 pub async fn forward(
     state: RelayState,
