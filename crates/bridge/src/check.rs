@@ -47,6 +47,11 @@ async fn probe_cloud(cfg: &Config) -> Row {
             identity::Identity::new(std::sync::Arc::new(cfg.clone())).map_err(|e| e.to_string())?;
         match identity.prove_token().await {
             Ok(()) => Ok("ok (TLS 1.3, token accepted)".to_string()),
+            Err(identity::AgentError::Unauthorized(why))
+                if why.starts_with("this token is for bridge") =>
+            {
+                Err(why)
+            }
             Err(identity::AgentError::Unauthorized(why)) => {
                 Err(format!("token rejected (revoked or wrong): {why}"))
             }

@@ -271,7 +271,8 @@ impl Identity {
                     "authorization",
                     format!("Bearer {}", self.cfg.token.expose()),
                 )
-                .header("content-type", "application/x-pem-file"),
+                .header("content-type", "application/x-pem-file")
+                .header(tunnel::HEADER_NAME, self.cfg.name.as_str()),
             Bytes::from(csr),
         )
         .await?;

@@ -145,7 +145,14 @@ async fn check_tries_the_cloud_and_each_resource() {
     let (code, out) = check(&good);
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("ok (TLS 1.3, token accepted)"), "{out}");
-    // "ok" means ready to connect: a made-up token, or a revoked one, is not.
+    // "ok" means ready to connect: a token of another bridge is not (the cloud would refuse
+    // the tunnel), nor a made-up token, nor a revoked one.
+    let (code, out) = check(&good.replace("name: dc1", "name: dc2"));
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("this token is for bridge \"dc1\", not \"dc2\": set the config's `name:`"),
+        "{out}"
+    );
     let made_up = good.replace(&token, "sigbrt_0123456789abcdef_00");
     let (code, out) = check(&made_up);
     assert_eq!(code, Some(1), "{out}");

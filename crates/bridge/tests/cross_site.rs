@@ -66,7 +66,7 @@ async fn another_sites_page_cannot_use_a_browsers_cached_key() {
     .await;
     browser.goto(&form).await;
     browser
-        .wait_for_text("a page of another site (cross-site")
+        .wait_for_text("a page of another origin (cross-site")
         .await;
     let page = browser.source().await;
     assert!(!page.contains(r#""method":"POST""#), "{page}");

@@ -8,7 +8,7 @@
 //! skopeo, bridges, CI jobs) send none of these headers and are never refused here.
 
 use axum::extract::Request;
-use axum::http::{HeaderMap, Method};
+use axum::http::{HeaderMap, HeaderName, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -37,15 +37,36 @@ pub async fn refuse_foreign_pages(request: Request, next: Next) -> Response {
             && header("sec-fetch-dest").is_none_or(|d| d == "document")
             && matches!(*request.method(), Method::GET | Method::HEAD);
         if !navigation {
-            return Problem::forbidden(format!(
-                "a page of another site ({site}, as the browser says in Sec-Fetch-Site) asked for {} {}; this service acts only for its own pages and for clients such as curl, git and skopeo",
+            let problem = Problem::forbidden(format!(
+                "a page of another origin ({site}, as the browser says in Sec-Fetch-Site) asked for {} {}; this service acts only for its own pages and for clients such as curl, git and skopeo",
                 request.method(),
                 request.uri().path()
-            ))
-            .into_response();
+            ));
+            return as_registry_error(request.uri().path(), problem)
+                .unwrap_or_else(|problem| problem.into_response());
         }
     }
     next.run(request).await
+}
+
+/// Under `/v2`, where registry clients read OCI error bodies, the refusal as one.
+fn as_registry_error(path: &str, problem: Problem) -> Result<Response, Problem> {
+    if path != "/v2" && !path.starts_with("/v2/") {
+        return Err(problem);
+    }
+    let body = tunnel::oci::error_body(problem.status, &problem.detail);
+    Ok((
+        StatusCode::FORBIDDEN,
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (
+                HeaderName::from_static(tunnel::oci::API_VERSION_HEADER),
+                tunnel::oci::API_VERSION,
+            ),
+        ],
+        body,
+    )
+        .into_response())
 }
 
 /// What a script runs as: a browser loading an answer as one of these would run it on this
@@ -67,7 +88,7 @@ const SCRIPT_DESTINATIONS: &[&str] = &[
 pub fn forwarding_refusal(headers: &HeaderMap) -> Option<Problem> {
     if let Some(site) = foreign(headers) {
         return Some(Problem::forbidden(format!(
-            "a page of another site ({site}, as the browser says in Sec-Fetch-Site) asked for an internal system's answer; open the address yourself, or use a client such as curl"
+            "a page of another origin ({site}, as the browser says in Sec-Fetch-Site) asked for an internal system's answer; open the address yourself, or use a client such as curl"
         )));
     }
     let dest = headers.get("sec-fetch-dest")?.to_str().unwrap_or_default();
@@ -104,7 +125,11 @@ mod tests {
             ("sec-fetch-dest", "document"),
         ]);
         let refused = forwarding_refusal(&link).expect("a link from another site");
-        assert!(refused.detail.contains("cross-site"), "{}", refused.detail);
+        assert!(
+            refused.detail.contains("another origin (cross-site"),
+            "{}",
+            refused.detail
+        );
         let script = headers(&[
             ("sec-fetch-site", "same-origin"),
             ("sec-fetch-dest", "script"),

@@ -41,7 +41,7 @@ async fn another_sites_page_may_link_here_and_do_nothing_else() {
     let problem: Value = res.json().await.unwrap();
     let detail = problem["detail"].as_str().unwrap();
     assert!(
-        detail.contains("another site (cross-site") && detail.contains("POST /v1/signals/"),
+        detail.contains("another origin (cross-site") && detail.contains("POST /v1/signals/"),
         "{problem}"
     );
     // A script of a sibling host (same-site), reading events: refused too.
@@ -56,6 +56,16 @@ async fn another_sites_page_may_link_here_and_do_nothing_else() {
     .await
     .unwrap();
     assert_eq!(res.status(), StatusCode::FORBIDDEN);
+
+    // Under /v2/ the refusal is an OCI error body, as registry clients read them.
+    let res = from_page(&cloud, Method::GET, "/v2/", ("cross-site", "cors", "empty"))
+        .basic_auth("anyone", Some(&t.api_key))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::FORBIDDEN);
+    let oci: Value = res.json().await.unwrap();
+    assert_eq!(oci["errors"][0]["code"], "DENIED", "{oci}");
 
     // The same post from the service's own page, and from a client: accepted.
     let own = from_page(

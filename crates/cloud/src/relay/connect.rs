@@ -138,11 +138,7 @@ pub async fn connect(State(state): State<RelayState>, mut req: Request) -> Respo
         return refuse(Problem::forbidden(why), why);
     }
     let name = header_str(&headers, tunnel::HEADER_NAME).unwrap_or("");
-    if name != credential.bridge_name {
-        let why = format!(
-            "this token is for bridge {:?}, not {name:?}: set SERVICE_BRIDGE_NAME to match the token",
-            credential.bridge_name
-        );
+    if let Some(why) = super::enroll::name_mismatch(&credential, name) {
         return refuse(Problem::forbidden(why.clone()), &why);
     }
     if let Err(why) =

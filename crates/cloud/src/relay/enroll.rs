@@ -82,6 +82,18 @@ pub async fn authenticate_bridge(
     })
 }
 
+/// The refusal of a bridge that calls itself `name` with a token made for another bridge:
+/// its tunnel would serve the other bridge's callers, so neither enrollment nor connect
+/// accepts it.
+pub fn name_mismatch(credential: &BridgeCredential, name: &str) -> Option<String> {
+    (name != credential.bridge_name).then(|| {
+        format!(
+            "this token is for bridge {:?}, not {name:?}: set the config's `name:` (or SERVICE_BRIDGE_NAME) to {:?}, or create a token for {name:?} with `cloud bridge-token create --org ORG --name {name}`",
+            credential.bridge_name, credential.bridge_name
+        )
+    })
+}
+
 /// Largest CSR accepted (a PEM CSR is about 1 KiB).
 const MAX_CSR_BYTES: usize = 64 * 1024;
 /// How long the CSR may take to arrive.
@@ -93,13 +105,23 @@ pub fn certificate_name(org_id: i64, bridge: &str) -> String {
 }
 
 /// `POST /v1/bridge/enroll`: body is the CSR in PEM; answer `{"certificate","ca"}` in PEM,
-/// or 400 (not a CSR), 401 (token), 503 (CA unavailable).
+/// or 400 (not a CSR), 401 (token), 403 (`x-bridge-name` is not the token's bridge), 503 (CA
+/// unavailable).
 pub async fn enroll(State(state): State<RelayState>, headers: HeaderMap, body: Body) -> Response {
     // The token first: nobody without one makes the server read a body.
     let credential = match authenticate_bridge(&state, &headers).await {
         Ok(c) => c,
         Err(p) => return p.into_response(),
     };
+    // Bridges since 0.1 name themselves here too, so `bridge check` finds a mismatch; an
+    // older one is caught at connect.
+    if let Some(name) = headers
+        .get(tunnel::HEADER_NAME)
+        .and_then(|v| v.to_str().ok())
+        && let Some(why) = name_mismatch(&credential, name)
+    {
+        return Problem::forbidden(why).into_response();
+    }
     let read = tokio::time::timeout(
         CSR_READ_TIMEOUT,
         http_body_util::BodyExt::collect(http_body_util::Limited::new(body, MAX_CSR_BYTES)),
