@@ -188,3 +188,29 @@ async fn a_bridge_at_max_connections_queues_5_s_then_answers_503() {
     assert_eq!(rig.upstream.stats.total.load(Ordering::SeqCst), 1);
     busy.abort();
 }
+
+/// An internal server that frames its answer twice (`Content-Length` and chunked, as a broken
+/// proxy may): chunked wins, and the caller gets the body whole instead of a reset stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_framed_twice_arrives_whole() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = server.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = server.accept().await {
+            tokio::spawn(async move {
+                let mut head = [0u8; 8192];
+                let _ = conn.read(&mut head).await;
+                let answer = "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n2\r\nhi\r\n0\r\n\r\n";
+                let _ = conn.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    let rig = Rig::start_with(|_| {
+        format!("apis:\n  - name: internal\n    url: http://127.0.0.1:{port}\n")
+    })
+    .await;
+    let res = rig.get("/twice").await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.text().await.unwrap(), "hi");
+}

@@ -151,10 +151,15 @@ impl KeyCache {
         store: &Store,
         presented: &str,
     ) -> Result<Principal, Problem> {
-        let invalid = || {
-            Problem::unauthorized(
+        let invalid = || match secrets::named_kind(presented) {
+            Some(other) if !presented.starts_with(Kind::ApiKey.prefix()) => {
+                Problem::unauthorized(format!(
+                    "that is {other}, not an API key (sigapi_…); create one with `cloud api-key create --org ORG`"
+                ))
+            }
+            _ => Problem::unauthorized(
                 "the API key is not valid; create one with `cloud api-key create --org ORG`",
-            )
+            ),
         };
         let (id, secret) = secrets::parse(Kind::ApiKey, presented).ok_or_else(invalid)?;
         let cached = {

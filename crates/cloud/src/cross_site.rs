@@ -25,12 +25,34 @@ fn foreign(headers: &HeaderMap) -> Option<&str> {
     (site != "same-origin" && site != "none").then_some(site)
 }
 
+/// For browsers that send no Fetch Metadata (older ones): the `Origin` of a request that is
+/// not a `GET` or `HEAD`, when it is not this service's own (`null` included), compared by
+/// host and port with the `Host` the request was sent to.
+fn foreign_origin<'a>(headers: &'a HeaderMap, method: &Method) -> Option<&'a str> {
+    if headers.contains_key("sec-fetch-site") || matches!(*method, Method::GET | Method::HEAD) {
+        return None;
+    }
+    let origin = headers.get(header::ORIGIN)?.to_str().unwrap_or("null");
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    let authority = origin.split_once("://").map(|(_, rest)| rest);
+    (authority.is_none() || authority != host).then_some(origin)
+}
+
 /// Every route: a page of another site may link here (a top-level `GET` navigation, as a link
 /// or a bookmark makes); anything else it asks for (a form post, a `fetch`, an image, a
 /// frame) is refused with 403, so that it can neither act with the visitor's credentials nor
 /// read or embed what they see.
 pub async fn refuse_foreign_pages(request: Request, next: Next) -> Response {
     let headers = request.headers();
+    if let Some(origin) = foreign_origin(headers, request.method()) {
+        let problem = Problem::forbidden(format!(
+            "a page of another origin ({origin}, as the browser says in Origin) asked for {} {}; this service acts only for its own pages and for clients such as curl, git and skopeo",
+            request.method(),
+            request.uri().path()
+        ));
+        return as_registry_error(request.uri().path(), problem)
+            .unwrap_or_else(|problem| problem.into_response());
+    }
     if let Some(site) = foreign(headers) {
         let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
         let navigation = header("sec-fetch-mode") == Some("navigate")
@@ -69,22 +91,16 @@ fn as_registry_error(path: &str, problem: Problem) -> Result<Response, Problem> 
         .into_response())
 }
 
-/// What a script runs as: a browser loading an answer as one of these would run it on this
-/// service's origin.
-const SCRIPT_DESTINATIONS: &[&str] = &[
-    "script",
-    "worker",
-    "sharedworker",
-    "serviceworker",
-    "audioworklet",
-    "paintworklet",
-    "xslt",
-];
+/// What a page may load a forwarded answer as: data for its script (`fetch`), or the page
+/// itself when the user opens it. Anything else (a script, a worker, a style sheet, a frame,
+/// an image…) is refused: a script or worker would run on this origin, and the others have no
+/// use here.
+const FORWARDED_DESTINATIONS: &[&str] = &["empty", "document"];
 
 /// Forwarded routes, stricter: an internal system's answer goes to clients, to a user who
 /// opened it themselves, and to this service's own pages, never to another site's page (not
-/// even by a link: an internal system may act on a `GET`), and no page loads it as a script,
-/// which would run it on this origin, the dashboard's.
+/// even by a link: an internal system may act on a `GET`), and no page loads it as anything
+/// but data or a page ([`FORWARDED_DESTINATIONS`]).
 pub fn forwarding_refusal(headers: &HeaderMap) -> Option<Problem> {
     if let Some(site) = foreign(headers) {
         return Some(Problem::forbidden(format!(
@@ -92,9 +108,9 @@ pub fn forwarding_refusal(headers: &HeaderMap) -> Option<Problem> {
         )));
     }
     let dest = headers.get("sec-fetch-dest")?.to_str().unwrap_or_default();
-    SCRIPT_DESTINATIONS.contains(&dest).then(|| {
+    (!FORWARDED_DESTINATIONS.contains(&dest)).then(|| {
         Problem::forbidden(format!(
-            "a page asked to run an internal system's answer as a {dest} (Sec-Fetch-Dest); answers forwarded through a bridge are never run on this service's origin"
+            "a page asked to load an internal system's answer as {dest:?} (Sec-Fetch-Dest); answers forwarded through a bridge go to clients, to pages' scripts as data, and to a user who opens them, never into a page as a script, style or frame"
         ))
     })
 }
@@ -135,6 +151,15 @@ mod tests {
             ("sec-fetch-dest", "script"),
         ]);
         let refused = forwarding_refusal(&script).expect("loaded as a script");
-        assert!(refused.detail.contains("as a script"), "{}", refused.detail);
+        assert!(
+            refused.detail.contains("as \"script\""),
+            "{}",
+            refused.detail
+        );
+        let worklet = headers(&[
+            ("sec-fetch-site", "same-origin"),
+            ("sec-fetch-dest", "sharedstorageworklet"),
+        ]);
+        assert!(forwarding_refusal(&worklet).is_some());
     }
 }

@@ -31,6 +31,20 @@ impl Kind {
 /// Prefix of signal keys (an address, not a secret: it goes in the URL path).
 pub const SIGNAL_KEY_PREFIX: &str = "sigkey_";
 
+/// What a presented value is, by its prefix, when it is one of this service's credentials:
+/// so that a key given where another kind belongs is named as such (and, being a secret, not
+/// echoed back).
+pub fn named_kind(presented: &str) -> Option<&'static str> {
+    [
+        (Kind::ApiKey.prefix(), "an API key"),
+        (Kind::BridgeToken.prefix(), "a bridge token"),
+        (SIGNAL_KEY_PREFIX, "a signal key"),
+    ]
+    .into_iter()
+    .find(|(prefix, _)| presented.starts_with(prefix))
+    .map(|(_, name)| name)
+}
+
 fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     rand::rng().fill_bytes(&mut buf);

@@ -67,6 +67,28 @@ async fn another_sites_page_may_link_here_and_do_nothing_else() {
     let oci: Value = res.json().await.unwrap();
     assert_eq!(oci["errors"][0]["code"], "DENIED", "{oci}");
 
+    // A browser without Fetch Metadata says where a post comes from in Origin only.
+    let res = cloud
+        .client()
+        .post(format!("{}{signals}", cloud.http))
+        .header("origin", "https://other.example")
+        .bearer_auth(&t.api_key)
+        .json(&seed_event())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::FORBIDDEN);
+    let res = cloud
+        .client()
+        .post(format!("{}{signals}", cloud.http))
+        .header("origin", &cloud.http)
+        .bearer_auth(&t.api_key)
+        .json(&seed_event())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::ACCEPTED);
+
     // The same post from the service's own page, and from a client: accepted.
     let own = from_page(
         &cloud,
@@ -99,7 +121,7 @@ async fn another_sites_page_may_link_here_and_do_nothing_else() {
         .json()
         .await
         .unwrap();
-    assert_eq!(listed["events"].as_array().unwrap().len(), 2, "{listed}");
+    assert_eq!(listed["events"].as_array().unwrap().len(), 3, "{listed}");
 
     // A link from another site opens the page; the same page as its image or frame does not.
     let link = from_page(&cloud, Method::GET, "/sign-in", form_post)

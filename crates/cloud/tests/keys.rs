@@ -111,3 +111,66 @@ async fn keys_are_listed_used_and_revoked(backend: Backend) {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no live key"));
 }
+
+/// One kind of credential given where another belongs is named as such, and a secret that
+/// went into a URL is not echoed back.
+#[tokio::test]
+async fn a_credential_of_another_kind_is_named_not_echoed() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let t = cloud.tenant("acme");
+    let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    let detail = |res: reqwest::Response| async move {
+        let body: Value = res.json().await.unwrap();
+        body["detail"].as_str().unwrap_or_default().to_string()
+    };
+
+    // The API key where the signal key goes.
+    let res = cloud
+        .client()
+        .post(format!("{}/v1/signals/{}", cloud.http, t.api_key))
+        .bearer_auth(&t.api_key)
+        .json(&seed_event())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    let said = detail(res).await;
+    assert!(
+        said.contains("the URL holds an API key, not a signal key"),
+        "{said}"
+    );
+    assert!(!said.contains(&t.api_key), "the key was echoed: {said}");
+
+    // The signal key, or the bridge token, as the API key.
+    for (wrong, named) in [(&t.signal_key, "a signal key"), (&token, "a bridge token")] {
+        let res = cloud
+            .client()
+            .get(format!("{}/v1/events", cloud.http))
+            .bearer_auth(wrong)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+        let said = detail(res).await;
+        assert!(
+            said.starts_with(&format!("that is {named}, not an API key")),
+            "{said}"
+        );
+    }
+
+    // The API key as a bridge token.
+    let res = cloud
+        .client()
+        .post(format!("{}/v1/bridge/enroll", cloud.https))
+        .bearer_auth(&t.api_key)
+        .body("not read")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    let said = detail(res).await;
+    assert!(
+        said.starts_with("that is an API key, not a bridge token"),
+        "{said}"
+    );
+}

@@ -166,7 +166,9 @@ async fn route(req: Request<Incoming>) -> Response<Body> {
     if query(&req, "origin_headers").is_some() {
         // An HTML page with headers that a browser applies to the whole origin (here the
         // cloud's): a cookie, HSTS, another server for the origin, a wipe of the origin's
-        // data, a worker's scope, and CORS that lets any site read with credentials.
+        // data, a worker's scope, CORS that lets any site read with credentials, reporting
+        // and client hints; a redirect after a delay, a password prompt, and an answer any
+        // shared cache may keep.
         let h = response.headers_mut();
         for (name, value) in [
             ("set-cookie", "internal=1; Path=/"),
@@ -180,6 +182,20 @@ async fn route(req: Request<Incoming>) -> Response<Body> {
             ("service-worker-allowed", "/"),
             ("access-control-allow-origin", "https://other.example"),
             ("access-control-allow-credentials", "true"),
+            ("nel", r#"{"report_to":"g","max_age":86400}"#),
+            (
+                "report-to",
+                r#"{"group":"g","max_age":86400,"endpoints":[{"url":"https://other.example/r"}]}"#,
+            ),
+            ("reporting-endpoints", r#"g="https://other.example/r""#),
+            ("accept-ch", "Sec-CH-UA-Model"),
+            ("critical-ch", "Sec-CH-UA-Model"),
+            ("refresh", "0; url=https://other.example/"),
+            (
+                "www-authenticate",
+                r#"Basic realm="Corporate SSO password""#,
+            ),
+            ("cache-control", "public, max-age=600"),
         ] {
             h.insert(name, hyper::header::HeaderValue::from_static(value));
         }

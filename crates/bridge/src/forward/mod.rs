@@ -306,6 +306,11 @@ impl Forwarder {
                 {
                     return Ok(self.refused_answer(finish, resource, &name, refusal));
                 }
+                // Both framings: chunked wins (RFC 9112 §6.3), so the length said is not the
+                // body's, and passed on it would break the caller's stream.
+                if parts.headers.contains_key(hyper::header::TRANSFER_ENCODING) {
+                    parts.headers.remove(hyper::header::CONTENT_LENGTH);
+                }
                 strip_headers(&mut parts.headers, HOP);
                 if let Some(why) = unforwardable(&name, parts.status, &parts.headers) {
                     tracing::warn!(resource = %name, cause = %why, "internal resource's answer cannot be forwarded");

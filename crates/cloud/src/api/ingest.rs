@@ -95,10 +95,16 @@ async fn ingest(
         .signal_key_org(&state.store, signal_key)
         .await
         .map_err(reject("unavailable"))?
-        .ok_or_else(|| {
-            Problem::not_found(format!(
+        .ok_or_else(|| match crate::secrets::named_kind(signal_key) {
+            // A secret in the URL: named by its kind, never echoed.
+            Some(other) if !signal_key.starts_with(crate::secrets::SIGNAL_KEY_PREFIX) => {
+                Problem::not_found(format!(
+                    "the URL holds {other}, not a signal key (sigkey_…): POST /v1/signals/{{signal key}} with the API key in Authorization; a secret that went into a URL may be in logs, so consider revoking it"
+                ))
+            }
+            _ => Problem::not_found(format!(
                 "no signal key {signal_key:?}; create one with `cloud signal-key create --org ORG`"
-            ))
+            )),
         })
         .map_err(reject("unknown_signal_key"))?;
     if owner != principal.org_id {

@@ -40,10 +40,15 @@ pub async fn authenticate_bridge(
         .ok_or_else(|| {
             Problem::unauthorized("missing bridge token: send Authorization: Bearer <bridge token>")
         })?;
-    let rejected = || {
-        Problem::unauthorized(
+    let rejected = || match secrets::named_kind(presented.trim()) {
+        Some(other) if !presented.trim().starts_with(Kind::BridgeToken.prefix()) => {
+            Problem::unauthorized(format!(
+                "that is {other}, not a bridge token (sigbrt_…); create one with `cloud bridge-token create --org ORG --name BRIDGE`"
+            ))
+        }
+        _ => Problem::unauthorized(
             "the bridge token is not valid; create one with `cloud bridge-token create --org ORG --name BRIDGE`",
-        )
+        ),
     };
     let (id, secret) = secrets::parse(Kind::BridgeToken, presented.trim()).ok_or_else(rejected)?;
     let row = state

@@ -56,6 +56,7 @@ pub(super) fn response_filter(headers: &mut HeaderMap) {
     for name in cors {
         headers.remove(name);
     }
+    private_cache(headers);
     headers.append(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static("sandbox"),
@@ -70,13 +71,83 @@ pub(super) fn response_filter(headers: &mut HeaderMap) {
 /// dashboard's): a cookie (the caller's own never reach the internal system either), HSTS
 /// (which would pin the cloud's host, and with `includeSubDomains` its siblings, to HTTPS),
 /// `Alt-Svc` (another server for the origin), `Clear-Site-Data` (which would sign every
-/// dashboard user out) and `Service-Worker-Allowed` (a worker's scope widened to every page).
-/// `Access-Control-*` go too (in [`response_filter`]): an internal system's CORS policy was
-/// written for its own origin, and would let another site read answers through this one.
+/// dashboard user out), `Service-Worker-Allowed` (a worker's scope widened to every page),
+/// `NEL` and `Report-To`/`Reporting-Endpoints` (every later request to the origin reported to
+/// a server of the internal system's choosing), `Accept-CH`/`Critical-CH` (client hints asked
+/// of every page). Two more act on the user rather than the answer: `Refresh` (a redirect
+/// away from the cloud's address after a delay) and `WWW-Authenticate` (a password prompt
+/// that the bridge's credentials made moot: what the user typed would go to the cloud, and no
+/// further). `Access-Control-*` go too (in [`response_filter`]): an internal system's CORS
+/// policy was written for its own origin, and would let another site read answers here.
 const ORIGIN_WIDE: &[&str] = &[
     "set-cookie",
     "strict-transport-security",
     "alt-svc",
     "clear-site-data",
     "service-worker-allowed",
+    "nel",
+    "report-to",
+    "reporting-endpoints",
+    "accept-ch",
+    "critical-ch",
+    "refresh",
+    "www-authenticate",
 ];
+
+/// An answer to a request made with an API key is that key's org's: `Cache-Control` becomes
+/// `private` (`public` and `s-maxage` dropped, the rest kept), so that no shared cache in
+/// front of the cloud serves it to another org asking for the same URL (bridge names repeat
+/// across orgs). `no-store` already says more.
+fn private_cache(headers: &mut HeaderMap) {
+    let given = headers
+        .get(header::CACHE_CONTROL)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let kept: Vec<&str> = given
+        .split(',')
+        .map(str::trim)
+        .filter(|d| {
+            let name = d.split('=').next().unwrap_or_default();
+            !d.is_empty()
+                && !name.eq_ignore_ascii_case("public")
+                && !name.eq_ignore_ascii_case("s-maxage")
+        })
+        .collect();
+    let private =
+        |d: &&str| d.eq_ignore_ascii_case("private") || d.eq_ignore_ascii_case("no-store");
+    let value = if kept.iter().any(private) {
+        kept.join(", ")
+    } else if kept.is_empty() {
+        "private".to_string()
+    } else {
+        format!("{}, private", kept.join(", "))
+    };
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        headers.insert(header::CACHE_CONTROL, value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(given: Option<&'static str>) -> String {
+        let mut headers = HeaderMap::new();
+        if let Some(v) = given {
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(v));
+        }
+        private_cache(&mut headers);
+        headers[header::CACHE_CONTROL].to_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn answers_are_never_for_shared_caches() {
+        assert_eq!(cache(None), "private");
+        assert_eq!(
+            cache(Some("public, max-age=600, s-maxage=60")),
+            "max-age=600, private"
+        );
+        assert_eq!(cache(Some("no-store")), "no-store");
+        assert_eq!(cache(Some("private, max-age=5")), "private, max-age=5");
+    }
+}
