@@ -3,6 +3,7 @@
 
 use super::error::{Origin, Problem};
 use super::file::FileConfig;
+use super::key_path;
 
 /// Parses the file's YAML. A syntax error or a wrong type becomes one located problem; unknown
 /// keys are all reported at once (each with its line and column), beside every other problem
@@ -25,7 +26,7 @@ pub(super) fn parse_file(text: &str) -> Result<(FileConfig, Vec<Problem>), Vec<P
             Ok(file) => return Ok((file, unknown)),
             Err(err) => err,
         };
-        let problem = yaml_problem(&err);
+        let problem = yaml_problem(&err, &text);
         let at = err.location().filter(|at| at.line() > 0);
         match at {
             Some(at) if err.to_string().contains("unknown field") => {
@@ -47,7 +48,10 @@ pub(super) fn parse_file(text: &str) -> Result<(FileConfig, Vec<Problem>), Vec<P
 /// Most unknown keys reported in one run.
 const MAX_UNKNOWN_KEYS: usize = 50;
 
-fn yaml_problem(err: &serde_saphyr::Error) -> Problem {
+/// The reader's error, located; a wrong type is told by its key path (read back from the
+/// text, [`key_path`]) and as what was expected. The value is never repeated: it may be a
+/// secret put under the wrong key.
+fn yaml_problem(err: &serde_saphyr::Error, text: &str) -> Problem {
     use serde_saphyr::MessageFormatter;
     let bare = err.without_snippet();
     let message: String = serde_saphyr::UserMessageFormatter
@@ -56,7 +60,14 @@ fn yaml_problem(err: &serde_saphyr::Error) -> Problem {
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
     let origin = err.location().map_or(Origin::Unknown, |at| Origin::at(&at));
-    Problem::new("", origin, message)
+    let Some(expected) = key_path::expected(&message) else {
+        return Problem::new("", origin, message);
+    };
+    let key = match origin {
+        Origin::File { line, .. } => key_path::key_path(text, line as usize),
+        _ => None,
+    };
+    Problem::new(key.unwrap_or_default(), origin, expected)
 }
 
 /// `text` with the key at `line`:`column` (1-based) blanked from there to the end of its line,

@@ -639,3 +639,18 @@ fn health_check_address() {
         "{err}"
     );
 }
+
+#[test]
+fn a_value_of_the_wrong_type_is_named_by_its_key_path() {
+    let yaml = "name: dc1\ntoken: t\napi_url: https://cloud.example\napis:\n  - name: a\n    url: http://a\n    max_connections: lots\n";
+    let err = failure(yaml, &MapEnv::default());
+    assert!(
+        err.contains("bridge.yaml:7:22: apis[0].max_connections: expected a whole number"),
+        "{err}"
+    );
+    let err = failure("name: dc1\ntls_verify: maybe\n", &MapEnv::default());
+    assert!(
+        err.contains("bridge.yaml:2:13: tls_verify: expected true or false"),
+        "{err}"
+    );
+}
