@@ -93,7 +93,7 @@ async fn probe_http(
             kind.upstream_request_filter(req.headers_mut());
             match tokio::time::timeout(PROBE_TIMEOUT, client.request(req)).await {
                 Err(_) => Err("timed out".into()),
-                Ok(Err(e)) => Err(format!("unreachable: {e:?}")),
+                Ok(Err(e)) => Err(format!("unreachable: {}", forward::causes(&e))),
                 Ok(Ok(r)) if matches!(r.status().as_u16(), 401 | 403) => Err(format!(
                     "credentials rejected (HTTP {})",
                     r.status().as_u16()

@@ -205,6 +205,8 @@ pub async fn tls(
                 ". The server certificate is not the expected one: set tls_ca_file to the cloud's CA, or a TLS-inspecting proxy may be in the path"
             } else if text.contains("protocol version") || text.contains("PeerIncompatible") {
                 ". The server does not speak TLS 1.3"
+            } else if text.contains("InvalidContentType") {
+                ". The server answered in plain text, not TLS: api_url must name the cloud's TLS port (`cloud serve --listen`, 8443 by default), not its plain HTTP one"
             } else {
                 ""
             };

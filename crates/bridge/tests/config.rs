@@ -176,7 +176,26 @@ async fn check_tries_the_cloud_and_each_resource() {
     let unreachable = good.replace(&upstream.url, &format!("http://127.0.0.1:{closed}"));
     let (code, out) = check(&unreachable);
     assert_eq!(code, Some(1), "{out}");
-    assert!(out.contains("FAILED"), "{out}");
+    assert!(
+        out.contains("FAILED: unreachable: client error (Connect)"),
+        "{out}"
+    );
+    assert!(out.contains("Connection refused"), "{out}");
+    // https:// to a server that speaks plain HTTP: said in words, not as a debug dump.
+    let plain = good.replace("http://127.0.0.1", "https://127.0.0.1");
+    let (code, out) = check(&plain);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("answered in plain text, not TLS"), "{out}");
+    assert!(!out.contains("Custom {"), "{out}");
+    // api_url on the cloud's plain HTTP port.
+    let http_port = cloud.http.rsplit(':').next().unwrap();
+    let on_plain = good.replace(
+        &format!("localhost:{}", cloud.tls_port()),
+        &format!("localhost:{http_port}"),
+    );
+    let (code, out) = check(&on_plain);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("api_url must name the cloud's TLS port"), "{out}");
 }
 
 /// A loopback port nothing listens on: port 1 (tcpmux) is reserved and never served here,

@@ -370,14 +370,18 @@ fn header_str(h: &HeaderMap, name: &str) -> String {
 }
 
 /// An error and its sources, outermost first: hyper's own message ("client error (Connect)")
-/// says nothing of the refused connection or the unknown certificate underneath.
-fn causes(e: &dyn std::error::Error) -> String {
+/// says nothing of the refused connection or the unknown certificate underneath. A server
+/// that answered TLS in plain text is said as such.
+pub(crate) fn causes(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(inner) = source {
         text.push_str(": ");
         text.push_str(&inner.to_string());
         source = inner.source();
+    }
+    if text.contains("InvalidContentType") {
+        text.push_str(" (the server answered in plain text, not TLS: use an http:// URL, or the port where it speaks TLS)");
     }
     text
 }
