@@ -49,6 +49,10 @@ enum AuditCommand {
     Verify {
         /// The file.
         file: PathBuf,
+        /// The SHA-256 of a record, as an earlier verify printed it and kept elsewhere: that
+        /// record must still be in the file, unaltered (so must every one before it).
+        #[arg(long, value_name = "SHA256")]
+        anchor: Option<String>,
     },
 }
 
@@ -59,19 +63,40 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Run { config: None }) {
-        Command::Audit(AuditCommand::Verify { file }) => match bridge::audit::verify(&file) {
-            Ok(summary) => {
-                println!(
-                    "ok: {} audit record(s) in {} chain(s), none removed or altered",
-                    summary.records, summary.chains
-                );
-                ExitCode::SUCCESS
+        Command::Audit(AuditCommand::Verify { file, anchor }) => {
+            let checked = bridge::audit::verify(&file).and_then(|summary| {
+                bridge::audit::anchors(&file, anchor.as_deref()).map(|found| (summary, found))
+            });
+            match checked {
+                Ok((_, (_, None))) if anchor.is_some() => {
+                    eprintln!(
+                        "audit log {}: no audit record has the SHA-256 {}: the record it names was altered, or cut off with every record after it",
+                        file.display(),
+                        anchor.unwrap_or_default()
+                    );
+                    ExitCode::from(1)
+                }
+                Ok((summary, (last, found))) => {
+                    println!(
+                        "ok: {} audit record(s) in {} chain(s), none removed or altered",
+                        summary.records, summary.chains
+                    );
+                    if let Some(line) = found {
+                        println!("the anchored record is on line {line}, unaltered");
+                    }
+                    if let Some(last) = last {
+                        println!(
+                            "last record's SHA-256: {last} (keep it elsewhere; `--anchor` it later to prove nothing up to it was cut or edited)"
+                        );
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("audit log {}: {e}", file.display());
+                    ExitCode::from(1)
+                }
             }
-            Err(e) => {
-                eprintln!("audit log {}: {e}", file.display());
-                ExitCode::from(1)
-            }
-        },
+        }
         Command::Check { config } => bridge::check::check(config.or(cli.config).as_deref()),
         Command::Healthcheck { config } => {
             bridge::healthcheck::healthcheck(config.or(cli.config).as_deref())

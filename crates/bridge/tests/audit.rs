@@ -7,9 +7,14 @@ use std::time::Duration;
 use testkit::bridge::{BridgeProc, INTERNAL_PASSWORD, Rig, bridge_bin, internal_api_yaml};
 
 fn verify(path: &std::path::Path) -> (Option<i32>, String) {
+    verify_with(path, &[])
+}
+
+fn verify_with(path: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
     let out = Command::new(bridge_bin())
         .args(["audit", "verify"])
         .arg(path)
+        .args(args)
         .output()
         .unwrap();
     let text = format!(
@@ -57,8 +62,33 @@ async fn the_chain_in_a_file_continues_across_a_restart() {
     let (code, said) = verify(&path);
     assert_eq!(code, Some(0), "{said}");
     assert!(said.contains("4 audit record(s) in 1 chain(s)"), "{said}");
-    // Removing a record breaks the chain, and verify says where.
+    let head = said
+        .split("last record's SHA-256: ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no last hash: {said}"))
+        .to_string();
+    let (code, said) = verify_with(&path, &["--anchor", &head]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains("anchored record is on line 4, unaltered"),
+        "{said}"
+    );
+
+    // An edit of the last record: the chain alone cannot tell, the anchor can.
     let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let last = lines.len() - 1;
+    lines[last] = lines[last].replace("\"status\":200", "\"status\":403");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let (code, said) = verify(&path);
+    assert_eq!(code, Some(0), "{said}");
+    let (code, said) = verify_with(&path, &["--anchor", &head]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("no audit record has the SHA-256"), "{said}");
+    std::fs::write(&path, &text).unwrap();
+
+    // Removing a record breaks the chain, and verify says where.
     let kept: Vec<&str> = text
         .lines()
         .enumerate()

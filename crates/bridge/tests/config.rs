@@ -195,7 +195,10 @@ async fn check_tries_the_cloud_and_each_resource() {
     );
     let (code, out) = check(&on_plain);
     assert_eq!(code, Some(1), "{out}");
-    assert!(out.contains("api_url must name the cloud's TLS port"), "{out}");
+    assert!(
+        out.contains("api_url must name the cloud's TLS port"),
+        "{out}"
+    );
 }
 
 /// A loopback port nothing listens on: port 1 (tcpmux) is reserved and never served here,

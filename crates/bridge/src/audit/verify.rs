@@ -95,6 +95,35 @@ pub fn verify(path: &Path) -> Result<VerifySummary, VerifyError> {
     })
 }
 
+/// Where the chain of the file at `path` can be anchored: the SHA-256 of its last audit
+/// record, which an operator keeps elsewhere, and the line of the record whose hash is
+/// `anchor` (one kept from an earlier run), if any still has it. A chain proves only what
+/// precedes its last record; the anchor proves that the record it names, and so every one
+/// before it, is still there unaltered.
+pub fn anchors(
+    path: &Path,
+    anchor: Option<&str>,
+) -> Result<(Option<String>, Option<u64>), VerifyError> {
+    let read_error = |source| VerifyError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let mut reader = BufReader::new(File::open(path).map_err(read_error)?);
+    let (mut last, mut found) = (None, None);
+    for_each_line(&mut reader, |number, line| {
+        if audit_prev(line).is_some() {
+            let hash = line_hash(line);
+            if anchor == Some(hash.as_str()) {
+                found = Some(number);
+            }
+            last = Some(hash);
+        }
+        true
+    })
+    .map_err(read_error)?;
+    Ok((last, found))
+}
+
 /// Checks the audit chain in `input` (any mix of log lines and audit lines). Reads it once,
 /// and a second time only to explain a break.
 pub fn verify_reader<R: Read + Seek>(input: R) -> Result<VerifySummary, VerifyError> {
