@@ -258,6 +258,15 @@ async fn unknown_images_other_orgs_and_pushes_get_oci_errors() {
     );
     assert!(!ok);
     assert!(err.contains("name unknown"), "{err}");
+    // The image named as on the registry itself, without the bridge and its entry: the
+    // error says how images are named here.
+    let bare = s.through_cloud("team/app:1.0").replace("/dc1/reg/", "/");
+    let (ok, _, err) = s.skopeo(&key, &["inspect", &bare]);
+    assert!(!ok);
+    assert!(
+        err.contains("an image is named CLOUD/BRIDGE/REGISTRY/REPOSITORY:TAG"),
+        "{err}"
+    );
 
     let client = s.rig.cloud.client();
     let base = format!("{}/v2", s.rig.cloud.https);

@@ -30,6 +30,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, request};
 use axum::response::Response;
 use bytes::Bytes;
 use http_body::Body as HttpBody;
+use tunnel::ResourceKind;
 
 use self::body::{Announced, InFlight, Tracked};
 use self::target::Target;
@@ -76,6 +77,9 @@ async fn upstream_peers(
             .await
             .map_err(|e| storage_unavailable(&e))?;
         return Err(match (tokens, active) {
+            (0, _) if target.kind == ResourceKind::Registry => Problem::not_found(format!(
+                "no bridge {bridge:?} in this org; through the cloud an image is named CLOUD/BRIDGE/REGISTRY/REPOSITORY:TAG (the bridge's name, then its registries entry's)"
+            )),
             (0, _) => Problem::not_found(format!("no bridge {bridge:?} in this org")),
             (_, 0) => Problem::unavailable(
                 30,
