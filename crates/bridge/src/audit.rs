@@ -24,7 +24,7 @@ use crate::config::{AuditTarget, ResourceKind};
 
 mod verify;
 
-pub use verify::{ChainBreak, VerifyError, VerifySummary, anchors, verify, verify_reader};
+pub use verify::{Anchors, ChainBreak, VerifyError, VerifySummary, anchors, verify, verify_reader};
 
 /// The `type` of an audit line.
 pub const AUDIT_TYPE: &str = "audit";

@@ -63,44 +63,58 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Run { config: None }) {
-        Command::Audit(AuditCommand::Verify { file, anchor }) => {
-            let checked = bridge::audit::verify(&file).and_then(|summary| {
-                bridge::audit::anchors(&file, anchor.as_deref()).map(|found| (summary, found))
-            });
-            match checked {
-                Ok((_, (_, None))) if anchor.is_some() => {
-                    eprintln!(
-                        "audit log {}: no audit record has the SHA-256 {}: the record it names was altered, or cut off with every record after it",
-                        file.display(),
-                        anchor.unwrap_or_default()
-                    );
-                    ExitCode::from(1)
-                }
-                Ok((summary, (last, found))) => {
-                    println!(
-                        "ok: {} audit record(s) in {} chain(s), none removed or altered",
-                        summary.records, summary.chains
-                    );
-                    if let Some(line) = found {
-                        println!("the anchored record is on line {line}, unaltered");
-                    }
-                    if let Some(last) = last {
-                        println!(
-                            "last record's SHA-256: {last} (keep it elsewhere; `--anchor` it later to prove nothing up to it was cut or edited)"
-                        );
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("audit log {}: {e}", file.display());
-                    ExitCode::from(1)
-                }
-            }
-        }
+        Command::Audit(AuditCommand::Verify { file, anchor }) => verify_audit(&file, anchor),
         Command::Check { config } => bridge::check::check(config.or(cli.config).as_deref()),
         Command::Healthcheck { config } => {
             bridge::healthcheck::healthcheck(config.or(cli.config).as_deref())
         }
         Command::Run { config } => bridge::run::run(config.or(cli.config).as_deref()),
+    }
+}
+
+/// `bridge audit verify FILE [--anchor SHA256]`.
+fn verify_audit(file: &std::path::Path, anchor: Option<String>) -> ExitCode {
+    let anchor = anchor.map(|a| a.trim().to_ascii_lowercase());
+    if let Some(a) = &anchor
+        && (a.len() != 64 || !a.bytes().all(|b| b.is_ascii_hexdigit()))
+    {
+        eprintln!(
+            "--anchor: expected the 64 hex digits of a SHA-256, as `bridge audit verify` printed it, got {a:?}"
+        );
+        return ExitCode::from(2);
+    }
+    let checked = bridge::audit::verify(file).and_then(|summary| {
+        bridge::audit::anchors(file, anchor.as_deref()).map(|found| (summary, found))
+    });
+    match checked {
+        Ok((_, found)) if anchor.is_some() && found.anchored.is_none() => {
+            eprintln!(
+                "audit log {}: no audit record has the SHA-256 {}: the record it names was altered, or cut off with every record after it",
+                file.display(),
+                anchor.unwrap_or_default()
+            );
+            ExitCode::from(1)
+        }
+        Ok((summary, found)) => {
+            println!(
+                "ok: {} audit record(s) in {} chain(s), none removed or altered",
+                summary.records, summary.chains
+            );
+            if let Some((line, start)) = found.anchored {
+                println!(
+                    "the anchored record is on line {line}, unaltered, as is every record of its chain from line {start}"
+                );
+            }
+            if let Some(last) = found.last {
+                println!(
+                    "last record's SHA-256: {last} (keep it elsewhere; `--anchor` it later to prove that its chain up to it was neither cut nor edited)"
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("audit log {}: {e}", file.display());
+            ExitCode::from(1)
+        }
     }
 }

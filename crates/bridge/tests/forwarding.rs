@@ -675,7 +675,7 @@ async fn answers_are_sandboxed_and_large_heads_pass_or_are_refused_clearly() {
     ] {
         assert!(headers.get(name).is_none(), "{name} passed: {headers:?}");
     }
-    assert_eq!(headers["cache-control"], "max-age=600, private");
+    assert_eq!(headers["cache-control"], "private, max-age=600");
     assert_eq!(headers["content-type"], "text/html");
     assert_eq!(headers["content-security-policy"], "sandbox");
     assert_eq!(headers["x-content-type-options"], "nosniff");

@@ -26,16 +26,36 @@ fn foreign(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// For browsers that send no Fetch Metadata (older ones): the `Origin` of a request that is
-/// not a `GET` or `HEAD`, when it is not this service's own (`null` included), compared by
-/// host and port with the `Host` the request was sent to.
-fn foreign_origin<'a>(headers: &'a HeaderMap, method: &Method) -> Option<&'a str> {
-    if headers.contains_key("sec-fetch-site") || matches!(*method, Method::GET | Method::HEAD) {
+/// not a `GET` or `HEAD`, when it is not this service's own (`null` included): its host and
+/// port against the authority the request was sent to (HTTP/2's `:authority`, else `Host`),
+/// without regard to case, a port left out being the scheme's default.
+fn foreign_origin(request: &Request) -> Option<&str> {
+    let headers = request.headers();
+    if headers.contains_key("sec-fetch-site")
+        || matches!(*request.method(), Method::GET | Method::HEAD)
+    {
         return None;
     }
     let origin = headers.get(header::ORIGIN)?.to_str().unwrap_or("null");
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
-    let authority = origin.split_once("://").map(|(_, rest)| rest);
-    (authority.is_none() || authority != host).then_some(origin)
+    let own = request
+        .uri()
+        .authority()
+        .map(|a| a.as_str())
+        .or_else(|| headers.get(header::HOST).and_then(|v| v.to_str().ok()));
+    let same = match (origin.parse::<axum::http::Uri>(), own) {
+        (Ok(from), Some(own)) => own.parse::<axum::http::uri::Authority>().is_ok_and(|own| {
+            let default = if from.scheme_str() == Some("https") {
+                443
+            } else {
+                80
+            };
+            from.host()
+                .is_some_and(|h| h.eq_ignore_ascii_case(own.host()))
+                && from.port_u16().unwrap_or(default) == own.port_u16().unwrap_or(default)
+        }),
+        _ => false,
+    };
+    (!same).then_some(origin)
 }
 
 /// Every route: a page of another site may link here (a top-level `GET` navigation, as a link
@@ -43,8 +63,7 @@ fn foreign_origin<'a>(headers: &'a HeaderMap, method: &Method) -> Option<&'a str
 /// frame) is refused with 403, so that it can neither act with the visitor's credentials nor
 /// read or embed what they see.
 pub async fn refuse_foreign_pages(request: Request, next: Next) -> Response {
-    let headers = request.headers();
-    if let Some(origin) = foreign_origin(headers, request.method()) {
+    if let Some(origin) = foreign_origin(&request) {
         let problem = Problem::forbidden(format!(
             "a page of another origin ({origin}, as the browser says in Origin) asked for {} {}; this service acts only for its own pages and for clients such as curl, git and skopeo",
             request.method(),
@@ -53,6 +72,7 @@ pub async fn refuse_foreign_pages(request: Request, next: Next) -> Response {
         return as_registry_error(request.uri().path(), problem)
             .unwrap_or_else(|problem| problem.into_response());
     }
+    let headers = request.headers();
     if let Some(site) = foreign(headers) {
         let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
         let navigation = header("sec-fetch-mode") == Some("navigate")

@@ -88,6 +88,23 @@ async fn another_sites_page_may_link_here_and_do_nothing_else() {
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::ACCEPTED);
+    // Over HTTP/2 (TLS), where the authority comes as `:authority`, not `Host`; the default
+    // port left out of neither.
+    let res = cloud
+        .client()
+        .post(format!("{}{signals}", cloud.https))
+        .version(reqwest::Version::HTTP_2)
+        .header(
+            "origin",
+            cloud.https.to_uppercase().replace("HTTPS://", "https://"),
+        )
+        .bearer_auth(&t.api_key)
+        .json(&seed_event())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.version(), reqwest::Version::HTTP_2);
+    assert_eq!(res.status(), StatusCode::ACCEPTED);
 
     // The same post from the service's own page, and from a client: accepted.
     let own = from_page(
@@ -121,7 +138,7 @@ async fn another_sites_page_may_link_here_and_do_nothing_else() {
         .json()
         .await
         .unwrap();
-    assert_eq!(listed["events"].as_array().unwrap().len(), 3, "{listed}");
+    assert_eq!(listed["events"].as_array().unwrap().len(), 4, "{listed}");
 
     // A link from another site opens the page; the same page as its image or frame does not.
     let link = from_page(&cloud, Method::GET, "/sign-in", form_post)

@@ -95,33 +95,44 @@ pub fn verify(path: &Path) -> Result<VerifySummary, VerifyError> {
     })
 }
 
+/// What [`anchors`] found.
+#[derive(Debug, Default)]
+pub struct Anchors {
+    /// The SHA-256 of the file's last audit record, for an operator to keep elsewhere.
+    pub last: Option<String>,
+    /// The line of the record whose hash is the anchor asked for, and the line where that
+    /// record's chain starts.
+    pub anchored: Option<(u64, u64)>,
+}
+
 /// Where the chain of the file at `path` can be anchored: the SHA-256 of its last audit
-/// record, which an operator keeps elsewhere, and the line of the record whose hash is
-/// `anchor` (one kept from an earlier run), if any still has it. A chain proves only what
-/// precedes its last record; the anchor proves that the record it names, and so every one
-/// before it, is still there unaltered.
-pub fn anchors(
-    path: &Path,
-    anchor: Option<&str>,
-) -> Result<(Option<String>, Option<u64>), VerifyError> {
+/// record, and the record whose hash is `anchor` (one kept from an earlier run), if one still
+/// has it. A chain proves only what precedes its last record; a record found by its anchor
+/// proves that it, and every record of its chain before it, is still there unaltered (a
+/// record with an all-zero `prev` starts a chain, so earlier chains are not covered).
+pub fn anchors(path: &Path, anchor: Option<&str>) -> Result<Anchors, VerifyError> {
     let read_error = |source| VerifyError::Read {
         path: path.to_owned(),
         source,
     };
     let mut reader = BufReader::new(File::open(path).map_err(read_error)?);
-    let (mut last, mut found) = (None, None);
+    let mut found = Anchors::default();
+    let mut chain_start = 0;
     for_each_line(&mut reader, |number, line| {
-        if audit_prev(line).is_some() {
+        if let Some(prev) = audit_prev(line) {
+            if prev.as_deref().is_ok_and(|p| p == GENESIS_HASH) {
+                chain_start = number;
+            }
             let hash = line_hash(line);
             if anchor == Some(hash.as_str()) {
-                found = Some(number);
+                found.anchored = Some((number, chain_start));
             }
-            last = Some(hash);
+            found.last = Some(hash);
         }
         true
     })
     .map_err(read_error)?;
-    Ok((last, found))
+    Ok(found)
 }
 
 /// Checks the audit chain in `input` (any mix of log lines and audit lines). Reads it once,

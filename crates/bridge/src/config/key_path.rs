@@ -26,9 +26,14 @@ fn read(line: &str) -> Option<Line<'_>> {
         }
         None => (None, rest, indent),
     };
-    let key = body
-        .split_once(':')
-        .map(|(k, _)| k.trim_end())
+    // `key:` ends at a colon followed by a space, a tab or the end of the line; a colon
+    // inside a value (`- http://x`) is no key.
+    let colon = body
+        .char_indices()
+        .find(|&(i, c)| c == ':' && matches!(body[i + 1..].chars().next(), None | Some(' ' | '\t')))
+        .map(|(i, _)| i);
+    let key = colon
+        .map(|i| &body[..i])
         .filter(|k| {
             !k.is_empty()
                 && k.chars()
@@ -38,14 +43,20 @@ fn read(line: &str) -> Option<Line<'_>> {
     Some(Line { indent, dash, key })
 }
 
-/// The path of the key on `line` (1-based): each enclosing key is the nearest line above
-/// that is indented less, and a list item's index counts the items above it. `None` where the
-/// text there is not plain block YAML (a flow `{…}`, a line without a key).
-pub(super) fn key_path(text: &str, line: usize) -> Option<String> {
+/// The path of the key whose value starts at `line`:`column` (1-based): each enclosing key
+/// is the nearest line above that is indented less, and a list item's index counts the items
+/// above it. `None` where the text there is not plain block YAML (a line without a key, or a
+/// place inside a flow `{…}` rather than where the key's value starts).
+pub(super) fn key_path(text: &str, line: usize, column: usize) -> Option<String> {
     let lines: Vec<&str> = text.lines().collect();
     let mut i = line.checked_sub(1)?;
     let first = read(lines.get(i)?)?;
     let (mut col, key) = first.key?;
+    let text_after = &lines[i][col + key.len() + 1..];
+    let value_at = col + key.len() + 1 + (text_after.len() - text_after.trim_start().len());
+    if value_at + 1 != column {
+        return None;
+    }
     let mut path = vec![key.to_string()];
     let mut item = first.dash;
     loop {
@@ -121,17 +132,28 @@ sources:
   allow_push: maybe
 ";
 
+    /// The path of the value on `line`, at the column where it starts.
+    fn at(text: &str, line: usize) -> Option<String> {
+        let l = text.lines().nth(line - 1)?;
+        let column = l.find(": ").map_or(l.len(), |i| i + 2) + 1;
+        key_path(text, line, column)
+    }
+
     #[test]
     fn paths_follow_indentation_and_count_items() {
-        let at = |line| key_path(FILE, line);
-        assert_eq!(at(2).as_deref(), Some("max_connections"));
-        assert_eq!(at(5).as_deref(), Some("apis[0].url"));
-        assert_eq!(at(7).as_deref(), Some("apis[1].name"));
-        assert_eq!(at(9).as_deref(), Some("apis[1].auth.type"));
-        assert_eq!(at(10).as_deref(), Some("apis[1].max_connections"));
-        assert_eq!(at(13).as_deref(), Some("sources[0].allow_push"));
-        assert_eq!(at(6), None);
-        assert_eq!(key_path("apis: {name: x}\n", 1).as_deref(), Some("apis"));
+        assert_eq!(at(FILE, 2).as_deref(), Some("max_connections"));
+        assert_eq!(at(FILE, 5).as_deref(), Some("apis[0].url"));
+        assert_eq!(at(FILE, 7).as_deref(), Some("apis[1].name"));
+        assert_eq!(at(FILE, 9).as_deref(), Some("apis[1].auth.type"));
+        assert_eq!(at(FILE, 10).as_deref(), Some("apis[1].max_connections"));
+        assert_eq!(at(FILE, 13).as_deref(), Some("sources[0].allow_push"));
+        assert_eq!(at(FILE, 6), None);
+        // A flow mapping where a list was expected: the key whose value it is.
+        assert_eq!(at("apis: {name: x}\n", 1).as_deref(), Some("apis"));
+        // A place inside a flow collection, or a colon inside a list's value: no path.
+        let flow = "apis: [{name: x, max_connections: lots}]\n";
+        assert_eq!(key_path(flow, 1, flow.find("lots").unwrap() + 1), None);
+        assert_eq!(at("allow:\n  - http://x\n", 2), None);
     }
 
     #[test]

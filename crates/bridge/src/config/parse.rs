@@ -64,7 +64,7 @@ fn yaml_problem(err: &serde_saphyr::Error, text: &str) -> Problem {
         return Problem::new("", origin, message);
     };
     let key = match origin {
-        Origin::File { line, .. } => key_path::key_path(text, line as usize),
+        Origin::File { line, column } => key_path::key_path(text, line as usize, column as usize),
         _ => None,
     };
     Problem::new(key.unwrap_or_default(), origin, expected)

@@ -91,6 +91,12 @@ pub async fn authenticate_bridge(
 /// its tunnel would serve the other bridge's callers, so neither enrollment nor connect
 /// accepts it.
 pub fn name_mismatch(credential: &BridgeCredential, name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some(format!(
+            "the bridge sent no name (x-bridge-name); this token is for bridge {:?}: set `name:` in its config (or SERVICE_BRIDGE_NAME) to that",
+            credential.bridge_name
+        ));
+    }
     (name != credential.bridge_name).then(|| {
         format!(
             "this token is for bridge {:?}, not {name:?}: set the config's `name:` (or SERVICE_BRIDGE_NAME) to {:?}, or create a token for {name:?} with `cloud bridge-token create --org ORG --name {name}`",

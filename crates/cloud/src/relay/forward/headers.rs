@@ -95,36 +95,60 @@ const ORIGIN_WIDE: &[&str] = &[
 ];
 
 /// An answer to a request made with an API key is that key's org's: `Cache-Control` becomes
-/// `private` (`public` and `s-maxage` dropped, the rest kept), so that no shared cache in
-/// front of the cloud serves it to another org asking for the same URL (bridge names repeat
-/// across orgs). `no-store` already says more.
+/// `private` first (`public` and `s-maxage` dropped, the rest kept, from every
+/// `Cache-Control` line), so that no shared cache in front of the cloud serves it to another
+/// org asking for the same URL (bridge names repeat across orgs). `no-store` already says
+/// more; a value that is not text becomes `no-store`.
 fn private_cache(headers: &mut HeaderMap) {
-    let given = headers
-        .get(header::CACHE_CONTROL)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
+    let mut given = Vec::new();
+    for value in headers.get_all(header::CACHE_CONTROL) {
+        let Ok(text) = value.to_str() else {
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            return;
+        };
+        given.extend(directives(text));
+    }
     let kept: Vec<&str> = given
-        .split(',')
-        .map(str::trim)
+        .into_iter()
         .filter(|d| {
-            let name = d.split('=').next().unwrap_or_default();
-            !d.is_empty()
-                && !name.eq_ignore_ascii_case("public")
-                && !name.eq_ignore_ascii_case("s-maxage")
+            let name = d.split('=').next().unwrap_or_default().trim();
+            !name.eq_ignore_ascii_case("public") && !name.eq_ignore_ascii_case("s-maxage")
         })
         .collect();
-    let private =
-        |d: &&str| d.eq_ignore_ascii_case("private") || d.eq_ignore_ascii_case("no-store");
-    let value = if kept.iter().any(private) {
+    let said = |d: &&str| d.eq_ignore_ascii_case("private") || d.eq_ignore_ascii_case("no-store");
+    let value = if kept.iter().any(said) {
         kept.join(", ")
-    } else if kept.is_empty() {
-        "private".to_string()
     } else {
-        format!("{}, private", kept.join(", "))
+        std::iter::once("private")
+            .chain(kept)
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     if let Ok(value) = HeaderValue::from_str(&value) {
         headers.insert(header::CACHE_CONTROL, value);
     }
+}
+
+/// The directives of a `Cache-Control` value: split at commas outside quoted strings
+/// (`no-cache="a, b"` is one), trimmed, empty ones left out.
+fn directives(value: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    for (i, c) in value.char_indices() {
+        match c {
+            _ if std::mem::take(&mut escaped) => {}
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            ',' if !quoted => {
+                out.push(value[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(value[start..].trim());
+    out.retain(|d| !d.is_empty());
+    out
 }
 
 #[cfg(test)]
@@ -145,9 +169,22 @@ mod tests {
         assert_eq!(cache(None), "private");
         assert_eq!(
             cache(Some("public, max-age=600, s-maxage=60")),
-            "max-age=600, private"
+            "private, max-age=600"
         );
         assert_eq!(cache(Some("no-store")), "no-store");
         assert_eq!(cache(Some("private, max-age=5")), "private, max-age=5");
+        assert_eq!(
+            cache(Some(r#"must-revalidate, no-cache="a, b""#)),
+            r#"private, must-revalidate, no-cache="a, b""#
+        );
+        let mut two = HeaderMap::new();
+        two.append(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("max-age=60"),
+        );
+        two.append(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        private_cache(&mut two);
+        assert_eq!(two.get_all(header::CACHE_CONTROL).iter().count(), 1);
+        assert_eq!(two[header::CACHE_CONTROL], "max-age=60, no-store");
     }
 }
