@@ -696,3 +696,35 @@ async fn answers_are_sandboxed_and_large_heads_pass_or_are_refused_clearly() {
     let records = rig.bridge.audit_records(2).await;
     assert_eq!(records[1]["status"], 502, "{records:?}");
 }
+
+/// An internal API's redirect to its own address comes back as the cloud's: the client
+/// follows it through the tunnel, and never sees the internal host. One to another host
+/// passes as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_to_the_api_itself_stay_in_the_tunnel() {
+    let rig = Rig::start("").await;
+    let client = testkit::dashboard::client(&rig.cloud);
+    let location = |path: &str| {
+        let (client, url, key) = (
+            client.clone(),
+            rig.api_url(path),
+            rig.tenant.api_key.clone(),
+        );
+        async move {
+            let res = client.get(url).bearer_auth(key).send().await.unwrap();
+            assert_eq!(res.status(), 302);
+            res.headers()["location"].to_str().unwrap().to_string()
+        }
+    };
+    assert_eq!(
+        location("/redirect").await,
+        "/v1/bridges/dc1/apis/internal/target?from=redirect"
+    );
+    assert_eq!(
+        location("/redirect-away").await,
+        "https://sso.internal.example/login"
+    );
+    // Followed (the key goes along to the same host): the API's answer, through the cloud.
+    let echo: Value = rig.get("/redirect").await.json().await.unwrap();
+    assert_eq!(echo["path"], "/target", "{echo}");
+}

@@ -102,6 +102,25 @@ async fn route(req: Request<Incoming>) -> Response<Body> {
         );
         return r;
     }
+    if path.ends_with("/redirect") || path.ends_with("/redirect-away") {
+        // A redirect to this server's own address, absolute as many frameworks write it; or
+        // to another host.
+        let host = req
+            .headers()
+            .get("host")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        let to = if path.ends_with("/redirect") {
+            format!("http://{host}/target?from=redirect")
+        } else {
+            "https://sso.internal.example/login".to_string()
+        };
+        let mut r = Response::new(full(""));
+        *r.status_mut() = hyper::StatusCode::FOUND;
+        r.headers_mut()
+            .insert(hyper::header::LOCATION, to.parse().unwrap());
+        return r;
+    }
     if path.ends_with("/download") {
         // Streams `bytes` bytes of a repeating pattern in 64 KiB chunks.
         let total = query(&req, "bytes").unwrap_or(0);

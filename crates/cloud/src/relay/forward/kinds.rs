@@ -50,6 +50,29 @@ pub(super) fn registry_response_filter(bridge: &str, registry: &str, response: &
     }
 }
 
+/// The bridge gives a redirect to an internal API's own address as the tunnel's path
+/// (`/apis/{name}/…`): here it becomes `/v1/bridges/{bridge}/apis/{name}/…`, so the client
+/// follows it back through the cloud.
+pub(super) fn api_response_filter(bridge: &str, api: &str, response: &mut Response) {
+    let Some(location) = response
+        .headers()
+        .get(header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return;
+    };
+    let tunnel = format!("/apis/{api}");
+    let Some(rest) = location.strip_prefix(&tunnel) else {
+        return;
+    };
+    if !(rest.is_empty() || rest.starts_with('/') || rest.starts_with('?')) {
+        return;
+    }
+    if let Ok(v) = HeaderValue::from_str(&format!("/v1/bridges/{bridge}{tunnel}{rest}")) {
+        response.headers_mut().insert(header::LOCATION, v);
+    }
+}
+
 fn git_refusal(problem: Problem) -> Response {
     let body = format!("{}\n", problem.detail);
     refusal_as(&problem, "text/plain; charset=utf-8", body)

@@ -166,7 +166,12 @@ pub async fn forward(
 ) -> Response {
     let target = Target::new(kind, matched.as_str(), req.uri().path());
     match run(&state, &target, req).await {
-        Ok(response) => response,
+        Ok(mut response) => {
+            if kind == ResourceKind::Api {
+                kinds::api_response_filter(&target.bridge, &target.name, &mut response);
+            }
+            response
+        }
         Err(problem) => kinds::refusal(kind, problem),
     }
 }
