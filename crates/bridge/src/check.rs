@@ -167,7 +167,13 @@ async fn probe_all(cfg: &Config) -> Vec<Row> {
     }
     for source in &cfg.sources {
         let (url, missing) = git_probe(source);
-        rows.push(probe_http("git", &source.name, url, source, missing.as_deref()).await);
+        let mut row = probe_http("git", &source.name, url, source, missing.as_deref()).await;
+        if let (None, Ok(said)) = (&missing, &mut row.result) {
+            said.push_str(
+                " at the server root; name a repository without a glob in `repositories` and check fetches its refs",
+            );
+        }
+        rows.push(row);
     }
     for registry in &cfg.registries {
         rows.push(Row {

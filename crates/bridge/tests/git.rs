@@ -406,6 +406,17 @@ async fn a_wrong_source_token_is_a_clear_error_for_git_and_bridge_check() {
             && team.contains("(HTTP 404)"),
         "{team}"
     );
+    // Globs only: nothing to fetch, and the row says what its "ok" rests on.
+    let yaml = format!(
+        "{}token: unused\n{}",
+        yaml_for(&rig.cloud, "dc1", ""),
+        sources(&server, GIT_TOKEN)
+    );
+    let (_, team) = check_team_row(yaml);
+    assert!(
+        team.contains("ok (HTTP") && team.contains("at the server root; name a repository"),
+        "{team}"
+    );
 }
 
 /// Runs `bridge check` on `yaml`: its exit code and its row for the source `team`.
