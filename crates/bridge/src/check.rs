@@ -46,6 +46,10 @@ async fn probe_cloud(cfg: &Config) -> Row {
         let identity =
             identity::Identity::new(std::sync::Arc::new(cfg.clone())).map_err(|e| e.to_string())?;
         match identity.prove_token().await {
+            Ok(()) if !cfg.tls_verify => Ok(
+                "ok (TLS 1.3, token accepted; the certificate NOT verified: tls_verify is false)"
+                    .to_string(),
+            ),
             Ok(()) => Ok("ok (TLS 1.3, token accepted)".to_string()),
             Err(identity::AgentError::Unauthorized(why))
                 if why.starts_with("this token is for bridge") =>
@@ -95,8 +99,9 @@ async fn probe_http(
                 Err(_) => Err("timed out".into()),
                 Ok(Err(e)) => Err(format!("unreachable: {}", forward::causes(&e))),
                 Ok(Ok(r)) if matches!(r.status().as_u16(), 401 | 403) => Err(format!(
-                    "credentials rejected (HTTP {})",
-                    r.status().as_u16()
+                    "credentials rejected (HTTP {}): check {}[].auth",
+                    r.status().as_u16(),
+                    if label == "git" { "sources" } else { "apis" }
                 )),
                 Ok(Ok(r)) => match missing {
                     Some(what) if r.status() == hyper::StatusCode::NOT_FOUND => {
@@ -217,6 +222,11 @@ pub fn check(path: Option<&Path>) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
+    // The files and directories it names, as `run` opens them (an audit log it can append to).
+    let cfg = std::sync::Arc::new(cfg);
+    if let Err(code) = crate::run::preflight(&cfg) {
+        return code;
+    }
     println!("configuration: ok ({} resource(s))", cfg.resources().len());
     if let Some(warning) = crate::run::raise_fd_limit(cfg.max_connections) {
         println!("warning: {warning}");

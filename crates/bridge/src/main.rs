@@ -31,8 +31,9 @@ enum Command {
         #[arg(long, env = "SERVICE_BRIDGE_CONFIG")]
         config: Option<PathBuf>,
     },
-    /// Ask a running bridge's `/health` (exit 0 when it answers 200): a container health check
-    /// that needs no shell or curl.
+    /// Ask a running bridge's `/health`: a container health check that needs no shell or curl.
+    /// Exit 0 when it answers 200, 1 on 503 or no answer, 2 when health_check_port is 0 (no
+    /// fixed port to ask) or the config cannot be read.
     Healthcheck {
         /// Configuration file (YAML); environment variables override it.
         #[arg(long, env = "SERVICE_BRIDGE_CONFIG")]
@@ -45,7 +46,9 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum AuditCommand {
-    /// Check the hash chain of an audit log (or of a log file with audit lines in it).
+    /// Check the hash chain of an audit log (or of a log file with audit lines in it). Exit 0
+    /// when intact (the last record's SHA-256 is printed); 1 naming the first bad line, when the
+    /// file has no audit record, or when the --anchor record is gone; 2 for a malformed --anchor.
     Verify {
         /// The file.
         file: PathBuf,
@@ -92,6 +95,16 @@ fn verify_audit(file: &std::path::Path, anchor: Option<String>) -> ExitCode {
                 "audit log {}: no audit record has the SHA-256 {}: the record it names was altered, or cut off with every record after it",
                 file.display(),
                 anchor.unwrap_or_default()
+            );
+            ExitCode::from(1)
+        }
+        // Lines, but none of them an audit record: most likely another file (the log).
+        Ok((summary, _))
+            if summary.records == 0 && std::fs::metadata(file).is_ok_and(|m| m.len() > 0) =>
+        {
+            eprintln!(
+                "audit log {}: no audit record in it (lines with \"type\":\"audit\"); is it the file the config's audit_log names?",
+                file.display()
             );
             ExitCode::from(1)
         }

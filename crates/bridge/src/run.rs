@@ -91,7 +91,8 @@ pub fn run(path: Option<&Path>) -> ExitCode {
 /// Opens what the configuration points at: the CA to trust, the operator's certificate and
 /// key, the audit log. A file that cannot be read or parsed is a configuration error like a bad
 /// value (exit 2, each one named by its key), not a failure found later on every reconnect.
-fn preflight(cfg: &Arc<Config>) -> Result<(Identity, AuditLog), ExitCode> {
+/// `bridge check` runs it too, so that it passes only a configuration `run` takes.
+pub(crate) fn preflight(cfg: &Arc<Config>) -> Result<(Identity, AuditLog), ExitCode> {
     let mut problems = Vec::new();
     if let Some(dir) = &cfg.state_dir
         && let Err(e) = crate::state::prepare(dir)
@@ -140,7 +141,7 @@ async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow:
     let audit = Arc::new(audit);
     let flusher = audit.spawn_flusher();
     let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
-    let shutdown = signals(audit.clone());
+    let shutdown = signals(audit.clone(), metrics.in_flight.clone());
     let listener = tokio::net::TcpListener::bind((cfg.health_check_address, cfg.health_check_port))
         .await
         .map_err(|e| {
@@ -191,8 +192,11 @@ async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow:
 }
 
 /// Cancelled at the first SIGTERM/Ctrl-C; a second one exits at once (after writing the audit
-/// records still queued).
-fn signals(audit: Arc<AuditLog>) -> CancellationToken {
+/// records still queued, and saying how many streams it cut, which have no audit record).
+fn signals(
+    audit: Arc<AuditLog>,
+    in_flight: prometheus_client::metrics::gauge::Gauge,
+) -> CancellationToken {
     let token = CancellationToken::new();
     let mut signals = match tunnel::signals::Signals::listen() {
         Ok(signals) => signals,
@@ -207,6 +211,11 @@ fn signals(audit: Arc<AuditLog>) -> CancellationToken {
         tracing::info!("shutdown requested; draining (send the signal again to exit at once)");
         cancel.cancel();
         signals.next().await;
+        let cut = in_flight.get();
+        tracing::warn!(
+            cut_streams = cut,
+            "bridge stopped at once (second signal): {cut} stream(s) in flight were cut and have no audit record"
+        );
         let _ = audit.flush();
         std::process::exit(1);
     });

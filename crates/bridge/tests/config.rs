@@ -103,6 +103,20 @@ fn audit_verify_reports_tampering() {
         .unwrap()
         .replace("\"status\":200", "\"status\":201");
     std::fs::write(&path, text).unwrap();
+    // A file of log lines, with no audit record among them, is not taken for an intact log.
+    let log_file = dir.path().join("bridge.log");
+    std::fs::write(
+        &log_file,
+        "{\"level\":\"INFO\",\"message\":\"bridge started\"}\n",
+    )
+    .unwrap();
+    let out = Command::new(bridge_bin())
+        .args(["audit", "verify"])
+        .arg(&log_file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no audit record in it"));
     let out = verify();
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -145,6 +159,13 @@ async fn check_tries_the_cloud_and_each_resource() {
     let (code, out) = check(&good);
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("ok (TLS 1.3, token accepted)"), "{out}");
+    // Not verifying the cloud's certificate is said beside the ok.
+    let (code, out) = check(&format!("{good}tls_verify: false\n"));
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("token accepted; the certificate NOT verified: tls_verify is false"),
+        "{out}"
+    );
     // "ok" means ready to connect: a token of another bridge is not (the cloud would refuse
     // the tunnel), nor a made-up token, nor a revoked one.
     let (code, out) = check(&good.replace("name: dc1", "name: dc2"));
@@ -153,10 +174,29 @@ async fn check_tries_the_cloud_and_each_resource() {
         out.contains("this token is for bridge \"dc1\", not \"dc2\": set the config's `name:`"),
         "{out}"
     );
+    // The cloud's operator sees both refusals too, with the name the bridge gave.
+    let refused = cloud.wait_log_line("\"step\":\"enroll\"");
+    assert!(
+        refused.contains("bridge tunnel refused") && refused.contains("\"bridge\":\"dc2\""),
+        "{refused}"
+    );
     let made_up = good.replace(&token, "sigbrt_0123456789abcdef_00");
     let (code, out) = check(&made_up);
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("token rejected (revoked or wrong)"), "{out}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let refusals = loop {
+        let text = cloud.log_text();
+        if text.matches("\"step\":\"enroll\"").count() >= 2 {
+            break text;
+        }
+        assert!(std::time::Instant::now() < deadline, "{text}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(
+        !refusals.contains("sigbrt_0123456789abcdef_00"),
+        "{refusals}"
+    );
     cloud.admin(&["bridge-token", "revoke", "--org", "acme", "--name", "dc1"]);
     let (code, out) = check(&good);
     assert_eq!(code, Some(1), "{out}");
@@ -171,7 +211,10 @@ async fn check_tries_the_cloud_and_each_resource() {
     let wrong_password = good.replace("${INTERNAL_PW}", "nope");
     let (code, out) = check(&wrong_password);
     assert_eq!(code, Some(1), "{out}");
-    assert!(out.contains("credentials rejected (HTTP 401)"), "{out}");
+    assert!(
+        out.contains("credentials rejected (HTTP 401): check apis[].auth"),
+        "{out}"
+    );
     let closed = free_closed_port();
     let unreachable = good.replace(&upstream.url, &format!("http://127.0.0.1:{closed}"));
     let (code, out) = check(&unreachable);
@@ -212,22 +255,39 @@ fn unreadable_files_the_config_names_are_configuration_errors() {
     let dir = tempfile::tempdir().unwrap();
     let not_pem = dir.path().join("ca.pem");
     std::fs::write(&not_pem, "this is not a certificate").unwrap();
+    // A state_dir under a regular file cannot be made, not even by root.
     let yaml = format!(
-        "name: dc1\ntoken: t\ntls_ca_file: {}\ntls_cert_file: {}\ntls_key_file: {}\naudit_log: {}\napis:\n  - name: a\n    url: https://a.internal\n    tls_ca_file: {0}\n",
+        "name: dc1\ntoken: t\ntls_ca_file: {}\ntls_cert_file: {}\ntls_key_file: {}\naudit_log: {}\nstate_dir: {}\napis:\n  - name: a\n    url: https://a.internal\n    tls_ca_file: {0}\n",
         not_pem.display(),
         dir.path().join("missing-cert.pem").display(),
         dir.path().join("missing-key.pem").display(),
         dir.path().join("no-such-dir/audit.log").display(),
+        not_pem.join("state").display(),
     );
     let (code, err) = run(&yaml, &[]);
     assert_eq!(code, Some(2), "{err}");
-    for key in [
+    let keys = [
         "tls_ca_file",
         "tls_cert_file",
         "audit_log",
+        "state_dir",
         "apis[0].tls_ca_file",
-    ] {
+    ];
+    for key in keys {
         assert!(err.contains(key), "{key} not named in:\n{err}");
+    }
+    // `check` passes only what `run` takes: the same problems, the same exit code.
+    let path = dir.path().join("bridge.yaml");
+    std::fs::write(&path, &yaml).unwrap();
+    let out = Command::new(bridge_bin())
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    for key in keys {
+        assert!(said.contains(key), "{key} not named by check in:\n{said}");
     }
 }
 

@@ -368,7 +368,16 @@ async fn max_connections_bounds_the_instance_across_resources() {
 async fn allow_rules_and_path_normalisation_refuse_and_audit() {
     let rig = Rig::start("    allow:\n      - {method: GET, path: \"/v1/*\"}\n").await;
     assert_eq!(rig.get("/v1/ok").await.status(), 200);
-    assert_eq!(rig.get("/admin").await.status(), 403);
+    let refused = rig.get("/admin").await;
+    assert_eq!(refused.status(), 403);
+    let problem: serde_json::Value = refused.json().await.unwrap();
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("GET /admin matches no allow rule of the bridge's apis entry"),
+        "{problem}"
+    );
     let res = rig
         .request(reqwest::Method::POST, "/v1/ok")
         .send()

@@ -264,7 +264,10 @@ async fn what_is_not_reachable_says_why() {
         ),
         "an unknown source",
     );
-    assert!(err.contains("declares no git named \"nope\""), "{err}");
+    assert!(
+        err.contains("declares no Git source named \"nope\""),
+        "{err}"
+    );
     // The config's list name where the URL has the kind: git prints the right URL.
     let by_list_name = clone_url(&rig, &key, "team", "team/lib.git").replace("/git/", "/sources/");
     let err = failed(
@@ -385,7 +388,7 @@ async fn a_wrong_source_token_is_a_clear_error_for_git_and_bridge_check() {
     assert_eq!(code, Some(1), "{team}");
     assert!(team.contains("team/lib.git/info/refs"), "{team}");
     assert!(
-        team.contains("FAILED: credentials rejected (HTTP 401)"),
+        team.contains("FAILED: credentials rejected (HTTP 401): check sources[].auth"),
         "{team}"
     );
 

@@ -146,3 +146,112 @@ async fn callers_hanging_up_at_once_do_not_drop_the_tunnel() {
         rig.bridge.log_text()
     );
 }
+
+/// `POST /item` with a body through the tunnel; its status and `Retry-After`.
+async fn post(rig: &Rig) -> (u16, Option<String>) {
+    let res = rig
+        .request(reqwest::Method::POST, "/item")
+        .body("{\"n\":1}")
+        .send()
+        .await
+        .expect("request");
+    let retry_after = res
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    (res.status().as_u16(), retry_after)
+}
+
+/// Waits until the upstream serves at least `n` requests at once.
+async fn in_flight(rig: &Rig, n: usize) {
+    testkit::wait_until("slow requests at the internal API", || {
+        rig.upstream.stats.current.load(Ordering::SeqCst) >= n
+    })
+    .await;
+}
+
+/// A SIGTERM'd instance finishes what it has and takes nothing new: requests of any method go
+/// to the other instance, and with none left the caller hears 503 and when to retry, never a
+/// 502 for a request that did not leave the cloud.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_instance_hands_new_requests_to_the_other() {
+    let mut rig = Rig::start("").await;
+    let mut second = rig.another_instance().await;
+    let slow = |rig: &Rig| {
+        let request = rig.request(reqwest::Method::GET, "/slow?sleep_ms=3000");
+        tokio::spawn(async move { request.send().await.map(|r| r.status().as_u16()) })
+    };
+    // One slow request on each instance (the cloud picks the least busy), so that the first
+    // is still draining while the POSTs below are sent.
+    let (a, b) = (slow(&rig), slow(&rig));
+    in_flight(&rig, 2).await;
+    rig.bridge.signal("TERM");
+    testkit::wait_until("the first instance draining", || {
+        rig.bridge
+            .log_text()
+            .contains("shutdown: finishing in-flight streams")
+    })
+    .await;
+    for _ in 0..10 {
+        assert_eq!(post(&rig).await, (200, None));
+    }
+    assert!(retries(&rig, "draining").await <= 1.0);
+    assert_eq!(
+        (a.await.unwrap().unwrap(), b.await.unwrap().unwrap()),
+        (200, 200)
+    );
+    assert_eq!(rig.bridge.wait(), Some(0));
+
+    // The last instance stopping: its in-flight request finishes, a new one is a 503.
+    let c = slow(&rig);
+    in_flight(&rig, 1).await;
+    second.signal("TERM");
+    testkit::wait_until("the second instance draining", || {
+        second
+            .log_text()
+            .contains("shutdown: finishing in-flight streams")
+    })
+    .await;
+    assert_eq!(post(&rig).await, (503, Some("5".to_string())));
+    assert_eq!(c.await.unwrap().unwrap(), 200);
+    assert_eq!(second.wait(), Some(0));
+}
+
+/// Two processes under one name that declare different resources (a rollout, or a name given to
+/// two sites' bridges by mistake): the cloud says so, and sends each request only to an
+/// instance that declares its resource.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_declaring_different_resources_are_told_apart() {
+    let rig = Rig::start("").await;
+    let yaml = testkit::bridge::yaml_for(
+        &rig.cloud,
+        "dc1",
+        &format!("apis:\n  - name: other\n    url: {}\n", rig.upstream.url),
+    );
+    let other = testkit::bridge::BridgeProc::start(&yaml, &[("SERVICE_BRIDGE_TOKEN", &rig.token)]);
+    other
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    let said = rig
+        .cloud
+        .wait_log_line("instances of this bridge declare different resources");
+    assert!(
+        said.contains("api/internal") && said.contains("api/other"),
+        "{said}"
+    );
+    // Every request for `internal` reaches the instance that declares it (the other would
+    // refuse it with 404).
+    for _ in 0..10 {
+        assert_eq!(rig.get("/item").await.status(), 200);
+    }
+    let other_url = format!("{}/v1/bridges/dc1/apis/other/item", rig.cloud.http);
+    let res = rig
+        .cloud
+        .client()
+        .get(other_url)
+        .bearer_auth(&rig.tenant.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+}

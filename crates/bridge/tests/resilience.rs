@@ -194,6 +194,30 @@ async fn sigterm_drains_in_flight_streams_then_exits_zero() {
     assert_eq!(res.status(), 404);
 }
 
+/// A second signal exits at once, and says how many streams it cut (they have no audit record).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_exits_at_once_counting_what_it_cut() {
+    let mut rig = Rig::start("").await;
+    let slow = tokio::spawn({
+        let req = rig.request(reqwest::Method::GET, "/slow?sleep_ms=10000");
+        async move { req.send().await.map(|r| r.status().as_u16()) }
+    });
+    testkit::wait_until("the slow request at the internal API", || {
+        rig.upstream.stats.current.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    rig.bridge.signal("TERM");
+    testkit::wait_until("the bridge's shutdown", || {
+        rig.bridge.log_text().contains("shutdown requested")
+    })
+    .await;
+    rig.bridge.signal("TERM");
+    assert_eq!(rig.bridge.wait(), Some(1));
+    let log = rig.bridge.log_text();
+    assert!(log.contains("\"cut_streams\":1"), "{log}");
+    assert_ne!(slow.await.unwrap().ok(), Some(200));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cloud_sigterm_lets_a_forwarded_request_finish() {
     let mut rig = Rig::start("").await;

@@ -195,13 +195,26 @@ pub async fn revoke_key(
     id: &str,
 ) -> Result<String, AdminError> {
     let org_id = org(store, slug).await?;
+    // A whole API key (its secret too) is taken for its id: the secret is neither echoed nor
+    // written to the audit log.
+    let whole = secrets::parse(Kind::ApiKey, id).filter(|_| kind == Credential::ApiKey);
+    let public = whole.map(|(key_id, _)| format!("{}{key_id}", Kind::ApiKey.prefix()));
+    let id = public.as_deref().unwrap_or(id);
     let bare = match kind {
         Credential::ApiKey => id.strip_prefix(Kind::ApiKey.prefix()).unwrap_or(id),
         Credential::SignalKey | Credential::BridgeToken => id,
     };
     if !store.revoke_key(org_id, kind, bare).await? {
+        // Another kind's whole credential: named, its secret not echoed.
+        let secret = [Kind::ApiKey, Kind::BridgeToken]
+            .into_iter()
+            .any(|k| secrets::parse(k, id).is_some());
+        let shown = match secrets::named_kind(id) {
+            Some(other) if secret => format!("(that is {other}, secret and all)"),
+            _ => format!("{id:?}"),
+        };
         return Err(AdminError::Usage(format!(
-            "org {slug:?} has no live key {id:?}; `list` shows the ids"
+            "org {slug:?} has no live key {shown}; `list` shows the ids"
         )));
     }
     let action = match kind {

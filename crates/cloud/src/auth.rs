@@ -100,6 +100,17 @@ const REVOCATION_POLL: Duration = Duration::from_secs(1);
 
 /// Pulls the presented API key out of the headers (borrowed from them for Bearer).
 fn presented_key(headers: &HeaderMap) -> Result<Cow<'_, str>, Problem> {
+    // Two could be read differently by a proxy in front and by this service.
+    if headers
+        .get_all(header::AUTHORIZATION)
+        .iter()
+        .nth(1)
+        .is_some()
+    {
+        return Err(Problem::bad_request(
+            "more than one Authorization header; send one",
+        ));
+    }
     let value = headers
         .get(header::AUTHORIZATION)
         .ok_or_else(|| {

@@ -63,32 +63,28 @@ fn foreign_origin(request: &Request) -> Option<&str> {
 /// frame) is refused with 403, so that it can neither act with the visitor's credentials nor
 /// read or embed what they see.
 pub async fn refuse_foreign_pages(request: Request, next: Next) -> Response {
-    if let Some(origin) = foreign_origin(&request) {
-        let problem = Problem::forbidden(format!(
-            "a page of another origin ({origin}, as the browser says in Origin) asked for {} {}; this service acts only for its own pages and for clients such as curl, git and skopeo",
-            request.method(),
-            request.uri().path()
-        ));
-        return as_registry_error(request.uri().path(), problem)
-            .unwrap_or_else(|problem| problem.into_response());
-    }
     let headers = request.headers();
-    if let Some(site) = foreign(headers) {
-        let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
-        let navigation = header("sec-fetch-mode") == Some("navigate")
-            && header("sec-fetch-dest").is_none_or(|d| d == "document")
-            && matches!(*request.method(), Method::GET | Method::HEAD);
-        if !navigation {
-            let problem = Problem::forbidden(format!(
-                "a page of another origin ({site}, as the browser says in Sec-Fetch-Site) asked for {} {}; this service acts only for its own pages and for clients such as curl, git and skopeo",
-                request.method(),
-                request.uri().path()
-            ));
-            return as_registry_error(request.uri().path(), problem)
-                .unwrap_or_else(|problem| problem.into_response());
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let refused = match (foreign_origin(&request), foreign(headers)) {
+        (Some(origin), _) => Some(format!("{origin}, as the browser says in Origin")),
+        (None, Some(site)) => {
+            let navigation = header("sec-fetch-mode") == Some("navigate")
+                && header("sec-fetch-dest").is_none_or(|d| d == "document")
+                && matches!(*request.method(), Method::GET | Method::HEAD);
+            (!navigation).then(|| format!("{site}, as the browser says in Sec-Fetch-Site"))
         }
-    }
-    next.run(request).await
+        (None, None) => None,
+    };
+    let Some(who) = refused else {
+        return next.run(request).await;
+    };
+    let problem = Problem::forbidden(format!(
+        "a page of another origin ({who}) asked for {} {}; this service acts only for its own pages and for clients such as curl, git and skopeo",
+        request.method(),
+        request.uri().path()
+    ));
+    as_registry_error(request.uri().path(), problem)
+        .unwrap_or_else(|problem| problem.into_response())
 }
 
 /// Under `/v2`, where registry clients read OCI error bodies, the refusal as one.

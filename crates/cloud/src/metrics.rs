@@ -38,8 +38,9 @@ pub struct RouteLabels {
 /// Labels of `relay_retries_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RetryLabel {
-    /// When the tunnel failed: `before_response` (no answer yet) or `mid_response` (a held
-    /// answer's body was cut).
+    /// When the tunnel failed: `before_response` (no answer yet), `mid_response` (a held
+    /// answer's body was cut), or `draining` (its bridge was shutting down and took no new
+    /// stream; the request had not left the cloud).
     pub when: &'static str,
 }
 
@@ -114,7 +115,7 @@ impl Metrics {
         let retries = Family::<RetryLabel, Counter>::default();
         // Both series exist from the start, at 0, so that `rate()` and `absent()` alert rules
         // see a series before the first retry.
-        for when in ["before_response", "mid_response"] {
+        for when in ["before_response", "mid_response", "draining"] {
             let _ = retries.get_or_create(&RetryLabel { when });
         }
         registry.register(

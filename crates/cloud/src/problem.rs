@@ -237,12 +237,49 @@ pub fn time_param(name: &str, value: Option<&str>) -> Result<Option<i64>, Proble
             chrono::DateTime::parse_from_rfc3339(v)
                 .map(|t| t.to_utc().timestamp_micros())
                 .map_err(|_| {
+                    let naive = |v: &str| {
+                        chrono::NaiveDateTime::parse_from_str(v, "%Y-%m-%dT%H:%M:%S%.f").is_ok()
+                    };
+                    let hint = match v.rsplit_once(' ') {
+                        // A `+` not percent-encoded reached us as a space.
+                        Some((time, zone)) if naive(time) && zone.contains(':') => {
+                            format!("; a + in a URL is a space: send {time}%2B{zone}")
+                        }
+                        _ if naive(v) => "; it has no time zone: add Z (UTC) or an offset".into(),
+                        _ => String::new(),
+                    };
                     Problem::bad_request(format!(
-                        "query parameter {name}={v:?} is not an RFC 3339 time; expected e.g. 2024-01-15T10:30:00Z"
+                        "query parameter {name}={v:?} is not an RFC 3339 time{hint}; expected e.g. 2024-01-15T10:30:00Z"
                     ))
                 })
         })
         .transpose()
+}
+
+/// A route's query string that does not read as its parameters, as a 400 in the words of the
+/// other messages: the unknown or missing parameter by name, and the `known` ones.
+pub fn query_problem(
+    rejection: &axum::extract::rejection::QueryRejection,
+    known: &[&str],
+) -> Problem {
+    let text = rejection.body_text();
+    let quoted = |after: &str| {
+        let start = text.find(after)? + after.len();
+        let name = text[start..].strip_prefix('`')?;
+        name.split_once('`').map(|(name, _)| name.to_string())
+    };
+    let known = known.join(", ");
+    let detail = if let Some(name) = quoted("unknown field ") {
+        format!("unknown query parameter {name:?}; known parameters: {known}")
+    } else if let Some(name) = quoted("missing field ") {
+        format!("query parameter {name:?} is required; known parameters: {known}")
+    } else {
+        let cause = text
+            .strip_prefix("Failed to deserialize query string: ")
+            .unwrap_or(&text);
+        format!("cannot read the query string ({cause}); known parameters: {known}")
+    };
+    Problem::bad_request(detail)
 }
 
 /// The `detail` of a problem+json body, or the body itself when it is not one (a peer's
@@ -285,5 +322,31 @@ where
                 rejection.body_text()
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod time_param_tests {
+    #[test]
+    fn a_bad_time_says_what_is_missing() {
+        let said = |v| super::time_param("since", Some(v)).unwrap_err().detail;
+        assert!(
+            said("2024-01-15T10:00:00").contains("it has no time zone: add Z"),
+            "{}",
+            said("2024-01-15T10:00:00")
+        );
+        assert!(
+            said("2024-01-15T10:00:00 01:00").contains("send 2024-01-15T10:00:00%2B01:00"),
+            "{}",
+            said("2024-01-15T10:00:00 01:00")
+        );
+        assert_eq!(
+            said("yesterday"),
+            "query parameter since=\"yesterday\" is not an RFC 3339 time; expected e.g. 2024-01-15T10:30:00Z"
+        );
+        assert_eq!(
+            super::time_param("since", Some("2024-01-15T10:00:00+01:00")).unwrap(),
+            Some(1_705_309_200_000_000)
+        );
     }
 }

@@ -191,19 +191,50 @@ async fn bad_input_is_named() {
         &t,
         reqwest::Method::PUT,
         "/v1/services/api/dependencies",
-        Some(json!({"dependencies": ["db", 3, "api"], "extra": 1})),
+        Some(json!({"dependencies": ["db", 3, "api", " "], "extra": 1})),
     )
     .await;
     assert_eq!(status, 422, "{body}");
-    let pointers: Vec<&str> = body["errors"]
+    let errors: Vec<(&str, &str)> = body["errors"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| e["pointer"].as_str().unwrap())
+        .map(|e| {
+            (
+                e["pointer"].as_str().unwrap(),
+                e["detail"].as_str().unwrap(),
+            )
+        })
         .collect();
+    // Each entry says what is wrong with it.
     assert_eq!(
-        pointers,
-        ["/dependencies/1", "/dependencies/2", "/extra"],
+        errors,
+        [
+            (
+                "/dependencies/1",
+                "expected a service name (a string), not a number"
+            ),
+            ("/dependencies/2", "\"api\" cannot depend on itself"),
+            ("/dependencies/3", "a service name cannot be empty"),
+            (
+                "/extra",
+                "unknown field \"extra\"; the body is {\"dependencies\": [...]}"
+            ),
+        ],
+        "{body}"
+    );
+    // A wrong type is said as such, not as a missing field.
+    let (status, body) = call(
+        &cloud,
+        &t,
+        reqwest::Method::PUT,
+        "/v1/services/api/dependencies",
+        Some(json!({"dependencies": "payments-api"})),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        body["errors"][0]["detail"], "dependencies must be an array of service names, not a string",
         "{body}"
     );
     let (status, body) = call(

@@ -191,6 +191,14 @@ async fn services_and_days(backend: Backend) {
     .await;
     assert_eq!(status, 400);
     assert!(bad.contains("from") && bad.contains("YYYY-MM-DD"), "{bad}");
+    let (status, bad) = get(
+        &client,
+        format!("{}/events?type=nosuch", cloud.https),
+        &member,
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(bad.contains("is not an event type"), "{bad}");
 }
 
 #[tokio::test]

@@ -102,6 +102,26 @@ async fn forms_without_their_csrf_token_are_refused() {
         .await
         .unwrap();
     assert_eq!(res.status(), 403);
+
+    // A form that does not read as the page's is a page saying so, not the framework's text.
+    let res = client
+        .post(format!("{}/sign-in", cloud.https))
+        .form(&[("username", "ada@example.com"), ("password", PASSWORD)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 400);
+    assert_eq!(res.headers()["content-type"], "text/html; charset=utf-8");
+    let page = res.text().await.unwrap();
+    assert!(page.contains("missing field `email`"), "{page}");
+    let res = client
+        .post(format!("{}/sign-in", cloud.https))
+        .json(&serde_json::json!({"email": "ada@example.com", "password": PASSWORD}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 415);
+    assert!(res.text().await.unwrap().contains("was not sent as a form"));
 }
 
 #[tokio::test]

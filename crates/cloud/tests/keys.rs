@@ -173,4 +173,61 @@ async fn a_credential_of_another_kind_is_named_not_echoed() {
         said.starts_with("that is an API key, not a bridge token"),
         "{said}"
     );
+
+    // `revoke` given a whole credential: another kind is named and not echoed; a whole API key
+    // is revoked by its id, and its secret reaches neither the output nor the audit log.
+    let secret_of = |key: &str| key.rsplit_once('_').unwrap().1.to_string();
+    for (command, whole, named) in [
+        ("signal-key", &t.api_key, "an API key"),
+        ("api-key", &token, "a bridge token"),
+    ] {
+        let out = cloud.admin_output(&[command, "revoke", "--org", "acme", whole]);
+        assert_eq!(out.status.code(), Some(2));
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains(&format!("(that is {named}")), "{said}");
+        assert!(
+            !said.contains(&secret_of(whole)),
+            "the secret was echoed: {said}"
+        );
+    }
+    let ci = cloud.admin(&["api-key", "create", "--org", "acme", "--name", "ci"]);
+    let (id, secret) = ci.rsplit_once('_').unwrap();
+    // Run as a service would run it: no USER or LOGNAME.
+    let out = cloud
+        .admin_command(&[
+            "api-key",
+            "revoke",
+            "--org",
+            "acme",
+            &ci,
+            "--log-level",
+            "info",
+        ])
+        .env_remove("USER")
+        .env_remove("LOGNAME")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("revoked {id}")
+    );
+    // The audit entry is a JSON line on stderr, its actor the user id.
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("api_key.revoke") && log.contains(id), "{log}");
+    let uid = rustix::process::getuid().as_raw();
+    assert!(
+        log.contains(&format!("\"actor\":\"cli:uid={uid}\"")),
+        "{log}"
+    );
+    assert!(
+        !log.contains(secret),
+        "the secret reached the audit log: {log}"
+    );
+    within(
+        Duration::from_secs(2),
+        "revocation by the whole key",
+        || async { cloud.events_status(&ci).await == StatusCode::UNAUTHORIZED },
+    )
+    .await;
 }

@@ -101,6 +101,13 @@ async fn seed_event_is_accepted_and_read_back(backend: Backend) {
     assert_eq!(event["timestamp"], "2024-01-15T10:30:00Z");
     assert_eq!(event["receivedAt"], body["receivedAt"]);
     assert_server_time(&body["receivedAt"]);
+    // Without a timestamp the event's is the receive time, in the server's one format.
+    let (status, _, body) = post(&cloud, &t, &json!({"type": "custom", "name": "no-time"})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let id = body["id"].as_str().unwrap();
+    let (_, event) = get(&cloud, &t.api_key, &format!("/v1/events/{id}")).await;
+    assert_eq!(event["timestamp"], body["receivedAt"], "{event}");
+    assert_eq!(event["receivedAt"], body["receivedAt"], "{event}");
 }
 
 /// A time the server made: RFC 3339, UTC, exactly three fractional digits, `Z`.
@@ -159,6 +166,17 @@ async fn every_error_status_has_a_problem_body(backend: Backend) {
     .await;
     assert_problem(s, &h, &b, 401);
     assert!(!b.to_string().contains(&t.api_key), "{b}");
+    // Two keys at once: which one counts is not left to chance.
+    let (s, h, b) = send(
+        client
+            .post(&url)
+            .header("authorization", format!("Bearer {}", t.api_key))
+            .header("authorization", format!("Bearer {}", other.api_key))
+            .json(&seed_event()),
+    )
+    .await;
+    assert_problem(s, &h, &b, 400);
+    assert_eq!(b["detail"], "more than one Authorization header; send one");
 
     let (s, h, b) = send(
         client
@@ -816,10 +834,25 @@ async fn values_that_could_not_be_read_back_are_refused(backend: Backend) {
         r#"[{"type":"custom","name":"ok"},{"type":"custom","name":"x","extra":[1e400]}]"#
             .to_string(),
     ];
+    let mut details = Vec::new();
     for body in bodies {
         let res = post_text(&cloud, &t, body.clone()).await;
         assert_eq!(res.status(), StatusCode::BAD_REQUEST, "{body:.60}");
+        let problem: Value = res.json().await.unwrap();
+        details.push(problem["detail"].as_str().unwrap().to_string());
     }
+    // Said in words, without serde's column (which counts from the value, not the body).
+    assert_eq!(
+        details[0],
+        "the value at /extra cannot be stored: a number is beyond the range of a 64-bit float"
+    );
+    assert!(
+        details[1].starts_with(
+            "the value at /extra cannot be stored: a string holds a lone UTF-16 surrogate escape"
+        ),
+        "{}",
+        details[1]
+    );
     let (_, list) = get(&cloud, &t.api_key, "/v1/events").await;
     assert_eq!(list["events"], json!([]), "nothing was stored");
 }

@@ -213,11 +213,16 @@ impl Cloud {
         }
     }
 
+    /// An admin command against the same storage, to be run (with more settings) by the test.
+    pub fn admin_command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(cloud_bin());
+        command.args(args).args(self.storage_args());
+        command
+    }
+
     /// Runs an admin command against the same storage; returns its output.
     pub fn admin_output(&self, args: &[&str]) -> Output {
-        Command::new(cloud_bin())
-            .args(args)
-            .args(self.storage_args())
+        self.admin_command(args)
             .output()
             .expect("run cloud admin command")
     }

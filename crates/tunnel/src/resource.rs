@@ -44,6 +44,16 @@ impl ResourceKind {
         }
     }
 
+    /// The kind in words, for messages: "Git source", "internal API", ….
+    pub fn noun(self) -> &'static str {
+        match self {
+            ResourceKind::Api => "internal API",
+            ResourceKind::Git => "Git source",
+            ResourceKind::Registry => "registry",
+            ResourceKind::Database => "database",
+        }
+    }
+
     /// The first path segment inside the tunnel, as in the cloud's URLs.
     pub fn segment(self) -> &'static str {
         match self {

@@ -54,7 +54,9 @@ pub(super) fn key_path(text: &str, line: usize, column: usize) -> Option<String>
     let (mut col, key) = first.key?;
     let text_after = &lines[i][col + key.len() + 1..];
     let value_at = col + key.len() + 1 + (text_after.len() - text_after.trim_start().len());
-    if value_at + 1 != column {
+    // The value starts there, or on the lines below when nothing follows the colon.
+    let block = text_after.trim().is_empty() && column == col + key.len() + 2;
+    if value_at + 1 != column && !block {
         return None;
     }
     let mut path = vec![key.to_string()];
@@ -98,6 +100,62 @@ pub(super) fn key_path(text: &str, line: usize, column: usize) -> Option<String>
             None => return None,
         }
     }
+}
+
+/// The key whose block value holds `line`:`column` (1-based): the nearest line above that is
+/// indented less and has a key with nothing after its colon (`apis:` above a mapping written
+/// where a list belongs). Its line, the column where the key starts, and the column just past
+/// its colon (where [`key_path`] looks for its value), all 1-based.
+pub(super) fn block_parent(
+    text: &str,
+    line: usize,
+    column: usize,
+) -> Option<(usize, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut i = line.checked_sub(1)?;
+    while let Some(above) = i.checked_sub(1) {
+        i = above;
+        let Some(l) = read(lines[i]) else { continue };
+        if l.indent + 1 >= column {
+            continue;
+        }
+        let (at, key) = l.key?;
+        let after = &lines[i][at + key.len() + 1..];
+        let empty = after.trim().is_empty() || after.trim_start().starts_with('#');
+        return empty.then_some((i + 1, at + 1, at + key.len() + 2));
+    }
+    None
+}
+
+/// The path of the mapping that holds the key starting at `line`:`column` (1-based): `apis[0]`
+/// for `urll` in the first `apis` entry, `None` for a key of the file's top level or a place
+/// that is not plain block YAML.
+pub(super) fn parent_of_key(text: &str, line: usize, column: usize) -> Option<String> {
+    let l = read(text.lines().nth(line.checked_sub(1)?)?)?;
+    let (at, key) = l.key.filter(|(at, _)| at + 1 == column)?;
+    let after = &text.lines().nth(line - 1)?[at + key.len() + 1..];
+    let spaces = if after.trim().is_empty() {
+        0
+    } else {
+        after.len() - after.trim_start().len()
+    };
+    let path = key_path(text, line, column + key.len() + 1 + spaces)?;
+    let parent = path.strip_suffix(key)?.strip_suffix('.')?;
+    Some(parent.to_string())
+}
+
+/// The key of `expected` (the reader's list of the keys allowed there) that `unknown` most
+/// likely meant, when one is close: a typo or a transposition away.
+pub(super) fn meant<'a>(unknown: &str, expected: &'a str) -> Option<&'a str> {
+    let most = (unknown.len() / 3).max(1);
+    expected
+        .split(',')
+        .map(|k| k.trim().trim_matches('`'))
+        .filter(|k| !k.is_empty())
+        .map(|k| (strsim::damerau_levenshtein(unknown, k), k))
+        .filter(|(distance, _)| *distance <= most)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, k)| k)
 }
 
 /// The YAML reader's word for a wrong type, as what was expected.
@@ -154,6 +212,33 @@ sources:
         let flow = "apis: [{name: x, max_connections: lots}]\n";
         assert_eq!(key_path(flow, 1, flow.find("lots").unwrap() + 1), None);
         assert_eq!(at("allow:\n  - http://x\n", 2), None);
+    }
+
+    #[test]
+    fn an_unknown_key_is_placed_in_its_mapping_and_matched_to_a_known_one() {
+        let text =
+            "name: dc1\napis:\n  - name: a\n    urll: http://a\n    auth:\n      typ: basic\n";
+        assert_eq!(parent_of_key(text, 4, 5).as_deref(), Some("apis[0]"));
+        assert_eq!(parent_of_key(text, 6, 7).as_deref(), Some("apis[0].auth"));
+        assert_eq!(parent_of_key(text, 1, 1), None);
+        assert_eq!(meant("urll", "name, url, auth, allow"), Some("url"));
+        assert_eq!(
+            meant("max_conections", "url, max_connections"),
+            Some("max_connections")
+        );
+        assert_eq!(meant("colour", "name, url, auth"), None);
+    }
+
+    #[test]
+    fn a_block_value_is_found_from_inside_it() {
+        let text = "name: dc1\napis:\n  name: a\n  url: http://a\nsources:\n- x\n";
+        // The mapping under `apis:` starts at 3:3.
+        let (line, key, value) = block_parent(text, 3, 3).unwrap();
+        assert_eq!((line, key), (2, 1));
+        assert_eq!(key_path(text, line, value).as_deref(), Some("apis"));
+        assert_eq!(block_parent(text, 1, 1), None);
+        // A key with a value on its own line is no block parent.
+        assert_eq!(block_parent("a: 1\n  b: 2\n", 2, 3), None);
     }
 
     #[test]

@@ -5,9 +5,10 @@ use super::error::{Origin, Problem};
 use super::file::FileConfig;
 use super::key_path;
 
-/// Parses the file's YAML. A syntax error or a wrong type becomes one located problem; unknown
-/// keys are all reported at once (each with its line and column), beside every other problem
-/// of the rest of the file. An empty file (or one of comments only) is an empty configuration.
+/// Parses the file's YAML. A syntax error becomes one located problem; unknown keys and values
+/// of the wrong type are all reported at once (each with its line and column), beside every
+/// other problem of the rest of the file. An empty file (or one of comments only) is an empty
+/// configuration.
 pub(super) fn parse_file(text: &str) -> Result<(FileConfig, Vec<Problem>), Vec<Problem>> {
     let has_content = text
         .lines()
@@ -16,42 +17,44 @@ pub(super) fn parse_file(text: &str) -> Result<(FileConfig, Vec<Problem>), Vec<P
     if !has_content {
         return Ok((FileConfig::default(), Vec::new()));
     }
-    let mut unknown = Vec::new();
+    let mut found: Vec<(Problem, (u64, u64))> = Vec::new();
     let mut text = text.to_string();
-    // serde stops at the first unknown key: blank it out (and the value under it, keeping the
-    // lines where they are) and read again, to find the next. Bounded, in case blanking one
-    // turns up a loop.
-    for _ in 0..MAX_UNKNOWN_KEYS {
+    // serde stops at the first unknown key or wrong type: blank it out (an unknown key with the
+    // value under it, a wrong value alone, which leaves an optional key unset) keeping the lines
+    // where they are, and read again to find the next. Bounded, in case blanking turns up a loop.
+    for _ in 0..MAX_PROBLEMS {
         let err = match serde_saphyr::from_str::<FileConfig>(&text) {
-            Ok(file) => return Ok((file, unknown)),
+            Ok(file) => return Ok((file, found.into_iter().map(|(p, _)| p).collect())),
             Err(err) => err,
         };
-        let problem = yaml_problem(&err, &text);
-        let at = err.location().filter(|at| at.line() > 0);
+        let (problem, at) = yaml_problem(&err, &text);
+        let seen = found.iter().any(|(_, place)| Some(*place) == at);
         match at {
-            Some(at) if err.to_string().contains("unknown field") => {
-                unknown.push(problem);
-                match blank_key(&text, at.line() as usize, at.column() as usize) {
+            Some(place) if !seen => {
+                found.push((problem, place));
+                match blank_key(&text, place.0 as usize, place.1 as usize) {
                     Some(next) => text = next,
-                    None => return Err(unknown),
+                    None => return Err(found.into_iter().map(|(p, _)| p).collect()),
                 }
             }
-            // Another error after blanking is an artefact of the blanking: the unknown keys
-            // found so far are what the file really has wrong.
-            _ if !unknown.is_empty() => return Err(unknown),
+            // Another error after blanking (a required key left empty, a list cut short) is an
+            // artefact of the blanking: the problems found so far are what the file has wrong.
+            _ if !found.is_empty() => return Err(found.into_iter().map(|(p, _)| p).collect()),
             _ => return Err(vec![problem]),
         }
     }
-    Err(unknown)
+    Err(found.into_iter().map(|(p, _)| p).collect())
 }
 
-/// Most unknown keys reported in one run.
-const MAX_UNKNOWN_KEYS: usize = 50;
+/// Most unknown keys and wrong values reported in one run.
+const MAX_PROBLEMS: usize = 50;
 
-/// The reader's error, located; a wrong type is told by its key path (read back from the
-/// text, [`key_path`]) and as what was expected. The value is never repeated: it may be a
+/// The reader's error, located, and the place to blank for the reading to go on without it
+/// (an unknown key; a value of the wrong type, or the block under its key when the value is a
+/// block of the wrong kind), if it can. A wrong type is told by its key path (read back from
+/// the text, [`key_path`]) and as what was expected. The value is never repeated: it may be a
 /// secret put under the wrong key.
-fn yaml_problem(err: &serde_saphyr::Error, text: &str) -> Problem {
+fn yaml_problem(err: &serde_saphyr::Error, text: &str) -> (Problem, Option<(u64, u64)>) {
     use serde_saphyr::MessageFormatter;
     let bare = err.without_snippet();
     let message: String = serde_saphyr::UserMessageFormatter
@@ -60,18 +63,57 @@ fn yaml_problem(err: &serde_saphyr::Error, text: &str) -> Problem {
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
     let origin = err.location().map_or(Origin::Unknown, |at| Origin::at(&at));
+    let Origin::File { line, column } = origin else {
+        return (Problem::new("", origin, message), None);
+    };
     let Some(expected) = key_path::expected(&message) else {
-        return Problem::new("", origin, message);
+        let Some(unknown) = unknown_key(&message) else {
+            return (Problem::new("", origin, message), None);
+        };
+        // Named in its mapping (`apis[0]`), with the key it most likely meant.
+        let parent = key_path::parent_of_key(text, line as usize, column as usize);
+        let hint = message
+            .split_once("expected one of ")
+            .and_then(|(_, keys)| key_path::meant(unknown, keys))
+            .map(|k| format!("; did you mean `{k}`?"))
+            .unwrap_or_default();
+        return (
+            Problem::new(
+                parent.unwrap_or_default(),
+                origin,
+                format!("{message}{hint}"),
+            ),
+            Some((line, column)),
+        );
     };
-    let key = match origin {
-        Origin::File { line, column } => key_path::key_path(text, line as usize, column as usize),
-        _ => None,
-    };
-    Problem::new(key.unwrap_or_default(), origin, expected)
+    if let Some(key) = key_path::key_path(text, line as usize, column as usize) {
+        return (Problem::new(key, origin, expected), Some((line, column)));
+    }
+    // A block of the wrong kind (a mapping where a list belongs) is located at its first line:
+    // named by the key it is under, and blanked with that key.
+    let parent = key_path::block_parent(text, line as usize, column as usize).and_then(
+        |(line, key_at, value_at)| {
+            let key = key_path::key_path(text, line, value_at)?;
+            Some((key, line as u64, key_at as u64))
+        },
+    );
+    match parent {
+        Some((key, line, column)) => (
+            Problem::new(key, Origin::File { line, column }, expected),
+            Some((line, column)),
+        ),
+        None => (Problem::new("", origin, expected), Some((line, column))),
+    }
 }
 
-/// `text` with the key at `line`:`column` (1-based) blanked from there to the end of its line,
-/// and the lines of its value (indented deeper) emptied; the line count stays the same, so
+/// The key an "unknown field `KEY`, expected …" message names.
+fn unknown_key(message: &str) -> Option<&str> {
+    let rest = message.split_once("unknown field `")?.1;
+    rest.split_once('`').map(|(key, _)| key)
+}
+
+/// `text` with the key (or value) at `line`:`column` (1-based) blanked from there to the end of
+/// its line, and the lines of its value (indented deeper) emptied; the line count stays the same, so
 /// later problems keep their places. A key inside a `{…}` mapping loses only its own entry
 /// (spaces in its place, over several lines if it spans them), so that the mapping stays
 /// closed and what follows reads as written. `None` when there is nothing to blank.

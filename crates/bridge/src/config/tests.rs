@@ -273,9 +273,10 @@ fn unknown_keys_are_errors_with_line_and_column() {
         "token: t\nname: n\napis:\n  - name: a\n    url: https://a\n    auht:\n      username: u\n";
     let text = failure(yaml, &MapEnv::new());
     assert!(
-        text.starts_with("bridge.yaml:6:5: unknown field `auht`"),
+        text.starts_with("bridge.yaml:6:5: apis[0]: unknown field `auht`"),
         "{text}"
     );
+    assert!(text.ends_with("; did you mean `auth`?"), "{text}");
     assert!(!text.contains('\n'), "one line: {text}");
 }
 
@@ -311,8 +312,8 @@ fn every_unknown_key_is_listed_at_once_beside_the_other_problems() {
     let text = err.to_string();
     let expected = [
         "bridge.yaml:3:1: unknown field `heartbeat`",
-        "bridge.yaml:7:5: unknown field `auht`",
-        "bridge.yaml:10:5: unknown field `bogus`",
+        "bridge.yaml:7:5: apis[0]: unknown field `auht`",
+        "bridge.yaml:10:5: apis[1]: unknown field `bogus`",
         "bridge.yaml:11:10: apis[1].url: expected an absolute http or https URL",
         "bridge.yaml:12:1: unknown field `log_levle`",
         "bridge.yaml:13:18: max_connections: expected a whole number from 1 to 10000, got 0",
@@ -507,9 +508,14 @@ sources:
     repositories: ["../etc", ""]
   - url: http://git.corp
     auth: {type: oauth, token: x}
+  - url: http://git.corp
+    auth: {username: u, password: p}
 "#;
     let err = failure(bad, &MapEnv::new().with(TOKEN_VAR, "t"));
+    assert!(!err.contains("sources[2].auth.token"), "{err}");
+    assert!(!err.contains("sources[2].auth.password"), "{err}");
     for want in [
+        "sources[2].auth.type: missing: without it the type is \"token\", which does not use username and password; add `type: basic`",
         "sources[0].auth.username: not used with auth type \"bearer\"",
         "sources[0].auth.token: required",
         "sources[0].repositories[0]: expected a repository path or glob",
@@ -653,4 +659,34 @@ fn a_value_of_the_wrong_type_is_named_by_its_key_path() {
         err.contains("bridge.yaml:2:13: tls_verify: expected true or false"),
         "{err}"
     );
+}
+
+#[test]
+fn wrong_types_are_listed_at_once_with_the_other_problems() {
+    let yaml = "name: dc1\ntoken: t\napi_url: https://cloud.example\napis:\n  - name: a\n    url: http://a\n    max_connections: lots\n  - name: b\n    url: ftp://b\n    max_conections: 2\nsources:\n  - name: code\n    url: https://git.internal\n    allow_push: maybe\n";
+    let err = failure(yaml, &MapEnv::default());
+    let expected = [
+        "bridge.yaml:7:22: apis[0].max_connections: expected a whole number",
+        "bridge.yaml:9:10: apis[1].url: expected an absolute http or https URL",
+        "bridge.yaml:10:5: apis[1]: unknown field `max_conections`",
+        "bridge.yaml:14:17: sources[0].allow_push: expected true or false",
+    ];
+    for want in expected {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+    assert_eq!(err.lines().count(), expected.len(), "{err}");
+}
+
+#[test]
+fn a_mapping_where_a_list_belongs_is_one_problem_named_by_its_key() {
+    let yaml = "name: dc1\ntoken: t\napi_url: https://cloud.example\napis:\n  name: a\n  url: http://a\nlog_levle: info\n";
+    let err = failure(yaml, &MapEnv::default());
+    let expected = [
+        "bridge.yaml:4:1: apis: expected a list (lines starting with `- `)",
+        "bridge.yaml:7:1: unknown field `log_levle`",
+    ];
+    for want in expected {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+    assert_eq!(err.lines().count(), expected.len(), "{err}");
 }

@@ -82,6 +82,8 @@ impl Forwarder {
             .duration
             .observe(started.elapsed().as_secs_f64());
         audit.status = refusal.status.as_u16();
+        // A refusal after waiting for a slot took that long.
+        audit.duration_ms = started.elapsed().as_millis() as u64;
         audit.decision = Decision::Denied;
         audit.rule = if refusal.rule.is_empty() {
             refusal.reason.to_string()

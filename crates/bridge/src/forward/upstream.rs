@@ -11,6 +11,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
+use url::Url;
 
 use super::counted::Counted;
 use super::kind::Kind;
@@ -152,6 +153,38 @@ pub(super) fn build_upstream(
     ))
 }
 
+/// A `Location` an internal system answered, as the path (and query) under its entry's `url`:
+/// `/items/7?x=1` for `http://api.internal/v1/items/7?x=1` when the entry's `url` is
+/// `http://api.internal/v1`. The cloud prefixes the kind's route to it, so the caller follows
+/// the redirect through the tunnel and never sees the internal address. `None` for a
+/// `Location` on another scheme, host or port, outside the base path, or relative to the
+/// request (`items/7`, which is right through the cloud as it is).
+pub(super) fn path_under(base: &Url, location: &str) -> Option<String> {
+    let url = match Url::parse(location) {
+        Ok(absolute) => absolute,
+        Err(_) if location.starts_with('/') => base.join(location).ok()?,
+        Err(_) => return None,
+    };
+    let origin = |u: &Url| {
+        (
+            u.scheme().to_string(),
+            u.host_str().map(str::to_string),
+            u.port_or_known_default(),
+        )
+    };
+    if origin(&url) != origin(base) {
+        return None;
+    }
+    let rest = url.path().strip_prefix(base.path().trim_end_matches('/'))?;
+    if !(rest.is_empty() || rest.starts_with('/')) {
+        return None;
+    }
+    Some(match url.query() {
+        Some(query) => format!("{rest}?{query}"),
+        None => rest.to_string(),
+    })
+}
+
 /// Why an internal system's answer cannot go back through the tunnel, if it cannot: a `1xx`
 /// as the final answer (the bridge asked for no protocol switch; HTTP/2 cannot carry a `101`),
 /// or a head over [`tunnel::MAX_RESPONSE_HEAD`] as HTTP/2 counts it. Sent as it is, either
@@ -196,6 +229,31 @@ mod tests {
         assert!(
             big.contains("more than the tunnel carries (262144 bytes)"),
             "{big}"
+        );
+    }
+
+    #[test]
+    fn locations_on_the_entry_become_paths_under_it_and_others_none() {
+        let base: Url = "http://api.internal:8080/v1".parse().unwrap();
+        let at = |l| path_under(&base, l);
+        assert_eq!(
+            at("http://API.internal:8080/v1/items/7?x=1").as_deref(),
+            Some("/items/7?x=1")
+        );
+        assert_eq!(at("/v1/items").as_deref(), Some("/items"));
+        assert_eq!(at("/v1").as_deref(), Some(""));
+        assert_eq!(at("items"), None);
+        // Elsewhere: another host or port, another scheme, outside the base path.
+        assert_eq!(at("http://sso.internal/login"), None);
+        assert_eq!(at("http://api.internal:9090/v1/items"), None);
+        assert_eq!(at("https://api.internal:8080/v1/items"), None);
+        assert_eq!(at("/v1x/items"), None);
+        assert_eq!(at("/login"), None);
+        // A server root keeps the whole path; the default port may be named or not.
+        let root: Url = "https://reg.internal".parse().unwrap();
+        assert_eq!(
+            path_under(&root, "https://reg.internal:443/v2/a?n=1").as_deref(),
+            Some("/v2/a?n=1")
         );
     }
 }

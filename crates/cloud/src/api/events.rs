@@ -82,15 +82,18 @@ pub async fn list(
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
     let Query(p) = params.map_err(|e| {
-        let text = e.body_text();
-        // serde names the known parameters itself for an unknown one; say them once.
-        if text.contains("expected one of") {
-            Problem::bad_request(text)
-        } else {
-            Problem::bad_request(format!(
-                "{text}; known parameters: type, service, environment, since, until, limit, cursor"
-            ))
-        }
+        crate::problem::query_problem(
+            &e,
+            &[
+                "type",
+                "service",
+                "environment",
+                "since",
+                "until",
+                "limit",
+                "cursor",
+            ],
+        )
     })?;
     // Any case, as at ingest; the stored name is the lower-case one.
     let kind = match &p.kind {
@@ -113,6 +116,15 @@ pub async fn list(
                 ))
             })?,
     };
+    // No event has an empty service or environment: such a filter is a mistake (an unset
+    // variable in a script), said rather than answered with an empty page.
+    for (name, value) in [("service", &p.service), ("environment", &p.environment)] {
+        if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            return Err(Problem::bad_request(format!(
+                "query parameter {name} is empty; give a {name}, or leave the parameter out to list every {name}"
+            )));
+        }
+    }
     let query = EventQuery {
         since: crate::problem::time_param("since", p.since.as_deref())?,
         until: crate::problem::time_param("until", p.until.as_deref())?,

@@ -103,7 +103,7 @@ async fn ingest(
                 ))
             }
             _ => Problem::not_found(format!(
-                "no signal key {signal_key:?}; create one with `cloud signal-key create --org ORG`"
+                "no live signal key {signal_key:?} (unknown, or revoked); create one with `cloud signal-key create --org ORG`"
             )),
         })
         .map_err(reject("unknown_signal_key"))?;
@@ -150,14 +150,16 @@ async fn ingest(
             return idempotency::repeat(key, &first, &body_digest).map_err(reject("invalid"));
         }
     }
-    // Microsecond precision: what is stored, so the answer and a later read agree.
+    // Millisecond precision, the server's one format for its times: what is stored, the
+    // answer's `receivedAt` and a defaulted `timestamp` are the same instant, to the digit.
     let received =
-        DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).unwrap_or_default();
+        DateTime::from_timestamp_millis(Utc::now().timestamp_millis()).unwrap_or_default();
     let batch = batch::parse(&bytes, received).map_err(|e| match e {
         BatchError::Malformed(m) => (
             "malformed",
             Problem::bad_request(format!("the body is not valid JSON: {m}")),
         ),
+        e @ BatchError::Unreadable { .. } => ("malformed", Problem::bad_request(e.to_string())),
         e @ BatchError::EventTooLarge { .. } => ("too_large", Problem::too_large(e.to_string())),
         BatchError::Invalid(errors) => ("invalid", Problem::invalid(errors)),
     })?;

@@ -39,19 +39,24 @@ pub async fn list_sources(
 /// Checks a mapping's fields, naming each bad one.
 pub fn validate_source(body: &Value) -> Result<RepositorySource, Vec<FieldError>> {
     let mut errors = Vec::new();
-    let mut text = |name: &str| match body.get(name).and_then(Value::as_str) {
-        Some(v) => v.to_string(),
-        None => {
-            let rule = REPOSITORY_RULES
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map_or("", |r| r.1);
-            errors.push(FieldError {
-                pointer: format!("/{name}"),
-                detail: format!("{name} is required: {rule}"),
-            });
-            String::new()
-        }
+    let mut text = |name: &str| {
+        let rule = REPOSITORY_RULES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or("", |r| r.1);
+        let detail = match body.get(name) {
+            Some(Value::String(v)) => return v.to_string(),
+            None => format!("{name} is required: {rule}"),
+            Some(other) => format!(
+                "{name} must be a string, not {}: {rule}",
+                super::request::kind_of(other)
+            ),
+        };
+        errors.push(FieldError {
+            pointer: format!("/{name}"),
+            detail,
+        });
+        String::new()
     };
     let source = RepositorySource {
         repository: text("repository"),
@@ -136,12 +141,7 @@ pub async fn remove_source(
     query: Result<Query<Which>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::http::StatusCode, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
-    let Query(which) = query.map_err(|e| {
-        Problem::bad_request(format!(
-            "{}; expected ?repository=<the repository>",
-            e.body_text()
-        ))
-    })?;
+    let Query(which) = query.map_err(|e| crate::problem::query_problem(&e, &["repository"]))?;
     let removed = state
         .store
         .remove_repository_source(principal.org_id, &which.repository)
@@ -195,8 +195,8 @@ pub async fn commits_of(state: &CorrelationState, org_id: i64, id: &str) -> Resu
     let (body, fields) = parse(&stored)?;
     if fields.kind != "deployment" {
         return Err(Problem::not_found(format!(
-            "event {id:?} is a {}, not a deployment: commits are listed for deployments",
-            fields.kind
+            "event {id:?} is {}, not a deployment: commits are listed for deployments",
+            super::article(&fields.kind)
         )));
     }
     let (Some(repository), Some(sha)) = (&fields.repository, &fields.sha) else {
@@ -374,5 +374,27 @@ async fn git_problem(
                 "cannot read {path:?} through source {name:?} on bridge {bridge:?}: {other}"
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn a_field_of_the_wrong_type_is_said_as_such() {
+        let body = json!({"repository": "acme/api", "bridge": "dc1", "source": "code", "path": 5});
+        let errors = super::validate_source(&body).unwrap_err();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].pointer, "/path");
+        assert!(
+            errors[0]
+                .detail
+                .starts_with("path must be a string, not a number"),
+            "{}",
+            errors[0].detail
+        );
+        let long = json!({"repository": "r".repeat(1024), "bridge": "dc1", "source": "code", "path": "a.git"});
+        assert!(super::validate_source(&long).is_ok());
     }
 }

@@ -162,10 +162,7 @@ pub async fn figures(
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
     let Query(p) = params.map_err(|e| {
-        Problem::bad_request(format!(
-            "{}; known parameters: service, environment, since, until",
-            e.body_text()
-        ))
+        crate::problem::query_problem(&e, &["service", "environment", "since", "until"])
     })?;
     let until = crate::problem::time_param("until", p.until.as_deref())?
         .unwrap_or_else(crate::storage::now_micros);

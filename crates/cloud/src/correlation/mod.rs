@@ -5,6 +5,7 @@
 //! router and state, reading storage only; it never imports the API's handlers.
 
 pub mod commits;
+pub mod dependencies;
 pub mod dora;
 mod git_cli;
 pub mod lister;
@@ -15,7 +16,7 @@ pub mod score;
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde_json::{Value, json};
@@ -66,7 +67,7 @@ pub fn router(state: CorrelationState) -> Router {
         .route("/v1/alerts/{id}/cause", post(confirm_cause))
         .route(
             "/v1/services/{service}/dependencies",
-            get(dependencies).put(set_dependencies),
+            get(dependencies::dependencies).put(dependencies::set_dependencies),
         )
         .route("/v1/dora", get(dora::figures))
         .route(
@@ -108,8 +109,8 @@ async fn alert(
     let (body, fields) = parse(&stored)?;
     if fields.kind != "alert" {
         return Err(Problem::not_found(format!(
-            "event {id:?} is a {}, not an alert: suspects are found for alerts",
-            fields.kind
+            "event {id:?} is {}, not an alert: suspects and causes belong to alerts",
+            article(&fields.kind)
         )));
     }
     Ok((body, fields))
@@ -305,93 +306,8 @@ pub async fn confirm_cause(
     Ok(Json(json!({"alertId": id, "deploymentId": deployment_id})))
 }
 
-/// Most dependencies of one service.
-const MAX_DEPENDENCIES: usize = 100;
-
-/// The services `service` depends on (declared with PUT).
-#[utoipa::path(get, path = "/v1/services/{service}/dependencies", tag = "correlation",
-    params(("service" = String, Path)),
-    responses((status = 200, body = crate::openapi::Dependencies),
-        (status = 401, body = Problem, content_type = "application/problem+json")))]
-pub async fn dependencies(
-    State(state): State<CorrelationState>,
-    headers: HeaderMap,
-    PathParams(service): PathParams<String>,
-) -> Result<Json<Value>, Problem> {
-    let principal = state.keys.authenticate(&state.store, &headers).await?;
-    let list = state
-        .store
-        .dependencies(principal.org_id, &service)
-        .await
-        .map_err(|e| storage_unavailable(&e))?;
-    Ok(Json(json!({"service": service, "dependencies": list})))
-}
-
-/// `PUT /v1/services/{service}/dependencies` with `{"dependencies": ["payments-api", …]}`:
-/// replaces the services `service` depends on (in every environment).
-#[utoipa::path(put, path = "/v1/services/{service}/dependencies", tag = "correlation",
-    params(("service" = String, Path)),
-    request_body(content = crate::openapi::Dependencies, content_type = "application/json"),
-    responses((status = 200, body = crate::openapi::Dependencies),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 415, body = Problem, content_type = "application/problem+json"),
-        (status = 422, body = Problem, content_type = "application/problem+json")))]
-pub async fn set_dependencies(
-    State(state): State<CorrelationState>,
-    headers: HeaderMap,
-    PathParams(service): PathParams<String>,
-    body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
-) -> Result<(StatusCode, Json<Value>), Problem> {
-    let principal = state.keys.authenticate(&state.store, &headers).await?;
-    let body = json_body(body, r#"{"dependencies": ["service-name", …]}"#)?;
-    let mut errors = Vec::new();
-    let mut list: Vec<String> = Vec::new();
-    match body.get("dependencies").and_then(Value::as_array) {
-        None => errors.push(FieldError {
-            pointer: "/dependencies".into(),
-            detail: "dependencies is required: an array of service names".into(),
-        }),
-        Some(items) if items.len() > MAX_DEPENDENCIES => errors.push(FieldError {
-            pointer: "/dependencies".into(),
-            detail: format!(
-                "at most {MAX_DEPENDENCIES} dependencies, not {}",
-                items.len()
-            ),
-        }),
-        Some(items) => {
-            for (i, item) in items.iter().enumerate() {
-                match item.as_str().map(str::trim) {
-                    Some(name) if !name.is_empty() && name.len() <= 200 && name != service => {
-                        if !list.iter().any(|n| n == name) {
-                            list.push(name.to_string());
-                        }
-                    }
-                    _ => errors.push(FieldError {
-                        pointer: format!("/dependencies/{i}"),
-                        detail: format!(
-                            "expected the name of another service (a non-empty string of at most 200 bytes, not {service:?} itself)"
-                        ),
-                    }),
-                }
-            }
-        }
-    }
-    errors.extend(request::unknown_fields(
-        &body,
-        &["dependencies"],
-        r#"{"dependencies": [...]}"#,
-    ));
-    if !errors.is_empty() {
-        return Err(Problem::invalid(errors));
-    }
-    list.sort();
-    state
-        .store
-        .set_dependencies(principal.org_id, &service, &list)
-        .await
-        .map_err(|e| storage_unavailable(&e))?;
-    Ok((
-        StatusCode::OK,
-        Json(json!({"service": service, "dependencies": list})),
-    ))
+/// An event kind with its article, for messages: "an alert", "a deployment".
+pub(super) fn article(kind: &str) -> String {
+    let an = kind.starts_with(['a', 'e', 'i', 'o', 'u']);
+    format!("{} {kind}", if an { "an" } else { "a" })
 }

@@ -28,6 +28,19 @@ pub(super) fn json_body<T>(
     }
 }
 
+/// "a string", "a number", …: what a JSON value is, for messages.
+pub(super) fn kind_of(value: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// One problem for each member of the object `body` that is not one of `known` (the body's
 /// shape is `shape`, for the message).
 pub(super) fn unknown_fields(

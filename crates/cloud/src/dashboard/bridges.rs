@@ -4,7 +4,6 @@
 //! [`crate::live::LiveBridges`], which the application wires to the relay: this module never imports it.
 
 use askama::Template;
-use axum::Form;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -16,6 +15,7 @@ use crate::live::outdated;
 use crate::storage::Credential;
 
 use super::DashboardState;
+use super::form::Form;
 use super::me::{Me, refuse_admin_form};
 use super::render::{bridge_origin, message, page, unavailable, when_micros};
 

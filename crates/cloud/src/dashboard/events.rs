@@ -226,12 +226,21 @@ pub async fn timeline(
     me: Me,
     Query(f): Query<Filters>,
 ) -> Response {
-    let (since, until) = match (day("from", &f.from, 0), day("to", &f.to, 1)) {
-        (Ok(since), Ok(until)) => (since, until),
-        (Err(why), _) | (_, Err(why)) => {
+    let kind = some(&f.kind)
+        .map(|k| {
+            crate::signals::event::EventType::parse(&k)
+                .map(|t| t.as_str().to_string())
+                .ok_or_else(|| {
+                    format!("type {k:?} is not an event type: expected deployment, alert, change or custom.")
+                })
+        })
+        .transpose();
+    let (since, until, kind) = match (day("from", &f.from, 0), day("to", &f.to, 1), kind) {
+        (Ok(since), Ok(until), Ok(kind)) => (since, until, kind),
+        (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
             return message(
                 StatusCode::BAD_REQUEST,
-                "Date not valid",
+                "Filter not valid",
                 &why,
                 "/events",
                 "Back to events",
@@ -239,7 +248,7 @@ pub async fn timeline(
         }
     };
     let query = EventQuery {
-        kind: some(&f.kind),
+        kind,
         service: some(&f.service),
         environment: some(&f.environment),
         since,
@@ -356,7 +365,7 @@ pub async fn confirm_cause(
     State(state): State<DashboardState>,
     me: Me,
     Path(id): Path<String>,
-    axum::Form(form): axum::Form<CauseForm>,
+    super::form::Form(form): super::form::Form<CauseForm>,
 ) -> Response {
     if let Some(answer) = super::me::refuse_admin_form(&me, &form.csrf) {
         return answer;

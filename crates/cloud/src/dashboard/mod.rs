@@ -11,6 +11,7 @@ mod audit;
 mod bridges;
 mod charts;
 mod events;
+mod form;
 mod me;
 mod notifications;
 mod pages;

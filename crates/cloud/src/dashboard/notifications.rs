@@ -3,7 +3,6 @@
 //! it; its signing secret is shown once) with its recent deliveries. The notifier delivers.
 
 use askama::Template;
-use axum::Form;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -11,6 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::DashboardState;
+use super::form::Form;
 use super::me::{Me, refuse_admin_form};
 use super::render::{csrf_refused, message, page, unavailable, when_micros};
 use super::session;

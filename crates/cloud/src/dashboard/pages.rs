@@ -2,7 +2,6 @@
 //! form is a POST with a CSRF token; answers are HTML pages, never JSON.
 
 use askama::Template;
-use axum::Form;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -10,6 +9,7 @@ use serde::Deserialize;
 
 use crate::auth::PeerAddr;
 
+use super::form::Form;
 use super::me::Me;
 use super::render::{csrf_refused, message, page, unavailable};
 use super::session::{self, CSRF_COOKIE, SESSION_COOKIE};

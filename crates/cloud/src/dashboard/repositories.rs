@@ -4,13 +4,13 @@
 //! checks them.
 
 use askama::Template;
-use axum::Form;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::DashboardState;
+use super::form::Form;
 use super::me::{Me, refuse_admin_form};
 use super::render::{message, page, unavailable};
 use crate::storage::RepositorySource;

@@ -3,7 +3,6 @@
 //! Members read; creating and revoking are admin actions (403 otherwise).
 
 use askama::Template;
-use axum::Form;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -13,6 +12,7 @@ use crate::admin;
 use crate::storage::{Credential, KeyInfo};
 
 use super::DashboardState;
+use super::form::Form;
 use super::me::{Me, refuse_admin_form};
 use super::render::{message, origin, page, unavailable, when_micros};
 

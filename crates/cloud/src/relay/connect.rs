@@ -36,9 +36,16 @@ const REFUSALS_LOGGED: u32 = 20;
 /// The window of [`REFUSALS_LOGGED`].
 const REFUSAL_LOG_WINDOW: Duration = Duration::from_secs(60);
 
-/// Logs a refused tunnel at warn, with the peer and the reason, rate-limited; the first line
-/// after a window with suppressed refusals says how many there were.
-fn log_refusal(peer: Option<PeerAddr>, status: u16, why: &str) {
+/// Logs a refused tunnel or enrollment (`step`) at warn, with the peer, the bridge name it
+/// gave and the reason, rate-limited; the first line after a window with suppressed refusals
+/// says how many there were.
+pub(super) fn log_refusal(
+    step: &'static str,
+    peer: Option<PeerAddr>,
+    headers: &HeaderMap,
+    status: u16,
+    why: &str,
+) {
     static WINDOW: std::sync::Mutex<Option<(std::time::Instant, u32, u64)>> =
         std::sync::Mutex::new(None);
     let mut window = WINDOW.lock().unwrap_or_else(|e| e.into_inner());
@@ -54,7 +61,8 @@ fn log_refusal(peer: Option<PeerAddr>, status: u16, why: &str) {
     *logged += 1;
     let peer = peer.map_or_else(|| "unknown".to_string(), |p| p.0.to_string());
     let earlier = std::mem::take(suppressed);
-    tracing::warn!(peer = %peer, status, reason = %why, suppressed_before = earlier, "bridge tunnel refused");
+    let bridge = header_str(headers, tunnel::HEADER_NAME).unwrap_or("");
+    tracing::warn!(step, peer = %peer, bridge, status, reason = %why, suppressed_before = earlier, "bridge tunnel refused");
 }
 
 /// How often the tunnel's token is checked for revocation.
@@ -109,11 +117,11 @@ async fn names_the_bridge(
 /// `x-bridge-refusal` (the bridge logs it).
 pub async fn connect(State(state): State<RelayState>, mut req: Request) -> Response {
     let peer = req.extensions().get::<PeerAddr>().copied();
+    let headers = req.headers().clone();
     let refuse = |problem: Problem, why: &str| {
-        log_refusal(peer, problem.status, why);
+        log_refusal("connect", peer, &headers, problem.status, why);
         refuse(problem, why)
     };
-    let headers = req.headers().clone();
     let credential = match authenticate_bridge(&state, &headers).await {
         Ok(c) => c,
         Err(p) => {
@@ -241,8 +249,36 @@ async fn run(state: RelayState, t: Tunnel, io: hyper::upgrade::Upgraded) {
         in_flight: AtomicUsize::new(0),
         sender,
         closed: state.shutdown.child_token(),
+        draining: std::sync::atomic::AtomicBool::new(false),
     });
     let (org_id, bridge) = (t.credential.org_id, t.credential.bridge_name.clone());
+    // Instances of one bridge should serve the same resources; they differ during a rollout,
+    // or when a name was reused for another site by mistake: said, not refused.
+    let declares = |i: &Instance| {
+        let mut names: Vec<String> = i
+            .resources
+            .iter()
+            .map(|r| format!("{}/{}", r.kind, r.name))
+            .collect();
+        names.sort();
+        names
+    };
+    if let Some(other) = state
+        .registry
+        .instances(org_id, &bridge)
+        .into_iter()
+        .find(|other| declares(other) != declares(&instance))
+    {
+        tracing::warn!(
+            org_id,
+            bridge = %bridge,
+            instance = %t.instance_id,
+            declares = ?declares(&instance),
+            other_instance = %other.id,
+            other_declares = ?declares(&other),
+            "instances of this bridge declare different resources: each request goes to one that declares its resource; if this is not a rollout, give the other site's bridge a name of its own"
+        );
+    }
     state.registry.add(org_id, &bridge, instance.clone());
     tracing::info!(org_id, bridge = %bridge, instance = %t.instance_id, version = %t.version, "bridge connected");
     let watch = tokio::spawn(watch(

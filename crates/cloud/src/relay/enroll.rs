@@ -118,11 +118,21 @@ pub fn certificate_name(org_id: i64, bridge: &str) -> String {
 /// `POST /v1/bridge/enroll`: body is the CSR in PEM; answer `{"certificate","ca"}` in PEM,
 /// or 400 (not a CSR), 401 (token), 403 (`x-bridge-name` is not the token's bridge), 503 (CA
 /// unavailable).
-pub async fn enroll(State(state): State<RelayState>, headers: HeaderMap, body: Body) -> Response {
+pub async fn enroll(
+    State(state): State<RelayState>,
+    peer: Option<axum::Extension<crate::auth::PeerAddr>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let peer = peer.map(|axum::Extension(p)| p);
+    let refused = |problem: Problem| {
+        super::connect::log_refusal("enroll", peer, &headers, problem.status, &problem.detail);
+        problem.into_response()
+    };
     // The token first: nobody without one makes the server read a body.
     let credential = match authenticate_bridge(&state, &headers).await {
         Ok(c) => c,
-        Err(p) => return p.into_response(),
+        Err(p) => return refused(p),
     };
     // Bridges since 0.1 name themselves here too, so `bridge check` finds a mismatch; an
     // older one is caught at connect.
@@ -131,7 +141,7 @@ pub async fn enroll(State(state): State<RelayState>, headers: HeaderMap, body: B
         .and_then(|v| v.to_str().ok())
         && let Some(why) = name_mismatch(&credential, name)
     {
-        return Problem::forbidden(why).into_response();
+        return refused(Problem::forbidden(why));
     }
     let read = tokio::time::timeout(
         CSR_READ_TIMEOUT,

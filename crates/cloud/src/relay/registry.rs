@@ -2,7 +2,7 @@
 //! name, and the views `GET /v1/bridges` shows.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
@@ -29,6 +29,9 @@ pub struct Instance {
     pub sender: hyper::client::conn::http2::SendRequest<Body>,
     /// Cancelled to close the tunnel (revocation, missed heartbeats, shutdown).
     pub closed: CancellationToken,
+    /// The bridge is shutting down: its tunnel takes no new stream (HTTP/2 `GOAWAY`), though
+    /// the streams in flight finish. New requests go to other instances.
+    pub draining: AtomicBool,
 }
 
 /// Instances of one bridge.
@@ -105,7 +108,7 @@ impl Registry {
             .map(|b| {
                 b.instances
                     .iter()
-                    .filter(|i| !i.closed.is_cancelled())
+                    .filter(|i| !i.closed.is_cancelled() && !i.draining.load(Ordering::Relaxed))
                     .cloned()
                     .collect()
             })

@@ -21,6 +21,15 @@ pub enum BatchError {
     /// Not JSON (400).
     #[error("the body is not valid JSON: {0}")]
     Malformed(String),
+    /// JSON, but with a value no JSON reader takes back (400): a lone surrogate escape, a
+    /// number beyond a 64-bit float, nesting too deep.
+    #[error("the value at {pointer} cannot be stored: {reason}")]
+    Unreadable {
+        /// JSON pointer of the member.
+        pointer: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// One event is over [`MAX_EVENT_BYTES`] (413).
     #[error("event at {pointer:?} is {size} bytes; at most {MAX_EVENT_BYTES} bytes per event")]
     EventTooLarge {
@@ -117,10 +126,29 @@ fn strict_members<'a>(text: &'a str, pointer: &str) -> Result<Members<'a>, Batch
     for (key, value) in members.iter() {
         raw::check(value).map_err(|e| {
             let at = format!("{pointer}/{}", super::validate::pointer_token(&key.0));
-            BatchError::Malformed(format!("at {at}: {e}"))
+            BatchError::Unreadable {
+                pointer: at,
+                reason: unreadable(&e),
+            }
         })?;
     }
     Ok(members)
+}
+
+/// Why a value that is JSON cannot be taken back, in words: serde_json's message without its
+/// line and column, which count from the value, not from the body.
+fn unreadable(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let bare = text
+        .strip_suffix(&format!(" at line {} column {}", e.line(), e.column()))
+        .unwrap_or(&text);
+    if bare.contains("hex escape") || bare.contains("surrogate") {
+        "a string holds a lone UTF-16 surrogate escape (such as \\ud800 without its pair), which JSON readers refuse; send the character itself or the escape's pair".into()
+    } else if bare.contains("number out of range") {
+        "a number is beyond the range of a 64-bit float".into()
+    } else {
+        bare.to_string()
+    }
 }
 
 fn not_an_object(pointer: String, kind: Kind) -> FieldError {
@@ -285,6 +313,16 @@ mod tests {
         assert_eq!(e[0].pointer, "/metadata");
         let e = errors(json!({"type": "custom", "name": "x", "metadata": {"a/b": {"nested": 1}}}));
         assert_eq!(e[0].pointer, "/metadata/a~1b");
+        assert!(e[0].detail.ends_with("not an object"), "{}", e[0].detail);
+        let long = "a".repeat(1025);
+        let e = errors(json!({"type": "custom", "name": "x", "metadata": {"k": long}}));
+        assert_eq!(e[0].pointer, "/metadata/k");
+        assert!(
+            e[0].detail
+                .starts_with("metadata value \"k\" is longer than 1024 bytes"),
+            "{}",
+            e[0].detail
+        );
     }
 
     #[test]

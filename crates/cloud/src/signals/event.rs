@@ -169,7 +169,10 @@ impl<'a> ValidEvent<'a> {
     pub fn default_time(&mut self, received: DateTime<Utc>) {
         if self.occurred_at.is_none() {
             self.occurred_at = Some(received);
-            self.set("timestamp", Override::Text(format_time(received)));
+            self.set(
+                "timestamp",
+                Override::Text(crate::time::format_millis(received)),
+            );
         }
     }
 
@@ -262,7 +265,7 @@ mod tests {
         e.default_time("2024-01-15T10:30:00Z".parse().unwrap());
         assert_eq!(
             e.body(),
-            r#"{"a":null,"name":"x\ty","timestamp":"2024-01-15T10:30:00Z","type":"custom","z":{"n": [1, 2]}}"#
+            r#"{"a":null,"name":"x\ty","timestamp":"2024-01-15T10:30:00.000Z","type":"custom","z":{"n": [1, 2]}}"#
         );
         let parsed: serde_json::Value = serde_json::from_str(&e.body()).unwrap();
         assert_eq!(parsed["name"], "x\ty");

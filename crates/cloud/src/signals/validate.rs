@@ -13,7 +13,7 @@ use super::raw::{self, Kind, Members};
 /// Most keys in `metadata`.
 pub const MAX_METADATA_KEYS: usize = 64;
 /// Longest identifier-like string (service, environment, sha, …), in bytes.
-const MAX_SHORT: usize = 1_024;
+pub const MAX_SHORT: usize = 1_024;
 /// Longest free text (title, summary), in bytes.
 const MAX_TEXT: usize = 8_192;
 /// How far in the future a timestamp may be (clock skew allowance).
@@ -194,14 +194,18 @@ impl<'a> Checker<'_, 'a> {
                 _ => false,
             };
             if !ok {
-                self.fail_path(
-                    &format!("metadata/{}", pointer_token(&key.0)),
-                    format!(
+                let detail = match Kind::of(v) {
+                    Kind::String => format!(
+                        "metadata value {:?} is longer than {MAX_SHORT} bytes; shorten it, or send the text as a top-level field",
+                        key.0
+                    ),
+                    other => format!(
                         "metadata value {:?} must be a string (at most {MAX_SHORT} bytes), number or boolean, not {}",
                         key.0,
-                        Kind::of(v).article()
+                        other.article()
                     ),
-                );
+                };
+                self.fail_path(&format!("metadata/{}", pointer_token(&key.0)), detail);
             }
         }
     }

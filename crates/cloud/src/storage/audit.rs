@@ -16,11 +16,14 @@ pub struct Actor {
 }
 
 impl Actor {
-    /// The person running an admin command on this host (`$USER`, else `$LOGNAME`).
+    /// The person running an admin command on this host (`$USER`, else `$LOGNAME`, else the
+    /// process's user id as `uid=N`, as under cron, systemd or in a container).
     pub fn cli() -> Actor {
         let user = std::env::var("USER")
             .or_else(|_| std::env::var("LOGNAME"))
-            .unwrap_or_else(|_| "unknown".into());
+            .ok()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| format!("uid={}", rustix::process::getuid().as_raw()));
         Actor {
             who: format!("cli:{user}"),
             address: "local".into(),

@@ -22,7 +22,7 @@ pub struct RepositorySource {
 pub const REPOSITORY_RULES: [(&str, &str); 4] = [
     (
         "repository",
-        "the repository as your events name it (1 to 200 bytes), e.g. \"acme/api\"",
+        "the repository as your events name it (1 to 1024 bytes, as events allow), e.g. \"acme/api\"",
     ),
     ("bridge", tunnel::BRIDGE_NAME_RULE),
     (
@@ -45,7 +45,8 @@ impl RepositorySource {
     /// dashboard's form check mappings alike.
     pub fn problems(&self) -> Vec<(&'static str, &'static str)> {
         let ok = [
-            !self.repository.trim().is_empty() && self.repository.len() <= 200,
+            !self.repository.trim().is_empty()
+                && self.repository.len() <= crate::signals::validate::MAX_SHORT,
             tunnel::is_valid_bridge_name(&self.bridge),
             is_resource_name(&self.source),
             is_repository_path(&self.path),

@@ -86,6 +86,7 @@ impl<F: FnMut(String)> Statements<F> {
 
 /// The statement with the string literal after each `PASSWORD` keyword (or `password =`)
 /// replaced by `'…'` (`ALTER ROLE ada PASSWORD 'secret'`, `CREATE USER … WITH PASSWORD E'…'`,
+/// `U&'…'`, dollar-quoted `$$…$$` and `$tag$…$tag$`,
 /// the SCRAM verifier psql's `\password` sends, `WHERE password = '…'`), so that an audit record never holds a password. The
 /// literal's quotes are followed with SQL's rules (`''` inside one is a quote).
 fn without_passwords(statement: &str) -> String {
@@ -112,6 +113,15 @@ fn without_passwords(statement: &str) -> String {
         }
         if matches!(bytes.get(at), Some(b'e' | b'E')) && bytes.get(at + 1) == Some(&b'\'') {
             at += 1;
+        } else if lower[at..].starts_with("u&'") {
+            at += 2;
+        }
+        if let Some(end) = dollar_quoted_end(statement, at) {
+            out.push_str(&statement[copied..at]);
+            out.push_str("'…'");
+            copied = end;
+            from = copied;
+            continue;
         }
         if bytes.get(at) != Some(&b'\'') {
             continue;
@@ -134,6 +144,28 @@ fn without_passwords(statement: &str) -> String {
     }
     out.push_str(&statement[copied..]);
     out
+}
+
+/// Where the dollar-quoted literal (`$$…$$`, `$tag$…$tag$`) that starts at byte `at` ends (past
+/// its closing tag, or the end of the text when it is not closed); `None` when none starts there.
+fn dollar_quoted_end(statement: &str, at: usize) -> Option<usize> {
+    let rest = statement.get(at..)?.strip_prefix('$')?;
+    let tag_len = rest.find('$')?;
+    let tag = &rest[..tag_len];
+    let valid = tag
+        .chars()
+        .enumerate()
+        .all(|(i, c)| c == '_' || c.is_alphabetic() || (i > 0 && c.is_ascii_digit()));
+    if !valid {
+        return None;
+    }
+    let delimiter = &statement[at..at + tag_len + 2];
+    let body = at + delimiter.len();
+    Some(
+        statement[body..]
+            .find(delimiter)
+            .map_or(statement.len(), |end| body + end + delimiter.len()),
+    )
 }
 
 #[cfg(test)]
@@ -179,6 +211,22 @@ mod tests {
                 "ALTER ROLE f PASSWORD 'x'; ALTER ROLE g PASSWORD 'y'",
                 "ALTER ROLE f PASSWORD '…'; ALTER ROLE g PASSWORD '…'",
             ),
+            // Dollar-quoted, with or without a tag, and Unicode-escaped literals.
+            (
+                "CREATE ROLE x PASSWORD $$top'secret$$;",
+                "CREATE ROLE x PASSWORD '…';",
+            ),
+            (
+                "ALTER ROLE y PASSWORD $pw$a$$b$pw$ LOGIN",
+                "ALTER ROLE y PASSWORD '…' LOGIN",
+            ),
+            ("ALTER ROLE z PASSWORD $$open", "ALTER ROLE z PASSWORD '…'"),
+            (
+                "ALTER ROLE u PASSWORD U&'d\\0061ta'",
+                "ALTER ROLE u PASSWORD U&'…'",
+            ),
+            // A parameter is no literal.
+            ("ALTER ROLE p PASSWORD $1", "ALTER ROLE p PASSWORD $1"),
         ] {
             assert_eq!(without_passwords(statement), audited, "{statement}");
         }

@@ -7,6 +7,7 @@ use hyper::body::Incoming;
 use url::Url;
 
 use super::super::kind::{Refusal, Sent};
+use super::super::upstream::path_under;
 use super::{RegistryKind, host_port};
 
 /// Redirects followed for one request at most.
@@ -118,18 +119,13 @@ impl RegistryKind {
     }
 
     /// A `Location` as the cloud can prefix it: `/v2/…` on the registry's own origin (absolute
-    /// or not, under the entry's base path), or `None` for one that names another origin.
+    /// or not, under the entry's base path), one relative to the request as it is, or `None`
+    /// for one that names another origin.
     pub(super) fn relative(&self, location: &str) -> Option<String> {
-        let url = self.cfg.url.join(location).ok()?;
-        if url.scheme() != self.cfg.url.scheme() || host_port(&url) != host_port(&self.cfg.url) {
-            return None;
+        if !location.starts_with('/') && Url::parse(location).is_err() {
+            return Some(location.to_string());
         }
-        let base = self.cfg.url.path().trim_end_matches('/');
-        let path = url.path().strip_prefix(base).unwrap_or(url.path());
-        Some(match url.query() {
-            Some(query) => format!("{path}?{query}"),
-            None => path.to_string(),
-        })
+        path_under(&self.cfg.url, location)
     }
 }
 
@@ -167,5 +163,6 @@ mod tests {
             Some("/v2/a")
         );
         assert_eq!(r.relative("https://other.internal/v2/a"), None);
+        assert_eq!(r.relative("u?_state=x").as_deref(), Some("u?_state=x"));
     }
 }

@@ -108,7 +108,7 @@ async fn upstream_peers(
     if instances.is_empty() {
         return Err(Problem::not_found(format!(
             "bridge {bridge:?} declares no {} named {:?} in its `{}` list",
-            target.kind,
+            target.kind.noun(),
             target.name,
             target.kind.list_key()
         )));
@@ -246,37 +246,60 @@ async fn send(
     let timeout = state.forward_timeout;
     let mut last_error = String::new();
     let upload_stalled = Arc::new(AtomicBool::new(false));
-    let attempts = instances.len().min(if retryable { 2 } else { 1 });
-    for (attempt, instance) in instances.iter().take(attempts).enumerate() {
-        let another = attempt + 1 < attempts;
-        // The --forward-timeout counts from the end of the request body: a slow upload is
-        // not a slow answer. While the body goes out, it bounds each stretch without progress.
-        let moved = Arc::new(AtomicU64::new(0));
-        let (this_body, uploaded) = match (&held, streamed.take()) {
-            (Some(bytes), _) if bytes.is_empty() => (Body::empty(), None),
-            (Some(bytes), _) => (Body::from(bytes.clone()), None),
-            (None, Some(inner)) => {
-                let (done, uploaded) = tokio::sync::oneshot::channel();
-                let body = Body::new(Announced {
-                    inner,
-                    done: Some(done),
-                    stall: StallTimer::new(state.read_timeout),
-                    stalled: upload_stalled.clone(),
-                    moved: moved.clone(),
-                });
-                (body, Some(uploaded))
+    // Attempts that reached a bridge: a held request may be sent twice, a streamed one once.
+    let mut attempts_left = instances.len().min(if retryable { 2 } else { 1 });
+    // A request a draining tunnel refused before opening its stream (it never left this
+    // process, body and all): it goes to the next instance as it is, whatever its method.
+    let mut unsent: Option<Unsent> = None;
+    for (i, instance) in instances.iter().enumerate() {
+        if attempts_left == 0 {
+            break;
+        }
+        let another = attempts_left > 1 && i + 1 < instances.len();
+        let Unsent {
+            request,
+            uploaded,
+            moved,
+        } = match unsent.take() {
+            Some(unsent) => unsent,
+            None => {
+                // The --forward-timeout counts from the end of the request body: a slow upload
+                // is not a slow answer. While the body goes out, it bounds each stretch
+                // without progress.
+                let moved = Arc::new(AtomicU64::new(0));
+                let (this_body, uploaded) = match (&held, streamed.take()) {
+                    (Some(bytes), _) if bytes.is_empty() => (Body::empty(), None),
+                    (Some(bytes), _) => (Body::from(bytes.clone()), None),
+                    (None, Some(inner)) => {
+                        let (done, uploaded) = tokio::sync::oneshot::channel();
+                        let body = Body::new(Announced {
+                            inner,
+                            done: Some(done),
+                            stall: StallTimer::new(state.read_timeout),
+                            stalled: upload_stalled.clone(),
+                            moved: moved.clone(),
+                        });
+                        (body, Some(uploaded))
+                    }
+                    (None, None) => (Body::empty(), None),
+                };
+                let mut request = hyper::Request::new(this_body);
+                *request.method_mut() = head.method.clone();
+                *request.uri_mut() = head.uri.clone();
+                *request.headers_mut() = head.headers.clone();
+                Unsent {
+                    request,
+                    uploaded,
+                    moved,
+                }
             }
-            (None, None) => (Body::empty(), None),
         };
-        let mut request = hyper::Request::new(this_body);
-        *request.method_mut() = head.method.clone();
-        *request.uri_mut() = head.uri.clone();
-        *request.headers_mut() = head.headers.clone();
         let guard = InFlight::new(instance.clone());
         let mut sender = instance.sender.clone();
+        let mut uploaded = uploaded;
         let answered = tokio::select! {
-            answered = sender.send_request(request) => answered,
-            why = watchdog(uploaded, moved, timeout) => {
+            answered = sender.try_send_request(request) => answered,
+            why = watchdog(&mut uploaded, moved.clone(), timeout) => {
                 // Dropping the request resets its stream: the bridge stops waiting too.
                 tracing::warn!(bridge, instance = %instance.id, timeout = ?timeout, why, "forwarded request timed out");
                 return Err(Problem::gateway_timeout(format!(
@@ -296,6 +319,7 @@ async fn send(
                             tracing::warn!(bridge, instance = %instance.id, cause = %e, "tunnel failed mid-response; retrying on another instance");
                             state.metrics.relay_retry("mid_response");
                             last_error = e.to_string();
+                            attempts_left -= 1;
                             continue;
                         }
                         Err(ReadError::Stalled | ReadError::TooLarge) => {
@@ -313,21 +337,50 @@ async fn send(
                 });
                 return Ok(Response::from_parts(parts, body));
             }
+            Err(mut refused) if refused.message().is_some() => {
+                instance.draining.store(true, Ordering::Relaxed);
+                tracing::info!(bridge, instance = %instance.id, "the instance is shutting down (its tunnel takes no new streams); the request goes to another");
+                if i + 1 < instances.len() {
+                    state.metrics.relay_retry("draining");
+                }
+                unsent = refused.take_message().map(|request| Unsent {
+                    request,
+                    uploaded,
+                    moved,
+                });
+            }
             Err(_) if upload_stalled.load(Ordering::Relaxed) => {
                 return Err(Problem::body_stalled(state.read_timeout));
             }
-            Err(e) => {
+            Err(failed) => {
+                let e = failed.into_error();
                 tracing::warn!(bridge, instance = %instance.id, cause = %e, retryable, "forwarding through tunnel failed");
                 if another {
                     state.metrics.relay_retry("before_response");
                 }
                 last_error = e.to_string();
+                attempts_left -= 1;
             }
         }
+    }
+    if unsent.is_some() {
+        return Err(Problem::unavailable(
+            5,
+            format!(
+                "bridge {bridge:?} is shutting down and no other instance of it is connected; retry shortly"
+            ),
+        ));
     }
     Err(Problem::bad_gateway(format!(
         "the tunnel to bridge {bridge:?} failed while forwarding ({last_error}); retry"
     )))
+}
+
+/// A request as it was built for the tunnel, with what the watchdog follows of its upload.
+struct Unsent {
+    request: hyper::Request<Body>,
+    uploaded: Option<tokio::sync::oneshot::Receiver<()>>,
+    moved: Arc<AtomicU64>,
 }
 
 /// Whether an answer is held whole before it goes to the caller, so that a tunnel dying
@@ -343,16 +396,15 @@ fn holdable(body: &hyper::body::Incoming) -> bool {
 /// Resolves with the reason once the exchange has made no progress for `timeout`: while the
 /// upload goes out, a stretch in which it did not move; after it, the wait for the answer.
 async fn watchdog(
-    uploaded: Option<tokio::sync::oneshot::Receiver<()>>,
+    uploaded: &mut Option<tokio::sync::oneshot::Receiver<()>>,
     moved: Arc<AtomicU64>,
     timeout: std::time::Duration,
 ) -> &'static str {
     if let Some(uploaded) = uploaded {
-        tokio::pin!(uploaded);
         let mut seen = moved.load(Ordering::Relaxed);
         loop {
             tokio::select! {
-                _ = &mut uploaded => break,
+                _ = &mut *uploaded => break,
                 () = tokio::time::sleep(timeout) => {
                     let now = moved.load(Ordering::Relaxed);
                     if now == seen {

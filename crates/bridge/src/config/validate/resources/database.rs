@@ -19,7 +19,15 @@ pub(super) fn databases(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Database> {
         let explicit = names.explicit(cx, entry.name.as_ref(), i);
         let kinds = ["postgresql", "postgres"];
         cx.kind(entry.kind.as_ref(), &format!("{key}.type"), &kinds);
-        let host = cx.required(entry.host.as_ref(), &format!("{key}.host"), &at);
+        let host = cx
+            .required(entry.host.as_ref(), &format!("{key}.host"), &at)
+            .filter(|host| match host_problem(host.value.trim()) {
+                None => true,
+                Some(problem) => {
+                    cx.fail(&format!("{key}.host"), &host.origin, problem);
+                    false
+                }
+            });
         let port = cx
             .int(
                 entry.port.as_ref().map(located),
@@ -85,4 +93,48 @@ pub(super) fn databases(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Database> {
         entries.push((explicit, base, db));
     }
     names.finish(entries, |db, name| db.name = name)
+}
+
+/// What is wrong with a `host` that is more than a host name or address: a URL, or a port
+/// (which goes in `port`).
+fn host_problem(host: &str) -> Option<String> {
+    if host.contains("://") {
+        return Some(format!(
+            "{host:?} is a URL; give the host name or address alone, and the port in `port`"
+        ));
+    }
+    // An IPv6 address has colons of its own; a port would follow `]`.
+    let bracketed = host.starts_with('[') && host.ends_with(']');
+    let ipv6 = host.parse::<std::net::Ipv6Addr>().is_ok() || bracketed;
+    if (!ipv6 && host.contains(':')) || host.contains("]:") || host.contains('/') {
+        return Some(format!(
+            "{host:?} is not a host name or address alone; put the port in `port` (default 5432)"
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_host_is_a_name_or_an_address_alone() {
+        assert_eq!(super::host_problem("db.internal"), None);
+        assert_eq!(super::host_problem("127.0.0.1"), None);
+        assert_eq!(super::host_problem("::1"), None);
+        assert!(
+            super::host_problem("postgres://127.0.0.1:5432")
+                .unwrap()
+                .contains("is a URL")
+        );
+        assert!(
+            super::host_problem("127.0.0.1:5432")
+                .unwrap()
+                .contains("`port`")
+        );
+        assert!(
+            super::host_problem("[::1]:5432")
+                .unwrap()
+                .contains("`port`")
+        );
+    }
 }

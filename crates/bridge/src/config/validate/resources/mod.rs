@@ -79,6 +79,27 @@ fn auth_type(
         );
         return None;
     };
+    let given_fields: Vec<&str> = (fields.iter())
+        .filter(|(_, value)| value.is_some())
+        .map(|(field, _)| *field)
+        .collect();
+    // No `type`, and fields of another type (`username` and `password` under a Git source,
+    // whose default is `token`): the type is what is missing, not the default's fields.
+    let fits = |used: &[&str]| given_fields.iter().all(|f| used.contains(f));
+    if kind.is_none() && !fits(used) {
+        let meant = types.iter().find(|(_, used)| fits(used));
+        if let Some((meant, _)) = meant {
+            cx.fail(
+                &type_key,
+                at,
+                format!(
+                    "missing: without it the type is {default:?}, which does not use {}; add `type: {meant}`",
+                    given_fields.join(" and ")
+                ),
+            );
+            return None;
+        }
+    }
     for (field, value) in fields {
         if let Some(v) = value
             && !used.contains(field)
