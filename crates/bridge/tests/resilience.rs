@@ -149,12 +149,14 @@ async fn killing_one_of_two_instances_fails_no_idempotent_request() {
     drop(second);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_drains_in_flight_streams_then_exits_zero() {
-    let mut rig = Rig::start("").await;
-    let client = rig.cloud.client();
+/// Sends a request the internal API answers after `sleep_ms`, waits until it is there, then
+/// sends the bridge SIGTERM and waits until it began shutting down; the request's status.
+async fn slow_request_then_sigterm(
+    rig: &Rig,
+    sleep_ms: u64,
+) -> tokio::task::JoinHandle<reqwest::Result<u16>> {
     let slow = tokio::spawn({
-        let req = rig.request(reqwest::Method::GET, "/slow?sleep_ms=3000");
+        let req = rig.request(reqwest::Method::GET, &format!("/slow?sleep_ms={sleep_ms}"));
         async move { req.send().await.map(|r| r.status().as_u16()) }
     });
     testkit::wait_until("the slow request at the internal API", || {
@@ -166,6 +168,14 @@ async fn sigterm_drains_in_flight_streams_then_exits_zero() {
         rig.bridge.log_text().contains("shutdown requested")
     })
     .await;
+    slow
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_in_flight_streams_then_exits_zero() {
+    let mut rig = Rig::start("").await;
+    let client = rig.cloud.client();
+    let slow = slow_request_then_sigterm(&rig, 3000).await;
     assert_eq!(
         rig.upstream.stats.current.load(Ordering::SeqCst),
         1,
@@ -198,19 +208,7 @@ async fn sigterm_drains_in_flight_streams_then_exits_zero() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_signal_exits_at_once_counting_what_it_cut() {
     let mut rig = Rig::start("").await;
-    let slow = tokio::spawn({
-        let req = rig.request(reqwest::Method::GET, "/slow?sleep_ms=10000");
-        async move { req.send().await.map(|r| r.status().as_u16()) }
-    });
-    testkit::wait_until("the slow request at the internal API", || {
-        rig.upstream.stats.current.load(Ordering::SeqCst) == 1
-    })
-    .await;
-    rig.bridge.signal("TERM");
-    testkit::wait_until("the bridge's shutdown", || {
-        rig.bridge.log_text().contains("shutdown requested")
-    })
-    .await;
+    let slow = slow_request_then_sigterm(&rig, 10_000).await;
     rig.bridge.signal("TERM");
     assert_eq!(rig.bridge.wait(), Some(1));
     let log = rig.bridge.log_text();

@@ -195,23 +195,29 @@ pub async fn revoke_key(
     id: &str,
 ) -> Result<String, AdminError> {
     let org_id = org(store, slug).await?;
-    // A whole API key (its secret too) is taken for its id: the secret is neither echoed nor
-    // written to the audit log.
-    let whole = secrets::parse(Kind::ApiKey, id).filter(|_| kind == Credential::ApiKey);
-    let public = whole.map(|(key_id, _)| format!("{}{key_id}", Kind::ApiKey.prefix()));
-    let id = public.as_deref().unwrap_or(id);
+    // A credential with its secret (whole, or mangled: a space, a digit short) is never
+    // echoed nor audited past its public part; a whole API key is revoked by its id.
+    let given = id.trim();
+    let public = [Kind::ApiKey, Kind::BridgeToken].into_iter().find_map(|k| {
+        let (key_id, _secret) = given.strip_prefix(k.prefix())?.split_once('_')?;
+        Some((k, format!("{}{key_id}", k.prefix())))
+    });
+    let (id, hidden) = match &public {
+        Some((Kind::ApiKey, public)) if kind == Credential::ApiKey => (public.as_str(), None),
+        Some((other, public)) => (given, Some((*other, public.as_str()))),
+        None => (given, None),
+    };
     let bare = match kind {
         Credential::ApiKey => id.strip_prefix(Kind::ApiKey.prefix()).unwrap_or(id),
         Credential::SignalKey | Credential::BridgeToken => id,
     };
     if !store.revoke_key(org_id, kind, bare).await? {
-        // Another kind's whole credential: named, its secret not echoed.
-        let secret = [Kind::ApiKey, Kind::BridgeToken]
-            .into_iter()
-            .any(|k| secrets::parse(k, id).is_some());
-        let shown = match secrets::named_kind(id) {
-            Some(other) if secret => format!("(that is {other}, secret and all)"),
-            _ => format!("{id:?}"),
+        let shown = match hidden {
+            Some((Kind::ApiKey, public)) => {
+                format!("(that is an API key, {public}, with its secret)")
+            }
+            Some((Kind::BridgeToken, _)) => "(that is a bridge token, with its secret: bridge tokens are revoked by bridge name, `cloud bridge-token revoke --org ORG --name BRIDGE`)".to_string(),
+            None => format!("{id:?}"),
         };
         return Err(AdminError::Usage(format!(
             "org {slug:?} has no live key {shown}; `list` shows the ids"

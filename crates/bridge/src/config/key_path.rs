@@ -115,12 +115,14 @@ pub(super) fn block_parent(
     let mut i = line.checked_sub(1)?;
     while let Some(above) = i.checked_sub(1) {
         i = above;
-        let Some(l) = read(lines[i]) else { continue };
+        let Some(l) = read(lines.get(i)?) else {
+            continue;
+        };
         if l.indent + 1 >= column {
             continue;
         }
         let (at, key) = l.key?;
-        let after = &lines[i][at + key.len() + 1..];
+        let after = lines[i].get(at + key.len() + 1..)?;
         let empty = after.trim().is_empty() || after.trim_start().starts_with('#');
         return empty.then_some((i + 1, at + 1, at + key.len() + 2));
     }

@@ -18,7 +18,9 @@ pub(super) fn parse_file(text: &str) -> Result<(FileConfig, Vec<Problem>), Vec<P
         return Ok((FileConfig::default(), Vec::new()));
     }
     let mut found: Vec<(Problem, (u64, u64))> = Vec::new();
-    let mut text = text.to_string();
+    // The reader counts a lone CR as a line break, as `str::lines` does not: read the text with
+    // LF alone, so that its lines are the ones the reader's places count.
+    let mut text = text.replace("\r\n", "\n").replace('\r', "\n");
     // serde stops at the first unknown key or wrong type: blank it out (an unknown key with the
     // value under it, a wrong value alone, which leaves an optional key unset) keeping the lines
     // where they are, and read again to find the next. Bounded, in case blanking turns up a loop.
@@ -88,6 +90,11 @@ fn yaml_problem(err: &serde_saphyr::Error, text: &str) -> (Problem, Option<(u64,
     };
     if let Some(key) = key_path::key_path(text, line as usize, column as usize) {
         return (Problem::new(key, origin, expected), Some((line, column)));
+    }
+    let block = message.trim().starts_with("expected sequence start")
+        || message.trim().starts_with("expected mapping start");
+    if !block {
+        return (Problem::new("", origin, expected), Some((line, column)));
     }
     // A block of the wrong kind (a mapping where a list belongs) is located at its first line:
     // named by the key it is under, and blanked with that key.

@@ -680,13 +680,26 @@ fn wrong_types_are_listed_at_once_with_the_other_problems() {
 #[test]
 fn a_mapping_where_a_list_belongs_is_one_problem_named_by_its_key() {
     let yaml = "name: dc1\ntoken: t\napi_url: https://cloud.example\napis:\n  name: a\n  url: http://a\nlog_levle: info\n";
-    let err = failure(yaml, &MapEnv::default());
     let expected = [
         "bridge.yaml:4:1: apis: expected a list (lines starting with `- `)",
         "bridge.yaml:7:1: unknown field `log_levle`",
     ];
-    for want in expected {
-        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    // The same with the line endings of Windows, or of old Macs (a lone CR).
+    for text in [
+        yaml.to_string(),
+        yaml.replace('\n', "\r\n"),
+        yaml.replace('\n', "\r"),
+    ] {
+        let err = failure(&text, &MapEnv::default());
+        for want in expected {
+            assert!(err.contains(want), "missing {want:?} in:\n{err}");
+        }
+        assert_eq!(err.lines().count(), expected.len(), "{err}");
     }
-    assert_eq!(err.lines().count(), expected.len(), "{err}");
+    // A wrong value inside a flow mapping is its own problem, not its list's.
+    let flow = "name: dc1\ntoken: t\napi_url: https://cloud.example\napis:\n  - {name: a, url: http://a, max_connections: lots}\n";
+    let err = failure(flow, &MapEnv::default());
+    assert!(err.contains("bridge.yaml:5:"), "{err}");
+    assert!(err.contains("expected a whole number"), "{err}");
+    assert!(!err.contains(": apis: "), "{err}");
 }

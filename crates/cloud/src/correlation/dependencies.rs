@@ -122,7 +122,7 @@ fn dependency<'a>(item: &'a Value, service: &str) -> Result<&'a str, String> {
             "a service name is at most {MAX_NAME} bytes; this one is {}",
             name.len()
         ))
-    } else if name == service {
+    } else if name == service.trim() {
         Err(format!("{service:?} cannot depend on itself"))
     } else {
         Ok(name)

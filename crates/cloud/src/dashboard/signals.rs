@@ -179,10 +179,11 @@ pub async fn revoke(
         return unknown_kind(&form.kind);
     };
     match admin::revoke_key(&state.store, &me.actor(), &me.org, kind, &form.id).await {
-        Ok(_) => {
-            // This process stops accepting the key now; others within about a second.
+        Ok(done) => {
+            // This process stops accepting the key now; others within about a second. The
+            // form's text may be a whole key: only what was revoked (its id) is logged.
             state.keys.forget_all();
-            tracing::info!(email = %me.email, org = %me.org, id = %form.id, "key revoked in the dashboard");
+            tracing::info!(email = %me.email, org = %me.org, what = %done, "key revoked in the dashboard");
             Redirect::to("/integrations/signals").into_response()
         }
         Err(admin::AdminError::Usage(why)) => message(

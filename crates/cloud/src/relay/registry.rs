@@ -100,19 +100,24 @@ impl Registry {
         }
     }
 
-    /// Live instances of a bridge, least busy first.
+    /// The live instances of a bridge (draining ones too: they still carry streams).
     pub fn instances(&self, org_id: i64, bridge: &str) -> Vec<Arc<Instance>> {
-        let mut list: Vec<Arc<Instance>> = self
-            .lock()
+        self.lock()
             .get(&(org_id, bridge.to_string()))
             .map(|b| {
                 b.instances
                     .iter()
-                    .filter(|i| !i.closed.is_cancelled() && !i.draining.load(Ordering::Relaxed))
+                    .filter(|i| !i.closed.is_cancelled())
                     .cloned()
                     .collect()
             })
-            .unwrap_or_default();
+            .unwrap_or_default()
+    }
+
+    /// The instances of a bridge that take new streams (live, not draining), least busy first.
+    pub fn ready(&self, org_id: i64, bridge: &str) -> Vec<Arc<Instance>> {
+        let mut list = self.instances(org_id, bridge);
+        list.retain(|i| !i.draining.load(Ordering::Relaxed));
         list.sort_by_key(|i| i.in_flight.load(Ordering::Relaxed));
         list
     }

@@ -98,20 +98,17 @@ fn without_passwords(statement: &str) -> String {
     while let Some(found) = lower[from..].find("password") {
         let keyword_end = from + found + "password".len();
         from = keyword_end;
-        let mut at = keyword_end;
-        while bytes.get(at).is_some_and(u8::is_ascii_whitespace) {
-            at += 1;
-        }
+        let mut at = skip_blank(statement, keyword_end);
         // `password = '…'` (a comparison, or an option) too.
         if bytes.get(at) == Some(&b'=') {
-            at += 1;
-            while bytes.get(at).is_some_and(u8::is_ascii_whitespace) {
-                at += 1;
-            }
+            at = skip_blank(statement, at + 1);
         } else if at == keyword_end && bytes.get(at) != Some(&b'\'') {
             continue;
         }
-        if matches!(bytes.get(at), Some(b'e' | b'E')) && bytes.get(at + 1) == Some(&b'\'') {
+        let quote_after = |n: usize| bytes.get(at + n) == Some(&b'\'');
+        // Only an E'…' literal reads backslash escapes (standard_conforming_strings).
+        let escapes = matches!(bytes.get(at), Some(b'e' | b'E')) && quote_after(1);
+        if escapes || (matches!(bytes.get(at), Some(b'n' | b'N')) && quote_after(1)) {
             at += 1;
         } else if lower[at..].starts_with("u&'") {
             at += 2;
@@ -126,16 +123,15 @@ fn without_passwords(statement: &str) -> String {
         if bytes.get(at) != Some(&b'\'') {
             continue;
         }
-        // The literal's end: the next lone quote (a doubled one, or a backslash-escaped one
-        // in an E'…' literal, is part of it); an unterminated literal runs to the end.
-        let mut end = at + 1;
-        while end < bytes.len() {
-            match bytes[end] {
-                b'\\' => end += 2,
-                b'\'' if bytes.get(end + 1) == Some(&b'\'') => end += 2,
-                b'\'' => break,
-                _ => end += 1,
+        let mut end = literal_end(bytes, at, escapes);
+        // `'abc'` and `'def'` on the next line are one string to PostgreSQL.
+        loop {
+            let next = skip_blank(statement, end + 1);
+            let newline = bytes[(end + 1).min(bytes.len())..next.min(bytes.len())].contains(&b'\n');
+            if !(newline && bytes.get(next) == Some(&b'\'')) {
+                break;
             }
+            end = literal_end(bytes, next, escapes);
         }
         out.push_str(&statement[copied..at]);
         out.push_str("'…'");
@@ -144,6 +140,40 @@ fn without_passwords(statement: &str) -> String {
     }
     out.push_str(&statement[copied..]);
     out
+}
+
+/// The index of the quote that closes the literal opened at `open` (a doubled quote is part
+/// of it, and so is a backslash-escaped one where `escapes`); the end of the text when it is
+/// not closed.
+fn literal_end(bytes: &[u8], open: usize, escapes: bool) -> usize {
+    let mut end = open + 1;
+    while end < bytes.len() {
+        match bytes[end] {
+            b'\\' if escapes => end += 2,
+            b'\'' if bytes.get(end + 1) == Some(&b'\'') => end += 2,
+            b'\'' => return end,
+            _ => end += 1,
+        }
+    }
+    bytes.len()
+}
+
+/// `at` moved past whitespace and comments (`-- …` to the end of the line, `/* … */`).
+fn skip_blank(statement: &str, mut at: usize) -> usize {
+    let bytes = statement.as_bytes();
+    loop {
+        while bytes.get(at).is_some_and(u8::is_ascii_whitespace) {
+            at += 1;
+        }
+        let rest = statement.get(at..).unwrap_or_default();
+        if rest.starts_with("--") {
+            at = rest.find('\n').map_or(statement.len(), |n| at + n + 1);
+        } else if rest.starts_with("/*") {
+            at = rest.find("*/").map_or(statement.len(), |n| at + n + 2);
+        } else {
+            return at;
+        }
+    }
 }
 
 /// Where the dollar-quoted literal (`$$…$$`, `$tag$…$tag$`) that starts at byte `at` ends (past
@@ -227,6 +257,29 @@ mod tests {
             ),
             // A parameter is no literal.
             ("ALTER ROLE p PASSWORD $1", "ALTER ROLE p PASSWORD $1"),
+            // A backslash ends nothing outside E'…': the next statement's password is masked.
+            (
+                "ALTER ROLE a PASSWORD 'x\\'; ALTER ROLE b PASSWORD 'secret';",
+                "ALTER ROLE a PASSWORD '…'; ALTER ROLE b PASSWORD '…';",
+            ),
+            // Comments before the literal, a national literal, a literal continued on the
+            // next line.
+            (
+                "ALTER ROLE c PASSWORD /* new */ 'secret'",
+                "ALTER ROLE c PASSWORD /* new */ '…'",
+            ),
+            (
+                "ALTER ROLE d PASSWORD -- new\n 'secret'",
+                "ALTER ROLE d PASSWORD -- new\n '…'",
+            ),
+            (
+                "ALTER ROLE n PASSWORD N'secret'",
+                "ALTER ROLE n PASSWORD N'…'",
+            ),
+            (
+                "ALTER ROLE k PASSWORD 'sec'\n  'ret' LOGIN",
+                "ALTER ROLE k PASSWORD '…' LOGIN",
+            ),
         ] {
             assert_eq!(without_passwords(statement), audited, "{statement}");
         }

@@ -272,7 +272,7 @@ impl Kind for RegistryKind {
                 }
                 // An absolute URL elsewhere would show the caller an internal host.
                 None => {
-                    tracing::warn!(registry = %self.cfg.name, "dropped a Location naming another host");
+                    tracing::warn!(registry = %self.cfg.name, "dropped a Location naming another host or scheme");
                     headers.remove(header::LOCATION);
                 }
             }

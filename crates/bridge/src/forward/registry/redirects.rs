@@ -125,7 +125,18 @@ impl RegistryKind {
         if !location.starts_with('/') && Url::parse(location).is_err() {
             return Some(location.to_string());
         }
-        path_under(&self.cfg.url, location)
+        if let Some(path) = path_under(&self.cfg.url, location) {
+            return Some(path);
+        }
+        // On the registry's own origin but outside the entry's base path (a registry mounted
+        // under a path that names its `/v2/…` URLs from the root): the path as it is.
+        let url = self.cfg.url.join(location).ok()?;
+        let own =
+            url.scheme() == self.cfg.url.scheme() && host_port(&url) == host_port(&self.cfg.url);
+        own.then(|| match url.query() {
+            Some(query) => format!("{}?{query}", url.path()),
+            None => url.path().to_string(),
+        })
     }
 }
 
@@ -164,5 +175,11 @@ mod tests {
         );
         assert_eq!(r.relative("https://other.internal/v2/a"), None);
         assert_eq!(r.relative("u?_state=x").as_deref(), Some("u?_state=x"));
+        // The registry's own origin, outside the base path: the whole path.
+        assert_eq!(
+            r.relative("https://reg.internal/v2/a/blobs/uploads/u")
+                .as_deref(),
+            Some("/v2/a/blobs/uploads/u")
+        );
     }
 }

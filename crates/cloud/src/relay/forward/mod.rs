@@ -69,7 +69,7 @@ async fn upstream_peers(
     target: &Target,
 ) -> Result<Vec<Arc<Instance>>, Problem> {
     let bridge = &target.bridge;
-    let all = state.registry.instances(principal.org_id, bridge);
+    let all = state.registry.ready(principal.org_id, bridge);
     if all.is_empty() {
         let (tokens, active) = state
             .store
@@ -97,14 +97,23 @@ async fn upstream_peers(
     }
     // During a rollout instances may declare different resources: only those that declare
     // this one are candidates.
-    let instances: Vec<_> = all
-        .into_iter()
-        .filter(|i| {
-            i.resources
-                .iter()
-                .any(|r| r.kind == target.kind && r.name == target.name)
-        })
-        .collect();
+    let declares = |i: &Arc<Instance>| {
+        i.resources
+            .iter()
+            .any(|r| r.kind == target.kind && r.name == target.name)
+    };
+    let instances: Vec<_> = all.into_iter().filter(|i| declares(i)).collect();
+    let draining = || (state.registry.instances(principal.org_id, bridge).iter()).any(&declares);
+    if instances.is_empty() && draining() {
+        return Err(Problem::unavailable(
+            5,
+            format!(
+                "the instances of bridge {bridge:?} that declare {} {:?} are shutting down; retry shortly",
+                target.kind.noun(),
+                target.name
+            ),
+        ));
+    }
     if instances.is_empty() {
         return Err(Problem::not_found(format!(
             "bridge {bridge:?} declares no {} named {:?} in its `{}` list",
@@ -367,7 +376,7 @@ async fn send(
         return Err(Problem::unavailable(
             5,
             format!(
-                "bridge {bridge:?} is shutting down and no other instance of it is connected; retry shortly"
+                "no instance of bridge {bridge:?} could take the request (the one tried was shutting down or its tunnel had closed); retry shortly"
             ),
         ));
     }
