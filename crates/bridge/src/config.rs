@@ -145,6 +145,14 @@ impl Config {
             Ok(config) if unknown.is_empty() => Ok(config),
             Ok(_) => Err(invalid(unknown)),
             Err(mut problems) => {
+                // A value the reader refused was read as empty: what validation then says of
+                // that key is already said.
+                problems.retain(|p| {
+                    !unknown.iter().any(|u| {
+                        (!u.key.is_empty() && u.key == p.key)
+                            || (matches!(u.origin, Origin::File { .. }) && u.origin == p.origin)
+                    })
+                });
                 problems.extend(unknown);
                 error::in_file_order(&mut problems);
                 Err(invalid(problems))

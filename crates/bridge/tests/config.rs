@@ -224,6 +224,16 @@ async fn check_tries_the_cloud_and_each_resource() {
         "{out}"
     );
     assert!(out.contains("Connection refused"), "{out}");
+    // A registry that cannot be reached: its cause is said too.
+    let registry =
+        format!("{good}registries:\n  - name: reg\n    url: http://127.0.0.1:{closed}\n");
+    let (code, out) = check(&registry);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("cannot reach registry \"reg\": client error (Connect)")
+            && out.contains("Connection refused"),
+        "{out}"
+    );
     // https:// to a server that speaks plain HTTP: said in words, not as a debug dump.
     let plain = good.replace("http://127.0.0.1", "https://127.0.0.1");
     let (code, out) = check(&plain);

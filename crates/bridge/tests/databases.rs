@@ -670,14 +670,21 @@ fn check_names_the_failing_step_of_each_database() {
     assert!(!text.contains(PASSWORD), "{text}");
 }
 
-/// `cloud db-proxy` on a free loopback port, for the rig's cloud, with `api_key`.
+/// `cloud db-proxy` on a free loopback port, for the rig's cloud, with `api_key`; its log
+/// (standard output, as for `serve`) in a file of its own.
 struct DbProxy {
     child: std::process::Child,
     port: u16,
+    log: tempfile::TempDir,
 }
 
 impl DbProxy {
     async fn start(rig: &DbRig, api_key: &str) -> DbProxy {
+        Self::start_for(rig, api_key, "orders").await
+    }
+
+    async fn start_for(rig: &DbRig, api_key: &str, database: &str) -> DbProxy {
+        let log = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -688,10 +695,10 @@ impl DbProxy {
             .arg(format!("https://localhost:{}", rig.cloud.tls_port()))
             .arg("--ca-file")
             .arg(rig.cloud.ca_path())
-            .args(["--bridge", "dc1", "--database", "orders"])
+            .args(["--bridge", "dc1", "--database", database])
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .env("CLOUD_API_KEY", api_key)
-            .stdout(Stdio::null())
+            .stdout(std::fs::File::create(log.path().join("db-proxy.log")).unwrap())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
@@ -706,7 +713,23 @@ impl DbProxy {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        DbProxy { child, port }
+        DbProxy { child, port, log }
+    }
+
+    /// Waits for a line of the proxy's log that holds `want`, and returns it.
+    async fn log_line(&self, want: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let text = std::fs::read_to_string(self.log.path().join("db-proxy.log")).unwrap();
+            if let Some(line) = text.lines().find(|l| l.contains(want)) {
+                return line.to_string();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "no {want:?} in:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     fn psql(&self, sql: &str) -> Output {
@@ -776,6 +799,13 @@ async fn db_proxy_serves_local_clients_without_a_password_over_https() {
         "psql through db-proxy with a wrong key",
     );
     assert!(err.contains("refused CLOUD_API_KEY"), "{err}");
+
+    // A database the bridge does not declare: the client reads why, and so does the proxy's log.
+    let missing = DbProxy::start_for(&rig, &rig.tenant.api_key, "nosuch").await;
+    let err = stderr(&missing.psql("SELECT 1"), "psql through db-proxy to nosuch");
+    assert!(err.contains("nosuch"), "{err}");
+    let line = missing.log_line("session not opened").await;
+    assert!(line.contains("nosuch") && line.contains("3D000"), "{line}");
 
     // Refused at start: a non-loopback address, and no key in the environment.
     for (args, env_key, want) in [

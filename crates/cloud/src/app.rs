@@ -246,7 +246,18 @@ impl LiveBridges for RelayBridges {
     }
 }
 
+/// 404: a page for a browser that asked for one off the API's paths, problem+json otherwise.
 async fn not_found(request: Request) -> Response {
+    let path = request.uri().path();
+    let page_wanted = !path.starts_with("/v1/")
+        && request
+            .headers()
+            .get(axum::http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|accept| accept.contains("text/html"));
+    if page_wanted {
+        return crate::dashboard::not_found(path);
+    }
     Problem::not_found(format!(
         "no route {} {}; see the API reference in docs/api.md",
         request.method(),

@@ -43,6 +43,17 @@ impl Problem {
         }
     }
 
+    /// 422 for the `Idempotency-Key` header (malformed, sent twice, or reused with another
+    /// body): a problem of the request's header, so no `errors[]` pointing into the body.
+    pub fn idempotency_key(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency-key",
+            "Invalid Idempotency-Key",
+            detail,
+        )
+    }
+
     /// 400: the body or a query parameter cannot be read.
     pub fn bad_request(detail: impl Into<String>) -> Self {
         Self::new(
@@ -280,6 +291,48 @@ pub fn query_problem(
         format!("cannot read the query string ({cause}); known parameters: {known}")
     };
     Problem::bad_request(detail)
+}
+
+/// The `service` and `environment` filters of a query, refused when empty: no event has an
+/// empty one, so such a filter is a mistake (an unset variable in a script), said rather than
+/// answered with an empty page or empty figures.
+pub fn filter_params(service: Option<&str>, environment: Option<&str>) -> Result<(), Problem> {
+    for (name, value, every) in [
+        ("service", service, "a service"),
+        ("environment", environment, "an environment"),
+    ] {
+        if value.is_some_and(|v| v.trim().is_empty()) {
+            return Err(Problem::bad_request(format!(
+                "query parameter {name} is empty; give {every}, or leave the parameter out for every {name}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A window `[since, until)` that holds nothing is a mistake in the query, said as such.
+pub fn window(since: Option<i64>, until: Option<i64>) -> Result<(), Problem> {
+    match (since, until) {
+        (Some(since), Some(until)) if since >= until => Err(Problem::bad_request(
+            "query parameter since must be before until (since is inclusive, until exclusive)",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A route that takes no query parameters refuses any, as the routes that take some refuse
+/// unknown ones: a misspelt filter never passes silently.
+pub fn no_query(uri: &axum::http::Uri) -> Result<(), Problem> {
+    match uri.query().filter(|q| !q.is_empty()) {
+        None => Ok(()),
+        Some(q) => {
+            let name = q.split(['&', '=']).next().unwrap_or(q);
+            Err(Problem::bad_request(format!(
+                "unknown query parameter {name:?}: {} takes no query parameters",
+                uri.path()
+            )))
+        }
+    }
 }
 
 /// The `detail` of a problem+json body, or the body itself when it is not one (a peer's

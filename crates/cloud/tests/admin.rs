@@ -40,6 +40,63 @@ fn admin_commands_never_create_a_sqlite_database() {
 }
 
 #[test]
+fn admin_commands_leave_a_file_that_is_no_signals_database_as_it_was() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("signals.db");
+    // An empty file (a `touch`), another program's database, a file that is no database.
+    let other = dir.path().join("other.db");
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        use sqlx::Connection;
+        let url = format!("sqlite://{}?mode=rwc", other.display());
+        let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::raw_sql("CREATE TABLE foo(x)")
+            .execute(&mut db)
+            .await
+            .unwrap();
+        db.close().await.unwrap();
+    });
+    let other_bytes = std::fs::read(&other).unwrap();
+    for (what, bytes, said) in [
+        ("empty", Vec::new(), "holds no signals schema"),
+        (
+            "text",
+            b"hello\n".to_vec(),
+            "cannot be read as a signals database",
+        ),
+        ("other", other_bytes, "holds no signals schema"),
+    ] {
+        std::fs::write(&file, &bytes).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        for args in [&["org", "list"][..], &["org", "create", "zzz"]] {
+            let out = Command::new(cloud_bin())
+                .args(args)
+                .arg("--data-dir")
+                .arg(dir.path())
+                .env_remove("CLOUD_DATABASE_URL")
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{what} {args:?}: {stderr}");
+            assert!(out.stdout.is_empty(), "{what} {args:?} printed a value");
+            assert!(
+                stderr.contains(&file.display().to_string())
+                    && stderr.contains(said)
+                    && stderr.contains("left as it was"),
+                "{what}: {stderr}"
+            );
+            assert_eq!(
+                std::fs::read(&file).unwrap(),
+                bytes,
+                "{what}: the file changed"
+            );
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o644, "{what}: the file's mode changed");
+        }
+    }
+}
+
+#[test]
 fn admin_commands_never_create_a_postgres_schema() {
     let schema = PgSchema::create();
     for _ in 0..2 {

@@ -199,6 +199,32 @@ async fn services_and_days(backend: Backend) {
     .await;
     assert_eq!(status, 400);
     assert!(bad.contains("is not an event type"), "{bad}");
+    // An edited link is a page that says so, as every other dashboard error.
+    for path in ["/events?before_at=garbage&before_id=x", "/events/%FF"] {
+        let (status, bad) = get(&client, format!("{}{path}", cloud.https), &member).await;
+        assert_eq!(status, 400, "{path}");
+        assert!(
+            bad.contains("<html") && bad.contains("could not be read"),
+            "{path}: {bad}"
+        );
+    }
+    // An address no route has: a page for a browser, problem+json for the API's clients.
+    let page = client
+        .get(format!("{}/nope", cloud.https))
+        .header("cookie", &member)
+        .header("accept", "text/html,application/xhtml+xml")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 404);
+    assert!(page.text().await.unwrap().contains("no page at /nope"));
+    let api = client
+        .get(format!("{}/nope", cloud.https))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(api.status(), 404);
+    assert_eq!(api.headers()["content-type"], "application/problem+json");
 }
 
 #[tokio::test]
@@ -266,4 +292,52 @@ async fn bridge_commands_dial_the_tls_listener_whichever_listener_served_the_pag
         !page.contains(&format!("https://127.0.0.1:{plain_port}")),
         "the plain port with https: {page}"
     );
+}
+
+/// The command a new API key's page shows, copied into a shell as it stands (HTTP/2, as
+/// browsers reach the TLS listener: the address comes from the request's authority), sends an
+/// event once `SIGNAL_KEY` is set.
+#[tokio::test]
+async fn the_command_shown_with_a_new_api_key_works_as_copied() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.admin(&["org", "create", "acme"]);
+    let signal_key = cloud.admin(&["signal-key", "create", "--org", "acme"]);
+    let client = client(&cloud);
+    let admin = session(&cloud, &client, "acme", "ada@example.com", "admin").await;
+    let (status, page) = post(
+        &client,
+        &cloud,
+        &admin,
+        "/integrations/signals/create",
+        &[("kind", "api-key")],
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    let api_key = shown_secret(&page);
+    let block = page.split("<code id=\"curl\">").nth(1).unwrap();
+    let command = block.split("</code>").next().unwrap();
+    let command = command
+        .replace("&quot;", "\"")
+        .replace("&#34;", "\"")
+        .replace("&#39;", "'")
+        .replace("&#x27;", "'")
+        .replace("&amp;", "&")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">");
+    assert!(
+        command.contains(&format!("{}/v1/signals/$SIGNAL_KEY", cloud.https)),
+        "{command}"
+    );
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{command} --cacert '{}' -w ' %{{http_code}}'",
+            cloud.ca_path().display()
+        ))
+        .env("SIGNAL_KEY", signal_key.trim())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.ends_with(" 202"), "{command}\n{said}");
+    assert!(!api_key.is_empty() && command.contains(&api_key));
 }

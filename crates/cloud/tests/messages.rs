@@ -72,6 +72,34 @@ async fn an_unknown_query_parameter_lists_the_known_ones_once() {
     );
     let said = detail("/v1/events?since=2024-01-15T10:00:00+01:00").await;
     assert!(said.contains("send 2024-01-15T10:00:00%2B01:00"), "{said}");
+    // DORA's filters are the events' own, and so are their mistakes.
+    assert_eq!(
+        detail("/v1/dora?environment=").await,
+        "query parameter environment is empty; give an environment, or leave the parameter out for every environment"
+    );
+    let empty_window =
+        "query parameter since must be before until (since is inclusive, until exclusive)";
+    for path in [
+        "/v1/events?since=2024-02-01T00:00:00Z&until=2024-01-01T00:00:00Z",
+        "/v1/dora?since=2024-02-01T00:00:00Z&until=2024-02-01T00:00:00Z",
+    ] {
+        assert_eq!(detail(path).await, empty_window, "{path}");
+    }
+    // Routes without parameters refuse any, as the others refuse unknown ones.
+    for (path, route) in [
+        ("/v1/bridges?name=dc1", "/v1/bridges"),
+        (
+            "/v1/repository-sources?repository=a",
+            "/v1/repository-sources",
+        ),
+        ("/v1/alerts/x/suspects?limit=3", "/v1/alerts/x/suspects"),
+    ] {
+        let said = detail(path).await;
+        assert!(
+            said.contains(&format!("{route} takes no query parameters")),
+            "{said}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -91,8 +91,40 @@ async fn a_malformed_idempotency_key_is_422() {
             .unwrap();
         assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY, "{key:?}");
         let problem: Value = res.json().await.unwrap();
-        assert!(problem.to_string().contains("Idempotency-Key"), "{problem}");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("Idempotency-Key header must be"),
+            "{problem}"
+        );
+        // A header's problem: no errors[] pointing into the body.
+        assert_eq!(
+            problem["type"], "urn:signals:problem:idempotency-key",
+            "{problem}"
+        );
+        assert!(problem.get("errors").is_none(), "{problem}");
     }
+    // Two keys: which one is meant cannot be known.
+    let res = cloud
+        .client()
+        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+        .bearer_auth(&t.api_key)
+        .header("Idempotency-Key", "a")
+        .header("Idempotency-Key", "b")
+        .json(&testkit::seed_event())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let problem: Value = res.json().await.unwrap();
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("sent more than once"),
+        "{problem}"
+    );
     // The longest accepted key is 255 characters.
     let res = cloud
         .client()

@@ -373,7 +373,7 @@ async fn idempotency_key_replays_the_first_answer(backend: Backend) {
     assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert!(res.headers().get("idempotent-replayed").is_none());
     let problem: Value = res.json().await.unwrap();
-    let detail = problem["errors"][0]["detail"].as_str().unwrap();
+    let detail = problem["detail"].as_str().unwrap();
     assert!(
         detail.contains("already used for a request with a different body"),
         "{problem}"

@@ -160,6 +160,10 @@ pub(super) fn meant<'a>(unknown: &str, expected: &'a str) -> Option<&'a str> {
         .map(|(_, k)| k)
 }
 
+/// What a list or mapping written where text belongs is told.
+pub(super) const TEXT: &str =
+    "expected text, not a list or a mapping (quote it if it holds `[`, `{` or `: `)";
+
 /// The YAML reader's word for a wrong type, as what was expected.
 pub(super) fn expected(message: &str) -> Option<&'static str> {
     let integer = ["i64", "u64", "i32", "u32", "u16", "u8", "usize"];
@@ -169,6 +173,8 @@ pub(super) fn expected(message: &str) -> Option<&'static str> {
         "invalid boolean" => Some("expected true or false"),
         "expected sequence start" => Some("expected a list (lines starting with `- `)"),
         "expected mapping start" => Some("expected a mapping (`key: value` lines)"),
+        "expected string scalar" => Some(TEXT),
+        "expected scalar" => Some("expected a single value, not a list or a mapping"),
         _ => None,
     }
 }
@@ -247,6 +253,7 @@ sources:
     fn wrong_types_are_said_as_what_was_expected() {
         assert_eq!(expected("invalid i64"), Some("expected a whole number"));
         assert_eq!(expected("invalid boolean"), Some("expected true or false"));
+        assert_eq!(expected("expected string scalar"), Some(TEXT));
         assert_eq!(expected("something else"), None);
     }
 }

@@ -33,8 +33,14 @@ pub(super) fn parse_file(text: &str) -> Result<(FileConfig, Vec<Problem>), Vec<P
         let seen = found.iter().any(|(_, place)| Some(*place) == at);
         match at {
             Some(place) if !seen => {
+                // Text of the wrong kind becomes empty text, so a required name stays present.
+                let fill = if problem.message == key_path::TEXT {
+                    "\"\""
+                } else {
+                    ""
+                };
                 found.push((problem, place));
-                match blank_key(&text, place.0 as usize, place.1 as usize) {
+                match blank_key(&text, place.0 as usize, place.1 as usize, fill) {
                     Some(next) => text = next,
                     None => return Err(found.into_iter().map(|(p, _)| p).collect()),
                 }
@@ -91,23 +97,32 @@ fn yaml_problem(err: &serde_saphyr::Error, text: &str) -> (Problem, Option<(u64,
     if let Some(key) = key_path::key_path(text, line as usize, column as usize) {
         return (Problem::new(key, origin, expected), Some((line, column)));
     }
+    // A block of the wrong kind (a mapping where a list or text belongs) is reported inside it.
     let block = message.trim().starts_with("expected sequence start")
-        || message.trim().starts_with("expected mapping start");
-    if !block {
+        || message.trim().starts_with("expected mapping start")
+        || expected == key_path::TEXT;
+    if !block || inside_flow(text, line as usize, column as usize) {
         return (Problem::new("", origin, expected), Some((line, column)));
     }
-    // A block of the wrong kind (a mapping where a list belongs) is located at its first line:
-    // named by the key it is under, and blanked with that key.
+    // It is located at its first line: named by the key it is under, and blanked with that key
+    // (where text belongs, only its value, which becomes empty text).
     let parent = key_path::block_parent(text, line as usize, column as usize).and_then(
         |(line, key_at, value_at)| {
             let key = key_path::key_path(text, line, value_at)?;
-            Some((key, line as u64, key_at as u64))
+            Some((key, line as u64, key_at as u64, value_at as u64))
         },
     );
     match parent {
-        Some((key, line, column)) => (
+        Some((key, line, column, value_at)) => (
             Problem::new(key, Origin::File { line, column }, expected),
-            Some((line, column)),
+            Some((
+                line,
+                if expected == key_path::TEXT {
+                    value_at
+                } else {
+                    column
+                },
+            )),
         ),
         None => (Problem::new("", origin, expected), Some((line, column))),
     }
@@ -120,28 +135,56 @@ fn unknown_key(message: &str) -> Option<&str> {
 }
 
 /// `text` with the key (or value) at `line`:`column` (1-based) blanked from there to the end of
-/// its line, and the lines of its value (indented deeper) emptied; the line count stays the same, so
-/// later problems keep their places. A key inside a `{…}` mapping loses only its own entry
-/// (spaces in its place, over several lines if it spans them), so that the mapping stays
-/// closed and what follows reads as written. `None` when there is nothing to blank.
-fn blank_key(text: &str, line: usize, column: usize) -> Option<String> {
+/// its line, and the lines of its value (indented deeper) emptied, `fill` written in its place;
+/// the line count stays the same, so later problems keep their places. A key inside a `{…}`
+/// mapping loses only its own entry (spaces in its place, over several lines if it spans them),
+/// so that the mapping stays closed and what follows reads as written. `None` when there is
+/// nothing to blank.
+fn blank_key(text: &str, line: usize, column: usize, fill: &str) -> Option<String> {
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
     let index = line.checked_sub(1)?;
     let start = column.checked_sub(1)?;
     let current = lines.get(index)?;
-    let cut = current.char_indices().nth(start).map(|(i, _)| i)?;
+    // The place may be the end of the line (just past a key's colon).
+    let cut = current
+        .char_indices()
+        .map(|(i, _)| i)
+        .chain([current.len()])
+        .nth(start)?;
     let mut whole = lines.join("\n");
     let at = lines[..index].iter().map(|l| l.len() + 1).sum::<usize>() + cut;
-    if let Some(end) = flow_entry_end(&whole, at) {
+    if let Some(mut end) = flow_entry_end(&whole, at) {
+        // A value keeps its entry's comma; a key goes with it.
+        if whole[..at].trim_end().ends_with(':') && whole[..end].ends_with(',') {
+            end -= 1;
+        }
+        // The fill takes the place of the entry's first characters (a list or mapping is at
+        // least two), so the places after it on the line stay where they were.
         let spaces: String = whole[at..end]
             .chars()
-            .map(|c| if c == '\n' { c } else { ' ' })
+            .enumerate()
+            .map(|(i, c)| match fill.chars().nth(i) {
+                Some(f) if c != '\n' => f,
+                _ if c == '\n' => c,
+                _ => ' ',
+            })
             .collect();
         whole.replace_range(at..end, &spaces);
         return Some(whole);
     }
+    let after_colon = lines[index][..cut].ends_with(':');
+    // A value blanked after its key's colon owns the lines indented deeper than the key.
+    let indent = match after_colon {
+        true => lines[index][..cut - 1]
+            .rfind([' ', '-'])
+            .map_or(0, |i| i + 1),
+        false => start,
+    };
     lines[index].truncate(cut);
-    let indent = start;
+    if after_colon && !fill.is_empty() {
+        lines[index].push(' ');
+    }
+    lines[index].push_str(fill);
     for next in lines.iter_mut().skip(index + 1) {
         let trimmed = next.trim_start();
         if trimmed.is_empty() || trimmed.starts_with('#') {
@@ -153,6 +196,22 @@ fn blank_key(text: &str, line: usize, column: usize) -> Option<String> {
         next.clear();
     }
     Some(lines.join("\n"))
+}
+
+/// Whether `line`:`column` (1-based) of `text` is inside a flow collection (`{…}`, `[…]`).
+fn inside_flow(text: &str, line: usize, column: usize) -> bool {
+    let Some(index) = line.checked_sub(1) else {
+        return false;
+    };
+    let before: usize = text.lines().take(index).map(|l| l.len() + 1).sum();
+    let Some(this) = text.lines().nth(index) else {
+        return false;
+    };
+    let within = this
+        .char_indices()
+        .nth(column.saturating_sub(1))
+        .map_or(this.len(), |(i, _)| i);
+    flow_entry_end(text, before + within).is_some()
 }
 
 /// Where the entry of a flow collection (`{a: 1, b: [2, 3]}`) that starts at byte `at` of

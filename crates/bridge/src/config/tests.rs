@@ -703,3 +703,20 @@ fn a_mapping_where_a_list_belongs_is_one_problem_named_by_its_key() {
     assert!(err.contains("expected a whole number"), "{err}");
     assert!(!err.contains(": apis: "), "{err}");
 }
+
+#[test]
+fn a_list_or_mapping_where_text_belongs_is_named_and_the_reading_goes_on() {
+    let yaml = "name: dc1\ntoken: t\napi_url: https://cloud.example\napis:\n  - name: [a, b]\n    url: http://a\n  - name: b\n    url:\n      host: b\n      port: 80\n  - {name: c, url: {x: 1}, max_connections: 2}\n  - name: d\n    url: http://d\n    max_connections: lots\n";
+    let err = failure(yaml, &MapEnv::default());
+    let expected = [
+        "bridge.yaml:5:11: apis[0].name: expected text, not a list or a mapping",
+        "bridge.yaml:8:5: apis[1].url: expected text, not a list or a mapping",
+        "bridge.yaml:11:20: expected text, not a list or a mapping",
+        "bridge.yaml:14:22: apis[3].max_connections: expected a whole number",
+    ];
+    for want in expected {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+    // Each said once: the values read as empty text raise nothing more.
+    assert_eq!(err.lines().count(), expected.len(), "{err}");
+}

@@ -116,18 +116,13 @@ pub async fn list(
                 ))
             })?,
     };
-    // No event has an empty service or environment: such a filter is a mistake (an unset
-    // variable in a script), said rather than answered with an empty page.
-    for (name, value) in [("service", &p.service), ("environment", &p.environment)] {
-        if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
-            return Err(Problem::bad_request(format!(
-                "query parameter {name} is empty; give a {name}, or leave the parameter out to list every {name}"
-            )));
-        }
-    }
+    crate::problem::filter_params(p.service.as_deref(), p.environment.as_deref())?;
+    let since = crate::problem::time_param("since", p.since.as_deref())?;
+    let until = crate::problem::time_param("until", p.until.as_deref())?;
+    crate::problem::window(since, until)?;
     let query = EventQuery {
-        since: crate::problem::time_param("since", p.since.as_deref())?,
-        until: crate::problem::time_param("until", p.until.as_deref())?,
+        since,
+        until,
         after: p.cursor.as_deref().map(decode_cursor).transpose()?,
         kind,
         service: p.service,

@@ -11,24 +11,27 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
 use crate::problem::Problem;
-use crate::signals::event::FieldError;
 
 /// Longest accepted `Idempotency-Key`.
 const MAX_KEY: usize = 255;
 
-/// The request's `Idempotency-Key`, when it sends one; a 422 when it is empty or too long.
+/// The request's `Idempotency-Key`, when it sends one; a 422 when it is empty, too long, not
+/// ASCII, or sent twice (which of two keys would be meant cannot be known).
 pub fn key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
-    let Some(value) = headers.get("idempotency-key") else {
+    let mut values = headers.get_all("idempotency-key").iter();
+    let Some(value) = values.next() else {
         return Ok(None);
     };
+    if values.next().is_some() {
+        return Err(Problem::idempotency_key(
+            "the Idempotency-Key header was sent more than once; send it once",
+        ));
+    }
     let key = value.to_str().unwrap_or("").trim();
     if key.is_empty() || key.len() > MAX_KEY {
-        return Err(Problem::invalid(vec![FieldError {
-            pointer: String::new(),
-            detail: format!(
-                "the Idempotency-Key header must be 1 to {MAX_KEY} visible ASCII characters"
-            ),
-        }]));
+        return Err(Problem::idempotency_key(format!(
+            "the Idempotency-Key header must be 1 to {MAX_KEY} visible ASCII characters"
+        )));
     }
     Ok(Some(key.to_string()))
 }
@@ -62,12 +65,9 @@ fn decode(stored: &str) -> (Option<&str>, &str) {
 pub fn repeat(key: &str, stored: &str, body_digest: &str) -> Result<Response, Problem> {
     let (first_digest, answer) = decode(stored);
     if first_digest.is_some_and(|d| d != body_digest) {
-        return Err(Problem::invalid(vec![FieldError {
-            pointer: String::new(),
-            detail: format!(
-                "the Idempotency-Key {key:?} was already used for a request with a different body; a retry must send the same body, and a new request needs a new key"
-            ),
-        }]));
+        return Err(Problem::idempotency_key(format!(
+            "the Idempotency-Key {key:?} was already used for a request with a different body; a retry must send the same body, and a new request needs a new key"
+        )));
     }
     let mut response = (
         StatusCode::ACCEPTED,
@@ -92,7 +92,7 @@ mod tests {
         let replayed = repeat("k", &stored, &d).unwrap();
         assert_eq!(replayed.headers()["idempotent-replayed"], "true");
         let err = repeat("k", &stored, &digest(b"[]")).unwrap_err();
-        assert!(err.errors[0].detail.contains("different body"));
+        assert!(err.detail.contains("different body"));
         assert!(repeat("k", r#"{"id":"a"}"#, &d).is_ok());
     }
 }

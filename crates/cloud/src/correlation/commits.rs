@@ -22,12 +22,15 @@ use crate::storage::{ListedCommits, REPOSITORY_RULES, RepositorySource};
 /// The org's repository mappings.
 #[utoipa::path(get, path = "/v1/repository-sources", tag = "correlation",
     responses((status = 200, body = crate::openapi::RepositorySources),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json")))]
 pub async fn list_sources(
     State(state): State<CorrelationState>,
     headers: HeaderMap,
+    uri: axum::http::Uri,
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
+    crate::problem::no_query(&uri)?;
     let sources = state
         .store
         .repository_sources(principal.org_id)

@@ -164,15 +164,12 @@ pub async fn figures(
     let Query(p) = params.map_err(|e| {
         crate::problem::query_problem(&e, &["service", "environment", "since", "until"])
     })?;
+    crate::problem::filter_params(p.service.as_deref(), p.environment.as_deref())?;
     let until = crate::problem::time_param("until", p.until.as_deref())?
         .unwrap_or_else(crate::storage::now_micros);
     let since = crate::problem::time_param("since", p.since.as_deref())?
         .unwrap_or(until - DEFAULT_DAYS * 86_400_000_000);
-    if since >= until {
-        return Err(Problem::bad_request(
-            "query parameter since must be before until",
-        ));
-    }
+    crate::problem::window(Some(since), Some(until))?;
     let (deployments, confirmed) = load(
         &state.store,
         principal.org_id,

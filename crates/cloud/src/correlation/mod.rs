@@ -202,14 +202,17 @@ pub async fn suspects_of(
 #[utoipa::path(get, path = "/v1/alerts/{id}/suspects", tag = "correlation",
     params(("id" = String, Path, description = "An alert's event id")),
     responses((status = 200, body = crate::openapi::Suspects),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json")))]
 pub async fn suspects(
     State(state): State<CorrelationState>,
     headers: HeaderMap,
+    uri: axum::http::Uri,
     PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
+    crate::problem::no_query(&uri)?;
     Ok(Json(suspects_of(&state, principal.org_id, &id).await?))
 }
 

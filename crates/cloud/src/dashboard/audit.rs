@@ -2,12 +2,13 @@
 //! which address, newest first and paged. The same entries are JSON lines in the log.
 
 use askama::Template;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 
 use super::DashboardState;
+use super::extract::Query;
 use super::me::Me;
 use super::render::{message, page, unavailable, when_micros};
 

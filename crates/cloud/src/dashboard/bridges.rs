@@ -5,7 +5,7 @@
 
 use askama::Template;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Redirect, Response};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
@@ -173,6 +173,7 @@ pub async fn create(
     State(state): State<DashboardState>,
     me: Me,
     headers: HeaderMap,
+    uri: Uri,
     Form(form): Form<BridgeForm>,
 ) -> Response {
     if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
@@ -193,7 +194,7 @@ pub async fn create(
         Err(_) => return unavailable(),
     };
     tracing::info!(email = %me.email, org = %me.org, bridge = %name, "bridge token created in the dashboard");
-    let base = bridge_origin(&state, &headers);
+    let base = bridge_origin(&state, &headers, &uri);
     let yaml = Skeleton { name, base: &base }.render().unwrap_or_default();
     let container = format!(
         "podman run -d --name bridge-{name} --read-only \\\n  -e SERVICE_BRIDGE_TOKEN='{token}' \\\n  -e SERVICE_BRIDGE_CONFIG=/etc/bridge/bridge.yaml -v \"$PWD/bridge.yaml:/etc/bridge/bridge.yaml:ro\" \\\n  -p 127.0.0.1:8080:8080 signals-bridge:{release}",

@@ -9,8 +9,10 @@
 
 mod audit;
 mod bridges;
+mod cause;
 mod charts;
 mod events;
+mod extract;
 mod form;
 mod me;
 mod notifications;
@@ -151,6 +153,18 @@ async fn security_headers(request: Request, next: Next) -> Response {
     response
 }
 
+/// The page for an address no route has, for a browser that asked for a page (the API's
+/// clients get problem+json from the app's fallback).
+pub fn not_found(path: &str) -> Response {
+    render::message(
+        axum::http::StatusCode::NOT_FOUND,
+        "Page not found",
+        &format!("The dashboard has no page at {path}."),
+        "/",
+        "Back to the dashboard",
+    )
+}
+
 /// The dashboard's routes.
 pub fn router(state: DashboardState) -> Router {
     Router::new()
@@ -165,7 +179,7 @@ pub fn router(state: DashboardState) -> Router {
         .route("/events/{id}", get(events::detail))
         .route(
             "/events/{id}/cause",
-            axum::routing::post(events::confirm_cause),
+            axum::routing::post(cause::confirm_cause),
         )
         .route("/integrations/signals", get(signals::list))
         .route(

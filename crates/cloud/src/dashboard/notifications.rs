@@ -164,6 +164,10 @@ fn webhook_url(raw: &str) -> Result<String, String> {
         {
             Ok(url.to_string())
         }
+        // A password in it is not repeated back onto the page.
+        Ok(u) if u.password().is_some() || !u.username().is_empty() => Err(
+            "url holds a user name or password, which would be sent to and logged by every proxy on the way: expected an address such as https://hooks.example.com/signals, authenticated by the signature instead".to_string(),
+        ),
         _ => Err(format!(
             "url {url:?} is not usable: expected an address such as https://hooks.example.com/signals, without a user name or password in it"
         )),
@@ -260,5 +264,11 @@ mod tests {
             let why = super::webhook_url(bad).unwrap_err();
             assert!(why.starts_with("url "), "{why}");
         }
+        // A password is refused without being repeated onto the page.
+        let why = super::webhook_url("https://hook:s3cret@x.com/").unwrap_err();
+        assert!(
+            why.contains("user name or password") && !why.contains("s3cret"),
+            "{why}"
+        );
     }
 }

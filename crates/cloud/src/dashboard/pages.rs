@@ -2,13 +2,14 @@
 //! form is a POST with a CSRF token; answers are HTML pages, never JSON.
 
 use askama::Template;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use crate::auth::PeerAddr;
 
+use super::extract::Query;
 use super::form::Form;
 use super::me::Me;
 use super::render::{csrf_refused, message, page, unavailable};

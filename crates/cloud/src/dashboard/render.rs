@@ -2,7 +2,7 @@
 //! unavailable, form expired), the address shown in commands, and times as pages show them.
 
 use askama::Template;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
 use super::DashboardState;
@@ -74,15 +74,17 @@ pub fn csrf_refused() -> Response {
 }
 
 /// The address for the commands the pages show: `--public-url` when set, else the one the
-/// page was reached at (`https://HOST` over TLS, else `http://HOST`), and `CLOUD_HOST` when
-/// the request named no usable host.
-pub fn origin(state: &DashboardState, headers: &HeaderMap, tls: bool) -> String {
+/// page was reached at (`https://HOST` over TLS, else `http://HOST`: the request's authority,
+/// which HTTP/2 browsers send in place of `Host`, or its `Host`), and `CLOUD_HOST` when the
+/// request named no usable host.
+pub fn origin(state: &DashboardState, headers: &HeaderMap, uri: &Uri, tls: bool) -> String {
     if let Some(url) = &state.public_url {
         return url.clone();
     }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
+    let host = uri
+        .authority()
+        .map(|a| a.as_str())
+        .or_else(|| headers.get(header::HOST).and_then(|h| h.to_str().ok()))
         .filter(|h| {
             h.chars()
                 .all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c))
@@ -94,7 +96,7 @@ pub fn origin(state: &DashboardState, headers: &HeaderMap, tls: bool) -> String 
 /// The address the bridge commands a page shows dial: `--public-url` when it is `https://`;
 /// else `https://` with the host the page was reached at (or `--public-url`'s) and the TLS
 /// listener's port, since bridges speak TLS only, whichever listener served the page.
-pub fn bridge_origin(state: &DashboardState, headers: &HeaderMap) -> String {
+pub fn bridge_origin(state: &DashboardState, headers: &HeaderMap, uri: &Uri) -> String {
     if let Some(url) = state
         .public_url
         .as_ref()
@@ -106,7 +108,7 @@ pub fn bridge_origin(state: &DashboardState, headers: &HeaderMap) -> String {
         .public_url
         .as_deref()
         .and_then(|u| u.strip_prefix("http://"));
-    let seen = origin(state, headers, true);
+    let seen = origin(state, headers, uri, true);
     let authority = from_public.unwrap_or_else(|| seen.trim_start_matches("https://"));
     let host = authority
         .split('/')

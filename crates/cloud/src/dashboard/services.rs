@@ -105,8 +105,8 @@ fn duration(seconds: f64) -> String {
 pub async fn detail(
     State(state): State<DashboardState>,
     me: Me,
-    axum::extract::Path(service): axum::extract::Path<String>,
-    axum::extract::Query(scope): axum::extract::Query<Scope>,
+    super::extract::Path(service): super::extract::Path<String>,
+    super::extract::Query(scope): super::extract::Query<Scope>,
 ) -> Response {
     let environment = Some(scope.environment.trim()).filter(|e| !e.is_empty());
     let org_id = me.session.user.org_id;

@@ -4,7 +4,7 @@
 
 use askama::Template;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
@@ -58,7 +58,12 @@ fn rows(keys: Vec<KeyInfo>) -> Vec<Row> {
 }
 
 /// `GET /integrations/signals`.
-pub async fn list(State(state): State<DashboardState>, me: Me, headers: HeaderMap) -> Response {
+pub async fn list(
+    State(state): State<DashboardState>,
+    me: Me,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
     let org_id = me.session.user.org_id;
     let (Ok(signal_keys), Ok(api_keys)) = (
         state.store.credentials(org_id, Credential::SignalKey).await,
@@ -66,7 +71,7 @@ pub async fn list(State(state): State<DashboardState>, me: Me, headers: HeaderMa
     ) else {
         return unavailable();
     };
-    let base = origin(&state, &headers, state.secure);
+    let base = origin(&state, &headers, &uri, state.secure);
     page(
         StatusCode::OK,
         &SignalsPage {
@@ -114,6 +119,7 @@ pub async fn create(
     State(state): State<DashboardState>,
     me: Me,
     headers: HeaderMap,
+    uri: Uri,
     Form(form): Form<KeyForm>,
 ) -> Response {
     if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
@@ -133,20 +139,20 @@ pub async fn create(
         return unavailable();
     };
     tracing::info!(email = %me.email, org = %me.org, kind = %form.kind, "key created in the dashboard");
-    let base = origin(&state, &headers, state.secure);
+    let base = origin(&state, &headers, &uri, state.secure);
     let (key, api) = match kind {
         Credential::SignalKey => (value.as_str(), "$SIGNALS_API_KEY"),
         _ => ("$SIGNAL_KEY", value.as_str()),
     };
     let body = r#"{"type":"deployment","service":"api","environment":"production","status":"success","version":"v1.2.3"}"#;
     let curl = format!(
-        "curl -sS -X POST '{base}/v1/signals/{key}' \\\n  -H \"Authorization: Bearer {api}\" -H 'Content-Type: application/json' \\\n  -d '{body}'"
+        "curl -sS -X POST \"{base}/v1/signals/{key}\" \\\n  -H \"Authorization: Bearer {api}\" -H 'Content-Type: application/json' \\\n  -d '{body}'"
     );
     let github = format!(
-        "- name: Tell Signals about the deployment\n  run: |\n    curl -sS -X POST '{base}/v1/signals/{key}' \\\n      -H \"Authorization: Bearer ${{{{ secrets.SIGNALS_API_KEY }}}}\" -H 'Content-Type: application/json' \\\n      -d \"{{\\\"type\\\":\\\"deployment\\\",\\\"service\\\":\\\"api\\\",\\\"environment\\\":\\\"production\\\",\\\"status\\\":\\\"success\\\",\\\"sha\\\":\\\"$GITHUB_SHA\\\",\\\"repository\\\":\\\"$GITHUB_REPOSITORY\\\"}}\""
+        "- name: Tell Signals about the deployment\n  run: |\n    curl -sS -X POST \"{base}/v1/signals/{key}\" \\\n      -H \"Authorization: Bearer ${{{{ secrets.SIGNALS_API_KEY }}}}\" -H 'Content-Type: application/json' \\\n      -d \"{{\\\"type\\\":\\\"deployment\\\",\\\"service\\\":\\\"api\\\",\\\"environment\\\":\\\"production\\\",\\\"status\\\":\\\"success\\\",\\\"sha\\\":\\\"$GITHUB_SHA\\\",\\\"repository\\\":\\\"$GITHUB_REPOSITORY\\\"}}\""
     );
     let gitlab = format!(
-        "notify-signals:\n  stage: .post\n  script:\n    - >\n      curl -sS -X POST '{base}/v1/signals/{key}'\n      -H \"Authorization: Bearer $SIGNALS_API_KEY\" -H 'Content-Type: application/json'\n      -d \"{{\\\"type\\\":\\\"deployment\\\",\\\"service\\\":\\\"api\\\",\\\"environment\\\":\\\"production\\\",\\\"status\\\":\\\"success\\\",\\\"sha\\\":\\\"$CI_COMMIT_SHA\\\",\\\"repository\\\":\\\"$CI_PROJECT_PATH\\\"}}\""
+        "notify-signals:\n  stage: .post\n  script:\n    - >\n      curl -sS -X POST \"{base}/v1/signals/{key}\"\n      -H \"Authorization: Bearer $SIGNALS_API_KEY\" -H 'Content-Type: application/json'\n      -d \"{{\\\"type\\\":\\\"deployment\\\",\\\"service\\\":\\\"api\\\",\\\"environment\\\":\\\"production\\\",\\\"status\\\":\\\"success\\\",\\\"sha\\\":\\\"$CI_COMMIT_SHA\\\",\\\"repository\\\":\\\"$CI_PROJECT_PATH\\\"}}\""
     );
     page(
         StatusCode::OK,

@@ -13,7 +13,7 @@ use std::time::Duration;
 use http_body_util::{BodyExt, Empty};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -209,6 +209,10 @@ async fn client(mut conn: TcpStream, peer: SocketAddr, dialer: Arc<Dialer>) {
                 if upstream.write_all(&message).await.is_err() {
                     return;
                 }
+                if let Some((code, why)) = refused(&mut conn, &mut upstream).await {
+                    tracing::warn!(peer = %peer, code, why = %why, "session not opened");
+                    return;
+                }
                 match tokio::io::copy_bidirectional(&mut conn, &mut upstream).await {
                     Ok((up, down)) => {
                         tracing::info!(peer = %peer, bytes_in = up, bytes_out = down, "session closed")
@@ -232,6 +236,39 @@ async fn client(mut conn: TcpStream, peer: SocketAddr, dialer: Arc<Dialer>) {
             }
         }
     }
+}
+
+/// Passes the cloud's first message on to the client; when it is an `ErrorResponse` (no such
+/// bridge or database, a failed login), its SQLSTATE and message, for this proxy's log to say
+/// why the session ended, as the client's does. `Some` also when the stream ended early.
+async fn refused(
+    client: &mut TcpStream,
+    upstream: &mut TokioIo<Upgraded>,
+) -> Option<(String, String)> {
+    /// Longer error messages are passed on without being read for the log.
+    const MAX_LOGGED: usize = 64 * 1024;
+    let mut head = [0u8; 5];
+    if let Err(e) = upstream.read_exact(&mut head).await {
+        return Some((
+            "08006".into(),
+            format!("the cloud closed the session at once: {e}"),
+        ));
+    }
+    let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    if head[0] != b'E' || !(4..=MAX_LOGGED).contains(&len) {
+        return client
+            .write_all(&head)
+            .await
+            .err()
+            .map(|e| ("08006".into(), e.to_string()));
+    }
+    let mut body = vec![0; len - 4];
+    if upstream.read_exact(&mut body).await.is_err() {
+        return Some(("08006".into(), "the cloud's error was cut short".into()));
+    }
+    let _ = client.write_all(&head).await;
+    let _ = client.write_all(&body).await;
+    Some(tunnel::postgres::error_fields(&body))
 }
 
 impl Dialer {

@@ -28,7 +28,7 @@ fn refusal(problem: &Problem, bridge: &str, database: &str) -> (&'static str, St
     };
     let message = match code {
         "3D000" => format!(
-            "no database {bridge}/{database}: {}; dbname is BRIDGE/DATABASE (through cloud db-proxy: its --database), a bridge of this org and a databases entry it declares",
+            "no database {bridge}/{database}: {}; dbname is BRIDGE/DATABASE (through cloud db-proxy: its --bridge and --database), a bridge of this org and a databases entry it declares",
             problem.detail
         ),
         "53300" => format!(
@@ -99,8 +99,18 @@ pub(super) struct Session {
     pub peer: SocketAddr,
 }
 
-/// Opens the database stream for `target` and relays the session to its end.
+/// Opens the database stream for `target` and relays the session to its end, then closes
+/// the client's connection cleanly (TLS's close_notify included), so that a refusal reads as
+/// the error it sent, not as a connection cut.
 pub(super) async fn serve<S>(front: &PgState, mut client: S, target: &Session, params: &[Param])
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    relay(front, &mut client, target, params).await;
+    let _ = client.shutdown().await;
+}
+
+async fn relay<S>(front: &PgState, client: &mut S, target: &Session, params: &[Param])
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
@@ -136,7 +146,7 @@ where
     // server's BackendKeyData replaced by a key of the cloud's.
     let greeted = tokio::time::timeout(
         GREETING_TIMEOUT,
-        greeting(front, &mut client, &mut stream.io, target),
+        greeting(front, client, &mut stream.io, target),
     )
     .await
     .unwrap_or(Err(
@@ -152,7 +162,7 @@ where
         }
     };
     let result = tokio::select! {
-        result = tokio::io::copy_bidirectional(&mut client, &mut stream.io) => result,
+        result = tokio::io::copy_bidirectional(client, &mut stream.io) => result,
         () = front.stop.cancelled() => Err(std::io::Error::other("the service is shutting down")),
     };
     drop(registered);

@@ -31,7 +31,10 @@ pub enum BatchError {
         reason: String,
     },
     /// One event is over [`MAX_EVENT_BYTES`] (413).
-    #[error("event at {pointer:?} is {size} bytes; at most {MAX_EVENT_BYTES} bytes per event")]
+    #[error(
+        "{} is {size} bytes; at most {MAX_EVENT_BYTES} bytes per event",
+        event_named(pointer)
+    )]
     EventTooLarge {
         /// JSON pointer of the event (`""` for a single event).
         pointer: String,
@@ -41,6 +44,14 @@ pub enum BatchError {
     /// Fields are invalid (422); nothing of the batch is stored.
     #[error("{} invalid field(s)", .0.len())]
     Invalid(Vec<FieldError>),
+}
+
+/// An event in a message: "the event" when the body is one, "event /3" in a batch.
+fn event_named(pointer: &str) -> String {
+    match pointer {
+        "" => "the event".to_string(),
+        p => format!("event {p} of the batch"),
+    }
 }
 
 /// The events of one request.
@@ -124,6 +135,12 @@ fn malformed(e: serde_json::Error) -> BatchError {
 fn strict_members<'a>(text: &'a str, pointer: &str) -> Result<Members<'a>, BatchError> {
     let members = raw::members(text).map_err(malformed)?;
     for (key, value) in members.iter() {
+        if key.0.contains('\0') {
+            return Err(BatchError::Unreadable {
+                pointer: pointer.to_string(),
+                reason: "a member's name holds \\u0000 (the NUL character), which is stored nowhere; remove it".into(),
+            });
+        }
         raw::check(value).map_err(|e| {
             let at = format!("{pointer}/{}", super::validate::pointer_token(&key.0));
             BatchError::Unreadable {
@@ -304,6 +321,19 @@ mod tests {
         assert!(e[0].detail.contains("no time zone"));
         let e = errors(json!({"type": "custom", "name": "x", "timestamp": "2024-01-15T12:06:00Z"}));
         assert!(e[0].detail.contains("future"));
+        let e = errors(
+            json!({"type": "custom", "name": "x", "timestamp": "2024-01-15T10:30:00.1234567891Z"}),
+        );
+        assert_eq!(e[0].pointer, "/timestamp");
+        assert!(
+            e[0].detail.contains("10 fractional digits; at most nine"),
+            "{}",
+            e[0].detail
+        );
+        let e = errors(json!({"type": "custom", "name": "x", "timestamp": "2016-12-31T23:59:60Z"}));
+        assert!(e[0].detail.contains("leap second"), "{}", e[0].detail);
+        let nine = json!({"type": "custom", "name": "x", "timestamp": "2024-01-15T10:30:00.123456789+01:00"});
+        assert!(parse(nine.to_string().as_bytes(), now()).is_ok());
     }
 
     #[test]
@@ -343,10 +373,15 @@ mod tests {
         ));
         assert!(matches!(parse(b"", now()), Err(BatchError::Malformed(_))));
         let big = json!({"type": "custom", "name": "x", "blob": "a".repeat(70_000)});
-        assert!(matches!(
-            parse(big.to_string().as_bytes(), now()),
-            Err(BatchError::EventTooLarge { .. })
-        ));
+        let e = parse(big.to_string().as_bytes(), now()).unwrap_err();
+        assert!(matches!(e, BatchError::EventTooLarge { .. }));
+        assert!(e.to_string().starts_with("the event is 70"), "{e}");
+        let batch = json!([{"type": "custom", "name": "x"}, big]);
+        let e = parse(batch.to_string().as_bytes(), now()).unwrap_err();
+        assert!(
+            e.to_string().starts_with("event /1 of the batch is 70"),
+            "{e}"
+        );
         let big_and_broken = format!("{{\"blob\": \"{}\"", "a".repeat(70_000));
         assert!(matches!(
             parse(big_and_broken.as_bytes(), now()),

@@ -127,7 +127,7 @@ pub fn members(text: &str) -> Result<Members<'_>, serde_json::Error> {
 pub const MAX_MEMBER_DEPTH: usize = 124;
 
 /// Checks what [`RawValue`] does not, being a syntax check only: numbers within the range of
-/// an `f64`, escapes that decode (no lone surrogate), nesting within [`MAX_MEMBER_DEPTH`].
+/// an `f64`, escapes that decode (no lone surrogate, no NUL), nesting within [`MAX_MEMBER_DEPTH`].
 /// Those are what `serde_json::Value` refuses when it reads the whole event, so an event that
 /// passes can always be read back. A string without escapes, a boolean or null needs no
 /// second look.
@@ -190,7 +190,13 @@ impl<'de> Visitor<'de> for Strict {
         Ok(())
     }
 
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<(), E> {
+        // PostgreSQL's text and jsonb cannot hold it, and no page can show it.
+        if s.contains('\0') {
+            return Err(E::custom(
+                "a string holds \\u0000 (the NUL character), which is stored nowhere; remove it",
+            ));
+        }
         Ok(())
     }
 
@@ -310,6 +316,8 @@ mod tests {
             r#"1e400"#,
             r#""\ud800""#,
             r#"{"a": [1, -1e999]}"#,
+            r#""a\u0000b""#,
+            r#"{"k\u0000": 1}"#,
             deep.as_str(),
         ] {
             let raw: &RawValue = serde_json::from_str(bad).expect("RawValue takes it");

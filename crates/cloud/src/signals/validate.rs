@@ -123,6 +123,25 @@ impl<'a> Checker<'_, 'a> {
         let raw = self.string("timestamp", false, 64)?;
         match DateTime::parse_from_rfc3339(&raw) {
             Ok(t) => {
+                // "YYYY-MM-DDTHH:MM:SS" is 19 characters; a fraction follows its dot.
+                let digits = raw
+                    .get(19..)
+                    .and_then(|r| r.strip_prefix('.'))
+                    .map_or(0, |r| r.chars().take_while(char::is_ascii_digit).count());
+                if digits > 9 {
+                    self.fail(
+                        "timestamp",
+                        format!("timestamp {raw:?} has {digits} fractional digits; at most nine (nanoseconds) are kept, so send nine or fewer"),
+                    );
+                    return None;
+                }
+                if t.timestamp_subsec_nanos() >= 1_000_000_000 {
+                    self.fail(
+                        "timestamp",
+                        format!("timestamp {raw:?} is a leap second (second 60), which is stored nowhere; send :59 with its fraction, or the next second"),
+                    );
+                    return None;
+                }
                 let t = t.with_timezone(&Utc);
                 if t > now + MAX_FUTURE {
                     self.fail(

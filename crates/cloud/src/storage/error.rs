@@ -10,13 +10,14 @@ pub enum StorageError {
     BadUrl(String),
     /// Could not open or migrate the database.
     #[error(
-        "cannot open the database ({target}): {source}. Check that it is reachable and writable"
+        "cannot open the database ({target}): {cause}. Check that it is reachable and writable"
     )]
     Open {
         /// The database, with any password removed.
         target: String,
-        /// The driver's error.
-        source: sqlx::Error,
+        /// The driver's error, said in the message (not a `source`, which would say it twice
+        /// where the chain is printed).
+        cause: sqlx::Error,
     },
     /// Schema migration failed.
     #[error("cannot migrate the database schema: {0}")]

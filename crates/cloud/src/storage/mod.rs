@@ -75,6 +75,48 @@ macro_rules! on_writer {
 }
 pub(crate) use on_writer;
 
+/// Refuses, with [`StorageError::NotCreated`] and before anything touches it, a SQLite file
+/// that `cloud serve` did not make: none at all, one that is no database, or a database
+/// without the signals schema (an empty file, another program's database). Admin commands
+/// change only the database of a `serve`.
+async fn sqlite_created(path: &std::path::Path) -> Result<(), StorageError> {
+    let shown = std::path::absolute(path)
+        .unwrap_or_else(|_| path.to_path_buf())
+        .display()
+        .to_string();
+    let fix = "Run the command with the --data-dir (or CLOUD_DATA_DIR) of the `cloud serve` whose database it should change (the default is ./data, relative to the current directory), or with its --database-url";
+    if !path.exists() {
+        return Err(StorageError::NotCreated(format!(
+            "no database at {shown}: admin commands never create one, only `cloud serve` does. {fix}"
+        )));
+    }
+    // Read-only and without a journal mode, so that looking changes nothing.
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .read_only(true)
+        .busy_timeout(Duration::from_secs(10));
+    let schema: Result<bool, sqlx::Error> = async {
+        let mut conn = sqlx::ConnectOptions::connect(&options).await?;
+        let found = sqlx::query_scalar(
+            "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+        )
+        .fetch_one(&mut conn)
+        .await;
+        sqlx::Connection::close(conn).await.ok();
+        found
+    }
+    .await;
+    match schema {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(StorageError::NotCreated(format!(
+            "{shown} holds no signals schema (no _sqlx_migrations table: an empty file, or another program's database): admin commands never create one, only `cloud serve` does; the file was left as it was. {fix}"
+        ))),
+        Err(e) => Err(StorageError::NotCreated(format!(
+            "{shown} cannot be read as a signals database ({e}); the file was left as it was. {fix}"
+        ))),
+    }
+}
+
 /// Handle to the database; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -91,25 +133,20 @@ impl Store {
         metrics: Metrics,
         mode: OpenMode,
     ) -> Result<Store, StorageError> {
+        if let (Backend::Sqlite(path), OpenMode::MustExist) = (backend, mode) {
+            sqlite_created(path).await?;
+        }
         let db = match backend {
-            Backend::Sqlite(path) if mode == OpenMode::MustExist && !path.exists() => {
-                return Err(StorageError::NotCreated(format!(
-                    "no database at {}: admin commands never create one, only `cloud serve` does. Run the command with the --data-dir (or CLOUD_DATA_DIR) of the `cloud serve` whose database it should change (the default is ./data, relative to the current directory), or with its --database-url",
-                    std::path::absolute(path)
-                        .unwrap_or_else(|_| path.clone())
-                        .display()
-                )));
-            }
             Backend::Sqlite(path) => {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                     std::fs::create_dir_all(dir).map_err(|e| StorageError::Open {
                         target: dir.display().to_string(),
-                        source: sqlx::Error::Io(e),
+                        cause: sqlx::Error::Io(e),
                     })?;
                 }
                 private_files(path).map_err(|e| StorageError::Open {
                     target: path.display().to_string(),
-                    source: sqlx::Error::Io(e),
+                    cause: sqlx::Error::Io(e),
                 })?;
                 let options = SqliteConnectOptions::new()
                     .filename(path)
@@ -119,9 +156,9 @@ impl Store {
                     .busy_timeout(Duration::from_secs(10))
                     .foreign_keys(true)
                     .page_size(16_384);
-                let open_err = |source| StorageError::Open {
+                let open_err = |cause| StorageError::Open {
                     target: path.display().to_string(),
-                    source,
+                    cause,
                 };
                 let write = SqlitePoolOptions::new()
                     .max_connections(1)
@@ -137,9 +174,9 @@ impl Store {
                 Db::Sqlite { read, write }
             }
             Backend::Postgres(url) => {
-                let open_err = |source| StorageError::Open {
+                let open_err = |cause| StorageError::Open {
                     target: redact_url(url),
-                    source,
+                    cause,
                 };
                 // The server's notices ("relation … already exists, skipping" at every
                 // migration check) are not for operators: warnings and errors only.

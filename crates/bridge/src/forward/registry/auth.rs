@@ -55,11 +55,12 @@ impl RegistryKind {
         let response = match answer {
             Ok(Ok(response)) => response,
             Ok(Err(e)) => {
-                tracing::warn!(registry = %self.cfg.name, cause = %e, "registry unreachable");
+                let cause = crate::forward::causes(&e);
+                tracing::warn!(registry = %self.cfg.name, cause = %cause, "registry unreachable");
                 return Err(self.unavailable(
                     "registry: challenge",
                     format!(
-                        "the bridge cannot reach registry {:?} (the bridge's log says why). Check that the bridge host can connect to it",
+                        "the bridge cannot reach registry {:?}: {cause}. Check that the bridge host can connect to it (and, for HTTPS, that the entry's tls_ca_file or the system roots vouch for its certificate)",
                         self.cfg.name
                     ),
                 ));

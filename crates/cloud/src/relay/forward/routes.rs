@@ -15,12 +15,16 @@ use crate::relay::RelayState;
 
 /// `GET /v1/bridges`: the org's connected bridges and their instances.
 #[utoipa::path(get, path = "/v1/bridges", tag = "bridges",
-    responses((status = 200, body = crate::openapi::Bridges), (status = 401, body = Problem, content_type = "application/problem+json")))]
+    responses((status = 200, body = crate::openapi::Bridges),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json")))]
 pub async fn list(
     State(state): State<RelayState>,
     headers: HeaderMap,
+    uri: axum::http::Uri,
 ) -> Result<Json<serde_json::Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
+    crate::problem::no_query(&uri)?;
     Ok(Json(
         json!({"bridges": state.registry.list(principal.org_id)}),
     ))

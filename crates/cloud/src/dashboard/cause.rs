@@ -1,0 +1,89 @@
+//! Confirming an alert's cause from its page: an admin picks the deployment that caused it,
+//! which the change fail rate then counts.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::storage::StoredEvent;
+
+use super::DashboardState;
+use super::events::text;
+use super::extract::Path;
+use super::me::Me;
+use super::render::{message, unavailable};
+
+/// The confirm-cause form's fields.
+#[derive(Deserialize)]
+pub struct CauseForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    deployment: String,
+}
+
+/// `POST /events/{id}/cause`: an admin confirms which deployment caused the alert (counted in
+/// the change fail rate).
+pub async fn confirm_cause(
+    State(state): State<DashboardState>,
+    me: Me,
+    Path(id): Path<String>,
+    super::form::Form(form): super::form::Form<CauseForm>,
+) -> Response {
+    if let Some(answer) = super::me::refuse_admin_form(&me, &form.csrf) {
+        return answer;
+    }
+    if form.deployment.trim().is_empty() {
+        return message(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "No deployment chosen",
+            "The form named no deployment: choose one of the suspects on the alert's page and confirm it there.",
+            &format!("/events/{id}"),
+            "Back to the event",
+        );
+    }
+    let org_id = me.session.user.org_id;
+    let kind_of = |e: &Option<StoredEvent>| {
+        e.as_ref()
+            .and_then(|e| serde_json::from_str::<Value>(&e.body).ok())
+            .map(|b| text(&b, "type"))
+    };
+    let (Ok(alert), Ok(deployment)) = (
+        state.store.event(org_id, &id).await,
+        state.store.event(org_id, &form.deployment).await,
+    ) else {
+        return unavailable();
+    };
+    if kind_of(&alert).as_deref() != Some("alert")
+        || kind_of(&deployment).as_deref() != Some("deployment")
+    {
+        return message(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Not an alert and a deployment",
+            "A cause is a deployment of your org, confirmed for an alert of your org.",
+            &format!("/events/{id}"),
+            "Back to the event",
+        );
+    }
+    if state
+        .store
+        .confirm_cause(org_id, &id, &form.deployment)
+        .await
+        .is_err()
+        || state
+            .store
+            .audit(
+                org_id,
+                &me.actor(),
+                "alert.confirm_cause",
+                &format!("{id} <- {}", form.deployment),
+            )
+            .await
+            .is_err()
+    {
+        return unavailable();
+    }
+    axum::response::Redirect::to(&format!("/events/{id}")).into_response()
+}
