@@ -145,12 +145,16 @@ impl Config {
             Ok(config) if unknown.is_empty() => Ok(config),
             Ok(_) => Err(invalid(unknown)),
             Err(mut problems) => {
-                // A value the reader refused was read as empty: what validation then says of
-                // that key is already said.
+                // Text the reader refused was read as empty text: what validation then says
+                // of that value is already said.
+                let emptied: Vec<&Problem> = unknown
+                    .iter()
+                    .filter(|u| u.message == key_path::TEXT)
+                    .collect();
                 problems.retain(|p| {
-                    !unknown.iter().any(|u| {
-                        (!u.key.is_empty() && u.key == p.key)
-                            || (matches!(u.origin, Origin::File { .. }) && u.origin == p.origin)
+                    !emptied.iter().any(|u| match u.key.is_empty() {
+                        false => u.key == p.key,
+                        true => matches!(u.origin, Origin::File { .. }) && u.origin == p.origin,
                     })
                 });
                 problems.extend(unknown);

@@ -4,7 +4,8 @@
 //! rate-limit) → `storage` (group commit to SQLite or PostgreSQL). `relay` accepts bridge
 //! tunnels and forwards API consumers' requests through them. Each feature owns its router
 //! and state; `app` merges them, and the two share only `auth` (who is calling), `problem`
-//! (RFC 9457 errors) and `storage`, never each other's modules.
+//! (RFC 9457 errors), `query` (query-string mistakes in one wording) and `storage`, never each
+//! other's modules.
 //!
 //! `dashboard` serves the pages for people (sign-in, sessions) under `/`; `notify` sends
 //! Bridge release notifications and strong suspects to org webhooks. Both see the relay's
@@ -33,6 +34,7 @@ pub mod notify;
 pub mod openapi;
 pub mod pgwire;
 pub mod problem;
+pub mod query;
 pub mod relay;
 pub mod secrets;
 pub mod server;

@@ -45,18 +45,20 @@ fn admin_commands_leave_a_file_that_is_no_signals_database_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("signals.db");
     // An empty file (a `touch`), another program's database, a file that is no database.
-    let other = dir.path().join("other.db");
-    tokio::runtime::Runtime::new().unwrap().block_on(async {
-        use sqlx::Connection;
-        let url = format!("sqlite://{}?mode=rwc", other.display());
-        let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
-        sqlx::raw_sql("CREATE TABLE foo(x)")
-            .execute(&mut db)
-            .await
-            .unwrap();
-        db.close().await.unwrap();
-    });
-    let other_bytes = std::fs::read(&other).unwrap();
+    // Another program's database, and another sqlx program's (it has `_sqlx_migrations` too).
+    let database = |name: &str, sql: &'static str| {
+        let path = dir.path().join(name);
+        tokio::runtime::Runtime::new().unwrap().block_on(async {
+            use sqlx::Connection;
+            let url = format!("sqlite://{}?mode=rwc", path.display());
+            let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+            sqlx::raw_sql(sql).execute(&mut db).await.unwrap();
+            db.close().await.unwrap();
+        });
+        std::fs::read(&path).unwrap()
+    };
+    let other = database("other.db", "CREATE TABLE foo(x)");
+    let other_sqlx = database("sqlx.db", "CREATE TABLE _sqlx_migrations(version INTEGER)");
     for (what, bytes, said) in [
         ("empty", Vec::new(), "holds no signals schema"),
         (
@@ -64,7 +66,8 @@ fn admin_commands_leave_a_file_that_is_no_signals_database_as_it_was() {
             b"hello\n".to_vec(),
             "cannot be read as a signals database",
         ),
-        ("other", other_bytes, "holds no signals schema"),
+        ("other", other, "holds no signals schema"),
+        ("other sqlx", other_sqlx, "holds no signals schema"),
     ] {
         std::fs::write(&file, &bytes).unwrap();
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();

@@ -217,6 +217,7 @@ async fn services_and_days(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(page.status(), 404);
+    assert_eq!(page.headers()["x-frame-options"], "DENY");
     assert!(page.text().await.unwrap().contains("no page at /nope"));
     let api = client
         .get(format!("{}/nope", cloud.https))

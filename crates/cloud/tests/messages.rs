@@ -93,6 +93,15 @@ async fn an_unknown_query_parameter_lists_the_known_ones_once() {
             "/v1/repository-sources",
         ),
         ("/v1/alerts/x/suspects?limit=3", "/v1/alerts/x/suspects"),
+        ("/v1/events/x?pretty=1", "/v1/events/x"),
+        (
+            "/v1/deployments/x/commits?limit=3",
+            "/v1/deployments/x/commits",
+        ),
+        (
+            "/v1/services/api/dependencies?env=p",
+            "/v1/services/api/dependencies",
+        ),
     ] {
         let said = detail(path).await;
         assert!(

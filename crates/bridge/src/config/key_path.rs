@@ -129,6 +129,39 @@ pub(super) fn block_parent(
     None
 }
 
+/// The path (`sources[0].repositories[1]`) of the list item whose value starts at
+/// `line`:`column` (1-based) right after its `- `: the list's key is the nearest line above,
+/// past the items before this one and their contents, with nothing after its colon. `None`
+/// where the place is not a block list item's value.
+pub(super) fn item_path(text: &str, line: usize, column: usize) -> Option<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let index = line.checked_sub(1)?;
+    let before = lines.get(index)?.get(..column.checked_sub(1)?)?;
+    if before.trim() != "-" {
+        return None;
+    }
+    let dash = before.find('-')?;
+    let mut items = 0;
+    for i in (0..index).rev() {
+        let Some(l) = read(lines[i]) else { continue };
+        if l.dash == Some(dash) {
+            items += 1;
+            continue;
+        }
+        if l.indent > dash {
+            continue;
+        }
+        let (at, key) = l.key?;
+        let after = lines[i].get(at + key.len() + 1..)?;
+        if !(after.trim().is_empty() || after.trim_start().starts_with('#')) {
+            return None;
+        }
+        let parent = key_path(text, i + 1, at + key.len() + 2)?;
+        return Some(format!("{parent}[{items}]"));
+    }
+    None
+}
+
 /// The path of the mapping that holds the key starting at `line`:`column` (1-based): `apis[0]`
 /// for `urll` in the first `apis` entry, `None` for a key of the file's top level or a place
 /// that is not plain block YAML.
@@ -235,6 +268,23 @@ sources:
             Some("max_connections")
         );
         assert_eq!(meant("colour", "name, url, auth"), None);
+    }
+
+    #[test]
+    fn a_list_item_is_named_by_its_list_and_index() {
+        let text = "sources:\n  - name: code\n    repositories:\n      - a/b\n      # c\n      - name: x\n    other:\n    - [1]\n";
+        assert_eq!(
+            item_path(text, 6, 9).as_deref(),
+            Some("sources[0].repositories[1]")
+        );
+        // A list at its key's own indent.
+        assert_eq!(
+            item_path(text, 8, 7).as_deref(),
+            Some("sources[0].other[0]")
+        );
+        // A mapping item is the item too; a key's value inside it is not.
+        assert_eq!(item_path(text, 2, 5).as_deref(), Some("sources[0]"));
+        assert_eq!(item_path(text, 6, 15), None);
     }
 
     #[test]

@@ -104,6 +104,11 @@ fn yaml_problem(err: &serde_saphyr::Error, text: &str) -> (Problem, Option<(u64,
     if !block || inside_flow(text, line as usize, column as usize) {
         return (Problem::new("", origin, expected), Some((line, column)));
     }
+    // An item of a list of text (`repositories:`) that is itself a list or a mapping: named by
+    // its index, and only the item blanked.
+    if let Some(item) = key_path::item_path(text, line as usize, column as usize) {
+        return (Problem::new(item, origin, expected), Some((line, column)));
+    }
     // It is located at its first line: named by the key it is under, and blanked with that key
     // (where text belongs, only its value, which becomes empty text).
     let parent = key_path::block_parent(text, line as usize, column as usize).and_then(
@@ -154,31 +159,32 @@ fn blank_key(text: &str, line: usize, column: usize, fill: &str) -> Option<Strin
     let mut whole = lines.join("\n");
     let at = lines[..index].iter().map(|l| l.len() + 1).sum::<usize>() + cut;
     if let Some(mut end) = flow_entry_end(&whole, at) {
-        // A value keeps its entry's comma; a key goes with it.
-        if whole[..at].trim_end().ends_with(':') && whole[..end].ends_with(',') {
+        // A value keeps its entry's comma (so does text emptied in place); a key goes with it.
+        let value = !fill.is_empty() || whole[..at].trim_end().ends_with(':');
+        if value && whole[..end].ends_with(',') {
             end -= 1;
         }
-        // The fill takes the place of the entry's first characters (a list or mapping is at
-        // least two), so the places after it on the line stay where they were.
-        let spaces: String = whole[at..end]
-            .chars()
-            .enumerate()
-            .map(|(i, c)| match fill.chars().nth(i) {
-                Some(f) if c != '\n' => f,
-                _ if c == '\n' => c,
-                _ => ' ',
-            })
-            .collect();
-        whole.replace_range(at..end, &spaces);
+        whole.replace_range(at..end, &blanked(&whole[at..end], fill));
+        return Some(whole);
+    }
+    // A flow list or mapping as a block key's value, over as many lines as it takes.
+    if let Some(end) = flow_value_end(&whole, at) {
+        whole.replace_range(at..end, &blanked(&whole[at..end], fill));
         return Some(whole);
     }
     let after_colon = lines[index][..cut].ends_with(':');
-    // A value blanked after its key's colon owns the lines indented deeper than the key.
-    let indent = match after_colon {
-        true => lines[index][..cut - 1]
+    // A value blanked after its key's colon owns the lines indented deeper than the key; a
+    // list item emptied to text, those indented deeper than its dash (an unknown first key of
+    // an item owns only its own value's lines).
+    let dash = Some(&lines[index][..cut])
+        .filter(|before| !fill.is_empty() && before.trim() == "-")
+        .and_then(|before| before.find('-'));
+    let indent = match (after_colon, dash) {
+        (true, _) => lines[index][..cut - 1]
             .rfind([' ', '-'])
             .map_or(0, |i| i + 1),
-        false => start,
+        (false, Some(dash)) => dash,
+        (false, None) => start,
     };
     lines[index].truncate(cut);
     if after_colon && !fill.is_empty() {
@@ -212,6 +218,37 @@ fn inside_flow(text: &str, line: usize, column: usize) -> bool {
         .nth(column.saturating_sub(1))
         .map_or(this.len(), |(i, _)| i);
     flow_entry_end(text, before + within).is_some()
+}
+
+/// `span` as spaces, its line breaks kept, with `fill` in place of its first characters, so
+/// that the places after it on its first line stay where they were (or before the line break,
+/// when that first line is shorter than `fill`).
+fn blanked(span: &str, fill: &str) -> String {
+    let spaces: String = span
+        .chars()
+        .map(|c| if c == '\n' { c } else { ' ' })
+        .collect();
+    let first_line = span.chars().take_while(|&c| c != '\n').count();
+    match first_line >= fill.len() {
+        true => format!("{fill}{}", &spaces[fill.len()..]),
+        false => format!("{fill}{spaces}"),
+    }
+}
+
+/// Where a flow list or mapping that starts at byte `at` of `text` (at its `[` or `{`) ends:
+/// just past its closing bracket. `None` when none starts there, or it never closes.
+fn flow_value_end(text: &str, at: usize) -> Option<usize> {
+    if !text[at..].starts_with(['[', '{']) {
+        return None;
+    }
+    let mut scan = FlowScan::default();
+    for (i, c) in text[at..].char_indices() {
+        scan.step(c);
+        if scan.open == 0 {
+            return Some(at + i + c.len_utf8());
+        }
+    }
+    None
 }
 
 /// Where the entry of a flow collection (`{a: 1, b: [2, 3]}`) that starts at byte `at` of
@@ -306,6 +343,37 @@ mod tests {
     fn after(text: &str, key: &str) -> Option<String> {
         let at = text.find(key).unwrap();
         flow_entry_end(text, at).map(|end| text[end..].to_string())
+    }
+
+    /// The lines of `text` with `fill` at `line`:`column`, trailing spaces trimmed.
+    fn blank(text: &str, line: usize, column: usize, fill: &str) -> Vec<String> {
+        blank_key(text, line, column, fill)
+            .unwrap()
+            .lines()
+            .map(|l| l.trim_end().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn text_of_the_wrong_kind_is_emptied_in_place_whatever_its_shape() {
+        // A flow mapping over two lines, as a block key's value.
+        let text = "a:\n  url: {host: a,\n    port: 1}\nb: 2\n";
+        assert_eq!(blank(text, 2, 8, "\"\""), ["a:", "  url: \"\"", "", "b: 2"]);
+        // An item of a flow list keeps the comma after it.
+        let text = "hosts: [{a: b}, x.example]\n";
+        assert_eq!(blank(text, 1, 9, "\"\""), ["hosts: [\"\"    , x.example]"]);
+        // A value cut at its line's end gets its whole fill there.
+        let text = "a: {name: c, url: [\n  x], p: 1}\n";
+        assert_eq!(
+            blank(text, 1, 19, "\"\""),
+            ["a: {name: c, url: \"\"", "    , p: 1}"]
+        );
+        // A block list item that is a mapping.
+        let text = "r:\n  - a\n  - name: x\n    more: y\n  - c\n";
+        assert_eq!(
+            blank(text, 3, 5, "\"\""),
+            ["r:", "  - a", "  - \"\"", "", "  - c"]
+        );
     }
 
     #[test]

@@ -720,3 +720,23 @@ fn a_list_or_mapping_where_text_belongs_is_named_and_the_reading_goes_on() {
     // Each said once: the values read as empty text raise nothing more.
     assert_eq!(err.lines().count(), expected.len(), "{err}");
 }
+
+#[test]
+fn a_list_or_mapping_as_an_item_of_a_text_list_is_named_by_its_index() {
+    let yaml = "name: dc1\ntoken: t\napi_url: https://cloud.example\nsources:\n  - name: code\n    url: https://git.example\n    repositories:\n      - team/*\n      - name: team/lib\n      - [a, b]\n    max_connections: lots\n";
+    let err = failure(yaml, &MapEnv::default());
+    let expected = [
+        "bridge.yaml:9:9: sources[0].repositories[1]: expected text, not a list or a mapping",
+        "bridge.yaml:10:9: sources[0].repositories[2]: expected text, not a list or a mapping",
+        "bridge.yaml:11:22: sources[0].max_connections: expected a whole number",
+    ];
+    for want in expected {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+    assert_eq!(err.lines().count(), expected.len(), "{err}");
+    // An unknown first key of an entry hides none of the entry's own problems.
+    let yaml = "name: dc1\ntoken: t\napi_url: https://cloud.example\ndatabases:\n  - hots: db\n    port: 5432\n";
+    let err = failure(yaml, &MapEnv::default());
+    assert!(err.contains("unknown field `hots`"), "{err}");
+    assert!(err.contains("databases[0].database"), "{err}");
+}

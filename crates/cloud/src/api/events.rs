@@ -82,7 +82,7 @@ pub async fn list(
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
     let Query(p) = params.map_err(|e| {
-        crate::problem::query_problem(
+        crate::query::query_problem(
             &e,
             &[
                 "type",
@@ -116,10 +116,10 @@ pub async fn list(
                 ))
             })?,
     };
-    crate::problem::filter_params(p.service.as_deref(), p.environment.as_deref())?;
-    let since = crate::problem::time_param("since", p.since.as_deref())?;
-    let until = crate::problem::time_param("until", p.until.as_deref())?;
-    crate::problem::window(since, until)?;
+    crate::query::filter_params(p.service.as_deref(), p.environment.as_deref())?;
+    let since = crate::query::time_param("since", p.since.as_deref())?;
+    let until = crate::query::time_param("until", p.until.as_deref())?;
+    crate::query::window(since, until)?;
     let query = EventQuery {
         since,
         until,
@@ -163,13 +163,16 @@ pub async fn list(
 #[utoipa::path(get, path = "/v1/events/{id}", tag = "events",
     params(("id" = String, Path, description = "The event's id")),
     responses((status = 200, description = "The event as sent (normalised), with id and receivedAt", body = serde_json::Value),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json")))]
 pub async fn get(
     State(state): State<ApiState>,
     headers: HeaderMap,
+    uri: axum::http::Uri,
     PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
+    crate::query::no_query(&uri)?;
     let event = state
         .store
         .event(principal.org_id, &id)

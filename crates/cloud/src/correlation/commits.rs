@@ -30,7 +30,7 @@ pub async fn list_sources(
     uri: axum::http::Uri,
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
-    crate::problem::no_query(&uri)?;
+    crate::query::no_query(&uri)?;
     let sources = state
         .store
         .repository_sources(principal.org_id)
@@ -144,7 +144,7 @@ pub async fn remove_source(
     query: Result<Query<Which>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::http::StatusCode, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
-    let Query(which) = query.map_err(|e| crate::problem::query_problem(&e, &["repository"]))?;
+    let Query(which) = query.map_err(|e| crate::query::query_problem(&e, &["repository"]))?;
     let removed = state
         .store
         .remove_repository_source(principal.org_id, &which.repository)
@@ -173,6 +173,7 @@ pub async fn remove_source(
 #[utoipa::path(get, path = "/v1/deployments/{id}/commits", tag = "correlation",
     params(("id" = String, Path, description = "A deployment's event id")),
     responses((status = 200, body = crate::openapi::DeploymentCommits),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The deployment has no sha or repository, its sha is not a commit id, its repository is not mapped, or it is mapped to a bridge the org has no token for", body = Problem, content_type = "application/problem+json"),
         (status = 502, body = Problem, content_type = "application/problem+json"),
@@ -180,9 +181,11 @@ pub async fn remove_source(
 pub async fn deployment_commits(
     State(state): State<CorrelationState>,
     headers: HeaderMap,
+    uri: axum::http::Uri,
     PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
+    crate::query::no_query(&uri)?;
     Ok(Json(commits_of(&state, principal.org_id, &id).await?))
 }
 

@@ -18,13 +18,16 @@ const MAX_DEPENDENCIES: usize = 100;
 #[utoipa::path(get, path = "/v1/services/{service}/dependencies", tag = "correlation",
     params(("service" = String, Path)),
     responses((status = 200, body = crate::openapi::Dependencies),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json")))]
 pub async fn dependencies(
     State(state): State<CorrelationState>,
     headers: HeaderMap,
+    uri: axum::http::Uri,
     PathParams(service): PathParams<String>,
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
+    crate::query::no_query(&uri)?;
     let list = state
         .store
         .dependencies(principal.org_id, &service)

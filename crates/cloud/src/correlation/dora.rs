@@ -162,14 +162,14 @@ pub async fn figures(
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
     let Query(p) = params.map_err(|e| {
-        crate::problem::query_problem(&e, &["service", "environment", "since", "until"])
+        crate::query::query_problem(&e, &["service", "environment", "since", "until"])
     })?;
-    crate::problem::filter_params(p.service.as_deref(), p.environment.as_deref())?;
-    let until = crate::problem::time_param("until", p.until.as_deref())?
+    crate::query::filter_params(p.service.as_deref(), p.environment.as_deref())?;
+    let until = crate::query::time_param("until", p.until.as_deref())?
         .unwrap_or_else(crate::storage::now_micros);
-    let since = crate::problem::time_param("since", p.since.as_deref())?
+    let since = crate::query::time_param("since", p.since.as_deref())?
         .unwrap_or(until - DEFAULT_DAYS * 86_400_000_000);
-    crate::problem::window(Some(since), Some(until))?;
+    crate::query::window(Some(since), Some(until))?;
     let (deployments, confirmed) = load(
         &state.store,
         principal.org_id,

@@ -212,7 +212,7 @@ pub async fn suspects(
     PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
-    crate::problem::no_query(&uri)?;
+    crate::query::no_query(&uri)?;
     Ok(Json(suspects_of(&state, principal.org_id, &id).await?))
 }
 

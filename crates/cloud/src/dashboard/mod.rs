@@ -133,7 +133,11 @@ async fn stylesheet() -> Response {
 /// Every dashboard answer: no framing, no inline script or style, nothing from another
 /// origin, no Referer to other sites, and no caching of pages that show a session's data.
 async fn security_headers(request: Request, next: Next) -> Response {
-    let mut response = next.run(request).await;
+    with_security_headers(next.run(request).await)
+}
+
+/// [`security_headers`] on one answer.
+fn with_security_headers(mut response: Response) -> Response {
     let h = response.headers_mut();
     h.insert(
         header::CONTENT_SECURITY_POLICY,
@@ -156,13 +160,13 @@ async fn security_headers(request: Request, next: Next) -> Response {
 /// The page for an address no route has, for a browser that asked for a page (the API's
 /// clients get problem+json from the app's fallback).
 pub fn not_found(path: &str) -> Response {
-    render::message(
+    with_security_headers(render::message(
         axum::http::StatusCode::NOT_FOUND,
         "Page not found",
         &format!("The dashboard has no page at {path}."),
         "/",
         "Back to the dashboard",
-    )
+    ))
 }
 
 /// The dashboard's routes.

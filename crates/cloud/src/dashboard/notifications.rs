@@ -168,6 +168,10 @@ fn webhook_url(raw: &str) -> Result<String, String> {
         Ok(u) if u.password().is_some() || !u.username().is_empty() => Err(
             "url holds a user name or password, which would be sent to and logged by every proxy on the way: expected an address such as https://hooks.example.com/signals, authenticated by the signature instead".to_string(),
         ),
+        // Nor where it may hold one and does not read as a URL.
+        _ if url.contains('@') => Err(
+            "url is not usable (it is not repeated here: it may hold a password): expected an address such as https://hooks.example.com/signals, without a user name or password in it".to_string(),
+        ),
         _ => Err(format!(
             "url {url:?} is not usable: expected an address such as https://hooks.example.com/signals, without a user name or password in it"
         )),
@@ -265,10 +269,12 @@ mod tests {
             assert!(why.starts_with("url "), "{why}");
         }
         // A password is refused without being repeated onto the page.
-        let why = super::webhook_url("https://hook:s3cret@x.com/").unwrap_err();
-        assert!(
-            why.contains("user name or password") && !why.contains("s3cret"),
-            "{why}"
-        );
+        for with_password in ["https://hook:s3cret@x.com/", "https://hook:s3cret@x:99999/"] {
+            let why = super::webhook_url(with_password).unwrap_err();
+            assert!(
+                why.contains("user name or password") && !why.contains("s3cret"),
+                "{why}"
+            );
+        }
     }
 }

@@ -214,8 +214,9 @@ async fn client(mut conn: TcpStream, peer: SocketAddr, dialer: Arc<Dialer>) {
                     return;
                 }
                 match tokio::io::copy_bidirectional(&mut conn, &mut upstream).await {
+                    // The first message's 5-byte header was passed on before the copy.
                     Ok((up, down)) => {
-                        tracing::info!(peer = %peer, bytes_in = up, bytes_out = down, "session closed")
+                        tracing::info!(peer = %peer, bytes_in = up, bytes_out = down + 5, "session closed")
                     }
                     Err(e) => {
                         tracing::info!(peer = %peer, cause = %e, "session ended with an error")
@@ -249,10 +250,9 @@ async fn refused(
     const MAX_LOGGED: usize = 64 * 1024;
     let mut head = [0u8; 5];
     if let Err(e) = upstream.read_exact(&mut head).await {
-        return Some((
-            "08006".into(),
-            format!("the cloud closed the session at once: {e}"),
-        ));
+        let why = format!("the cloud closed the session at once: {e}");
+        let _ = client.write_all(&error_response("08006", &why)).await;
+        return Some(("08006".into(), why));
     }
     let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
     if head[0] != b'E' || !(4..=MAX_LOGGED).contains(&len) {

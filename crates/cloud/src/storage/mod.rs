@@ -97,8 +97,9 @@ async fn sqlite_created(path: &std::path::Path) -> Result<(), StorageError> {
         .busy_timeout(Duration::from_secs(10));
     let schema: Result<bool, sqlx::Error> = async {
         let mut conn = sqlx::ConnectOptions::connect(&options).await?;
+        // Another sqlx program's database has `_sqlx_migrations` too: the signals tables as well.
         let found = sqlx::query_scalar(
-            "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+            "SELECT count(*) = 3 FROM sqlite_master WHERE type = 'table' AND name IN ('_sqlx_migrations', 'orgs', 'events')",
         )
         .fetch_one(&mut conn)
         .await;
@@ -109,11 +110,19 @@ async fn sqlite_created(path: &std::path::Path) -> Result<(), StorageError> {
     match schema {
         Ok(true) => Ok(()),
         Ok(false) => Err(StorageError::NotCreated(format!(
-            "{shown} holds no signals schema (no _sqlx_migrations table: an empty file, or another program's database): admin commands never create one, only `cloud serve` does; the file was left as it was. {fix}"
+            "{shown} holds no signals schema (an empty file, or another program's database): admin commands never create one, only `cloud serve` does; the file was left as it was. {fix}"
         ))),
-        Err(e) => Err(StorageError::NotCreated(format!(
-            "{shown} cannot be read as a signals database ({e}); the file was left as it was. {fix}"
-        ))),
+        // SQLITE_NOTADB: the file is something else. Any other failure (permissions, a lock)
+        // is the database's, said as such.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("26") => {
+            Err(StorageError::NotCreated(format!(
+                "{shown} cannot be read as a signals database ({e}); the file was left as it was. {fix}"
+            )))
+        }
+        Err(cause) => Err(StorageError::Open {
+            target: shown,
+            cause,
+        }),
     }
 }
 

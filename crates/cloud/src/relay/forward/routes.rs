@@ -24,7 +24,7 @@ pub async fn list(
     uri: axum::http::Uri,
 ) -> Result<Json<serde_json::Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
-    crate::problem::no_query(&uri)?;
+    crate::query::no_query(&uri)?;
     Ok(Json(
         json!({"bridges": state.registry.list(principal.org_id)}),
     ))

@@ -1,0 +1,125 @@
+//! Query strings as the API's routes read them: one wording for every route's parameter
+//! mistakes (unknown, missing, empty, not a time, an empty window), so that a script's typo
+//! is said the same way wherever it lands.
+
+use crate::problem::Problem;
+
+/// A query parameter holding an RFC 3339 time, in µs; a 400 naming it when it is not one.
+pub fn time_param(name: &str, value: Option<&str>) -> Result<Option<i64>, Problem> {
+    value
+        .map(|v| {
+            chrono::DateTime::parse_from_rfc3339(v)
+                .map(|t| t.to_utc().timestamp_micros())
+                .map_err(|_| {
+                    let naive = |v: &str| {
+                        chrono::NaiveDateTime::parse_from_str(v, "%Y-%m-%dT%H:%M:%S%.f").is_ok()
+                    };
+                    let hint = match v.rsplit_once(' ') {
+                        // A `+` not percent-encoded reached us as a space.
+                        Some((time, zone)) if naive(time) && zone.contains(':') => {
+                            format!("; a + in a URL is a space: send {time}%2B{zone}")
+                        }
+                        _ if naive(v) => "; it has no time zone: add Z (UTC) or an offset".into(),
+                        _ => String::new(),
+                    };
+                    Problem::bad_request(format!(
+                        "query parameter {name}={v:?} is not an RFC 3339 time{hint}; expected e.g. 2024-01-15T10:30:00Z"
+                    ))
+                })
+        })
+        .transpose()
+}
+
+/// A route's query string that does not read as its parameters, as a 400 in the words of the
+/// other messages: the unknown or missing parameter by name, and the `known` ones.
+pub fn query_problem(
+    rejection: &axum::extract::rejection::QueryRejection,
+    known: &[&str],
+) -> Problem {
+    let text = rejection.body_text();
+    let quoted = |after: &str| {
+        let start = text.find(after)? + after.len();
+        let name = text[start..].strip_prefix('`')?;
+        name.split_once('`').map(|(name, _)| name.to_string())
+    };
+    let known = known.join(", ");
+    let detail = if let Some(name) = quoted("unknown field ") {
+        format!("unknown query parameter {name:?}; known parameters: {known}")
+    } else if let Some(name) = quoted("missing field ") {
+        format!("query parameter {name:?} is required; known parameters: {known}")
+    } else {
+        let cause = text
+            .strip_prefix("Failed to deserialize query string: ")
+            .unwrap_or(&text);
+        format!("cannot read the query string ({cause}); known parameters: {known}")
+    };
+    Problem::bad_request(detail)
+}
+
+/// The `service` and `environment` filters of a query, refused when empty: no event has an
+/// empty one, so such a filter is a mistake (an unset variable in a script), said rather than
+/// answered with an empty page or empty figures.
+pub fn filter_params(service: Option<&str>, environment: Option<&str>) -> Result<(), Problem> {
+    for (name, value, every) in [
+        ("service", service, "a service"),
+        ("environment", environment, "an environment"),
+    ] {
+        if value.is_some_and(|v| v.trim().is_empty()) {
+            return Err(Problem::bad_request(format!(
+                "query parameter {name} is empty; give {every}, or leave the parameter out for every {name}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A window `[since, until)` that holds nothing is a mistake in the query, said as such.
+pub fn window(since: Option<i64>, until: Option<i64>) -> Result<(), Problem> {
+    match (since, until) {
+        (Some(since), Some(until)) if since >= until => Err(Problem::bad_request(
+            "query parameter since must be before until (since is inclusive, until exclusive)",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A route that takes no query parameters refuses any, as the routes that take some refuse
+/// unknown ones: a misspelt filter never passes silently.
+pub fn no_query(uri: &axum::http::Uri) -> Result<(), Problem> {
+    match uri.query().filter(|q| !q.is_empty()) {
+        None => Ok(()),
+        Some(q) => {
+            let name = q.split(['&', '=']).next().unwrap_or(q);
+            Err(Problem::bad_request(format!(
+                "unknown query parameter {name:?}: {} takes no query parameters",
+                uri.path()
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_bad_time_says_what_is_missing() {
+        let said = |v| super::time_param("since", Some(v)).unwrap_err().detail;
+        assert!(
+            said("2024-01-15T10:00:00").contains("it has no time zone: add Z"),
+            "{}",
+            said("2024-01-15T10:00:00")
+        );
+        assert!(
+            said("2024-01-15T10:00:00 01:00").contains("send 2024-01-15T10:00:00%2B01:00"),
+            "{}",
+            said("2024-01-15T10:00:00 01:00")
+        );
+        assert_eq!(
+            said("yesterday"),
+            "query parameter since=\"yesterday\" is not an RFC 3339 time; expected e.g. 2024-01-15T10:30:00Z"
+        );
+        assert_eq!(
+            super::time_param("since", Some("2024-01-15T10:00:00+01:00")).unwrap(),
+            Some(1_705_309_200_000_000)
+        );
+    }
+}
