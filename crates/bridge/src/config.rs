@@ -22,6 +22,7 @@ mod env;
 mod error;
 mod expand;
 mod file;
+mod flow;
 mod key_path;
 mod parse;
 mod proxy;
