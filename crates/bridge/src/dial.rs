@@ -31,18 +31,19 @@ pub enum DialError {
         source: std::io::Error,
     },
     /// TCP connect failed.
-    #[error(
-        "TCP: cannot connect to {addr}: {source}. Check that this host may connect out to that address and port (firewall, proxy_url)"
-    )]
+    #[error("TCP: cannot connect to {addr}: {source}. {hint}")]
     Tcp {
         /// host:port.
         addr: String,
         /// The OS error.
         source: std::io::Error,
+        /// What to check: the proxy, the way out to the cloud, or the way to a resource.
+        hint: &'static str,
     },
     /// The proxy refused the CONNECT.
     #[error(
-        "proxy CONNECT to {target} via {proxy} answered {status}: {reason}. Check proxy_url and its credentials"
+        "proxy CONNECT to {target} via {proxy} answered {status}: {reason}. {}",
+        proxy_hint(*status)
     )]
     ProxyRefused {
         /// The proxy.
@@ -80,14 +81,55 @@ pub enum DialError {
     },
 }
 
+/// What a proxy's refusal of the CONNECT asks of the operator, by its status.
+fn proxy_hint(status: u16) -> &'static str {
+    match status {
+        407 => {
+            "The proxy wants credentials, or refused these: check the user and password in proxy_url (or HTTPS_PROXY)"
+        }
+        500..=599 => {
+            "The proxy could not reach the cloud: check that the cloud is up at api_url and that the proxy may connect to it"
+        }
+        _ => {
+            "Check that the proxy allows CONNECT to that host and port, and proxy_url's credentials"
+        }
+    }
+}
+
+/// What to check when the proxy itself cannot be reached.
+const PROXY_UNREACHABLE: &str = "That is the proxy (proxy_url, or HTTPS_PROXY/https_proxy when proxy_url is unset): check that it runs and that this host may connect to it";
+/// What to check when the cloud cannot be reached directly.
+const CLOUD_UNREACHABLE: &str = "Check that this host may connect out to that address and port (a firewall; where outbound traffic must go through a proxy, set proxy_url)";
+/// What to check when an internal resource cannot be reached.
+const RESOURCE_UNREACHABLE: &str =
+    "Check that the resource runs there and that this host may connect to it (a firewall)";
+
 async fn step<T>(name: &'static str, f: impl Future<Output = T>) -> Result<T, DialError> {
     tokio::time::timeout(STEP_TIMEOUT, f)
         .await
         .map_err(|_| DialError::Timeout { step: name })
 }
 
-/// Opens a TCP connection to `host:port`, through `proxy` when given.
+/// Opens a TCP connection to the cloud at `host:port`, through `proxy` when given.
 pub async fn tcp(host: &str, port: u16, proxy: Option<&ProxyUrl>) -> Result<TcpStream, DialError> {
+    let hint = match proxy {
+        Some(_) => PROXY_UNREACHABLE,
+        None => CLOUD_UNREACHABLE,
+    };
+    connect(host, port, proxy, hint).await
+}
+
+/// Opens a TCP connection to an internal resource (never through the proxy).
+pub async fn tcp_to_resource(host: &str, port: u16) -> Result<TcpStream, DialError> {
+    connect(host, port, None, RESOURCE_UNREACHABLE).await
+}
+
+async fn connect(
+    host: &str,
+    port: u16,
+    proxy: Option<&ProxyUrl>,
+    hint: &'static str,
+) -> Result<TcpStream, DialError> {
     let (dial_host, dial_port) = match proxy {
         Some(p) => (p.host().to_string(), p.port()),
         None => (host.to_string(), port),
@@ -116,6 +158,7 @@ pub async fn tcp(host: &str, port: u16, proxy: Option<&ProxyUrl>) -> Result<TcpS
     let stream = stream.ok_or_else(|| DialError::Tcp {
         addr: format!("{dial_host}:{dial_port}"),
         source: last.unwrap_or_else(|| std::io::Error::other("no address")),
+        hint,
     })?;
     let _ = stream.set_nodelay(true);
     match proxy {
@@ -212,4 +255,43 @@ pub async fn tls(
             };
             DialError::Tls { host: host.to_string(), source, hint }
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A loopback port with nothing listening on it.
+    fn closed_port() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    }
+
+    #[tokio::test]
+    async fn what_cannot_be_reached_is_named_with_what_to_check() {
+        let port = closed_port();
+        let proxy = ProxyUrl::parse(&format!("http://127.0.0.1:{port}")).unwrap();
+        let via_proxy = tcp("cloud.example", 443, Some(&proxy)).await.unwrap_err();
+        assert!(via_proxy.to_string().contains("That is the proxy"), "{via_proxy}");
+        let direct = tcp("127.0.0.1", port, None).await.unwrap_err();
+        assert!(direct.to_string().contains("set proxy_url"), "{direct}");
+        let resource = tcp_to_resource("127.0.0.1", port).await.unwrap_err();
+        assert!(!resource.to_string().contains("proxy"), "{resource}");
+    }
+
+    #[test]
+    fn a_proxy_refusal_says_what_to_check_by_its_status() {
+        let refused = |status| {
+            DialError::ProxyRefused {
+                proxy: "proxy:3128".into(),
+                target: "cloud:443".into(),
+                status,
+                reason: "x".into(),
+            }
+            .to_string()
+        };
+        assert!(refused(502).contains("could not reach the cloud"));
+        assert!(refused(407).contains("wants credentials"));
+        assert!(refused(403).contains("allows CONNECT"));
+    }
 }

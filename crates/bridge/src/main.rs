@@ -25,7 +25,7 @@ enum Command {
         #[arg(long, env = "SERVICE_BRIDGE_CONFIG")]
         config: Option<PathBuf>,
     },
-    /// Validate the configuration and try each resource.
+    /// Validate the configuration, then try the cloud (TLS and token) and each resource.
     Check {
         /// Configuration file (YAML); environment variables override it.
         #[arg(long, env = "SERVICE_BRIDGE_CONFIG")]
@@ -118,10 +118,16 @@ fn verify_audit(file: &std::path::Path, anchor: Option<String>) -> ExitCode {
                     "the anchored record is on line {line}, unaltered, as is every record of its chain from line {start}"
                 );
             }
-            if let Some(last) = found.last {
+            if let Some(last) = &found.last {
                 println!(
                     "last record's SHA-256: {last} (keep it elsewhere; `--anchor` it later to prove that its chain up to it was neither cut nor edited)"
                 );
+            }
+            // An anchor vouches for its own chain only: the end of each, to keep them all.
+            if found.chain_ends.len() > 1 {
+                for (line, hash) in &found.chain_ends {
+                    println!("chain ending on line {line}: last record's SHA-256 {hash}");
+                }
             }
             ExitCode::SUCCESS
         }

@@ -73,7 +73,12 @@ pub(crate) fn targets(cfg: &Config) -> Vec<Target> {
 
 /// `Ok` when the resource accepts a TCP connection, else why not.
 async fn check(target: &Target) -> Result<(), String> {
-    match tokio::time::timeout(CHECK_TIMEOUT, dial::tcp(&target.host, target.port, None)).await {
+    match tokio::time::timeout(
+        CHECK_TIMEOUT,
+        dial::tcp_to_resource(&target.host, target.port),
+    )
+    .await
+    {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!(

@@ -151,11 +151,14 @@ async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow:
                 cfg.health_check_port
             )
         })?;
+    // The operator's port answers through the drain (probes, and the in-flight gauge when it
+    // matters most), until the agent is done.
+    let health_stop = CancellationToken::new();
     let health = tokio::spawn(health::serve(
         listener,
         status.clone(),
         metrics.clone(),
-        shutdown.clone(),
+        health_stop.clone(),
     ));
     let reachability = tokio::spawn(reachability::watch(
         cfg.clone(),
@@ -181,6 +184,7 @@ async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow:
     };
     agent.run(shutdown.clone()).await;
     shutdown.cancel();
+    health_stop.cancel();
     let _ = health.await;
     reachability.abort();
     flusher.abort();

@@ -175,11 +175,33 @@ async fn slow_request_then_sigterm(
 async fn sigterm_drains_in_flight_streams_then_exits_zero() {
     let mut rig = Rig::start("").await;
     let client = rig.cloud.client();
+    let health_port = rig.bridge.health_port();
     let slow = slow_request_then_sigterm(&rig, 3000).await;
     assert_eq!(
         rig.upstream.stats.current.load(Ordering::SeqCst),
         1,
         "the request finished before the shutdown began: it proves nothing"
+    );
+    // The operator's port answers through the drain: probes, and the gauge of what drains.
+    let livez = client
+        .get(format!("http://127.0.0.1:{health_port}/livez"))
+        .send()
+        .await
+        .expect("/livez while draining");
+    assert_eq!(livez.status(), 200);
+    let metrics = client
+        .get(format!("http://127.0.0.1:{health_port}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("bridge_streams_in_flight") && l.ends_with(" 1")),
+        "{metrics}"
     );
     assert_eq!(
         slow.await.unwrap().unwrap(),

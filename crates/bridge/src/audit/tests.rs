@@ -253,6 +253,18 @@ fn a_restart_on_stdout_starts_a_new_chain() {
             chains: 2
         }
     );
+    // Each chain's end is given, to be kept: an anchor vouches for its own chain only.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("two.log");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let found = super::verify::anchors(&file, None).unwrap();
+    assert_eq!(
+        found.chain_ends,
+        [
+            (2, line_hash(lines[1].as_bytes())),
+            (4, line_hash(lines[3].as_bytes()))
+        ]
+    );
 }
 
 #[test]

@@ -100,6 +100,9 @@ pub fn verify(path: &Path) -> Result<VerifySummary, VerifyError> {
 pub struct Anchors {
     /// The SHA-256 of the file's last audit record, for an operator to keep elsewhere.
     pub last: Option<String>,
+    /// The line and SHA-256 of each chain's last record, in file order (an anchor vouches for
+    /// its own chain only: one per chain is kept).
+    pub chain_ends: Vec<(u64, String)>,
     /// The line of the record whose hash is the anchor asked for, and the line where that
     /// record's chain starts.
     pub anchored: Option<(u64, u64)>,
@@ -118,20 +121,28 @@ pub fn anchors(path: &Path, anchor: Option<&str>) -> Result<Anchors, VerifyError
     let mut reader = BufReader::new(File::open(path).map_err(read_error)?);
     let mut found = Anchors::default();
     let mut chain_start = 0;
+    let mut last_line = 0;
     for_each_line(&mut reader, |number, line| {
         if let Some(prev) = audit_prev(line) {
             if prev.as_deref().is_ok_and(|p| p == GENESIS_HASH) {
                 chain_start = number;
+                if let Some(hash) = found.last.take() {
+                    found.chain_ends.push((last_line, hash));
+                }
             }
             let hash = line_hash(line);
             if anchor == Some(hash.as_str()) {
                 found.anchored = Some((number, chain_start));
             }
             found.last = Some(hash);
+            last_line = number;
         }
         true
     })
     .map_err(read_error)?;
+    if let Some(hash) = &found.last {
+        found.chain_ends.push((last_line, hash.clone()));
+    }
     Ok(found)
 }
 

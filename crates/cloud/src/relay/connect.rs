@@ -261,7 +261,7 @@ async fn run(state: RelayState, t: Tunnel, io: hyper::upgrade::Upgraded) {
             .map(|r| format!("{}/{}", r.kind, r.name))
             .collect();
         names.sort();
-        names
+        names.join(" ")
     };
     if let Some(other) = state
         .registry
@@ -273,9 +273,9 @@ async fn run(state: RelayState, t: Tunnel, io: hyper::upgrade::Upgraded) {
             org_id,
             bridge = %bridge,
             instance = %t.instance_id,
-            declares = ?declares(&instance),
+            declares = %declares(&instance),
             other_instance = %other.id,
-            other_declares = ?declares(&other),
+            other_declares = %declares(&other),
             "instances of this bridge declare different resources: each request goes to one that declares its resource; if this is not a rollout, give the other site's bridge a name of its own"
         );
     }
