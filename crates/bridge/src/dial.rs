@@ -272,7 +272,10 @@ mod tests {
         let port = closed_port();
         let proxy = ProxyUrl::parse(&format!("http://127.0.0.1:{port}")).unwrap();
         let via_proxy = tcp("cloud.example", 443, Some(&proxy)).await.unwrap_err();
-        assert!(via_proxy.to_string().contains("That is the proxy"), "{via_proxy}");
+        assert!(
+            via_proxy.to_string().contains("That is the proxy"),
+            "{via_proxy}"
+        );
         let direct = tcp("127.0.0.1", port, None).await.unwrap_err();
         assert!(direct.to_string().contains("set proxy_url"), "{direct}");
         let resource = tcp_to_resource("127.0.0.1", port).await.unwrap_err();

@@ -91,9 +91,13 @@ where
 pub fn init(format: LogFormat, level: LogLevel, bridge_name: &str) {
     let directive = format!("{},h2=warn,hyper=warn,rustls=warn", level.as_str());
     let filter = EnvFilter::try_new(directive).unwrap_or_else(|_| EnvFilter::new("info"));
+    // A log that cannot be written (stdout a closed pipe) is dropped, not reported on stderr:
+    // that report panics when stderr is closed too, and the task that logged would die with
+    // it (the signal handler's, say, leaving SIGTERM unheard).
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_target(false);
+        .with_target(false)
+        .log_internal_errors(false);
     let _ = match format {
         LogFormat::Json => builder
             .event_format(SeedJson {

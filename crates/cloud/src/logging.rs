@@ -16,10 +16,14 @@ pub enum LogFormat {
 pub fn init(format: LogFormat, level: &str, to_stderr: bool) {
     let filter = EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
     let timer = ChronoUtc::new("%Y-%m-%dT%H:%M:%S%.3fZ".into());
+    // A log that cannot be written (stdout a closed pipe) is dropped, not reported on stderr:
+    // that report panics when stderr is closed too, and the task that logged would die with
+    // it (the signal handler's, say, leaving SIGTERM unheard).
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_timer(timer)
-        .with_target(false);
+        .with_target(false)
+        .log_internal_errors(false);
     let result = match (format, to_stderr) {
         (LogFormat::Json, false) => builder
             .json()

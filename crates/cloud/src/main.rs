@@ -45,11 +45,30 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Err(Failure::Other(err)) => {
-            tracing::error!(cause = %format!("{err:#}"), "cloud failed");
-            eprintln!("error: {err:#}");
+            let said = said_once(&err);
+            // The log's collector hears of a server's failure; an admin command's log and its
+            // error would both go to the terminal, which hears it once.
+            if serving {
+                tracing::error!(cause = %said, "cloud failed");
+            }
+            eprintln!("error: {said}");
             ExitCode::from(1)
         }
     }
+}
+
+/// An error and its causes, each said once: a cause whose words the message before it already
+/// holds (errors that quote their source) is left out.
+fn said_once(err: &anyhow::Error) -> String {
+    let mut text = err.to_string();
+    for cause in err.chain().skip(1) {
+        let words = cause.to_string();
+        if !text.contains(&words) {
+            text.push_str(": ");
+            text.push_str(&words);
+        }
+    }
+    text
 }
 
 /// Async worker threads: one per core but one (at least one), so that the busy threads that are

@@ -117,3 +117,32 @@ fn admin_commands_never_create_a_postgres_schema() {
         assert!(!stderr.contains("relation"), "{stderr}");
     }
 }
+
+/// A database that a newer release migrated is said to be one, with what to do, not in the
+/// migration tool's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_of_a_newer_release_is_said_as_such() {
+    use sqlx::Connection;
+    let cloud = testkit::Cloud::start(testkit::Backend::Sqlite);
+    let path = cloud.data_dir.path().join("signals.db");
+    let mut db = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    sqlx::raw_sql(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (999, 'from the future', TRUE, x'00', 0)",
+    )
+    .execute(&mut db)
+    .await
+    .unwrap();
+    db.close().await.unwrap();
+    let out = cloud.admin_output(&["org", "list"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("migrated by a newer release") && stderr.contains("migration 999"),
+        "{stderr}"
+    );
+    // Each cause said once.
+    assert_eq!(stderr.matches("migration 999").count(), 1, "{stderr}");
+}

@@ -67,7 +67,13 @@ async fn drain_timeout_bounds_the_wait_for_requests_in_flight() {
         "stopped {took:?} after SIGTERM with --drain-timeout 1"
     );
     assert!(cloud.log_text().contains("drain timed out"));
-    assert!(cloud.log_text().contains("storage flushed"));
+    // The last line says what happened: cut, not drained.
+    assert!(
+        cloud
+            .log_text()
+            .contains("after --drain-timeout were cut, storage flushed")
+    );
+    assert!(!cloud.log_text().contains("in-flight requests drained"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,4 +105,52 @@ fn a_second_server_on_one_sqlite_database_exits_2() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("another `cloud serve`"), "{stderr}");
+}
+
+/// A server whose log goes to a pipe that was closed (a `| head` that ended) still hears
+/// SIGTERM: a log it cannot write is dropped, never a reason for the signal's task to die.
+#[test]
+fn sigterm_stops_a_server_whose_log_pipe_was_closed() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(cloud_bin())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read the log until both listeners are up, then close both pipes.
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut listening = 0;
+    while listening < 2 {
+        let line = lines.next().expect("the log ended before serving").unwrap();
+        listening += usize::from(line.contains("\"message\":\"listening\""));
+    }
+    drop(lines);
+    drop(child.stderr.take());
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("still running 15 s after SIGTERM with its log pipe closed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
 }

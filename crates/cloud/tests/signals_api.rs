@@ -675,7 +675,22 @@ fn unusable_tls_files_are_a_configuration_error() {
     let not_pem = dir.path().join("not-a-ca.pem");
     std::fs::write(&not_pem, "this is not a certificate").unwrap();
     let path = |name: &str| dir.path().join(name).display().to_string();
+    // A certificate with another certificate's key.
+    let one = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let other = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    std::fs::write(path("one.pem"), one.cert.pem()).unwrap();
+    std::fs::write(path("other.key"), other.signing_key.serialize_pem()).unwrap();
     let cases = [
+        (
+            vec![
+                "--tls-cert".to_string(),
+                path("one.pem"),
+                "--tls-key".to_string(),
+                path("other.key"),
+            ],
+            "--tls-cert/--tls-key",
+            "do not form a usable pair",
+        ),
         (
             vec![
                 "--tls-cert".to_string(),
@@ -704,6 +719,12 @@ fn unusable_tls_files_are_a_configuration_error() {
         assert_eq!(out.status.code(), Some(2), "{stderr}");
         assert!(stderr.contains(flag), "{stderr}");
         assert!(stderr.contains(file), "{stderr}");
+        if flag != "--client-ca" {
+            assert!(
+                !stderr.contains("--client-ca"),
+                "blamed on another flag: {stderr}"
+            );
+        }
     }
 }
 

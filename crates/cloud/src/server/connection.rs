@@ -138,7 +138,8 @@ async fn serve_http<I>(
 }
 
 /// Accepts on `listener` (at most `cap` connections at once) and serves each connection until
-/// `stop`; then waits up to the drain time-out for the connections to finish.
+/// `stop`; then waits up to the drain time-out for the connections to finish: `false` when
+/// some were still open then (and were cut).
 pub(super) async fn serve_loop(
     listener: TcpListener,
     tls: Option<(TlsAcceptor, Arc<PgFront>)>,
@@ -146,7 +147,7 @@ pub(super) async fn serve_loop(
     stop: CancellationToken,
     timeouts: (Duration, Duration),
     cap: usize,
-) {
+) -> bool {
     let (drain_timeout, header_read_timeout) = timeouts;
     let connections = TaskTracker::new();
     let builder = Arc::new(http_builder(header_read_timeout));
@@ -224,10 +225,11 @@ pub(super) async fn serve_loop(
     }
     drop(listener);
     connections.close();
-    if tokio::time::timeout(drain_timeout, connections.wait())
+    let drained = tokio::time::timeout(drain_timeout, connections.wait())
         .await
-        .is_err()
-    {
+        .is_ok();
+    if !drained {
         tracing::warn!(timeout = ?drain_timeout, "drain timed out; closing remaining connections");
     }
+    drained
 }

@@ -110,8 +110,15 @@ pub async fn run(
         }
         client_cas.extend(operator_cas);
     }
+    // A pair rustls refuses is the certificate's and key's; anything else is the client CAs'.
     let acceptor =
-        TlsAcceptor::from(tls::server_config(identity, client_cas).map_err(ServeError::ClientCa)?);
+        TlsAcceptor::from(tls::server_config(identity, client_cas).map_err(|e| {
+            match (&e, &options.tls_files) {
+                (TlsError::Rustls(_), Some(_)) => ServeError::TlsFiles(e),
+                (TlsError::Rustls(_), None) => ServeError::Tls(e),
+                _ => ServeError::ClientCa(e),
+            }
+        })?);
     // The loopback listener through which this process reads deployments' commits from its
     // own relay (correlation/mirror.rs); nothing else listens there.
     let internal = listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
@@ -206,8 +213,9 @@ pub async fn run(
         INTERNAL_CONNECTIONS,
     ));
     // Drain consumers' in-flight requests (some go through tunnels) before closing the tunnels.
+    let mut drained = true;
     for task in loops {
-        let _ = task.await;
+        drained &= task.await.unwrap_or(false);
     }
     internal_stop.cancel();
     let _ = internal_loop.await;
@@ -217,7 +225,12 @@ pub async fn run(
     let _ = notifier.await;
     let _ = lister.await;
     store.close().await;
-    tracing::info!("stopped: in-flight requests drained, storage flushed");
+    match drained {
+        true => tracing::info!("stopped: in-flight requests drained, storage flushed"),
+        false => tracing::info!(
+            "stopped: requests still in flight after --drain-timeout were cut, storage flushed"
+        ),
+    }
     Ok(())
 }
 

@@ -19,9 +19,9 @@ pub enum StorageError {
         /// where the chain is printed).
         cause: sqlx::Error,
     },
-    /// Schema migration failed.
+    /// Schema migration failed, said in words (a newer release's database told as such).
     #[error("cannot migrate the database schema: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    Migrate(String),
     /// A query failed (connection lost, disk full, …).
     #[error("database query failed: {0}")]
     Query(#[from] sqlx::Error),
@@ -58,4 +58,17 @@ pub enum StorageError {
         /// Its name.
         name: String,
     },
+}
+
+impl From<sqlx::migrate::MigrateError> for StorageError {
+    fn from(e: sqlx::migrate::MigrateError) -> Self {
+        use sqlx::migrate::MigrateError;
+        StorageError::Migrate(match e {
+            MigrateError::VersionMissing(version) => format!(
+                "the database was migrated by a newer release of cloud (its migration {version} is unknown to this one, {}): run that release or a later one, or restore the backup taken before the upgrade",
+                env!("CARGO_PKG_VERSION")
+            ),
+            e => e.to_string(),
+        })
+    }
 }
