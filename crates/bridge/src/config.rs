@@ -146,16 +146,21 @@ impl Config {
             Ok(config) if unknown.is_empty() => Ok(config),
             Ok(_) => Err(invalid(unknown)),
             Err(mut problems) => {
-                // Text the reader refused was read as empty text: what validation then says
-                // of that value is already said.
-                let emptied: Vec<&Problem> = unknown
+                // A value of the wrong type was blanked (or emptied, where text belongs) for the
+                // reading to go on: what validation then says of that key ("required") is
+                // already said. An unknown key hides nothing: the entry's own problems stand.
+                let blanked: Vec<&Problem> = unknown
                     .iter()
-                    .filter(|u| u.message == key_path::TEXT)
+                    .filter(|u| !u.message.starts_with("unknown field"))
                     .collect();
                 problems.retain(|p| {
-                    !emptied.iter().any(|u| match u.key.is_empty() {
+                    !blanked.iter().any(|u| match u.key.is_empty() {
                         false => u.key == p.key,
-                        true => matches!(u.origin, Origin::File { .. }) && u.origin == p.origin,
+                        true => {
+                            u.message == key_path::TEXT
+                                && matches!(u.origin, Origin::File { .. })
+                                && u.origin == p.origin
+                        }
                     })
                 });
                 problems.extend(unknown);

@@ -87,6 +87,7 @@ fn proxy_hint(status: u16) -> &'static str {
         407 => {
             "The proxy wants credentials, or refused these: check the user and password in proxy_url (or HTTPS_PROXY)"
         }
+        501 => "The proxy does not support CONNECT: use one that does (tinyproxy, squid)",
         500..=599 => {
             "The proxy could not reach the cloud: check that the cloud is up at api_url and that the proxy may connect to it"
         }
@@ -99,7 +100,7 @@ fn proxy_hint(status: u16) -> &'static str {
 /// What to check when the proxy itself cannot be reached.
 const PROXY_UNREACHABLE: &str = "That is the proxy (proxy_url, or HTTPS_PROXY/https_proxy when proxy_url is unset): check that it runs and that this host may connect to it";
 /// What to check when the cloud cannot be reached directly.
-const CLOUD_UNREACHABLE: &str = "Check that this host may connect out to that address and port (a firewall; where outbound traffic must go through a proxy, set proxy_url)";
+const CLOUD_UNREACHABLE: &str = "Check that this host may connect out to that address and port (a firewall; where outbound traffic must go through a proxy, set proxy_url, and check that no_proxy does not name this host)";
 /// What to check when an internal resource cannot be reached.
 const RESOURCE_UNREACHABLE: &str =
     "Check that the resource runs there and that this host may connect to it (a firewall)";
@@ -294,6 +295,7 @@ mod tests {
             .to_string()
         };
         assert!(refused(502).contains("could not reach the cloud"));
+        assert!(refused(501).contains("does not support CONNECT"));
         assert!(refused(407).contains("wants credentials"));
         assert!(refused(403).contains("allows CONNECT"));
     }

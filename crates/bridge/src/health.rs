@@ -57,6 +57,8 @@ const MAX_CONNECTIONS: usize = 64;
 /// How long a client has to send a request's head, an idle keep-alive connection included:
 /// one that sends nothing is closed rather than held.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long answers in flight on the operator's port may take once the bridge is done.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// Serves the three endpoints until `shutdown` (HTTP/1.1, at most [`MAX_CONNECTIONS`] at once,
 /// each closed after [`HEAD_TIMEOUT`] without a request), then lets answers in flight finish.
@@ -108,5 +110,6 @@ pub async fn serve(
             drop(slot);
         });
     }
-    let _ = tokio::time::timeout(HEAD_TIMEOUT, graceful.shutdown()).await;
+    // The bridge has drained by now: answers in flight get a moment, idle probes none.
+    let _ = tokio::time::timeout(CLOSE_GRACE, graceful.shutdown()).await;
 }

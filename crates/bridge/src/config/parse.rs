@@ -107,7 +107,10 @@ fn yaml_problem(err: &serde_saphyr::Error, text: &str) -> (Problem, Option<(u64,
     }
     // An item of a list of text (`repositories:`) that is itself a list or a mapping: named by
     // its index, and only the item blanked.
-    if let Some(item) = key_path::item_path(text, line as usize, column as usize) {
+    let item = (expected == key_path::TEXT)
+        .then(|| key_path::item_path(text, line as usize, column as usize))
+        .flatten();
+    if let Some(item) = item {
         return (Problem::new(item, origin, expected), Some((line, column)));
     }
     // It is located at its first line: named by the key it is under, and blanked with that key

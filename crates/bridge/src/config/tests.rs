@@ -739,4 +739,18 @@ fn a_list_or_mapping_as_an_item_of_a_text_list_is_named_by_its_index() {
     let err = failure(yaml, &MapEnv::default());
     assert!(err.contains("unknown field `hots`"), "{err}");
     assert!(err.contains("databases[0].database"), "{err}");
+    // A list or a scalar where a mapping belongs is said once, not also as "required", and
+    // the rest of the file is still read.
+    let yaml = "name: dc1\ntoken: t\napi_url: https://cloud.example\ndatabases:\n  - name: a\n    host: db\n    database: d\n    credentials: [alice, s3cret]\nmax_connections: lots\n";
+    let err = failure(yaml, &MapEnv::default());
+    assert!(
+        err.contains("databases[0].credentials: expected a mapping"),
+        "{err}"
+    );
+    assert!(
+        err.contains("max_connections: expected a whole number"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 2, "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
 }

@@ -264,7 +264,9 @@ async fn refused(
     }
     let mut body = vec![0; len - 4];
     if upstream.read_exact(&mut body).await.is_err() {
-        return Some(("08006".into(), "the cloud's error was cut short".into()));
+        let why = "the cloud's error was cut short";
+        let _ = client.write_all(&error_response("08006", why)).await;
+        return Some(("08006".into(), why.into()));
     }
     let _ = client.write_all(&head).await;
     let _ = client.write_all(&body).await;
