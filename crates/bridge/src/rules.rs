@@ -4,8 +4,10 @@
 use crate::config::AllowRule;
 
 /// Refuses dot segments (also `..;x`, which Java servers read as `..`), encoded slashes, dots,
-/// backslashes, semicolons and percent signs (a double encoding decoded twice downstream), and
-/// NUL: no way out of the resource's base, whatever the internal server's URL rules.
+/// backslashes, semicolons and percent signs (a double encoding decoded twice downstream),
+/// NUL, a `%` without two hex digits (`%u002e`, IIS's own escape) and overlong UTF-8
+/// (`%c0%ae`, a `.` to old servers): no way out of the resource's base, whatever the internal
+/// server's URL rules. Other bytes that are no UTF-8 (`%ff`) pass as sent.
 pub fn path_is_clean(path: &str) -> bool {
     let lower = path.to_ascii_lowercase();
     if ["%2f", "%5c", "%2e", "%3b", "%25", "\\", "%00"]
@@ -14,10 +16,42 @@ pub fn path_is_clean(path: &str) -> bool {
     {
         return false;
     }
+    if !escapes_are_plain(&lower) {
+        return false;
+    }
     !path.split('/').any(|seg| {
         let name = seg.split(';').next().unwrap_or(seg);
         name == ".." || name == "."
     })
+}
+
+/// Whether every `%` of `path` (lower case) starts two hex digits, and the bytes they encode
+/// hold no overlong UTF-8 form: a lead byte `c0`/`c1`, `e0` before `80`–`9f`, or `f0` before
+/// `80`–`8f` (each only ever an ASCII character, or a shorter form, written long).
+fn escapes_are_plain(path: &str) -> bool {
+    let mut decoded = Vec::with_capacity(path.len());
+    let mut bytes = path.bytes();
+    while let Some(b) = bytes.next() {
+        if b != b'%' {
+            decoded.push(b);
+            continue;
+        }
+        let hex = [bytes.next(), bytes.next()];
+        let value = match hex {
+            [Some(h), Some(l)] => (h as char).to_digit(16).zip((l as char).to_digit(16)),
+            _ => None,
+        };
+        match value {
+            Some((h, l)) => decoded.push((h * 16 + l) as u8),
+            None => return false,
+        }
+    }
+    !decoded.windows(2).any(|pair| match pair {
+        [0xc0 | 0xc1, _] => true,
+        [0xe0, next] => (0x80..=0x9f).contains(next),
+        [0xf0, next] => (0x80..=0x8f).contains(next),
+        _ => false,
+    }) && !decoded.last().is_some_and(|&b| b == 0xc0 || b == 0xc1)
 }
 
 /// Methods never forwarded, whatever the allow rules: `TRACE` echoes the request, with the
@@ -81,8 +115,25 @@ mod tests {
             "/public/..%3b/admin",
             "/public/%252e%252e/admin",
             "/a/.;x/b",
+            "/a/%c0%ae%c0%ae/b",
+            "/..%c0%af",
+            "/a/%e0%80%ae",
+            "/a/%f0%80%80%ae",
+            "/%u002e%u002e/x",
+            "/a%",
+            "/a%4",
+            "/a%zz",
         ] {
             assert!(!path_is_clean(bad), "{bad}");
+        }
+        // Bytes that are no UTF-8, and real multi-byte characters, pass as sent.
+        for good in [
+            "/v1/blobs/%ff%fe",
+            "/v1/caf%c3%a9",
+            "/v1/%e2%82%ac",
+            "/v1/%f0%9f%98%80",
+        ] {
+            assert!(path_is_clean(good), "{good}");
         }
     }
 

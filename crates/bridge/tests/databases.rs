@@ -552,6 +552,46 @@ async fn read_only_statement_audit_limits_and_cancel() {
     assert!(open.simple_query("SELECT 1").await.is_err());
 }
 
+/// Revoking an API key ends the database sessions it opened, as it ends its HTTP access: a
+/// leaked key, once revoked, keeps no session open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_a_key_ends_its_open_sessions() {
+    let cluster = PgCluster::start(false);
+    let rig = DbRig::start(&format!("databases:\n{}", entry(&cluster, "orders", ""))).await;
+    let key = rig
+        .cloud
+        .admin(&["api-key", "create", "--org", "acme", "--name", "leaked"]);
+    let kept = rig
+        .driver("orders", &rig.tenant.api_key, SslNegotiation::Postgres)
+        .await
+        .expect("a session of another key");
+    let leaked = rig
+        .driver("orders", &key, SslNegotiation::Postgres)
+        .await
+        .expect("a session of the key to revoke");
+    leaked.simple_query("SELECT 1").await.unwrap();
+    let id = key.rsplit_once('_').unwrap().0.to_string();
+    rig.cloud
+        .admin(&["api-key", "revoke", "--org", "acme", &id]);
+    let start = Instant::now();
+    while leaked.simple_query("SELECT 1").await.is_ok() {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the revoked key's session still answers"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Only that key's sessions: the other goes on.
+    kept.simple_query("SELECT 1")
+        .await
+        .expect("the other key's session");
+    assert!(
+        rig.cloud.log_text().contains("its API key was revoked"),
+        "{}",
+        rig.cloud.log_text()
+    );
+}
+
 /// Waits until a `pg_sleep` runs on the cluster.
 async fn wait_for_sleep(cluster: &PgCluster) {
     let start = Instant::now();

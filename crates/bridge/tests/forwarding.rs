@@ -97,6 +97,7 @@ async fn credentials_are_injected_and_the_api_key_is_not_forwarded() {
         .header("x-bridge-anything", "1")
         .header("cookie", "session=abc")
         .header("proxy-authorization", "Basic cHJveHk6cHc=")
+        .header("proxy-authenticate", "Basic realm=\"x\"")
         .header("forwarded", "for=10.0.0.1;host=evil.example")
         .header("x-forwarded-host", "evil.example")
         .header("x-forwarded-proto", "http")
@@ -129,6 +130,7 @@ async fn credentials_are_injected_and_the_api_key_is_not_forwarded() {
         "x-bridge-anything",
         "cookie",
         "proxy-authorization",
+        "proxy-authenticate",
         "forwarded",
         "x-forwarded-host",
         "x-forwarded-proto",
@@ -681,6 +683,7 @@ async fn answers_are_sandboxed_and_large_heads_pass_or_are_refused_clearly() {
         "critical-ch",
         "refresh",
         "www-authenticate",
+        "proxy-authenticate",
     ] {
         assert!(headers.get(name).is_none(), "{name} passed: {headers:?}");
     }

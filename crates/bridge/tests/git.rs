@@ -215,6 +215,26 @@ async fn push_refused_by_default_allowed_with_allow_push() {
         .expect("an audit record of the refused push");
     assert_eq!(denied["rule"], "git: fetch only");
     assert_eq!(denied["status"], 403);
+    // Two service parameters (git's http-backend heeds the last): refused, never read as the
+    // first, fetch-only one.
+    let two = rig
+        .cloud
+        .client()
+        .get(format!(
+            "{}/v1/bridges/dc1/git/code/team/lib.git/info/refs?service=git-upload-pack&service=git-receive-pack",
+            rig.cloud.http
+        ))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(two.status(), 403);
+    assert!(
+        two.text()
+            .await
+            .unwrap()
+            .contains("send one service parameter")
+    );
 
     let rw = clone_url(&rig, key, "code-rw", "team/lib.git");
     ok(

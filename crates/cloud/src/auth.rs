@@ -173,32 +173,7 @@ impl KeyCache {
             ),
         };
         let (id, secret) = secrets::parse(Kind::ApiKey, presented).ok_or_else(invalid)?;
-        let cached = {
-            let rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
-            rows.get(id)
-                .filter(|(_, at)| at.elapsed() < CACHE_TTL)
-                .map(|(row, _)| row.clone())
-        };
-        let row = match cached {
-            Some(row) => row,
-            None => {
-                let row = store
-                    .api_key(id)
-                    .await
-                    .map_err(|e| storage_unavailable(&e))?
-                    .map(Arc::new);
-                if row.is_some() {
-                    touch(store, Credential::ApiKey, id);
-                }
-                let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
-                // Unknown ids (a flood of made-up keys, say) go first: they never push out
-                // the keys in use.
-                make_room(&mut rows, MAX_CACHED, Option::is_some);
-                rows.insert(id.to_string(), (row.clone(), Instant::now()));
-                row
-            }
-        };
-        let Some(row) = row else {
+        let Some(row) = self.api_key_row(store, id).await? else {
             let _ = secrets::verify(secret, &NO_HASH);
             return Err(invalid());
         };
@@ -209,6 +184,51 @@ impl KeyCache {
             org_id: row.org_id,
             key_id: format!("{}{id}", Kind::ApiKey.prefix()),
         })
+    }
+
+    /// The live (not revoked) API key `id`'s row, from the cache or the store.
+    async fn api_key_row(
+        &self,
+        store: &Store,
+        id: &str,
+    ) -> Result<Option<Arc<ApiKeyRow>>, Problem> {
+        let cached = {
+            let rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+            rows.get(id)
+                .filter(|(_, at)| at.elapsed() < CACHE_TTL)
+                .map(|(row, _)| row.clone())
+        };
+        if let Some(row) = cached {
+            return Ok(row);
+        }
+        let row = store
+            .api_key(id)
+            .await
+            .map_err(|e| storage_unavailable(&e))?
+            .map(Arc::new);
+        if row.is_some() {
+            touch(store, Credential::ApiKey, id);
+        }
+        let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        // Unknown ids (a flood of made-up keys, say) go first: they never push out the keys
+        // in use.
+        make_room(&mut rows, MAX_CACHED, Option::is_some);
+        rows.insert(id.to_string(), (row.clone(), Instant::now()));
+        Ok(row)
+    }
+
+    /// Whether the API key of `principal` (authenticated earlier) is still live: what a
+    /// long-lived session asks now and then, so that revoking a key ends it. Cached like
+    /// [`KeyCache::authenticate_key`], whose caches a revocation drops within about a second.
+    /// `true` when the store cannot say (a session is not cut for a storage hiccup).
+    pub async fn is_live(&self, store: &Store, principal: &Principal) -> bool {
+        let Some(id) = principal.key_id.strip_prefix(Kind::ApiKey.prefix()) else {
+            return true;
+        };
+        match self.api_key_row(store, id).await {
+            Ok(row) => row.is_some(),
+            Err(_) => true,
+        }
     }
 
     /// The org owning a live signal key (cached like API keys).

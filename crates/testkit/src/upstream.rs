@@ -184,13 +184,14 @@ async fn route(req: Request<Incoming>) -> Response<Body> {
     let mut response = Response::new(full(echo.to_string()));
     if query(&req, "origin_headers").is_some() {
         // An HTML page with headers that a browser applies to the whole origin (here the
-        // cloud's): a cookie, HSTS, another server for the origin, a wipe of the origin's
-        // data, a worker's scope, CORS that lets any site read with credentials, reporting
-        // and client hints; a redirect after a delay, a password prompt, and an answer any
-        // shared cache may keep.
+        // cloud's): a cookie, a proxy's challenge, HSTS, another server for the origin, a
+        // wipe of the origin's data, a worker's scope, CORS that lets any site read with
+        // credentials, reporting and client hints; a redirect after a delay, a password
+        // prompt, and an answer any shared cache may keep.
         let h = response.headers_mut();
         for (name, value) in [
             ("set-cookie", "internal=1; Path=/"),
+            ("proxy-authenticate", "Basic realm=\"internal\""),
             ("content-type", "text/html"),
             (
                 "strict-transport-security",

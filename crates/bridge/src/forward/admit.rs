@@ -27,7 +27,7 @@ impl Forwarder {
                 status: StatusCode::BAD_REQUEST,
                 reason: "not_allowed",
                 rule: "path-normalisation".into(),
-                why: "the path has '..', '.', encoded slashes, dots, semicolons or percent signs, or backslashes; send a normalised path".into(),
+                why: "the path has '..', '.', encoded slashes, dots, semicolons or percent signs, backslashes, a '%' without two hex digits, or overlong UTF-8; send a normalised path".into(),
             });
         }
         if method_is_forbidden(method_of(req)) {

@@ -23,10 +23,13 @@ fn service<'a>(method: &Method, path: &'a str, query: Option<&str>) -> Option<(&
         if method != Method::GET && method != Method::HEAD {
             return None;
         }
-        let service = url::form_urlencoded::parse(query.unwrap_or("").as_bytes())
-            .find(|(k, _)| k == "service")
-            .map(|(_, v)| v.into_owned())?;
-        return Some((repo, service));
+        // Every `service` parameter: servers differ on which of two they heed (git's own
+        // http-backend takes the last), so two are one unknown service, never the first alone.
+        let services: Vec<String> = url::form_urlencoded::parse(query.unwrap_or("").as_bytes())
+            .filter(|(k, _)| k == "service")
+            .map(|(_, v)| v.into_owned())
+            .collect();
+        return (!services.is_empty()).then(|| (repo, services.join("&")));
     }
     for svc in [UPLOAD_PACK, RECEIVE_PACK] {
         if let Some(repo) = path.strip_suffix(svc).and_then(|r| r.strip_suffix('/')) {
@@ -94,7 +97,7 @@ impl Kind for GitSource {
                 return Err(Refusal::forbidden(
                     "git: unknown service",
                     format!(
-                        "unknown Git service {other:?}; only git-upload-pack and git-receive-pack exist"
+                        "unknown Git service {other:?}; send one service parameter, git-upload-pack or git-receive-pack"
                     ),
                 ));
             }
@@ -169,6 +172,15 @@ mod tests {
         assert_eq!(service(&get, "/team/lib.git/git-upload-pack", None), None);
         assert_eq!(service(&get, "/team/lib.git/HEAD", None), None);
         assert_eq!(service(&get, "/team/lib.git/info/refs", None), None);
+        // Two services are never read as the first one.
+        let two = Some("service=git-upload-pack&service=git-receive-pack");
+        assert_eq!(
+            service(&get, "/team/lib.git/info/refs", two),
+            Some((
+                "/team/lib.git",
+                "git-upload-pack&git-receive-pack".to_string()
+            ))
+        );
         let globs = vec!["team/*".to_string(), "infra/deploy.git".to_string()];
         assert!(listed(&globs, "/team/lib.git"));
         assert!(listed(&globs, "/team/lib"));

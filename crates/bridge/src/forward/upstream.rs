@@ -41,6 +41,7 @@ pub(super) const HOP: &[&str] = &[
     "connection",
     "keep-alive",
     "proxy-connection",
+    "proxy-authenticate",
     "te",
     "trailer",
     "transfer-encoding",

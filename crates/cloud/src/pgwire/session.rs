@@ -91,6 +91,10 @@ where
     serve(front, client, &target, &params).await;
 }
 
+/// How often an open session's API key is checked again (a cached look: a revocation reaches
+/// the cache within about a second).
+const KEY_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Who a session is for, once the key is checked.
 pub(super) struct Session {
     pub principal: Principal,
@@ -161,9 +165,24 @@ where
             return;
         }
     };
+    // A revoked key ends its sessions too, not only new ones (as a revoked token its tunnels).
+    let revoked = async {
+        loop {
+            tokio::time::sleep(KEY_RECHECK).await;
+            if !front
+                .relay
+                .keys
+                .is_live(&front.relay.store, principal)
+                .await
+            {
+                return;
+            }
+        }
+    };
     let result = tokio::select! {
         result = tokio::io::copy_bidirectional(client, &mut stream.io) => result,
         () = front.stop.cancelled() => Err(std::io::Error::other("the service is shutting down")),
+        () = revoked => Err(std::io::Error::other("its API key was revoked")),
     };
     drop(registered);
     match result {

@@ -7,6 +7,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 const DROPPED: &[&str] = &[
     "authorization",
     "proxy-authorization",
+    "proxy-authenticate",
     "cookie",
     "host",
     "connection",
