@@ -26,8 +26,9 @@ pub fn path_is_clean(path: &str) -> bool {
 }
 
 /// Whether every `%` of `path` (lower case) starts two hex digits, and the bytes they encode
-/// hold no overlong UTF-8 form: a lead byte `c0`/`c1`, `e0` before `80`–`9f`, or `f0` before
-/// `80`–`8f` (each only ever an ASCII character, or a shorter form, written long).
+/// hold no overlong UTF-8 form of a character that matters to a path (`.`, `/`, `\\`, `%`,
+/// `;`, NUL): the 2- to 6-byte forms old decoders read as those characters. Other bytes,
+/// legacy encodings' (`%c0%cc`, EUC-KR) included, pass as sent.
 fn escapes_are_plain(path: &str) -> bool {
     let mut decoded = Vec::with_capacity(path.len());
     let mut bytes = path.bytes();
@@ -46,12 +47,30 @@ fn escapes_are_plain(path: &str) -> bool {
             None => return false,
         }
     }
-    !decoded.windows(2).any(|pair| match pair {
-        [0xc0 | 0xc1, _] => true,
-        [0xe0, next] => (0x80..=0x9f).contains(next),
-        [0xf0, next] => (0x80..=0x8f).contains(next),
-        _ => false,
-    }) && !decoded.last().is_some_and(|&b| b == 0xc0 || b == 0xc1)
+    !(0..decoded.len()).any(|i| overlong_path_char(&decoded[i..]))
+}
+
+/// Whether `bytes` start with an overlong UTF-8 sequence (a lead byte, then continuation
+/// bytes, encoding a value below 0x80) whose value is a character that matters to a path.
+fn overlong_path_char(bytes: &[u8]) -> bool {
+    let (len, lead_bits) = match bytes.first() {
+        Some(&b @ 0xc0..=0xc1) => (2, b & 0x1f),
+        Some(&b @ 0xe0) => (3, b & 0x0f),
+        Some(&b @ 0xf0) => (4, b & 0x07),
+        Some(&b @ 0xf8) => (5, b & 0x03),
+        Some(&b @ 0xfc) => (6, b & 0x01),
+        _ => return false,
+    };
+    let Some(tail) = bytes.get(1..len) else {
+        return false;
+    };
+    if !tail.iter().all(|b| (0x80..=0xbf).contains(b)) {
+        return false;
+    }
+    let value = tail
+        .iter()
+        .fold(u32::from(lead_bits), |v, b| (v << 6) | u32::from(b & 0x3f));
+    matches!(value, 0x2e | 0x2f | 0x5c | 0x25 | 0x3b | 0x00)
 }
 
 /// Methods never forwarded, whatever the allow rules: `TRACE` echoes the request, with the
@@ -119,6 +138,9 @@ mod tests {
             "/..%c0%af",
             "/a/%e0%80%ae",
             "/a/%f0%80%80%ae",
+            "/a/%f8%80%80%80%ae%f8%80%80%80%ae/b",
+            "/a/%fc%80%80%80%80%af/b",
+            "/a/%c1%9c",
             "/%u002e%u002e/x",
             "/a%",
             "/a%4",
@@ -132,6 +154,10 @@ mod tests {
             "/v1/caf%c3%a9",
             "/v1/%e2%82%ac",
             "/v1/%f0%9f%98%80",
+            "/files/%C0propos",
+            "/%C0%CC",
+            "/%C0%B4",
+            "/%C0",
         ] {
             assert!(path_is_clean(good), "{good}");
         }

@@ -570,16 +570,27 @@ async fn revoking_a_key_ends_its_open_sessions() {
         .await
         .expect("a session of the key to revoke");
     leaked.simple_query("SELECT 1").await.unwrap();
+    // A statement in progress, which the server would otherwise run to its end.
+    let sleeping = tokio::spawn(async move { leaked.simple_query("SELECT pg_sleep(30)").await });
+    wait_for_sleep(&cluster).await;
     let id = key.rsplit_once('_').unwrap().0.to_string();
     rig.cloud
         .admin(&["api-key", "revoke", "--org", "acme", &id]);
+    let ended = tokio::time::timeout(Duration::from_secs(15), sleeping)
+        .await
+        .expect("the revoked key's session still runs")
+        .unwrap();
+    assert!(ended.is_err(), "the statement finished: {ended:?}");
     let start = Instant::now();
-    while leaked.simple_query("SELECT 1").await.is_ok() {
+    while cluster.psql_local(
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%' AND state = 'active'",
+    ) != "0"
+    {
         assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "the revoked key's session still answers"
+            start.elapsed() < Duration::from_secs(10),
+            "the revoked session's statement still runs on the server"
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Only that key's sessions: the other goes on.
     kept.simple_query("SELECT 1")

@@ -173,7 +173,7 @@ impl KeyCache {
             ),
         };
         let (id, secret) = secrets::parse(Kind::ApiKey, presented).ok_or_else(invalid)?;
-        let Some(row) = self.api_key_row(store, id).await? else {
+        let Some(row) = self.api_key_row(store, id, true).await? else {
             let _ = secrets::verify(secret, &NO_HASH);
             return Err(invalid());
         };
@@ -186,11 +186,13 @@ impl KeyCache {
         })
     }
 
-    /// The live (not revoked) API key `id`'s row, from the cache or the store.
+    /// The live (not revoked) API key `id`'s row, from the cache or the store; `used` records
+    /// its use when read from the store (a request presented it, not a recheck).
     async fn api_key_row(
         &self,
         store: &Store,
         id: &str,
+        used: bool,
     ) -> Result<Option<Arc<ApiKeyRow>>, Problem> {
         let cached = {
             let rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
@@ -206,7 +208,7 @@ impl KeyCache {
             .await
             .map_err(|e| storage_unavailable(&e))?
             .map(Arc::new);
-        if row.is_some() {
+        if used && row.is_some() {
             touch(store, Credential::ApiKey, id);
         }
         let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
@@ -225,7 +227,7 @@ impl KeyCache {
         let Some(id) = principal.key_id.strip_prefix(Kind::ApiKey.prefix()) else {
             return true;
         };
-        match self.api_key_row(store, id).await {
+        match self.api_key_row(store, id, false).await {
             Ok(row) => row.is_some(),
             Err(_) => true,
         }

@@ -24,8 +24,10 @@ fn service<'a>(method: &Method, path: &'a str, query: Option<&str>) -> Option<(&
             return None;
         }
         // Every `service` parameter: servers differ on which of two they heed (git's own
-        // http-backend takes the last), so two are one unknown service, never the first alone.
-        let services: Vec<String> = url::form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        // http-backend takes the last), so two are one unknown service, never the first alone;
+        // and some split a query on `;` too, so `;` separates here as well.
+        let query = query.unwrap_or("").replace(';', "&");
+        let services: Vec<String> = url::form_urlencoded::parse(query.as_bytes())
             .filter(|(k, _)| k == "service")
             .map(|(_, v)| v.into_owned())
             .collect();
@@ -173,14 +175,18 @@ mod tests {
         assert_eq!(service(&get, "/team/lib.git/HEAD", None), None);
         assert_eq!(service(&get, "/team/lib.git/info/refs", None), None);
         // Two services are never read as the first one.
-        let two = Some("service=git-upload-pack&service=git-receive-pack");
-        assert_eq!(
-            service(&get, "/team/lib.git/info/refs", two),
-            Some((
-                "/team/lib.git",
-                "git-upload-pack&git-receive-pack".to_string()
-            ))
-        );
+        for two in [
+            "service=git-upload-pack&service=git-receive-pack",
+            "service=git-upload-pack&x=1;service=git-receive-pack",
+        ] {
+            assert_eq!(
+                service(&get, "/team/lib.git/info/refs", Some(two)),
+                Some((
+                    "/team/lib.git",
+                    "git-upload-pack&git-receive-pack".to_string()
+                ))
+            );
+        }
         let globs = vec!["team/*".to_string(), "infra/deploy.git".to_string()];
         assert!(listed(&globs, "/team/lib.git"));
         assert!(listed(&globs, "/team/lib"));

@@ -28,6 +28,13 @@ pub struct Registered {
     key: (i32, i32),
 }
 
+impl Registered {
+    /// The pair the client was given (and a cancel request names).
+    pub fn key(&self) -> (i32, i32) {
+        self.key
+    }
+}
+
 impl Drop for Registered {
     fn drop(&mut self) {
         self.cancels.lock().remove(&self.key);

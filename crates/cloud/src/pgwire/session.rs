@@ -179,11 +179,23 @@ where
             }
         }
     };
+    let mut was_revoked = false;
     let result = tokio::select! {
         result = tokio::io::copy_bidirectional(client, &mut stream.io) => result,
         () = front.stop.cancelled() => Err(std::io::Error::other("the service is shutting down")),
-        () = revoked => Err(std::io::Error::other("its API key was revoked")),
+        () = revoked => {
+            was_revoked = true;
+            Err(std::io::Error::other("its API key was revoked"))
+        }
     };
+    // The server would run the statement in progress to its end: cancel it first.
+    if let (true, Some(registered)) = (was_revoked, &registered) {
+        let (process_id, secret_key) = registered.key();
+        front
+            .cancels
+            .cancel(&front.relay, process_id, secret_key, None)
+            .await;
+    }
     drop(registered);
     match result {
         Ok((up, down)) => {
