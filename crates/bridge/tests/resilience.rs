@@ -189,20 +189,7 @@ async fn sigterm_drains_in_flight_streams_then_exits_zero() {
         .await
         .expect("/livez while draining");
     assert_eq!(livez.status(), 200);
-    let metrics = client
-        .get(format!("http://127.0.0.1:{health_port}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("bridge_streams_in_flight") && l.ends_with(" 1")),
-        "{metrics}"
-    );
+    assert_eq!(rig.bridge.metric("bridge_streams_in_flight").await, 1.0);
     assert_eq!(
         slow.await.unwrap().unwrap(),
         200,
