@@ -11,6 +11,10 @@ use serde_json::Value;
 
 use crate::Cloud;
 
+mod rig;
+
+pub use rig::{INTERNAL_PASSWORD, Rig, internal_api_yaml};
+
 /// The `bridge` binary of this build (next to `cloud`).
 pub fn bridge_bin() -> PathBuf {
     let bin = crate::cloud_bin().with_file_name("bridge");
@@ -279,124 +283,3 @@ pub const PROXY_VARS: [&str; 8] = [
     "NO_PROXY",
     "no_proxy",
 ];
-
-/// Password of the standard internal API, injected by the bridge.
-pub const INTERNAL_PASSWORD: &str = "s3cret-internal-pw";
-
-/// A cloud, an org with keys, an internal API, and a bridge declaring it, connected.
-pub struct Rig {
-    /// The service.
-    pub cloud: Cloud,
-    /// The org's keys.
-    pub tenant: crate::Tenant,
-    /// The bridge token.
-    pub token: String,
-    /// The internal API.
-    pub upstream: crate::upstream::Upstream,
-    /// The bridge process.
-    pub bridge: BridgeProc,
-}
-
-/// The `apis:` block declaring `upstream` as `internal` with basic auth.
-pub fn internal_api_yaml(upstream: &crate::upstream::Upstream, extra: &str) -> String {
-    format!(
-        "apis:\n  - name: internal\n    url: {}\n    auth: {{type: basic, username: svc, password: \"${{INTERNAL_PW}}\"}}\n{extra}",
-        upstream.url
-    )
-}
-
-impl Rig {
-    /// Starts everything with `api_extra` appended to the api entry, and waits for the tunnel.
-    pub async fn start(api_extra: &str) -> Rig {
-        Self::start_with(|upstream| internal_api_yaml(upstream, api_extra)).await
-    }
-
-    /// [`Rig::start`] on the given storage, for the tests whose subject (bridge tokens,
-    /// enrollment, the CA) lives in it.
-    pub async fn start_on(backend: crate::Backend, api_extra: &str) -> Rig {
-        Self::start_full(backend, &[], |upstream| {
-            internal_api_yaml(upstream, api_extra)
-        })
-        .await
-    }
-
-    /// Starts everything with the resources (and any other keys) `resources` writes for the
-    /// internal API, and waits for the tunnel.
-    pub async fn start_with(resources: impl FnOnce(&crate::upstream::Upstream) -> String) -> Rig {
-        Self::start_full(crate::Backend::Sqlite, &[], resources).await
-    }
-
-    /// [`Rig::start`] (the standard internal API), with extra `cloud serve` arguments.
-    pub async fn start_with_cloud_args(cloud_args: &[&str]) -> Rig {
-        Self::start_full(crate::Backend::Sqlite, cloud_args, |upstream| {
-            internal_api_yaml(upstream, "")
-        })
-        .await
-    }
-
-    /// [`Rig::start_with`] on `backend`, with extra `cloud serve` arguments.
-    pub async fn start_full(
-        backend: crate::Backend,
-        cloud_args: &[&str],
-        resources: impl FnOnce(&crate::upstream::Upstream) -> String,
-    ) -> Rig {
-        let cloud = Cloud::start_with(backend, cloud_args);
-        let tenant = cloud.tenant("acme");
-        let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
-        let upstream = crate::upstream::Upstream::start().await;
-        let yaml = yaml_for(&cloud, "dc1", &resources(&upstream));
-        let bridge = BridgeProc::start(
-            &yaml,
-            &[
-                ("SERVICE_BRIDGE_TOKEN", &token),
-                ("INTERNAL_PW", INTERNAL_PASSWORD),
-            ],
-        );
-        bridge
-            .wait_status("connected", Duration::from_secs(20))
-            .await;
-        Rig {
-            cloud,
-            tenant,
-            token,
-            upstream,
-            bridge,
-        }
-    }
-
-    /// Starts one more instance of the same bridge.
-    pub async fn another_instance(&self) -> BridgeProc {
-        let yaml = yaml_for(&self.cloud, "dc1", &internal_api_yaml(&self.upstream, ""));
-        let b = BridgeProc::start(
-            &yaml,
-            &[
-                ("SERVICE_BRIDGE_TOKEN", &self.token),
-                ("INTERNAL_PW", INTERNAL_PASSWORD),
-            ],
-        );
-        b.wait_status("connected", Duration::from_secs(20)).await;
-        b
-    }
-
-    /// `{cloud}/v1/bridges/dc1/apis/internal{path}`.
-    pub fn api_url(&self, path: &str) -> String {
-        format!("{}/v1/bridges/dc1/apis/internal{path}", self.cloud.http)
-    }
-
-    /// A GET through the tunnel with the org's API key.
-    pub async fn get(&self, path: &str) -> reqwest::Response {
-        self.request(reqwest::Method::GET, path)
-            .send()
-            .await
-            .expect("request")
-    }
-
-    /// A request to `{cloud}/v1/bridges/dc1/apis/internal{path}` with the org's API key, to
-    /// finish (headers, body) and send.
-    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        self.cloud
-            .client()
-            .request(method, self.api_url(path))
-            .bearer_auth(&self.tenant.api_key)
-    }
-}

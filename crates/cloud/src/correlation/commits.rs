@@ -1,172 +1,18 @@
-//! What changed in a deploy (docs/correlation.md, "Commits of a deployment"): the org maps
-//! each repository its events name to a Git source behind a bridge
-//! (`PUT|GET|DELETE /v1/repository-sources`), and `GET /v1/deployments/{id}/commits` lists
-//! the commits between the previous deployment of that service and environment and this one,
-//! read through the bridge by [`super::mirror`] and kept, so each is listed once.
+//! What changed in a deploy (docs/correlation.md, "Commits of a deployment"):
+//! `GET /v1/deployments/{id}/commits` lists the commits between the previous deployment of that
+//! service and environment and this one, read by [`super::mirror`] through the Git source that
+//! [`super::sources`] maps the repository to, and kept, so each is listed once.
 
-use axum::Extension;
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use chrono::DateTime;
 use serde_json::{Value, json};
 
 use super::mirror::{self, GitError};
-use super::request::{audit, json_body};
 use super::{CorrelationState, parse};
-use crate::auth::PeerAddr;
 use crate::problem::{PathParams, Problem, storage_unavailable};
-use crate::signals::event::FieldError;
-use crate::storage::{ListedCommits, REPOSITORY_RULES, RepositorySource};
-
-/// The org's repository mappings.
-#[utoipa::path(get, path = "/v1/repository-sources", tag = "correlation",
-    responses((status = 200, body = crate::openapi::RepositorySources),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json")))]
-pub async fn list_sources(
-    State(state): State<CorrelationState>,
-    headers: HeaderMap,
-    uri: axum::http::Uri,
-) -> Result<Json<Value>, Problem> {
-    let principal = state.keys.authenticate(&state.store, &headers).await?;
-    crate::query::no_query(&uri)?;
-    let sources = state
-        .store
-        .repository_sources(principal.org_id)
-        .await
-        .map_err(|e| storage_unavailable(&e))?;
-    Ok(Json(json!({ "repositorySources": sources })))
-}
-
-/// Checks a mapping's fields, naming each bad one.
-pub fn validate_source(body: &Value) -> Result<RepositorySource, Vec<FieldError>> {
-    let mut errors = Vec::new();
-    let mut text = |name: &str| {
-        let rule = REPOSITORY_RULES
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map_or("", |r| r.1);
-        let detail = match body.get(name) {
-            Some(Value::String(v)) => return v.to_string(),
-            None => format!("{name} is required: {rule}"),
-            Some(other) => format!(
-                "{name} must be a string, not {}: {rule}",
-                super::request::kind_of(other)
-            ),
-        };
-        errors.push(FieldError {
-            pointer: format!("/{name}"),
-            detail,
-        });
-        String::new()
-    };
-    let source = RepositorySource {
-        repository: text("repository"),
-        bridge: text("bridge"),
-        source: text("source"),
-        path: text("path"),
-    };
-    for (name, rule) in source.problems() {
-        if body.get(name).is_some_and(Value::is_string) {
-            errors.push(FieldError {
-                pointer: format!("/{name}"),
-                detail: format!(
-                    "{:?} is not valid: expected {rule}",
-                    body[name].as_str().unwrap_or("")
-                ),
-            });
-        }
-    }
-    let known: Vec<&str> = REPOSITORY_RULES.iter().map(|(name, _)| *name).collect();
-    errors.extend(super::request::unknown_fields(
-        body,
-        &known,
-        r#"{"repository", "bridge", "source", "path"}"#,
-    ));
-    errors.sort_by(|a, b| a.pointer.cmp(&b.pointer));
-    if errors.is_empty() {
-        Ok(source)
-    } else {
-        Err(errors)
-    }
-}
-
-/// `PUT /v1/repository-sources` with `{"repository", "bridge", "source", "path"}`: the Git
-/// source that holds `repository` (replacing an earlier mapping of it).
-#[utoipa::path(put, path = "/v1/repository-sources", tag = "correlation",
-    request_body(content = crate::openapi::RepositorySourceBody, content_type = "application/json"),
-    responses((status = 200, body = crate::openapi::RepositorySourceBody),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 415, body = Problem, content_type = "application/problem+json"),
-        (status = 422, body = Problem, content_type = "application/problem+json")))]
-pub async fn set_source(
-    State(state): State<CorrelationState>,
-    peer: Option<Extension<PeerAddr>>,
-    headers: HeaderMap,
-    body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
-) -> Result<Json<Value>, Problem> {
-    let principal = state.keys.authenticate(&state.store, &headers).await?;
-    let body = json_body(
-        body,
-        r#"{"repository": "acme/api", "bridge": "dc1", "source": "code", "path": "acme/api.git"}"#,
-    )?;
-    let source = validate_source(&body).map_err(Problem::invalid)?;
-    state
-        .store
-        .set_repository_source(principal.org_id, &source)
-        .await
-        .map_err(|e| storage_unavailable(&e))?;
-    let what = format!(
-        "{} -> {}/{}/{}",
-        source.repository, source.bridge, source.source, source.path
-    );
-    audit(&state, &principal, peer, "repository_source.set", &what).await?;
-    Ok(Json(json!(source)))
-}
-
-/// The query of `DELETE /v1/repository-sources`.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Which {
-    repository: String,
-}
-
-/// `DELETE /v1/repository-sources?repository=acme/api`: forgets a mapping.
-#[utoipa::path(delete, path = "/v1/repository-sources", tag = "correlation",
-    params(("repository" = String, Query)),
-    responses((status = 204, description = "Removed"),
-        (status = 404, body = Problem, content_type = "application/problem+json")))]
-pub async fn remove_source(
-    State(state): State<CorrelationState>,
-    peer: Option<Extension<PeerAddr>>,
-    headers: HeaderMap,
-    query: Result<Query<Which>, axum::extract::rejection::QueryRejection>,
-) -> Result<axum::http::StatusCode, Problem> {
-    let principal = state.keys.authenticate(&state.store, &headers).await?;
-    let Query(which) = query.map_err(|e| crate::query::query_problem(&e, &["repository"]))?;
-    let removed = state
-        .store
-        .remove_repository_source(principal.org_id, &which.repository)
-        .await
-        .map_err(|e| storage_unavailable(&e))?;
-    if removed {
-        audit(
-            &state,
-            &principal,
-            peer,
-            "repository_source.remove",
-            &which.repository,
-        )
-        .await?;
-        Ok(axum::http::StatusCode::NO_CONTENT)
-    } else {
-        Err(Problem::not_found(format!(
-            "no Git source is mapped for repository {:?}",
-            which.repository
-        )))
-    }
-}
+use crate::storage::{ListedCommits, RepositorySource};
 
 /// The commits a deployment brought: between the previous deployment of its service and
 /// environment (the last successful one naming a commit of the same repository) and this one.
@@ -380,27 +226,5 @@ async fn git_problem(
                 "cannot read {path:?} through source {name:?} on bridge {bridge:?}: {other}"
             ))
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    #[test]
-    fn a_field_of_the_wrong_type_is_said_as_such() {
-        let body = json!({"repository": "acme/api", "bridge": "dc1", "source": "code", "path": 5});
-        let errors = super::validate_source(&body).unwrap_err();
-        assert_eq!(errors.len(), 1, "{errors:?}");
-        assert_eq!(errors[0].pointer, "/path");
-        assert!(
-            errors[0]
-                .detail
-                .starts_with("path must be a string, not a number"),
-            "{}",
-            errors[0].detail
-        );
-        let long = json!({"repository": "r".repeat(1024), "bridge": "dc1", "source": "code", "path": "a.git"});
-        assert!(super::validate_source(&long).is_ok());
     }
 }

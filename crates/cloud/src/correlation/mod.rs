@@ -12,6 +12,7 @@ pub mod lister;
 pub mod mirror;
 mod request;
 pub mod score;
+pub mod sources;
 
 use std::sync::Arc;
 
@@ -72,9 +73,9 @@ pub fn router(state: CorrelationState) -> Router {
         .route("/v1/dora", get(dora::figures))
         .route(
             "/v1/repository-sources",
-            get(commits::list_sources)
-                .put(commits::set_source)
-                .delete(commits::remove_source),
+            get(sources::list_sources)
+                .put(sources::set_source)
+                .delete(sources::remove_source),
         )
         .route(
             "/v1/deployments/{id}/commits",
