@@ -53,22 +53,32 @@ fn read(path: &Path) -> Result<String, TlsError> {
     })
 }
 
+/// Writes a private file (`ca-key.pem`), mode 0600 whatever the umask. One found readable by
+/// others is made private before the key is written, with a warning.
 fn write_private(path: &Path, contents: &str) -> Result<(), TlsError> {
     use std::io::Write;
     #[cfg(unix)]
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let failed = |source| TlsError::Io {
+        action: "cannot write",
+        path: path.into(),
+        source,
+    };
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
     options.mode(0o600);
-    options
-        .open(path)
-        .and_then(|mut f| f.write_all(contents.as_bytes()))
-        .map_err(|source| TlsError::Io {
-            action: "cannot write",
-            path: path.into(),
-            source,
-        })
+    let mut file = options.open(path).map_err(failed)?;
+    #[cfg(unix)]
+    {
+        let mode = file.metadata().map_err(failed)?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(file = %path.display(), mode = format!("{mode:o}"), "the internal CA's key was readable by other users; made it private (0600)");
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .map_err(failed)?;
+        }
+    }
+    file.write_all(contents.as_bytes()).map_err(failed)
 }
 
 /// How long the internal CA is valid: long enough that bridges do not outlive it in normal
@@ -214,38 +224,40 @@ pub struct Identity {
     pub key: PrivateKeyDer<'static>,
 }
 
-/// Loads `--tls-cert/--tls-key`; without them, issues a fresh server certificate from `ca`
-/// (at every start: clients trust the CA, so the leaf need not persist, and it always matches
-/// the CA that this database shares), for localhost and `extra_names`.
-pub fn server_identity(
-    ca: &LocalCa,
-    extra_names: &[String],
-    cert_and_key: Option<(&Path, &Path)>,
-) -> Result<Identity, TlsError> {
-    let Some((cert_path, key_path)) = cert_and_key else {
-        let mut names = vec!["localhost", "127.0.0.1", "::1"];
-        names.extend(extra_names.iter().map(String::as_str));
-        let (cert, key) = ca.issue_server(&names)?;
-        let chain = vec![
-            CertificateDer::from_pem_slice(cert.as_bytes()).map_err(|e| TlsError::Pem {
-                path: "server certificate".into(),
-                what: e.to_string(),
-            })?,
-            ca.cert_der()?,
-        ];
-        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| TlsError::Pem {
-            path: "server key".into(),
+/// A fresh server certificate from `ca` for localhost and `extra_names`, issued at every start
+/// when no `--tls-cert/--tls-key` is given: clients trust the CA, so the leaf need not persist,
+/// and it always matches the CA that this database shares.
+pub fn issued_identity(ca: &LocalCa, extra_names: &[String]) -> Result<Identity, TlsError> {
+    let mut names = vec!["localhost", "127.0.0.1", "::1"];
+    names.extend(extra_names.iter().map(String::as_str));
+    let (cert, key) = ca.issue_server(&names)?;
+    let chain = vec![
+        CertificateDer::from_pem_slice(cert.as_bytes()).map_err(|e| TlsError::Pem {
+            path: "server certificate".into(),
             what: e.to_string(),
-        })?;
-        return Ok(Identity { chain, key });
-    };
-    let (cert_path, key_path) = (cert_path.to_path_buf(), key_path.to_path_buf());
-    let chain = load_certificates(&cert_path)?;
+        })?,
+        ca.cert_der()?,
+    ];
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| TlsError::Pem {
+        path: "server key".into(),
+        what: e.to_string(),
+    })?;
+    Ok(Identity { chain, key })
+}
+
+/// Loads `--tls-cert/--tls-key` and checks that they are a pair, before anything is stored: a
+/// mistyped option touches no database.
+pub fn operator_identity(cert_path: &Path, key_path: &Path) -> Result<Identity, TlsError> {
+    let chain = load_certificates(cert_path)?;
     let key =
-        PrivateKeyDer::from_pem_slice(read(&key_path)?.as_bytes()).map_err(|e| TlsError::Pem {
-            path: key_path.clone(),
+        PrivateKeyDer::from_pem_slice(read(key_path)?.as_bytes()).map_err(|e| TlsError::Pem {
+            path: key_path.to_path_buf(),
             what: e.to_string(),
         })?;
+    ServerConfig::builder_with_provider(tunnel::tls::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_no_client_auth()
+        .with_single_cert(chain.clone(), key.clone_key())?;
     Ok(Identity { chain, key })
 }
 

@@ -64,6 +64,40 @@ async fn a_link_sets_the_password_and_signs_in(backend: Backend) {
     assert!(!cloud.log_text().contains(PASSWORD));
 }
 
+/// An admin resets a password when a link may have leaked: the older links stop working, and
+/// using one link voids the others.
+#[tokio::test]
+async fn a_new_link_replaces_the_older_ones() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.admin(&["org", "create", "acme"]);
+    let first = user(&cloud, "acme", "ada@example.com", "admin");
+    let reset = |cloud: &Cloud| {
+        cloud.admin(&[
+            "user",
+            "reset-password",
+            "--email",
+            "ada@example.com",
+            "--public-url",
+            &cloud.https,
+        ])
+    };
+    let second = reset(&cloud);
+    let client = client(&cloud);
+    let gone = client.get(&first).send().await.unwrap();
+    assert_eq!(gone.status(), 410);
+    assert!(
+        gone.text()
+            .await
+            .unwrap()
+            .contains("replaced by a newer one")
+    );
+
+    let third = reset(&cloud);
+    let (res, _) = set_password(&client, &third).await;
+    assert_eq!(res.status(), 303);
+    assert_eq!(client.get(&second).send().await.unwrap().status(), 410);
+}
+
 #[tokio::test]
 async fn forms_without_their_csrf_token_are_refused() {
     let cloud = Cloud::start(Backend::Sqlite);

@@ -47,14 +47,14 @@ async fn the_database_is_private_and_the_ca_certificate_is_not() {
 
     // A database made readable by others (an old release, a careless copy) is made private
     // at the next start, with a warning.
-    std::fs::set_permissions(
-        dir.join("signals.db"),
-        std::fs::Permissions::from_mode(0o644),
-    )
-    .unwrap();
+    for file in ["signals.db", "ca-key.pem"] {
+        std::fs::set_permissions(dir.join(file), std::fs::Permissions::from_mode(0o604)).unwrap();
+    }
     cloud.kill_and_restart();
     assert_eq!(mode(&dir.join("signals.db")), 0o600);
     cloud.wait_log_line("the database was readable by other users");
+    assert_eq!(mode(&dir.join("ca-key.pem")), 0o600);
+    cloud.wait_log_line("the internal CA's key was readable by other users");
 }
 
 #[test]

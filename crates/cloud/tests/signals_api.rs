@@ -707,11 +707,13 @@ fn unusable_tls_files_are_a_configuration_error() {
             "not-a-ca.pem",
         ),
     ];
+    // Said before anything is stored: no data directory, database or CA is made.
+    let data = dir.path().join("data");
     for (args, flag, file) in cases {
         let out = std::process::Command::new(testkit::cloud_bin())
             .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
             .arg("--data-dir")
-            .arg(dir.path())
+            .arg(&data)
             .args(&args)
             .output()
             .unwrap();
@@ -719,6 +721,7 @@ fn unusable_tls_files_are_a_configuration_error() {
         assert_eq!(out.status.code(), Some(2), "{stderr}");
         assert!(stderr.contains(flag), "{stderr}");
         assert!(stderr.contains(file), "{stderr}");
+        assert!(!data.exists(), "{args:?} made {}", data.display());
         if flag != "--client-ca" {
             assert!(
                 !stderr.contains("--client-ca"),

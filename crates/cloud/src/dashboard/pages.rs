@@ -175,7 +175,7 @@ fn link_gone() -> Response {
     message(
         StatusCode::GONE,
         "Link used or expired",
-        "This set-password link was already used or has expired. Ask an admin for a new one (cloud user reset-password --email …).",
+        "This set-password link was already used, replaced by a newer one, or has expired. Ask an admin for a new one (cloud user reset-password --email …).",
         "/sign-in",
         "Sign in",
     )

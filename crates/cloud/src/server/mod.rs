@@ -77,6 +77,16 @@ pub enum ServeError {
     /// The data directory's absolute path cannot be found.
     #[error("--data-dir: cannot resolve its absolute path ({0}); pass an absolute --data-dir")]
     DataDir(std::io::Error),
+    /// The data directory cannot be created.
+    #[error(
+        "--data-dir {dir}: cannot create it ({source}); check the parent directory's permissions or pass another --data-dir"
+    )]
+    CreateDataDir {
+        /// The directory.
+        dir: String,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// Runs the service until `shutdown` is cancelled, then drains and flushes.
@@ -86,25 +96,29 @@ pub async fn run(
     http_listener: Option<TcpListener>,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
+    // The operator's files first: a mistyped option is said before any database is touched.
+    let operator_identity = (options.tls_files.as_ref())
+        .map(|(cert, key)| tls::operator_identity(cert, key))
+        .transpose()
+        .map_err(ServeError::TlsFiles)?;
+    let operator_cas = (options.client_ca.as_ref())
+        .map(|path| tls::load_certificates(path).map(|cas| (path, cas)))
+        .transpose()
+        .map_err(ServeError::ClientCa)?;
+    create_data_dir(&options.data_dir).map_err(|source| ServeError::CreateDataDir {
+        dir: options.data_dir.display().to_string(),
+        source,
+    })?;
     let metrics = Metrics::new();
     let _lock = ServeLock::acquire(&options.backend)?;
     let store = Store::open(&options.backend, metrics.clone(), OpenMode::CreateIfMissing).await?;
     let ca = shared_ca(&store, &options.data_dir).await?;
-    let identity = tls::server_identity(
-        &ca,
-        &options.tls_names,
-        options
-            .tls_files
-            .as_ref()
-            .map(|(c, k)| (c.as_path(), k.as_path())),
-    )
-    .map_err(|e| match options.tls_files {
-        Some(_) => ServeError::TlsFiles(e),
-        None => ServeError::Tls(e),
-    })?;
+    let identity = match operator_identity {
+        Some(identity) => identity,
+        None => tls::issued_identity(&ca, &options.tls_names).map_err(ServeError::Tls)?,
+    };
     let mut client_cas = vec![ca.cert_der()?];
-    if let Some(path) = &options.client_ca {
-        let operator_cas = tls::load_certificates(path).map_err(ServeError::ClientCa)?;
+    if let Some((path, operator_cas)) = operator_cas {
         for subject in tls::non_ca_subjects(&operator_cas) {
             tracing::warn!(file = %path.display(), subject = %subject, "--client-ca holds a certificate that is not a CA (no CA:TRUE basic constraint); it is trusted as a root all the same: check that the file holds your CA, not a client certificate");
         }
@@ -232,6 +246,16 @@ pub async fn run(
         ),
     }
     Ok(())
+}
+
+/// Creates the data directory when missing, mode 0755 whatever the umask: under `umask 000`
+/// other users could otherwise replace `ca.pem` or delete the database.
+fn create_data_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o755);
+    builder.create(dir)
 }
 
 /// The CA shared through the database: an existing `DIR/ca.pem` pair or a new one is offered,

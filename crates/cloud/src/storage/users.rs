@@ -117,13 +117,16 @@ impl Store {
             .map(|r| user_from!(r))))
     }
 
-    /// Stores a set-password link (its hash) for `user_id`, valid until `expires_at` (µs).
+    /// Stores a set-password link (its hash) for `user_id`, valid until `expires_at` (µs). The
+    /// user's earlier unused links stop working: an admin makes a new one when an old one may
+    /// have leaked.
     pub async fn create_password_link(
         &self,
         user_id: i64,
         token_hash: &[u8],
         expires_at: i64,
     ) -> Result<(), StorageError> {
+        self.void_password_links(user_id).await?;
         let sql =
             "INSERT INTO password_links (token_hash, user_id, expires_at) VALUES ($1, $2, $3)";
         on_writer!(&self.db, pool => sqlx::query(sql)
@@ -152,8 +155,9 @@ impl Store {
             .map(|r| user_from!(r))))
     }
 
-    /// Uses a set-password link once: sets the user's password hash, ends the user's other
-    /// sessions, and returns the user; `None` when the link is unknown, used or expired.
+    /// Uses a set-password link once: sets the user's password hash, voids the user's other
+    /// links, ends the user's sessions, and returns the user; `None` when the link is unknown,
+    /// used, replaced or expired.
     pub async fn use_password_link(
         &self,
         token_hash: &[u8],
@@ -172,6 +176,7 @@ impl Store {
         let Some(user_id) = user_id else {
             return Ok(None);
         };
+        self.void_password_links(user_id).await?;
         let set = "UPDATE users SET password_hash = $1 WHERE id = $2";
         on_writer!(&self.db, pool => sqlx::query(set)
             .bind(password_hash)
@@ -180,6 +185,17 @@ impl Store {
             .await?.rows_affected());
         self.end_sessions(user_id).await?;
         Ok(Some(user_id))
+    }
+
+    /// Marks every unused set-password link of `user_id` as used.
+    async fn void_password_links(&self, user_id: i64) -> Result<(), StorageError> {
+        let sql = "UPDATE password_links SET used_at = $1 WHERE user_id = $2 AND used_at IS NULL";
+        on_writer!(&self.db, pool => sqlx::query(sql)
+            .bind(now_micros())
+            .bind(user_id)
+            .execute(pool)
+            .await?.rows_affected());
+        Ok(())
     }
 
     /// Stores a new session (its id's hash) for `user_id`.

@@ -158,7 +158,8 @@ fn literal_end(bytes: &[u8], open: usize, escapes: bool) -> usize {
     bytes.len()
 }
 
-/// `at` moved past whitespace and comments (`-- …` to the end of the line, `/* … */`).
+/// `at` moved past whitespace and comments (`-- …` to the end of the line, `/* … */`, which
+/// PostgreSQL lets nest).
 fn skip_blank(statement: &str, mut at: usize) -> usize {
     let bytes = statement.as_bytes();
     loop {
@@ -169,11 +170,32 @@ fn skip_blank(statement: &str, mut at: usize) -> usize {
         if rest.starts_with("--") {
             at = rest.find('\n').map_or(statement.len(), |n| at + n + 1);
         } else if rest.starts_with("/*") {
-            at = rest.find("*/").map_or(statement.len(), |n| at + n + 2);
+            at += block_comment_len(rest.as_bytes());
         } else {
             return at;
         }
     }
+}
+
+/// The length of the block comment that `text` starts with, nested ones included. One that
+/// is never closed (PostgreSQL refuses the statement) ends at its first `*/`, as if unnested,
+/// so that a password typed after it is still masked.
+fn block_comment_len(text: &[u8]) -> usize {
+    let (mut depth, mut at, mut first_close) = (0usize, 0, None);
+    while at < text.len() {
+        match &text[at..] {
+            [b'/', b'*', ..] => (depth, at) = (depth + 1, at + 2),
+            [b'*', b'/', ..] => {
+                (depth, at) = (depth - 1, at + 2);
+                first_close.get_or_insert(at);
+                if depth == 0 {
+                    return at;
+                }
+            }
+            _ => at += 1,
+        }
+    }
+    first_close.unwrap_or(text.len())
 }
 
 /// Where the dollar-quoted literal (`$$…$$`, `$tag$…$tag$`) that starts at byte `at` ends (past
@@ -267,6 +289,14 @@ mod tests {
             (
                 "ALTER ROLE c PASSWORD /* new */ 'secret'",
                 "ALTER ROLE c PASSWORD /* new */ '…'",
+            ),
+            (
+                "ALTER ROLE c PASSWORD /* a /* nested */ b */ 'secret'",
+                "ALTER ROLE c PASSWORD /* a /* nested */ b */ '…'",
+            ),
+            (
+                "ALTER ROLE c PASSWORD /* open /* never closed */ 'secret'",
+                "ALTER ROLE c PASSWORD /* open /* never closed */ '…'",
             ),
             (
                 "ALTER ROLE d PASSWORD -- new\n 'secret'",
