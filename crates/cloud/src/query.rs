@@ -4,12 +4,14 @@
 
 use crate::problem::Problem;
 
-/// A query parameter holding an RFC 3339 time, in µs; a 400 naming it when it is not one.
+/// A query parameter holding an RFC 3339 time, in µs; a 400 naming it when it is not one. Times
+/// are compared to the microsecond (events keep up to nine fractional digits, but are indexed
+/// by the microsecond), so a bound finer than that is a 400 rather than a filter that is off by
+/// a fraction.
 pub fn time_param(name: &str, value: Option<&str>) -> Result<Option<i64>, Problem> {
     value
         .map(|v| {
             chrono::DateTime::parse_from_rfc3339(v)
-                .map(|t| t.to_utc().timestamp_micros())
                 .map_err(|_| {
                     let naive = |v: &str| {
                         chrono::NaiveDateTime::parse_from_str(v, "%Y-%m-%dT%H:%M:%S%.f").is_ok()
@@ -25,6 +27,14 @@ pub fn time_param(name: &str, value: Option<&str>) -> Result<Option<i64>, Proble
                     Problem::bad_request(format!(
                         "query parameter {name}={v:?} is not an RFC 3339 time{hint}; expected e.g. 2024-01-15T10:30:00Z"
                     ))
+                })
+                .and_then(|t| {
+                    if t.timestamp_subsec_nanos() % 1000 != 0 {
+                        return Err(Problem::bad_request(format!(
+                            "query parameter {name}={v:?} is finer than a microsecond; times are compared to the microsecond: send at most six fractional digits"
+                        )));
+                    }
+                    Ok(t.to_utc().timestamp_micros())
                 })
         })
         .transpose()

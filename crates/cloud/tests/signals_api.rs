@@ -405,6 +405,37 @@ async fn bad_event_rejects_the_whole_batch(backend: Backend) {
     let (s, _, b) = post(&cloud, &t, &json!([seed_event(), seed_event()])).await;
     assert_eq!(s, StatusCode::ACCEPTED);
     assert_eq!(b["ids"].as_array().unwrap().len(), 2);
+
+    // The server's own fields would be silently replaced, and links must be followable.
+    let mut spoof = seed_event();
+    spoof["id"] = json!("FAKE-ID");
+    spoof["receivedAt"] = json!("1999-01-01T00:00:00Z");
+    let alert = json!({"type": "alert", "service": "db", "title": "t", "severity": "info",
+        "status": "firing", "links": ["https://runbooks.example.com/db", 1, "not a url",
+        {"href": "javascript:alert(1)"}, {"text": "no href"}, {"href": "http://x.example", "text": 5}]});
+    let (s, h, b) = post(&cloud, &t, &json!([spoof, alert])).await;
+    assert_problem(s, &h, &b, 422);
+    let pointers: Vec<&str> = (b["errors"].as_array().unwrap().iter())
+        .map(|e| e["pointer"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        pointers,
+        [
+            "/0/id",
+            "/0/receivedAt",
+            "/1/links/1",
+            "/1/links/2",
+            "/1/links/3/href",
+            "/1/links/4/href",
+            "/1/links/5/text"
+        ],
+        "{b}"
+    );
+    assert!(b.to_string().contains("is set by the server"), "{b}");
+    let good = json!({"type": "alert", "service": "db", "title": "t", "severity": "info",
+        "status": "firing", "links": ["https://a.example/x", {"href": "http://b.example", "text": "B"}]});
+    let (s, _, _) = post(&cloud, &t, &good).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
 }
 
 async fn offsets_are_normalised_to_utc(backend: Backend) {

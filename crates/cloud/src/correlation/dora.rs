@@ -24,6 +24,9 @@ use super::score::Fields;
 use crate::problem::{Problem, storage_unavailable};
 use crate::storage::{EventQuery, StorageError, Store};
 
+/// 0000-01-01T00:00:00Z in µs since the Unix epoch.
+const YEAR_ZERO_MICROS: i64 = -62_167_219_200_000_000;
+
 /// The window when `since` is not given: 30 days before `until`.
 const DEFAULT_DAYS: i64 = 30;
 /// Most deployments read for one answer.
@@ -167,8 +170,14 @@ pub async fn figures(
     crate::query::filter_params(p.service.as_deref(), p.environment.as_deref())?;
     let until = crate::query::time_param("until", p.until.as_deref())?
         .unwrap_or_else(crate::storage::now_micros);
+    // The default window starts no earlier than year 0, the first an RFC 3339 time can say.
     let since = crate::query::time_param("since", p.since.as_deref())?
-        .unwrap_or(until - DEFAULT_DAYS * 86_400_000_000);
+        .unwrap_or((until - DEFAULT_DAYS * 86_400_000_000).max(YEAR_ZERO_MICROS));
+    if p.until.is_none() && since >= until {
+        return Err(Problem::bad_request(
+            "query parameter since must be before until, which defaults to now: pass an until after since",
+        ));
+    }
     crate::query::window(Some(since), Some(until))?;
     let (deployments, confirmed) = load(
         &state.store,

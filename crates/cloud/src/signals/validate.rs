@@ -230,6 +230,82 @@ impl<'a> Checker<'_, 'a> {
     }
 }
 
+impl Checker<'_, '_> {
+    /// An alert's `links`: an array whose items are http(s) URLs, or `{href, text}` objects
+    /// with an http(s) URL as `href` and optional text.
+    fn links(&mut self) {
+        const SHAPE: &str = "an http(s) URL or an {href, text} object";
+        let Some(links) = self.members.present("links") else {
+            return;
+        };
+        let Ok(items) = serde_json::from_str::<Vec<&serde_json::value::RawValue>>(links.get())
+        else {
+            let kind = Kind::of(links).article();
+            self.fail(
+                "links",
+                format!("links must be an array of URLs or {{href, text}} objects, not {kind}"),
+            );
+            return;
+        };
+        for (i, item) in items.iter().enumerate() {
+            match Kind::of(item) {
+                Kind::String => {
+                    if let Some(why) = raw::string(item).and_then(|u| not_a_link(&u)) {
+                        self.fail_path(&format!("links/{i}"), format!("links/{i} {why}"));
+                    }
+                }
+                Kind::Object => {
+                    let Ok(fields) = raw::members(item.get()) else {
+                        continue;
+                    };
+                    let href = fields.present("href");
+                    match href.map(|h| (Kind::of(h), raw::string(h))) {
+                        Some((Kind::String, Some(url))) => {
+                            if let Some(why) = not_a_link(&url) {
+                                let at = format!("links/{i}/href");
+                                self.fail_path(&at, format!("{at} {why}"));
+                            }
+                        }
+                        _ => self.fail_path(
+                            &format!("links/{i}/href"),
+                            format!("links/{i}/href is required: the link's http(s) URL"),
+                        ),
+                    }
+                    if let Some(text) = fields.present("text")
+                        && (Kind::of(text) != Kind::String
+                            || raw::string(text).is_none_or(|t| t.len() > MAX_TEXT))
+                    {
+                        self.fail_path(
+                            &format!("links/{i}/text"),
+                            format!("links/{i}/text must be a string of at most {MAX_TEXT} bytes"),
+                        );
+                    }
+                }
+                other => self.fail_path(
+                    &format!("links/{i}"),
+                    format!("links/{i} must be {SHAPE}, not {}", other.article()),
+                ),
+            }
+        }
+    }
+}
+
+/// Why `url` is no link a person can follow from the dashboard, if it is not.
+fn not_a_link(url: &str) -> Option<String> {
+    if url.len() > MAX_TEXT {
+        return Some(format!(
+            "is {} bytes; at most {MAX_TEXT} allowed",
+            url.len()
+        ));
+    }
+    match url::Url::parse(url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => None,
+        _ => Some(format!(
+            "{url:?} is not an http(s) URL; expected e.g. https://runbooks.example.com/latency"
+        )),
+    }
+}
+
 fn deployment_synonym(s: &str) -> Option<&'static str> {
     Some(match s {
         "succeeded" | "successful" | "succeed" | "ok" => "success",
@@ -298,6 +374,15 @@ pub fn validate<'a>(
     };
     let occurred_at = c.timestamp(now);
     c.metadata();
+    // Fields the server sets on every event it returns: one sent would be silently replaced.
+    for key in ["id", "receivedAt"] {
+        if members.get(key).is_some() {
+            c.fail(
+                key,
+                format!("{key} is set by the server and returned with the event; send your own value under another name"),
+            );
+        }
+    }
     let mut inherit_from = None;
     let mut overrides: Vec<(&'static str, Override)> = Vec::with_capacity(4);
     match kind {
@@ -334,15 +419,7 @@ pub fn validate<'a>(
             for key in ["environment", "source", "version", "sha", "repository"] {
                 c.string(key, false, MAX_SHORT);
             }
-            if let Some(links) = members.get("links")
-                && !matches!(Kind::of(links), Kind::Array | Kind::Null)
-            {
-                let kind = Kind::of(links).article();
-                c.fail(
-                    "links",
-                    format!("links must be an array of URLs or {{href, text}} objects, not {kind}"),
-                );
-            }
+            c.links();
         }
         Some(EventType::Change) => {
             c.string("service", true, MAX_SHORT);
