@@ -86,60 +86,109 @@ impl<F: FnMut(String)> Statements<F> {
 
 /// The statement with the string literal after each `PASSWORD` keyword (or `password =`)
 /// replaced by `'…'` (`ALTER ROLE ada PASSWORD 'secret'`, `CREATE USER … WITH PASSWORD E'…'`,
-/// `U&'…'`, dollar-quoted `$$…$$` and `$tag$…$tag$`,
-/// the SCRAM verifier psql's `\password` sends, `WHERE password = '…'`), so that an audit record never holds a password. The
-/// literal's quotes are followed with SQL's rules (`''` inside one is a quote).
+/// `U&'…'`, dollar-quoted `$$…$$` and `$tag$…$tag$`, the SCRAM verifier psql's `\password`
+/// sends, `WHERE password = '…'`), so that an audit record never holds a password. The text is
+/// read token by token as PostgreSQL reads it: a word inside a literal, a comment or a quoted
+/// name is no keyword, and every literal is skipped whole by SQL's rules (`''` inside one is a
+/// quote).
 fn without_passwords(statement: &str) -> String {
-    let lower = statement.to_ascii_lowercase();
     let bytes = statement.as_bytes();
     let mut out = String::with_capacity(statement.len());
-    let mut copied = 0;
-    let mut from = 0;
-    while let Some(found) = lower[from..].find("password") {
-        let keyword_end = from + found + "password".len();
-        from = keyword_end;
-        let mut at = skip_blank(statement, keyword_end);
-        // `password = '…'` (a comparison, or an option) too.
-        if bytes.get(at) == Some(&b'=') {
-            at = skip_blank(statement, at + 1);
-        } else if at == keyword_end && bytes.get(at) != Some(&b'\'') {
+    let (mut copied, mut at) = (0, 0);
+    while at < bytes.len() {
+        if let Some((_, end)) = literal_at(statement, at) {
+            at = end;
             continue;
         }
-        let quote_after = |n: usize| bytes.get(at + n) == Some(&b'\'');
-        // Only an E'…' literal reads backslash escapes (standard_conforming_strings).
-        let escapes = matches!(bytes.get(at), Some(b'e' | b'E')) && quote_after(1);
-        if escapes || (matches!(bytes.get(at), Some(b'n' | b'N')) && quote_after(1)) {
-            at += 1;
-        } else if lower[at..].starts_with("u&'") {
-            at += 2;
-        }
-        if let Some(end) = dollar_quoted_end(statement, at) {
-            out.push_str(&statement[copied..at]);
-            out.push_str("'…'");
-            copied = end;
-            from = copied;
-            continue;
-        }
-        if bytes.get(at) != Some(&b'\'') {
-            continue;
-        }
-        let mut end = literal_end(bytes, at, escapes);
-        // `'abc'` and `'def'` on the next line are one string to PostgreSQL.
-        loop {
-            let next = skip_blank(statement, end + 1);
-            let newline = bytes[(end + 1).min(bytes.len())..next.min(bytes.len())].contains(&b'\n');
-            if !(newline && bytes.get(next) == Some(&b'\'')) {
-                break;
+        let name_end = match bytes[at] {
+            b'-' if bytes.get(at + 1) == Some(&b'-') => {
+                at = skip_blank(statement, at);
+                continue;
             }
-            end = literal_end(bytes, next, escapes);
+            b'/' if bytes.get(at + 1) == Some(&b'*') => {
+                at = skip_blank(statement, at);
+                continue;
+            }
+            b'"' => quoted_name_end(bytes, at),
+            b if is_word(b) && b != b'$' => {
+                let len = bytes[at..].iter().take_while(|b| is_word(**b)).count();
+                at + len
+            }
+            _ => {
+                at += 1;
+                continue;
+            }
+        };
+        let name = statement[at..name_end].trim_end_matches('"');
+        at = name_end;
+        if !name.to_ascii_lowercase().ends_with("password") {
+            continue;
         }
-        out.push_str(&statement[copied..at]);
-        out.push_str("'…'");
-        copied = (end + 1).min(bytes.len());
-        from = copied;
+        let mut value = skip_blank(statement, name_end);
+        // `password = '…'` (a comparison, or an option) too.
+        if bytes.get(value) == Some(&b'=') {
+            value = skip_blank(statement, value + 1);
+        }
+        if let Some((quote, end)) = literal_at(statement, value) {
+            out.push_str(&statement[copied..quote]);
+            out.push_str("'…'");
+            (copied, at) = (end, end);
+        }
     }
     out.push_str(&statement[copied..]);
     out
+}
+
+/// Whether `b` may be part of an unquoted name or keyword (`$` only after its first byte; any
+/// byte of a UTF-8 sequence, as PostgreSQL allows letters beyond ASCII).
+fn is_word(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
+}
+
+/// Where the quoted name (`"…"`, `""` inside one is a quote) opened at `open` ends, past its
+/// closing quote (the end of the text when it is not closed).
+fn quoted_name_end(bytes: &[u8], open: usize) -> usize {
+    let mut end = open + 1;
+    while end < bytes.len() {
+        match (bytes[end], bytes.get(end + 1)) {
+            (b'"', Some(b'"')) => end += 2,
+            (b'"', _) => return end + 1,
+            _ => end += 1,
+        }
+    }
+    bytes.len()
+}
+
+/// The string literal that starts at `at`, in any of SQL's forms (`'…'`, `E'…'`, `N'…'`,
+/// `U&'…'`, `$$…$$`, `$tag$…$tag$`, and `'…'` continued on a next line): where its first
+/// quote or dollar is, and where it ends (past its last quote).
+fn literal_at(statement: &str, at: usize) -> Option<(usize, usize)> {
+    let bytes = statement.as_bytes();
+    let quote_at = |n: usize| bytes.get(at + n) == Some(&b'\'');
+    let (open, escapes) = match bytes.get(at)? {
+        b'\'' => (at, false),
+        // Only an E'…' literal reads backslash escapes (standard_conforming_strings).
+        b'e' | b'E' if quote_at(1) => (at + 1, true),
+        b'n' | b'N' if quote_at(1) => (at + 1, false),
+        b'u' | b'U' if bytes.get(at + 1) == Some(&b'&') && quote_at(2) => (at + 2, false),
+        b'$' => return dollar_quoted_end(statement, at).map(|end| (at, end)),
+        _ => return None,
+    };
+    // A word that merely ends in e, n or u& is no literal's prefix.
+    if at > 0 && open > at && is_word(bytes[at - 1]) {
+        return None;
+    }
+    let mut end = literal_end(bytes, open, escapes);
+    // `'abc'` and `'def'` on the next line are one string to PostgreSQL.
+    loop {
+        let next = skip_blank(statement, end + 1);
+        let newline = bytes[(end + 1).min(bytes.len())..next.min(bytes.len())].contains(&b'\n');
+        if !(newline && bytes.get(next) == Some(&b'\'')) {
+            break;
+        }
+        end = literal_end(bytes, next, escapes);
+    }
+    Some((open, (end + 1).min(bytes.len())))
 }
 
 /// The index of the quote that closes the literal opened at `open` (a doubled quote is part
@@ -289,6 +338,20 @@ mod tests {
             (
                 "ALTER ROLE c PASSWORD /* new */ 'secret'",
                 "ALTER ROLE c PASSWORD /* new */ '…'",
+            ),
+            // A word inside a literal, a comment or a quoted name is no keyword.
+            (
+                "COMMENT ON ROLE app IS 'rotated password'; ALTER ROLE app PASSWORD 'apppw'",
+                "COMMENT ON ROLE app IS 'rotated password'; ALTER ROLE app PASSWORD '…'",
+            ),
+            ("SELECT 'password = ''x'''", "SELECT 'password = ''x'''"),
+            (
+                "SELECT 1 /* password */; ALTER ROLE b PASSWORD 'pw' -- password\n",
+                "SELECT 1 /* password */; ALTER ROLE b PASSWORD '…' -- password\n",
+            ),
+            (
+                "UPDATE t SET \"User Password\" = 'pw', user_password = E'p\\'w', note = 'n'",
+                "UPDATE t SET \"User Password\" = '…', user_password = E'…', note = 'n'",
             ),
             (
                 "ALTER ROLE c PASSWORD /* a /* nested */ b */ 'secret'",
