@@ -59,6 +59,8 @@ pub struct Metrics {
     pub reconnections: Counter,
     /// `bridge_streams_in_flight`.
     pub in_flight: Gauge,
+    /// `bridge_streams_waiting`: streams waiting for a slot under `max_connections`.
+    pub waiting: Gauge,
     /// `bridge_refused_total{reason}`.
     pub refused: Family<ReasonLabel, Counter>,
     /// `bridge_resource_up{kind,name}`: 1 when the resource answered its last check.
@@ -105,6 +107,12 @@ impl Metrics {
             "Forwarded streams now open",
             in_flight.clone(),
         );
+        let waiting = Gauge::default();
+        registry.register(
+            "bridge_streams_waiting",
+            "Streams waiting for a slot under max_connections (at most three times it)",
+            waiting.clone(),
+        );
         let refused = Family::<ReasonLabel, Counter>::default();
         registry.register(
             "bridge_refused",
@@ -138,6 +146,7 @@ impl Metrics {
             connection_errors,
             reconnections,
             in_flight,
+            waiting,
             refused,
             resource_up,
         }

@@ -186,6 +186,28 @@ async fn a_bridge_at_max_connections_queues_5_s_then_answers_503() {
         1.0
     );
     assert_eq!(rig.upstream.stats.total.load(Ordering::SeqCst), 1);
+
+    // Three times max_connections wait; one more is refused at once, which keeps the tunnel's
+    // last stream slot (4 × max_connections + 1) free for the heartbeat.
+    let waiting: Vec<_> = (0..3)
+        .map(|i| tokio::spawn(rig.request(reqwest::Method::GET, &format!("/w{i}")).send()))
+        .collect();
+    testkit::wait_until_async("three streams waiting for a slot", || async {
+        rig.bridge.metric("bridge_streams_waiting").await == 3.0
+    })
+    .await;
+    let started = Instant::now();
+    let res = rig.get("/one-more").await;
+    assert_eq!(res.status(), 503);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "refused after {:?}, not at once",
+        started.elapsed()
+    );
+    for w in waiting {
+        assert_eq!(w.await.unwrap().unwrap().status(), 503);
+    }
+    assert_eq!(rig.bridge.metric("bridge_streams_waiting").await, 0.0);
     busy.abort();
 }
 

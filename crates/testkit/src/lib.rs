@@ -66,6 +66,21 @@ pub async fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
     }
 }
 
+/// [`wait_until`] for a condition that is awaited (a metric, an HTTP answer).
+pub async fn wait_until_async<F: std::future::Future<Output = bool>>(
+    what: &str,
+    mut ready: impl FnMut() -> F,
+) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !ready().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still waiting after 30 s: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Waits (up to 5 s) for the threads copying an exited process's output to reach its end, so
 /// that the log read after `wait()` holds its last lines. A grandchild still holding the pipe
 /// (a `git` the process started) does not make it hang.

@@ -70,16 +70,22 @@ impl Forwarder {
     }
 
     /// A slot under `max_connections` and, where the resource sets one, under its own limit.
-    /// A free slot is taken at once; otherwise the stream waits, up to [`QUEUE_WAIT`] in all.
+    /// A free slot is taken at once; otherwise the stream waits, up to [`QUEUE_WAIT`] in all,
+    /// unless three times `max_connections` wait already: then it is refused at once, so that
+    /// the tunnel's last stream slot stays free for the heartbeat.
     async fn permits(&self, slots: Option<&Arc<Semaphore>>) -> Option<Permits> {
         let deadline = tokio::time::Instant::now() + QUEUE_WAIT;
+        let most_waiting = i64::from(self.cfg.max_connections.max(1)).saturating_mul(3);
         let take = |sem: Arc<Semaphore>| async move {
             match sem.clone().try_acquire_owned() {
                 Ok(p) => Some(p),
-                Err(_) => tokio::time::timeout_at(deadline, sem.acquire_owned())
-                    .await
-                    .ok()?
-                    .ok(),
+                Err(_) => {
+                    let _waiting = Waiting::join(&self.metrics.waiting, most_waiting)?;
+                    tokio::time::timeout_at(deadline, sem.acquire_owned())
+                        .await
+                        .ok()?
+                        .ok()
+                }
             }
         };
         // The resource's own limit first: streams queued for one busy resource must not sit
@@ -93,6 +99,26 @@ impl Forwarder {
             _all: all,
             _own: own,
         })
+    }
+}
+
+/// A place among the streams waiting for a slot, counted in `bridge_streams_waiting`.
+struct Waiting<'a>(&'a prometheus_client::metrics::gauge::Gauge);
+
+impl<'a> Waiting<'a> {
+    /// Joins the waiting streams, unless `most` wait already.
+    fn join(waiting: &'a prometheus_client::metrics::gauge::Gauge, most: i64) -> Option<Self> {
+        if waiting.inc() >= most {
+            waiting.dec();
+            return None;
+        }
+        Some(Waiting(waiting))
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
