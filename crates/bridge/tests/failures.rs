@@ -211,28 +211,53 @@ async fn a_bridge_at_max_connections_queues_5_s_then_answers_503() {
     busy.abort();
 }
 
-/// An internal server that frames its answer twice (`Content-Length` and chunked, as a broken
-/// proxy may): chunked wins, and the caller gets the body whole instead of a reset stream.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_answer_framed_twice_arrives_whole() {
+/// An internal server that reads a request and writes `answer` as it is: its port.
+async fn raw_server(answer: String) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = server.local_addr().unwrap().port();
     tokio::spawn(async move {
         while let Ok((mut conn, _)) = server.accept().await {
+            let answer = answer.clone();
             tokio::spawn(async move {
                 let mut head = [0u8; 8192];
                 let _ = conn.read(&mut head).await;
-                let answer = "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n2\r\nhi\r\n0\r\n\r\n";
                 let _ = conn.write_all(answer.as_bytes()).await;
             });
         }
     });
-    let rig = Rig::start_with(|_| {
-        format!("apis:\n  - name: internal\n    url: http://127.0.0.1:{port}\n")
-    })
-    .await;
+    port
+}
+
+/// A rig whose one API, `internal`, is `raw_server(answer)`.
+async fn raw_rig(answer: String) -> Rig {
+    let port = raw_server(answer).await;
+    Rig::start_with(|_| format!("apis:\n  - name: internal\n    url: http://127.0.0.1:{port}\n"))
+        .await
+}
+
+/// An internal server that frames its answer twice (`Content-Length` and chunked, as a broken
+/// proxy may): chunked wins, and the caller gets the body whole instead of a reset stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_framed_twice_arrives_whole() {
+    let rig = raw_rig("HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n2\r\nhi\r\n0\r\n\r\n".into()).await;
     let res = rig.get("/twice").await;
     assert_eq!(res.status(), 200);
     assert_eq!(res.text().await.unwrap(), "hi");
+}
+
+/// An answer with more header fields than the bridge reads is its 502, said as such: the
+/// server was reachable, so the reachability advice would mislead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_with_too_many_header_fields_is_a_502_saying_so() {
+    let fields: String = (0..150).map(|i| format!("x-h{i}: v\r\n")).collect();
+    let rig = raw_rig(format!(
+        "HTTP/1.1 200 OK\r\n{fields}content-length: 2\r\nconnection: close\r\n\r\nhi"
+    ))
+    .await;
+    let res = rig.get("/many").await;
+    assert_eq!(res.status(), 502);
+    let said = res.text().await.unwrap();
+    assert!(said.contains("more than 100 header fields"), "{said}");
+    assert!(!said.contains("can connect"), "{said}");
 }

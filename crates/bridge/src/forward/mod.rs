@@ -328,6 +328,14 @@ impl Forwarder {
                     .boxed(),
                 ))
             }
+            Err(e) if unreadable_head(&e) => {
+                let why = format!(
+                    "resource {name:?} answered with a head the bridge cannot read: more than 100 header fields, a head over 256 KiB, or malformed HTTP/1.1 ({})",
+                    causes(&e)
+                );
+                tracing::warn!(resource = %name, cause = %why, "internal resource's answer cannot be forwarded");
+                Ok(bad_gateway(finish, resource, &why))
+            }
             Err(e) => {
                 let cause = causes(&e);
                 tracing::warn!(resource = %name, cause = %cause, "internal resource unreachable");
@@ -372,6 +380,22 @@ fn header_str(h: &HeaderMap, name: &str) -> String {
 /// An error and its sources, outermost first: hyper's own message ("client error (Connect)")
 /// says nothing of the refused connection or the unknown certificate underneath. A server
 /// that answered TLS in plain text is said as such.
+/// Whether the internal system answered, but with a head the HTTP/1.1 client would not parse
+/// (too many fields, too large, malformed): not a reachability problem.
+fn unreadable_head(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(inner) = source {
+        if inner
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(|h| h.is_parse() || h.is_parse_too_large())
+        {
+            return true;
+        }
+        source = inner.source();
+    }
+    false
+}
+
 pub(crate) fn causes(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
