@@ -558,6 +558,34 @@ async fn skopeo_pushes_through_the_cloud_only_where_allow_push_is_set() {
     );
     let inspected: Value = serde_json::from_str(&direct).unwrap();
     assert_eq!(inspected["Digest"], image.manifest_digest.as_str());
+    // A copy to another repository of the same entry mounts the blobs the registry has
+    // (the client names the source by its path through the cloud): nothing is uploaded again,
+    // and no upload is left to cancel.
+    let certs = s.certs.path().display().to_string();
+    let creds = format!("ci:{key}");
+    let out = Command::new("skopeo")
+        .args(["--insecure-policy", "copy"])
+        .args(["--src-creds", &creds, "--src-cert-dir", &certs])
+        .args(["--dest-creds", &creds, "--dest-cert-dir", &certs])
+        .arg(through_cloud(&s.rig, "rw", "team/pushed:2.0"))
+        .arg(through_cloud(&s.rig, "rw", "team/mounted:2.0"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let audit = s.rig.bridge.audit_records(1).await;
+    let mounted = audit.iter().filter(|r| {
+        r["method"] == "POST"
+            && r["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("/v2/team/mounted/blobs/uploads/?from&mount"))
+            && r["status"] == 201
+    });
+    assert!(mounted.count() >= 1, "no blob was mounted: {audit:?}");
+    assert!(!audit.iter().any(|r| r["method"] == "DELETE"), "{audit:?}");
     // An upload's Location names the cloud's path, never the registry's own URL.
     let res = s
         .rig

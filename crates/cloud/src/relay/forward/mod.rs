@@ -141,6 +141,10 @@ fn upstream_request(
     let query = parts
         .uri
         .query()
+        .map(|q| match target.kind {
+            ResourceKind::Registry => kinds::registry_query(&target.bridge, &target.name, q),
+            _ => q.into(),
+        })
         .map(|q| format!("?{q}"))
         .unwrap_or_default();
     let uri = format!(
