@@ -469,6 +469,11 @@ async fn a_token_registry_is_pulled_with_tokens_from_listed_token_hosts_only() {
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("ok (GET /v2/ with token: HTTP 200)"), "{out}");
     assert!(out.contains("token_hosts"), "{out}");
+    // check is the operator's: it names the token service the bridge would not trust.
+    assert!(
+        out.contains(&format!("(token service: http://{}", tokens.host)),
+        "{out}"
+    );
 }
 
 /// `bridge check` on `yaml` with the rig's token: (exit code, output).

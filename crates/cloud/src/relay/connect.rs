@@ -142,7 +142,7 @@ pub async fn connect(State(state): State<RelayState>, mut req: Request) -> Respo
         }
     };
     if !named {
-        let why = "the client certificate was issued for another bridge than this token's (an operator's own certificate must be named ORG:BRIDGE, the org's slug and the bridge's name)";
+        let why = "the client certificate was issued for another bridge than this token's (its subject CN must be ORG_ID:BRIDGE, the org's numeric id, when this cloud's own CA signed it, as enrollment does; ORG:BRIDGE, the org's slug, when a --client-ca CA did)";
         return refuse(Problem::forbidden(why), why);
     }
     let name = header_str(&headers, tunnel::HEADER_NAME).unwrap_or("");

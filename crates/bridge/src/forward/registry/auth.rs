@@ -101,10 +101,14 @@ impl RegistryKind {
             // The host is for the bridge's operator, in its log; the caller learns none of the
             // internal network's names.
             tracing::warn!(registry = %self.cfg.name, token_host = %realm_host, "token service not trusted: if it is the registry's, add this host to token_hosts (and serve it over https)");
+            let scheme = match self.cfg.url.scheme() {
+                "https" => " (or not over https)",
+                _ => "",
+            };
             return Err(self.unavailable(
                 "registry: token_hosts",
                 format!(
-                    "registry {:?} sends its token requests to a service that is neither on its own host nor in registries[].token_hosts (or not over https); the bridge does not send the login there (the bridge's log names the host)",
+                    "registry {:?} sends its token requests to a service that is neither on its own host nor in registries[].token_hosts{scheme}; the bridge does not send the login there (the bridge's log names the host)",
                     self.cfg.name
                 ),
             ));

@@ -84,7 +84,17 @@ pub async fn check_registry(cfg: &Registry) -> Result<String, String> {
     let authorization = kind
         .authorization(&Method::GET, "/v2/")
         .await
-        .map_err(|refusal| refusal.why)?;
+        .map_err(|refusal| match &kind.state().scheme {
+            // `check` is the operator's: the host the bridge would not trust is theirs to see.
+            Scheme::Bearer { realm, .. } if refusal.rule == "registry: token_hosts" => format!(
+                "{} (token service: {})",
+                refusal
+                    .why
+                    .replace(" (the bridge's log names the host)", ""),
+                realm.as_str()
+            ),
+            _ => refusal.why,
+        })?;
     let scheme = match &kind.state().scheme {
         Scheme::Bearer { .. } => "token",
         Scheme::Basic => "Basic",
