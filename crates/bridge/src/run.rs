@@ -125,9 +125,38 @@ pub(crate) fn preflight(cfg: &Arc<Config>) -> Result<(Identity, AuditLog), ExitC
             for p in &problems {
                 eprintln!("configuration error: {p}");
             }
+            if has_relative_path(cfg)
+                && let Ok(dir) = std::env::current_dir()
+            {
+                eprintln!(
+                    "note: relative paths in the configuration are read from the working directory, {}",
+                    dir.display()
+                );
+            }
             Err(ExitCode::from(2))
         }
     }
+}
+
+/// Whether a file path of the configuration is relative (read from the working directory, not
+/// the configuration file's).
+fn has_relative_path(cfg: &Config) -> bool {
+    let audit = match &cfg.audit_log {
+        crate::config::AuditTarget::File(path) => Some(path),
+        crate::config::AuditTarget::Stdout => None,
+    };
+    [
+        &cfg.tls_ca_file,
+        &cfg.tls_cert_file,
+        &cfg.tls_key_file,
+        &cfg.state_dir,
+    ]
+    .into_iter()
+    .flatten()
+    .chain(audit)
+    .chain(cfg.apis.iter().filter_map(|a| a.tls_ca_file.as_ref()))
+    .chain(cfg.sources.iter().filter_map(|s| s.tls_ca_file.as_ref()))
+    .any(|path| path.is_relative())
 }
 
 async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow::Result<()> {

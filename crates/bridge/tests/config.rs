@@ -299,6 +299,30 @@ fn unreadable_files_the_config_names_are_configuration_errors() {
     for key in keys {
         assert!(said.contains(key), "{key} not named by check in:\n{said}");
     }
+    // Absolute paths need no word on where they are read from; a relative one does.
+    assert!(!said.contains("working directory"), "{said}");
+    let relative = yaml.replace(
+        &format!(
+            "audit_log: {}",
+            dir.path().join("no-such-dir/audit.log").display()
+        ),
+        "audit_log: no-such-dir/audit.log",
+    );
+    std::fs::write(&path, &relative).unwrap();
+    let out = Command::new(bridge_bin())
+        .args(["check", "--config"])
+        .arg(&path)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!(
+            "relative paths in the configuration are read from the working directory, {}",
+            dir.path().display()
+        )),
+        "{said}"
+    );
 }
 
 /// `bridge check` under an open-file limit too small for `max_connections` says so (and raises

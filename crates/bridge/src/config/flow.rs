@@ -56,6 +56,43 @@ pub(super) fn flow_entry_end(text: &str, at: usize) -> Option<usize> {
     None
 }
 
+/// Where the key at `line`:`column` (1-based) sits, when it is in a flow mapping written on
+/// the line of a block key: `(the block key's value column, None)` for the mapping that is the
+/// value itself (`auth: {type: basic, usernme: x}`), `(…, Some(i))` for the `i`th mapping of a
+/// flow list there (`allow: [{…}, {bogus: 1}]`). `None` elsewhere, or deeper.
+pub(super) fn flow_mapping_at(
+    text: &str,
+    line: usize,
+    column: usize,
+) -> Option<(usize, Option<usize>)> {
+    let this = text.lines().nth(line.checked_sub(1)?)?;
+    let key_at = this.char_indices().nth(column.checked_sub(1)?)?.0;
+    let value_at = this.find(['{', '['])?;
+    if value_at >= key_at || !this[..value_at].trim_end().ends_with(':') {
+        return None;
+    }
+    let (mut scan, mut stack, mut items) = (FlowScan::default(), Vec::new(), 0);
+    for c in this[value_at..key_at].chars() {
+        if scan.quote.is_none() && !scan.comment {
+            match c {
+                '{' | '[' => stack.push(c),
+                '}' | ']' => {
+                    stack.pop();
+                }
+                ',' if stack.len() == 1 => items += 1,
+                _ => {}
+            }
+        }
+        scan.step(c);
+    }
+    let column = this[..value_at].chars().count() + 1;
+    match stack.as_slice() {
+        ['{'] => Some((column, None)),
+        ['[', '{'] => Some((column, Some(items))),
+        _ => None,
+    }
+}
+
 /// Just enough of YAML's flow syntax to know, character by character, how many `{`/`[` are
 /// open: quoted scalars (`"…\"…"`, `'…''…'`, a quote only where a scalar starts, so the
 /// apostrophe of `o'neil` is text) and comments (`#` after a space) hide brackets and commas.

@@ -80,7 +80,15 @@ fn yaml_problem(err: &serde_saphyr::Error, text: &str) -> (Problem, Option<(u64,
             return (Problem::new("", origin, message), None);
         };
         // Named in its mapping (`apis[0]`), with the key it most likely meant.
-        let parent = key_path::parent_of_key(text, line as usize, column as usize);
+        let (at_line, at_column) = (line as usize, column as usize);
+        let parent = key_path::parent_of_key(text, at_line, at_column).or_else(|| {
+            let (value, item) = super::flow::flow_mapping_at(text, at_line, at_column)?;
+            let path = key_path::key_path(text, at_line, value)?;
+            Some(match item {
+                Some(i) => format!("{path}[{i}]"),
+                None => path,
+            })
+        });
         let hint = message
             .split_once("expected one of ")
             .and_then(|(_, keys)| key_path::meant(unknown, keys))

@@ -287,9 +287,9 @@ fn an_unknown_key_inside_braces_hides_nothing_after_it() {
     let yaml = "name: dc1\ntoken: x\napis:\n  - name: internal\n    url: http://127.0.0.1:9000\n    auth: {type: basic, usernme: svc, password: x}\n    allow: [{method: GET, path: \"/*\", bogus: 1}]\nsources:\n  - url: http://127.0.0.1:9001\n    auth: {type: token, tokn: \"a,}b\"}\n";
     let text = failure(yaml, &MapEnv::new());
     let expected = [
-        "bridge.yaml:6:25: unknown field `usernme`",
-        "bridge.yaml:7:39: unknown field `bogus`",
-        "bridge.yaml:10:25: unknown field `tokn`",
+        "bridge.yaml:6:25: apis[0].auth: unknown field `usernme`",
+        "bridge.yaml:7:39: apis[0].allow[0]: unknown field `bogus`",
+        "bridge.yaml:10:25: sources[0].auth: unknown field `tokn`",
     ];
     for want in expected {
         assert!(text.contains(want), "expected {want:?} in:\n{text}");
@@ -753,4 +753,15 @@ fn a_list_or_mapping_as_an_item_of_a_text_list_is_named_by_its_index() {
     );
     assert_eq!(err.lines().count(), 2, "{err}");
     assert!(!err.contains("s3cret"), "{err}");
+}
+
+/// A typo in the second mapping of a flow list is named by its index.
+#[test]
+fn an_unknown_key_in_a_later_flow_item_names_that_item() {
+    let yaml = "name: dc1\ntoken: x\napis:\n  - name: internal\n    url: http://127.0.0.1:9000\n    allow: [{method: GET, path: \"/a,b\"}, {method: GET, bogus: 1}]\n";
+    let text = failure(yaml, &MapEnv::new());
+    assert!(
+        text.contains("apis[0].allow[1]: unknown field `bogus`"),
+        "{text}"
+    );
 }
