@@ -1,6 +1,14 @@
 // The dashboard's one script, two progressive enhancements. Live updates without a reload:
 // an element with data-live="SECONDS" is fetched again from the same URL every SECONDS and
-// replaced. Pages read fine without it.
+// replaced when it changed. Pages read fine without it. Keyboard focus inside the element
+// survives the replacement: the same link or button (by its target) is focused again.
+const focusKey = (node) => [
+  node.tagName,
+  node.getAttribute("href") || "",
+  node.closest("form")?.getAttribute("action") || "",
+  node.closest("form")?.querySelector("[name=id],[name=name],[name=deployment]")?.value || "",
+].join(" ");
+
 for (const el of document.querySelectorAll("[data-live]")) {
   const every = Math.max(2, Number(el.dataset.live) || 5) * 1000;
   const refresh = async () => {
@@ -9,7 +17,14 @@ for (const el of document.querySelectorAll("[data-live]")) {
       if (res.ok) {
         const doc = new DOMParser().parseFromString(await res.text(), "text/html");
         const fresh = doc.getElementById(el.id);
-        if (fresh) el.innerHTML = fresh.innerHTML;
+        if (fresh && fresh.innerHTML !== el.innerHTML) {
+          const focused = el.contains(document.activeElement) ? focusKey(document.activeElement) : null;
+          el.innerHTML = fresh.innerHTML;
+          if (focused) {
+            const again = [...el.querySelectorAll("a, button")].find((n) => focusKey(n) === focused);
+            again?.focus();
+          }
+        }
       }
     } catch (_) { /* the next round tries again */ }
     setTimeout(refresh, every);

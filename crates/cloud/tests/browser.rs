@@ -183,6 +183,23 @@ async fn an_admin_and_a_member_use_the_dashboard() {
         .unwrap();
     assert_eq!(posted.status(), 202);
     browser.wait_for_text("checkout-browser").await;
+    // The live table refreshes under a keyboard user without taking their focus away.
+    browser.focus("#live tbody a").await;
+    let focused = browser.focused().await;
+    assert!(focused.starts_with("A /events/"), "{focused}");
+    let mut another = seed_event();
+    another["service"] = "focus-keeper".into();
+    let posted = cloud
+        .client()
+        .post(format!("{}/v1/signals/{signal_key}", cloud.http))
+        .bearer_auth(&api_key)
+        .json(&another)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 202);
+    browser.wait_for_text("focus-keeper").await;
+    assert_eq!(browser.focused().await, focused);
     browser.check_page("events").await;
     browser.click("#live tbody a").await;
     browser.wait_for_text("deployment event").await;

@@ -208,6 +208,15 @@ async fn services_and_days(backend: Backend) {
             "{path}: {bad}"
         );
     }
+    for path in [
+        "/events?before_at=1795954224133000&before_id=%FF",
+        "/events?before_at=1795954224133000&before_id=zz",
+        "/events?before_at=1795954224133000",
+    ] {
+        let (status, bad) = get(&client, format!("{}{path}", cloud.https), &member).await;
+        assert_eq!(status, 400, "{path}");
+        assert!(bad.contains("this link was edited or cut"), "{path}: {bad}");
+    }
     // An address no route has: a page for a browser, problem+json for the API's clients.
     let page = client
         .get(format!("{}/nope", cloud.https))

@@ -144,6 +144,24 @@ impl Browser {
             .expect("click");
     }
 
+    /// Moves keyboard focus to the element matching the CSS `selector`.
+    pub async fn focus(&self, selector: &str) {
+        self.client
+            .execute(
+                "document.querySelector(arguments[0]).focus()",
+                vec![serde_json::json!(selector)],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("focus {selector}: {e}"));
+    }
+
+    /// The element that has keyboard focus, as `TAG href` (`BODY ` when none does).
+    pub async fn focused(&self) -> String {
+        let script = "const a = document.activeElement; return a.tagName + ' ' + (a.getAttribute('href') || '');";
+        let value = self.client.execute(script, vec![]).await.expect("focused");
+        value.as_str().unwrap_or_default().to_string()
+    }
+
     /// The text of the element matching the CSS `selector`.
     pub async fn text(&self, selector: &str) -> String {
         self.client

@@ -237,25 +237,33 @@ pub async fn timeline(
                 })
         })
         .transpose();
-    let (since, until, kind) = match (day("from", &f.from, 0), day("to", &f.to, 1), kind) {
-        (Ok(since), Ok(until), Ok(kind)) => (since, until, kind),
-        (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
-            return message(
-                StatusCode::BAD_REQUEST,
-                "Filter not valid",
-                &why,
-                "/events",
-                "Back to events",
-            );
-        }
+    // The cursor comes whole from an "Older events" link: an edited or cut one is said, not
+    // silently read as the first page.
+    let after = match (f.before_at, some(&f.before_id)) {
+        (None, None) => Ok(None),
+        (Some(at), Some(id)) if uuid::Uuid::try_parse(&id).is_ok() => Ok(Some((at, id))),
+        _ => Err("before_at and before_id come together from an \"Older events\" link, before_id an event's id: this link was edited or cut. Start again from the first page.".to_string()),
     };
+    let (since, until, kind, after) =
+        match (day("from", &f.from, 0), day("to", &f.to, 1), kind, after) {
+            (Ok(since), Ok(until), Ok(kind), Ok(after)) => (since, until, kind, after),
+            (Err(why), ..) | (_, Err(why), ..) | (_, _, Err(why), _) | (.., Err(why)) => {
+                return message(
+                    StatusCode::BAD_REQUEST,
+                    "Filter not valid",
+                    &why,
+                    "/events",
+                    "Back to events",
+                );
+            }
+        };
     let query = EventQuery {
         kind,
         service: some(&f.service),
         environment: some(&f.environment),
         since,
         until,
-        after: f.before_at.zip(some(&f.before_id)),
+        after,
         limit: PAGE + 1,
     };
     let Ok(mut found) = state

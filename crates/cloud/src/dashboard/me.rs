@@ -28,6 +28,9 @@ pub struct Me {
     pub address: String,
     /// The release notice this user asked for, when a connected bridge is outdated.
     pub notice: Option<String>,
+    /// The navigation entry this page belongs to (`/events` for `/events/…`), which the menu
+    /// marks as the current page.
+    pub section: String,
 }
 
 impl Me {
@@ -50,6 +53,7 @@ impl axum::extract::FromRequestParts<DashboardState> for Me {
         state: &DashboardState,
     ) -> Result<Self, Self::Rejection> {
         let mut me = me(state, &parts.headers).await?;
+        me.section = section(parts.uri.path());
         if let Some(peer) = parts.extensions.get::<PeerAddr>() {
             me.address = peer.0.ip().to_string();
         }
@@ -57,6 +61,16 @@ impl axum::extract::FromRequestParts<DashboardState> for Me {
             me.notice = release_notice(state, me.session.user.org_id);
         }
         Ok(me)
+    }
+}
+
+/// The navigation entry of `path`: its first segment, or its first two under `/integrations/`.
+fn section(path: &str) -> String {
+    let mut segments = path.trim_start_matches('/').split('/');
+    match segments.next() {
+        Some("integrations") => format!("/integrations/{}", segments.next().unwrap_or_default()),
+        Some(first) => format!("/{first}"),
+        None => "/".into(),
     }
 }
 
@@ -93,6 +107,7 @@ pub async fn me(state: &DashboardState, headers: &HeaderMap) -> Result<Me, Respo
             session: s,
             address: "unknown".into(),
             notice: None,
+            section: String::new(),
         }),
         Ok(None) => Err(Redirect::to("/sign-in").into_response()),
         Err(_) => Err(unavailable()),
