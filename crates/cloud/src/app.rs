@@ -44,6 +44,9 @@ pub struct Publishing {
     /// The TLS listener's port: the bridge commands a page shows dial it, even when the page
     /// was reached on the plain listener.
     pub tls_port: u16,
+    /// The CA file clients must trust (`DIR/ca.pem`) when the cloud serves a certificate of its
+    /// own CA; `None` with `--tls-cert`, whose CA clients trust already.
+    pub own_ca: Option<String>,
 }
 
 /// Which listener a router serves.
@@ -118,6 +121,7 @@ impl App {
                 release: publishing.bridge_release,
                 public_url: publishing.public_url,
                 tls_port: publishing.tls_port,
+                own_ca: publishing.own_ca,
             }),
             live,
             insight,

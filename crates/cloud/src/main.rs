@@ -282,6 +282,9 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
             })?)
         }
     };
+    // Clients trust the cloud's own CA through this file, unless it serves the operator's.
+    let own_ca = (args.tls_cert.is_none())
+        .then(|| args.storage.data_dir.join("ca.pem").display().to_string());
     let options = ServeOptions {
         backend,
         data_dir: args.storage.data_dir,
@@ -299,6 +302,7 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
             tls_port: tls_listener
                 .local_addr()
                 .map_or(args.listen.port(), |a| a.port()),
+            own_ca,
         },
         webhook_first_retry: Duration::from_secs_f64(args.webhook_first_retry),
         webhook_allow_private: args.webhook_allow_private,

@@ -305,8 +305,8 @@ async fn bridge_commands_dial_the_tls_listener_whichever_listener_served_the_pag
 }
 
 /// The command a new API key's page shows, copied into a shell as it stands (HTTP/2, as
-/// browsers reach the TLS listener: the address comes from the request's authority), sends an
-/// event once `SIGNAL_KEY` is set.
+/// browsers reach the TLS listener: the address comes from the request's authority, and the
+/// cloud's own CA file is named), sends an event once `SIGNAL_KEY` is set.
 #[tokio::test]
 async fn the_command_shown_with_a_new_api_key_works_as_copied() {
     let cloud = Cloud::start(Backend::Sqlite);
@@ -338,12 +338,14 @@ async fn the_command_shown_with_a_new_api_key_works_as_copied() {
         command.contains(&format!("{}/v1/signals/$SIGNAL_KEY", cloud.https)),
         "{command}"
     );
+    // The certificate is the cloud's own CA's: the command names the CA file to trust.
+    assert!(
+        command.contains(&format!("--cacert \"{}\"", cloud.ca_path().display())),
+        "{command}"
+    );
     let out = std::process::Command::new("sh")
         .arg("-c")
-        .arg(format!(
-            "{command} --cacert '{}' -w ' %{{http_code}}'",
-            cloud.ca_path().display()
-        ))
+        .arg(format!("{command} -w ' %{{http_code}}'"))
         .env("SIGNAL_KEY", signal_key.trim())
         .output()
         .unwrap();

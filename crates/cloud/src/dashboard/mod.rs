@@ -55,6 +55,7 @@ pub struct DashboardState {
     release: Arc<str>,
     public_url: Option<String>,
     tls_port: u16,
+    own_ca: Option<String>,
     secure: bool,
 }
 
@@ -74,6 +75,8 @@ pub struct DashboardParts {
     pub public_url: Option<String>,
     /// The TLS listener's port, which bridges dial.
     pub tls_port: u16,
+    /// The cloud's own CA file, when its certificate is that CA's (`--cacert` in commands).
+    pub own_ca: Option<String>,
 }
 
 impl DashboardState {
@@ -90,6 +93,7 @@ impl DashboardState {
                 .public_url
                 .map(|u| u.trim_end_matches('/').to_string()),
             tls_port: parts.tls_port,
+            own_ca: parts.own_ca,
             secure: false,
         }
     }

@@ -145,8 +145,16 @@ pub async fn create(
         _ => ("$SIGNAL_KEY", value.as_str()),
     };
     let body = r#"{"type":"deployment","service":"api","environment":"production","status":"success","version":"v1.2.3"}"#;
+    // The cloud's own CA signs its certificate unless an operator's is served: curl must
+    // trust it, from the file the cloud wrote (not through a --public-url's front).
+    let cacert = match &state.own_ca {
+        Some(ca) if base.starts_with("https://") && state.public_url.is_none() => {
+            format!(" --cacert \"{ca}\"")
+        }
+        _ => String::new(),
+    };
     let curl = format!(
-        "curl -sS -X POST \"{base}/v1/signals/{key}\" \\\n  -H \"Authorization: Bearer {api}\" -H 'Content-Type: application/json' \\\n  -d '{body}'"
+        "curl -sS{cacert} -X POST \"{base}/v1/signals/{key}\" \\\n  -H \"Authorization: Bearer {api}\" -H 'Content-Type: application/json' \\\n  -d '{body}'"
     );
     let github = format!(
         "- name: Tell Signals about the deployment\n  run: |\n    curl -sS -X POST \"{base}/v1/signals/{key}\" \\\n      -H \"Authorization: Bearer ${{{{ secrets.SIGNALS_API_KEY }}}}\" -H 'Content-Type: application/json' \\\n      -d \"{{\\\"type\\\":\\\"deployment\\\",\\\"service\\\":\\\"api\\\",\\\"environment\\\":\\\"production\\\",\\\"status\\\":\\\"success\\\",\\\"sha\\\":\\\"$GITHUB_SHA\\\",\\\"repository\\\":\\\"$GITHUB_REPOSITORY\\\"}}\""
