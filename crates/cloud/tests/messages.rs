@@ -202,3 +202,34 @@ fn a_search_path_without_a_schema_is_named_once() {
     assert!(all.contains("CREATE SCHEMA"), "{all}");
     assert!(!all.contains("no schema has been selected"), "{all}");
 }
+
+/// The server's refusals are said in its words with the usual fix, and a server that is not
+/// there is said as such (not as a pool that timed out).
+#[test]
+fn a_database_that_cannot_be_opened_says_why_and_what_to_do() {
+    let base = testkit::pg_base_url();
+    let (url, rest) = base.split_at(base.rfind('/').unwrap());
+    let query = rest.find('?').map_or("", |i| &rest[i..]);
+    let missing = format!("{url}/no_such_database_here{query}");
+    let refused = "postgres://postgres@127.0.0.1:1/test".to_string();
+    for (database_url, expected) in [
+        (
+            missing,
+            "the server said: database \"no_such_database_here\" does not exist; create it",
+        ),
+        (refused, "Connection refused"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(cloud_bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
+            .args(["--database-url", &database_url])
+            .arg("--data-dir")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+        assert!(!stderr.contains(" at line "), "{stderr}");
+    }
+}

@@ -9,9 +9,7 @@ pub enum StorageError {
     )]
     BadUrl(String),
     /// Could not open or migrate the database.
-    #[error(
-        "cannot open the database ({target}): {cause}. Check that it is reachable and writable"
-    )]
+    #[error("cannot open the database ({target}): {}", opening(cause))]
     Open {
         /// The database, with any password removed.
         target: String,
@@ -71,4 +69,21 @@ impl From<sqlx::migrate::MigrateError> for StorageError {
             e => e.to_string(),
         })
     }
+}
+
+/// Why a database could not be opened, and what to do: the server's own words for what it
+/// refused (not the driver's source location), with the fix for the usual refusals.
+fn opening(cause: &sqlx::Error) -> String {
+    let sqlx::Error::Database(db) = cause else {
+        return format!("{cause}. Check that it is reachable and writable");
+    };
+    let hint = match db.code().as_deref() {
+        Some("3D000") => {
+            "create it (createdb NAME, or CREATE DATABASE) or name another in --database-url"
+        }
+        Some("28P01" | "28000") => "check the user and password in --database-url",
+        Some("42501") => "grant the user access to the database and its schema",
+        _ => "check that it is reachable and writable",
+    };
+    format!("the server said: {}; {hint}", db.message())
 }

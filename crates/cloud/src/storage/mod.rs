@@ -28,7 +28,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Row, migrate::Migrator};
+use sqlx::{ConnectOptions, Connection, Row, migrate::Migrator};
 
 pub use audit::{Actor, AuditEntry};
 use backend::private_files;
@@ -194,6 +194,19 @@ impl Store {
                 let options = PgConnectOptions::from_str(url)
                     .map_err(open_err)?
                     .options([("client_min_messages", "warning")]);
+                // One connection first: the pool would say only that it timed out, not that
+                // the server refused the connection, the password or the database.
+                let no_answer = || {
+                    let e = std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in 5 s");
+                    open_err(sqlx::Error::Io(e))
+                };
+                tokio::time::timeout(Duration::from_secs(5), options.connect())
+                    .await
+                    .map_err(|_| no_answer())?
+                    .map_err(open_err)?
+                    .close()
+                    .await
+                    .map_err(open_err)?;
                 let pool = PgPoolOptions::new()
                     .max_connections(8)
                     .acquire_timeout(Duration::from_secs(5))
