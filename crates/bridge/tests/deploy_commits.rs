@@ -93,6 +93,19 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
             .contains("PUT /v1/repository-sources"),
         "{problem}"
     );
+    // A deployment without one of repository and sha is told which.
+    let mut no_sha = deployment(&second_sha, Utc::now());
+    no_sha.as_object_mut().unwrap().remove("sha");
+    let no_sha = rig.cloud.post_event(&rig.tenant, &no_sha).await;
+    let (status, problem) = get(&rig, &key, &format!("/v1/deployments/{no_sha}/commits")).await;
+    assert_eq!(status, 409, "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("names no sha;"),
+        "{problem}"
+    );
 
     // A bad mapping names each bad field.
     let (status, problem) = put_mapping(

@@ -888,6 +888,9 @@ async fn values_that_could_not_be_read_back_are_refused(backend: Backend) {
         format!(r#"{{"type":"custom","name":"x","extra":{deep}}}"#),
         r#"[{"type":"custom","name":"ok"},{"type":"custom","name":"x","extra":[1e400]}]"#
             .to_string(),
+        r#"{"type":"custom","name":"x","a\u0000":"b"}"#.to_string(),
+        r#"{"type":"custom","name":"x","metadata":{"a\u0000":"b"}}"#.to_string(),
+        r#"{"type":"custom","name":"x","extra":"a\u0000"}"#.to_string(),
     ];
     let mut details = Vec::new();
     for body in bodies {
@@ -907,6 +910,24 @@ async fn values_that_could_not_be_read_back_are_refused(backend: Backend) {
         ),
         "{}",
         details[1]
+    );
+    // A NUL is said where it is: in a member's name (named), inside one, or in a string.
+    assert!(
+        details[5].starts_with("the value at /a\\u0000 cannot be stored: its name holds"),
+        "{}",
+        details[5]
+    );
+    assert!(
+        details[6].starts_with(
+            "the value at /metadata cannot be stored: a member's name inside it holds"
+        ),
+        "{}",
+        details[6]
+    );
+    assert!(
+        details[7].starts_with("the value at /extra cannot be stored: a string holds \\u0000"),
+        "{}",
+        details[7]
     );
     let (_, list) = get(&cloud, &t.api_key, "/v1/events").await;
     assert_eq!(list["events"], json!([]), "nothing was stored");

@@ -52,8 +52,13 @@ pub async fn commits_of(state: &CorrelationState, org_id: i64, id: &str) -> Resu
         )));
     }
     let (Some(repository), Some(sha)) = (&fields.repository, &fields.sha) else {
+        let missing = match (&fields.repository, &fields.sha) {
+            (None, None) => "no repository and no sha",
+            (None, _) => "no repository",
+            _ => "no sha",
+        };
         return Err(Problem::conflict(format!(
-            "deployment {id:?} names no repository and sha; send both with deployments to list their commits"
+            "deployment {id:?} names {missing}; send both repository and sha with deployments to list their commits"
         )));
     };
     if !mirror::is_commit_id(sha) {

@@ -136,9 +136,12 @@ fn strict_members<'a>(text: &'a str, pointer: &str) -> Result<Members<'a>, Batch
     let members = raw::members(text).map_err(malformed)?;
     for (key, value) in members.iter() {
         if key.0.contains('\0') {
+            let name = super::validate::pointer_token(&key.0).replace('\0', "\\u0000");
             return Err(BatchError::Unreadable {
-                pointer: pointer.to_string(),
-                reason: "a member's name holds \\u0000 (the NUL character), which is stored nowhere; remove it".into(),
+                pointer: format!("{pointer}/{name}"),
+                reason:
+                    "its name holds \\u0000 (the NUL character), which is stored nowhere; remove it"
+                        .into(),
             });
         }
         raw::check(value).map_err(|e| {

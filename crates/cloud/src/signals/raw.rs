@@ -212,7 +212,36 @@ impl<'de> Visitor<'de> for Strict {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let inner = self.deeper()?;
-        while map.next_entry_seed(inner, inner)?.is_some() {}
+        while map.next_entry_seed(MemberName, inner)?.is_some() {}
+        Ok(())
+    }
+}
+
+/// A member's name inside a value, checked as strings are, and said as a name.
+#[derive(Clone, Copy)]
+struct MemberName;
+
+impl<'de> de::DeserializeSeed<'de> for MemberName {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MemberName {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a member's name")
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<(), E> {
+        if s.contains('\0') {
+            return Err(E::custom(
+                "a member's name inside it holds \\u0000 (the NUL character), which is stored nowhere; remove it",
+            ));
+        }
         Ok(())
     }
 }
