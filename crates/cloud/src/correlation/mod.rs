@@ -117,8 +117,9 @@ async fn alert(
     Ok((body, fields))
 }
 
-/// When an earlier alert like this one (same dedupKey, or else same service and title) first
-/// fired within [`TITLE_LOOKBACK_MICROS`] before it.
+/// When an earlier alert like this one (same dedupKey, or else same service, title and
+/// environment: a staging firing says nothing of production) first fired within
+/// [`TITLE_LOOKBACK_MICROS`] before it.
 async fn first_fired(
     state: &CorrelationState,
     org_id: i64,
@@ -140,9 +141,12 @@ async fn first_fired(
         .alerts_of_service(org_id, service, alert.at - TITLE_LOOKBACK_MICROS, alert.at)
         .await
         .map_err(failed)?;
+    let environment = alert.environment.as_deref();
     Ok(earlier.iter().find_map(|e| {
         let body: Value = serde_json::from_str(&e.body).ok()?;
-        (body.get("title").and_then(Value::as_str) == Some(title)).then_some(e.occurred_at)
+        let same = body.get("title").and_then(Value::as_str) == Some(title)
+            && body.get("environment").and_then(Value::as_str) == environment;
+        same.then_some(e.occurred_at)
     }))
 }
 
