@@ -272,6 +272,62 @@ async fn bad_input_is_named() {
     assert_eq!(res.status(), 422);
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["errors"][0]["pointer"], "/version", "{body}");
+    // A body that is no object is said once, not as every field missing.
+    for path in ["/v1/services/api/dependencies", "/v1/repository-sources"] {
+        let (status, body) = call(&cloud, &t, reqwest::Method::PUT, path, Some(json!([]))).await;
+        assert_eq!(status, 422, "{path}: {body}");
+        let errors = body["errors"].as_array().unwrap();
+        assert_eq!(errors.len(), 1, "{path}: {body}");
+        assert!(
+            errors[0]["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("the body must be a JSON object, not an array"),
+            "{path}: {body}"
+        );
+    }
+    // A repository too long is shown by its start and length, not echoed whole.
+    let long =
+        json!({"repository": "r".repeat(1025), "bridge": "dc1", "source": "code", "path": "a.git"});
+    let (status, body) = call(
+        &cloud,
+        &t,
+        reqwest::Method::PUT,
+        "/v1/repository-sources",
+        Some(long),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    let detail = body["errors"][0]["detail"].as_str().unwrap();
+    assert!(detail.contains("… (1025 bytes) is not valid"), "{detail}");
+    assert!(detail.len() < 600, "{detail}");
+    // A service no event could carry, and an empty repository to forget, are named.
+    let path = format!("/v1/services/{}/dependencies", "s".repeat(1025));
+    let (status, body) = call(
+        &cloud,
+        &t,
+        reqwest::Method::PUT,
+        &path,
+        Some(json!({"dependencies": []})),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = call(
+        &cloud,
+        &t,
+        reqwest::Method::DELETE,
+        "/v1/repository-sources?repository=",
+        None,
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("repository is empty"),
+        "{body}"
+    );
 }
 
 /// A week of deployments of one service whose figures are worked out by hand in

@@ -108,6 +108,14 @@ async fn seed_event_is_accepted_and_read_back(backend: Backend) {
     let (_, event) = get(&cloud, &t.api_key, &format!("/v1/events/{id}")).await;
     assert_eq!(event["timestamp"], body["receivedAt"], "{event}");
     assert_eq!(event["receivedAt"], body["receivedAt"], "{event}");
+    // A byte order mark (some Windows tools write one) is no part of the JSON.
+    let res = post_text(
+        &cloud,
+        &t,
+        "\u{feff}{\"type\":\"custom\",\"name\":\"bom\"}".into(),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::ACCEPTED);
 }
 
 /// A time the server made: RFC 3339, UTC, exactly three fractional digits, `Z`.

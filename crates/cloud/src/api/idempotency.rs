@@ -30,7 +30,7 @@ pub fn key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
     let key = value.to_str().unwrap_or("").trim();
     if key.is_empty() || key.len() > MAX_KEY {
         return Err(Problem::idempotency_key(format!(
-            "the Idempotency-Key header must be 1 to {MAX_KEY} visible ASCII characters"
+            "the Idempotency-Key header must be 1 to {MAX_KEY} printable ASCII characters (spaces inside it count)"
         )));
     }
     Ok(Some(key.to_string()))

@@ -52,7 +52,17 @@ pub async fn set_dependencies(
     body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
-    let body = json_body(body, r#"{"dependencies": ["service-name", …]}"#)?;
+    const SHAPE: &str = r#"{"dependencies": ["service-name", …]}"#;
+    let body = json_body(body, SHAPE)?;
+    if let Some(problem) = request::not_an_object(&body, SHAPE) {
+        return Err(Problem::invalid(vec![problem]));
+    }
+    if service.len() > MAX_NAME {
+        return Err(Problem::bad_request(format!(
+            "the service in the path is {} bytes; at most {MAX_NAME}, as an event's service",
+            service.len()
+        )));
+    }
     let mut errors = Vec::new();
     let mut list: Vec<String> = Vec::new();
     match body.get("dependencies").map(|v| (v, v.as_array())) {

@@ -226,11 +226,8 @@ const CAUSE_SHAPE: &str = r#"{"deploymentId": "<the id of a deployment event>"}"
 
 /// The deployment id a cause body names, or what is wrong with it, field by field.
 fn deployment_id_of(body: &Value) -> Result<String, Vec<FieldError>> {
-    if !body.is_object() {
-        return Err(vec![FieldError {
-            pointer: String::new(),
-            detail: format!("the body must be a JSON object: {CAUSE_SHAPE}"),
-        }]);
+    if let Some(problem) = request::not_an_object(body, CAUSE_SHAPE) {
+        return Err(vec![problem]);
     }
     let mut errors = request::unknown_fields(body, &["deploymentId"], CAUSE_SHAPE);
     let id = match body.get("deploymentId") {

@@ -28,6 +28,18 @@ pub(super) fn json_body<T>(
     }
 }
 
+/// The one problem of a body that is not a JSON object (an array, a string, …), whose fields
+/// would otherwise each be reported missing; `shape` is what was expected.
+pub(super) fn not_an_object(body: &serde_json::Value, shape: &str) -> Option<FieldError> {
+    (!body.is_object()).then(|| FieldError {
+        pointer: String::new(),
+        detail: format!(
+            "the body must be a JSON object, not {}: {shape}",
+            kind_of(body)
+        ),
+    })
+}
+
 /// "a string", "a number", …: what a JSON value is, for messages.
 pub(super) fn kind_of(value: &serde_json::Value) -> &'static str {
     use serde_json::Value;

@@ -35,8 +35,14 @@ pub async fn list_sources(
     Ok(Json(json!({ "repositorySources": sources })))
 }
 
+/// The shape of a mapping, for messages.
+const SOURCE_SHAPE: &str = r#"{"repository", "bridge", "source", "path"}"#;
+
 /// Checks a mapping's fields, naming each bad one.
 pub fn validate_source(body: &Value) -> Result<RepositorySource, Vec<FieldError>> {
+    if let Some(problem) = super::request::not_an_object(body, SOURCE_SHAPE) {
+        return Err(vec![problem]);
+    }
     let mut errors = Vec::new();
     let mut text = |name: &str| {
         let rule = REPOSITORY_RULES
@@ -65,21 +71,20 @@ pub fn validate_source(body: &Value) -> Result<RepositorySource, Vec<FieldError>
     };
     for (name, rule) in source.problems() {
         if body.get(name).is_some_and(Value::is_string) {
+            // A long value is shown by its start and length, not echoed whole.
+            let value = body[name].as_str().unwrap_or("");
+            let shown = match value.char_indices().nth(64) {
+                Some((cut, _)) => format!("{:?}… ({} bytes)", &value[..cut], value.len()),
+                None => format!("{value:?}"),
+            };
             errors.push(FieldError {
                 pointer: format!("/{name}"),
-                detail: format!(
-                    "{:?} is not valid: expected {rule}",
-                    body[name].as_str().unwrap_or("")
-                ),
+                detail: format!("{shown} is not valid: expected {rule}"),
             });
         }
     }
     let known: Vec<&str> = REPOSITORY_RULES.iter().map(|(name, _)| *name).collect();
-    errors.extend(super::request::unknown_fields(
-        body,
-        &known,
-        r#"{"repository", "bridge", "source", "path"}"#,
-    ));
+    errors.extend(super::request::unknown_fields(body, &known, SOURCE_SHAPE));
     errors.sort_by(|a, b| a.pointer.cmp(&b.pointer));
     if errors.is_empty() {
         Ok(source)
@@ -141,6 +146,11 @@ pub async fn remove_source(
 ) -> Result<axum::http::StatusCode, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
     let Query(which) = query.map_err(|e| crate::query::query_problem(&e, &["repository"]))?;
+    if which.repository.trim().is_empty() {
+        return Err(Problem::bad_request(
+            "query parameter repository is empty; give the repository whose mapping to remove",
+        ));
+    }
     let removed = state
         .store
         .remove_repository_source(principal.org_id, &which.repository)

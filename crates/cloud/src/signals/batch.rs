@@ -71,6 +71,9 @@ fn invalid(pointer: String, detail: String) -> BatchError {
 pub fn parse(body: &[u8], now: DateTime<Utc>) -> Result<Batch<'_>, BatchError> {
     let text = std::str::from_utf8(body)
         .map_err(|e| BatchError::Malformed(format!("the body is not UTF-8 ({e})")))?;
+    // A byte order mark, which some Windows tools write, is no part of the JSON (RFC 8259 §8.1
+    // lets a reader ignore it).
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     match text.trim_start().as_bytes().first() {
         Some(b'[') => {}
         Some(_) => return parse_one(text, now),

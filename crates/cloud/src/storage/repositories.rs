@@ -31,7 +31,7 @@ pub const REPOSITORY_RULES: [(&str, &str); 4] = [
     ),
     (
         "path",
-        "the repository's path under the source's url, e.g. \"acme/api.git\" (no leading '/', no '.' or '..' segments)",
+        "the repository's path under the source's url, e.g. \"acme/api.git\": 1 to 400 bytes of segments joined by single '/' (no leading one), each of letters, digits, '-', '_', '.' or '~' and neither '.' nor '..'",
     ),
 ];
 
