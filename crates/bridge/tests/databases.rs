@@ -494,7 +494,7 @@ async fn read_only_statement_audit_limits_and_cancel() {
     // a second or two (a cancel takes no slot).
     let token = a.cancel_token();
     let sleeping = tokio::spawn(async move { a.query("SELECT pg_sleep(30)", &[]).await });
-    wait_for_sleep(&cluster).await;
+    wait_for_sleeps(&cluster, "1").await;
     let asked = Instant::now();
     token.cancel_query(rig.tls()).await.expect("cancel sent");
     let e = sleeping.await.unwrap().unwrap_err();
@@ -513,7 +513,7 @@ async fn read_only_statement_audit_limits_and_cancel() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for_sleep(&cluster).await;
+    wait_for_sleeps(&cluster, "1").await;
     let asked = Instant::now();
     Command::new("kill")
         .args(["-INT", &psql.id().to_string()])
@@ -533,15 +533,20 @@ async fn read_only_statement_audit_limits_and_cancel() {
         asked.elapsed()
     );
 
-    // SIGTERM with a session open: the bridge ends it, records why, and exits 0 at once.
+    // SIGTERM with a session running a statement: the bridge ends the session, cancels the
+    // statement on the server, records why, and exits 0 at once.
     let open = rig
         .driver("orders", &rig.tenant.api_key, SslNegotiation::Postgres)
         .await
         .unwrap();
     open.simple_query("SELECT 1").await.unwrap();
+    let sleeping = tokio::spawn(async move { open.simple_query("SELECT pg_sleep(30)").await });
+    wait_for_sleeps(&cluster, "1").await;
     let mut rig = rig;
     rig.bridge.signal("TERM");
     assert_eq!(rig.bridge.wait(), Some(0));
+    wait_for_sleeps(&cluster, "0").await;
+    assert!(sleeping.await.unwrap().is_err());
     let records = rig.bridge.audit_records(1).await;
     assert!(
         records
@@ -549,7 +554,6 @@ async fn read_only_statement_audit_limits_and_cancel() {
             .any(|r| r["event"] == "session_end" && r["ended"] == "bridge shutdown"),
         "{records:?}"
     );
-    assert!(open.simple_query("SELECT 1").await.is_err());
 }
 
 /// Revoking an API key ends the database sessions it opened, as it ends its HTTP access: a
@@ -572,7 +576,7 @@ async fn revoking_a_key_ends_its_open_sessions() {
     leaked.simple_query("SELECT 1").await.unwrap();
     // A statement in progress, which the server would otherwise run to its end.
     let sleeping = tokio::spawn(async move { leaked.simple_query("SELECT pg_sleep(30)").await });
-    wait_for_sleep(&cluster).await;
+    wait_for_sleeps(&cluster, "1").await;
     let id = key.rsplit_once('_').unwrap().0.to_string();
     rig.cloud
         .admin(&["api-key", "revoke", "--org", "acme", &id]);
@@ -581,17 +585,8 @@ async fn revoking_a_key_ends_its_open_sessions() {
         .expect("the revoked key's session still runs")
         .unwrap();
     assert!(ended.is_err(), "the statement finished: {ended:?}");
-    let start = Instant::now();
-    while cluster.psql_local(
-        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%' AND state = 'active'",
-    ) != "0"
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the revoked session's statement still runs on the server"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // Not running on, on the server, either.
+    wait_for_sleeps(&cluster, "0").await;
     // Only that key's sessions: the other goes on.
     kept.simple_query("SELECT 1")
         .await
@@ -603,14 +598,17 @@ async fn revoking_a_key_ends_its_open_sessions() {
     );
 }
 
-/// Waits until a `pg_sleep` runs on the cluster.
-async fn wait_for_sleep(cluster: &PgCluster) {
+/// Waits (up to 20 s) until `count` `pg_sleep` statements run on the cluster.
+async fn wait_for_sleeps(cluster: &PgCluster, count: &str) {
     let start = Instant::now();
     while cluster.psql_local(
         "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%' AND state = 'active'",
-    ) != "1"
+    ) != count
     {
-        assert!(start.elapsed() < Duration::from_secs(20), "the sleep never started");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "never {count} pg_sleep running on the server"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -827,7 +825,7 @@ async fn db_proxy_serves_local_clients_without_a_password_over_https() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for_sleep(&cluster).await;
+    wait_for_sleeps(&cluster, "1").await;
     Command::new("kill")
         .args(["-INT", &psql.id().to_string()])
         .status()

@@ -40,6 +40,9 @@ pub struct Session {
     /// `AuthenticationOk`, the parameter statuses, the backend key and `ReadyForQuery`, as the
     /// server sent them; the client must get them first.
     pub pending: BytesMut,
+    /// The server's `BackendKeyData` (process id, secret key), with which the bridge cancels
+    /// the session's running statement when it shuts down.
+    pub backend_key: Option<(i32, i32)>,
 }
 
 /// Opens a connection to `db` and secures it per its `sslmode`; DNS, TCP and TLS each have
@@ -258,17 +261,28 @@ async fn greeting(
 ) -> Result<Session, LoginError> {
     let mut pending = BytesMut::with_capacity(512);
     pending.extend_from_slice(&[b'R', 0, 0, 0, 8, 0, 0, 0, 0]);
+    let mut backend_key = None;
     loop {
         let (tag, body) = read_message(&mut io, &mut inbox).await?;
         if tag == b'E' {
             return Err(refused(&body, user));
+        }
+        if let (b'K', [a, b, c, d, e, f, g, h]) = (tag, &body[..]) {
+            backend_key = Some((
+                i32::from_be_bytes([*a, *b, *c, *d]),
+                i32::from_be_bytes([*e, *f, *g, *h]),
+            ));
         }
         pending.put_u8(tag);
         pending.put_i32(body.len() as i32 + 4);
         pending.extend_from_slice(&body);
         if tag == b'Z' {
             pending.extend_from_slice(&inbox);
-            return Ok(Session { io, pending });
+            return Ok(Session {
+                io,
+                pending,
+                backend_key,
+            });
         }
     }
 }

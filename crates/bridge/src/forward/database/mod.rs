@@ -213,6 +213,7 @@ impl Forwarder {
         let postgres::Session {
             io: mut server,
             pending,
+            backend_key,
         } = session;
         let (ended, bytes) = splice(&mut client, &mut server, pending, &self.stop, |text| {
             if entry.db.audit_statements {
@@ -224,6 +225,14 @@ impl Forwarder {
             }
         })
         .await;
+        // Closing the connection stops a running statement only when the server next writes to
+        // it: at shutdown the bridge cancels it (a cancel for an idle session does nothing).
+        if self.stop.is_cancelled()
+            && let Some((pid, key)) = backend_key
+            && let Err(e) = postgres::cancel(&entry.db, pid, key).await
+        {
+            tracing::warn!(resource = %name, cause = %e, "cannot cancel the session's statement at shutdown");
+        }
         self.end(audit, started, bytes, ended);
     }
 
