@@ -98,33 +98,51 @@ fn stripped_path<S: Serializer>(path: &str, serializer: S) -> Result<S::Ok, S::E
 }
 
 /// Removes query string values (and any fragment) from `path`, keeping the parameter names:
-/// `/a?token=x&service=y#f` becomes `/a?token&service`.
+/// `/a?token=x&service=y#f` becomes `/a?token&service`; so are the values of a segment's
+/// parameters (`/a;jsessionid=x/b` becomes `/a;jsessionid/b`), which servers read as secrets too.
 pub fn strip_query_values(path: &str) -> String {
     let path = path.split_once('#').map_or(path, |(before, _)| before);
-    let Some((base, query)) = path.split_once('?') else {
-        return path.to_owned();
+    let (base, query) = path.split_once('?').unwrap_or((path, ""));
+    let base = if base.contains(';') {
+        let segments: Vec<String> = (base.split('/'))
+            .map(|segment| {
+                let mut parts = segment.split(';');
+                let name = parts.next().unwrap_or_default();
+                std::iter::once(name)
+                    .chain(parts.map(name_of))
+                    .collect::<Vec<_>>()
+                    .join(";")
+            })
+            .collect();
+        segments.join("/")
+    } else {
+        base.to_owned()
     };
-    let names: Vec<&str> = query
-        .split('&')
+    let names: Vec<&str> = (query.split('&'))
         .filter(|pair| !pair.is_empty())
-        // `name=value` keeps a short, name-like name; a bare `?<word>` or a long name may itself
-        // be a token: `*`. Apply once, to the raw path (the record's serializer does).
-        .map(|pair| match pair.split_once('=') {
-            Some((name, _))
-                if (1..=32).contains(&name.len())
-                    && name
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"_.-[]".contains(&b)) =>
-            {
-                name
-            }
-            _ => "*",
-        })
+        .map(name_of)
         .collect();
     if names.is_empty() {
-        base.to_owned()
+        base
     } else {
         format!("{base}?{}", names.join("&"))
+    }
+}
+
+/// The name of a `name=value` parameter when it is short and name-like; `*` for a bare word or
+/// a long name, which may itself be a token. Applied once, to the raw path (the record's
+/// serializer does).
+fn name_of(pair: &str) -> &str {
+    match pair.split_once('=') {
+        Some((name, _))
+            if (1..=32).contains(&name.len())
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_.-[]".contains(&b)) =>
+        {
+            name
+        }
+        _ => "*",
     }
 }
 
