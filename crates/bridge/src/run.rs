@@ -116,6 +116,11 @@ pub(crate) fn preflight(cfg: &Arc<Config>) -> Result<(Identity, AuditLog), ExitC
             problems.push(format!("{entry}.tls_ca_file: {e}"));
         }
     }
+    for (i, db) in cfg.databases.iter().enumerate() {
+        if let Some(Err(e)) = db.sslrootcert.as_deref().map(crate::forward::load_ca) {
+            problems.push(format!("databases[{i}].sslrootcert: {e}"));
+        }
+    }
     let identity = Identity::new(cfg.clone()).map_err(|e| problems.push(e.to_string()));
     let audit =
         AuditLog::for_target(&cfg.audit_log).map_err(|e| problems.push(format!("audit_log: {e}")));
@@ -156,6 +161,7 @@ fn has_relative_path(cfg: &Config) -> bool {
     .chain(audit)
     .chain(cfg.apis.iter().filter_map(|a| a.tls_ca_file.as_ref()))
     .chain(cfg.sources.iter().filter_map(|s| s.tls_ca_file.as_ref()))
+    .chain(cfg.databases.iter().filter_map(|d| d.sslrootcert.as_ref()))
     .any(|path| path.is_relative())
 }
 
