@@ -93,8 +93,9 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
             .contains("PUT /v1/repository-sources"),
         "{problem}"
     );
-    // A deployment without one of repository and sha is told which.
-    let mut no_sha = deployment(&second_sha, Utc::now());
+    // A deployment without one of repository and sha is told which (a day back, so that it
+    // supersedes none of the others).
+    let mut no_sha = deployment(&second_sha, Utc::now() - chrono::Duration::days(1));
     no_sha.as_object_mut().unwrap().remove("sha");
     let no_sha = rig.cloud.post_event(&rig.tenant, &no_sha).await;
     let (status, problem) = get(&rig, &key, &format!("/v1/deployments/{no_sha}/commits")).await;
