@@ -18,6 +18,7 @@
 mod admit;
 mod api;
 mod batch;
+mod causes;
 mod counted;
 mod database;
 mod git;
@@ -42,6 +43,8 @@ use hyper_util::rt::TokioExecutor;
 use tokio::sync::Semaphore;
 
 use batch::Batched;
+pub(crate) use causes::causes;
+use causes::unreadable_head;
 pub use counted::{Counted, Tally};
 pub use kind::{Kind, Refusal};
 pub use registry::check_registry;
@@ -375,37 +378,4 @@ fn header_str(h: &HeaderMap, name: &str) -> String {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string()
-}
-
-/// An error and its sources, outermost first: hyper's own message ("client error (Connect)")
-/// says nothing of the refused connection or the unknown certificate underneath. A server
-/// that answered TLS in plain text is said as such.
-/// Whether the internal system answered, but with a head the HTTP/1.1 client would not parse
-/// (too many fields, too large, malformed): not a reachability problem.
-fn unreadable_head(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut source = Some(e);
-    while let Some(inner) = source {
-        if inner
-            .downcast_ref::<hyper::Error>()
-            .is_some_and(|h| h.is_parse() || h.is_parse_too_large())
-        {
-            return true;
-        }
-        source = inner.source();
-    }
-    false
-}
-
-pub(crate) fn causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    if text.contains("InvalidContentType") {
-        text.push_str(" (the server answered in plain text, not TLS: use an http:// URL, or the port where it speaks TLS)");
-    }
-    text
 }

@@ -230,82 +230,6 @@ impl<'a> Checker<'_, 'a> {
     }
 }
 
-impl Checker<'_, '_> {
-    /// An alert's `links`: an array whose items are http(s) URLs, or `{href, text}` objects
-    /// with an http(s) URL as `href` and optional text.
-    fn links(&mut self) {
-        const SHAPE: &str = "an http(s) URL or an {href, text} object";
-        let Some(links) = self.members.present("links") else {
-            return;
-        };
-        let Ok(items) = serde_json::from_str::<Vec<&serde_json::value::RawValue>>(links.get())
-        else {
-            let kind = Kind::of(links).article();
-            self.fail(
-                "links",
-                format!("links must be an array of URLs or {{href, text}} objects, not {kind}"),
-            );
-            return;
-        };
-        for (i, item) in items.iter().enumerate() {
-            match Kind::of(item) {
-                Kind::String => {
-                    if let Some(why) = raw::string(item).and_then(|u| not_a_link(&u)) {
-                        self.fail_path(&format!("links/{i}"), format!("links/{i} {why}"));
-                    }
-                }
-                Kind::Object => {
-                    let Ok(fields) = raw::members(item.get()) else {
-                        continue;
-                    };
-                    let href = fields.present("href");
-                    match href.map(|h| (Kind::of(h), raw::string(h))) {
-                        Some((Kind::String, Some(url))) => {
-                            if let Some(why) = not_a_link(&url) {
-                                let at = format!("links/{i}/href");
-                                self.fail_path(&at, format!("{at} {why}"));
-                            }
-                        }
-                        _ => self.fail_path(
-                            &format!("links/{i}/href"),
-                            format!("links/{i}/href is required: the link's http(s) URL"),
-                        ),
-                    }
-                    if let Some(text) = fields.present("text")
-                        && (Kind::of(text) != Kind::String
-                            || raw::string(text).is_none_or(|t| t.len() > MAX_TEXT))
-                    {
-                        self.fail_path(
-                            &format!("links/{i}/text"),
-                            format!("links/{i}/text must be a string of at most {MAX_TEXT} bytes"),
-                        );
-                    }
-                }
-                other => self.fail_path(
-                    &format!("links/{i}"),
-                    format!("links/{i} must be {SHAPE}, not {}", other.article()),
-                ),
-            }
-        }
-    }
-}
-
-/// Why `url` is no link a person can follow from the dashboard, if it is not.
-fn not_a_link(url: &str) -> Option<String> {
-    if url.len() > MAX_TEXT {
-        return Some(format!(
-            "is {} bytes; at most {MAX_TEXT} allowed",
-            url.len()
-        ));
-    }
-    match url::Url::parse(url) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") => None,
-        _ => Some(format!(
-            "{url:?} is not an http(s) URL; expected e.g. https://runbooks.example.com/latency"
-        )),
-    }
-}
-
 fn deployment_synonym(s: &str) -> Option<&'static str> {
     Some(match s {
         "succeeded" | "successful" | "succeed" | "ok" => "success",
@@ -419,7 +343,11 @@ pub fn validate<'a>(
             for key in ["environment", "source", "version", "sha", "repository"] {
                 c.string(key, false, MAX_SHORT);
             }
-            c.links();
+            if let Some(links) = members.present("links") {
+                for (path, detail) in super::links::problems(links) {
+                    c.fail_path(&path, detail);
+                }
+            }
         }
         Some(EventType::Change) => {
             c.string("service", true, MAX_SHORT);

@@ -1,0 +1,134 @@
+use super::*;
+
+fn message(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut m = vec![tag];
+    m.extend_from_slice(&(body.len() as i32 + 4).to_be_bytes());
+    m.extend_from_slice(body);
+    m
+}
+
+#[test]
+fn passwords_never_reach_the_audit() {
+    for (statement, audited) in [
+        (
+            "ALTER ROLE ada PASSWORD 'it''s secret'",
+            "ALTER ROLE ada PASSWORD '…'",
+        ),
+        (
+            "create user bob with password E'a\\'b' login",
+            "create user bob with password E'…' login",
+        ),
+        (
+            "ALTER USER c PASSWORD 'SCRAM-SHA-256$4096:abc=$def=:ghi=';",
+            "ALTER USER c PASSWORD '…';",
+        ),
+        (
+            "ALTER ROLE d PASSWORD 'unterminated",
+            "ALTER ROLE d PASSWORD '…'",
+        ),
+        ("ALTER ROLE e PASSWORD NULL", "ALTER ROLE e PASSWORD NULL"),
+        (
+            "SELECT id FROM users WHERE password='hunter2'",
+            "SELECT id FROM users WHERE password='…'",
+        ),
+        (
+            "SELECT password_hash FROM users WHERE password_set",
+            "SELECT password_hash FROM users WHERE password_set",
+        ),
+        (
+            "ALTER ROLE f PASSWORD 'x'; ALTER ROLE g PASSWORD 'y'",
+            "ALTER ROLE f PASSWORD '…'; ALTER ROLE g PASSWORD '…'",
+        ),
+        // Dollar-quoted, with or without a tag, and Unicode-escaped literals.
+        (
+            "CREATE ROLE x PASSWORD $$top'secret$$;",
+            "CREATE ROLE x PASSWORD '…';",
+        ),
+        (
+            "ALTER ROLE y PASSWORD $pw$a$$b$pw$ LOGIN",
+            "ALTER ROLE y PASSWORD '…' LOGIN",
+        ),
+        ("ALTER ROLE z PASSWORD $$open", "ALTER ROLE z PASSWORD '…'"),
+        (
+            "ALTER ROLE u PASSWORD U&'d\\0061ta'",
+            "ALTER ROLE u PASSWORD U&'…'",
+        ),
+        // A parameter is no literal.
+        ("ALTER ROLE p PASSWORD $1", "ALTER ROLE p PASSWORD $1"),
+        // A backslash ends nothing outside E'…': the next statement's password is masked.
+        (
+            "ALTER ROLE a PASSWORD 'x\\'; ALTER ROLE b PASSWORD 'secret';",
+            "ALTER ROLE a PASSWORD '…'; ALTER ROLE b PASSWORD '…';",
+        ),
+        // Comments before the literal, a national literal, a literal continued on the
+        // next line.
+        (
+            "ALTER ROLE c PASSWORD /* new */ 'secret'",
+            "ALTER ROLE c PASSWORD /* new */ '…'",
+        ),
+        // A word inside a literal, a comment or a quoted name is no keyword.
+        (
+            "COMMENT ON ROLE app IS 'rotated password'; ALTER ROLE app PASSWORD 'apppw'",
+            "COMMENT ON ROLE app IS 'rotated password'; ALTER ROLE app PASSWORD '…'",
+        ),
+        ("SELECT 'password = ''x'''", "SELECT 'password = ''x'''"),
+        (
+            "SELECT 1 /* password */; ALTER ROLE b PASSWORD 'pw' -- password\n",
+            "SELECT 1 /* password */; ALTER ROLE b PASSWORD '…' -- password\n",
+        ),
+        (
+            "UPDATE t SET \"User Password\" = 'pw', user_password = E'p\\'w', note = 'n'",
+            "UPDATE t SET \"User Password\" = '…', user_password = E'…', note = 'n'",
+        ),
+        (
+            "ALTER ROLE c PASSWORD /* a /* nested */ b */ 'secret'",
+            "ALTER ROLE c PASSWORD /* a /* nested */ b */ '…'",
+        ),
+        (
+            "ALTER ROLE c PASSWORD /* open /* never closed */ 'secret'",
+            "ALTER ROLE c PASSWORD /* open /* never closed */ '…'",
+        ),
+        (
+            "ALTER ROLE d PASSWORD -- new\n 'secret'",
+            "ALTER ROLE d PASSWORD -- new\n '…'",
+        ),
+        (
+            "ALTER ROLE n PASSWORD N'secret'",
+            "ALTER ROLE n PASSWORD N'…'",
+        ),
+        (
+            "ALTER ROLE k PASSWORD 'sec'\n  'ret' LOGIN",
+            "ALTER ROLE k PASSWORD '…' LOGIN",
+        ),
+    ] {
+        assert_eq!(without_passwords(statement), audited, "{statement}");
+    }
+}
+
+#[test]
+fn statements_are_found_across_any_split() {
+    let mut stream = message(b'Q', b"SELECT 1\0");
+    stream.extend(message(b'P', b"s1\0INSERT INTO t VALUES ($1)\0\0\0"));
+    stream.extend(message(b'B', b"\0s1\0\0\0\0\0\0\0"));
+    stream.extend(message(b'd', b"copy data, not a statement"));
+    stream.extend(message(b'F', &[0, 0, 0x0a, 0xbc, 0, 0]));
+    stream.extend(message(b'Q', b"COMMIT\0"));
+    for chunk in [1, 2, 3, 7, 64, stream.len()] {
+        let mut seen = Vec::new();
+        let mut tap = Statements::new(|s| seen.push(s));
+        for piece in stream.chunks(chunk) {
+            tap.feed(piece);
+        }
+        drop(tap);
+        assert_eq!(
+            seen,
+            [
+                "SELECT 1",
+                "INSERT INTO t VALUES ($1)",
+                "function call (oid 2748)",
+                "COMMIT"
+            ],
+            "chunks of {chunk}"
+        );
+    }
+}

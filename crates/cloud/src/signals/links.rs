@@ -1,0 +1,83 @@
+//! An alert's `links` (docs/api.md): an array whose items are http(s) URLs, or
+//! `{href, text}` objects with an http(s) URL as `href` and optional text. The dashboard shows
+//! them as links a person follows, so anything else is refused, item by item.
+
+use serde_json::value::RawValue;
+
+use super::raw::{self, Kind};
+
+/// The longest link or link text, in bytes.
+const MAX_LINK: usize = 8_192;
+
+/// What is wrong with `links`: (JSON pointer below the event, without its leading `/`; detail).
+pub(super) fn problems(links: &RawValue) -> Vec<(String, String)> {
+    const SHAPE: &str = "an http(s) URL or an {href, text} object";
+    let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(links.get()) else {
+        let kind = Kind::of(links).article();
+        return vec![(
+            "links".into(),
+            format!("links must be an array of URLs or {{href, text}} objects, not {kind}"),
+        )];
+    };
+    let mut problems = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        match Kind::of(item) {
+            Kind::String => {
+                if let Some(why) = raw::string(item).and_then(|u| not_a_link(&u)) {
+                    problems.push((format!("links/{i}"), format!("links/{i} {why}")));
+                }
+            }
+            Kind::Object => {
+                let Ok(fields) = raw::members(item.get()) else {
+                    continue;
+                };
+                let at = format!("links/{i}/href");
+                match fields
+                    .present("href")
+                    .map(|h| (Kind::of(h), raw::string(h)))
+                {
+                    Some((Kind::String, Some(url))) => {
+                        if let Some(why) = not_a_link(&url) {
+                            problems.push((at.clone(), format!("{at} {why}")));
+                        }
+                    }
+                    _ => problems.push((
+                        at.clone(),
+                        format!("{at} is required: the link's http(s) URL"),
+                    )),
+                }
+                if let Some(text) = fields.present("text")
+                    && (Kind::of(text) != Kind::String
+                        || raw::string(text).is_none_or(|t| t.len() > MAX_LINK))
+                {
+                    let at = format!("links/{i}/text");
+                    problems.push((
+                        at.clone(),
+                        format!("{at} must be a string of at most {MAX_LINK} bytes"),
+                    ));
+                }
+            }
+            other => problems.push((
+                format!("links/{i}"),
+                format!("links/{i} must be {SHAPE}, not {}", other.article()),
+            )),
+        }
+    }
+    problems
+}
+
+/// Why `url` is no link a person can follow from the dashboard, if it is not.
+fn not_a_link(url: &str) -> Option<String> {
+    if url.len() > MAX_LINK {
+        return Some(format!(
+            "is {} bytes; at most {MAX_LINK} allowed",
+            url.len()
+        ));
+    }
+    match url::Url::parse(url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => None,
+        _ => Some(format!(
+            "{url:?} is not an http(s) URL; expected e.g. https://runbooks.example.com/latency"
+        )),
+    }
+}
