@@ -18,6 +18,24 @@ pub(super) fn parse_file(text: &str) -> Result<(FileConfig, Vec<Problem>), Vec<P
     if !has_content {
         return Ok((FileConfig::default(), Vec::new()));
     }
+    // A list (or a flow value) at the top is one problem, not every key it lacks.
+    let first = text.lines().enumerate().find(|(_, l)| {
+        let l = l.trim();
+        !l.is_empty() && !l.starts_with('#') && l != "---"
+    });
+    if let Some((index, line)) = first {
+        let line = line.trim_start();
+        if line == "-" || line.starts_with("- ") || line.starts_with('[') {
+            return Err(vec![Problem::new(
+                "",
+                Origin::File {
+                    line: index as u64 + 1,
+                    column: 1,
+                },
+                "the file's top level must be `key: value` lines (name:, token:, apis:, …), not a list",
+            )]);
+        }
+    }
     let mut found: Vec<(Problem, (u64, u64))> = Vec::new();
     // The reader counts a lone CR as a line break, as `str::lines` does not: read the text with
     // LF alone, so that its lines are the ones the reader's places count.

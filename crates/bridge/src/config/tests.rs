@@ -765,3 +765,14 @@ fn an_unknown_key_in_a_later_flow_item_names_that_item() {
         "{text}"
     );
 }
+
+/// A list at the top of the file is said once, not as every key it lacks.
+#[test]
+fn a_list_at_the_top_is_one_problem() {
+    let text = failure("# bridge\n- name: dc1\n- token: x\n", &MapEnv::new());
+    assert_eq!(
+        text.trim(),
+        "bridge.yaml:2:1: the file's top level must be `key: value` lines (name:, token:, apis:, …), not a list",
+        "{text}"
+    );
+}
