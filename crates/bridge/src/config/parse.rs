@@ -18,6 +18,26 @@ pub(super) fn parse_file(text: &str) -> Result<(FileConfig, Vec<Problem>), Vec<P
     if !has_content {
         return Ok((FileConfig::default(), Vec::new()));
     }
+    // YAML indents with spaces only; the reader's own message for a tab names another place.
+    let tabbed: Vec<Problem> = (text.lines().enumerate())
+        .filter(|(_, l)| {
+            let indent = &l[..l.len() - l.trim_start().len()];
+            indent.contains('\t') && !l.trim_start().starts_with('#')
+        })
+        .map(|(index, _)| {
+            Problem::new(
+                "",
+                Origin::File {
+                    line: index as u64 + 1,
+                    column: 1,
+                },
+                "a tab in the indentation: YAML indents with spaces only",
+            )
+        })
+        .collect();
+    if !tabbed.is_empty() {
+        return Err(tabbed);
+    }
     // A list (or a flow value) at the top is one problem, not every key it lacks.
     let first = text.lines().enumerate().find(|(_, l)| {
         let l = l.trim();

@@ -776,3 +776,14 @@ fn a_list_at_the_top_is_one_problem() {
         "{text}"
     );
 }
+
+/// A tab in the indentation is named at its line (the YAML reader's own message names another).
+#[test]
+fn a_tab_in_the_indentation_is_named_at_its_line() {
+    let text = failure("name: dc1\ntoken: x\napis:\n\t- name: a\n", &MapEnv::new());
+    assert_eq!(
+        text.trim(),
+        "bridge.yaml:4:1: a tab in the indentation: YAML indents with spaces only",
+        "{text}"
+    );
+}
