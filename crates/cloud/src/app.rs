@@ -47,6 +47,9 @@ pub struct Publishing {
     /// The CA file clients must trust (`DIR/ca.pem`) when the cloud serves a certificate of its
     /// own CA; `None` with `--tls-cert`, whose CA clients trust already.
     pub own_ca: Option<String>,
+    /// `--webhook-allow-private`: the dashboard refuses a webhook at a non-public address at
+    /// once, rather than letting every delivery fail.
+    pub webhook_allow_private: bool,
 }
 
 /// Which listener a router serves.
@@ -122,6 +125,7 @@ impl App {
                 public_url: publishing.public_url,
                 tls_port: publishing.tls_port,
                 own_ca: publishing.own_ca,
+                webhook_allow_private: publishing.webhook_allow_private,
             }),
             live,
             insight,

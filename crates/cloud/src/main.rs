@@ -303,6 +303,7 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
                 .local_addr()
                 .map_or(args.listen.port(), |a| a.port()),
             own_ca,
+            webhook_allow_private: args.webhook_allow_private,
         },
         webhook_first_retry: Duration::from_secs_f64(args.webhook_first_retry),
         webhook_allow_private: args.webhook_allow_private,

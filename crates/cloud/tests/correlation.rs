@@ -506,6 +506,11 @@ struct WebhookOrg {
 
 /// Starts [`WebhookOrg`]; `extra` are more `cloud serve` arguments (first retry after 0.2 s).
 async fn org_with_webhook(extra: &[&str]) -> WebhookOrg {
+    org_with_webhook_at(extra, str::to_string).await
+}
+
+/// [`org_with_webhook`] with the receiver's URL as `address` writes it.
+async fn org_with_webhook_at(extra: &[&str], address: impl Fn(&str) -> String) -> WebhookOrg {
     use testkit::dashboard::{client, post as form, session};
     let mut args = vec!["--webhook-first-retry", "0.2"];
     args.extend_from_slice(extra);
@@ -519,7 +524,7 @@ async fn org_with_webhook(extra: &[&str]) -> WebhookOrg {
         &cloud,
         &admin,
         "/integrations/notifications/webhook",
-        &[("url", &receiver.url)],
+        &[("url", &address(&receiver.url))],
     )
     .await;
     assert_eq!(status, 200, "{page}");
@@ -719,11 +724,12 @@ async fn concurrent_deployments_of_the_same_services_all_commit_postgres() {
     }
 }
 
-/// Without `--webhook-allow-private`, a webhook on a loopback address is never called: the
+/// Without `--webhook-allow-private`, a webhook on a loopback address is never called: a
+/// literal one is refused when it is set, a name that resolves to one at delivery, where the
 /// Notifications page shows why, and the receiver gets nothing.
 #[tokio::test]
 async fn webhooks_reach_public_addresses_only_by_default() {
-    use testkit::dashboard::get;
+    use testkit::dashboard::{get, post as form};
 
     let WebhookOrg {
         cloud,
@@ -732,7 +738,17 @@ async fn webhooks_reach_public_addresses_only_by_default() {
         admin,
         receiver,
         ..
-    } = org_with_webhook(&[]).await;
+    } = org_with_webhook_at(&[], |url| url.replace("127.0.0.1", "localhost")).await;
+    let (status, page) = form(
+        &browser,
+        &cloud,
+        &admin,
+        "/integrations/notifications/webhook",
+        &[("url", &receiver.url)],
+    )
+    .await;
+    assert_eq!(status, 422, "{page}");
+    assert!(page.contains("127.0.0.1 is not a public address"), "{page}");
     let now = Utc::now();
     cloud.post_event(&t, &json!({"type": "deployment", "service": "api", "environment": "production",
         "status": "success", "version": "v2", "timestamp": (now - Duration::minutes(5)).to_rfc3339()})).await;

@@ -56,6 +56,7 @@ pub struct DashboardState {
     public_url: Option<String>,
     tls_port: u16,
     own_ca: Option<String>,
+    webhook_allow_private: bool,
     secure: bool,
 }
 
@@ -77,6 +78,8 @@ pub struct DashboardParts {
     pub tls_port: u16,
     /// The cloud's own CA file, when its certificate is that CA's (`--cacert` in commands).
     pub own_ca: Option<String>,
+    /// `--webhook-allow-private`.
+    pub webhook_allow_private: bool,
 }
 
 impl DashboardState {
@@ -94,6 +97,7 @@ impl DashboardState {
                 .map(|u| u.trim_end_matches('/').to_string()),
             tls_port: parts.tls_port,
             own_ca: parts.own_ca,
+            webhook_allow_private: parts.webhook_allow_private,
             secure: false,
         }
     }

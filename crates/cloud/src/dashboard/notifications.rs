@@ -188,7 +188,14 @@ pub async fn set_webhook(
     if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
         return answer;
     }
-    let url = match webhook_url(&form.url) {
+    // A literal address that deliveries would refuse is said now, not in every delivery.
+    let checked = webhook_url(&form.url).and_then(|url| {
+        if state.webhook_allow_private {
+            return Ok(url);
+        }
+        crate::notify::guard::literal_allowed(&url).map(|()| url)
+    });
+    let url = match checked {
         Ok(u) => u,
         Err(why) => {
             return message(

@@ -9,7 +9,7 @@
 //! what is due. It reads the live tunnels through [`LiveBridges`] and correlation's answers
 //! through [`Insight`], and never imports those features.
 
-mod guard;
+pub mod guard;
 mod send;
 pub mod sign;
 mod watch;
