@@ -109,7 +109,7 @@ pub fn strip_query_values(path: &str) -> String {
                 let mut parts = segment.split(';');
                 let name = parts.next().unwrap_or_default();
                 std::iter::once(name)
-                    .chain(parts.map(name_of))
+                    .chain(parts.filter(|p| !p.is_empty()).map(name_of))
                     .collect::<Vec<_>>()
                     .join(";")
             })

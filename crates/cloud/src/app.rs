@@ -44,12 +44,22 @@ pub struct Publishing {
     /// The TLS listener's port: the bridge commands a page shows dial it, even when the page
     /// was reached on the plain listener.
     pub tls_port: u16,
-    /// The CA file clients must trust (`DIR/ca.pem`) when the cloud serves a certificate of its
-    /// own CA; `None` with `--tls-cert`, whose CA clients trust already.
-    pub own_ca: Option<String>,
+    /// The CA file clients must trust when the cloud serves a certificate of its own CA;
+    /// `None` with `--tls-cert`, whose CA clients trust already.
+    pub own_ca: Option<OwnCa>,
     /// `--webhook-allow-private`: the dashboard refuses a webhook at a non-public address at
     /// once, rather than letting every delivery fail.
     pub webhook_allow_private: bool,
+}
+
+/// The cloud's own CA as clients meet it: the file to trust, and the names its certificate is
+/// issued for (a page reached by another name is served by a front with its own certificate).
+#[derive(Debug, Clone)]
+pub struct OwnCa {
+    /// `DIR/ca.pem`, absolute.
+    pub file: String,
+    /// localhost, 127.0.0.1, ::1 and `--tls-names`.
+    pub names: Vec<String>,
 }
 
 /// Which listener a router serves.

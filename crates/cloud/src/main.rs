@@ -283,8 +283,20 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
         }
     };
     // Clients trust the cloud's own CA through this file, unless it serves the operator's.
-    let own_ca = (args.tls_cert.is_none())
-        .then(|| args.storage.data_dir.join("ca.pem").display().to_string());
+    let own_ca = (args.tls_cert.is_none()).then(|| {
+        let file = args.storage.data_dir.join("ca.pem");
+        cloud::app::OwnCa {
+            file: std::path::absolute(&file)
+                .unwrap_or(file)
+                .display()
+                .to_string(),
+            names: ["localhost", "127.0.0.1", "::1"]
+                .into_iter()
+                .map(String::from)
+                .chain(args.tls_names.iter().cloned())
+                .collect(),
+        }
+    });
     let options = ServeOptions {
         backend,
         data_dir: args.storage.data_dir,

@@ -258,6 +258,8 @@ async fn public_url_is_the_base_of_the_commands_pages_show() {
         page.contains("https://signals.example.com/v1/signals/sigkey_"),
         "{page}"
     );
+    // A front serves that address with its own certificate: no --cacert of the cloud's CA.
+    assert!(!page.contains("--cacert"), "{page}");
     let refused = std::process::Command::new(testkit::cloud_bin())
         .args(["serve", "--public-url", "signals.example.com"])
         .output()
@@ -340,7 +342,7 @@ async fn the_command_shown_with_a_new_api_key_works_as_copied() {
     );
     // The certificate is the cloud's own CA's: the command names the CA file to trust.
     assert!(
-        command.contains(&format!("--cacert \"{}\"", cloud.ca_path().display())),
+        command.contains(&format!("--cacert '{}'", cloud.ca_path().display())),
         "{command}"
     );
     let out = std::process::Command::new("sh")

@@ -61,31 +61,38 @@ impl Forwarder {
                 why: "the bridge is above max_memory_mb; retry shortly".into(),
             });
         }
-        self.permits(slots).await.ok_or_else(|| Refusal {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            reason: "overloaded",
-            rule: "max_connections".into(),
-            why: "the bridge or this resource is at its max_connections; retry shortly".into(),
-        })
+        self.permits(slots).await
     }
 
     /// A slot under `max_connections` and, where the resource sets one, under its own limit.
     /// A free slot is taken at once; otherwise the stream waits, up to [`QUEUE_WAIT`] in all,
     /// unless three times `max_connections` wait already: then it is refused at once, so that
     /// the tunnel's last stream slot stays free for the heartbeat.
-    async fn permits(&self, slots: Option<&Arc<Semaphore>>) -> Option<Permits> {
+    async fn permits(&self, slots: Option<&Arc<Semaphore>>) -> Result<Permits, Refusal> {
         let deadline = tokio::time::Instant::now() + QUEUE_WAIT;
         let most_waiting = i64::from(self.cfg.max_connections.max(1)).saturating_mul(3);
+        let overloaded = |rule: &str, why: &str| Refusal {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            reason: "overloaded",
+            rule: rule.into(),
+            why: why.into(),
+        };
         let take = |sem: Arc<Semaphore>| async move {
-            match sem.clone().try_acquire_owned() {
-                Ok(p) => Some(p),
-                Err(_) => {
-                    let _waiting = Waiting::join(&self.metrics.waiting, most_waiting)?;
-                    tokio::time::timeout_at(deadline, sem.acquire_owned())
-                        .await
-                        .ok()?
-                        .ok()
-                }
+            if let Ok(p) = sem.clone().try_acquire_owned() {
+                return Ok(p);
+            }
+            let Some(_waiting) = Waiting::join(&self.metrics.waiting, most_waiting) else {
+                return Err(overloaded(
+                    "max_connections (queue full)",
+                    "three times max_connections streams already wait for a slot of this bridge; retry shortly",
+                ));
+            };
+            match tokio::time::timeout_at(deadline, sem.acquire_owned()).await {
+                Ok(Ok(permit)) => Ok(permit),
+                _ => Err(overloaded(
+                    "max_connections",
+                    "the bridge or this resource is at its max_connections; retry shortly",
+                )),
             }
         };
         // The resource's own limit first: streams queued for one busy resource must not sit
@@ -95,7 +102,7 @@ impl Forwarder {
             None => None,
         };
         let all = take(self.all.clone()).await?;
-        Some(Permits {
+        Ok(Permits {
             _all: all,
             _own: own,
         })

@@ -55,7 +55,7 @@ pub struct DashboardState {
     release: Arc<str>,
     public_url: Option<String>,
     tls_port: u16,
-    own_ca: Option<String>,
+    own_ca: Option<crate::app::OwnCa>,
     webhook_allow_private: bool,
     secure: bool,
 }
@@ -77,7 +77,7 @@ pub struct DashboardParts {
     /// The TLS listener's port, which bridges dial.
     pub tls_port: u16,
     /// The cloud's own CA file, when its certificate is that CA's (`--cacert` in commands).
-    pub own_ca: Option<String>,
+    pub own_ca: Option<crate::app::OwnCa>,
     /// `--webhook-allow-private`.
     pub webhook_allow_private: bool,
 }

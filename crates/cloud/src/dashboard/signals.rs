@@ -145,11 +145,19 @@ pub async fn create(
         _ => ("$SIGNAL_KEY", value.as_str()),
     };
     let body = r#"{"type":"deployment","service":"api","environment":"production","status":"success","version":"v1.2.3"}"#;
-    // The cloud's own CA signs its certificate unless an operator's is served: curl must
-    // trust it, from the file the cloud wrote (not through a --public-url's front).
-    let cacert = match &state.own_ca {
-        Some(ca) if base.starts_with("https://") && state.public_url.is_none() => {
-            format!(" --cacert \"{ca}\"")
+    // The cloud's own CA signs its certificate (unless an operator's is served) for its own
+    // names: reached by one of them, curl must trust that CA. Reached by another name, or
+    // through --public-url, a front with its own certificate answers.
+    let host = url::Url::parse(&base)
+        .ok()
+        .and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_string()));
+    let cacert = match (&state.own_ca, host) {
+        (Some(ca), Some(host))
+            if base.starts_with("https://")
+                && state.public_url.is_none()
+                && ca.names.iter().any(|n| *n == host) =>
+        {
+            format!(" --cacert '{}'", ca.file.replace('\'', "'\\''"))
         }
         _ => String::new(),
     };

@@ -28,6 +28,8 @@ use crate::config::Database;
 use crate::postgres;
 use splice::splice;
 
+/// How long the bridge tries to cancel a session's statement at shutdown.
+const SHUTDOWN_CANCEL: std::time::Duration = std::time::Duration::from_secs(2);
 /// How long the cloud has to send the startup message (or cancel) of a stream.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -225,15 +227,23 @@ impl Forwarder {
             }
         })
         .await;
-        // Closing the connection stops a running statement only when the server next writes to
-        // it: at shutdown the bridge cancels it (a cancel for an idle session does nothing).
-        if self.stop.is_cancelled()
-            && let Some((pid, key)) = backend_key
-            && let Err(e) = postgres::cancel(&entry.db, pid, key).await
-        {
-            tracing::warn!(resource = %name, cause = %e, "cannot cancel the session's statement at shutdown");
-        }
+        let stopped = self.stop.is_cancelled();
         self.end(audit, started, bytes, ended);
+        // Closing the connection stops a running statement only when the server next writes to
+        // it: at shutdown the bridge cancels it (a cancel for an idle session does nothing),
+        // within a bound that keeps the drain short when the database does not answer.
+        if stopped && let Some((pid, key)) = backend_key {
+            let cancel = postgres::cancel(&entry.db, pid, key);
+            match tokio::time::timeout(SHUTDOWN_CANCEL, cancel).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(resource = %name, cause = %e, "cannot cancel the session's statement at shutdown")
+                }
+                Err(_) => {
+                    tracing::warn!(resource = %name, "the session's statement was not cancelled at shutdown: the database did not answer within 2 s")
+                }
+            }
+        }
     }
 
     /// A cancel: the `CancelRequest` the cloud sends, passed on to the database.

@@ -84,19 +84,36 @@ impl<F: FnMut(String)> Statements<F> {
     }
 }
 
-/// The statement with the string literal after each `PASSWORD` keyword (or `password =`)
-/// replaced by `'…'` (`ALTER ROLE ada PASSWORD 'secret'`, `CREATE USER … WITH PASSWORD E'…'`,
-/// `U&'…'`, dollar-quoted `$$…$$` and `$tag$…$tag$`, the SCRAM verifier psql's `\password`
-/// sends, `WHERE password = '…'`), so that an audit record never holds a password. The text is
-/// read token by token as PostgreSQL reads it: a word inside a literal, a comment or a quoted
-/// name is no keyword, and every literal is skipped whole by SQL's rules (`''` inside one is a
-/// quote).
+/// The statement with the string literal after each name that ends in `password` (the
+/// `PASSWORD` keyword, `user_password =`, `"User Password" =`) replaced by `'…'`
+/// (`ALTER ROLE ada PASSWORD 'secret'`, `CREATE USER … WITH PASSWORD E'…'`, `U&'…'`,
+/// dollar-quoted `$$…$$` and `$tag$…$tag$`, the SCRAM verifier psql's `\password` sends,
+/// `WHERE password = '…'`), so that an audit record never holds a password. The text is read
+/// token by token as PostgreSQL reads it: a word inside a literal or a comment is no name,
+/// every literal is skipped whole by SQL's rules (`''` inside one is a quote), and a
+/// dollar-quoted body (`DO $$ … $$`, a function's) is read as SQL in turn.
 fn without_passwords(statement: &str) -> String {
     let bytes = statement.as_bytes();
     let mut out = String::with_capacity(statement.len());
     let (mut copied, mut at) = (0, 0);
     while at < bytes.len() {
-        if let Some((_, end)) = literal_at(statement, at) {
+        if let Some((open, end)) = literal_at(statement, at) {
+            // A dollar-quoted body is often SQL itself (`DO $$ … $$`, a function's body):
+            // its passwords are masked as the statement's are.
+            if bytes[open] == b'$'
+                && let Some(tag_len) = statement[open + 1..].find('$')
+            {
+                let delimiter = &statement[open..open + tag_len + 2];
+                let body_start = open + delimiter.len();
+                let body_end = if end > body_start && statement[..end].ends_with(delimiter) {
+                    end - delimiter.len()
+                } else {
+                    end
+                };
+                out.push_str(&statement[copied..body_start]);
+                out.push_str(&without_passwords(&statement[body_start..body_end]));
+                copied = body_end;
+            }
             at = end;
             continue;
         }
@@ -139,8 +156,8 @@ fn without_passwords(statement: &str) -> String {
     out
 }
 
-/// Whether `b` may be part of an unquoted name or keyword (`$` only after its first byte; any
-/// byte of a UTF-8 sequence, as PostgreSQL allows letters beyond ASCII).
+/// Whether `b` may be part of an unquoted name or keyword (any byte of a UTF-8 sequence, as
+/// PostgreSQL allows letters beyond ASCII; `$` too, which cannot start one: the caller checks).
 fn is_word(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
 }
@@ -253,10 +270,11 @@ fn dollar_quoted_end(statement: &str, at: usize) -> Option<usize> {
     let rest = statement.get(at..)?.strip_prefix('$')?;
     let tag_len = rest.find('$')?;
     let tag = &rest[..tag_len];
-    let valid = tag
-        .chars()
-        .enumerate()
-        .all(|(i, c)| c == '_' || c.is_alphabetic() || (i > 0 && c.is_ascii_digit()));
+    // PostgreSQL's identifier letters: ASCII ones, `_`, any character beyond ASCII, and digits
+    // after the first.
+    let valid = tag.chars().enumerate().all(|(i, c)| {
+        c == '_' || c.is_ascii_alphabetic() || !c.is_ascii() || (i > 0 && c.is_ascii_digit())
+    });
     if !valid {
         return None;
     }

@@ -66,6 +66,19 @@ fn passwords_never_reach_the_audit() {
             "ALTER ROLE c PASSWORD /* new */ 'secret'",
             "ALTER ROLE c PASSWORD /* new */ '…'",
         ),
+        // A dollar-quoted body is SQL too: a DO block, a function's body.
+        (
+            "DO $$ BEGIN CREATE ROLE app LOGIN PASSWORD 'secret'; END $$;",
+            "DO $$ BEGIN CREATE ROLE app LOGIN PASSWORD '…'; END $$;",
+        ),
+        (
+            "CREATE FUNCTION f() RETURNS void AS $fn$ ALTER ROLE a PASSWORD $q$pw$q$ $fn$ LANGUAGE sql",
+            "CREATE FUNCTION f() RETURNS void AS $fn$ ALTER ROLE a PASSWORD '…' $fn$ LANGUAGE sql",
+        ),
+        (
+            "SELECT $€$it's$€$; ALTER ROLE b PASSWORD 'x'",
+            "SELECT $€$it's$€$; ALTER ROLE b PASSWORD '…'",
+        ),
         // A word inside a literal, a comment or a quoted name is no keyword.
         (
             "COMMENT ON ROLE app IS 'rotated password'; ALTER ROLE app PASSWORD 'apppw'",
