@@ -116,7 +116,19 @@ pub(crate) fn preflight(cfg: &Arc<Config>) -> Result<(Identity, AuditLog), ExitC
             problems.push(format!("{entry}.tls_ca_file: {e}"));
         }
     }
-    for (i, db) in cfg.databases.iter().enumerate() {
+    // Only the verifying modes read sslrootcert: a stale path beside `require` stays harmless.
+    let verifying = |db: &&crate::config::Database| {
+        matches!(
+            db.sslmode,
+            crate::config::SslMode::VerifyCa | crate::config::SslMode::VerifyFull
+        )
+    };
+    for (i, db) in cfg
+        .databases
+        .iter()
+        .enumerate()
+        .filter(|(_, db)| verifying(db))
+    {
         if let Some(Err(e)) = db.sslrootcert.as_deref().map(crate::forward::load_ca) {
             problems.push(format!("databases[{i}].sslrootcert: {e}"));
         }

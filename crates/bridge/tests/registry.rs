@@ -610,6 +610,24 @@ async fn skopeo_pushes_through_the_cloud_only_where_allow_push_is_set() {
         location.starts_with("/v2/dc1/rw/team/other/blobs/uploads/"),
         "{location}"
     );
+    // The registry would read a mount's `from` from a form body too, unchecked: refused.
+    let res = s
+        .rig
+        .cloud
+        .client()
+        .post(format!(
+            "{}/v2/dc1/rw/team/other/blobs/uploads/?mount={}",
+            s.rig.cloud.https, image.layer_digest
+        ))
+        .bearer_auth(&key)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("from=secret/db")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 403);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["errors"][0]["code"], "DENIED", "{body}");
 }
 
 /// A front like an S3-backed registry's: blob downloads answer `307` to `storage` (here the

@@ -64,8 +64,7 @@ async fn a_link_sets_the_password_and_signs_in(backend: Backend) {
     assert!(!cloud.log_text().contains(PASSWORD));
 }
 
-/// An admin resets a password when a link may have leaked: the older links stop working, and
-/// using one link voids the others.
+/// An admin resets a password when a link may have leaked: the older links stop working.
 #[tokio::test]
 async fn a_new_link_replaces_the_older_ones() {
     let cloud = Cloud::start(Backend::Sqlite);

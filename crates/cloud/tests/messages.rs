@@ -90,17 +90,6 @@ async fn an_unknown_query_parameter_lists_the_known_ones_once() {
         detail("/v1/dora?since=2999-01-01T00:00:00Z").await,
         "query parameter since must be before until, which defaults to now: pass an until after since"
     );
-    // Times are compared to the microsecond: a finer bound would filter off by a fraction.
-    for path in [
-        "/v1/events?since=2024-01-15T10:30:00.1234569Z",
-        "/v1/dora?until=2024-01-15T10:30:00.000000001Z",
-    ] {
-        let said = detail(path).await;
-        assert!(
-            said.contains("is finer than a microsecond"),
-            "{path}: {said}"
-        );
-    }
     // Routes without parameters refuse any, as the others refuse unknown ones.
     for (path, route) in [
         ("/v1/bridges?name=dc1", "/v1/bridges"),

@@ -108,6 +108,15 @@ async fn seed_event_is_accepted_and_read_back(backend: Backend) {
     let (_, event) = get(&cloud, &t.api_key, &format!("/v1/events/{id}")).await;
     assert_eq!(event["timestamp"], body["receivedAt"], "{event}");
     assert_eq!(event["receivedAt"], body["receivedAt"], "{event}");
+    // A bound written in nanoseconds (Go's RFC3339Nano) is read to the microsecond.
+    let (status, list) = get(
+        &cloud,
+        &t.api_key,
+        "/v1/events?since=2024-01-15T10:30:00.000000999Z&until=2024-01-15T10:30:00.000001001Z",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    assert_eq!(list["events"].as_array().map(Vec::len), Some(1), "{list}");
     // A byte order mark (some Windows tools write one) is no part of the JSON.
     let res = post_text(
         &cloud,

@@ -39,6 +39,7 @@ impl Forwarder {
             });
         }
         let rule = resource.kind.admit(req.method(), path, req.uri().query())?;
+        resource.kind.admit_headers(req.method(), req.headers())?;
         let permits = self.admit_stream(resource.slots.as_ref()).await?;
         Ok((rule, permits))
     }

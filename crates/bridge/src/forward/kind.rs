@@ -86,6 +86,12 @@ pub trait Kind: Send + Sync {
     /// `query`, or why not.
     fn admit(&self, method: &Method, path: &str, query: Option<&str>) -> Result<String, Refusal>;
 
+    /// Why the request's headers make it one the kind refuses (a registry never takes a form
+    /// body, which its server would read parameters from); none by default.
+    fn admit_headers(&self, _method: &Method, _headers: &HeaderMap) -> Result<(), Refusal> {
+        Ok(())
+    }
+
     /// Adds the entry's credentials (and any header the kind needs) to the upstream request.
     fn upstream_request_filter(&self, headers: &mut HeaderMap);
 

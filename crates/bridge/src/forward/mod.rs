@@ -333,7 +333,7 @@ impl Forwarder {
             }
             Err(e) if unreadable_head(&e) => {
                 let why = format!(
-                    "resource {name:?} answered with a head the bridge cannot read: more than 100 header fields, a head over 256 KiB, or malformed HTTP/1.1 ({})",
+                    "resource {name:?} answered with a head the bridge cannot read: more than 100 header fields, too large, or malformed HTTP/1.1 ({})",
                     causes(&e)
                 );
                 tracing::warn!(resource = %name, cause = %why, "internal resource's answer cannot be forwarded");

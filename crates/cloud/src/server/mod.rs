@@ -248,8 +248,8 @@ pub async fn run(
     Ok(())
 }
 
-/// Creates the data directory when missing, mode 0755 whatever the umask: under `umask 000`
-/// other users could otherwise replace `ca.pem` or delete the database.
+/// Creates the data directory when missing, at most mode 0755 (the umask may take more away):
+/// under `umask 000` other users could otherwise replace `ca.pem` or delete the database.
 fn create_data_dir(dir: &std::path::Path) -> std::io::Result<()> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);

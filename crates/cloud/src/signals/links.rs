@@ -1,6 +1,7 @@
 //! An alert's `links` (docs/api.md): an array whose items are http(s) URLs, or
-//! `{href, text}` objects with an http(s) URL as `href` and optional text. The dashboard shows
-//! them as links a person follows, so anything else is refused, item by item.
+//! `{href, text}` objects with an http(s) URL as `href` and optional text. Readers of the
+//! events (the API's clients, runbook tools) follow them, so anything else is refused, item by
+//! item, where it is sent.
 
 use serde_json::value::RawValue;
 

@@ -300,7 +300,7 @@ pub fn validate<'a>(
     c.metadata();
     // Fields the server sets on every event it returns: one sent would be silently replaced.
     for key in ["id", "receivedAt"] {
-        if members.get(key).is_some() {
+        if members.present(key).is_some() {
             c.fail(
                 key,
                 format!("{key} is set by the server and returned with the event; send your own value under another name"),

@@ -155,9 +155,8 @@ impl Store {
             .map(|r| user_from!(r))))
     }
 
-    /// Uses a set-password link once: sets the user's password hash, voids the user's other
-    /// links, ends the user's sessions, and returns the user; `None` when the link is unknown,
-    /// used, replaced or expired.
+    /// Uses a set-password link once: sets the user's password hash, ends the user's sessions,
+    /// and returns the user; `None` when the link is unknown, used, replaced or expired.
     pub async fn use_password_link(
         &self,
         token_hash: &[u8],
@@ -176,7 +175,6 @@ impl Store {
         let Some(user_id) = user_id else {
             return Ok(None);
         };
-        self.void_password_links(user_id).await?;
         let set = "UPDATE users SET password_hash = $1 WHERE id = $2";
         on_writer!(&self.db, pool => sqlx::query(set)
             .bind(password_hash)

@@ -142,6 +142,8 @@ fn mount_source(query: Option<&str>) -> Option<String> {
     let valid = !from.is_empty()
         && from.split('/').all(|part| {
             !part.is_empty()
+                && part != "."
+                && part != ".."
                 && part
                     .bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
@@ -230,6 +232,28 @@ impl Kind for RegistryKind {
         } else {
             "registry push (allow_push: true)".to_string()
         })
+    }
+
+    /// A registry server reads a request's parameters from a form body as well as from its query
+    /// (Go's `FormValue`, the body's first): a blob mount's `from` sent so would pass unchecked.
+    /// No registry client sends a form.
+    fn admit_headers(&self, method: &Method, headers: &HeaderMap) -> Result<(), Refusal> {
+        let form = headers
+            .get_all(header::CONTENT_TYPE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|t| {
+                let t = t.trim_start().to_ascii_lowercase();
+                t.starts_with("application/x-www-form-urlencoded")
+                    || t.starts_with("multipart/form-data")
+            });
+        if form && !is_pull(method) {
+            return Err(Refusal::forbidden(
+                "registry: form body",
+                "a registry request with a form body is refused: its parameters (a blob mount's from) go in the query",
+            ));
+        }
+        Ok(())
     }
 
     /// Credentials come from [`Kind::authorize`]: which ones depends on the registry's challenge.
