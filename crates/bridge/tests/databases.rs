@@ -447,6 +447,17 @@ async fn read_only_statement_audit_limits_and_cancel() {
         .unwrap();
     let err = stderr(&out, "an INSERT with read-only turned off in options");
     assert!(err.contains("read-only transaction"), "{err}");
+    // A client encoding whose characters may end in a backslash: masked strictly, from the
+    // session's start (the server's greeting says which encoding it speaks).
+    let out = rig
+        .psql_cmd(
+            &rig.conninfo("orders-ro"),
+            &["-c", "ALTER ROLE nobody PASSWORD 'sjis-secret'"],
+        )
+        .env("PGCLIENTENCODING", "SJIS")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
     let n: i64 = ro
         .query_one("SELECT count(*) FROM t", &[])
         .await
@@ -472,7 +483,12 @@ async fn read_only_statement_audit_limits_and_cancel() {
         statements.contains(&"ALTER ROLE nobody PASSWORD '…'"),
         "{statements:?}"
     );
+    assert!(
+        statements.contains(&"ALTER ROLE nobody PASSWORD…"),
+        "{statements:?}"
+    );
     assert!(!rig.bridge.log_text().contains("hunter2"));
+    assert!(!rig.bridge.log_text().contains("sjis-secret"));
 
     // max_connections: 2 → the third session gets 53300 with a message.
     let a = rig

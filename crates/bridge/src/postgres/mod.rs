@@ -43,6 +43,10 @@ pub struct Session {
     /// The server's `BackendKeyData` (process id, secret key), with which the bridge cancels
     /// the session's running statement when it shuts down.
     pub backend_key: Option<(i32, i32)>,
+    /// Whether the server reported `standard_conforming_strings` on and a client encoding whose
+    /// characters never end in a `\\` byte: strings the statement audit's masking reads as
+    /// PostgreSQL does.
+    pub standard_strings: bool,
 }
 
 /// Opens a connection to `db` and secures it per its `sslmode`; DNS, TCP and TLS each have
@@ -262,10 +266,34 @@ async fn greeting(
     let mut pending = BytesMut::with_capacity(512);
     pending.extend_from_slice(&[b'R', 0, 0, 0, 8, 0, 0, 0, 0]);
     let mut backend_key = None;
+    // Client encodings where a character's second byte may be `\\` (PostgreSQL's
+    // client-only encodings); every other one reads a backslash as itself.
+    const BACKSLASH_ENCODINGS: [&[u8]; 7] = [
+        b"SJIS",
+        b"SHIFT_JIS_2004",
+        b"BIG5",
+        b"GBK",
+        b"UHC",
+        b"GB18030",
+        b"JOHAB",
+    ];
+    let (mut conforming, mut plain_backslash) = (false, true);
     loop {
         let (tag, body) = read_message(&mut io, &mut inbox).await?;
         if tag == b'E' {
             return Err(refused(&body, user));
+        }
+        if tag == b'S' {
+            let mut fields = body[..].split(|&b| b == 0);
+            match (fields.next(), fields.next()) {
+                (Some(b"standard_conforming_strings"), Some(value)) => conforming = value == b"on",
+                (Some(b"client_encoding"), Some(value)) => {
+                    plain_backslash = !BACKSLASH_ENCODINGS
+                        .iter()
+                        .any(|e| value.eq_ignore_ascii_case(e))
+                }
+                _ => {}
+            }
         }
         if let (b'K', [a, b, c, d, e, f, g, h]) = (tag, &body[..]) {
             backend_key = Some((
@@ -282,6 +310,7 @@ async fn greeting(
                 io,
                 pending,
                 backend_key,
+                standard_strings: conforming && plain_backslash,
             });
         }
     }

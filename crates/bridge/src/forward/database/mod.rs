@@ -216,16 +216,25 @@ impl Forwarder {
             io: mut server,
             pending,
             backend_key,
+            standard_strings,
         } = session;
-        let (ended, bytes) = splice(&mut client, &mut server, pending, &self.stop, |text| {
-            if entry.db.audit_statements {
-                let mut record = audit.clone();
-                record.event = Some("statement".into());
-                record.time = chrono::Utc::now();
-                record.statement = Some(text);
-                self.write_audit(&record);
-            }
-        })
+        let strict = !standard_strings;
+        let (ended, bytes) = splice(
+            &mut client,
+            &mut server,
+            pending,
+            &self.stop,
+            strict,
+            |text| {
+                if entry.db.audit_statements {
+                    let mut record = audit.clone();
+                    record.event = Some("statement".into());
+                    record.time = chrono::Utc::now();
+                    record.statement = Some(text);
+                    self.write_audit(&record);
+                }
+            },
+        )
         .await;
         let stopped = self.stop.is_cancelled();
         self.end(audit, started, bytes, ended);

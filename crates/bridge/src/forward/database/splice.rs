@@ -15,12 +15,14 @@ const SPLICE_BUFFER: usize = 16 * 1024;
 
 /// Copies bytes both ways until both directions end, first sending the server's `pending`
 /// bytes to the client. Returns how it ended and the bytes (from the client, to the client).
-/// `statement` is called with each statement text the client sends.
+/// `statement` is called with each statement text the client sends, masked strictly when
+/// `strict` (see `Statements`).
 pub(super) async fn splice<C, S>(
     client: &mut C,
     server: &mut S,
     pending: BytesMut,
     stop: &CancellationToken,
+    strict: bool,
     statement: impl FnMut(String),
 ) -> (String, (u64, u64))
 where
@@ -31,7 +33,7 @@ where
     let (mut server_r, mut server_w) = tokio::io::split(server);
     let (up_total, down_total) = (AtomicU64::new(0), AtomicU64::new(0));
     let up = async {
-        let mut tap = Statements::new(statement);
+        let mut tap = Statements::new(statement, strict);
         let mut buf = vec![0u8; SPLICE_BUFFER];
         let mut n_total = 0u64;
         let result = loop {

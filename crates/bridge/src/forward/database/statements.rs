@@ -13,17 +13,25 @@ pub(super) struct Statements<F: FnMut(String)> {
     tag: u8,
     remaining: usize,
     body: Vec<u8>,
+    /// The masking reads literals as PostgreSQL does with `standard_conforming_strings` on and
+    /// a client encoding where `\\` is always a character of its own (UTF-8, Latin-1, …, not
+    /// SJIS or BIG5). A session that started otherwise, or names either setting (`SET`,
+    /// `set_config`), is masked strictly: everything after the first `password` is cut.
+    strict: bool,
     emit: F,
 }
 
 impl<F: FnMut(String)> Statements<F> {
     /// A tap that calls `emit` with each statement text, in the order the client sent them.
-    pub(super) fn new(emit: F) -> Self {
+    /// `strict` when the session's strings may not read as the masking reads them (see
+    /// [`Statements::strict`]).
+    pub(super) fn new(emit: F, strict: bool) -> Self {
         Statements {
             header: Vec::with_capacity(5),
             tag: 0,
             remaining: 0,
             body: Vec::new(),
+            strict,
             emit,
         }
     }
@@ -79,8 +87,20 @@ impl<F: FnMut(String)> Statements<F> {
             b'P' => self.body.splitn(3, |&b| b == 0).nth(1).unwrap_or_default(),
             _ => self.body.split(|&b| b == 0).next().unwrap_or_default(),
         };
-        let text = &text[..text.len().min(MAX_STATEMENT)];
-        (self.emit)(without_passwords(&String::from_utf8_lossy(text)));
+        let text = String::from_utf8_lossy(&text[..text.len().min(MAX_STATEMENT)]);
+        let lower = text.to_ascii_lowercase();
+        self.strict |= [
+            "standard_conforming_strings",
+            "client_encoding",
+            "set names",
+        ]
+        .iter()
+        .any(|setting| lower.contains(setting));
+        let masked = match lower.find("password").filter(|_| self.strict) {
+            Some(at) => format!("{}…", &text[..at + "password".len()]),
+            None => without_passwords(&text),
+        };
+        (self.emit)(masked);
     }
 }
 
@@ -143,8 +163,12 @@ fn without_passwords(statement: &str) -> String {
         }
         let mut value = skip_blank(statement, name_end);
         // `password = '…'` (a comparison, or an option) too.
-        if bytes.get(value) == Some(&b'=') {
-            value = skip_blank(statement, value + 1);
+        // `password = '…'`, and a named argument (`password => '…'`, `password := '…'`).
+        if let Some(op) = ["=>", ":=", "="]
+            .into_iter()
+            .find(|op| statement[value..].starts_with(op))
+        {
+            value = skip_blank(statement, value + op.len());
         }
         if let Some((quote, end)) = literal_at(statement, value) {
             out.push_str(&statement[copied..quote]);
@@ -199,7 +223,8 @@ fn literal_at(statement: &str, at: usize) -> Option<(usize, usize)> {
     // `'abc'` and `'def'` on the next line are one string to PostgreSQL.
     loop {
         let next = skip_blank(statement, end + 1);
-        let newline = bytes[(end + 1).min(bytes.len())..next.min(bytes.len())].contains(&b'\n');
+        let between = &bytes[(end + 1).min(bytes.len())..next.min(bytes.len())];
+        let newline = between.iter().any(|b| matches!(b, b'\n' | b'\r'));
         if !(newline && bytes.get(next) == Some(&b'\'')) {
             break;
         }
@@ -234,7 +259,10 @@ fn skip_blank(statement: &str, mut at: usize) -> usize {
         }
         let rest = statement.get(at..).unwrap_or_default();
         if rest.starts_with("--") {
-            at = rest.find('\n').map_or(statement.len(), |n| at + n + 1);
+            // PostgreSQL ends a `--` comment at a CR as well as at an LF.
+            at = rest
+                .find(['\n', '\r'])
+                .map_or(statement.len(), |n| at + n + 1);
         } else if rest.starts_with("/*") {
             at += block_comment_len(rest.as_bytes());
         } else {

@@ -79,6 +79,19 @@ fn passwords_never_reach_the_audit() {
             "SELECT $€$it's$€$; ALTER ROLE b PASSWORD 'x'",
             "SELECT $€$it's$€$; ALTER ROLE b PASSWORD '…'",
         ),
+        // A `--` comment ends at a CR too; a named argument is a `password =` as well.
+        (
+            "ALTER ROLE v PASSWORD --c\r'crC' LOGIN",
+            "ALTER ROLE v PASSWORD --c\r'…' LOGIN",
+        ),
+        (
+            "ALTER ROLE v --c\rPASSWORD 'x'",
+            "ALTER ROLE v --c\rPASSWORD '…'",
+        ),
+        (
+            "SELECT set_pw(username => 'bob', password => 'p1', new_password := 'p2')",
+            "SELECT set_pw(username => 'bob', password => '…', new_password := '…')",
+        ),
         // A word inside a literal, a comment or a quoted name is no keyword.
         (
             "COMMENT ON ROLE app IS 'rotated password'; ALTER ROLE app PASSWORD 'apppw'",
@@ -128,7 +141,7 @@ fn statements_are_found_across_any_split() {
     stream.extend(message(b'Q', b"COMMIT\0"));
     for chunk in [1, 2, 3, 7, 64, stream.len()] {
         let mut seen = Vec::new();
-        let mut tap = Statements::new(|s| seen.push(s));
+        let mut tap = Statements::new(|s| seen.push(s), false);
         for piece in stream.chunks(chunk) {
             tap.feed(piece);
         }
@@ -144,4 +157,32 @@ fn statements_are_found_across_any_split() {
             "chunks of {chunk}"
         );
     }
+}
+
+/// Where strings may not read as the masking reads them (`standard_conforming_strings` off, or
+/// a client encoding whose characters may end in a backslash), everything after the first
+/// `password` is cut: from the session's start, or once a statement names either setting.
+#[test]
+fn sessions_with_other_string_rules_are_masked_strictly() {
+    let escaped = "SELECT 'a\\'; ALTER ROLE v PASSWORD 'x'";
+    let mut stream = message(b'Q', format!("{escaped}\0").as_bytes());
+    stream.extend(message(b'Q', b"SET standard_conforming_strings = off\0"));
+    stream.extend(message(b'Q', format!("{escaped}\0").as_bytes()));
+    let mut seen = Vec::new();
+    let mut tap = Statements::new(|s| seen.push(s), false);
+    tap.feed(&stream);
+    drop(tap);
+    assert_eq!(
+        seen,
+        [
+            "SELECT 'a\\'; ALTER ROLE v PASSWORD '…'",
+            "SET standard_conforming_strings = off",
+            "SELECT 'a\\'; ALTER ROLE v PASSWORD…",
+        ]
+    );
+    let mut seen = Vec::new();
+    let mut tap = Statements::new(|s| seen.push(s), true);
+    tap.feed(&message(b'Q', b"ALTER ROLE v PASSWORD 'x'\0"));
+    drop(tap);
+    assert_eq!(seen, ["ALTER ROLE v PASSWORD…"]);
 }
