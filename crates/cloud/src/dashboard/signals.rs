@@ -155,7 +155,7 @@ pub async fn create(
         (Some(ca), Some(host))
             if base.starts_with("https://")
                 && state.public_url.is_none()
-                && ca.names.iter().any(|n| *n == host) =>
+                && ca.names.contains(&host) =>
         {
             format!(" --cacert '{}'", ca.file.replace('\'', "'\\''"))
         }
