@@ -146,10 +146,16 @@ pub async fn sign_in(
         return again(StatusCode::UNAUTHORIZED, "Wrong email or password.");
     };
     attempt.succeeded();
-    match session::start(&state.store, user.id).await {
-        Ok(id) => {
+    let vouched = user.password_hash.clone().unwrap_or_default();
+    match session::start(&state.store, user.id, &vouched).await {
+        Ok(Some(id)) => {
             tracing::info!(email = %email, org = %user.org, address = %shown_address, "signed in");
             signed_in(&id, state.secure)
+        }
+        // The password was set again between the check and the session: the one typed is old.
+        Ok(None) => {
+            tracing::warn!(email = %email, address = %shown_address, "sign-in failed: the password changed while it was checked");
+            again(StatusCode::UNAUTHORIZED, "Wrong email or password.")
         }
         Err(_) => unavailable(),
     }
@@ -264,8 +270,10 @@ pub async fn set_password(
     match state.store.use_password_link(&token_hash, &hash).await {
         Ok(Some(user_id)) => {
             tracing::info!(email = %user.email, org = %user.org, "password set from a link");
-            match session::start(&state.store, user_id).await {
-                Ok(id) => signed_in(&id, state.secure),
+            match session::start(&state.store, user_id, &hash).await {
+                Ok(Some(id)) => signed_in(&id, state.secure),
+                // Set again from another link meanwhile: that one's holder signs in.
+                Ok(None) => link_gone(),
                 Err(_) => unavailable(),
             }
         }

@@ -81,12 +81,19 @@ pub async fn current(
     Ok(Some((session, id_hash)))
 }
 
-/// Starts a session for `user_id`: the cookie's value to set.
-pub async fn start(store: &Store, user_id: i64) -> Result<String, StorageError> {
+/// Starts a session for `user_id` whose password hash is still `vouched` (the one verified or
+/// set): the cookie's value to set, or `None` when the password changed meanwhile.
+pub async fn start(
+    store: &Store,
+    user_id: i64,
+    vouched: &str,
+) -> Result<Option<String>, StorageError> {
     let (id, id_hash) = password::new_secret();
     let (csrf, _) = password::new_secret();
-    store.create_session(&id_hash, user_id, &csrf).await?;
-    Ok(id)
+    let started = store
+        .create_session(&id_hash, user_id, &csrf, vouched)
+        .await?;
+    Ok(started.then_some(id))
 }
 
 fn micros(d: Duration) -> i64 {

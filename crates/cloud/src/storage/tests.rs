@@ -194,3 +194,33 @@ fn database_passwords_never_show() {
     assert!(shown.contains("app@db:5432/signals"), "{shown}");
     assert!(shown.contains("sslmode=require"), "{shown}");
 }
+
+/// A session opens only while the password hash it was vouched by is still the user's: a
+/// sign-in that raced a password change opens none.
+#[tokio::test]
+async fn a_session_needs_the_password_it_was_vouched_by() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(
+        &Backend::Sqlite(dir.path().join("signals.db")),
+        Metrics::new(),
+        OpenMode::CreateIfMissing,
+    )
+    .await
+    .unwrap();
+    let org = store.create_org("acme").await.unwrap();
+    let user = store
+        .create_user(org, "ada@example.com", Role::Admin)
+        .await
+        .unwrap();
+    store
+        .create_password_link(user, b"link", i64::MAX)
+        .await
+        .unwrap();
+    store.use_password_link(b"link", "hash-new").await.unwrap();
+    let old = store.create_session(b"s1", user, "c", "hash-old").await;
+    assert!(!old.unwrap(), "a session vouched by the old password");
+    assert!(store.session(b"s1").await.unwrap().is_none());
+    let new = store.create_session(b"s2", user, "c", "hash-new").await;
+    assert!(new.unwrap());
+    store.close().await;
+}

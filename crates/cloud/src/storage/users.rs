@@ -118,21 +118,29 @@ impl Store {
     }
 
     /// Stores a set-password link (its hash) for `user_id`, valid until `expires_at` (µs). The
-    /// user's earlier unused links stop working: an admin makes a new one when an old one may
-    /// have leaked.
+    /// user's other unused links stop working: an admin makes a new one when an old one may
+    /// have leaked. The new link is stored first: two made at once void each other (the admin
+    /// makes another) rather than both staying valid.
     pub async fn create_password_link(
         &self,
         user_id: i64,
         token_hash: &[u8],
         expires_at: i64,
     ) -> Result<(), StorageError> {
-        self.void_password_links(user_id).await?;
         let sql =
             "INSERT INTO password_links (token_hash, user_id, expires_at) VALUES ($1, $2, $3)";
         on_writer!(&self.db, pool => sqlx::query(sql)
             .bind(token_hash)
             .bind(user_id)
             .bind(expires_at)
+            .execute(pool)
+            .await?.rows_affected());
+        let void = "UPDATE password_links SET used_at = $1 \
+                    WHERE user_id = $2 AND used_at IS NULL AND token_hash <> $3";
+        on_writer!(&self.db, pool => sqlx::query(void)
+            .bind(now_micros())
+            .bind(user_id)
+            .bind(token_hash)
             .execute(pool)
             .await?.rows_affected());
         Ok(())
@@ -185,34 +193,27 @@ impl Store {
         Ok(Some(user_id))
     }
 
-    /// Marks every unused set-password link of `user_id` as used.
-    async fn void_password_links(&self, user_id: i64) -> Result<(), StorageError> {
-        let sql = "UPDATE password_links SET used_at = $1 WHERE user_id = $2 AND used_at IS NULL";
-        on_writer!(&self.db, pool => sqlx::query(sql)
-            .bind(now_micros())
-            .bind(user_id)
-            .execute(pool)
-            .await?.rows_affected());
-        Ok(())
-    }
-
-    /// Stores a new session (its id's hash) for `user_id`.
+    /// Stores a new session (its id's hash) for `user_id`, only while the user's password hash
+    /// is still `vouched` (the one just verified or set): a sign-in racing a password change
+    /// opens no session that the change should have ended. `false` when it did not hold.
     pub async fn create_session(
         &self,
         id_hash: &[u8],
         user_id: i64,
         csrf: &str,
-    ) -> Result<(), StorageError> {
+        vouched: &str,
+    ) -> Result<bool, StorageError> {
         let sql = "INSERT INTO sessions (id_hash, user_id, csrf, created_at, last_seen_at) \
-                   VALUES ($1, $2, $3, $4, $4)";
-        on_writer!(&self.db, pool => sqlx::query(sql)
+                   SELECT $1, $2, $3, $4, $4 FROM users WHERE id = $2 AND password_hash = $5";
+        let inserted = on_writer!(&self.db, pool => sqlx::query(sql)
             .bind(id_hash)
             .bind(user_id)
             .bind(csrf)
             .bind(now_micros())
+            .bind(vouched)
             .execute(pool)
             .await?.rows_affected());
-        Ok(())
+        Ok(inserted == 1)
     }
 
     /// The session with this id hash, unless it was ended. Expiry is the caller's rule.
