@@ -671,6 +671,17 @@ async fn tls_to_the_database_and_a_bridge_restart_mid_session() {
         "{}",
         message(&e)
     );
+    // The cloud's log says the session was not opened, and never that it was.
+    let said = rig.cloud.wait_log_line("database session not opened");
+    assert!(said.contains("\"database\":\"plain\""), "{said}");
+    assert!(
+        !rig.cloud
+            .log_text()
+            .lines()
+            .any(|l| l.contains("database session opened") && l.contains("\"plain\"")),
+        "{}",
+        rig.cloud.log_text()
+    );
 
     // The bridge restarts mid-session: the client gets an error, not a hang.
     rig.bridge.signal("KILL");

@@ -135,15 +135,11 @@ where
                 return;
             }
         };
-    tracing::info!(peer = %peer, bridge = %bridge, database = %database, principal = %principal.key_id, instance = %stream.instance, "database session opened");
     let passed = passed_on(params).map(|(k, v)| (k.as_str(), v.as_slice()));
     if stream.io.write_all(&startup_message(passed)).await.is_err() {
-        let _ = client
-            .write_all(&error_response(
-                "08006",
-                "the tunnel failed while opening the session; retry",
-            ))
-            .await;
+        let why = "the tunnel failed while opening the session; retry";
+        tracing::warn!(peer = %peer, bridge = %bridge, database = %database, why, "database session not opened");
+        let _ = client.write_all(&error_response("08006", why)).await;
         return;
     }
     // The greeting: everything up to the first ReadyForQuery (or a FATAL error), with the
@@ -158,13 +154,19 @@ where
     ));
     let registered = match greeted {
         Ok((registered, true)) => registered,
-        // The server refused the session; its error has reached the client.
-        Ok((_, false)) => return,
+        // The server (or the bridge's login to it) refused the session; its error has reached
+        // the client, and the bridge's log and audit say why.
+        Ok((_, false)) => {
+            tracing::warn!(peer = %peer, bridge = %bridge, database = %database, principal = %principal.key_id, "database session not opened: the database or the bridge's login to it refused it (the bridge's log says why)");
+            return;
+        }
         Err(why) => {
+            tracing::warn!(peer = %peer, bridge = %bridge, database = %database, why, "database session not opened");
             let _ = client.write_all(&error_response("08006", why)).await;
             return;
         }
     };
+    tracing::info!(peer = %peer, bridge = %bridge, database = %database, principal = %principal.key_id, instance = %stream.instance, "database session opened");
     // A revoked key ends its sessions too, not only new ones (as a revoked token its tunnels).
     let revoked = async {
         loop {
