@@ -142,9 +142,11 @@ pub(crate) fn preflight(cfg: &Arc<Config>) -> Result<(Identity, AuditLog), ExitC
             for p in &problems {
                 eprintln!("configuration error: {p}");
             }
-            if has_relative_path(cfg)
-                && let Ok(dir) = std::env::current_dir()
-            {
+            let relative = relative_paths(cfg);
+            let about_one = problems
+                .iter()
+                .any(|p| relative.iter().any(|path| p.contains(path.as_str())));
+            if about_one && let Ok(dir) = std::env::current_dir() {
                 eprintln!(
                     "note: relative paths in the configuration are read from the working directory, {}",
                     dir.display()
@@ -155,9 +157,9 @@ pub(crate) fn preflight(cfg: &Arc<Config>) -> Result<(Identity, AuditLog), ExitC
     }
 }
 
-/// Whether a file path of the configuration is relative (read from the working directory, not
-/// the configuration file's).
-fn has_relative_path(cfg: &Config) -> bool {
+/// The configuration's relative file paths (read from the working directory, not the
+/// configuration file's), as problems name them.
+fn relative_paths(cfg: &Config) -> Vec<String> {
     let audit = match &cfg.audit_log {
         crate::config::AuditTarget::File(path) => Some(path),
         crate::config::AuditTarget::Stdout => None,
@@ -174,7 +176,9 @@ fn has_relative_path(cfg: &Config) -> bool {
     .chain(cfg.apis.iter().filter_map(|a| a.tls_ca_file.as_ref()))
     .chain(cfg.sources.iter().filter_map(|s| s.tls_ca_file.as_ref()))
     .chain(cfg.databases.iter().filter_map(|d| d.sslrootcert.as_ref()))
-    .any(|path| path.is_relative())
+    .filter(|path| path.is_relative())
+    .map(|path| path.display().to_string())
+    .collect()
 }
 
 async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow::Result<()> {

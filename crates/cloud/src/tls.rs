@@ -261,6 +261,17 @@ pub fn operator_identity(cert_path: &Path, key_path: &Path) -> Result<Identity, 
     Ok(Identity { chain, key })
 }
 
+/// Checks that the client-certificate verifier takes `cas` (the operator's `--client-ca`), so
+/// that a file it refuses is said before anything is stored.
+pub fn check_client_cas(cas: &[CertificateDer<'static>]) -> Result<(), TlsError> {
+    tunnel::tls::optional_client_verifier(cas.to_vec())
+        .map(drop)
+        .map_err(|e| TlsError::Pem {
+            path: "client CA".into(),
+            what: e.to_string(),
+        })
+}
+
 /// The certificates of a PEM file (a chain, or the CAs of `--client-ca`); at least one.
 pub fn load_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let cas = CertificateDer::pem_slice_iter(read(path)?.as_bytes())

@@ -204,7 +204,7 @@ fn a_database_that_cannot_be_opened_says_why_and_what_to_do() {
     for (database_url, expected) in [
         (
             missing,
-            "the server said: database \"no_such_database_here\" does not exist; create it",
+            "the database said: database \"no_such_database_here\" does not exist; create it",
         ),
         (refused, "Connection refused"),
     ] {

@@ -930,7 +930,7 @@ async fn values_that_could_not_be_read_back_are_refused(backend: Backend) {
     );
     // A NUL is said where it is: in a member's name (named), inside one, or in a string.
     assert!(
-        details[5].starts_with("the value at /a\\u0000 cannot be stored: its name holds"),
+        details[5].starts_with("the value at /a\u{0} cannot be stored: its name holds"),
         "{}",
         details[5]
     );

@@ -28,6 +28,7 @@ pub async fn dependencies(
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
     crate::query::no_query(&uri)?;
+    service_name(&service)?;
     let list = state
         .store
         .dependencies(principal.org_id, &service)
@@ -53,15 +54,10 @@ pub async fn set_dependencies(
 ) -> Result<(StatusCode, Json<Value>), Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
     const SHAPE: &str = r#"{"dependencies": ["service-name", …]}"#;
+    service_name(&service)?;
     let body = json_body(body, SHAPE)?;
     if let Some(problem) = request::not_an_object(&body, SHAPE) {
         return Err(Problem::invalid(vec![problem]));
-    }
-    if service.len() > MAX_NAME {
-        return Err(Problem::bad_request(format!(
-            "the service in the path is {} bytes; at most {MAX_NAME}, as an event's service",
-            service.len()
-        )));
     }
     let mut errors = Vec::new();
     let mut list: Vec<String> = Vec::new();
@@ -119,6 +115,17 @@ pub async fn set_dependencies(
 
 /// Longest service name, in bytes: as long as an event's `service` may be.
 const MAX_NAME: usize = crate::signals::validate::MAX_SHORT;
+
+/// The path's service, when an event could name it (at most [`MAX_NAME`] bytes).
+fn service_name(service: &str) -> Result<(), Problem> {
+    if service.len() > MAX_NAME {
+        return Err(Problem::bad_request(format!(
+            "the service in the path is {} bytes; at most {MAX_NAME}, as an event's service",
+            service.len()
+        )));
+    }
+    Ok(())
+}
 
 /// One entry of the list: the name of another service, or what is wrong with it.
 fn dependency<'a>(item: &'a Value, service: &str) -> Result<&'a str, String> {

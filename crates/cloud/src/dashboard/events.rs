@@ -241,7 +241,11 @@ pub async fn timeline(
     // silently read as the first page.
     let after = match (f.before_at, some(&f.before_id)) {
         (None, None) => Ok(None),
-        (Some(at), Some(id)) if uuid::Uuid::try_parse(&id).is_ok() => Ok(Some((at, id))),
+        // Ids are stored hyphenated: another spelling of the same UUID is read as that.
+        (Some(at), Some(id)) if uuid::Uuid::try_parse(&id).is_ok() => {
+            let id = uuid::Uuid::try_parse(&id).map_or(id, |u| u.hyphenated().to_string());
+            Ok(Some((at, id)))
+        }
         _ => Err("before_at and before_id come together from an \"Older events\" link, before_id an event's id: this link was edited or cut. Start again from the first page.".to_string()),
     };
     let (since, until, kind, after) =

@@ -67,10 +67,9 @@ impl axum::extract::FromRequestParts<DashboardState> for Me {
 /// The navigation entry of `path`: its first segment, or its first two under `/integrations/`.
 fn section(path: &str) -> String {
     let mut segments = path.trim_start_matches('/').split('/');
-    match segments.next() {
-        Some("integrations") => format!("/integrations/{}", segments.next().unwrap_or_default()),
-        Some(first) => format!("/{first}"),
-        None => "/".into(),
+    match segments.next().unwrap_or_default() {
+        "integrations" => format!("/integrations/{}", segments.next().unwrap_or_default()),
+        first => format!("/{first}"),
     }
 }
 

@@ -102,7 +102,11 @@ pub async fn run(
         .transpose()
         .map_err(ServeError::TlsFiles)?;
     let operator_cas = (options.client_ca.as_ref())
-        .map(|path| tls::load_certificates(path).map(|cas| (path, cas)))
+        .map(|path| {
+            let cas = tls::load_certificates(path)?;
+            tls::check_client_cas(&cas)?;
+            Ok((path, cas))
+        })
         .transpose()
         .map_err(ServeError::ClientCa)?;
     create_data_dir(&options.data_dir).map_err(|source| ServeError::CreateDataDir {

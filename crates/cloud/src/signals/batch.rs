@@ -139,7 +139,8 @@ fn strict_members<'a>(text: &'a str, pointer: &str) -> Result<Members<'a>, Batch
     let members = raw::members(text).map_err(malformed)?;
     for (key, value) in members.iter() {
         if key.0.contains('\0') {
-            let name = super::validate::pointer_token(&key.0).replace('\0', "\\u0000");
+            // The pointer names the member as sent; JSON writes its NUL as \u0000.
+            let name = super::validate::pointer_token(&key.0);
             return Err(BatchError::Unreadable {
                 pointer: format!("{pointer}/{name}"),
                 reason:

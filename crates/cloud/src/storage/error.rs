@@ -79,11 +79,11 @@ fn opening(cause: &sqlx::Error) -> String {
     };
     let hint = match db.code().as_deref() {
         Some("3D000") => {
-            "create it (createdb NAME, or CREATE DATABASE) or name another in --database-url"
+            "create it (createdb, or CREATE DATABASE) or name another in --database-url"
         }
         Some("28P01" | "28000") => "check the user and password in --database-url",
         Some("42501") => "grant the user access to the database and its schema",
         _ => "check that it is reachable and writable",
     };
-    format!("the server said: {}; {hint}", db.message())
+    format!("the database said: {}; {hint}", db.message())
 }

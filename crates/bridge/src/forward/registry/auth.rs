@@ -16,6 +16,11 @@ use super::{RegistryKind, host_port, is_pull, scope_of};
 pub(super) const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
 /// A token's life when its service does not say (the Docker token spec's default).
 const DEFAULT_TOKEN_LIFE: Duration = Duration::from_secs(60);
+/// The rule of a refusal to send the login to an untrusted token service; `bridge check`
+/// names that service, which the caller's message keeps to the bridge's log.
+pub(super) const TOKEN_HOSTS_RULE: &str = "registry: token_hosts";
+/// How the caller's message points at the log for the host it does not name.
+pub(super) const HOST_IN_LOG: &str = " (the bridge's log names the host)";
 /// The largest token answer read.
 const MAX_TOKEN_ANSWER: usize = 64 * 1024;
 
@@ -100,15 +105,16 @@ impl RegistryKind {
         if !self.trusted(realm, &self.cfg.token_hosts) {
             // The host is for the bridge's operator, in its log; the caller learns none of the
             // internal network's names.
-            tracing::warn!(registry = %self.cfg.name, token_host = %realm_host, "token service not trusted: if it is the registry's, add this host to token_hosts (and serve it over https)");
-            let scheme = match self.cfg.url.scheme() {
+            // An https registry's token service must be https too; an http one's may be either.
+            let https_note = match self.cfg.url.scheme() {
                 "https" => " (or not over https)",
                 _ => "",
             };
+            tracing::warn!(registry = %self.cfg.name, token_host = %realm_host, "token service not trusted: if it is the registry's, add this host to token_hosts{https_note}");
             return Err(self.unavailable(
-                "registry: token_hosts",
+                TOKEN_HOSTS_RULE,
                 format!(
-                    "registry {:?} sends its token requests to a service that is neither on its own host nor in registries[].token_hosts{scheme}; the bridge does not send the login there (the bridge's log names the host)",
+                    "registry {:?} sends its token requests to a service that is neither on its own host nor in registries[].token_hosts{https_note}; the bridge does not send the login there{HOST_IN_LOG}",
                     self.cfg.name
                 ),
             ));

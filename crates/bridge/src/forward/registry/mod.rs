@@ -86,11 +86,9 @@ pub async fn check_registry(cfg: &Registry) -> Result<String, String> {
         .await
         .map_err(|refusal| match &kind.state().scheme {
             // `check` is the operator's: the host the bridge would not trust is theirs to see.
-            Scheme::Bearer { realm, .. } if refusal.rule == "registry: token_hosts" => format!(
+            Scheme::Bearer { realm, .. } if refusal.rule == auth::TOKEN_HOSTS_RULE => format!(
                 "{} (token service: {})",
-                refusal
-                    .why
-                    .replace(" (the bridge's log names the host)", ""),
+                refusal.why.replace(auth::HOST_IN_LOG, ""),
                 realm.as_str()
             ),
             _ => refusal.why,
