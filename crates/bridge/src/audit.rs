@@ -101,6 +101,19 @@ fn stripped_path<S: Serializer>(path: &str, serializer: S) -> Result<S::Ok, S::E
 /// `/a?token=x&service=y#f` becomes `/a?token&service`; so are the values of a segment's
 /// parameters (`/a;jsessionid=x/b` becomes `/a;jsessionid/b`), which servers read as secrets too.
 pub fn strip_query_values(path: &str) -> String {
+    // An encoded `;` or `?` (refused by the path rules, but recorded) hides values alike.
+    let decoded;
+    let path = if path.contains('%') {
+        decoded = ["%3B", "%3b", "%3F", "%3f"]
+            .iter()
+            .zip([";", ";", "?", "?"])
+            .fold(path.to_owned(), |p, (encoded, plain)| {
+                p.replace(encoded, plain)
+            });
+        decoded.as_str()
+    } else {
+        path
+    };
     let path = path.split_once('#').map_or(path, |(before, _)| before);
     let (base, query) = path.split_once('?').unwrap_or((path, ""));
     let base = if base.contains(';') {

@@ -102,6 +102,10 @@ fn query_values_are_stripped() {
         strip_query_values("/q;jsessionid=SECRET/b;v=1;ghp_token;;?x=1"),
         "/q;jsessionid/b;v;*?x"
     );
+    assert_eq!(
+        strip_query_values("/a%3Bjsessionid=S1/b%3ftoken=S2"),
+        "/a;jsessionid/b?token"
+    );
     assert_eq!(strip_query_values("/a#x?y=1"), "/a");
 }
 
