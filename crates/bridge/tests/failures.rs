@@ -207,6 +207,24 @@ async fn a_bridge_at_max_connections_queues_5_s_then_answers_503() {
         assert_eq!(w.await.unwrap().unwrap().status(), 503);
     }
     assert_eq!(rig.bridge.metric("bridge_streams_waiting").await, 0.0);
+
+    // A caller that leaves while its stream waits for a slot is in the audit too (499).
+    let quitter = rig
+        .request(reqwest::Method::GET, "/quitter")
+        .timeout(Duration::from_millis(500))
+        .send()
+        .await;
+    assert!(quitter.is_err(), "{quitter:?}");
+    testkit::wait_until_async("the quitter's audit record", || async {
+        rig.bridge.audit_records(0).await.iter().any(|r| {
+            r["path"] == "/apis/internal/quitter"
+                && r["status"] == 499
+                && r["rule"]
+                    .as_str()
+                    .is_some_and(|rule| rule.contains("caller left while the stream waited"))
+        })
+    })
+    .await;
     busy.abort();
 }
 

@@ -233,8 +233,12 @@ impl Forwarder {
                 Refusal::not_found("not_declared", "this bridge declares no such resource");
             return Ok(self.deny(started, audit, None, refusal));
         };
-        // Phase 2: admit.
-        let (rule, permits) = match self.admit(resource, &req, rest).await {
+        // Phase 2: admit. A stream may wait here for a slot; if its caller leaves meanwhile,
+        // `Admitting` writes its record.
+        let admitting = settle::Admitting::new(&self, audit, started);
+        let admitted = self.admit(resource, &req, rest).await;
+        let mut audit = admitting.decided();
+        let (rule, permits) = match admitted {
             Ok(admitted) => admitted,
             Err(refusal) => return Ok(self.deny(started, audit, Some(resource), refusal)),
         };

@@ -1,7 +1,7 @@
 //! Phase 5, settle: the stream's audit record and metrics, written once however it ends:
-//! refused before it reached the internal system ([`Forwarder::deny`]), refused on the
-//! internal system's answer ([`Forwarder::refused_answer`]), or when the answer's body ends or
-//! is dropped ([`Finish`]).
+//! refused before it reached the internal system ([`Forwarder::deny`]), left by its caller
+//! while it waited to be admitted ([`Admitting`]), refused on the internal system's answer
+//! ([`Forwarder::refused_answer`]), or when the answer's body ends or is dropped ([`Finish`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,6 +14,49 @@ use super::admit::Permits;
 use super::{Forwarder, Refusal, ResBody, Resource, Tally, header_str, kind, method_of};
 use crate::audit::{AuditRecord, Decision};
 use crate::config::ResourceKind;
+
+/// A stream's record while it is being admitted (it may wait for a slot up to 5 s): when the
+/// caller leaves meanwhile, the stream is dropped here, and the record says so (499).
+pub(super) struct Admitting<'a> {
+    forwarder: &'a Forwarder,
+    audit: Option<AuditRecord>,
+    started: Instant,
+}
+
+impl<'a> Admitting<'a> {
+    /// Holds `audit` while the stream is admitted.
+    pub(super) fn new(forwarder: &'a Forwarder, audit: AuditRecord, started: Instant) -> Self {
+        Admitting {
+            forwarder,
+            audit: Some(audit),
+            started,
+        }
+    }
+
+    /// The record back, once admission has decided.
+    pub(super) fn decided(mut self) -> AuditRecord {
+        // Held from `new` until here or the drop: only one of the two takes it.
+        self.audit
+            .take()
+            .expect("the record is held until admission decides")
+    }
+}
+
+impl Drop for Admitting<'_> {
+    fn drop(&mut self) {
+        let Some(mut audit) = self.audit.take() else {
+            return;
+        };
+        let f = self.forwarder;
+        f.metrics
+            .duration
+            .observe(self.started.elapsed().as_secs_f64());
+        audit.status = 499;
+        audit.duration_ms = self.started.elapsed().as_millis() as u64;
+        audit.rule = "the caller left while the stream waited to be admitted".into();
+        f.write_audit(&audit);
+    }
+}
 
 impl Forwarder {
     /// The audit record of a stream, before anything is decided.
