@@ -186,6 +186,16 @@ pub enum AuditError {
         #[source]
         source: io::Error,
     },
+    /// Another process (a second bridge instance on this host) writes the file: two writers
+    /// would interleave their chains, and `audit verify` would call the file tampered with.
+    #[error(
+        "{}: another process writes this audit log (a second bridge instance?): give each instance its own audit_log",
+        path.display()
+    )]
+    InUse {
+        /// The file.
+        path: PathBuf,
+    },
     /// Writing the record failed; the chain still ends at the last record written.
     #[error("cannot write the audit record: {0}")]
     Write(#[from] io::Error),
@@ -235,7 +245,7 @@ impl AuditLog {
     }
 
     /// Appends to the file at `path` (created if missing), continuing the chain from its last
-    /// audit line.
+    /// audit line. The file is locked while the log is open: one writer per file.
     pub fn open(path: &Path) -> Result<Self, AuditError> {
         let open_error = |source| AuditError::Open {
             path: path.to_owned(),
@@ -247,6 +257,12 @@ impl AuditLog {
             .create(true)
             .open(path)
             .map_err(open_error)?;
+        // A file system without locks (some network ones) is written unlocked.
+        if let Err(std::fs::TryLockError::WouldBlock) = file.try_lock() {
+            return Err(AuditError::InUse {
+                path: path.to_owned(),
+            });
+        }
         let (prev, needs_newline) = last_audit_hash(&mut file).map_err(open_error)?;
         let mut log = Self::from_writer(file, prev);
         log.chain

@@ -392,3 +392,33 @@ fn audit_verify_offers_no_config_and_check_takes_it_either_side() {
         assert!(err.contains("bridge.yaml:1:7: name"), "{args:?}: {err}");
     }
 }
+
+/// Two instances on one host cannot share an audit log: their hash chains would interleave and
+/// `audit verify` would call the file tampered with. The second is refused, naming the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_cannot_share_an_audit_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.log");
+    let rig = testkit::bridge::Rig::start_with(|upstream| {
+        format!(
+            "audit_log: {}\n{}",
+            audit.display(),
+            testkit::bridge::internal_api_yaml(upstream, "")
+        )
+    })
+    .await;
+    let yaml = std::fs::read_to_string(rig.bridge.dir.path().join("bridge.yaml")).unwrap();
+    let (code, err) = run(
+        &yaml,
+        &[
+            ("SERVICE_BRIDGE_TOKEN", &rig.token),
+            ("INTERNAL_PW", testkit::bridge::INTERNAL_PASSWORD),
+        ],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("another process writes this audit log"),
+        "{err}"
+    );
+    assert!(err.contains(&audit.display().to_string()), "{err}");
+}
