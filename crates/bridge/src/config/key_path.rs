@@ -197,6 +197,9 @@ pub(super) fn meant<'a>(unknown: &str, expected: &'a str) -> Option<&'a str> {
 pub(super) const TEXT: &str =
     "expected text, not a list or a mapping (quote it if it holds `[`, `{` or `: `)";
 
+/// What a list or mapping written where a single value (text or a number) belongs is told.
+pub(super) const SINGLE: &str = "expected a single value, not a list or a mapping";
+
 /// The YAML reader's word for a wrong type, as what was expected.
 pub(super) fn expected(message: &str) -> Option<&'static str> {
     let integer = ["i64", "u64", "i32", "u32", "u16", "u8", "usize"];
@@ -207,7 +210,7 @@ pub(super) fn expected(message: &str) -> Option<&'static str> {
         "expected sequence start" => Some("expected a list (lines starting with `- `)"),
         "expected mapping start" => Some("expected a mapping (`key: value` lines)"),
         "expected string scalar" => Some(TEXT),
-        "expected scalar" => Some("expected a single value, not a list or a mapping"),
+        "expected scalar" => Some(SINGLE),
         _ => None,
     }
 }

@@ -57,6 +57,8 @@ pub(super) fn parse_file(text: &str) -> Result<(FileConfig, Vec<Problem>), Vec<P
         }
     }
     let mut found: Vec<(Problem, (u64, u64))> = Vec::new();
+    // Places filled with empty text that then failed again: the key wants no text (a number).
+    let mut emptied = Vec::new();
     // The reader counts a lone CR as a line break, as `str::lines` does not: read the text with
     // LF alone, so that its lines are the ones the reader's places count.
     let mut text = text.replace("\r\n", "\n").replace('\r', "\n");
@@ -71,6 +73,20 @@ pub(super) fn parse_file(text: &str) -> Result<(FileConfig, Vec<Problem>), Vec<P
         let (problem, at) = yaml_problem(&err, &text);
         let seen = found.iter().any(|(_, place)| Some(*place) == at);
         match at {
+            // Empty text where a number belongs: blank the value instead, and say what fits
+            // every key, text or number.
+            Some(place) if seen && !emptied.contains(&place) => {
+                emptied.push(place);
+                if let Some((p, _)) = found.iter_mut().find(|(_, at)| *at == place)
+                    && p.message == key_path::TEXT
+                {
+                    p.message = key_path::SINGLE.to_string();
+                }
+                match blank_key(&text, place.0 as usize, place.1 as usize, "") {
+                    Some(next) => text = next,
+                    None => return Err(found.into_iter().map(|(p, _)| p).collect()),
+                }
+            }
             Some(place) if !seen => {
                 // Text of the wrong kind becomes empty text, so a required name stays present.
                 let fill = if problem.message == key_path::TEXT {

@@ -787,3 +787,18 @@ fn a_tab_in_the_indentation_is_named_at_its_line() {
         "{text}"
     );
 }
+
+/// A list where a number belongs is said as such, and hides none of the file's other problems.
+#[test]
+fn a_list_for_a_number_hides_nothing_after_it() {
+    let yaml = "name: dc1\ntoken: x\nmax_connections: [1]\nheartbeat_interval: 0\napis:\n  - name: x\n    urll: http://h\n    max_connections: abc\n";
+    let text = failure(yaml, &MapEnv::new());
+    for want in [
+        "bridge.yaml:3:18: max_connections: expected a single value, not a list or a mapping",
+        "bridge.yaml:4:21: heartbeat_interval: expected whole seconds from 1 to 3600, got 0",
+        "unknown field `urll`",
+        "bridge.yaml:8:22: apis[0].max_connections: expected a whole number",
+    ] {
+        assert!(text.contains(want), "expected {want:?} in:\n{text}");
+    }
+}
