@@ -102,7 +102,17 @@ pub(super) fn parse_file(text: &str) -> Result<(FileConfig, Vec<Problem>), Vec<P
             }
             // Another error after blanking (a required key left empty, a list cut short) is an
             // artefact of the blanking: the problems found so far are what the file has wrong.
-            _ if !found.is_empty() => return Err(found.into_iter().map(|(p, _)| p).collect()),
+            // Broken syntax further on (an unclosed quote) is the file's own: said after them.
+            _ if !found.is_empty() => {
+                let mut problems: Vec<Problem> = found.into_iter().map(|(p, _)| p).collect();
+                let artefact = ["missing field", "invalid"]
+                    .iter()
+                    .any(|m| problem.message.trim_start().starts_with(m));
+                if !artefact && matches!(problem.origin, Origin::File { .. }) {
+                    problems.push(problem);
+                }
+                return Err(problems);
+            }
             _ => return Err(vec![problem]),
         }
     }

@@ -802,3 +802,17 @@ fn a_list_for_a_number_hides_nothing_after_it() {
         assert!(text.contains(want), "expected {want:?} in:\n{text}");
     }
 }
+
+/// Broken syntax after an unknown key is said too, after it.
+#[test]
+fn broken_syntax_after_an_unknown_key_is_said_too() {
+    let text = failure(
+        "name: dc1\ntoken: x\nfoo: 1\nlog_level: \"abc\n",
+        &MapEnv::new(),
+    );
+    assert!(
+        text.contains("bridge.yaml:3:1: unknown field `foo`"),
+        "{text}"
+    );
+    assert!(text.contains("bridge.yaml:4:12: unclosed quote"), "{text}");
+}
