@@ -231,6 +231,9 @@ pub fn check(path: Option<&Path>) -> ExitCode {
     if let Some(warning) = crate::run::raise_fd_limit(cfg.max_connections) {
         println!("warning: {warning}");
     }
+    if let Some(warning) = crate::memory::limit_warning(cfg.max_memory_mb) {
+        println!("warning: {warning}");
+    }
     if let Some(warning) = exposure_warning(
         cfg.health_check_address,
         cfg.health_check_port,

@@ -42,6 +42,15 @@ impl MemoryGauge {
     }
 }
 
+/// A warning when `max_memory_mb` is no more than the bridge's own memory now: every stream
+/// would then be refused (`bridge check` prints it, `run` logs it at start).
+pub fn limit_warning(max_memory_mb: u64) -> Option<String> {
+    let rss = read_rss_mb().filter(|rss| *rss >= max_memory_mb)?;
+    Some(format!(
+        "max_memory_mb {max_memory_mb} is no more than the bridge's own memory ({rss} MB) before any stream: every stream would be refused; raise it"
+    ))
+}
+
 fn read_rss_mb() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;

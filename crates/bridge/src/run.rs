@@ -187,6 +187,9 @@ async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow:
             "tls_verify is false: the cloud's certificate is NOT verified; use this for development only"
         );
     }
+    if let Some(warning) = crate::memory::limit_warning(cfg.max_memory_mb) {
+        tracing::warn!("{warning}");
+    }
     let status = Arc::new(Status::new(cfg.heartbeat_interval));
     let metrics = Metrics::new(&cfg.name);
     let audit = Arc::new(audit);

@@ -362,6 +362,14 @@ fn check_warns_when_the_open_file_limit_is_below_max_connections() {
     assert!(out.contains("the open-file limit is 200"), "{out}");
     let out = check_under("200:1024");
     assert!(!out.contains("warning"), "{out}");
+    // A memory ceiling the bridge is above before any stream would refuse every one.
+    let yaml = std::fs::read_to_string(&path).unwrap() + "max_memory_mb: 1\n";
+    std::fs::write(&path, yaml).unwrap();
+    let out = check_under("200:1024");
+    assert!(
+        out.contains("warning: max_memory_mb 1 is no more than the bridge's own memory"),
+        "{out}"
+    );
 }
 
 #[test]
