@@ -96,11 +96,18 @@ impl<F: FnMut(String)> Statements<F> {
         ]
         .iter()
         .any(|setting| lower.contains(setting));
-        let masked = match lower.find("password").filter(|_| self.strict) {
-            Some(at) => format!("{}…", &text[..at + "password".len()]),
-            None => without_passwords(&text),
-        };
-        (self.emit)(masked);
+        (self.emit)(audited(&text, self.strict));
+    }
+}
+
+/// The statement as its audit record holds it: masked where [`masking`] can, cut after its first
+/// `password` where it cannot or the session is `strict`.
+fn audited(text: &str, strict: bool) -> String {
+    let masked = (!strict).then(|| masking(text)).flatten();
+    match (masked, text.to_ascii_lowercase().find("password")) {
+        (Some(masked), _) => masked,
+        (None, Some(at)) => format!("{}…", &text[..at + "password".len()]),
+        (None, None) => text.to_string(),
     }
 }
 
@@ -108,30 +115,43 @@ impl<F: FnMut(String)> Statements<F> {
 /// `PASSWORD` keyword, `user_password =`, `"User Password" =`) replaced by `'…'`
 /// (`ALTER ROLE ada PASSWORD 'secret'`, `CREATE USER … WITH PASSWORD E'…'`, `U&'…'`,
 /// dollar-quoted `$$…$$` and `$tag$…$tag$`, the SCRAM verifier psql's `\password` sends,
-/// `WHERE password = '…'`), so that an audit record never holds a password. The text is read
-/// token by token as PostgreSQL reads it: a word inside a literal or a comment is no name,
-/// every literal is skipped whole by SQL's rules (`''` inside one is a quote), and a
+/// `WHERE password = '…'`, `password => '…'`), so that an audit record never holds a password.
+/// The text is read token by token as PostgreSQL reads it: a word inside a literal or a comment
+/// is no name, every literal is skipped whole by SQL's rules (`''` inside one is a quote), and a
 /// dollar-quoted body (`DO $$ … $$`, a function's) is read as SQL in turn.
-fn without_passwords(statement: &str) -> String {
+///
+/// `None` where a password may hide in a way this reading cannot mask: `password` inside a
+/// literal (a connection string, an `EXECUTE`d statement), a name ending in `password` used
+/// otherwise than before a literal (`set_password('…')`, `password IN (…)`, a column list),
+/// or a backslash that PostgreSQL may read as an escape (in a plain literal, or after a byte
+/// beyond ASCII). The caller then cuts everything after the first `password`.
+fn masking(statement: &str) -> Option<String> {
     let bytes = statement.as_bytes();
     let mut out = String::with_capacity(statement.len());
     let (mut copied, mut at) = (0, 0);
     while at < bytes.len() {
         if let Some((open, end)) = literal_at(statement, at) {
+            // A dollar-quoted body is read as SQL below; any other literal cannot be.
+            if bytes[open] != b'$'
+                && (ambiguous(statement, at, open, end)
+                    || statement[open..end]
+                        .to_ascii_lowercase()
+                        .contains("password"))
+            {
+                return None;
+            }
             // A dollar-quoted body is often SQL itself (`DO $$ … $$`, a function's body):
             // its passwords are masked as the statement's are.
             if bytes[open] == b'$'
                 && let Some(tag_len) = statement[open + 1..].find('$')
             {
                 let delimiter = &statement[open..open + tag_len + 2];
-                let body_start = open + delimiter.len();
-                let body_end = if end > body_start && statement[..end].ends_with(delimiter) {
-                    end - delimiter.len()
-                } else {
-                    end
-                };
+                let body_start = (open + delimiter.len()).min(end);
+                let closed =
+                    end >= body_start + delimiter.len() && statement[..end].ends_with(delimiter);
+                let body_end = if closed { end - delimiter.len() } else { end };
                 out.push_str(&statement[copied..body_start]);
-                out.push_str(&without_passwords(&statement[body_start..body_end]));
+                out.push_str(&masking(&statement[body_start..body_end])?);
                 copied = body_end;
             }
             at = end;
@@ -162,7 +182,6 @@ fn without_passwords(statement: &str) -> String {
             continue;
         }
         let mut value = skip_blank(statement, name_end);
-        // `password = '…'` (a comparison, or an option) too.
         // `password = '…'`, and a named argument (`password => '…'`, `password := '…'`).
         if let Some(op) = ["=>", ":=", "="]
             .into_iter()
@@ -170,14 +189,48 @@ fn without_passwords(statement: &str) -> String {
         {
             value = skip_blank(statement, value + op.len());
         }
-        if let Some((quote, end)) = literal_at(statement, value) {
-            out.push_str(&statement[copied..quote]);
-            out.push_str("'…'");
-            (copied, at) = (end, end);
+        match literal_at(statement, value) {
+            Some((quote, end)) if ambiguous(statement, value, quote, end) => return None,
+            Some((quote, end)) => {
+                out.push_str(&statement[copied..quote]);
+                out.push_str("'…'");
+                (copied, at) = (end, end);
+            }
+            // A call, a cast, a comparison or a list the literal may follow: not read here.
+            None if followed_by_other_use(&statement[value..]) => return None,
+            None => {}
         }
     }
     out.push_str(&statement[copied..]);
-    out
+    Some(out)
+}
+
+/// Whether the literal from `open` to `end` (its prefix, if any, at `at`) may end elsewhere than
+/// this reading says: a backslash in a plain literal (an escape, should the session have
+/// `standard_conforming_strings` off) or after a byte beyond ASCII in any (the second byte of
+/// a character in encodings such as SJIS).
+fn ambiguous(statement: &str, at: usize, open: usize, end: usize) -> bool {
+    let bytes = statement.as_bytes();
+    let body = &bytes[open..end];
+    let escaping = open > at && matches!(bytes[at], b'e' | b'E');
+    let unicode = open > at && matches!(bytes[at], b'u' | b'U');
+    (!escaping && !unicode && bytes[open] == b'\'' && body.contains(&b'\\'))
+        || body.windows(2).any(|w| w[0] >= 0x80 && w[1] == b'\\')
+}
+
+/// Whether what follows a name ending in `password` may lead to its value by another way than
+/// `= '…'`: a call's `(`, a cast's `::`, a comparison, `IN`/`LIKE`, a list's `,` or `)`.
+fn followed_by_other_use(rest: &str) -> bool {
+    let lower = rest
+        .get(..8.min(rest.len()))
+        .unwrap_or(rest)
+        .to_ascii_lowercase();
+    ["(", "::", "<", ">", "!", ",", ")", "~"]
+        .iter()
+        .any(|op| lower.starts_with(op))
+        || ["in ", "in(", "like ", "ilike ", "similar "]
+            .iter()
+            .any(|word| lower.starts_with(word))
 }
 
 /// Whether `b` may be part of an unquoted name or keyword (any byte of a UTF-8 sequence, as
@@ -254,7 +307,10 @@ fn literal_end(bytes: &[u8], open: usize, escapes: bool) -> usize {
 fn skip_blank(statement: &str, mut at: usize) -> usize {
     let bytes = statement.as_bytes();
     loop {
-        while bytes.get(at).is_some_and(u8::is_ascii_whitespace) {
+        while bytes
+            .get(at)
+            .is_some_and(|b| b.is_ascii_whitespace() || *b == 0x0b)
+        {
             at += 1;
         }
         let rest = statement.get(at..).unwrap_or_default();
