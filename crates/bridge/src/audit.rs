@@ -247,6 +247,13 @@ impl AuditLog {
     /// Appends to the file at `path` (created if missing), continuing the chain from its last
     /// audit line. The file is locked while the log is open: one writer per file.
     pub fn open(path: &Path) -> Result<Self, AuditError> {
+        Self::open_with(path, true)
+    }
+
+    /// [`AuditLog::open`], taking the writer's lock only when `lock` (`bridge check` opens a
+    /// running bridge's file only to see that it could; on Unix only, where the lock is
+    /// advisory: Windows' would keep readers such as `audit verify` out).
+    fn open_with(path: &Path, lock: bool) -> Result<Self, AuditError> {
         let open_error = |source| AuditError::Open {
             path: path.to_owned(),
             source,
@@ -258,11 +265,14 @@ impl AuditLog {
             .open(path)
             .map_err(open_error)?;
         // A file system without locks (some network ones) is written unlocked.
-        if let Err(std::fs::TryLockError::WouldBlock) = file.try_lock() {
+        #[cfg(unix)]
+        if lock && let Err(std::fs::TryLockError::WouldBlock) = file.try_lock() {
             return Err(AuditError::InUse {
                 path: path.to_owned(),
             });
         }
+        #[cfg(not(unix))]
+        let _ = lock;
         let (prev, needs_newline) = last_audit_hash(&mut file).map_err(open_error)?;
         let mut log = Self::from_writer(file, prev);
         log.chain
@@ -272,11 +282,12 @@ impl AuditLog {
         Ok(log)
     }
 
-    /// The log `target` names.
-    pub fn for_target(target: &AuditTarget) -> Result<Self, AuditError> {
+    /// The log `target` names; a file locked for this process when `lock` (see
+    /// [`AuditLog::open_with`]).
+    pub fn for_target(target: &AuditTarget, lock: bool) -> Result<Self, AuditError> {
         match target {
             AuditTarget::Stdout => Ok(Self::stdout()),
-            AuditTarget::File(path) => Self::open(path),
+            AuditTarget::File(path) => Self::open_with(path, lock),
         }
     }
 

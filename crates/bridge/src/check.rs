@@ -224,7 +224,8 @@ pub fn check(path: Option<&Path>) -> ExitCode {
     };
     // The files and directories it names, as `run` opens them (an audit log it can append to).
     let cfg = std::sync::Arc::new(cfg);
-    if let Err(code) = crate::run::preflight(&cfg) {
+    // The audit file unlocked: checking the configuration of a running bridge is usual.
+    if let Err(code) = crate::run::preflight(&cfg, false) {
         return code;
     }
     println!("configuration: ok ({} resource(s))", cfg.resources().len());

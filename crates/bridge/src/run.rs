@@ -75,7 +75,7 @@ pub fn run(path: Option<&Path>) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    let (identity, audit) = match preflight(&cfg) {
+    let (identity, audit) = match preflight(&cfg, true) {
         Ok(opened) => opened,
         Err(code) => return code,
     };
@@ -91,8 +91,12 @@ pub fn run(path: Option<&Path>) -> ExitCode {
 /// Opens what the configuration points at: the CA to trust, the operator's certificate and
 /// key, the audit log. A file that cannot be read or parsed is a configuration error like a bad
 /// value (exit 2, each one named by its key), not a failure found later on every reconnect.
-/// `bridge check` runs it too, so that it passes only a configuration `run` takes.
-pub(crate) fn preflight(cfg: &Arc<Config>) -> Result<(Identity, AuditLog), ExitCode> {
+/// `bridge check` runs it too, so that it passes only a configuration `run` takes, but without
+/// `lock_audit`: the audit file of a bridge that runs is its own to write, and check only opens it.
+pub(crate) fn preflight(
+    cfg: &Arc<Config>,
+    lock_audit: bool,
+) -> Result<(Identity, AuditLog), ExitCode> {
     let mut problems = Vec::new();
     if let Some(dir) = &cfg.state_dir
         && let Err(e) = crate::state::prepare(dir)
@@ -134,8 +138,8 @@ pub(crate) fn preflight(cfg: &Arc<Config>) -> Result<(Identity, AuditLog), ExitC
         }
     }
     let identity = Identity::new(cfg.clone()).map_err(|e| problems.push(e.to_string()));
-    let audit =
-        AuditLog::for_target(&cfg.audit_log).map_err(|e| problems.push(format!("audit_log: {e}")));
+    let audit = AuditLog::for_target(&cfg.audit_log, lock_audit)
+        .map_err(|e| problems.push(format!("audit_log: {e}")));
     match (identity, audit) {
         (Ok(identity), Ok(audit)) if problems.is_empty() => Ok((identity, audit)),
         _ => {

@@ -429,4 +429,20 @@ async fn two_instances_cannot_share_an_audit_log() {
         "{err}"
     );
     assert!(err.contains(&audit.display().to_string()), "{err}");
+    // `bridge check` of the running bridge's configuration only opens the file: it passes.
+    let path = dir.path().join("check.yaml");
+    std::fs::write(&path, &yaml).unwrap();
+    let out = Command::new(bridge_bin())
+        .args(["check", "--config"])
+        .arg(&path)
+        .env("SERVICE_BRIDGE_TOKEN", &rig.token)
+        .env("INTERNAL_PW", testkit::bridge::INTERNAL_PASSWORD)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("configuration: ok"),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
