@@ -149,7 +149,7 @@ pub(crate) fn preflight(
             let relative = relative_paths(cfg);
             let about_one = problems
                 .iter()
-                .any(|p| relative.iter().any(|path| p.contains(path.as_str())));
+                .any(|p| relative.iter().any(|path| p.contains(&format!(" {path}:"))));
             if about_one && let Ok(dir) = std::env::current_dir() {
                 eprintln!(
                     "note: relative paths in the configuration are read from the working directory, {}",

@@ -219,9 +219,9 @@ async fn a_bridge_at_max_connections_queues_5_s_then_answers_503() {
         rig.bridge.audit_records(0).await.iter().any(|r| {
             r["path"] == "/apis/internal/quitter"
                 && r["status"] == 499
-                && r["rule"]
-                    .as_str()
-                    .is_some_and(|rule| rule.contains("caller left while the stream waited"))
+                && r["rule"].as_str().is_some_and(|rule| {
+                    rule.contains("caller left before the stream was forwarded")
+                })
         })
     })
     .await;

@@ -293,7 +293,7 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
             names: ["localhost", "127.0.0.1", "::1"]
                 .into_iter()
                 .map(String::from)
-                .chain(args.tls_names.iter().cloned())
+                .chain(args.tls_names.iter().map(|n| n.to_ascii_lowercase()))
                 .collect(),
         }
     });

@@ -18,11 +18,16 @@ pub(super) fn parse_file(text: &str) -> Result<(FileConfig, Vec<Problem>), Vec<P
     if !has_content {
         return Ok((FileConfig::default(), Vec::new()));
     }
+    // The reader counts a lone CR as a line break, as `str::lines` does not: read the text with
+    // LF alone, so that its lines are the ones the reader's places count.
+    let mut text = text.replace("\r\n", "\n").replace('\r', "\n");
     // YAML indents with spaces only; the reader's own message for a tab names another place.
+    // (A line of blanks alone is no indentation.)
     let tabbed: Vec<Problem> = (text.lines().enumerate())
         .filter(|(_, l)| {
-            let indent = &l[..l.len() - l.trim_start().len()];
-            indent.contains('\t') && !l.trim_start().starts_with('#')
+            let content = l.trim_start();
+            let indent = &l[..l.len() - content.len()];
+            indent.contains('\t') && !content.is_empty() && !content.starts_with('#')
         })
         .map(|(index, _)| {
             Problem::new(
@@ -59,9 +64,6 @@ pub(super) fn parse_file(text: &str) -> Result<(FileConfig, Vec<Problem>), Vec<P
     let mut found: Vec<(Problem, (u64, u64))> = Vec::new();
     // Places filled with empty text that then failed again: the key wants no text (a number).
     let mut emptied = Vec::new();
-    // The reader counts a lone CR as a line break, as `str::lines` does not: read the text with
-    // LF alone, so that its lines are the ones the reader's places count.
-    let mut text = text.replace("\r\n", "\n").replace('\r', "\n");
     // serde stops at the first unknown key or wrong type: blank it out (an unknown key with the
     // value under it, a wrong value alone, which leaves an optional key unset) keeping the lines
     // where they are, and read again to find the next. Bounded, in case blanking turns up a loop.

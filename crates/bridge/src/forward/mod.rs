@@ -233,16 +233,16 @@ impl Forwarder {
                 Refusal::not_found("not_declared", "this bridge declares no such resource");
             return Ok(self.deny(started, audit, None, refusal));
         };
-        // Phase 2: admit. A stream may wait here for a slot; if its caller leaves meanwhile,
-        // `Admitting` writes its record.
-        let admitting = settle::Admitting::new(&self, audit, started);
-        let admitted = self.admit(resource, &req, rest).await;
-        let mut audit = admitting.decided();
-        let (rule, permits) = match admitted {
+        // Phase 2: admit. A stream may wait here for a slot, and in phase 3 for a registry's
+        // token; if its caller leaves meanwhile, `Admitting` writes its record.
+        let mut admitting = settle::Admitting::new(&self, audit, started);
+        let (rule, permits) = match self.admit(resource, &req, rest).await {
             Ok(admitted) => admitted,
-            Err(refusal) => return Ok(self.deny(started, audit, Some(resource), refusal)),
+            Err(refusal) => {
+                return Ok(self.deny(started, admitting.decided(), Some(resource), refusal));
+            }
         };
-        audit.rule = rule;
+        admitting.record().rule = rule;
         // Phase 3: the upstream request, with credentials the kind may first have to fetch (a
         // registry's token).
         let method = req.method().clone();
@@ -253,8 +253,11 @@ impl Forwarder {
             .await
         {
             Ok(value) => value,
-            Err(refusal) => return Ok(self.deny(started, audit, Some(resource), refusal)),
+            Err(refusal) => {
+                return Ok(self.deny(started, admitting.decided(), Some(resource), refusal));
+            }
         };
+        let mut audit = admitting.decided();
         let bytes_in = Arc::new(AtomicU64::new(0));
         let upstream = match build_upstream(resource.kind.as_ref(), rest, req, bytes_in.clone()) {
             Ok(mut r) => {

@@ -15,8 +15,9 @@ use super::{Forwarder, Refusal, ResBody, Resource, Tally, header_str, kind, meth
 use crate::audit::{AuditRecord, Decision};
 use crate::config::ResourceKind;
 
-/// A stream's record while it is being admitted (it may wait for a slot up to 5 s): when the
-/// caller leaves meanwhile, the stream is dropped here, and the record says so (499).
+/// A stream's record until it is forwarded (it may wait for a slot up to 5 s, then for a
+/// registry's token): when the caller leaves meanwhile, the stream is dropped here, and the
+/// record says so (499).
 pub(super) struct Admitting<'a> {
     forwarder: &'a Forwarder,
     audit: Option<AuditRecord>,
@@ -31,6 +32,14 @@ impl<'a> Admitting<'a> {
             audit: Some(audit),
             started,
         }
+    }
+
+    /// The record, to fill in while it is held.
+    pub(super) fn record(&mut self) -> &mut AuditRecord {
+        // Held from `new` until `decided` or the drop, which both take `self`.
+        self.audit
+            .as_mut()
+            .expect("the record is held until admission decides")
     }
 
     /// The record back, once admission has decided.
@@ -53,7 +62,7 @@ impl Drop for Admitting<'_> {
             .observe(self.started.elapsed().as_secs_f64());
         audit.status = 499;
         audit.duration_ms = self.started.elapsed().as_millis() as u64;
-        audit.rule = "the caller left while the stream waited to be admitted".into();
+        audit.rule = "the caller left before the stream was forwarded".into();
         f.write_audit(&audit);
     }
 }

@@ -145,15 +145,16 @@ pub async fn sign_in(
         }
         return again(StatusCode::UNAUTHORIZED, "Wrong email or password.");
     };
-    attempt.succeeded();
     let vouched = user.password_hash.clone().unwrap_or_default();
     match session::start(&state.store, user.id, &vouched).await {
         Ok(Some(id)) => {
+            attempt.succeeded();
             tracing::info!(email = %email, org = %user.org, address = %shown_address, "signed in");
             signed_in(&id, state.secure)
         }
         // The password was set again between the check and the session: the one typed is old.
         Ok(None) => {
+            attempt.failed();
             tracing::warn!(email = %email, address = %shown_address, "sign-in failed: the password changed while it was checked");
             again(StatusCode::UNAUTHORIZED, "Wrong email or password.")
         }

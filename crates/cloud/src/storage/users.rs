@@ -4,7 +4,7 @@
 
 use sqlx::Row;
 
-use super::{StorageError, Store, now_micros, on_db, on_writer};
+use super::{Db, StorageError, Store, now_micros, on_db, on_writer};
 
 /// A [`User`] from a row of `USER_COLUMNS` starting at column 0.
 macro_rules! user_from {
@@ -203,8 +203,19 @@ impl Store {
         csrf: &str,
         vouched: &str,
     ) -> Result<bool, StorageError> {
-        let sql = "INSERT INTO sessions (id_hash, user_id, csrf, created_at, last_seen_at) \
-                   SELECT $1, $2, $3, $4, $4 FROM users WHERE id = $2 AND password_hash = $5";
+        // On PostgreSQL the user's row is locked until the session is in: a password change
+        // then waits, and its ending of the user's sessions sees this one.
+        let sql = match &self.db {
+            Db::Sqlite { .. } => {
+                "INSERT INTO sessions (id_hash, user_id, csrf, created_at, last_seen_at) \
+                 SELECT $1, $2, $3, $4, $4 FROM users WHERE id = $2 AND password_hash = $5"
+            }
+            Db::Postgres(_) => {
+                "INSERT INTO sessions (id_hash, user_id, csrf, created_at, last_seen_at) \
+                 SELECT $1, $2, $3, $4, $4 FROM users WHERE id = $2 AND password_hash = $5 \
+                 FOR SHARE"
+            }
+        };
         let inserted = on_writer!(&self.db, pool => sqlx::query(sql)
             .bind(id_hash)
             .bind(user_id)

@@ -103,11 +103,15 @@ impl Forwarder {
             };
             return self.deny(started, audit, None, refusal);
         }
-        // A cancel takes no slot: it is most needed when every slot is busy.
+        // A cancel takes no slot: it is most needed when every slot is busy. A caller that
+        // leaves while the session waits for one is recorded by `Admitting`.
         let permits = if cancel {
             None
         } else {
-            match self.admit_stream(entry.slots.as_ref()).await {
+            let admitting = super::settle::Admitting::new(&self, audit, started);
+            let admitted = self.admit_stream(entry.slots.as_ref()).await;
+            audit = admitting.decided();
+            match admitted {
                 Ok(permits) => Some(permits),
                 Err(refusal) => return self.deny(started, audit, None, refusal),
             }

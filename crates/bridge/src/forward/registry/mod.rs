@@ -236,15 +236,14 @@ impl Kind for RegistryKind {
     /// (Go's `FormValue`, the body's first): a blob mount's `from` sent so would pass unchecked.
     /// No registry client sends a form.
     fn admit_headers(&self, method: &Method, headers: &HeaderMap) -> Result<(), Refusal> {
-        let form = headers
-            .get_all(header::CONTENT_TYPE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .any(|t| {
-                let t = t.trim_start().to_ascii_lowercase();
-                t.starts_with("application/x-www-form-urlencoded")
-                    || t.starts_with("multipart/form-data")
-            });
+        // Read as Go reads it: bytes beyond ASCII kept (not a reason to skip the value), Unicode
+        // spaces trimmed.
+        let form = headers.get_all(header::CONTENT_TYPE).iter().any(|v| {
+            let t = String::from_utf8_lossy(v.as_bytes())
+                .trim()
+                .to_ascii_lowercase();
+            t.contains("application/x-www-form-urlencoded") || t.contains("multipart/form-data")
+        });
         if form && !is_pull(method) {
             return Err(Refusal::forbidden(
                 "registry: form body",
