@@ -2,9 +2,8 @@
 //! `bridge audit verify` checks, and which it refuses once a record is removed.
 
 use std::process::Command;
-use std::time::Duration;
 
-use testkit::bridge::{BridgeProc, INTERNAL_PASSWORD, Rig, bridge_bin, internal_api_yaml};
+use testkit::bridge::{Rig, bridge_bin, internal_api_yaml};
 
 fn verify(path: &std::path::Path) -> (Option<i32>, String) {
     verify_with(path, &[])
@@ -43,16 +42,7 @@ async fn the_chain_in_a_file_continues_across_a_restart() {
     rig.bridge.signal("TERM");
     assert_eq!(rig.bridge.wait(), Some(0));
     let yaml = std::fs::read_to_string(rig.bridge.dir.path().join("bridge.yaml")).unwrap();
-    rig.bridge = BridgeProc::start(
-        &yaml,
-        &[
-            ("SERVICE_BRIDGE_TOKEN", &rig.token),
-            ("INTERNAL_PW", INTERNAL_PASSWORD),
-        ],
-    );
-    rig.bridge
-        .wait_status("connected", Duration::from_secs(20))
-        .await;
+    rig.bridge = testkit::bridge::start_connected(&yaml, &rig.token).await;
     for _ in 0..2 {
         assert_eq!(rig.get("/after").await.status(), 200);
     }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use testkit::bridge::{BridgeProc, INTERNAL_PASSWORD, Rig, internal_api_yaml, yaml_for};
+use testkit::bridge::{Rig, internal_api_yaml, yaml_for};
 use testkit::freeze::FreezingRelay;
 use testkit::{Backend, Cloud};
 
@@ -52,16 +52,7 @@ async fn a_silently_dead_connection_is_detected_by_heartbeats() {
         &format!("localhost:{}", cloud.tls_port()),
         &format!("localhost:{}", relay.addr.port()),
     );
-    let bridge = BridgeProc::start(
-        &yaml,
-        &[
-            ("SERVICE_BRIDGE_TOKEN", &token),
-            ("INTERNAL_PW", INTERNAL_PASSWORD),
-        ],
-    );
-    bridge
-        .wait_status("connected", Duration::from_secs(20))
-        .await;
+    let bridge = testkit::bridge::start_connected(&yaml, &token).await;
     relay.freeze(true);
     // heartbeat_interval is 1 s: three missed beats, plus slack.
     bridge

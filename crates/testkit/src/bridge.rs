@@ -13,7 +13,7 @@ use crate::Cloud;
 
 mod rig;
 
-pub use rig::{INTERNAL_PASSWORD, Rig, internal_api_yaml};
+pub use rig::{INTERNAL_PASSWORD, Rig, internal_api_yaml, start_connected};
 
 /// The `bridge` binary of this build (next to `cloud`).
 pub fn bridge_bin() -> PathBuf {

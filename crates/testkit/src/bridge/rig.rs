@@ -6,6 +6,22 @@ use std::time::Duration;
 use super::{BridgeProc, yaml_for};
 use crate::Cloud;
 
+/// Starts a bridge with `yaml`, its `token` and the standard internal API's password, and
+/// waits (up to 20 s) until its tunnel is up.
+pub async fn start_connected(yaml: &str, token: &str) -> BridgeProc {
+    let bridge = BridgeProc::start(
+        yaml,
+        &[
+            ("SERVICE_BRIDGE_TOKEN", token),
+            ("INTERNAL_PW", INTERNAL_PASSWORD),
+        ],
+    );
+    bridge
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    bridge
+}
+
 /// Password of the standard internal API, injected by the bridge.
 pub const INTERNAL_PASSWORD: &str = "s3cret-internal-pw";
 
@@ -71,16 +87,7 @@ impl Rig {
         let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
         let upstream = crate::upstream::Upstream::start().await;
         let yaml = yaml_for(&cloud, "dc1", &resources(&upstream));
-        let bridge = BridgeProc::start(
-            &yaml,
-            &[
-                ("SERVICE_BRIDGE_TOKEN", &token),
-                ("INTERNAL_PW", INTERNAL_PASSWORD),
-            ],
-        );
-        bridge
-            .wait_status("connected", Duration::from_secs(20))
-            .await;
+        let bridge = start_connected(&yaml, &token).await;
         Rig {
             cloud,
             tenant,
@@ -93,15 +100,7 @@ impl Rig {
     /// Starts one more instance of the same bridge.
     pub async fn another_instance(&self) -> BridgeProc {
         let yaml = yaml_for(&self.cloud, "dc1", &internal_api_yaml(&self.upstream, ""));
-        let b = BridgeProc::start(
-            &yaml,
-            &[
-                ("SERVICE_BRIDGE_TOKEN", &self.token),
-                ("INTERNAL_PW", INTERNAL_PASSWORD),
-            ],
-        );
-        b.wait_status("connected", Duration::from_secs(20)).await;
-        b
+        start_connected(&yaml, &self.token).await
     }
 
     /// `{cloud}/v1/bridges/dc1/apis/internal{path}`.
