@@ -280,7 +280,11 @@ impl Agent {
             }
         }
         self.metrics.set_connected(false);
-        Ok(since.elapsed())
+        match self.status.take_revocation() {
+            // The cloud closed it for good: a refusal, not a lost tunnel to dial again at once.
+            Some(reason) if !shutdown.is_cancelled() => Err(AgentError::Unauthorized(reason)),
+            _ => Ok(since.elapsed()),
+        }
     }
 }
 

@@ -38,6 +38,9 @@ struct Inner {
     last_heartbeat: Option<DateTime<Utc>>,
     last_heartbeat_at: Option<Instant>,
     resource_failures: usize,
+    /// Why the cloud said it is closing the tunnel for good (a revoked token), until the
+    /// tunnel loop takes it.
+    revoked: Option<String>,
 }
 
 /// Shared status.
@@ -73,6 +76,7 @@ impl Status {
                 last_heartbeat: None,
                 last_heartbeat_at: None,
                 resource_failures: 0,
+                revoked: None,
             }),
         }
     }
@@ -111,6 +115,16 @@ impl Status {
             .filter(|t| *t >= since)
             .unwrap_or(since);
         last.elapsed()
+    }
+
+    /// Records the cloud's word that it is closing the tunnel because the token was revoked.
+    pub fn revoked(&self, reason: String) {
+        self.lock().revoked = Some(reason);
+    }
+
+    /// The reason given by [`Status::revoked`] on the tunnel that just ended, if any.
+    pub fn take_revocation(&self) -> Option<String> {
+        self.lock().revoked.take()
     }
 
     /// How many declared resources failed their last check.

@@ -90,6 +90,13 @@ async fn revoking_the_token_closes_the_live_tunnel_within_seconds(backend: Backe
         "{body}"
     );
     assert_retries_slowly(&rig.bridge).await;
+    // The cloud said why before it closed the tunnel: the bridge did not take it for a lost
+    // tunnel and dial again (after up to a minute of back-off) to learn it.
+    let log = rig.bridge.log_text();
+    assert!(
+        !log.contains("tunnel lost") && log.contains("the bridge token was revoked"),
+        "{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

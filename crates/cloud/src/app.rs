@@ -259,7 +259,8 @@ impl LiveBridges for RelayBridges {
 
     fn close(&self, org_id: i64, bridge: &str) {
         for instance in self.0.registry.instances(org_id, bridge) {
-            instance.closed.cancel();
+            let store = self.0.store.clone();
+            tokio::spawn(async move { instance.close_revoked(&store).await });
         }
     }
 }

@@ -37,6 +37,11 @@ pub const HEADER_METHOD: &str = "x-bridge-method";
 /// Path of the cloud's application heartbeat, sent through the tunnel to the bridge.
 pub const HEARTBEAT_PATH: &str = "/_bridge/heartbeat";
 
+/// Path the cloud posts to through the tunnel just before it closes a tunnel whose token was
+/// revoked, with the reason in [`HEADER_REFUSAL`]: the bridge reports `unauthorized` at once
+/// and waits as after a refusal, instead of first reconnecting (after its back-off) to learn it.
+pub const REVOKED_PATH: &str = "/_bridge/revoked";
+
 /// HTTP/2 flow-control window per stream, both sides: big enough that one bulk transfer is not
 /// throttled by round trips (the defaults are 64 KiB–2 MiB).
 pub const STREAM_WINDOW: u32 = 8 * 1024 * 1024;

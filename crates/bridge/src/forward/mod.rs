@@ -208,6 +208,15 @@ impl Forwarder {
             self.status.heartbeat();
             return Ok(kind::text(StatusCode::OK, "ok"));
         }
+        if req.uri().path() == tunnel::REVOKED_PATH {
+            let reason = req
+                .headers()
+                .get(tunnel::HEADER_REFUSAL)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("the bridge token was revoked");
+            self.status.revoked(reason.to_string());
+            return Ok(kind::text(StatusCode::OK, "ok"));
+        }
         let started = Instant::now();
         // Every request the cloud sends counts, refused ones too (`bridge_refused_total` says why).
         self.metrics.requests.inc();

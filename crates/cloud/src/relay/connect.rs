@@ -243,6 +243,7 @@ async fn run(state: RelayState, t: Tunnel, io: hyper::upgrade::Upgraded) {
     let instance = Arc::new(Instance {
         id: t.instance_id.clone(),
         version: t.version.clone(),
+        token_id: t.credential.token_id.clone(),
         resources: t.resources,
         connected_at: Utc::now(),
         last_heartbeat: std::sync::Mutex::new(Utc::now()),
@@ -335,7 +336,7 @@ async fn watch(state: RelayState, token_id: String, instance: Arc<Instance>, eve
                     && row.revoked
                 {
                     tracing::warn!(instance = %instance.id, "bridge token revoked; closing its tunnel");
-                    instance.closed.cancel();
+                    instance.close_revoked(&state.store).await;
                     return;
                 }
             }
