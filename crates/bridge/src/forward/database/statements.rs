@@ -100,14 +100,23 @@ impl<F: FnMut(String)> Statements<F> {
     }
 }
 
-/// The statement as its audit record holds it: masked where [`masking`] can, cut after its first
-/// `password` where it cannot or the session is `strict`.
+/// The statement as its audit record holds it: masked where [`masking`] can; where it cannot
+/// or the session is `strict`, cut after its first `password`, or at its first escape (`\`,
+/// `U&`) when that comes first, since an escaped spelling may hide one.
 fn audited(text: &str, strict: bool) -> String {
     let masked = (!strict).then(|| masking(text)).flatten();
-    match (masked, text.to_ascii_lowercase().find("password")) {
+    let lower = text.to_ascii_lowercase();
+    match (masked, lower.find("password")) {
         (Some(masked), _) => masked,
-        (None, Some(at)) => format!("{}…", &text[..at + "password".len()]),
-        (None, None) => text.to_string(),
+        (None, Some(at)) if !lower[..at].contains(['\\', '&']) => {
+            format!("{}…", &text[..at + "password".len()])
+        }
+        // A password spelled with escapes (`E'p\x61ssword=…'`, `U&"…"`) is cut at the first
+        // escape, as no `password` is written before it.
+        (None, _) => match lower.find(['\\', '&']) {
+            Some(at) => format!("{}…", &text[..at]),
+            None => text.to_string(),
+        },
     }
 }
 
@@ -134,7 +143,8 @@ fn masking(statement: &str) -> Option<String> {
             // A dollar-quoted body is read as SQL below; any other literal cannot be.
             if bytes[open] != b'$'
                 && (ambiguous(statement, at, open, end)
-                    || statement[open..end]
+                    || uescape_follows(statement, end)
+                    || literal_text(statement, at, open, end)
                         .to_ascii_lowercase()
                         .contains("password"))
             {
@@ -177,6 +187,16 @@ fn masking(statement: &str) -> Option<String> {
             }
         };
         let name = statement[at..name_end].trim_end_matches('"');
+        // `U&"p\0061ssword"` is a name like any other, spelled with escapes.
+        let unicode = bytes[at] == b'"' && unicode_prefixed(bytes, at);
+        if unicode && uescape_follows(statement, name_end) {
+            return None;
+        }
+        let name = if unicode {
+            escapes::unicode(name)
+        } else {
+            name.to_string()
+        };
         at = name_end;
         if !name.to_ascii_lowercase().ends_with("password") {
             continue;
@@ -203,6 +223,34 @@ fn masking(statement: &str) -> Option<String> {
     }
     out.push_str(&statement[copied..]);
     Some(out)
+}
+
+/// The text of the literal from `open` to `end` (its prefix, if any, at `at`) with its escapes
+/// read: `E'…'` backslash escapes, `U&'…'` Unicode ones; other literals as written.
+fn literal_text(statement: &str, at: usize, open: usize, end: usize) -> String {
+    let body = &statement[open..end];
+    match statement.as_bytes()[at] {
+        b'e' | b'E' if open > at => escapes::backslash(body),
+        b'u' | b'U' if open > at => escapes::unicode(body),
+        _ => body.to_string(),
+    }
+}
+
+/// Whether the quoted name or literal opening at `open` is spelled `U&"…"` / `U&'…'`.
+fn unicode_prefixed(bytes: &[u8], open: usize) -> bool {
+    open >= 2
+        && bytes[open - 1] == b'&'
+        && matches!(bytes[open - 2], b'u' | b'U')
+        && (open < 3 || !is_word(bytes[open - 3]))
+}
+
+/// Whether a `UESCAPE` clause follows at `end`: the escapes of the name or literal before it
+/// use another character, which this reading does not follow.
+fn uescape_follows(statement: &str, end: usize) -> bool {
+    let next = skip_blank(statement, end);
+    statement
+        .get(next..next + "uescape".len())
+        .is_some_and(|word| word.eq_ignore_ascii_case("uescape"))
 }
 
 /// Whether the literal from `open` to `end` (its prefix, if any, at `at`) may end elsewhere than
@@ -371,5 +419,6 @@ fn dollar_quoted_end(statement: &str, at: usize) -> Option<usize> {
     )
 }
 
+mod escapes;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,99 @@
+//! SQL's escaped spellings read as PostgreSQL reads them, so that a name or a literal spelled
+//! with escapes (`U&"p\0061ssword"`, `E'p\x61ssword=…'`) is recognised by the masking.
+
+/// A `U&"…"` name's or `U&'…'` literal's text with its escapes decoded: `\XXXX`, `\+XXXXXX`
+/// and `\\`, with the default escape character (a `UESCAPE` clause is the caller's concern).
+/// An escape that is not valid is kept as written (PostgreSQL refuses the statement).
+pub(super) fn unicode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('\\') {
+        out.push_str(&rest[..at]);
+        rest = &rest[at + 1..];
+        if let Some(after) = rest.strip_prefix('\\') {
+            out.push('\\');
+            rest = after;
+            continue;
+        }
+        let (digits, skip) = match rest.strip_prefix('+') {
+            Some(after) => (after.get(..6), 7),
+            None => (rest.get(..4), 4),
+        };
+        match digits.and_then(code_point) {
+            Some(c) => {
+                out.push(c);
+                rest = &rest[skip..];
+            }
+            None => out.push('\\'),
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// An `E'…'` literal's text with its backslash escapes decoded: `\b \f \n \r \t`, octal
+/// `\o`–`\ooo`, `\xh`–`\xhh`, `\uXXXX`, `\UXXXXXXXX`; any other `\c` is `c`.
+pub(super) fn backslash(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let Some(escaped) = chars.next() else {
+            out.push('\\');
+            break;
+        };
+        let mut digits = |radix: u32, most: usize, first: Option<char>| {
+            let mut s: String = first.into_iter().collect();
+            while s.len() < most
+                && let Some(d) = chars.next_if(|d| d.is_digit(radix))
+            {
+                s.push(d);
+            }
+            u32::from_str_radix(&s, radix).ok().and_then(char::from_u32)
+        };
+        let decoded = match escaped {
+            'b' => Some('\u{8}'),
+            'f' => Some('\u{c}'),
+            'n' => Some('\n'),
+            'r' => Some('\r'),
+            't' => Some('\t'),
+            '0'..='7' => digits(8, 3, Some(escaped)),
+            'x' => digits(16, 2, None),
+            'u' => digits(16, 4, None),
+            'U' => digits(16, 8, None),
+            other => Some(other),
+        };
+        out.extend(decoded);
+    }
+    out
+}
+
+/// The character of a run of hex digits, if they are all hex and name one.
+fn code_point(hex: &str) -> Option<char> {
+    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u32::from_str_radix(hex, 16).ok().and_then(char::from_u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unicode_escapes_decode() {
+        assert_eq!(unicode(r"p\0061ssword"), "password");
+        assert_eq!(unicode(r"p\+000061ss\\word"), "pass\\word");
+        assert_eq!(unicode(r"bad\00zz"), r"bad\00zz");
+    }
+
+    #[test]
+    fn backslash_escapes_decode() {
+        assert_eq!(backslash(r"p\x61ssw\157rd"), "password");
+        assert_eq!(backslash(r"\u0070assword\'"), "password'");
+        assert_eq!(backslash(r"a\tb\"), "a\tb\\");
+    }
+}
