@@ -155,13 +155,25 @@ impl App {
         // The routes whose handlers read small bodies whole: a paused body gets a 408.
         let whole =
             || middleware::from_fn_with_state(self.api.read_timeout, crate::stall::whole_body);
+        let whole_inputs = |answer: crate::inputs::Answer| {
+            middleware::from_fn_with_state(answer, crate::inputs::refuse_in_whole)
+        };
         let mut app = api::router(self.api.clone())
-            .merge(relay::router(self.relay.clone()))
-            .merge(crate::correlation::router(self.correlation.clone()).layer(whole()))
+            .layer(middleware::from_fn(crate::inputs::refuse_in_head))
+            .merge(
+                relay::router(self.relay.clone())
+                    .layer(middleware::from_fn(crate::inputs::refuse_in_path)),
+            )
+            .merge(
+                crate::correlation::router(self.correlation.clone())
+                    .layer(whole_inputs(IntoResponse::into_response))
+                    .layer(whole()),
+            )
             .merge(crate::openapi::router())
             .merge(crate::pgwire::router(self.pg.clone()))
             .merge(
                 dashboard::router(self.dashboard.over_tls(listener == Listener::Tls))
+                    .layer(whole_inputs(dashboard::problem_page))
                     .layer(whole()),
             );
         if listener == Listener::Tls {

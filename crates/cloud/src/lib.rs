@@ -26,6 +26,7 @@ pub mod cli;
 pub mod correlation;
 pub mod cross_site;
 pub mod dashboard;
+pub mod inputs;
 pub mod insight;
 pub mod live;
 pub mod logging;

@@ -564,6 +564,12 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
     deploy["version"] = json!("v1");
     deploy["timestamp"] = json!(at(-600));
     cloud.post_event(&t, &deploy).await;
+    // Older than the API's default period (30 days), inside the services page's 12 weeks.
+    let mut old = deploy.clone();
+    old["version"] = json!("v0");
+    old["timestamp"] = json!(at(-50 * 1_440));
+    old["metadata"] = json!({});
+    cloud.post_event(&t, &old).await;
     let alert = cloud
         .post_event(
             &t,
@@ -607,6 +613,19 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
         page.contains("<svg") && page.contains("Deployment frequency") && page.contains("60 min"),
         "{page}"
     );
+    // The API call the page quotes gives the page's figures.
+    let quoted = page
+        .split("<code>GET ")
+        .nth(1)
+        .and_then(|rest| rest.split("</code>").next())
+        .unwrap()
+        .replace("&amp;", "&");
+    let (_, figures) = call(&cloud, &t, reqwest::Method::GET, &quoted, None).await;
+    assert_eq!(
+        figures["deploymentFrequency"]["count"], 3,
+        "{quoted}: {figures}"
+    );
+    assert!(page.contains("3 ("), "{page}");
     // An admin confirms the cause on the alert's page: the page says so, and the change fail
     // rate counts it (one of the two deployments).
     let (status, _) = form(

@@ -177,6 +177,19 @@ pub fn not_found(path: &str) -> Response {
     ))
 }
 
+/// A refusal made before a dashboard handler ran (`crate::inputs`), as a page.
+pub fn problem_page(problem: crate::problem::Problem) -> Response {
+    let status = axum::http::StatusCode::from_u16(problem.status)
+        .unwrap_or(axum::http::StatusCode::BAD_REQUEST);
+    with_security_headers(render::message(
+        status,
+        problem.title,
+        &problem.detail,
+        "/",
+        "Back to the dashboard",
+    ))
+}
+
 /// The dashboard's routes.
 pub fn router(state: DashboardState) -> Router {
     Router::new()

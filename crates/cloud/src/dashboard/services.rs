@@ -72,6 +72,9 @@ struct ServicePage<'a> {
     me: &'a Me,
     service: &'a str,
     environment: &'a str,
+    /// The period of the figures, as `GET /v1/dora` takes it (`since`, `until`).
+    since: String,
+    until: String,
     frequency: String,
     lead: String,
     fail_rate: String,
@@ -177,6 +180,8 @@ pub async fn detail(
             me: &me,
             service: &service,
             environment: environment.unwrap_or(""),
+            since: text(&whole, "since"),
+            until: text(&whole, "until"),
             frequency: format!(
                 "{} ({} per day)",
                 whole["deploymentFrequency"]["count"], whole["deploymentFrequency"]["perDay"]

@@ -143,8 +143,8 @@ fn masking(statement: &str) -> Option<String> {
             // A dollar-quoted body is read as SQL below; any other literal cannot be.
             if bytes[open] != b'$'
                 && (ambiguous(statement, at, open, end)
-                    || uescape_follows(statement, end)
-                    || literal_text(statement, at, open, end)
+                    || escapes::uescape_follows(statement, end)
+                    || escapes::literal_text(statement, at, open, end)
                         .to_ascii_lowercase()
                         .contains("password"))
             {
@@ -188,8 +188,8 @@ fn masking(statement: &str) -> Option<String> {
         };
         let name = statement[at..name_end].trim_end_matches('"');
         // `U&"p\0061ssword"` is a name like any other, spelled with escapes.
-        let unicode = bytes[at] == b'"' && unicode_prefixed(bytes, at);
-        if unicode && uescape_follows(statement, name_end) {
+        let unicode = bytes[at] == b'"' && escapes::unicode_prefixed(bytes, at);
+        if unicode && escapes::uescape_follows(statement, name_end) {
             return None;
         }
         let name = if unicode {
@@ -223,34 +223,6 @@ fn masking(statement: &str) -> Option<String> {
     }
     out.push_str(&statement[copied..]);
     Some(out)
-}
-
-/// The text of the literal from `open` to `end` (its prefix, if any, at `at`) with its escapes
-/// read: `E'…'` backslash escapes, `U&'…'` Unicode ones; other literals as written.
-fn literal_text(statement: &str, at: usize, open: usize, end: usize) -> String {
-    let body = &statement[open..end];
-    match statement.as_bytes()[at] {
-        b'e' | b'E' if open > at => escapes::backslash(body),
-        b'u' | b'U' if open > at => escapes::unicode(body),
-        _ => body.to_string(),
-    }
-}
-
-/// Whether the quoted name or literal opening at `open` is spelled `U&"…"` / `U&'…'`.
-fn unicode_prefixed(bytes: &[u8], open: usize) -> bool {
-    open >= 2
-        && bytes[open - 1] == b'&'
-        && matches!(bytes[open - 2], b'u' | b'U')
-        && (open < 3 || !is_word(bytes[open - 3]))
-}
-
-/// Whether a `UESCAPE` clause follows at `end`: the escapes of the name or literal before it
-/// use another character, which this reading does not follow.
-fn uescape_follows(statement: &str, end: usize) -> bool {
-    let next = skip_blank(statement, end);
-    statement
-        .get(next..next + "uescape".len())
-        .is_some_and(|word| word.eq_ignore_ascii_case("uescape"))
 }
 
 /// Whether the literal from `open` to `end` (its prefix, if any, at `at`) may end elsewhere than

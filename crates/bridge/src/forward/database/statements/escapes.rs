@@ -1,6 +1,36 @@
 //! SQL's escaped spellings read as PostgreSQL reads them, so that a name or a literal spelled
 //! with escapes (`U&"p\0061ssword"`, `E'p\x61ssword=…'`) is recognised by the masking.
 
+use super::{is_word, skip_blank};
+
+/// The text of the literal from `open` to `end` (its prefix, if any, at `at`) with its escapes
+/// read: `E'…'` backslash escapes, `U&'…'` Unicode ones; other literals as written.
+pub(super) fn literal_text(statement: &str, at: usize, open: usize, end: usize) -> String {
+    let body = &statement[open..end];
+    match statement.as_bytes()[at] {
+        b'e' | b'E' if open > at => backslash(body),
+        b'u' | b'U' if open > at => unicode(body),
+        _ => body.to_string(),
+    }
+}
+
+/// Whether the quoted name or literal opening at `open` is spelled `U&"…"` / `U&'…'`.
+pub(super) fn unicode_prefixed(bytes: &[u8], open: usize) -> bool {
+    open >= 2
+        && bytes[open - 1] == b'&'
+        && matches!(bytes[open - 2], b'u' | b'U')
+        && (open < 3 || !is_word(bytes[open - 3]))
+}
+
+/// Whether a `UESCAPE` clause follows at `end`: the escapes of the name or literal before it
+/// use another character, which this reading does not follow.
+pub(super) fn uescape_follows(statement: &str, end: usize) -> bool {
+    let next = skip_blank(statement, end);
+    statement
+        .get(next..next + "uescape".len())
+        .is_some_and(|word| word.eq_ignore_ascii_case("uescape"))
+}
+
 /// A `U&"…"` name's or `U&'…'` literal's text with its escapes decoded: `\XXXX`, `\+XXXXXX`
 /// and `\\`, with the default escape character (a `UESCAPE` clause is the caller's concern).
 /// An escape that is not valid is kept as written (PostgreSQL refuses the statement).

@@ -1,0 +1,180 @@
+//! What every route that stores or looks up names refuses before its handler runs, so that
+//! both databases answer alike: a NUL character (PostgreSQL's text cannot hold one; SQLite
+//! would store it) in the path, a query parameter or a body, and a compressed body (no route
+//! here decodes one). A byte-order mark before a JSON body is dropped, as `POST /v1/signals`
+//! drops it. The relay's routes refuse a NUL in the path only: the query and the body are the
+//! caller's business with the resource (Git sends gzip bodies).
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use crate::problem::Problem;
+use crate::signals::event::FieldError;
+
+/// The NUL character's problem, said the same way wherever it is found.
+const NUL: &str = "holds the NUL character (%00, \\u0000), which is stored nowhere; remove it";
+
+/// Refuses a NUL in the path or the query, and a `Content-Encoding`, for routes whose
+/// handlers read the body themselves (the body is left unread).
+pub async fn refuse_in_head(request: Request, next: Next) -> Response {
+    match head_problem(&request) {
+        Some(problem) => problem.into_response(),
+        None => next.run(request).await,
+    }
+}
+
+/// Refuses a NUL in the path only, for the relay's routes: a bridge or resource name cannot
+/// hold one, and the query and body are the caller's business with the resource.
+pub async fn refuse_in_path(request: Request, next: Next) -> Response {
+    if request.uri().path().contains("%00") {
+        return Problem::bad_request(format!("the path {NUL}")).into_response();
+    }
+    next.run(request).await
+}
+
+/// How a feature answers a refusal: problem+json for the API, a page for the dashboard.
+pub type Answer = fn(Problem) -> Response;
+
+/// [`refuse_in_head`], and a NUL in a form or a JSON body, for routes whose body was read
+/// whole first (`stall::whole_body`), answered by `answer`; drops a byte-order mark before a
+/// JSON body.
+pub async fn refuse_in_whole(
+    State(answer): State<Answer>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match checked_whole(request).await {
+        Ok(request) => next.run(request).await,
+        Err(problem) => answer(problem),
+    }
+}
+
+/// The request with its body checked (and a JSON body's byte-order mark dropped), or why not.
+async fn checked_whole(request: Request) -> Result<Request, Problem> {
+    if let Some(problem) = head_problem(&request) {
+        return Err(problem);
+    }
+    let (parts, body) = request.into_parts();
+    // Already in memory: `whole_body` read it.
+    let Ok(mut bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return Err(Problem::bad_request("cannot read the request body"));
+    };
+    let content_type = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if content_type.starts_with("application/x-www-form-urlencoded") {
+        if let Some(field) = form_field_with_nul(&bytes) {
+            return Err(Problem::bad_request(format!("form field {field:?} {NUL}")));
+        }
+    } else if content_type.contains("json") {
+        if let Some(rest) = bytes.strip_prefix("\u{feff}".as_bytes()) {
+            bytes = Bytes::copy_from_slice(rest);
+        }
+        if let Some(pointer) = json_pointer_to_nul(&bytes) {
+            return Err(Problem::invalid(vec![FieldError {
+                pointer,
+                detail: format!("the string {NUL}"),
+            }]));
+        }
+    }
+    Ok(Request::from_parts(parts, Body::from(bytes)))
+}
+
+/// The problem of a request head: NUL in the path or a query parameter, or a body encoding.
+fn head_problem(request: &Request) -> Option<Problem> {
+    let uri = request.uri();
+    // A URI cannot carry a raw NUL: only its escape.
+    if uri.path().contains("%00") {
+        return Some(Problem::bad_request(format!("the path {NUL}")));
+    }
+    if let Some(query) = uri.query()
+        && let Some(name) = form_field_with_nul(query.as_bytes())
+    {
+        return Some(Problem::bad_request(format!(
+            "query parameter {name:?} {NUL}"
+        )));
+    }
+    let encoding = request
+        .headers()
+        .get(CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase())
+        .filter(|e| !e.is_empty() && e != "identity");
+    encoding.map(|e| {
+        Problem::unsupported_media(format!(
+            "Content-Encoding: {e} is not accepted here; send the body uncompressed, without the header"
+        ))
+    })
+}
+
+/// The name of the first `name=value` pair (URL-encoded) whose name or value holds a NUL.
+fn form_field_with_nul(encoded: &[u8]) -> Option<String> {
+    url::form_urlencoded::parse(encoded)
+        .find(|(name, value)| name.contains('\0') || value.contains('\0'))
+        .map(|(name, _)| name.replace('\0', "\\u0000"))
+}
+
+/// Where the first string or member name holding a NUL is in a JSON body (a JSON pointer),
+/// if the body is JSON and holds one; the body is parsed only when its text escapes one.
+fn json_pointer_to_nul(body: &[u8]) -> Option<String> {
+    if !body.windows(6).any(|w| w.eq_ignore_ascii_case(b"\\u0000")) {
+        return None;
+    }
+    let value: Value = serde_json::from_slice(body).ok()?;
+    find_nul(&value, String::new())
+}
+
+fn find_nul(value: &Value, at: String) -> Option<String> {
+    let escape = |key: &str| {
+        key.replace('~', "~0")
+            .replace('/', "~1")
+            .replace('\0', "\\u0000")
+    };
+    match value {
+        Value::String(s) if s.contains('\0') => Some(at),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| find_nul(item, format!("{at}/{i}"))),
+        Value::Object(members) => members.iter().find_map(|(key, item)| {
+            let here = format!("{at}/{}", escape(key));
+            if key.contains('\0') {
+                Some(here)
+            } else {
+                find_nul(item, here)
+            }
+        }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nul_is_found_where_it_is() {
+        let at = |body: &str| json_pointer_to_nul(body.as_bytes());
+        assert_eq!(
+            at(r#"{"dependencies":["a","b\u0000"]}"#).unwrap(),
+            "/dependencies/1"
+        );
+        assert_eq!(at(r#"{"a/b":{"c\u0000":1}}"#).unwrap(), "/a~1b/c\\u0000");
+        assert_eq!(
+            at(r#"{"a":"\\u0000"}"#),
+            None,
+            "an escaped backslash is no NUL"
+        );
+        assert_eq!(
+            form_field_with_nul(b"email=a%00b&password=x").as_deref(),
+            Some("email")
+        );
+        assert_eq!(form_field_with_nul(b"email=a&b=c"), None);
+    }
+}
