@@ -91,3 +91,46 @@ async fn slow_uploads_of_two_orgs_do_not_starve_a_third() {
         assert!(status.starts_with("HTTP/1.1 408"), "{status:?}");
     }
 }
+
+/// Bodies read whole before a handler (sign-in, the dashboard's forms, correlation's JSON) hold
+/// at most 64 MiB at once: 32 clients announcing 2 MiB and stalling take it all, and the next
+/// request gets a 503 with `Retry-After` at once instead of more memory; once they leave,
+/// forms are read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_announced_and_withheld_hold_bounded_memory() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let addr = cloud.http.trim_start_matches("http://").to_string();
+    let mut holders = Vec::new();
+    for _ in 0..32 {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let head = "POST /sign-in HTTP/1.1\r\nHost: x\r\n\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 2097152\r\n\r\nemail=";
+        s.write_all(head.as_bytes()).await.unwrap();
+        holders.push(s);
+    }
+    let sign_in = || {
+        cloud
+            .client()
+            .post(format!("{}/sign-in", cloud.http))
+            .form(&[("email", "a@example.com"), ("password", "x")])
+            .send()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let res = loop {
+        let res = sign_in().await.unwrap();
+        if res.status() == StatusCode::SERVICE_UNAVAILABLE {
+            break res;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a small form is still read while 64 MiB are announced"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(res.headers()["retry-after"], "1");
+    drop(holders);
+    testkit::wait_until_async("forms are read again", || async {
+        sign_in().await.unwrap().status() != StatusCode::SERVICE_UNAVAILABLE
+    })
+    .await;
+}

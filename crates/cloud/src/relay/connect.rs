@@ -156,6 +156,12 @@ pub async fn connect(State(state): State<RelayState>, mut req: Request) -> Respo
         p.status = StatusCode::UPGRADE_REQUIRED.as_u16();
         return refuse(p, &why);
     }
+    if let Some(why) = state
+        .registry
+        .over_limit(credential.org_id, &credential.bridge_name)
+    {
+        return refuse(Problem::rate_limited(60, why.clone()), &why);
+    }
     let upgrade_ok = header_str(&headers, header::UPGRADE.as_str())
         .is_some_and(|u| u.eq_ignore_ascii_case(tunnel::UPGRADE_PROTOCOL));
     if !upgrade_ok {
@@ -280,7 +286,11 @@ async fn run(state: RelayState, t: Tunnel, io: hyper::upgrade::Upgraded) {
             "instances of this bridge declare different resources: each request goes to one that declares its resource; if this is not a rollout, give the other site's bridge a name of its own"
         );
     }
-    state.registry.add(org_id, &bridge, instance.clone());
+    // Tunnels that raced past the check at connect are closed here: at most the limits live.
+    if let Some(why) = state.registry.add(org_id, &bridge, instance.clone()) {
+        tracing::warn!(org_id, bridge = %bridge, instance = %t.instance_id, reason = %why, "bridge tunnel refused");
+        return;
+    }
     tracing::info!(org_id, bridge = %bridge, instance = %t.instance_id, version = %t.version, "bridge connected");
     let watch = tokio::spawn(watch(
         state.clone(),

@@ -64,6 +64,38 @@ impl Instance {
     }
 }
 
+/// Live instances one bridge may have (each a process with its own tunnel).
+pub const MAX_INSTANCES: usize = 16;
+/// Live tunnels one org may have, all its bridges together.
+pub const MAX_ORG_TUNNELS: usize = 256;
+
+fn over_limit(
+    bridges: &HashMap<(i64, String), Bridge>,
+    org_id: i64,
+    bridge: &str,
+) -> Option<String> {
+    let live = |b: &Bridge| {
+        b.instances
+            .iter()
+            .filter(|i| !i.closed.is_cancelled())
+            .count()
+    };
+    let mine = bridges.get(&(org_id, bridge.to_string())).map_or(0, live);
+    if mine >= MAX_INSTANCES {
+        return Some(format!(
+            "bridge {bridge:?} already has {mine} live instances, the most one bridge may have; stop one, or give another site's bridge a name of its own"
+        ));
+    }
+    let org: usize = bridges
+        .iter()
+        .filter(|((org, _), _)| *org == org_id)
+        .map(|(_, b)| live(b))
+        .sum();
+    (org >= MAX_ORG_TUNNELS).then(|| {
+        format!("the org already has {org} live bridge tunnels, the most one org may have; stop bridges it no longer needs")
+    })
+}
+
 /// Instances of one bridge.
 #[derive(Default)]
 struct Bridge {
@@ -110,13 +142,26 @@ impl Registry {
         self.bridges.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Adds a live tunnel.
-    pub fn add(&self, org_id: i64, bridge: &str, instance: Arc<Instance>) {
-        self.lock()
+    /// Why one more tunnel of `bridge` would be too many: [`MAX_INSTANCES`] live instances of
+    /// one bridge, [`MAX_ORG_TUNNELS`] of one org. A token holder cannot hold open as many
+    /// tunnels as the process has file descriptors, which every tenant shares.
+    pub fn over_limit(&self, org_id: i64, bridge: &str) -> Option<String> {
+        over_limit(&self.lock(), org_id, bridge)
+    }
+
+    /// Adds a live tunnel, unless that would pass a limit ([`Registry::over_limit`], checked
+    /// again here for tunnels that were upgraded at the same time); then says why.
+    pub fn add(&self, org_id: i64, bridge: &str, instance: Arc<Instance>) -> Option<String> {
+        let mut bridges = self.lock();
+        if let Some(why) = over_limit(&bridges, org_id, bridge) {
+            return Some(why);
+        }
+        bridges
             .entry((org_id, bridge.to_string()))
             .or_default()
             .instances
             .push(instance);
+        None
     }
 
     /// Removes a tunnel (it closed).
