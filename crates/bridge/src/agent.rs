@@ -20,8 +20,10 @@ use crate::status::{Connection, Status};
 /// How long the upgrade exchange may take once TLS is up.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// How long in-flight streams may take to finish at shutdown.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long in-flight streams may take to finish at shutdown: within the 60 s that the shipped
+/// systemd unit and Kubernetes manifest give a stopping bridge, with room to write the audit
+/// records after it.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(50);
 
 /// Everything the loop needs.
 pub struct Agent {
@@ -37,14 +39,18 @@ pub struct Agent {
     pub forwarder: Arc<Forwarder>,
     /// TLS identity (client certificate).
     pub identity: Arc<Identity>,
+    /// Streams still in flight when the drain at shutdown ran out.
+    pub cut: std::sync::atomic::AtomicI64,
 }
 
 impl Agent {
-    /// Runs until `shutdown`; returns after draining the current tunnel.
-    pub async fn run(self, shutdown: CancellationToken) {
+    /// Runs until `shutdown`; returns after draining the current tunnel, with the number of
+    /// streams the drain cut ([`DRAIN_TIMEOUT`] ran out while they were in flight).
+    pub async fn run(self, shutdown: CancellationToken) -> i64 {
         let renewer = self.spawn_renewal(shutdown.clone());
         self.reconnect_loop(&shutdown).await;
         renewer.abort();
+        self.cut.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Renews an enrolled certificate at two thirds of its life, connected or not, so the next
@@ -130,6 +136,18 @@ impl Agent {
         shutdown: &CancellationToken,
         reconnect: bool,
     ) -> Result<Duration, AgentError> {
+        // A shutdown while enrolling, dialling or upgrading ends the attempt at once: those
+        // steps may each wait for their time-out (15–30 s) on a silent peer.
+        let upgraded = tokio::select! {
+            opened = self.open() => opened?,
+            _ = shutdown.cancelled() => return Ok(Duration::ZERO),
+        };
+        self.serve(upgraded, shutdown, reconnect).await
+    }
+
+    /// Enrolls if needed, dials the cloud (through the proxy, if any), and upgrades the
+    /// connection into a tunnel.
+    async fn open(&self) -> Result<hyper::upgrade::Upgraded, AgentError> {
         let tls = self.identity.client_config().await?;
         let host = self
             .cfg
@@ -218,6 +236,17 @@ impl Agent {
             .map_err(|_| AgentError::Http("the tunnel upgrade did not complete".into()))?
             .map_err(|e| AgentError::Http(format!("tunnel upgrade: {e}")))?;
         drop(conn);
+        Ok(upgraded)
+    }
+
+    /// Serves the cloud's streams over an upgraded tunnel until it ends or `shutdown` drains
+    /// it; returns how long it was up.
+    async fn serve(
+        &self,
+        upgraded: hyper::upgrade::Upgraded,
+        shutdown: &CancellationToken,
+        reconnect: bool,
+    ) -> Result<Duration, AgentError> {
         let since = Instant::now();
         if reconnect {
             self.metrics.reconnections.inc();
@@ -269,10 +298,13 @@ impl Agent {
                     tracing::info!("shutdown: finishing in-flight streams");
                     self.forwarder.stop_sessions();
                     connection.as_mut().graceful_shutdown();
-                    if tokio::time::timeout(DRAIN_TIMEOUT, &mut connection).await.is_err() {
-                        tracing::warn!("drain timed out");
+                    let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
+                    if tokio::time::timeout_at(deadline, &mut connection).await.is_err() {
+                        let cut = self.metrics.in_flight.get();
+                        self.cut.store(cut, std::sync::atomic::Ordering::Relaxed);
+                        tracing::warn!(cut_streams = cut, "drain timed out after {} s: {cut} stream(s) still in flight are cut (their audit records say \"ended\":\"cut\")", DRAIN_TIMEOUT.as_secs());
                     }
-                    if tokio::time::timeout(DRAIN_TIMEOUT, self.forwarder.sessions_ended()).await.is_err() {
+                    if tokio::time::timeout_at(deadline, self.forwarder.sessions_ended()).await.is_err() {
                         tracing::warn!("database sessions did not end within the drain time");
                     }
                     break;

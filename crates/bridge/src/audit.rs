@@ -81,7 +81,9 @@ pub struct AuditRecord {
     /// Database sessions only: `session_start`, `session_end` or `statement`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event: Option<String>,
-    /// `session_end` only: how the session ended (`closed`, or what failed).
+    /// How a database session ended (`session_end`: `closed`, or what failed), or `cut` for a
+    /// forwarded answer that did not stream to its end (the caller left, the tunnel dropped,
+    /// the drain at shutdown ran out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended: Option<String>,
     /// `statement` only: the statement's text as the client sent it (at most 64 KiB).

@@ -228,22 +228,22 @@ pub fn check(path: Option<&Path>) -> ExitCode {
     if let Err(code) = crate::run::preflight(&cfg, false) {
         return code;
     }
-    println!("configuration: ok ({} resource(s))", cfg.resources().len());
+    crate::say!("configuration: ok ({} resource(s))", cfg.resources().len());
     if let Some(warning) = crate::run::raise_fd_limit(cfg.max_connections) {
-        println!("warning: {warning}");
+        crate::say!("warning: {warning}");
     }
     if let Some(warning) = crate::memory::limit_warning(cfg.max_memory_mb) {
-        println!("warning: {warning}");
+        crate::say!("warning: {warning}");
     }
     if let Some(warning) = exposure_warning(
         cfg.health_check_address,
         cfg.health_check_port,
         in_container(),
     ) {
-        println!("warning: {warning}");
+        crate::say!("warning: {warning}");
     }
     let rows = runtime.block_on(probe_all(&cfg));
-    println!("{:<9} {:<20} {:<36} result", "kind", "name", "target");
+    crate::say!("{:<9} {:<20} {:<36} result", "kind", "name", "target");
     let mut failed = 0;
     for row in rows {
         let result = match row.result {
@@ -253,7 +253,7 @@ pub fn check(path: Option<&Path>) -> ExitCode {
                 format!("FAILED: {e}")
             }
         };
-        println!(
+        crate::say!(
             "{:<9} {:<20} {:<36} {result}",
             row.kind, row.name, row.target
         );

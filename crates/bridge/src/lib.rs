@@ -27,6 +27,17 @@
 //! (handshake headers, resource addressing) belongs in the `tunnel` crate, not here; nothing
 //! here may depend on the cloud's storage or web code.
 
+/// `println!` for the commands whose output is read by people and scripts (`check`, `audit
+/// verify`): a reader that stops early (`| head -1`) ends the output, not the process with a
+/// panic; the exit code still says what was found.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 pub mod agent;
 pub mod audit;
 pub mod backoff;

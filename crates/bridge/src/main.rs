@@ -109,24 +109,24 @@ fn verify_audit(file: &std::path::Path, anchor: Option<String>) -> ExitCode {
             ExitCode::from(1)
         }
         Ok((summary, found)) => {
-            println!(
+            bridge::say!(
                 "ok: {} audit record(s) in {} chain(s), none removed or altered",
                 summary.records, summary.chains
             );
             if let Some((line, start)) = found.anchored {
-                println!(
+                bridge::say!(
                     "the anchored record is on line {line}, unaltered, as is every record of its chain from line {start}"
                 );
             }
             if let Some(last) = &found.last {
-                println!(
+                bridge::say!(
                     "last record's SHA-256: {last} (keep it elsewhere; `--anchor` it later to prove that its chain up to it was neither cut nor edited)"
                 );
             }
             // An anchor vouches for its own chain only: the end of each, to keep them all.
             if found.chain_ends.len() > 1 {
                 for (line, hash) in &found.chain_ends {
-                    println!("chain ending on line {line}: last record's SHA-256 {hash}");
+                    bridge::say!("chain ending on line {line}: last record's SHA-256 {hash}");
                 }
             }
             ExitCode::SUCCESS

@@ -239,8 +239,9 @@ async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow:
         instance,
         forwarder,
         identity,
+        cut: Default::default(),
     };
-    agent.run(shutdown.clone()).await;
+    let cut = agent.run(shutdown.clone()).await;
     shutdown.cancel();
     health_stop.cancel();
     let _ = health.await;
@@ -248,6 +249,12 @@ async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow:
     flusher.abort();
     if let Err(e) = audit.flush() {
         tracing::error!(cause = %e, "cannot write the last audit records");
+    }
+    if cut > 0 {
+        anyhow::bail!(
+            "{cut} stream(s) were still in flight when the {} s drain ran out, and were cut; their audit records say \"ended\":\"cut\"",
+            crate::agent::DRAIN_TIMEOUT.as_secs()
+        );
     }
     tracing::info!("bridge stopped");
     Ok(())

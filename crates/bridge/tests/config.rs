@@ -446,3 +446,29 @@ async fn two_instances_cannot_share_an_audit_log() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `bridge check | head -1`: the reader leaves after a line; check stops writing, without a
+/// panic, and its exit code still says what it found (1: the cloud did not answer).
+#[test]
+fn check_piped_to_a_reader_that_leaves_exits_with_its_own_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bridge.yaml");
+    let yaml = format!(
+        "name: dc1\ntoken: x\napi_url: https://127.0.0.1:{}\nhealth_check_port: 0\n",
+        free_closed_port(),
+    );
+    std::fs::write(&path, yaml).unwrap();
+    let mut child = Command::new(bridge_bin())
+        .args(["check", "--config"])
+        .arg(&path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader is gone before the first line.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(!said.contains("panicked"), "{said}");
+}

@@ -13,6 +13,9 @@ use hyper::body::Incoming;
 pub trait Tally: Unpin {
     /// `n` more body bytes went through.
     fn add(&mut self, n: u64);
+
+    /// The body streamed to its end (not cut by an error or by being dropped).
+    fn ended(&self) {}
 }
 
 /// The request's bytes_in, read when the response ends.
@@ -38,16 +41,28 @@ impl<T: Tally> Body for Counted<T> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled
-            && let Some(data) = frame.data_ref()
-        {
-            self.tally.add(data.len() as u64);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    self.tally.add(data.len() as u64);
+                }
+                // The caller may stop polling once the body says it has ended.
+                if self.inner.is_end_stream() {
+                    self.tally.ended();
+                }
+            }
+            Poll::Ready(None) => self.tally.ended(),
+            _ => {}
         }
         polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        let end = self.inner.is_end_stream();
+        if end {
+            self.tally.ended();
+        }
+        end
     }
 
     fn size_hint(&self) -> SizeHint {

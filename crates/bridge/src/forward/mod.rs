@@ -299,6 +299,8 @@ impl Forwarder {
             bytes_in,
             bytes_out: 0,
             _permits: permits,
+            streaming: false,
+            whole: Default::default(),
         };
         // Phase 4: the response.
         let sent = kind::Sent {
@@ -338,6 +340,7 @@ impl Forwarder {
                 if let Some(audit) = finish.audit.as_mut() {
                     audit.status = parts.status.as_u16();
                 }
+                finish.streaming = true;
                 Ok(Response::from_parts(
                     parts,
                     Batched::new(Counted {

@@ -166,6 +166,10 @@ pub(super) struct Finish {
     pub(super) bytes_in: Arc<AtomicU64>,
     pub(super) bytes_out: u64,
     pub(super) _permits: Permits,
+    /// The answer's body is streaming back (set as it starts); a body that does not reach its
+    /// end, [`Finish::whole`], is recorded with `ended: "cut"`.
+    pub(super) streaming: bool,
+    pub(super) whole: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for Finish {
@@ -180,6 +184,9 @@ impl Drop for Finish {
             audit.bytes_in = self.bytes_in.load(Ordering::Relaxed);
             audit.bytes_out = self.bytes_out;
             audit.duration_ms = self.started.elapsed().as_millis() as u64;
+            if self.streaming && !self.whole.load(Ordering::Relaxed) {
+                audit.ended = Some("cut".into());
+            }
             f.write_audit(&audit);
         }
     }
@@ -189,5 +196,9 @@ impl Drop for Finish {
 impl Tally for Finish {
     fn add(&mut self, n: u64) {
         self.bytes_out += n;
+    }
+
+    fn ended(&self) {
+        self.whole.store(true, Ordering::Relaxed);
     }
 }

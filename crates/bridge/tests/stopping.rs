@@ -1,0 +1,64 @@
+//! How streams and the process end: an answer cut midway is audited as cut, and a SIGTERM
+//! stops a bridge at once while it is still waiting on a silent cloud.
+
+use std::time::{Duration, Instant};
+
+use testkit::bridge::{BridgeProc, Rig};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_cut_midway_is_audited_as_cut() {
+    let rig = Rig::start("").await;
+    let whole = rig.get("/download?bytes=100000").await;
+    assert_eq!(whole.bytes().await.unwrap().len(), 100_000);
+    let mut cut = rig.get("/stall").await;
+    assert_eq!(cut.status(), 200);
+    assert!(
+        cut.chunk().await.unwrap().is_some(),
+        "the first piece arrives"
+    );
+    drop(cut);
+    testkit::wait_until("the cut answer's audit record", || {
+        rig.bridge.log_json().iter().any(|l| {
+            l["type"] == "audit" && l["path"].as_str().is_some_and(|p| p.ends_with("/stall"))
+        })
+    })
+    .await;
+    let records = rig.bridge.audit_records(2).await;
+    let of = |path: &str| {
+        records
+            .iter()
+            .find(|r| r["path"].as_str().unwrap_or("").contains(path))
+            .unwrap_or_else(|| panic!("no record of {path}: {records:?}"))
+    };
+    assert_eq!(of("/download")["status"], 200);
+    assert!(of("/download").get("ended").is_none(), "{records:?}");
+    assert_eq!(of("/stall")["status"], 200);
+    assert_eq!(of("/stall")["ended"], "cut", "{records:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_a_bridge_waiting_on_a_silent_cloud_at_once() {
+    // Accepts connections and never says a word: the bridge's TLS handshake waits (15 s).
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let forged = format!("sigbrt_{}_{}", "0".repeat(16), "0".repeat(64));
+    let mut bridge = BridgeProc::start(
+        &format!(
+            "name: dc1\napi_url: https://localhost:{port}\nheartbeat_interval: 1\nreconnect_delay: 1\nhealth_check_port: 0\n"
+        ),
+        &[("SERVICE_BRIDGE_TOKEN", &forged)],
+    );
+    let (held, _) = silent.accept().await.unwrap();
+    bridge
+        .wait_status("connecting", Duration::from_secs(10))
+        .await;
+    let asked = Instant::now();
+    bridge.signal("TERM");
+    assert_eq!(bridge.wait(), Some(0), "{}", bridge.log_text());
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "the bridge waited {:?} for the silent cloud before stopping",
+        asked.elapsed()
+    );
+    drop(held);
+}
