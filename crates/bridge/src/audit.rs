@@ -276,6 +276,9 @@ impl AuditLog {
         #[cfg(not(unix))]
         let _ = lock;
         let (prev, needs_newline) = last_audit_hash(&mut file).map_err(open_error)?;
+        if needs_newline {
+            tracing::warn!(audit_log = %path.display(), "the audit file ends with a partly written line (a crash or a full disk during a write): it stays as it is, and new records follow the last whole one (`bridge audit verify` notes it)");
+        }
         let mut log = Self::from_writer(file, prev);
         log.chain
             .get_mut()

@@ -255,7 +255,9 @@ pub fn check(path: Option<&Path>) -> ExitCode {
         };
         crate::say!(
             "{:<9} {:<20} {:<36} {result}",
-            row.kind, row.name, row.target
+            row.kind,
+            row.name,
+            row.target
         );
     }
     if failed == 0 {

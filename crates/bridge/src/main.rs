@@ -111,8 +111,15 @@ fn verify_audit(file: &std::path::Path, anchor: Option<String>) -> ExitCode {
         Ok((summary, found)) => {
             bridge::say!(
                 "ok: {} audit record(s) in {} chain(s), none removed or altered",
-                summary.records, summary.chains
+                summary.records,
+                summary.chains
             );
+            if let Some(line) = summary.first_torn {
+                bridge::say!(
+                    "note: {} record(s) cut short by a crash or a full disk, first on line {line}, were skipped: the record after each follows the whole record before it",
+                    summary.torn
+                );
+            }
             if let Some((line, start)) = found.anchored {
                 bridge::say!(
                     "the anchored record is on line {line}, unaltered, as is every record of its chain from line {start}"

@@ -116,7 +116,8 @@ fn a_written_chain_verifies() {
         verify(&path).unwrap(),
         VerifySummary {
             records: 5,
-            chains: 1
+            chains: 1,
+            ..Default::default()
         }
     );
     let empty = tempfile::NamedTempFile::new().unwrap();
@@ -133,7 +134,8 @@ fn reopening_a_file_continues_the_chain() {
         verify(&path).unwrap(),
         VerifySummary {
             records: 4,
-            chains: 1
+            chains: 1,
+            ..Default::default()
         }
     );
 }
@@ -147,6 +149,31 @@ fn reopening_after_a_torn_write_starts_a_fresh_line() {
     drop(file);
     AuditLog::open(&path).unwrap().write(&record(2)).unwrap();
     assert_eq!(verify(&path).unwrap().records, 3);
+}
+
+/// A record cut short by a crash, after which the bridge went on from the last whole record:
+/// `verify` notes it and passes. One cut short that a later record chains to (an edit), or the
+/// last line cut short (nothing shows the chain went on), still breaks the chain there.
+#[test]
+fn a_torn_record_that_nothing_chains_to_is_noted_not_failed() {
+    let (_dir, path, _) = written(2);
+    let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+    file.write_all(b"{\"type\":\"audit\",\"time\":\"2026-11-29T15:0")
+        .unwrap();
+    drop(file);
+    AuditLog::open(&path).unwrap().write(&record(2)).unwrap();
+    let summary = verify(&path).unwrap();
+    assert_eq!(
+        (summary.records, summary.torn, summary.first_torn),
+        (3, 1, Some(3))
+    );
+
+    let (_dir, _path, mut lines) = written(3);
+    lines[1].truncate(40);
+    assert_eq!(broken_at(&lines), (2, ChainBreak::Malformed));
+    let (_dir, _path, mut lines) = written(3);
+    lines[2].truncate(40);
+    assert_eq!(broken_at(&lines), (3, ChainBreak::Malformed));
 }
 
 #[test]
@@ -235,7 +262,8 @@ fn ordinary_log_lines_are_ignored() {
         summary,
         VerifySummary {
             records: 3,
-            chains: 1
+            chains: 1,
+            ..Default::default()
         }
     );
     // The error's line numbers count every line, not only audit ones.
@@ -258,7 +286,8 @@ fn a_restart_on_stdout_starts_a_new_chain() {
         check(&lines).unwrap(),
         VerifySummary {
             records: 4,
-            chains: 2
+            chains: 2,
+            ..Default::default()
         }
     );
     // Each chain's end is given, to be kept: an anchor vouches for its own chain only.

@@ -16,6 +16,12 @@ pub struct VerifySummary {
     /// Chains found: each record whose `prev` is all zeros starts one (a new file, or a
     /// restart of a bridge that writes to stdout).
     pub chains: u64,
+    /// Records cut short by a crash or a full disk that nothing chains to: the record after
+    /// each follows the whole record before it (the writer went on from there), so none was
+    /// removed or altered.
+    pub torn: u64,
+    /// The line of the first of them.
+    pub first_torn: Option<u64>,
 }
 
 /// Why a record breaks the chain.
@@ -158,18 +164,33 @@ pub fn verify_reader<R: Read + Seek>(input: R) -> Result<VerifySummary, VerifyEr
     // The line number and hash of the last audit record seen.
     let mut previous: Option<(u64, String)> = None;
     let mut broken = None;
+    // A record cut short, until the next record shows whether the chain went on past it.
+    let mut torn: Option<u64> = None;
     for_each_line(&mut reader, |number, line| {
         let Some(prev) = audit_prev(line) else {
             return true;
         };
         let prev = match prev {
             Ok(prev) => prev,
+            Err(ChainBreak::Malformed) if torn.is_none() => {
+                torn = Some(number);
+                return true;
+            }
             Err(reason) => {
-                broken = Some((number, reason, None));
+                broken = Some((torn.unwrap_or(number), reason, None));
                 return false;
             }
         };
         let expected = previous.as_ref().map_or(GENESIS_HASH, |(_, hash)| hash);
+        if let Some(line) = torn.take() {
+            // The writer went on from the last whole record: the cut line was never chained.
+            if prev != expected {
+                broken = Some((line, ChainBreak::Malformed, None));
+                return false;
+            }
+            summary.first_torn.get_or_insert(line);
+            summary.torn += 1;
+        }
         if prev == expected || prev == GENESIS_HASH {
             summary.records += 1;
             summary.chains += u64::from(prev == GENESIS_HASH);
@@ -181,6 +202,11 @@ pub fn verify_reader<R: Read + Seek>(input: R) -> Result<VerifySummary, VerifyEr
         }
     })
     .map_err(read_error)?;
+    // The last record cut short, with nothing after it: a crash during the last write, or
+    // an edit; only an anchor kept elsewhere tells them apart.
+    if let (Some(line), None) = (torn, &broken) {
+        broken = Some((line, ChainBreak::Malformed, None));
+    }
 
     let Some((line, reason, prev)) = broken else {
         return Ok(summary);
