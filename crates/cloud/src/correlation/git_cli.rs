@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::Command;
 
 /// The longest one `git` command may take (a first fetch of a large repository).
@@ -41,6 +42,12 @@ pub enum GitError {
     /// A commit is not in the repository, even after fetching it.
     #[error("commit {0} is not in the repository")]
     MissingCommit(String),
+    /// The server cannot leave file contents out of a clone (a partial clone): the mirror
+    /// would hold every file of every commit.
+    #[error(
+        "the Git server does not serve partial clones (for git http-backend: uploadpack.allowFilter true), and the cloud mirrors commits and trees only, never file contents; enable it on the server to list this repository's commits"
+    )]
+    NoFilter,
     /// A git command ran longer than its limit.
     #[error("git {0} took longer than {GIT_TIMEOUT:?}")]
     TimedOut(&'static str),
@@ -85,20 +92,49 @@ pub(super) async fn git(
             .env("GIT_CONFIG_KEY_2", "http.extraHeader")
             .env("GIT_CONFIG_VALUE_2", format!("Authorization: Bearer {key}"));
     }
-    let child = command.spawn().map_err(GitError::Spawn)?;
+    let mut child = command.spawn().map_err(GitError::Spawn)?;
     let mut group = Group(child.id());
-    let out = tokio::time::timeout(GIT_TIMEOUT, child.wait_with_output())
+    let (Some(mut stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(GitError::Spawn(std::io::Error::other("no pipes to git")));
+    };
+    let read_stdout = async {
+        let mut out = Vec::new();
+        stdout
+            .read_to_end(&mut out)
+            .await
+            .map_err(GitError::Spawn)?;
+        Ok::<_, GitError>(out)
+    };
+    // A server that cannot leave file contents out says so before it sends them: stop there.
+    let watch_stderr = async {
+        let (mut lines, mut text) = (BufReader::new(stderr).lines(), String::new());
+        while let Some(line) = lines.next_line().await.map_err(GitError::Spawn)? {
+            if line.contains(FILTER_IGNORED) {
+                return Err(GitError::NoFilter);
+            }
+            text.push_str(&line);
+            text.push('\n');
+        }
+        Ok(text)
+    };
+    let run = async {
+        let (out, err) = tokio::try_join!(read_stdout, watch_stderr)?;
+        let status = child.wait().await.map_err(GitError::Spawn)?;
+        Ok::<_, GitError>((status, out, err))
+    };
+    let (status, stdout, stderr) = tokio::time::timeout(GIT_TIMEOUT, run)
         .await
-        .map_err(|_| GitError::TimedOut(step))?
-        .map_err(GitError::Spawn)?;
+        .map_err(|_| GitError::TimedOut(step))??;
     // Exited by itself: its helpers are done, and the group id may be reused.
     group.0 = None;
-    if out.status.success() {
-        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+    if status.success() {
+        return Ok(String::from_utf8_lossy(&stdout).into_owned());
     }
-    let stderr = String::from_utf8_lossy(&out.stderr);
     Err(failure(step, &stderr))
 }
+
+/// What git says when the server ignores `--filter=blob:none` and would send every file.
+const FILTER_IGNORED: &str = "filtering not recognized by server";
 
 /// A git command's process group, killed whole when dropped unfinished (its `git-remote-http`
 /// and `index-pack` helpers would otherwise go on writing into the mirror).

@@ -167,6 +167,24 @@ impl Mirrors {
         })
     }
 
+    /// Deletes the mirror of `source` (its mapping was removed or replaced, and no other
+    /// mapping of the org reads the same repository): unmapped repositories take no disk.
+    pub async fn forget(&self, org_id: i64, source: &RepositorySource) {
+        let dir = self.dir(org_id, source);
+        let lock = self
+            .locks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&dir)
+            .unwrap_or_default();
+        let _held = lock.lock().await;
+        if let Err(e) = std::fs::remove_dir_all(&dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(mirror = %dir.display(), cause = %e, "cannot delete an unmapped repository's mirror");
+        }
+    }
+
     /// `DATA_DIR/git-mirrors/{org}/{hash of bridge, source and path}.git`.
     fn dir(&self, org_id: i64, source: &RepositorySource) -> PathBuf {
         let digest = Sha256::digest(

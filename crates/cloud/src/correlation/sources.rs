@@ -113,11 +113,19 @@ pub async fn set_source(
         r#"{"repository": "acme/api", "bridge": "dc1", "source": "code", "path": "acme/api.git"}"#,
     )?;
     let source = validate_source(&body).map_err(Problem::invalid)?;
+    let earlier = state
+        .store
+        .repository_source(principal.org_id, &source.repository)
+        .await
+        .map_err(|e| storage_unavailable(&e))?;
     state
         .store
         .set_repository_source(principal.org_id, &source)
         .await
         .map_err(|e| storage_unavailable(&e))?;
+    if let Some(earlier) = earlier {
+        forget_unused_mirror(&state, principal.org_id, earlier).await;
+    }
     let what = format!(
         "{} -> {}/{}/{}",
         source.repository, source.bridge, source.source, source.path
@@ -151,11 +159,19 @@ pub async fn remove_source(
             "query parameter repository is empty; give the repository whose mapping to remove",
         ));
     }
+    let mapped = state
+        .store
+        .repository_source(principal.org_id, &which.repository)
+        .await
+        .map_err(|e| storage_unavailable(&e))?;
     let removed = state
         .store
         .remove_repository_source(principal.org_id, &which.repository)
         .await
         .map_err(|e| storage_unavailable(&e))?;
+    if let (true, Some(mapped)) = (removed, mapped) {
+        forget_unused_mirror(&state, principal.org_id, mapped).await;
+    }
     if removed {
         audit(
             &state,
@@ -171,6 +187,21 @@ pub async fn remove_source(
             "no Git source is mapped for repository {:?}",
             which.repository
         )))
+    }
+}
+
+/// Deletes the mirror of a mapping that was removed or replaced, unless another mapping of the
+/// org reads the same repository (a mirror is named by bridge, source and path).
+async fn forget_unused_mirror(state: &CorrelationState, org_id: i64, old: RepositorySource) {
+    let same = |s: &RepositorySource| {
+        (&s.bridge, &s.source, &s.path) == (&old.bridge, &old.source, &old.path)
+    };
+    match state.store.repository_sources(org_id).await {
+        Ok(mappings) if mappings.iter().any(same) => {}
+        Ok(_) => state.mirrors.forget(org_id, &old).await,
+        Err(e) => {
+            tracing::warn!(cause = %e, "cannot tell whether a repository's mirror is still used; it stays")
+        }
     }
 }
 
