@@ -121,6 +121,23 @@ pub(super) fn parse_file(text: &str) -> Result<(FileConfig, Vec<Problem>), Vec<P
     Err(found.into_iter().map(|(p, _)| p).collect())
 }
 
+/// A hint for a syntax error on a line where `${VAR}` stands unquoted inside `{…}`: there its
+/// braces read as YAML's, so the reader fails on it before the variable is expanded.
+fn flow_variable_hint(text: &str, line: u64) -> &'static str {
+    let Some(at) = text.lines().nth((line as usize).saturating_sub(1)) else {
+        return "";
+    };
+    let unquoted = at.match_indices("${").any(|(i, _)| {
+        let before = at[..i].trim_end();
+        !before.ends_with(['"', '\'']) && at[..i].contains('{')
+    });
+    if unquoted {
+        "; a ${VAR} inside { … } must be quoted (token: \"${VAR}\"), or its braces read as YAML's"
+    } else {
+        ""
+    }
+}
+
 /// Most unknown keys and wrong values reported in one run.
 const MAX_PROBLEMS: usize = 50;
 
@@ -143,7 +160,14 @@ fn yaml_problem(err: &serde_saphyr::Error, text: &str) -> (Problem, Option<(u64,
     };
     let Some(expected) = key_path::expected(&message) else {
         let Some(unknown) = unknown_key(&message) else {
-            return (Problem::new("", origin, message), None);
+            return (
+                Problem::new(
+                    "",
+                    origin,
+                    format!("{message}{}", flow_variable_hint(text, line)),
+                ),
+                None,
+            );
         };
         // Named in its mapping (`apis[0]`), with the key it most likely meant.
         let (at_line, at_column) = (line as usize, column as usize);

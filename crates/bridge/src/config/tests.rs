@@ -816,3 +816,21 @@ fn broken_syntax_after_an_unknown_key_is_said_too() {
     );
     assert!(text.contains("bridge.yaml:4:12: unclosed quote"), "{text}");
 }
+
+#[test]
+fn an_unquoted_variable_in_a_flow_mapping_is_explained() {
+    let yaml = "name: n\napis:\n  - {name: a, url: http://a, auth: {type: bearer, token: ${T}}}\n";
+    let err = load(yaml, &MapEnv::new().with("T", "x")).unwrap_err();
+    let shown = err.to_string();
+    assert!(
+        shown.contains("a ${VAR} inside { … } must be quoted"),
+        "{shown}"
+    );
+    let quoted =
+        "name: n\napis:\n  - {name: a, url: http://a, auth: {type: bearer, token: \"${T}\"}}\n";
+    let err = load(quoted, &MapEnv::new().with("T", "x"))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(!err.contains("must be quoted"), "{err}");
+}
