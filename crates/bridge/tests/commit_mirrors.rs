@@ -141,5 +141,8 @@ async fn mirrors_hold_no_file_contents_and_leave_with_their_mapping() {
     )
     .await;
     assert_eq!(status, 200);
-    assert_eq!(mirrors(rig.cloud.data_dir.path()), Vec::<String>::new());
+    testkit::wait_until("the unmapped repository's mirror is deleted", || {
+        mirrors(rig.cloud.data_dir.path()).is_empty()
+    })
+    .await;
 }

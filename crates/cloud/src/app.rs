@@ -194,6 +194,10 @@ struct CorrelationInsight(crate::correlation::CorrelationState);
 const COMMITS_WAIT: Duration = Duration::from_secs(15);
 
 impl crate::insight::Insight for CorrelationInsight {
+    fn mapping_dropped(&self, org_id: i64, old: crate::storage::RepositorySource) {
+        self.0.forget_unused_mirror(org_id, old);
+    }
+
     fn commits<'a>(
         &'a self,
         org_id: i64,

@@ -29,4 +29,8 @@ pub trait Insight: Send + Sync {
         org_id: i64,
         deployment_id: &'a str,
     ) -> BoxFuture<'a, Result<Value, String>>;
+
+    /// The org's mapping `old` was removed or replaced (by the dashboard): its repository's
+    /// mirror is deleted, in the background, once no mapping reads it.
+    fn mapping_dropped(&self, org_id: i64, old: crate::storage::RepositorySource);
 }

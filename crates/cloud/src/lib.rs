@@ -22,6 +22,7 @@ pub mod admin;
 pub mod api;
 pub mod app;
 pub mod auth;
+pub mod body_budget;
 pub mod cli;
 pub mod correlation;
 pub mod cross_site;

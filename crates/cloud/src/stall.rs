@@ -125,28 +125,12 @@ where
 /// default limit for them).
 pub const WHOLE_BODY: usize = 2 * 1024 * 1024;
 
-/// What the bodies read whole may hold in memory at once, all requests together. They are
-/// read before any handler authenticates (a sign-in form has nothing to authenticate), so
-/// without a bound slow clients announcing big bodies could hold gigabytes.
-pub const WHOLE_BODIES_IN_MEMORY: usize = 64 * 1024 * 1024;
-
-/// [`WHOLE_BODIES_IN_MEMORY`] in KiB permits.
-static BUDGET: std::sync::LazyLock<tokio::sync::Semaphore> =
-    std::sync::LazyLock::new(|| tokio::sync::Semaphore::new(WHOLE_BODIES_IN_MEMORY / 1024));
-
-/// The KiB a body of `content_length` bytes (unknown: chunked) may take, reserved before it is
-/// read: its length, or [`WHOLE_BODY`] when it does not say.
-fn reservation(content_length: Option<u64>) -> u32 {
-    let bytes = content_length.map_or(WHOLE_BODY as u64, |n| n.min(WHOLE_BODY as u64));
-    bytes.div_ceil(1024).max(1) as u32
-}
-
 /// Middleware for routes whose handlers read small bodies whole (the dashboard's forms,
 /// correlation's JSON): reads the body first, so that a client that stops sending for `pause`
 /// (`--header-read-timeout`) mid-body, or is still sending after four times that, gets a 408
 /// instead of holding a connection; a body over [`WHOLE_BODY`] gets a 413 (at once when its
-/// `Content-Length` says so), and one that would take the bodies in memory past
-/// [`WHOLE_BODIES_IN_MEMORY`] a 503 with `Retry-After: 1`.
+/// `Content-Length` says so), and one that would take the bodies in memory past their budget
+/// ([`crate::body_budget`]) a 503 with `Retry-After: 1`.
 pub async fn whole_body(
     axum::extract::State(pause): axum::extract::State<Duration>,
     request: axum::extract::Request,
@@ -168,13 +152,24 @@ pub async fn whole_body(
     if content_length.is_some_and(|n| n > WHOLE_BODY as u64) {
         return too_large();
     }
-    // Held until the handler is done with the body.
-    let Ok(_held) = BUDGET.try_acquire_many(reservation(content_length)) else {
-        return crate::problem::Problem::unavailable(
-            1,
-            "the service is reading too many request bodies at once; retry in a second",
-        )
-        .into_response();
+    // Held until the handler is done with the body; a request without one (a GET) takes none.
+    let empty = axum::body::HttpBody::size_hint(request.body()).exact() == Some(0);
+    let peer = request
+        .extensions()
+        .get::<crate::auth::PeerAddr>()
+        .map(|p| p.0.ip());
+    let bytes = content_length.map_or(WHOLE_BODY, |n| n as usize);
+    let _held = if empty {
+        None
+    } else {
+        let Some(reservation) = crate::body_budget::reserve(peer, bytes) else {
+            return crate::problem::Problem::unavailable(
+                1,
+                "the service is reading too many request bodies at once; retry in a second",
+            )
+            .into_response();
+        };
+        Some(reservation)
     };
     let (parts, mut body) = request.into_parts();
     let read = tokio::time::timeout(pause * 4, read_whole(&mut body, WHOLE_BODY, pause));
@@ -234,21 +229,6 @@ mod tests {
                     .map(|d| Ok(Frame::data(bytes::Bytes::from_static(d)))),
             )
         }
-    }
-
-    #[test]
-    fn bodies_reserve_what_they_announce_or_the_most_they_may_be() {
-        assert_eq!(reservation(Some(0)), 1);
-        assert_eq!(reservation(Some(1025)), 2);
-        assert_eq!(reservation(None), (WHOLE_BODY / 1024) as u32);
-        // All at once, the largest bodies fit 32 times; the next must wait its turn.
-        let budget = tokio::sync::Semaphore::new(WHOLE_BODIES_IN_MEMORY / 1024);
-        let held: Vec<_> = (0..32)
-            .map(|_| budget.try_acquire_many(reservation(None)).unwrap())
-            .collect();
-        assert!(budget.try_acquire_many(reservation(Some(10))).is_err());
-        drop(held);
-        assert!(budget.try_acquire_many(reservation(Some(10))).is_ok());
     }
 
     #[tokio::test]

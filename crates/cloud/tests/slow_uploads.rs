@@ -93,44 +93,64 @@ async fn slow_uploads_of_two_orgs_do_not_starve_a_third() {
 }
 
 /// Bodies read whole before a handler (sign-in, the dashboard's forms, correlation's JSON) hold
-/// at most 64 MiB at once: 32 clients announcing 2 MiB and stalling take it all, and the next
-/// request gets a 503 with `Retry-After` at once instead of more memory; once they leave,
-/// forms are read again.
+/// bounded memory: one client address announcing 2 MiB bodies and withholding them holds at
+/// most a quarter of the 64 MiB, and its next body gets a 503 with `Retry-After` at once;
+/// meanwhile pages without a body and another address's forms are served, and once it leaves
+/// its forms are read again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_announced_and_withheld_hold_bounded_memory() {
     let cloud = Cloud::start(Backend::Sqlite);
-    let addr = cloud.http.trim_start_matches("http://").to_string();
+    let addr: std::net::SocketAddr = cloud.http.trim_start_matches("http://").parse().unwrap();
     let mut holders = Vec::new();
-    for _ in 0..32 {
-        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    for _ in 0..9 {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
         let head = "POST /sign-in HTTP/1.1\r\nHost: x\r\n\
              Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 2097152\r\n\r\nemail=";
         s.write_all(head.as_bytes()).await.unwrap();
         holders.push(s);
     }
-    let sign_in = || {
-        cloud
-            .client()
+    testkit::install_crypto();
+    let client_from = |ip: &str| {
+        reqwest::Client::builder()
+            .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+            .build()
+            .unwrap()
+    };
+    let (same, other) = (client_from("127.0.0.1"), client_from("127.0.0.2"));
+    let sign_in = |client: &reqwest::Client| {
+        client
             .post(format!("{}/sign-in", cloud.http))
             .form(&[("email", "a@example.com"), ("password", "x")])
             .send()
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     let res = loop {
-        let res = sign_in().await.unwrap();
+        let res = sign_in(&same).await.unwrap();
         if res.status() == StatusCode::SERVICE_UNAVAILABLE {
             break res;
         }
         assert!(
             Instant::now() < deadline,
-            "a small form is still read while 64 MiB are announced"
+            "a small form is still read while its address holds 18 MiB of announced bodies"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     assert_eq!(res.headers()["retry-after"], "1");
+    let page = same
+        .get(format!("{}/sign-in", cloud.http))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK, "a page without a body");
+    let res = sign_in(&other).await.unwrap();
+    assert_ne!(
+        res.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "another address"
+    );
     drop(holders);
     testkit::wait_until_async("forms are read again", || async {
-        sign_in().await.unwrap().status() != StatusCode::SERVICE_UNAVAILABLE
+        sign_in(&same).await.unwrap().status() != StatusCode::SERVICE_UNAVAILABLE
     })
     .await;
 }

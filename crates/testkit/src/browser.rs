@@ -2,6 +2,7 @@
 //! (WebDriver, Debian's `chromium` and `chromium-driver`), axe-core for accessibility checks,
 //! and screenshots of each page at desktop and phone widths under `target/screenshots/`.
 
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -36,10 +37,18 @@ pub struct Browser {
     /// The WebDriver session.
     pub client: Client,
     driver: Child,
+    /// Chromium's profile, removed with the browser.
+    _profile: tempfile::TempDir,
 }
 
 impl Drop for Browser {
+    /// Kills ChromeDriver's process group, Chromium and its helpers included (killing the
+    /// driver alone would leave them running, orphaned), then removes the profile.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.driver.id())])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
@@ -56,9 +65,11 @@ impl Browser {
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            // A group of its own, with the browser it starts: killed whole on drop.
+            .process_group(0)
             .spawn()
             .expect("chromedriver (Debian package chromium-driver; scripts/test installs it)");
-        let profile = tempfile::tempdir().expect("profile dir").keep();
+        let profile = tempfile::tempdir().expect("profile dir");
         let caps = json!({
             "goog:chromeOptions": {
                 "binary": "/usr/bin/chromium",
@@ -66,7 +77,7 @@ impl Browser {
                     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                     "--disable-quic", "--no-first-run", "--disable-background-networking",
                     "--disable-component-update", "--disable-sync",
-                    format!("--user-data-dir={}", profile.display()),
+                    format!("--user-data-dir={}", profile.path().display()),
                     "--window-size=1280,900",
                 ]
             }
@@ -93,7 +104,11 @@ impl Browser {
                 }
             }
         };
-        Browser { client, driver }
+        Browser {
+            client,
+            driver,
+            _profile: profile,
+        }
     }
 
     /// Opens `url`.

@@ -107,13 +107,21 @@ pub(super) async fn git(
     };
     // A server that cannot leave file contents out says so before it sends them: stop there.
     let watch_stderr = async {
-        let (mut lines, mut text) = (BufReader::new(stderr).lines(), String::new());
-        while let Some(line) = lines.next_line().await.map_err(GitError::Spawn)? {
+        let (mut stderr, mut text, mut line) = (BufReader::new(stderr), String::new(), Vec::new());
+        // Lines as bytes: a server's `remote:` message or a path need not be UTF-8.
+        while {
+            line.clear();
+            stderr
+                .read_until(b'\n', &mut line)
+                .await
+                .map_err(GitError::Spawn)?
+                > 0
+        } {
+            let line = String::from_utf8_lossy(&line);
             if line.contains(FILTER_IGNORED) {
                 return Err(GitError::NoFilter);
             }
             text.push_str(&line);
-            text.push('\n');
         }
         Ok(text)
     };

@@ -123,14 +123,14 @@ pub async fn set_source(
         .set_repository_source(principal.org_id, &source)
         .await
         .map_err(|e| storage_unavailable(&e))?;
-    if let Some(earlier) = earlier {
-        forget_unused_mirror(&state, principal.org_id, earlier).await;
-    }
     let what = format!(
         "{} -> {}/{}/{}",
         source.repository, source.bridge, source.source, source.path
     );
     audit(&state, &principal, peer, "repository_source.set", &what).await?;
+    if let Some(earlier) = earlier {
+        state.forget_unused_mirror(principal.org_id, earlier);
+    }
     Ok(Json(json!(source)))
 }
 
@@ -169,9 +169,6 @@ pub async fn remove_source(
         .remove_repository_source(principal.org_id, &which.repository)
         .await
         .map_err(|e| storage_unavailable(&e))?;
-    if let (true, Some(mapped)) = (removed, mapped) {
-        forget_unused_mirror(&state, principal.org_id, mapped).await;
-    }
     if removed {
         audit(
             &state,
@@ -181,6 +178,9 @@ pub async fn remove_source(
             &which.repository,
         )
         .await?;
+        if let Some(mapped) = mapped {
+            state.forget_unused_mirror(principal.org_id, mapped);
+        }
         Ok(axum::http::StatusCode::NO_CONTENT)
     } else {
         Err(Problem::not_found(format!(
@@ -190,18 +190,24 @@ pub async fn remove_source(
     }
 }
 
-/// Deletes the mirror of a mapping that was removed or replaced, unless another mapping of the
-/// org reads the same repository (a mirror is named by bridge, source and path).
-async fn forget_unused_mirror(state: &CorrelationState, org_id: i64, old: RepositorySource) {
-    let same = |s: &RepositorySource| {
-        (&s.bridge, &s.source, &s.path) == (&old.bridge, &old.source, &old.path)
-    };
-    match state.store.repository_sources(org_id).await {
-        Ok(mappings) if mappings.iter().any(same) => {}
-        Ok(_) => state.mirrors.forget(org_id, &old).await,
-        Err(e) => {
-            tracing::warn!(cause = %e, "cannot tell whether a repository's mirror is still used; it stays")
-        }
+impl CorrelationState {
+    /// Deletes the mirror of a mapping that was removed or replaced, in the background (a
+    /// fetch into it may hold it for minutes), unless another mapping of the org reads the same
+    /// repository (a mirror is named by bridge, source and path).
+    pub fn forget_unused_mirror(&self, org_id: i64, old: RepositorySource) {
+        let state = self.clone();
+        tokio::spawn(async move {
+            let same = |s: &RepositorySource| {
+                (&s.bridge, &s.source, &s.path) == (&old.bridge, &old.source, &old.path)
+            };
+            match state.store.repository_sources(org_id).await {
+                Ok(mappings) if mappings.iter().any(same) => {}
+                Ok(_) => state.mirrors.forget(org_id, &old).await,
+                Err(e) => {
+                    tracing::warn!(cause = %e, "cannot tell whether a repository's mirror is still used; it stays")
+                }
+            }
+        });
     }
 }
 

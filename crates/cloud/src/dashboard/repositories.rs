@@ -80,6 +80,13 @@ pub async fn set(
         "{} -> {}/{}/{}",
         mapping.repository, mapping.bridge, mapping.source, mapping.path
     );
+    let Ok(earlier) = state
+        .store
+        .repository_source(org_id, &mapping.repository)
+        .await
+    else {
+        return unavailable();
+    };
     if state
         .store
         .set_repository_source(org_id, &mapping)
@@ -92,6 +99,9 @@ pub async fn set(
             .is_err()
     {
         return unavailable();
+    }
+    if let Some(earlier) = earlier {
+        state.insight.mapping_dropped(org_id, earlier);
     }
     Redirect::to("/integrations/repositories").into_response()
 }
@@ -106,12 +116,22 @@ pub async fn remove(
         return answer;
     }
     let org_id = me.session.user.org_id;
+    let Ok(mapped) = state
+        .store
+        .repository_source(org_id, &form.repository)
+        .await
+    else {
+        return unavailable();
+    };
     match state
         .store
         .remove_repository_source(org_id, &form.repository)
         .await
     {
         Ok(true) => {
+            if let Some(mapped) = mapped {
+                state.insight.mapping_dropped(org_id, mapped);
+            }
             if state
                 .store
                 .audit(

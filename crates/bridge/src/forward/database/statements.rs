@@ -101,23 +101,38 @@ impl<F: FnMut(String)> Statements<F> {
 }
 
 /// The statement as its audit record holds it: masked where [`masking`] can; where it cannot
-/// or the session is `strict`, cut after its first `password`, or at its first escape (`\`,
-/// `U&`) when that comes first, since an escaped spelling may hide one.
+/// or the session is `strict`, cut after its first `password`, or earlier at what may spell one
+/// otherwise: an escape (`\`, `U&`), or a literal continued on the next line (see [`spelled`]).
 fn audited(text: &str, strict: bool) -> String {
-    let masked = (!strict).then(|| masking(text)).flatten();
-    let lower = text.to_ascii_lowercase();
-    match (masked, lower.find("password")) {
-        (Some(masked), _) => masked,
-        (None, Some(at)) if !lower[..at].contains(['\\', '&']) => {
-            format!("{}…", &text[..at + "password".len()])
-        }
-        // A password spelled with escapes (`E'p\x61ssword=…'`, `U&"…"`) is cut at the first
-        // escape, as no `password` is written before it.
-        (None, _) => match lower.find(['\\', '&']) {
-            Some(at) => format!("{}…", &text[..at]),
-            None => text.to_string(),
-        },
+    if let Some(masked) = (!strict).then(|| masking(text)).flatten() {
+        return masked;
     }
+    let lower = text.to_ascii_lowercase();
+    let word = lower.find("password").map(|at| at + "password".len());
+    let cut = match (word, spelled(&lower)) {
+        (Some(word), Some(other)) => word.min(other),
+        (Some(at), None) | (None, Some(at)) => at,
+        (None, None) => return text.to_string(),
+    };
+    format!("{}…", &text[..cut])
+}
+
+/// Where the first thing is that may spell `password` without writing it: an escape (a
+/// backslash, `U&`), or the first literal when one is continued on a next line (`'pass'⏎'word'`).
+fn spelled(lower: &str) -> Option<usize> {
+    let joined = lower.match_indices('\'').any(|(at, _)| {
+        let rest = &lower[at + 1..];
+        let blank = rest.len() - rest.trim_start().len();
+        rest[..blank].contains(['\n', '\r']) && rest[blank..].starts_with('\'')
+    });
+    [
+        lower.find('\\'),
+        lower.find("u&"),
+        joined.then(|| lower.find('\'')).flatten(),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
 }
 
 /// The statement with the string literal after each name that ends in `password` (the
@@ -145,8 +160,7 @@ fn masking(statement: &str) -> Option<String> {
                 && (ambiguous(statement, at, open, end)
                     || escapes::uescape_follows(statement, end)
                     || escapes::literal_text(statement, at, open, end)
-                        .to_ascii_lowercase()
-                        .contains("password"))
+                        .is_none_or(|text| text.to_ascii_lowercase().contains("password")))
             {
                 return None;
             }

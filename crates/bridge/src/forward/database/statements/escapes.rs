@@ -3,15 +3,23 @@
 
 use super::{is_word, skip_blank};
 
-/// The text of the literal from `open` to `end` (its prefix, if any, at `at`) with its escapes
-/// read: `E'…'` backslash escapes, `U&'…'` Unicode ones; other literals as written.
-pub(super) fn literal_text(statement: &str, at: usize, open: usize, end: usize) -> String {
+/// The text of the literal from `open` to `end` (its prefix, if any, at `at`) as a word search
+/// must see it: its escapes read (`E'…'` backslash escapes, `U&'…'` Unicode ones), and without
+/// its quotes and blanks, so that the pieces of a literal continued on the next line
+/// (`'pass'⏎'word'`) read as one. `None` when an escape gives a byte beyond ASCII, which only
+/// the session's encoding can read.
+pub(super) fn literal_text(statement: &str, at: usize, open: usize, end: usize) -> Option<String> {
     let body = &statement[open..end];
-    match statement.as_bytes()[at] {
-        b'e' | b'E' if open > at => backslash(body),
+    let text = match statement.as_bytes()[at] {
+        b'e' | b'E' if open > at => backslash(body)?,
         b'u' | b'U' if open > at => unicode(body),
         _ => body.to_string(),
-    }
+    };
+    Some(
+        text.chars()
+            .filter(|c| *c != '\'' && !c.is_whitespace())
+            .collect(),
+    )
 }
 
 /// Whether the quoted name or literal opening at `open` is spelled `U&"…"` / `U&'…'`.
@@ -62,8 +70,10 @@ pub(super) fn unicode(text: &str) -> String {
 }
 
 /// An `E'…'` literal's text with its backslash escapes decoded: `\b \f \n \r \t`, octal
-/// `\o`–`\ooo`, `\xh`–`\xhh`, `\uXXXX`, `\UXXXXXXXX`; any other `\c` is `c`.
-pub(super) fn backslash(text: &str) -> String {
+/// `\o`–`\ooo` and `\xh`–`\xhh` (a byte, as PostgreSQL keeps the low eight bits), `\uXXXX`,
+/// `\UXXXXXXXX`; any other `\c` is `c`. `None` when a byte escape is beyond ASCII: its
+/// character depends on the session's encoding.
+pub(super) fn backslash(text: &str) -> Option<String> {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
@@ -82,7 +92,12 @@ pub(super) fn backslash(text: &str) -> String {
             {
                 s.push(d);
             }
-            u32::from_str_radix(&s, radix).ok().and_then(char::from_u32)
+            u32::from_str_radix(&s, radix).ok()
+        };
+        // A byte escape: PostgreSQL keeps its low eight bits.
+        let byte = |n: Option<u32>| match n.map(|n| n & 0xff) {
+            Some(b) if b >= 0x80 => Err(()),
+            b => Ok(b.and_then(char::from_u32)),
         };
         let decoded = match escaped {
             'b' => Some('\u{8}'),
@@ -90,15 +105,15 @@ pub(super) fn backslash(text: &str) -> String {
             'n' => Some('\n'),
             'r' => Some('\r'),
             't' => Some('\t'),
-            '0'..='7' => digits(8, 3, Some(escaped)),
-            'x' => digits(16, 2, None),
-            'u' => digits(16, 4, None),
-            'U' => digits(16, 8, None),
+            '0'..='7' => byte(digits(8, 3, Some(escaped))).ok()?,
+            'x' => byte(digits(16, 2, None)).ok()?,
+            'u' => digits(16, 4, None).and_then(char::from_u32),
+            'U' => digits(16, 8, None).and_then(char::from_u32),
             other => Some(other),
         };
         out.extend(decoded);
     }
-    out
+    Some(out)
 }
 
 /// The character of a run of hex digits, if they are all hex and name one.
@@ -122,8 +137,11 @@ mod tests {
 
     #[test]
     fn backslash_escapes_decode() {
-        assert_eq!(backslash(r"p\x61ssw\157rd"), "password");
-        assert_eq!(backslash(r"\u0070assword\'"), "password'");
-        assert_eq!(backslash(r"a\tb\"), "a\tb\\");
+        assert_eq!(backslash(r"p\x61ssw\157rd").unwrap(), "password");
+        assert_eq!(backslash(r"\u0070assword\'").unwrap(), "password'");
+        assert_eq!(backslash(r"a\tb\").unwrap(), "a\tb\\");
+        // PostgreSQL keeps a byte's low eight bits: \560 is 'p'.
+        assert_eq!(backslash(r"\560assword").unwrap(), "password");
+        assert_eq!(backslash(r"\377"), None, "beyond ASCII: the encoding's");
     }
 }

@@ -64,11 +64,19 @@ fn passwords_never_reach_the_audit() {
         ),
         (
             "SELECT connect(U&'host=x p\\0061ssword=secret')",
-            "SELECT connect(U…",
+            "SELECT connect(…",
         ),
         (
             "UPDATE u SET U&\"p!0061ssword\" UESCAPE '!' = 'x'",
-            "UPDATE u SET U…",
+            "UPDATE u SET …",
+        ),
+        (
+            "SELECT dblink_connect(E'host=x \\560assword=s3cret')",
+            "SELECT dblink_connect(E'host=x …",
+        ),
+        (
+            "SELECT dblink_connect('host=x pass'\n'word=s3cret')",
+            "SELECT dblink_connect(…",
         ),
         // A parameter is no literal.
         ("ALTER ROLE p PASSWORD $1", "ALTER ROLE p PASSWORD $1"),
