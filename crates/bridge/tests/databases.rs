@@ -465,6 +465,14 @@ async fn read_only_statement_audit_limits_and_cancel() {
         .get(0);
     assert_eq!(n, 0);
     drop(ro);
+    // The records reach the log as the statements pass: wait for the last one.
+    testkit::wait_until("the last statement's audit record", || {
+        rig.bridge
+            .log_json()
+            .iter()
+            .any(|l| l["statement"] == "SELECT count(*) FROM t")
+    })
+    .await;
     let records = rig.bridge.audit_records(4).await;
     let statements: Vec<_> = records
         .iter()
