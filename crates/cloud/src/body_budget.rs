@@ -45,7 +45,7 @@ impl Drop for Reservation {
 pub fn reserve(client: Option<IpAddr>, bytes: usize) -> Option<Reservation> {
     let kib = bytes.div_ceil(1024).max(1);
     let permit = BUDGET.try_acquire_many(u32::try_from(kib).ok()?).ok()?;
-    let client = match client {
+    let client = match client.map(share_of) {
         Some(ip) => {
             let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
             let mine = held.entry(ip).or_default();
@@ -66,6 +66,19 @@ pub fn reserve(client: Option<IpAddr>, bytes: usize) -> Option<Reservation> {
     })
 }
 
+/// The address whose share a client takes: its IPv4 address, or its IPv6 /64 (one host
+/// commonly holds a whole /64, and would otherwise take a share per address).
+fn share_of(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let mut octets = v6.octets();
+            octets[8..].fill(0);
+            IpAddr::V6(octets.into())
+        }
+        v4 => v4,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +97,11 @@ mod tests {
         );
         drop(mine);
         assert!(reserve(a, two_mib).is_some(), "given back when dropped");
+        let (c, d) = ("2001:db8::1".parse().ok(), "2001:db8::2".parse().ok());
+        let held: Vec<_> = (0..PER_CLIENT / two_mib)
+            .map(|_| reserve(c, two_mib).unwrap())
+            .collect();
+        assert!(reserve(d, two_mib).is_none(), "one /64, one share");
+        drop(held);
     }
 }

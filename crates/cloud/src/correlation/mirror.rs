@@ -167,17 +167,27 @@ impl Mirrors {
         })
     }
 
-    /// Deletes the mirror of `source` (its mapping was removed or replaced, and no other
-    /// mapping of the org reads the same repository): unmapped repositories take no disk.
-    pub async fn forget(&self, org_id: i64, source: &RepositorySource) {
+    /// Deletes the mirror of `source` once `unused` (checked while the mirror's lock is held,
+    /// so that no fetch is running into it and no mapping started reading it meanwhile) says
+    /// no mapping of the org reads it: unmapped repositories take no disk.
+    pub async fn forget_if<F: std::future::Future<Output = bool>>(
+        &self,
+        org_id: i64,
+        source: &RepositorySource,
+        unused: impl FnOnce() -> F,
+    ) {
         let dir = self.dir(org_id, source);
         let lock = self
             .locks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&dir)
-            .unwrap_or_default();
+            .entry(dir.clone())
+            .or_default()
+            .clone();
         let _held = lock.lock().await;
+        if !unused().await {
+            return;
+        }
         if let Err(e) = std::fs::remove_dir_all(&dir)
             && e.kind() != std::io::ErrorKind::NotFound
         {

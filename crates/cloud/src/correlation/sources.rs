@@ -127,10 +127,10 @@ pub async fn set_source(
         "{} -> {}/{}/{}",
         source.repository, source.bridge, source.source, source.path
     );
-    audit(&state, &principal, peer, "repository_source.set", &what).await?;
     if let Some(earlier) = earlier {
         state.forget_unused_mirror(principal.org_id, earlier);
     }
+    audit(&state, &principal, peer, "repository_source.set", &what).await?;
     Ok(Json(json!(source)))
 }
 
@@ -170,6 +170,9 @@ pub async fn remove_source(
         .await
         .map_err(|e| storage_unavailable(&e))?;
     if removed {
+        if let Some(mapped) = mapped {
+            state.forget_unused_mirror(principal.org_id, mapped);
+        }
         audit(
             &state,
             &principal,
@@ -178,9 +181,6 @@ pub async fn remove_source(
             &which.repository,
         )
         .await?;
-        if let Some(mapped) = mapped {
-            state.forget_unused_mirror(principal.org_id, mapped);
-        }
         Ok(axum::http::StatusCode::NO_CONTENT)
     } else {
         Err(Problem::not_found(format!(
@@ -200,13 +200,16 @@ impl CorrelationState {
             let same = |s: &RepositorySource| {
                 (&s.bridge, &s.source, &s.path) == (&old.bridge, &old.source, &old.path)
             };
-            match state.store.repository_sources(org_id).await {
-                Ok(mappings) if mappings.iter().any(same) => {}
-                Ok(_) => state.mirrors.forget(org_id, &old).await,
-                Err(e) => {
-                    tracing::warn!(cause = %e, "cannot tell whether a repository's mirror is still used; it stays")
+            let unused = || async {
+                match state.store.repository_sources(org_id).await {
+                    Ok(mappings) => !mappings.iter().any(same),
+                    Err(e) => {
+                        tracing::warn!(cause = %e, "cannot tell whether a repository's mirror is still used; it stays");
+                        false
+                    }
                 }
-            }
+            };
+            state.mirrors.forget_if(org_id, &old, unused).await;
         });
     }
 }

@@ -92,16 +92,19 @@ pub async fn set(
         .set_repository_source(org_id, &mapping)
         .await
         .is_err()
-        || state
-            .store
-            .audit(org_id, &me.actor(), "repository_source.set", &what)
-            .await
-            .is_err()
     {
         return unavailable();
     }
     if let Some(earlier) = earlier {
         state.insight.mapping_dropped(org_id, earlier);
+    }
+    if state
+        .store
+        .audit(org_id, &me.actor(), "repository_source.set", &what)
+        .await
+        .is_err()
+    {
+        return unavailable();
     }
     Redirect::to("/integrations/repositories").into_response()
 }

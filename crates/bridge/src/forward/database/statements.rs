@@ -102,37 +102,20 @@ impl<F: FnMut(String)> Statements<F> {
 
 /// The statement as its audit record holds it: masked where [`masking`] can; where it cannot
 /// or the session is `strict`, cut after its first `password`, or earlier at what may spell one
-/// otherwise: an escape (`\`, `U&`), or a literal continued on the next line (see [`spelled`]).
+/// otherwise: an escape (`\`, `U&`), or a literal continued on the next line
+/// ([`escapes::spelled`]).
 fn audited(text: &str, strict: bool) -> String {
     if let Some(masked) = (!strict).then(|| masking(text)).flatten() {
         return masked;
     }
     let lower = text.to_ascii_lowercase();
     let word = lower.find("password").map(|at| at + "password".len());
-    let cut = match (word, spelled(&lower)) {
+    let cut = match (word, escapes::spelled(&lower)) {
         (Some(word), Some(other)) => word.min(other),
         (Some(at), None) | (None, Some(at)) => at,
         (None, None) => return text.to_string(),
     };
     format!("{}…", &text[..cut])
-}
-
-/// Where the first thing is that may spell `password` without writing it: an escape (a
-/// backslash, `U&`), or the first literal when one is continued on a next line (`'pass'⏎'word'`).
-fn spelled(lower: &str) -> Option<usize> {
-    let joined = lower.match_indices('\'').any(|(at, _)| {
-        let rest = &lower[at + 1..];
-        let blank = rest.len() - rest.trim_start().len();
-        rest[..blank].contains(['\n', '\r']) && rest[blank..].starts_with('\'')
-    });
-    [
-        lower.find('\\'),
-        lower.find("u&"),
-        joined.then(|| lower.find('\'')).flatten(),
-    ]
-    .into_iter()
-    .flatten()
-    .min()
 }
 
 /// The statement with the string literal after each name that ends in `password` (the
@@ -159,7 +142,7 @@ fn masking(statement: &str) -> Option<String> {
             if bytes[open] != b'$'
                 && (ambiguous(statement, at, open, end)
                     || escapes::uescape_follows(statement, end)
-                    || escapes::literal_text(statement, at, open, end)
+                    || escapes::literal_text(statement, at, open)
                         .is_none_or(|text| text.to_ascii_lowercase().contains("password")))
             {
                 return None;
@@ -307,23 +290,26 @@ fn literal_at(statement: &str, at: usize) -> Option<(usize, usize)> {
         return None;
     }
     let mut end = literal_end(bytes, open, escapes);
-    // `'abc'` and `'def'` on the next line are one string to PostgreSQL.
-    loop {
-        let next = skip_blank(statement, end + 1);
-        let between = &bytes[(end + 1).min(bytes.len())..next.min(bytes.len())];
-        let newline = between.iter().any(|b| matches!(b, b'\n' | b'\r'));
-        if !(newline && bytes.get(next) == Some(&b'\'')) {
-            break;
-        }
+    while let Some(next) = continued(statement, end) {
         end = literal_end(bytes, next, escapes);
     }
     Some((open, (end + 1).min(bytes.len())))
 }
 
+/// Where the next piece of a literal opens when the piece that closes at `end` goes on:
+/// `'abc'` and `'def'` on a next line are one string to PostgreSQL (comments may come between).
+pub(super) fn continued(statement: &str, end: usize) -> Option<usize> {
+    let bytes = statement.as_bytes();
+    let next = skip_blank(statement, end + 1);
+    let between = &bytes[(end + 1).min(bytes.len())..next.min(bytes.len())];
+    let newline = between.iter().any(|b| matches!(b, b'\n' | b'\r'));
+    (newline && bytes.get(next) == Some(&b'\'')).then_some(next)
+}
+
 /// The index of the quote that closes the literal opened at `open` (a doubled quote is part
 /// of it, and so is a backslash-escaped one where `escapes`); the end of the text when it is
 /// not closed.
-fn literal_end(bytes: &[u8], open: usize, escapes: bool) -> usize {
+pub(super) fn literal_end(bytes: &[u8], open: usize, escapes: bool) -> usize {
     let mut end = open + 1;
     while end < bytes.len() {
         match bytes[end] {

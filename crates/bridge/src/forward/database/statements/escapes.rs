@@ -1,25 +1,30 @@
 //! SQL's escaped spellings read as PostgreSQL reads them, so that a name or a literal spelled
 //! with escapes (`U&"p\0061ssword"`, `E'p\x61ssword=…'`) is recognised by the masking.
 
-use super::{is_word, skip_blank};
+use super::{continued, is_word, literal_end, skip_blank};
 
-/// The text of the literal from `open` to `end` (its prefix, if any, at `at`) as a word search
-/// must see it: its escapes read (`E'…'` backslash escapes, `U&'…'` Unicode ones), and without
-/// its quotes and blanks, so that the pieces of a literal continued on the next line
-/// (`'pass'⏎'word'`) read as one. `None` when an escape gives a byte beyond ASCII, which only
-/// the session's encoding can read.
-pub(super) fn literal_text(statement: &str, at: usize, open: usize, end: usize) -> Option<String> {
-    let body = &statement[open..end];
-    let text = match statement.as_bytes()[at] {
-        b'e' | b'E' if open > at => backslash(body)?,
-        b'u' | b'U' if open > at => unicode(body),
-        _ => body.to_string(),
-    };
-    Some(
-        text.chars()
-            .filter(|c| *c != '\'' && !c.is_whitespace())
-            .collect(),
-    )
+/// The text of the literal whose first quote is at `open` (its prefix, if any, at `at`) as
+/// PostgreSQL reads it: its pieces continued on next lines joined (`'pass'⏎'word'`, comments
+/// between them too) and its escapes read (`E'…'` backslash escapes, `U&'…'` Unicode ones).
+/// `None` when an escape gives a byte beyond ASCII, which only the session's encoding can read.
+pub(super) fn literal_text(statement: &str, at: usize, open: usize) -> Option<String> {
+    let bytes = statement.as_bytes();
+    let backslashes = open > at && matches!(bytes[at], b'e' | b'E');
+    let mut joined = String::new();
+    let mut start = open;
+    loop {
+        let end = literal_end(bytes, start, backslashes);
+        joined.push_str(statement.get(start + 1..end).unwrap_or_default());
+        match continued(statement, end) {
+            Some(next) => start = next,
+            None => break,
+        }
+    }
+    match bytes[at] {
+        _ if backslashes => backslash(&joined),
+        b'u' | b'U' if open > at => Some(unicode(&joined)),
+        _ => Some(joined),
+    }
 }
 
 /// Whether the quoted name or literal opening at `open` is spelled `U&"…"` / `U&'…'`.
@@ -37,6 +42,22 @@ pub(super) fn uescape_follows(statement: &str, end: usize) -> bool {
     statement
         .get(next..next + "uescape".len())
         .is_some_and(|word| word.eq_ignore_ascii_case("uescape"))
+}
+
+/// Where the first thing is that may spell `password` without writing it: an escape (a
+/// backslash, `U&`), or the first literal when one is continued on a next line (`'pass'⏎'word'`).
+pub(super) fn spelled(lower: &str) -> Option<usize> {
+    let joined = lower
+        .match_indices('\'')
+        .any(|(at, _)| continued(lower, at).is_some());
+    [
+        lower.find('\\'),
+        lower.find("u&"),
+        joined.then(|| lower.find('\'')).flatten(),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
 }
 
 /// A `U&"…"` name's or `U&'…'` literal's text with its escapes decoded: `\XXXX`, `\+XXXXXX`

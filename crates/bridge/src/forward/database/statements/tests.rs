@@ -78,6 +78,14 @@ fn passwords_never_reach_the_audit() {
             "SELECT dblink_connect('host=x pass'\n'word=s3cret')",
             "SELECT dblink_connect(…",
         ),
+        (
+            "SELECT dblink_connect('host=x pass' -- c\n'word=s3cret')",
+            "SELECT dblink_connect(…",
+        ),
+        (
+            "SELECT dblink_connect('host=x pass'\n-- c\n'word=s3cret')",
+            "SELECT dblink_connect(…",
+        ),
         // A parameter is no literal.
         ("ALTER ROLE p PASSWORD $1", "ALTER ROLE p PASSWORD $1"),
         // A backslash in a plain literal may be an escape (standard_conforming_strings off):
