@@ -160,10 +160,7 @@ impl App {
         };
         let mut app = api::router(self.api.clone())
             .layer(middleware::from_fn(crate::inputs::refuse_in_head))
-            .merge(
-                relay::router(self.relay.clone())
-                    .layer(middleware::from_fn(crate::inputs::refuse_in_path)),
-            )
+            .merge(relay::router(self.relay.clone()))
             .merge(
                 crate::correlation::router(self.correlation.clone())
                     .layer(whole_inputs(IntoResponse::into_response))

@@ -2,8 +2,8 @@
 //! both databases answer alike: a NUL character (PostgreSQL's text cannot hold one; SQLite
 //! would store it) in the path, a query parameter or a body, and a compressed body (no route
 //! here decodes one). A byte-order mark before a JSON body is dropped, as `POST /v1/signals`
-//! drops it. The relay's routes refuse a NUL in the path only: the query and the body are the
-//! caller's business with the resource (Git sends gzip bodies).
+//! drops it. The forwarding routes check their path only ([`nul_in_path`]): the query and the
+//! body are the caller's business with the resource (Git sends gzip bodies).
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -27,13 +27,14 @@ pub async fn refuse_in_head(request: Request, next: Next) -> Response {
     }
 }
 
-/// Refuses a NUL in the path only, for the relay's routes: a bridge or resource name cannot
-/// hold one, and the query and body are the caller's business with the resource.
-pub async fn refuse_in_path(request: Request, next: Next) -> Response {
-    if request.uri().path().contains("%00") {
-        return Problem::bad_request(format!("the path {NUL}")).into_response();
-    }
-    next.run(request).await
+/// The problem of a NUL in a raw (percent-encoded) path, for the forwarding routes, which
+/// check the path only: no bridge, resource or repository name holds one, and the query and
+/// body are the caller's business with the resource.
+pub fn nul_in_path(raw_path: &str) -> Option<Problem> {
+    // A URI cannot carry a raw NUL: only its escape.
+    raw_path
+        .contains("%00")
+        .then(|| Problem::bad_request(format!("the path {NUL}")))
 }
 
 /// How a feature answers a refusal: problem+json for the API, a page for the dashboard.
@@ -90,9 +91,8 @@ async fn checked_whole(request: Request) -> Result<Request, Problem> {
 /// The problem of a request head: NUL in the path or a query parameter, or a body encoding.
 fn head_problem(request: &Request) -> Option<Problem> {
     let uri = request.uri();
-    // A URI cannot carry a raw NUL: only its escape.
-    if uri.path().contains("%00") {
-        return Some(Problem::bad_request(format!("the path {NUL}")));
+    if let Some(problem) = nul_in_path(uri.path()) {
+        return Some(problem);
     }
     if let Some(query) = uri.query()
         && let Some(name) = form_field_with_nul(query.as_bytes())

@@ -42,7 +42,7 @@ async fn nul_is_refused_where_it_is_found(backend: Backend) {
         ("/v1/dora?service=a%00b", "query parameter \"service\""),
         ("/v1/events/a%00b", "the path"),
         ("/v1/alerts/a%00b/suspects", "the path"),
-        ("/v1/bridges/a%00b/api/x/y", "the path"),
+        ("/v1/bridges/a%00b/apis/x/y", "the path"),
     ] {
         let res = client
             .get(format!("{}{path}", cloud.http))

@@ -49,6 +49,9 @@ async fn run(state: &RelayState, target: &Target, req: Request) -> Result<Respon
     if let Some(refusal) = crate::cross_site::forwarding_refusal(req.headers()) {
         return Err(refusal);
     }
+    if let Some(nul) = crate::inputs::nul_in_path(req.uri().path()) {
+        return Err(nul);
+    }
     let principal = if req.extensions().get::<InternalCaller>().is_some() {
         state.keys.authenticate_internal(req.headers())?
     } else {
