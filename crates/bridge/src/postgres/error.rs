@@ -55,9 +55,12 @@ pub enum LoginError {
     /// unverified connection.
     #[error("authentication: {0}")]
     Insecure(String),
-    /// The server spoke something the bridge does not understand, or went silent.
+    /// The server spoke something the bridge does not understand.
     #[error("protocol: {0}")]
     Protocol(String),
+    /// The server did not finish the login in time (it went silent).
+    #[error("the server did not finish the login within {0} s")]
+    TimedOut(u64),
 }
 
 impl LoginError {
@@ -87,6 +90,9 @@ impl LoginError {
             }
             LoginError::Insecure(why) => why.clone(),
             LoginError::Protocol(_) => "the login failed (protocol)".into(),
+            LoginError::TimedOut(secs) => {
+                format!("the database did not finish the login within {secs} s")
+            }
         }
     }
 
@@ -100,6 +106,24 @@ impl LoginError {
             LoginError::DatabaseMissing { .. } => "database",
             LoginError::Server { .. } => "server",
             LoginError::Protocol(_) => "protocol",
+            LoginError::TimedOut(_) => "login time-out",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A silent server is said as such to the client (not as a protocol error), with the
+    /// SQLSTATE of a database the bridge could not reach.
+    #[test]
+    fn a_login_time_out_says_so() {
+        let e = LoginError::TimedOut(20);
+        assert_eq!(e.sqlstate(), "08001");
+        assert_eq!(
+            e.public(),
+            "the database did not finish the login within 20 s"
+        );
     }
 }

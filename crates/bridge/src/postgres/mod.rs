@@ -141,12 +141,7 @@ pub async fn login(db: &Database, params: &[Param]) -> Result<Session, LoginErro
     let io = connect(db).await?;
     tokio::time::timeout(LOGIN_TIMEOUT, authenticate(db, io, params))
         .await
-        .map_err(|_| {
-            LoginError::Protocol(format!(
-                "the server did not finish the login within {}s",
-                LOGIN_TIMEOUT.as_secs()
-            ))
-        })?
+        .map_err(|_| LoginError::TimedOut(LOGIN_TIMEOUT.as_secs()))?
 }
 
 async fn authenticate(
