@@ -62,3 +62,38 @@ async fn sigterm_stops_a_bridge_waiting_on_a_silent_cloud_at_once() {
     );
     drop(held);
 }
+
+/// A revoked API key ends the answers it is still receiving (a live event stream), within
+/// seconds, as it ends its database sessions; another key's stream goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_a_key_ends_the_answers_it_is_receiving() {
+    let rig = Rig::start("").await;
+    let key = rig
+        .cloud
+        .admin(&["api-key", "create", "--org", "acme", "--name", "leaked"]);
+    let url = format!("{}/v1/bridges/dc1/apis/internal/ticks", rig.cloud.http);
+    let open = |key: &str| rig.cloud.client().get(&url).bearer_auth(key).send();
+    let mut leaked = open(&key).await.unwrap();
+    let mut kept = open(&rig.tenant.api_key).await.unwrap();
+    assert!(leaked.chunk().await.unwrap().is_some());
+    let id = key.rsplit_once('_').unwrap().0.to_string();
+    rig.cloud
+        .admin(&["api-key", "revoke", "--org", "acme", &id]);
+    let revoked = Instant::now();
+    let ended = loop {
+        match leaked.chunk().await {
+            Ok(Some(_)) => {
+                assert!(
+                    revoked.elapsed() < Duration::from_secs(15),
+                    "the revoked key's stream still flows"
+                );
+            }
+            Ok(None) | Err(_) => break revoked.elapsed(),
+        }
+    };
+    assert!(ended < Duration::from_secs(15), "{ended:?}");
+    assert!(
+        kept.chunk().await.unwrap().is_some(),
+        "another key's stream goes on"
+    );
+}

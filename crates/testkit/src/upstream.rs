@@ -140,6 +140,17 @@ async fn route(req: Request<Incoming>) -> Response<Body> {
         });
         return Response::new(StreamBody::new(stream).boxed());
     }
+    if path.ends_with("/ticks") {
+        // A line every 100 ms, for as long as the caller reads: a live event stream.
+        let stream = futures_util::stream::unfold((), |()| async {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            Some((
+                Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"tick\n"))),
+                (),
+            ))
+        });
+        return Response::new(StreamBody::new(stream).boxed());
+    }
     if path.ends_with("/stall") {
         // Sends one chunk, then nothing ever again: a hung internal system.
         let first = futures_util::stream::once(async {

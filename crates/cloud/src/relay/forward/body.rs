@@ -94,6 +94,74 @@ pub(super) struct Tracked {
     pub(super) inner: hyper::body::Incoming,
     pub(super) _guard: InFlight,
     pub(super) stall: StallTimer,
+    /// Ends the answer when the caller's API key is revoked while it streams.
+    pub(super) key: KeyWatch,
+}
+
+/// How often a long answer's API key is checked again: a revoked key ends the answers it is
+/// still receiving within seconds (as it ends its database sessions), not only new requests.
+const KEY_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The revocation check of one answer: started only once the answer has lasted
+/// [`KEY_RECHECK`] (most answers end long before), then repeated every [`KEY_RECHECK`] by a
+/// task that ends with the answer.
+pub(super) struct KeyWatch {
+    state: crate::relay::RelayState,
+    principal: Arc<crate::auth::Principal>,
+    started: std::time::Instant,
+    /// Made with the checks: whether the key was found revoked, and the body's waker.
+    checks: Option<Checks>,
+}
+
+/// The checking task of a [`KeyWatch`] and what it tells the body.
+struct Checks {
+    task: tokio::task::JoinHandle<()>,
+    found: Arc<(AtomicBool, futures_util::task::AtomicWaker)>,
+}
+
+impl KeyWatch {
+    pub(super) fn new(
+        state: &crate::relay::RelayState,
+        principal: &Arc<crate::auth::Principal>,
+    ) -> Self {
+        KeyWatch {
+            state: state.clone(),
+            principal: principal.clone(),
+            started: std::time::Instant::now(),
+            checks: None,
+        }
+    }
+
+    /// Whether the key was found revoked; starts the checks once the answer is long enough.
+    fn revoked(&mut self, cx: &Context<'_>) -> bool {
+        if let Some(checks) = &self.checks {
+            checks.found.1.register(cx.waker());
+            return checks.found.0.load(Ordering::Relaxed);
+        }
+        if self.started.elapsed() >= KEY_RECHECK {
+            let found: Arc<(AtomicBool, futures_util::task::AtomicWaker)> = Arc::default();
+            found.1.register(cx.waker());
+            let (state, principal, told) =
+                (self.state.clone(), self.principal.clone(), found.clone());
+            let task = tokio::spawn(async move {
+                while state.keys.is_live(&state.store, &principal).await {
+                    tokio::time::sleep(KEY_RECHECK).await;
+                }
+                told.0.store(true, Ordering::Relaxed);
+                told.1.wake();
+            });
+            self.checks = Some(Checks { task, found });
+        }
+        false
+    }
+}
+
+impl Drop for KeyWatch {
+    fn drop(&mut self) {
+        if let Some(checks) = self.checks.take() {
+            checks.task.abort();
+        }
+    }
 }
 
 /// Why a forwarded body was cut.
@@ -105,6 +173,9 @@ enum Cut {
     /// The caller went silent mid-upload.
     #[error("the request body stopped arriving for {0:?} (--header-read-timeout)")]
     Upload(std::time::Duration),
+    /// The caller's API key was revoked while the answer streamed.
+    #[error("the API key of this request was revoked; the answer was cut")]
+    Revoked,
 }
 
 impl HttpBody for Tracked {
@@ -116,6 +187,10 @@ impl HttpBody for Tracked {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
+        if this.key.revoked(cx) {
+            tracing::info!(principal = %this.key.principal.key_id, "API key revoked; cutting the answer it was receiving");
+            return Poll::Ready(Some(Err(Cut::Revoked.into())));
+        }
         Poll::Ready(match ready!(this.stall.poll_frame(&mut this.inner, cx)) {
             Ok(frame) => frame.map(|f| f.map_err(Into::into)),
             Err(Stalled) => {

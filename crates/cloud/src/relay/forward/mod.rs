@@ -57,11 +57,12 @@ async fn run(state: &RelayState, target: &Target, req: Request) -> Result<Respon
     } else {
         state.keys.authenticate(&state.store, req.headers()).await?
     };
+    let principal = Arc::new(principal);
     let instances = upstream_peers(state, &principal, target).await?;
     let (parts, body) = req.into_parts();
     let head = upstream_request(&parts, target, &principal)?;
     let body = hold_body(state, &parts.method, body).await?;
-    send(state, target, &instances, head, body).await
+    send(state, target, &principal, &instances, head, body).await
 }
 
 /// Phase 1: the live instances of the bridge that declare the resource, least busy first;

@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::response::Response;
 use http_body::Body as HttpBody;
 
-use super::body::{Announced, InFlight, Tracked};
+use super::body::{Announced, InFlight, KeyWatch, Tracked};
 use super::target::Target;
 use super::{Head, Outgoing, REPLAYABLE_BODY, headers};
 use crate::problem::Problem;
@@ -23,6 +23,7 @@ use crate::stall::{ReadError, StallTimer, read_whole};
 pub(super) async fn send(
     state: &RelayState,
     target: &Target,
+    principal: &Arc<crate::auth::Principal>,
     instances: &[Arc<Instance>],
     head: Head,
     body: Outgoing,
@@ -124,6 +125,7 @@ pub(super) async fn send(
                     inner: incoming,
                     _guard: guard,
                     stall: StallTimer::new(timeout),
+                    key: KeyWatch::new(state, principal),
                 });
                 return Ok(Response::from_parts(parts, body));
             }
