@@ -97,13 +97,7 @@ impl Mirrors {
         to: &str,
     ) -> Result<Listing, GitError> {
         let dir = self.dir(org_id, source);
-        let lock = self
-            .locks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(dir.clone())
-            .or_default()
-            .clone();
+        let lock = self.lock_of(&dir);
         let _held = lock.lock().await;
         let key = self.keys.internal_key(org_id);
         let url = format!(
@@ -177,13 +171,7 @@ impl Mirrors {
         unused: impl FnOnce() -> F,
     ) {
         let dir = self.dir(org_id, source);
-        let lock = self
-            .locks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(dir.clone())
-            .or_default()
-            .clone();
+        let lock = self.lock_of(&dir);
         let _held = lock.lock().await;
         if !unused().await {
             return;
@@ -193,6 +181,16 @@ impl Mirrors {
         {
             tracing::warn!(mirror = %dir.display(), cause = %e, "cannot delete an unmapped repository's mirror");
         }
+    }
+
+    /// The lock of the mirror in `dir`: one fetch or deletion at a time.
+    fn lock_of(&self, dir: &Path) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(dir.to_path_buf())
+            .or_default()
+            .clone()
     }
 
     /// `DATA_DIR/git-mirrors/{org}/{hash of bridge, source and path}.git`.
