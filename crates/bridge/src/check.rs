@@ -235,6 +235,9 @@ pub fn check(path: Option<&Path>) -> ExitCode {
     if let Some(warning) = crate::memory::limit_warning(cfg.max_memory_mb) {
         crate::say!("warning: {warning}");
     }
+    for warning in cfg.unreachable_limits() {
+        crate::say!("warning: {warning}");
+    }
     if let Some(warning) = exposure_warning(
         cfg.health_check_address,
         cfg.health_check_port,

@@ -262,6 +262,35 @@ impl Config {
             .chain(registries)
             .collect()
     }
+
+    /// Entries whose own `max_connections` is above the bridge's, which they can never reach
+    /// (the bridge's is shared by every entry): said at start and by `bridge check`, not
+    /// refused, since raising the bridge's later makes it count.
+    pub fn unreachable_limits(&self) -> Vec<String> {
+        let entries = (self.apis.iter().enumerate())
+            .map(|(i, r)| (format!("apis[{i}]"), &r.name, r.max_connections))
+            .chain(
+                (self.sources.iter().enumerate())
+                    .map(|(i, r)| (format!("sources[{i}]"), &r.name, r.max_connections)),
+            )
+            .chain(
+                (self.registries.iter().enumerate())
+                    .map(|(i, r)| (format!("registries[{i}]"), &r.name, r.max_connections)),
+            )
+            .chain(
+                (self.databases.iter().enumerate())
+                    .map(|(i, r)| (format!("databases[{i}]"), &r.name, r.max_connections)),
+            );
+        entries
+            .filter_map(|(key, name, limit)| {
+                let limit = limit.filter(|l| *l > self.max_connections)?;
+                Some(format!(
+                    "{key}.max_connections {limit} ({name}) is above the bridge's max_connections {}, which every entry shares: the entry never gets more than {} at once; lower it, or raise the bridge's",
+                    self.max_connections, self.max_connections
+                ))
+            })
+            .collect()
+    }
 }
 
 /// Log verbosity.

@@ -194,6 +194,9 @@ async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow:
     if let Some(warning) = crate::memory::limit_warning(cfg.max_memory_mb) {
         tracing::warn!("{warning}");
     }
+    for warning in cfg.unreachable_limits() {
+        tracing::warn!("{warning}");
+    }
     let status = Arc::new(Status::new(cfg.heartbeat_interval));
     let metrics = Metrics::new(&cfg.name);
     let audit = Arc::new(audit);

@@ -834,3 +834,16 @@ fn an_unquoted_variable_in_a_flow_mapping_is_explained() {
         .unwrap_or_default();
     assert!(!err.contains("must be quoted"), "{err}");
 }
+
+#[test]
+fn an_entry_limit_above_the_bridges_is_said() {
+    let yaml = "name: n\ntoken: t\nmax_connections: 10\napis:\n  - {name: a, url: http://a, max_connections: 50}\n  - {name: b, url: http://b, max_connections: 5}\n";
+    let config = load(yaml, &MapEnv::new()).unwrap();
+    let warnings = config.unreachable_limits();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0]
+            .starts_with("apis[0].max_connections 50 (a) is above the bridge's max_connections 10"),
+        "{warnings:?}"
+    );
+}
