@@ -296,6 +296,7 @@ impl Agent {
                 }
                 _ = shutdown.cancelled() => {
                     tracing::info!("shutdown: finishing in-flight streams");
+                    self.status.drain();
                     self.forwarder.stop_sessions();
                     connection.as_mut().graceful_shutdown();
                     let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;

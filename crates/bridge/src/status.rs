@@ -41,6 +41,8 @@ struct Inner {
     /// Why the cloud said it is closing the tunnel for good (a revoked token), until the
     /// tunnel loop takes it.
     revoked: Option<String>,
+    /// Shutting down: finishing the streams in flight, taking no new one.
+    draining: bool,
 }
 
 /// Shared status.
@@ -63,6 +65,9 @@ pub struct Health {
     pub last_heartbeat: Option<String>,
     /// connecting, connected, reconnecting, unauthorized, disconnected.
     pub connection_status: &'static str,
+    /// True from the first SIGTERM until exit: the tunnel takes no new stream while those in
+    /// flight finish (the cloud sends new ones to other instances).
+    pub draining: bool,
 }
 
 impl Status {
@@ -77,6 +82,7 @@ impl Status {
                 last_heartbeat_at: None,
                 resource_failures: 0,
                 revoked: None,
+                draining: false,
             }),
         }
     }
@@ -115,6 +121,11 @@ impl Status {
             .filter(|t| *t >= since)
             .unwrap_or(since);
         last.elapsed()
+    }
+
+    /// Marks the bridge as shutting down (`draining` in `/health`).
+    pub fn drain(&self) {
+        self.lock().draining = true;
     }
 
     /// Records the cloud's word that it is closing the tunnel because the token was revoked.
@@ -158,6 +169,7 @@ impl Status {
                 .last_heartbeat
                 .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
             connection_status: inner.connection.as_str(),
+            draining: inner.draining,
         }
     }
 }

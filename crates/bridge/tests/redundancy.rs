@@ -192,6 +192,15 @@ async fn a_stopping_instance_hands_new_requests_to_the_other() {
             .contains("shutdown: finishing in-flight streams")
     })
     .await;
+    // Its health says so while it finishes (and no more than that: it is still alive).
+    let (code, health) = rig.bridge.health().await.expect("health through the drain");
+    assert_eq!(
+        (code, health["draining"].clone()),
+        (200, serde_json::json!(true)),
+        "{health}"
+    );
+    let (_, other) = second.health().await.unwrap();
+    assert_eq!(other["draining"], false, "{other}");
     for _ in 0..10 {
         assert_eq!(post(&rig).await, (200, None));
     }
