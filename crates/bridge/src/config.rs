@@ -34,7 +34,7 @@ mod validate;
 
 pub use env::{
     API_URL_VAR, Env, HEARTBEAT_INTERVAL_VAR, HTTPS_PROXY_VARS, LOG_LEVEL_VAR, MapEnv, NAME_VAR,
-    NO_PROXY_VARS, ProcessEnv, TOKEN_VAR,
+    NO_PROXY_VARS, ProcessEnv, TLS_CA_FILE_VAR, TOKEN_VAR,
 };
 pub use error::{ConfigError, Origin, Problem};
 pub use proxy::{ProxyUrl, bypasses_proxy, parse_no_proxy};

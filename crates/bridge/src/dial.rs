@@ -125,6 +125,14 @@ pub async fn tcp_to_resource(host: &str, port: u16) -> Result<TcpStream, DialErr
     connect(host, port, None, RESOURCE_UNREACHABLE).await
 }
 
+/// A URL's host as a resolver and a TLS server name take it: an IPv6 literal without the
+/// brackets a URL (and a proxy's CONNECT target, which keeps them) writes around it.
+fn unbracketed(host: &str) -> &str {
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+}
+
 async fn connect(
     host: &str,
     port: u16,
@@ -137,7 +145,7 @@ async fn connect(
     };
     let addrs: Vec<_> = step(
         "DNS",
-        tokio::net::lookup_host((dial_host.as_str(), dial_port)),
+        tokio::net::lookup_host((unbracketed(&dial_host), dial_port)),
     )
     .await?
     .map_err(|source| DialError::Dns {
@@ -236,7 +244,7 @@ pub async fn tls(
     host: &str,
     config: Arc<ClientConfig>,
 ) -> Result<TlsStream<TcpStream>, DialError> {
-    let name = ServerName::try_from(host.to_string()).map_err(|_| DialError::Tls {
+    let name = ServerName::try_from(unbracketed(host).to_string()).map_err(|_| DialError::Tls {
         host: host.to_string(),
         source: std::io::Error::other("not a valid server name"),
         hint: "",
@@ -281,6 +289,27 @@ mod tests {
         assert!(direct.to_string().contains("set proxy_url"), "{direct}");
         let resource = tcp_to_resource("127.0.0.1", port).await.unwrap_err();
         assert!(!resource.to_string().contains("proxy"), "{resource}");
+    }
+
+    /// `api_url: https://[::1]:8443` (and a proxy at `http://[::1]:3128`): the host as the URL
+    /// writes it, brackets and all, is an address, never a name to look up.
+    #[tokio::test]
+    async fn an_ipv6_literal_is_dialled_without_its_brackets() {
+        match std::net::TcpListener::bind("[::1]:0") {
+            Ok(listener) => {
+                let port = listener.local_addr().unwrap().port();
+                tcp("[::1]", port, None).await.unwrap();
+                drop(listener);
+                let proxy = ProxyUrl::parse(&format!("http://[::1]:{port}")).unwrap();
+                let via = tcp("cloud.example", 443, Some(&proxy)).await.unwrap_err();
+                assert!(matches!(via, DialError::Tcp { .. }), "{via}");
+            }
+            // A host without IPv6: the address is still read, and the connect is what fails.
+            Err(_) => {
+                let e = tcp("[::1]", 9, None).await.unwrap_err();
+                assert!(matches!(e, DialError::Tcp { .. }), "{e}");
+            }
+        }
     }
 
     #[test]

@@ -78,6 +78,37 @@ async fn the_bridge_page_shows_instances_makes_tokens_and_revokes() {
     let listed = page(&client, url.clone(), &admin).await;
     assert!(listed.contains("<strong>dc2</strong>") && listed.contains("status never seen"));
 
+    // The command with no file at all, pasted into a shell as the page shows it (`bridge
+    // check` in place of `bridge run`): it trusts the cloud's own CA, and the token is good.
+    let unescape = |s: &str| {
+        s.replace("&#34;", "\"")
+            .replace("&#39;", "'")
+            .replace("&amp;", "&")
+    };
+    let line = created
+        .lines()
+        .map(|l| unescape(l.split("</code>").next().unwrap_or(l)))
+        .find(|l| l.starts_with("SERVICE_BRIDGE_TOKEN=") && l.contains("SERVICE_BRIDGE_NAME=dc2"))
+        .expect("the command with no file at all");
+    assert!(line.contains("SERVICE_TLS_CA_FILE="), "{line}");
+    let command = line.replace(
+        " bridge run",
+        &format!(" '{}' check", bridge_bin().display()),
+    );
+    let check = Command::new("sh")
+        .args(["-c", &command])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{command}\n{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(yaml.contains("\ntls_ca_file: '"), "{yaml}");
+
     // Revoke dc1 on the page: its tunnel closes at once, and the page says so.
     let res = client
         .post(format!("{}/integrations/bridge/revoke", cloud.https))

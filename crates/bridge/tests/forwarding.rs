@@ -740,3 +740,29 @@ async fn redirects_to_the_api_itself_stay_in_the_tunnel() {
     let echo: Value = rig.get("/redirect").await.json().await.unwrap();
     assert_eq!(echo["path"], "/target", "{echo}");
 }
+
+/// `log_level: debug` says each request in the log, as its audit record does, without the
+/// query's values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_logs_each_settled_request_without_query_values() {
+    let rig = Rig::start_with(|upstream| {
+        format!(
+            "log_level: debug\n{}",
+            testkit::bridge::internal_api_yaml(upstream, "")
+        )
+    })
+    .await;
+    assert_eq!(rig.get("/v1/ok?token=sekrit").await.status(), 200);
+    assert_eq!(rig.bridge.audit_records(1).await.len(), 1);
+    let logs = rig.bridge.log_json();
+    let settled = logs
+        .iter()
+        .find(|l| l["message"] == "request settled")
+        .expect("a debug line for the request");
+    assert_eq!(settled["level"], "debug");
+    assert_eq!(settled["resource"], "internal");
+    assert_eq!(settled["kind"], "api");
+    assert_eq!(settled["status"], 200);
+    assert_eq!(settled["path"], "/apis/internal/v1/ok?token");
+    assert!(!rig.bridge.log_text().contains("sekrit"));
+}

@@ -932,3 +932,58 @@ async fn podman_pulls_through_the_cloud() {
         s.image.manifest_digest
     );
 }
+
+/// An internal registry on HTTPS with a private CA: the entry's `tls_ca_file` trusts it (its
+/// token service and redirect hosts too); an entry without it is refused by the certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_registry_on_a_private_ca_is_trusted_through_its_tls_ca_file() {
+    let ca = testkit::tls::TestCa::new();
+    let registry = RegistryServer::start_tls(&ca);
+    let work = tempfile::tempdir().unwrap();
+    let image = oci_image(work.path(), "hello.bin", b"over https");
+    registry.push(&image, "team/app", "1.0");
+    let ca_file = ca.write_pem(work.path(), "registry-ca.pem");
+    let (url, ca_file) = (registry.url.clone(), ca_file.display().to_string());
+    let rig = Rig::start_with(move |_| {
+        format!(
+            "registries:\n  - name: reg\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    tls_ca_file: {ca_file}\n  - name: untrusted\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n"
+        )
+    })
+    .await;
+    let certs = cert_dir(&rig);
+    let key = &rig.tenant.api_key;
+    let (ok, manifest, err) = skopeo(
+        certs.path(),
+        key,
+        &[
+            "inspect",
+            "--raw",
+            &through_cloud(&rig, "reg", "team/app:1.0"),
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(manifest.contains(&image.layer_digest), "{manifest}");
+    let (ok, _, err) = skopeo(
+        certs.path(),
+        key,
+        &[
+            "inspect",
+            "--raw",
+            &through_cloud(&rig, "untrusted", "team/app:1.0"),
+        ],
+    );
+    assert!(!ok && err.contains("502"), "{err}");
+    // skopeo prints no body with a 502: the OCI error says what to set.
+    let answer = reqwest::Client::new()
+        .get(format!(
+            "{}/v2/dc1/untrusted/team/app/manifests/1.0",
+            rig.cloud.http
+        ))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 502);
+    let body = answer.text().await.unwrap();
+    assert!(body.contains("tls_ca_file"), "{body}");
+}

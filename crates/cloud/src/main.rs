@@ -327,7 +327,9 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
             e @ (server::ServeError::TlsFiles(_)
             | server::ServeError::ClientCa(_)
             | server::ServeError::Storage(
-                cloud::storage::StorageError::InUse(_) | cloud::storage::StorageError::NoSchema(_),
+                cloud::storage::StorageError::InUse(_)
+                | cloud::storage::StorageError::NoSchema(_)
+                | cloud::storage::StorageError::Foreign(_),
             )) => Failure::Usage(e.to_string()),
             e => Failure::Other(e.into()),
         })

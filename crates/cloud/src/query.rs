@@ -48,6 +48,8 @@ pub fn query_problem(
     let known = known.join(", ");
     let detail = if let Some(name) = quoted("unknown field ") {
         format!("unknown query parameter {name:?}; known parameters: {known}")
+    } else if let Some(name) = quoted("duplicate field ") {
+        format!("query parameter {name:?} is given more than once; give it once")
     } else if let Some(name) = quoted("missing field ") {
         format!("query parameter {name:?} is required; known parameters: {known}")
     } else {
@@ -103,6 +105,36 @@ pub fn no_query(uri: &axum::http::Uri) -> Result<(), Problem> {
 
 #[cfg(test)]
 mod tests {
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Page {
+        limit: Option<u32>,
+        service: String,
+    }
+
+    fn said(query: &str) -> String {
+        let uri: axum::http::Uri = format!("/v1/events?{query}").parse().unwrap();
+        let rejection = axum::extract::Query::<Page>::try_from_uri(&uri).unwrap_err();
+        super::query_problem(&rejection, &["limit", "service"]).detail
+    }
+
+    #[test]
+    fn a_query_mistake_names_the_parameter() {
+        assert_eq!(
+            said("service=a&limit=1&limit=2"),
+            "query parameter \"limit\" is given more than once; give it once"
+        );
+        assert_eq!(
+            said("service=a&limt=1"),
+            "unknown query parameter \"limt\"; known parameters: limit, service"
+        );
+        assert_eq!(
+            said("limit=1"),
+            "query parameter \"service\" is required; known parameters: limit, service"
+        );
+    }
+
     #[test]
     fn a_bad_time_says_what_is_missing() {
         let said = |v| super::time_param("since", Some(v)).unwrap_err().detail;

@@ -100,6 +100,44 @@ fn admin_commands_leave_a_file_that_is_no_signals_database_as_it_was() {
 }
 
 #[test]
+fn serve_adds_no_tables_to_another_programs_database() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("signals.db");
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        use sqlx::Connection;
+        let url = format!("sqlite://{}?mode=rwc", file.display());
+        let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::raw_sql("CREATE TABLE customers(id INTEGER)")
+            .execute(&mut db)
+            .await
+            .unwrap();
+        db.close().await.unwrap();
+    });
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let bytes = std::fs::read(&file).unwrap();
+    let out = Command::new(cloud_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env_remove("CLOUD_DATABASE_URL")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&file.display().to_string())
+            && stderr.contains("another program's SQLite database")
+            && stderr.contains("customers")
+            && stderr.contains("--data-dir"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), bytes, "the file changed");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o644, "the file's mode changed");
+}
+
+#[test]
 fn admin_commands_never_create_a_postgres_schema() {
     let schema = PgSchema::create();
     for _ in 0..2 {

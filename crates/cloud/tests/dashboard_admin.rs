@@ -193,6 +193,14 @@ async fn services_and_days(backend: Backend) {
     assert!(bad.contains("from") && bad.contains("YYYY-MM-DD"), "{bad}");
     let (status, bad) = get(
         &client,
+        format!("{}/events?from=2026-02-12&to=2026-02-11", cloud.https),
+        &member,
+    )
+    .await;
+    assert_eq!(status, 400, "an empty window is said, as the API says it");
+    assert!(bad.contains("is after to"), "{bad}");
+    let (status, bad) = get(
+        &client,
         format!("{}/events?type=nosuch", cloud.https),
         &member,
     )

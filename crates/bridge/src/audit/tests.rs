@@ -2,9 +2,10 @@
 
 use std::io::Cursor;
 
-use chrono::TimeZone;
+use chrono::{TimeZone, Utc};
 
 use super::*;
+use crate::config::ResourceKind;
 
 fn record(n: u64) -> AuditRecord {
     AuditRecord {

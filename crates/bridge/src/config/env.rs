@@ -15,6 +15,8 @@ pub const API_URL_VAR: &str = "SERVICE_API_URL";
 pub const LOG_LEVEL_VAR: &str = "SERVICE_LOG_LEVEL";
 /// `SERVICE_HEARTBEAT_INTERVAL`: overrides `heartbeat_interval`.
 pub const HEARTBEAT_INTERVAL_VAR: &str = "SERVICE_HEARTBEAT_INTERVAL";
+/// `SERVICE_TLS_CA_FILE`: overrides `tls_ca_file` (a container mounts the CA where it likes).
+pub const TLS_CA_FILE_VAR: &str = "SERVICE_TLS_CA_FILE";
 /// Proxy fallbacks when the file has no `proxy_url`, in the order they are read (curl's order).
 pub const HTTPS_PROXY_VARS: [&str; 2] = ["https_proxy", "HTTPS_PROXY"];
 /// Hosts that bypass the proxy, in the order they are read.

@@ -126,6 +126,7 @@ pub(crate) struct RegistryFile {
     pub allow_push: Option<bool>,
     pub allow: Option<Vec<Spanned<AllowFile>>>,
     pub max_connections: Option<Spanned<i64>>,
+    pub tls_ca_file: Option<Spanned<String>>,
 }
 
 /// An entry of an `allow` list.

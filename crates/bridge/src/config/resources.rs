@@ -243,6 +243,9 @@ pub struct Registry {
     pub allow: Vec<AllowRule>,
     /// Concurrent streams to this registry; `None` means only the bridge-wide limit applies.
     pub max_connections: Option<u32>,
+    /// The CA bundle trusted for this registry's HTTPS (its token service and redirect hosts
+    /// too) instead of the system roots (`tls_ca_file`).
+    pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
 /// True when `name` is 1-63 characters of `[A-Za-z0-9._-]` and not just dots (a name is a URL

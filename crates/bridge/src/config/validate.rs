@@ -3,6 +3,7 @@
 //! Every check records what is wrong and carries on with a default, so one pass reports
 //! everything; the field-level checks live in [`fields`], the resource lists in [`resources`].
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_saphyr::Spanned;
@@ -10,7 +11,7 @@ use url::Url;
 
 use super::env::{
     API_URL_VAR, Env, HEARTBEAT_INTERVAL_VAR, HTTPS_PROXY_VARS, LOG_LEVEL_VAR, NAME_VAR,
-    NO_PROXY_VARS, TOKEN_VAR,
+    NO_PROXY_VARS, TLS_CA_FILE_VAR, TOKEN_VAR,
 };
 use super::error::{Origin, Problem};
 use super::file::FileConfig;
@@ -37,7 +38,9 @@ pub(crate) fn validate(file: &FileConfig, env: &dyn Env) -> Result<Config, Vec<P
 
     let token = cx.overridden(file.token.as_ref(), "token", TOKEN_VAR);
     let token = match token {
-        Some(t) if !t.value.trim().is_empty() => Secret::new(t.value),
+        Some(t) if !t.value.trim().is_empty() => {
+            cx.header_secret(Some(t), "token").unwrap_or_default()
+        }
         Some(t) => {
             cx.fail("token", &t.origin, "must not be empty");
             Secret::default()
@@ -167,7 +170,10 @@ pub(crate) fn validate(file: &FileConfig, env: &dyn Env) -> Result<Config, Vec<P
         .unwrap_or_default();
 
     let mut path = |value: &Option<Spanned<String>>, key: &str| cx.path(value.as_ref(), key);
-    let tls_ca_file = path(&file.tls_ca_file, "tls_ca_file");
+    let tls_ca_file = match env.get_non_empty(TLS_CA_FILE_VAR) {
+        Some(from_env) => Some(PathBuf::from(from_env)),
+        None => path(&file.tls_ca_file, "tls_ca_file"),
+    };
     let tls_cert_file = path(&file.tls_cert_file, "tls_cert_file");
     let tls_key_file = path(&file.tls_key_file, "tls_key_file");
     let state_dir = path(&file.state_dir, "state_dir");

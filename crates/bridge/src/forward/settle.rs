@@ -151,6 +151,18 @@ impl Forwarder {
 
     /// Appends a record to the audit log; a failure is logged, never passed to the caller.
     pub(super) fn write_audit(&self, record: &AuditRecord) {
+        tracing::debug!(
+            request_id = %record.request_id,
+            kind = %record.kind,
+            resource = %record.resource,
+            method = %record.method,
+            path = %crate::audit::strip_query_values(&record.path),
+            status = record.status,
+            decision = ?record.decision,
+            rule = %record.rule,
+            duration_ms = record.duration_ms,
+            "request settled"
+        );
         if let Err(e) = self.audit.write(record) {
             tracing::error!(cause = %e, "cannot write the audit record");
         }

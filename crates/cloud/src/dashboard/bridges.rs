@@ -17,7 +17,7 @@ use crate::storage::Credential;
 use super::DashboardState;
 use super::form::Form;
 use super::me::{Me, refuse_admin_form};
-use super::render::{bridge_origin, message, page, unavailable, when_micros};
+use super::render::{bridge_origin, message, own_ca_file, page, quoted, unavailable, when_micros};
 
 struct InstanceRow {
     id: String,
@@ -52,6 +52,8 @@ struct BridgesPage<'a> {
 struct Skeleton<'a> {
     name: &'a str,
     base: &'a str,
+    /// The cloud's own CA file (quoted for YAML), when the bridge must trust it.
+    ca: Option<String>,
 }
 
 #[derive(Template)]
@@ -195,13 +197,31 @@ pub async fn create(
     };
     tracing::info!(email = %me.email, org = %me.org, bridge = %name, "bridge token created in the dashboard");
     let base = bridge_origin(&state, &headers, &uri);
-    let yaml = Skeleton { name, base: &base }.render().unwrap_or_default();
+    // A cloud with its own CA: the bridge must trust it, from the file or the environment.
+    let ca = own_ca_file(&state, &base);
+    let yaml = Skeleton {
+        name,
+        base: &base,
+        ca: ca.map(|file| format!("'{}'", file.replace('\'', "''"))),
+    }
+    .render()
+    .unwrap_or_default();
+    let (container_ca, native_ca) = match ca {
+        Some(file) => (
+            format!(
+                "  -e SERVICE_TLS_CA_FILE=/etc/bridge/ca.pem -v {}:/etc/bridge/ca.pem:ro \\\n",
+                quoted(file)
+            ),
+            format!("SERVICE_TLS_CA_FILE={} ", quoted(file)),
+        ),
+        None => (String::new(), String::new()),
+    };
     let container = format!(
-        "podman run -d --name bridge-{name} --read-only \\\n  -e SERVICE_BRIDGE_TOKEN='{token}' \\\n  -e SERVICE_BRIDGE_CONFIG=/etc/bridge/bridge.yaml -v \"$PWD/bridge.yaml:/etc/bridge/bridge.yaml:ro\" \\\n  -p 127.0.0.1:8080:8080 signals-bridge:{release}",
+        "podman run -d --name bridge-{name} --read-only \\\n  -e SERVICE_BRIDGE_TOKEN='{token}' \\\n  -e SERVICE_BRIDGE_CONFIG=/etc/bridge/bridge.yaml -v \"$PWD/bridge.yaml:/etc/bridge/bridge.yaml:ro\" \\\n{container_ca}  -p 127.0.0.1:8080:8080 signals-bridge:{release}",
         release = state.release
     );
     let native = format!(
-        "SERVICE_BRIDGE_TOKEN='{token}' bridge run --config bridge.yaml\n# or with no file at all:\nSERVICE_BRIDGE_TOKEN='{token}' SERVICE_BRIDGE_NAME={name} SERVICE_API_URL={base} bridge run"
+        "SERVICE_BRIDGE_TOKEN='{token}' bridge run --config bridge.yaml\n# or with no file at all:\nSERVICE_BRIDGE_TOKEN='{token}' SERVICE_BRIDGE_NAME={name} SERVICE_API_URL={base} {native_ca}bridge run"
     );
     page(
         StatusCode::OK,

@@ -261,6 +261,22 @@ pub async fn timeline(
                 );
             }
         };
+    if let (Some(s), Some(u)) = (since, until)
+        && s >= u
+    {
+        let why = format!(
+            "from {:?} is after to {:?}: no day is in that window. Both days are included; swap them.",
+            f.from.trim(),
+            f.to.trim()
+        );
+        return message(
+            StatusCode::BAD_REQUEST,
+            "Filter not valid",
+            &why,
+            "/events",
+            "Back to events",
+        );
+    }
     let query = EventQuery {
         kind,
         service: some(&f.service),

@@ -121,6 +121,27 @@ pub fn bridge_origin(state: &DashboardState, headers: &HeaderMap, uri: &Uri) -> 
     }
 }
 
+/// The cloud's own CA file, when a client reaching `base` must trust it: the CA signs the
+/// cloud's certificate (unless an operator's is served) for its own names. Reached by another
+/// name, or through `--public-url`, a front with its own certificate answers.
+pub fn own_ca_file<'a>(state: &'a DashboardState, base: &str) -> Option<&'a str> {
+    let host = url::Url::parse(base)
+        .ok()
+        .and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_string()))?;
+    state
+        .own_ca
+        .as_ref()
+        .filter(|ca| {
+            base.starts_with("https://") && state.public_url.is_none() && ca.names.contains(&host)
+        })
+        .map(|ca| ca.file.as_str())
+}
+
+/// `text` as one word of a POSIX shell: single-quoted, its own single quotes escaped.
+pub fn quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
 /// A stored time (µs) as pages show it: `2026-11-26 14:03:12 UTC`.
 pub fn when_micros(micros: i64) -> String {
     chrono::DateTime::from_timestamp_micros(micros)

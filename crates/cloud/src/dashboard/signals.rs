@@ -14,7 +14,7 @@ use crate::storage::{Credential, KeyInfo};
 use super::DashboardState;
 use super::form::Form;
 use super::me::{Me, refuse_admin_form};
-use super::render::{message, origin, page, unavailable, when_micros};
+use super::render::{message, origin, own_ca_file, page, quoted, unavailable, when_micros};
 
 /// One row of a key table.
 struct Row {
@@ -145,22 +145,9 @@ pub async fn create(
         _ => ("$SIGNAL_KEY", value.as_str()),
     };
     let body = r#"{"type":"deployment","service":"api","environment":"production","status":"success","version":"v1.2.3"}"#;
-    // The cloud's own CA signs its certificate (unless an operator's is served) for its own
-    // names: reached by one of them, curl must trust that CA. Reached by another name, or
-    // through --public-url, a front with its own certificate answers.
-    let host = url::Url::parse(&base)
-        .ok()
-        .and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_string()));
-    let cacert = match (&state.own_ca, host) {
-        (Some(ca), Some(host))
-            if base.starts_with("https://")
-                && state.public_url.is_none()
-                && ca.names.contains(&host) =>
-        {
-            format!(" --cacert '{}'", ca.file.replace('\'', "'\\''"))
-        }
-        _ => String::new(),
-    };
+    let cacert = own_ca_file(&state, &base)
+        .map(|file| format!(" --cacert {}", quoted(file)))
+        .unwrap_or_default();
     let curl = format!(
         "curl -sS{cacert} -X POST \"{base}/v1/signals/{key}\" \\\n  -H \"Authorization: Bearer {api}\" -H 'Content-Type: application/json' \\\n  -d '{body}'"
     );

@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 
-use chrono::{DateTime, NaiveDateTime, TimeDelta, Utc};
+use chrono::{DateTime, Datelike, NaiveDateTime, TimeDelta, Utc};
 
 use super::event::{EventType, FieldError, Override, ValidEvent, format_time};
 use super::raw::{self, Kind, Members};
@@ -143,6 +143,13 @@ impl<'a> Checker<'_, 'a> {
                     return None;
                 }
                 let t = t.with_timezone(&Utc);
+                if t.year() < 0 {
+                    self.fail(
+                        "timestamp",
+                        format!("timestamp {raw:?} is before the year 0000 once its offset is applied ({}), which RFC 3339 cannot write back; send a time from 0000-01-01T00:00:00Z on", t.format("%Y-%m-%dT%H:%M:%SZ")),
+                    );
+                    return None;
+                }
                 if t > now + MAX_FUTURE {
                     self.fail(
                         "timestamp",

@@ -35,6 +35,9 @@ pub enum StorageError {
     /// An admin command found no database where it looked (only `serve` creates one).
     #[error("{0}")]
     NotCreated(String),
+    /// `serve` found another program's SQLite database where its own belongs.
+    #[error("{0}")]
+    Foreign(String),
     /// Another `cloud serve` holds the SQLite database.
     #[error(
         "another `cloud serve` is using the database {0}; stop it, or give this one its own --data-dir"

@@ -128,6 +128,44 @@ async fn sqlite_created(path: &std::path::Path) -> Result<(), StorageError> {
     }
 }
 
+/// Refuses, with [`StorageError::Foreign`] and before anything touches it, a SQLite file that
+/// holds another program's tables and no signals schema: `serve` makes its own database (in a
+/// new or empty file) and adds no tables to another's. A file with only `_sqlx_migrations` is
+/// a first start that stopped before its first migration, taken up again.
+async fn sqlite_not_foreign(path: &std::path::Path) -> Result<(), StorageError> {
+    if std::fs::metadata(path).map_or(true, |m| m.len() == 0) {
+        return Ok(());
+    }
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .read_only(true)
+        .busy_timeout(Duration::from_secs(10));
+    let tables: Result<(Option<String>, bool), sqlx::Error> = async {
+        let mut conn = sqlx::ConnectOptions::connect(&options).await?;
+        let found = sqlx::query_as(
+            "SELECT (SELECT group_concat(name, ', ') FROM (SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name <> '_sqlx_migrations' ORDER BY name LIMIT 5)), (SELECT count(*) = 2 FROM sqlite_master WHERE type = 'table' AND name IN ('orgs', 'events'))",
+        )
+        .fetch_one(&mut conn)
+        .await;
+        sqlx::Connection::close(conn).await.ok();
+        found
+    }
+    .await;
+    match tables {
+        Ok((Some(names), false)) => {
+            let shown = std::path::absolute(path)
+                .unwrap_or_else(|_| path.to_path_buf())
+                .display()
+                .to_string();
+            Err(StorageError::Foreign(format!(
+                "{shown} is another program's SQLite database (its tables include {names}) with no signals schema: `cloud serve` adds no tables to it; the file was left as it was. Give `cloud serve` a --data-dir (or CLOUD_DATA_DIR) of its own, or move the file away"
+            )))
+        }
+        // The signals schema, a new database, or a file SQLite cannot read (said when opened).
+        _ => Ok(()),
+    }
+}
+
 /// Handle to the database; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -144,8 +182,10 @@ impl Store {
         metrics: Metrics,
         mode: OpenMode,
     ) -> Result<Store, StorageError> {
-        if let (Backend::Sqlite(path), OpenMode::MustExist) = (backend, mode) {
-            sqlite_created(path).await?;
+        match (backend, mode) {
+            (Backend::Sqlite(path), OpenMode::MustExist) => sqlite_created(path).await?,
+            (Backend::Sqlite(path), OpenMode::CreateIfMissing) => sqlite_not_foreign(path).await?,
+            (Backend::Postgres(_), _) => {}
         }
         let db = match backend {
             Backend::Sqlite(path) => {

@@ -21,7 +21,7 @@ pub const PASSWORD: &str = "r3gistry-pw";
 /// A running `docker-registry`; killed on drop.
 pub struct RegistryServer {
     child: Child,
-    /// `http://127.0.0.1:PORT`
+    /// `http://127.0.0.1:PORT` (`https://` when started with TLS)
     pub url: String,
     /// `127.0.0.1:PORT`, as image names start.
     pub host: String,
@@ -68,6 +68,20 @@ impl RegistryServer {
         Self::start_with(|_| String::new())
     }
 
+    /// [`RegistryServer::start`] over HTTPS, with a certificate for `127.0.0.1` that `ca`
+    /// signed: an internal registry on a private CA.
+    pub fn start_tls(ca: &crate::tls::TestCa) -> Self {
+        let (cert, key) = ca.server_pem("127.0.0.1");
+        Self::start_tls_with(Some((&cert, &key)), |dir| {
+            let htpasswd = run("htpasswd", &["-Bbn", USER, PASSWORD]);
+            std::fs::write(dir.join("htpasswd"), htpasswd).expect("htpasswd");
+            format!(
+                "auth:\n  htpasswd:\n    realm: test-registry\n    path: {}/htpasswd\n",
+                dir.display()
+            )
+        })
+    }
+
     /// Pushes `image` as `repository:tag` to a registry without a login.
     pub fn push_open(&self, image: &OciImage, repository: &str, tag: &str) {
         run(
@@ -97,22 +111,39 @@ impl RegistryServer {
     }
 
     fn start_with(auth: impl Fn(&Path) -> String) -> Self {
+        Self::start_tls_with(None, auth)
+    }
+
+    /// A registry with `auth`'s configuration, over HTTPS with `tls` (certificate and key,
+    /// PEM) when given.
+    fn start_tls_with(tls: Option<(&str, &str)>, auth: impl Fn(&Path) -> String) -> Self {
         for _ in 0..5 {
-            if let Some(server) = Self::try_start(&auth) {
+            if let Some(server) = Self::try_start(tls, &auth) {
                 return server;
             }
         }
         panic!("docker-registry did not start on any of five free ports");
     }
 
-    fn try_start(auth: &impl Fn(&Path) -> String) -> Option<Self> {
+    fn try_start(tls: Option<(&str, &str)>, auth: &impl Fn(&Path) -> String) -> Option<Self> {
         let dir = tempfile::tempdir().expect("tempdir");
+        let https = match tls {
+            Some((cert, key)) => {
+                std::fs::write(dir.path().join("cert.pem"), cert).expect("cert");
+                std::fs::write(dir.path().join("key.pem"), key).expect("key");
+                format!(
+                    "  tls:\n    certificate: {root}/cert.pem\n    key: {root}/key.pem\n",
+                    root = dir.path().display()
+                )
+            }
+            None => String::new(),
+        };
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
         let config = format!(
-            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: test-only\n{auth}",
+            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: test-only\n{https}{auth}",
             root = dir.path().display(),
             auth = auth(dir.path())
         );
@@ -138,7 +169,10 @@ impl RegistryServer {
         }
         Some(RegistryServer {
             child,
-            url: format!("http://127.0.0.1:{port}"),
+            url: format!(
+                "{}://127.0.0.1:{port}",
+                if tls.is_some() { "https" } else { "http" }
+            ),
             host: format!("127.0.0.1:{port}"),
             dir,
         })

@@ -269,6 +269,44 @@ impl Ctx<'_> {
         })
     }
 
+    /// A secret sent as it is in an HTTP header (a bearer token, the bridge's own token): text
+    /// a header can carry. A line break (the last line of a secret file, read whole) would
+    /// otherwise leave the request without its credential.
+    pub fn header_secret(&mut self, given: Option<Given<String>>, key: &str) -> Option<Secret> {
+        let given = given?;
+        if http::HeaderValue::from_str(&given.value).is_ok() {
+            return Some(Secret::new(given.value));
+        }
+        let why = if given.value.ends_with(['\n', '\r']) {
+            "it ends with a line break, as a file's last line does: remove it"
+        } else {
+            "it holds a control character, a line break or a character beyond ASCII"
+        };
+        let msg = format!("expected printable ASCII text without line breaks ({why})");
+        self.fail(key, &given.origin, msg);
+        None
+    }
+
+    /// The user name of an HTTP Basic login, which the server splits from the password at the
+    /// first `:`.
+    pub fn basic_login(
+        &mut self,
+        login: Option<Credentials>,
+        key: &str,
+        at: &Origin,
+    ) -> Option<Credentials> {
+        let login = login?;
+        if login.username.contains(':') {
+            self.fail(
+                &format!("{key}.username"),
+                at,
+                "must not contain `:`: HTTP Basic splits the user name from the password at the first colon (a colon belongs in the password)",
+            );
+            return None;
+        }
+        Some(login)
+    }
+
     /// An optional `type` key that, when given, must be one of `allowed` (case-insensitive).
     pub fn kind(&mut self, value: Option<&Spanned<String>>, key: &str, allowed: &[&str]) {
         if let Some(given) = self.optional(value, key) {

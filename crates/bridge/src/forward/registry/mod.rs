@@ -44,9 +44,11 @@ pub(super) struct RegistryKind {
 impl RegistryKind {
     /// The entry `cfg`, with nothing learnt yet.
     pub(super) fn new(cfg: Registry) -> Self {
+        let client = Client::builder(TokioExecutor::new())
+            .build(super::https_connector(cfg.tls_ca_file.as_deref()));
         RegistryKind {
             cfg,
-            client: Client::builder(TokioExecutor::new()).build(super::https_connector(None)),
+            client,
             auth: std::sync::Mutex::new(AuthState {
                 scheme: Scheme::Unknown,
                 tokens: HashMap::new(),
@@ -174,6 +176,10 @@ impl Kind for RegistryKind {
 
     fn base_url(&self) -> &Url {
         &self.cfg.url
+    }
+
+    fn tls_ca_file(&self) -> Option<&std::path::Path> {
+        self.cfg.tls_ca_file.as_deref()
     }
 
     fn admit(&self, method: &Method, path: &str, query: Option<&str>) -> Result<String, Refusal> {
@@ -355,6 +361,7 @@ mod tests {
             allow_push: false,
             allow: Vec::new(),
             max_connections: None,
+            tls_ca_file: None,
         })
     }
 

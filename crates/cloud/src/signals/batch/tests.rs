@@ -124,6 +124,17 @@ fn timestamps_without_zone_or_in_future_are_refused() {
     );
     let e = errors(json!({"type": "custom", "name": "x", "timestamp": "2016-12-31T23:59:60Z"}));
     assert!(e[0].detail.contains("leap second"), "{}", e[0].detail);
+    // Valid as written, but year -1 in UTC: stored, it could not be read back as RFC 3339.
+    let e =
+        errors(json!({"type": "custom", "name": "x", "timestamp": "0000-01-01T00:00:00+23:59"}));
+    assert_eq!(e[0].pointer, "/timestamp");
+    assert!(
+        e[0].detail.contains("before the year 0000"),
+        "{}",
+        e[0].detail
+    );
+    let first = json!({"type": "custom", "name": "x", "timestamp": "0000-01-01T00:00:00Z"});
+    assert!(parse(first.to_string().as_bytes(), now()).is_ok());
     let nine =
         json!({"type": "custom", "name": "x", "timestamp": "2024-01-15T10:30:00.123456789+01:00"});
     assert!(parse(nine.to_string().as_bytes(), now()).is_ok());

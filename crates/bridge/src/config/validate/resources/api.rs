@@ -85,18 +85,20 @@ fn api_auth(
         &fields,
     )?;
     match kind.as_str() {
-        "basic" => cx
-            .credentials(
+        "basic" => {
+            let login = cx.credentials(
                 auth.username.as_ref(),
                 auth.password.as_ref(),
                 at,
                 &auth_key,
                 false,
-            )
-            .map(ApiAuth::Basic),
+            );
+            cx.basic_login(login, &auth_key, at).map(ApiAuth::Basic)
+        }
         "bearer" => {
-            let token = cx.required(auth.token.as_ref(), &format!("{auth_key}.token"), at);
-            Some(ApiAuth::Bearer(Secret::new(token?.value)))
+            let token_key = format!("{auth_key}.token");
+            let token = cx.required(auth.token.as_ref(), &token_key, at);
+            cx.header_secret(token, &token_key).map(ApiAuth::Bearer)
         }
         _ => {
             let name_key = format!("{auth_key}.name");

@@ -3,7 +3,7 @@
 use crate::config::Secret;
 use crate::config::error::Origin;
 use crate::config::file::FileConfig;
-use crate::config::resources::{GitAuth, GitSource, ResourceKind};
+use crate::config::resources::{Credentials, GitAuth, GitSource, ResourceKind};
 
 use super::{AuthTypes, auth_type, max_connections, present_and_valid};
 use crate::config::validate::fields::{Ctx, Names};
@@ -82,14 +82,20 @@ fn git_auth(
             let username = cx
                 .optional(auth.username.as_ref(), &format!("{auth_key}.username"))
                 .map(|given| given.value);
+            // Sent as HTTP Basic: the user name is checked as a Basic login's.
+            let login = token.map(|token| Credentials {
+                username: username.unwrap_or_default(),
+                password: Secret::new(token.value),
+            });
+            let login = cx.basic_login(login, &auth_key, at)?;
             Some(GitAuth::Token {
-                username,
-                token: Secret::new(token?.value),
+                username: Some(login.username).filter(|u| !u.is_empty()),
+                token: login.password,
             })
         }
         "bearer" => {
             let token = cx.required(auth.token.as_ref(), &token_key, at);
-            Some(GitAuth::Bearer(Secret::new(token?.value)))
+            cx.header_secret(token, &token_key).map(GitAuth::Bearer)
         }
         _ => {
             let login = cx.credentials(
@@ -99,7 +105,7 @@ fn git_auth(
                 &auth_key,
                 false,
             );
-            Some(GitAuth::Basic(login?))
+            cx.basic_login(login, &auth_key, at).map(GitAuth::Basic)
         }
     }
 }

@@ -75,13 +75,15 @@ pub(super) fn registries(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Registry> {
             .required(entry.url.as_ref(), &url_key, &at)
             .and_then(|given| cx.url(&given, &url_key, &["http", "https"], Some("https")));
         let auth = entry.auth.as_ref().map(|auth| {
-            cx.credentials(
+            let (at, auth_key) = (Origin::at(&auth.referenced), format!("{key}.auth"));
+            let login = cx.credentials(
                 auth.value.username.as_ref(),
                 auth.value.password.as_ref(),
-                &Origin::at(&auth.referenced),
-                &format!("{key}.auth"),
+                &at,
+                &auth_key,
                 false,
-            )
+            );
+            cx.basic_login(login, &auth_key, &at)
         });
         let allow = cx.allow_rules(entry.allow.as_ref(), &key);
         let max_connections = max_connections(cx, entry.max_connections.as_ref(), &key);
@@ -109,6 +111,7 @@ pub(super) fn registries(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Registry> {
             allow_push: entry.allow_push.unwrap_or(false),
             allow,
             max_connections,
+            tls_ca_file: cx.path(entry.tls_ca_file.as_ref(), &format!("{key}.tls_ca_file")),
         };
         places.push((key, at, entry.name.is_none()));
         entries.push((explicit, base, registry));

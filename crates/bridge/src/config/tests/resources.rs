@@ -1,0 +1,236 @@
+//! The resource entries: auth types, repositories, database modes, names and limits.
+
+use super::*;
+
+#[test]
+fn git_auth_types_and_repositories() {
+    let yaml = r#"
+name: b
+sources:
+  - url: http://git.corp
+    name: plain
+  - url: http://git.corp
+    name: bearer
+    auth: {type: bearer, token: T1}
+    repositories: ["team/*", "/infra/deploy.git"]
+  - url: http://git.corp
+    name: basic
+    auth: {type: basic, username: u, password: p}
+  - url: http://git.corp
+    name: user
+    auth: {token: T2, username: git}
+"#;
+    let config = load(yaml, &MapEnv::new().with(TOKEN_VAR, "t")).unwrap();
+    let auth: Vec<_> = config
+        .sources
+        .iter()
+        .map(|s| s.auth.as_ref().map(GitAuth::authorization))
+        .collect();
+    assert_eq!(
+        auth,
+        vec![
+            None,
+            Some("Bearer T1".to_string()),
+            Some(basic_authorization("u", &Secret::new("p"))),
+            Some(basic_authorization("git", &Secret::new("T2"))),
+        ]
+    );
+    assert_eq!(
+        config.sources[1].repositories,
+        ["team/*", "infra/deploy.git"]
+    );
+
+    let bad = r#"
+name: b
+sources:
+  - url: http://git.corp
+    auth: {type: bearer, username: u}
+    repositories: ["../etc", ""]
+  - url: http://git.corp
+    auth: {type: oauth, token: x}
+  - url: http://git.corp
+    auth: {username: u, password: p}
+"#;
+    let err = failure(bad, &MapEnv::new().with(TOKEN_VAR, "t"));
+    assert!(!err.contains("sources[2].auth.token"), "{err}");
+    assert!(!err.contains("sources[2].auth.password"), "{err}");
+    for want in [
+        "sources[2].auth.type: missing: without it the type is \"token\", which does not use username and password; add `type: basic`",
+        "sources[0].auth.username: not used with auth type \"bearer\"",
+        "sources[0].auth.token: required",
+        "sources[0].repositories[0]: expected a repository path or glob",
+        "sources[0].repositories[1]: expected a repository path or glob",
+        "sources[1].auth.type: expected token, bearer or basic, got \"oauth\"",
+    ] {
+        assert!(err.contains(want), "{want:?} missing from:\n{err}");
+    }
+}
+
+#[test]
+fn database_entries_take_libpq_sslmodes_and_name_a_bad_one() {
+    let env = MapEnv::new().with(TOKEN_VAR, "t");
+    let config = load(
+        "name: b\ndatabases:\n  - {type: postgresql, host: db, database: app, credentials: {username: u, password: p}}\n  - {name: ro, type: postgres, host: db, port: 6432, database: app, credentials: {username: u, password: p}, sslmode: verify-full, sslrootcert: /etc/db-ca.pem, read_only: true, audit_statements: true}\n",
+        &env,
+    )
+    .unwrap();
+    let (first, second) = (&config.databases[0], &config.databases[1]);
+    assert_eq!(
+        (first.name.as_str(), first.port, first.sslmode),
+        ("app", 5432, SslMode::Prefer)
+    );
+    assert!(!first.read_only && !first.audit_statements);
+    assert_eq!(
+        (second.name.as_str(), second.port, second.sslmode),
+        ("ro", 6432, SslMode::VerifyFull)
+    );
+    assert!(second.read_only && second.audit_statements);
+    assert_eq!(
+        second.sslrootcert.as_deref(),
+        Some(std::path::Path::new("/etc/db-ca.pem"))
+    );
+    let err = failure(
+        "name: b\ndatabases:\n  - {type: postgresql, host: db, database: app, credentials: {username: u, password: p}, sslmode: verify}\n",
+        &env,
+    );
+    assert!(err.contains("databases[0].sslmode"), "{err}");
+    assert!(err.contains("verify-full"), "{err}");
+}
+
+#[test]
+fn registry_and_bridge_names_must_fit_an_image_name() {
+    let env = MapEnv::new().with(TOKEN_VAR, "t");
+    let config = load(
+        "name: dc1\nregistries:\n  - url: registry.corp:5000\n  - {name: mirror, url: https://m.corp}\n",
+        &env,
+    )
+    .unwrap();
+    let names: Vec<_> = config.registries.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["registry.corp", "mirror"]);
+    let err = failure(
+        "name: dc-\nregistries:\n  - {name: Mirror_, url: https://m.corp}\n",
+        &env,
+    );
+    for want in [
+        "name: expected lowercase letters and digits",
+        "registries[0].name: expected lowercase letters and digits",
+    ] {
+        assert!(err.contains(want), "{want:?} missing from:\n{err}");
+    }
+    // A name derived from the host must fit too.
+    let err = failure(
+        "name: dc1\nregistries:\n  - url: https://a--b.corp\n    token_hosts: [\"auth.corp:8443\", \"user@auth\"]\n",
+        &env,
+    );
+    assert!(err.contains("registries[0].name"), "{err}");
+    assert!(err.contains("derived from the url"), "{err}");
+    assert!(err.contains("registries[0].token_hosts[1]"), "{err}");
+    assert!(!err.contains("token_hosts[0]"), "{err}");
+    // Without registries the bridge name keeps its wider rule.
+    assert!(load("name: dc-\n", &env).is_ok());
+}
+
+#[test]
+fn api_auth_types() {
+    let yaml = r#"
+name: b
+apis:
+  - {name: a, url: http://a, auth: {type: bearer, token: T}}
+  - {name: h, url: http://h, auth: {type: header, name: X-API-Key, value: V}}
+  - {name: bad, url: http://b, auth: {type: header, name: "Content-Length", value: "x", token: t}}
+  - {name: worse, url: http://w, auth: {type: digest}}
+"#;
+    let err = failure(yaml, &MapEnv::new().with(TOKEN_VAR, "t"));
+    for want in [
+        "apis[2].auth.token: not used with auth type \"header\"",
+        "apis[2].auth.name: expected an HTTP header name",
+        "apis[3].auth.type: expected basic, bearer or header, got \"digest\"",
+    ] {
+        assert!(err.contains(want), "{want:?} missing from:\n{err}");
+    }
+    let good = yaml.lines().take(5).collect::<Vec<_>>().join("\n");
+    let config = load(&good, &MapEnv::new().with(TOKEN_VAR, "t")).unwrap();
+    let headers: Vec<_> = config
+        .apis
+        .iter()
+        .map(|a| {
+            let (name, value) = a.auth.as_ref().unwrap().header();
+            (name.to_string(), value)
+        })
+        .collect();
+    assert_eq!(
+        headers,
+        [
+            ("authorization".to_string(), "Bearer T".to_string()),
+            ("x-api-key".to_string(), "V".to_string())
+        ]
+    );
+    let debug = format!("{config:?}");
+    assert!(
+        !debug.contains("\"T\"") && !debug.contains("\"V\""),
+        "{debug}"
+    );
+}
+
+/// A secret read whole from a file (a Kubernetes secret, an env file) keeps its last line
+/// break: sent in a header, it would have left the request without its credential.
+#[test]
+fn a_credential_a_header_cannot_carry_is_named() {
+    let yaml = r#"
+name: b
+apis:
+  - {name: a, url: http://a, auth: {type: bearer, token: "${API_TOKEN}"}}
+  - {name: u, url: http://u, auth: {type: basic, username: "svc:ci", password: p}}
+sources:
+  - {name: g, url: http://g, auth: {type: bearer, token: "${GIT_TOKEN}"}}
+  - {name: t, url: http://t, auth: {type: token, username: "a:b", token: x}}
+registries:
+  - {name: r, url: http://r, auth: {username: "me:you", password: p}}
+"#;
+    let env = MapEnv::new()
+        .with(TOKEN_VAR, "bridge-token\n")
+        .with("API_TOKEN", "abc\n")
+        .with("GIT_TOKEN", "a\u{7}b");
+    let err = failure(yaml, &env);
+    for want in [
+        "token: expected printable ASCII text without line breaks (it ends with a line break",
+        "apis[0].auth.token: expected printable ASCII text without line breaks (it ends with a line break",
+        "sources[0].auth.token: expected printable ASCII text without line breaks (it holds a control character",
+        "apis[1].auth.username: must not contain `:`",
+        "sources[1].auth.username: must not contain `:`",
+        "registries[0].auth.username: must not contain `:`",
+    ] {
+        assert!(err.contains(want), "{want:?} missing from:\n{err}");
+    }
+    assert!(
+        !err.contains("abc") && !err.contains("bridge-token"),
+        "{err}"
+    );
+}
+
+#[test]
+fn health_check_address() {
+    let env = MapEnv::new().with(TOKEN_VAR, "t");
+    let config = load("name: b\n", &env).unwrap();
+    assert_eq!(config.health_check_address, DEFAULT_HEALTH_CHECK_ADDRESS);
+    let config = load("name: b\nhealth_check_address: 127.0.0.1\n", &env).unwrap();
+    assert_eq!(config.health_check_address.to_string(), "127.0.0.1");
+    let err = failure("name: b\nhealth_check_address: localhost\n", &env);
+    assert!(
+        err.contains("bridge.yaml:2:23: health_check_address: expected an IP address"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_entry_limit_above_the_bridges_is_said() {
+    let yaml = "name: n\ntoken: t\nmax_connections: 10\napis:\n  - {name: a, url: http://a, max_connections: 50}\n  - {name: b, url: http://b, max_connections: 5}\n";
+    let config = load(yaml, &MapEnv::new()).unwrap();
+    let warnings = config.unreachable_limits();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0]
+            .starts_with("apis[0].max_connections 50 (a) is above the bridge's max_connections 10"),
+        "{warnings:?}"
+    );
+}
