@@ -4,11 +4,11 @@
 //! of other sites' pages, and the per-route latency metric. Features never import each other.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::{self, Next};
+use axum::extract::Request;
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 
 use crate::api::{self, ApiState};
@@ -178,8 +178,7 @@ impl App {
         }
         app.fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
-            .layer(middleware::from_fn(crate::cross_site::refuse_foreign_pages))
-            .layer(middleware::from_fn_with_state(self.metrics.clone(), track))
+            .layer(crate::edge::EdgeLayer::new(self.metrics.clone()))
     }
 }
 
@@ -306,27 +305,4 @@ async fn method_not_allowed(request: Request) -> Response {
         request.uri().path()
     ))
     .into_response()
-}
-
-/// Records each request's latency by route.
-async fn track(State(metrics): State<Metrics>, request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = match request.method().as_str() {
-        "GET" => "GET",
-        "HEAD" => "HEAD",
-        "POST" => "POST",
-        "PUT" => "PUT",
-        "PATCH" => "PATCH",
-        "DELETE" => "DELETE",
-        "OPTIONS" => "OPTIONS",
-        // Unbounded label values would grow the metrics without limit.
-        _ => "other",
-    };
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
-    let response = next.run(request).await;
-    metrics.request(method, route, response.status().as_u16(), started.elapsed());
-    response
 }

@@ -9,7 +9,6 @@
 
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, Method, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::problem::Problem;
@@ -58,14 +57,14 @@ fn foreign_origin(request: &Request) -> Option<&str> {
     (!same).then_some(origin)
 }
 
-/// Every route: a page of another site may link here (a top-level `GET` navigation, as a link
-/// or a bookmark makes); anything else it asks for (a form post, a `fetch`, an image, a
-/// frame) is refused with 403, so that it can neither act with the visitor's credentials nor
-/// read or embed what they see.
-pub async fn refuse_foreign_pages(request: Request, next: Next) -> Response {
+/// Every route (crate::edge): a page of another site may link here (a top-level `GET`
+/// navigation, as a link or a bookmark makes); anything else it asks for (a form post, a
+/// `fetch`, an image, a frame) is refused with this 403, so that it can neither act with the
+/// visitor's credentials nor read or embed what they see. `None` lets the request through.
+pub fn refusal(request: &Request) -> Option<Response> {
     let headers = request.headers();
     let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
-    let refused = match (foreign_origin(&request), foreign(headers)) {
+    let refused = match (foreign_origin(request), foreign(headers)) {
         (Some(origin), _) => Some(format!("{origin}, as the browser says in Origin")),
         (None, Some(site)) => {
             let navigation = header("sec-fetch-mode") == Some("navigate")
@@ -75,16 +74,16 @@ pub async fn refuse_foreign_pages(request: Request, next: Next) -> Response {
         }
         (None, None) => None,
     };
-    let Some(who) = refused else {
-        return next.run(request).await;
-    };
+    let who = refused?;
     let problem = Problem::forbidden(format!(
         "a page of another origin ({who}) asked for {} {}; this service acts only for its own pages and for clients such as curl, git and skopeo",
         request.method(),
         request.uri().path()
     ));
-    as_registry_error(request.uri().path(), problem)
-        .unwrap_or_else(|problem| problem.into_response())
+    Some(
+        as_registry_error(request.uri().path(), problem)
+            .unwrap_or_else(|problem| problem.into_response()),
+    )
 }
 
 /// Under `/v2`, where registry clients read OCI error bodies, the refusal as one.

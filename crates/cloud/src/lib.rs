@@ -13,7 +13,8 @@
 //! implements over those features. `correlation` ranks the suspects of an alert and computes
 //! the DORA figures.
 //!
-//! `cross_site` refuses what pages of other sites make a visitor's browser ask for.
+//! `cross_site` refuses what pages of other sites make a visitor's browser ask for; `edge` is
+//! the layer around every route that applies it and times the request.
 //! `server` owns the listeners, TLS and graceful shutdown; `admin` backs the key-minting
 //! commands; `metrics` defines every metric. Nothing here is shared with the bridge agent
 //! except through the `tunnel` crate.
@@ -27,6 +28,7 @@ pub mod cli;
 pub mod correlation;
 pub mod cross_site;
 pub mod dashboard;
+pub mod edge;
 pub mod inputs;
 pub mod insight;
 pub mod live;
