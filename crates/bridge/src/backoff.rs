@@ -2,8 +2,10 @@
 //!
 //! Exponential from `reconnect_delay`, doubling up to [`MAX_DELAY`], with full jitter: each
 //! wait is random in `[0, ceiling]`, so many bridges cut off at once do not return in step.
-//! The ceiling falls back to `reconnect_delay` once a connection has stayed up for
-//! [`RESET_AFTER`]. A rejected token (401/403) will not fix itself, so it waits between half
+//! The ceiling stays at `reconnect_delay` for the first attempts, whose ceilings add up to
+//! [`PATIENCE`]: a cloud that restarts (an upgrade) in less than that is reached again within
+//! `reconnect_delay` of its return. It falls back to `reconnect_delay` once a connection has
+//! stayed up for [`RESET_AFTER`]. A rejected token (401/403) will not fix itself, so it waits between half
 //! the cap and the cap every time. This module only computes delays; the caller sleeps.
 
 use std::time::Duration;
@@ -15,6 +17,9 @@ use rand::{Rng, SeedableRng};
 pub const MAX_DELAY: Duration = Duration::from_secs(60);
 /// A connection that stayed up this long resets the back-off.
 pub const RESET_AFTER: Duration = Duration::from_secs(60);
+/// How much waiting (counted by ceilings) the attempts after a reset spend at `reconnect_delay`
+/// before the ceiling starts doubling.
+pub const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Why the last connection attempt failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +36,8 @@ pub struct Backoff<R = StdRng> {
     initial: Duration,
     cap: Duration,
     ceiling: Duration,
+    /// What is left of [`PATIENCE`] before the ceiling doubles.
+    patience: Duration,
     rng: R,
 }
 
@@ -50,6 +57,7 @@ impl<R: Rng> Backoff<R> {
             initial,
             cap: MAX_DELAY.max(initial),
             ceiling: initial,
+            patience: PATIENCE,
             rng,
         }
     }
@@ -59,7 +67,11 @@ impl<R: Rng> Backoff<R> {
         match failure {
             Failure::Transient => {
                 let delay = self.jitter(Duration::ZERO, self.ceiling);
-                self.ceiling = (self.ceiling * 2).min(self.cap);
+                if self.patience.is_zero() {
+                    self.ceiling = (self.ceiling * 2).min(self.cap);
+                } else {
+                    self.patience = self.patience.saturating_sub(self.ceiling);
+                }
                 delay
             }
             Failure::Rejected => {
@@ -80,6 +92,7 @@ impl<R: Rng> Backoff<R> {
     /// Starts over from the initial delay.
     pub fn reset(&mut self) {
         self.ceiling = self.initial;
+        self.patience = PATIENCE;
     }
 
     /// The upper bound of the next transient delay.
@@ -131,7 +144,10 @@ mod tests {
     #[test]
     fn doubles_from_the_initial_delay_to_the_cap() {
         let mut backoff = Backoff::with_rng(5 * SECOND, Fixed(0));
-        assert_eq!(ceilings(&mut backoff, 7), [5, 10, 20, 40, 60, 60, 60]);
+        assert_eq!(
+            ceilings(&mut backoff, 12),
+            [5, 5, 5, 5, 5, 5, 5, 10, 20, 40, 60, 60]
+        );
     }
 
     #[test]
@@ -156,11 +172,11 @@ mod tests {
     #[test]
     fn a_minute_of_uptime_resets() {
         let mut backoff = Backoff::with_rng(5 * SECOND, Fixed(0));
-        ceilings(&mut backoff, 3);
+        ceilings(&mut backoff, 9);
         backoff.connection_ended(59 * SECOND);
         assert_eq!(backoff.ceiling(), 40 * SECOND);
         backoff.connection_ended(RESET_AFTER);
-        assert_eq!(backoff.ceiling(), 5 * SECOND);
+        assert_eq!(ceilings(&mut backoff, 8), [5, 5, 5, 5, 5, 5, 5, 10]);
     }
 
     #[test]
@@ -178,7 +194,9 @@ mod tests {
         let mut backoff = Backoff::with_rng(90 * SECOND, Fixed(0));
         assert_eq!(ceilings(&mut backoff, 2), [90, 90]);
         let mut tiny = Backoff::with_rng(Duration::ZERO, Fixed(0));
-        tiny.next_delay(Failure::Transient);
+        for _ in 0..=PATIENCE.as_millis() {
+            tiny.next_delay(Failure::Transient);
+        }
         assert_eq!(tiny.ceiling(), Duration::from_millis(2));
     }
 

@@ -47,8 +47,9 @@ enum Command {
 #[derive(Debug, Subcommand)]
 enum AuditCommand {
     /// Check the hash chain of an audit log (or of a log file with audit lines in it). Exit 0
-    /// when intact (the last record's SHA-256 is printed); 1 naming the first bad line, when the
-    /// file has no audit record, or when the --anchor record is gone; 2 for a malformed --anchor.
+    /// when intact (the last record's SHA-256 is printed; an empty file is ok with 0 records); 1
+    /// naming the first bad line, when a file of other lines has no audit record, or when the
+    /// --anchor record is gone; 2 for a malformed --anchor.
     Verify {
         /// The file.
         file: PathBuf,

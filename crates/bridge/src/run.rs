@@ -114,6 +114,10 @@ pub(crate) fn preflight(
         .chain(
             (cfg.sources.iter().map(|s| &s.tls_ca_file).enumerate())
                 .map(|(i, path)| (format!("sources[{i}]"), path)),
+        )
+        .chain(
+            (cfg.registries.iter().map(|r| &r.tls_ca_file).enumerate())
+                .map(|(i, path)| (format!("registries[{i}]"), path)),
         );
     for (entry, path) in entry_cas {
         if let Some(Err(e)) = path.as_deref().map(crate::forward::load_ca) {
@@ -179,6 +183,7 @@ fn relative_paths(cfg: &Config) -> Vec<String> {
     .chain(audit)
     .chain(cfg.apis.iter().filter_map(|a| a.tls_ca_file.as_ref()))
     .chain(cfg.sources.iter().filter_map(|s| s.tls_ca_file.as_ref()))
+    .chain(cfg.registries.iter().filter_map(|r| r.tls_ca_file.as_ref()))
     .chain(cfg.databases.iter().filter_map(|d| d.sslrootcert.as_ref()))
     .filter(|path| path.is_relative())
     .map(|path| path.display().to_string())

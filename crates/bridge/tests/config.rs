@@ -267,7 +267,7 @@ fn unreadable_files_the_config_names_are_configuration_errors() {
     std::fs::write(&not_pem, "this is not a certificate").unwrap();
     // A state_dir under a regular file cannot be made, not even by root.
     let yaml = format!(
-        "name: dc1\ntoken: t\ntls_ca_file: {}\ntls_cert_file: {}\ntls_key_file: {}\naudit_log: {}\nstate_dir: {}\napis:\n  - name: a\n    url: https://a.internal\n    tls_ca_file: {0}\ndatabases:\n  - name: db\n    host: db.internal\n    database: app\n    sslmode: verify-full\n    sslrootcert: {0}\n    credentials: {{username: u, password: p}}\n",
+        "name: dc1\ntoken: t\ntls_ca_file: {}\ntls_cert_file: {}\ntls_key_file: {}\naudit_log: {}\nstate_dir: {}\napis:\n  - name: a\n    url: https://a.internal\n    tls_ca_file: {0}\nregistries:\n  - name: reg\n    url: https://reg.internal\n    tls_ca_file: {0}\ndatabases:\n  - name: db\n    host: db.internal\n    database: app\n    sslmode: verify-full\n    sslrootcert: {0}\n    credentials: {{username: u, password: p}}\n",
         not_pem.display(),
         dir.path().join("missing-cert.pem").display(),
         dir.path().join("missing-key.pem").display(),
@@ -282,6 +282,7 @@ fn unreadable_files_the_config_names_are_configuration_errors() {
         "audit_log",
         "state_dir",
         "apis[0].tls_ca_file",
+        "registries[0].tls_ca_file",
         "databases[0].sslrootcert",
     ];
     for key in keys {

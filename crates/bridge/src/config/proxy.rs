@@ -104,7 +104,8 @@ impl fmt::Debug for ProxyUrl {
 }
 
 /// Parses a `NO_PROXY` list: comma- or space-separated host names, domain suffixes
-/// (`.corp.example` or `corp.example`, both matching subdomains), `host:port`, or `*`.
+/// (`.corp.example` or `corp.example`, both matching subdomains), `host:port`, address ranges
+/// (`10.0.0.0/8`, `fd00::/8`, matching an address host), or `*`.
 pub fn parse_no_proxy(value: &str) -> Vec<String> {
     value
         .split([',', ' '])
@@ -123,6 +124,9 @@ pub fn bypasses_proxy(no_proxy: &[String], host: &str, port: u16) -> bool {
     no_proxy.iter().any(|entry| {
         if entry == "*" {
             return true;
+        }
+        if let Some((network, prefix)) = entry.split_once('/') {
+            return in_range(&host, network, prefix);
         }
         let (pattern, entry_port) = match entry.rsplit_once(':') {
             Some((name, p)) if !name.contains(':') || name.ends_with(']') => {
@@ -143,6 +147,30 @@ pub fn bypasses_proxy(no_proxy: &[String], host: &str, port: u16) -> bool {
                 .strip_suffix(pattern)
                 .is_some_and(|prefix| prefix.ends_with('.'))
     })
+}
+
+/// Whether `host` is an address within `network/prefix` (`10.0.0.0/8`, `[fd00::]/8`).
+fn in_range(host: &str, network: &str, prefix: &str) -> bool {
+    use std::net::IpAddr;
+    let network = network.trim_start_matches('[').trim_end_matches(']');
+    let (Ok(host), Ok(network), Ok(prefix)) = (
+        host.parse::<IpAddr>(),
+        network.parse::<IpAddr>(),
+        prefix.parse::<u32>(),
+    ) else {
+        return false;
+    };
+    match (host, network) {
+        (IpAddr::V4(h), IpAddr::V4(n)) if prefix <= 32 => {
+            let mask = u32::MAX.checked_shl(32 - prefix).unwrap_or(0);
+            u32::from(h) & mask == u32::from(n) & mask
+        }
+        (IpAddr::V6(h), IpAddr::V6(n)) if prefix <= 128 => {
+            let mask = u128::MAX.checked_shl(128 - prefix).unwrap_or(0);
+            u128::from(h) & mask == u128::from(n) & mask
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -180,5 +208,27 @@ mod tests {
         assert!(bypasses_proxy(&list, "10.0.0.1", 443));
         assert!(!bypasses_proxy(&list, "cloud.example", 443));
         assert!(bypasses_proxy(&parse_no_proxy("*"), "anything", 1));
+    }
+
+    /// curl's address ranges: `127.0.0.0/8` keeps every loopback address off the proxy.
+    #[test]
+    fn no_proxy_matches_address_ranges() {
+        let list = parse_no_proxy("127.0.0.0/8,10.1.0.0/16, fd00::/8, 0.0.0.0/0x");
+        assert!(bypasses_proxy(&list, "127.0.0.1", 443));
+        assert!(bypasses_proxy(&list, "127.200.3.4", 443));
+        assert!(bypasses_proxy(&list, "10.1.255.1", 443));
+        assert!(!bypasses_proxy(&list, "10.2.0.1", 443));
+        assert!(bypasses_proxy(&list, "[fd12::1]", 443));
+        assert!(!bypasses_proxy(&list, "[fe80::1]", 443));
+        assert!(
+            !bypasses_proxy(&list, "localhost", 443),
+            "names are not addresses"
+        );
+        assert!(bypasses_proxy(&parse_no_proxy("0.0.0.0/0"), "192.0.2.1", 1));
+        assert!(!bypasses_proxy(
+            &parse_no_proxy("10.0.0.0/33"),
+            "10.0.0.1",
+            1
+        ));
     }
 }

@@ -169,11 +169,17 @@ pub(crate) fn validate(file: &FileConfig, env: &dyn Env) -> Result<Config, Vec<P
         .map(|value| parse_no_proxy(&value))
         .unwrap_or_default();
 
-    let mut path = |value: &Option<Spanned<String>>, key: &str| cx.path(value.as_ref(), key);
     let tls_ca_file = match env.get_non_empty(TLS_CA_FILE_VAR) {
+        Some(from_env) if from_env.trim().is_empty() => {
+            let origin = Origin::Env(TLS_CA_FILE_VAR);
+            let msg = "expected a file path, got only spaces";
+            cx.fail("tls_ca_file", &origin, msg);
+            None
+        }
         Some(from_env) => Some(PathBuf::from(from_env)),
-        None => path(&file.tls_ca_file, "tls_ca_file"),
+        None => cx.path(file.tls_ca_file.as_ref(), "tls_ca_file"),
     };
+    let mut path = |value: &Option<Spanned<String>>, key: &str| cx.path(value.as_ref(), key);
     let tls_cert_file = path(&file.tls_cert_file, "tls_cert_file");
     let tls_key_file = path(&file.tls_key_file, "tls_key_file");
     let state_dir = path(&file.state_dir, "state_dir");

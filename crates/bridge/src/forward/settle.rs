@@ -152,6 +152,7 @@ impl Forwarder {
     /// Appends a record to the audit log; a failure is logged, never passed to the caller.
     pub(super) fn write_audit(&self, record: &AuditRecord) {
         tracing::debug!(
+            event = record.event.as_deref().unwrap_or("request"),
             request_id = %record.request_id,
             kind = %record.kind,
             resource = %record.resource,

@@ -123,7 +123,7 @@ pub fn bridge_origin(state: &DashboardState, headers: &HeaderMap, uri: &Uri) -> 
 
 /// The cloud's own CA file, when a client reaching `base` must trust it: the CA signs the
 /// cloud's certificate (unless an operator's is served) for its own names. Reached by another
-/// name, or through `--public-url`, a front with its own certificate answers.
+/// name, or through an `https://` `--public-url`, a front with its own certificate answers.
 pub fn own_ca_file<'a>(state: &'a DashboardState, base: &str) -> Option<&'a str> {
     let host = url::Url::parse(base)
         .ok()
@@ -132,7 +132,12 @@ pub fn own_ca_file<'a>(state: &'a DashboardState, base: &str) -> Option<&'a str>
         .own_ca
         .as_ref()
         .filter(|ca| {
-            base.starts_with("https://") && state.public_url.is_none() && ca.names.contains(&host)
+            // An `https://` public URL is a front with a certificate of its own.
+            let front = state
+                .public_url
+                .as_deref()
+                .is_some_and(|u| u.starts_with("https://"));
+            base.starts_with("https://") && !front && ca.names.contains(&host)
         })
         .map(|ca| ca.file.as_str())
 }

@@ -143,7 +143,7 @@ async fn sqlite_not_foreign(path: &std::path::Path) -> Result<(), StorageError> 
     let tables: Result<(Option<String>, bool), sqlx::Error> = async {
         let mut conn = sqlx::ConnectOptions::connect(&options).await?;
         let found = sqlx::query_as(
-            "SELECT (SELECT group_concat(name, ', ') FROM (SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name <> '_sqlx_migrations' ORDER BY name LIMIT 5)), (SELECT count(*) = 2 FROM sqlite_master WHERE type = 'table' AND name IN ('orgs', 'events'))",
+            "SELECT (SELECT group_concat(name, ', ') FROM (SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name <> '_sqlx_migrations' ORDER BY name LIMIT 5)), (SELECT count(*) = 3 FROM sqlite_master WHERE type = 'table' AND name IN ('_sqlx_migrations', 'orgs', 'events'))",
         )
         .fetch_one(&mut conn)
         .await;

@@ -188,14 +188,25 @@ fn defaults_apply_and_environment_alone_suffices() {
 #[test]
 fn environment_overrides_the_file() {
     let yaml = "token: file-token\nname: file-name\napi_url: https://file.example\n\
-                log_level: error\nheartbeat_interval: 30\n";
+                log_level: error\nheartbeat_interval: 30\ntls_ca_file: /file/ca.pem\n";
     let env = MapEnv::new()
         .with(TOKEN_VAR, "env-token")
         .with(NAME_VAR, "env-name")
         .with(API_URL_VAR, "https://env.example:9443")
         .with(LOG_LEVEL_VAR, "DEBUG")
-        .with(HEARTBEAT_INTERVAL_VAR, "7");
+        .with(HEARTBEAT_INTERVAL_VAR, "7")
+        .with(TLS_CA_FILE_VAR, "/etc/bridge/ca.pem");
     let config = load(yaml, &env).unwrap();
+    assert_eq!(
+        config.tls_ca_file.as_deref(),
+        Some(std::path::Path::new("/etc/bridge/ca.pem"))
+    );
+    let blank = MapEnv::new().with(TLS_CA_FILE_VAR, "  ");
+    let err = failure(yaml, &blank);
+    assert!(
+        err.contains("tls_ca_file (from SERVICE_TLS_CA_FILE): expected a file path"),
+        "{err}"
+    );
     assert_eq!(config.token.expose(), "env-token");
     assert_eq!(config.name, "env-name");
     assert_eq!(config.api_url.as_str(), "https://env.example:9443/");

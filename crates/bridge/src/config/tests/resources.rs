@@ -193,9 +193,9 @@ registries:
         .with("GIT_TOKEN", "a\u{7}b");
     let err = failure(yaml, &env);
     for want in [
-        "token: expected printable ASCII text without line breaks (it ends with a line break",
-        "apis[0].auth.token: expected printable ASCII text without line breaks (it ends with a line break",
-        "sources[0].auth.token: expected printable ASCII text without line breaks (it holds a control character",
+        "token (from SERVICE_BRIDGE_TOKEN): expected printable text without line breaks (it ends with a line break",
+        "apis[0].auth.token: expected printable text without line breaks (it ends with a line break",
+        "sources[0].auth.token: expected printable text without line breaks (it holds a control character",
         "apis[1].auth.username: must not contain `:`",
         "sources[1].auth.username: must not contain `:`",
         "registries[0].auth.username: must not contain `:`",

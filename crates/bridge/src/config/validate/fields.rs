@@ -280,9 +280,9 @@ impl Ctx<'_> {
         let why = if given.value.ends_with(['\n', '\r']) {
             "it ends with a line break, as a file's last line does: remove it"
         } else {
-            "it holds a control character, a line break or a character beyond ASCII"
+            "it holds a control character or a line break"
         };
-        let msg = format!("expected printable ASCII text without line breaks ({why})");
+        let msg = format!("expected printable text without line breaks ({why})");
         self.fail(key, &given.origin, msg);
         None
     }

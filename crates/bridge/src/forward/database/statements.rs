@@ -208,14 +208,19 @@ fn masking(statement: &str) -> Option<String> {
         }
         match literal_at(statement, value) {
             Some((quote, end)) if ambiguous(statement, value, quote, end) => return None,
+            // `'…' || '…'`: the value goes on past the literal.
+            Some((_, end)) if statement[skip_blank(statement, end)..].starts_with("||") => {
+                return None;
+            }
             Some((quote, end)) => {
                 out.push_str(&statement[copied..quote]);
                 out.push_str("'…'");
                 (copied, at) = (end, end);
             }
-            // A call, a cast, a comparison or a list the literal may follow: not read here.
-            None if followed_by_other_use(&statement[value..]) => return None,
-            None => {}
+            None if no_value_follows(&statement[value..]) => {}
+            // A call, a cast, a typed literal, `TO`, a comparison or a list the value may
+            // follow: not read here.
+            None => return None,
         }
     }
     out.push_str(&statement[copied..]);
@@ -235,19 +240,19 @@ fn ambiguous(statement: &str, at: usize, open: usize, end: usize) -> bool {
         || body.windows(2).any(|w| w[0] >= 0x80 && w[1] == b'\\')
 }
 
-/// Whether what follows a name ending in `password` may lead to its value by another way than
-/// `= '…'`: a call's `(`, a cast's `::`, a comparison, `IN`/`LIKE`, a list's `,` or `)`.
-fn followed_by_other_use(rest: &str) -> bool {
-    let lower = rest
-        .get(..8.min(rest.len()))
-        .unwrap_or(rest)
-        .to_ascii_lowercase();
-    ["(", "::", "<", ">", "!", ",", ")", "~"]
-        .iter()
-        .any(|op| lower.starts_with(op))
-        || ["in ", "in(", "like ", "ilike ", "similar "]
-            .iter()
-            .any(|word| lower.starts_with(word))
+/// Whether no value can follow a name ending in `password` (or its `=`): the statement ends, a
+/// `;` ends it, or the value is a bind parameter (`$1`) or `NULL` (`PASSWORD NULL`). Anything else may lead to a value in
+/// a way this reading does not follow (`TO '…'`, `= crypt('…')`, `text '…'`, `CAST('…' AS
+/// text)`, `IS NOT DISTINCT FROM '…'`, `IN (…)`, a column list).
+fn no_value_follows(rest: &str) -> bool {
+    let parameter = rest
+        .strip_prefix('$')
+        .is_some_and(|n| n.starts_with(|c: char| c.is_ascii_digit()));
+    let null = rest
+        .get(..4)
+        .is_some_and(|w| w.eq_ignore_ascii_case("null"))
+        && !rest.as_bytes().get(4).is_some_and(|b| is_word(*b));
+    rest.is_empty() || rest.starts_with(';') || parameter || null
 }
 
 /// Whether `b` may be part of an unquoted name or keyword (any byte of a UTF-8 sequence, as

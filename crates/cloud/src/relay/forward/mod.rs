@@ -94,7 +94,7 @@ async fn upstream_peers(
             _ => Problem::unavailable(
                 5,
                 format!(
-                    "bridge {bridge:?} has no live tunnel right now (it may be reconnecting); retry shortly"
+                    "bridge {bridge:?} has no live tunnel to this cloud process right now (it may be reconnecting, or, with several cloud processes, connected to another: docs/bridge.md, \"Not done yet\"); retry shortly"
                 ),
             ),
         });

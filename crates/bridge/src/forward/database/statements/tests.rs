@@ -117,9 +117,53 @@ fn passwords_never_reach_the_audit() {
             "INSERT INTO t (name, password) VALUES ('a', 'pw')",
             "INSERT INTO t (name, password…",
         ),
+        // A value reached by other words than `= '…'`: a setting's `TO`, a call, a typed
+        // literal, a cast, other comparisons, a concatenation.
+        ("SET app.password TO 'pw'", "SET app.password…"),
+        (
+            "SELECT 1 FROM u WHERE password = crypt('pw', 'x')",
+            "SELECT 1 FROM u WHERE password…",
+        ),
+        (
+            "SELECT 1 FROM u WHERE password = text 'pw'",
+            "SELECT 1 FROM u WHERE password…",
+        ),
+        (
+            "SELECT 1 FROM u WHERE password = CAST('pw' AS text)",
+            "SELECT 1 FROM u WHERE password…",
+        ),
+        (
+            "SELECT 1 FROM u WHERE password IS NOT DISTINCT FROM 'pw'",
+            "SELECT 1 FROM u WHERE password…",
+        ),
+        (
+            "SELECT 1 FROM u WHERE password = ANY('{pw}')",
+            "SELECT 1 FROM u WHERE password…",
+        ),
+        (
+            "SELECT 1 FROM u WHERE password COLLATE \"C\" = 'pw'",
+            "SELECT 1 FROM u WHERE password…",
+        ),
+        (
+            "SELECT 1 FROM u WHERE password BETWEEN 'a' AND 'pw'",
+            "SELECT 1 FROM u WHERE password…",
+        ),
+        (
+            "SELECT 1 FROM u WHERE password = 'p' || 'w'",
+            "SELECT 1 FROM u WHERE password…",
+        ),
         (
             "DO $$ BEGIN EXECUTE 'ALTER ROLE a PASSWORD ''pw'''; END $$",
             "DO $$ BEGIN EXECUTE 'ALTER ROLE a PASSWORD…",
+        ),
+        // Nothing that can hold a value follows: the end, a `;`, a bind parameter.
+        (
+            "UPDATE u SET password = $1 WHERE id = $2",
+            "UPDATE u SET password = $1 WHERE id = $2",
+        ),
+        (
+            "ALTER ROLE a PASSWORD 'pw'; SELECT password",
+            "ALTER ROLE a PASSWORD '…'; SELECT password",
         ),
         // A vertical tab is blank to PostgreSQL too.
         (
