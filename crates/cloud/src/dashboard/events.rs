@@ -248,34 +248,31 @@ pub async fn timeline(
         }
         _ => Err("before_at and before_id come together from an \"Older events\" link, before_id an event's id: this link was edited or cut. Start again from the first page.".to_string()),
     };
+    let refuse = |why: &str| {
+        let back = "Back to events";
+        message(
+            StatusCode::BAD_REQUEST,
+            "Filter not valid",
+            why,
+            "/events",
+            back,
+        )
+    };
     let (since, until, kind, after) =
         match (day("from", &f.from, 0), day("to", &f.to, 1), kind, after) {
             (Ok(since), Ok(until), Ok(kind), Ok(after)) => (since, until, kind, after),
             (Err(why), ..) | (_, Err(why), ..) | (_, _, Err(why), _) | (.., Err(why)) => {
-                return message(
-                    StatusCode::BAD_REQUEST,
-                    "Filter not valid",
-                    &why,
-                    "/events",
-                    "Back to events",
-                );
+                return refuse(&why);
             }
         };
     if let (Some(s), Some(u)) = (since, until)
         && s >= u
     {
-        let why = format!(
+        return refuse(&format!(
             "from {:?} is after to {:?}: no day is in that window. Both days are included; swap them.",
             f.from.trim(),
             f.to.trim()
-        );
-        return message(
-            StatusCode::BAD_REQUEST,
-            "Filter not valid",
-            &why,
-            "/events",
-            "Back to events",
-        );
+        ));
     }
     let query = EventQuery {
         kind,

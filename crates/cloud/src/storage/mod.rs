@@ -77,6 +77,28 @@ macro_rules! on_writer {
 }
 pub(crate) use on_writer;
 
+/// True (as SQL) when the signals schema is in a SQLite database: its migrations and tables.
+const SIGNALS_SCHEMA: &str = "(SELECT count(*) = 3 FROM sqlite_master WHERE type = 'table' AND name IN ('_sqlx_migrations', 'orgs', 'events'))";
+
+/// The row of `sql` on the SQLite file at `path`, opened read-only and without a journal
+/// mode, so that looking changes nothing.
+async fn look<T>(path: &std::path::Path, sql: String) -> Result<T, sqlx::Error>
+where
+    T: Send + Unpin + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>,
+{
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .read_only(true)
+        .busy_timeout(Duration::from_secs(10));
+    let mut conn = sqlx::ConnectOptions::connect(&options).await?;
+    // The text is this module's own constants.
+    let found = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .fetch_one(&mut conn)
+        .await;
+    sqlx::Connection::close(conn).await.ok();
+    found
+}
+
 /// Refuses, with [`StorageError::NotCreated`] and before anything touches it, a SQLite file
 /// that `cloud serve` did not make: none at all, one that is no database, or a database
 /// without the signals schema (an empty file, another program's database). Admin commands
@@ -92,26 +114,11 @@ async fn sqlite_created(path: &std::path::Path) -> Result<(), StorageError> {
             "no database at {shown}: admin commands never create one, only `cloud serve` does. {fix}"
         )));
     }
-    // Read-only and without a journal mode, so that looking changes nothing.
-    let options = SqliteConnectOptions::new()
-        .filename(path)
-        .read_only(true)
-        .busy_timeout(Duration::from_secs(10));
-    let schema: Result<bool, sqlx::Error> = async {
-        let mut conn = sqlx::ConnectOptions::connect(&options).await?;
-        // Another sqlx program's database has `_sqlx_migrations` too: the signals tables as well.
-        let found = sqlx::query_scalar(
-            "SELECT count(*) = 3 FROM sqlite_master WHERE type = 'table' AND name IN ('_sqlx_migrations', 'orgs', 'events')",
-        )
-        .fetch_one(&mut conn)
-        .await;
-        sqlx::Connection::close(conn).await.ok();
-        found
-    }
-    .await;
+    // Another sqlx program's database has `_sqlx_migrations` too: the signals tables as well.
+    let schema = look::<(bool,)>(path, format!("SELECT {SIGNALS_SCHEMA}")).await;
     match schema {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(StorageError::NotCreated(format!(
+        Ok((true,)) => Ok(()),
+        Ok((false,)) => Err(StorageError::NotCreated(format!(
             "{shown} holds no signals schema (an empty file, or another program's database): admin commands never create one, only `cloud serve` does; the file was left as it was. {fix}"
         ))),
         // SQLITE_NOTADB: the file is something else. Any other failure (permissions, a lock)
@@ -136,21 +143,9 @@ async fn sqlite_not_foreign(path: &std::path::Path) -> Result<(), StorageError> 
     if std::fs::metadata(path).map_or(true, |m| m.len() == 0) {
         return Ok(());
     }
-    let options = SqliteConnectOptions::new()
-        .filename(path)
-        .read_only(true)
-        .busy_timeout(Duration::from_secs(10));
-    let tables: Result<(Option<String>, bool), sqlx::Error> = async {
-        let mut conn = sqlx::ConnectOptions::connect(&options).await?;
-        let found = sqlx::query_as(
-            "SELECT (SELECT group_concat(name, ', ') FROM (SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name <> '_sqlx_migrations' ORDER BY name LIMIT 5)), (SELECT count(*) = 3 FROM sqlite_master WHERE type = 'table' AND name IN ('_sqlx_migrations', 'orgs', 'events'))",
-        )
-        .fetch_one(&mut conn)
-        .await;
-        sqlx::Connection::close(conn).await.ok();
-        found
-    }
-    .await;
+    let others = "SELECT group_concat(name, ', ') FROM (SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name <> '_sqlx_migrations' ORDER BY name LIMIT 5)";
+    let tables =
+        look::<(Option<String>, bool)>(path, format!("SELECT ({others}), {SIGNALS_SCHEMA}")).await;
     match tables {
         Ok((Some(names), false)) => {
             let shown = std::path::absolute(path)
