@@ -2,7 +2,7 @@
 //!
 //! Exponential from `reconnect_delay`, doubling up to [`MAX_DELAY`], with full jitter: each
 //! wait is random in `[0, ceiling]`, so many bridges cut off at once do not return in step.
-//! The ceiling stays at `reconnect_delay` for the first attempts, whose ceilings add up to
+//! The ceiling stays at `reconnect_delay` for the first attempts, until their waits add up to
 //! [`PATIENCE`]: a cloud that restarts (an upgrade) in less than that is reached again within
 //! `reconnect_delay` of its return. It falls back to `reconnect_delay` once a connection has
 //! stayed up for [`RESET_AFTER`]. A rejected token (401/403) will not fix itself, so it waits between half
@@ -17,8 +17,8 @@ use rand::{Rng, SeedableRng};
 pub const MAX_DELAY: Duration = Duration::from_secs(60);
 /// A connection that stayed up this long resets the back-off.
 pub const RESET_AFTER: Duration = Duration::from_secs(60);
-/// How much waiting (counted by ceilings) the attempts after a reset spend at `reconnect_delay`
-/// before the ceiling starts doubling.
+/// How long the attempts after a reset wait in all at `reconnect_delay` before the ceiling
+/// starts doubling.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Why the last connection attempt failed.
@@ -70,7 +70,7 @@ impl<R: Rng> Backoff<R> {
                 if self.patience.is_zero() {
                     self.ceiling = (self.ceiling * 2).min(self.cap);
                 } else {
-                    self.patience = self.patience.saturating_sub(self.ceiling);
+                    self.patience = self.patience.saturating_sub(delay);
                 }
                 delay
             }
@@ -143,7 +143,7 @@ mod tests {
 
     #[test]
     fn doubles_from_the_initial_delay_to_the_cap() {
-        let mut backoff = Backoff::with_rng(5 * SECOND, Fixed(0));
+        let mut backoff = Backoff::with_rng(5 * SECOND, Fixed(u64::MAX));
         assert_eq!(
             ceilings(&mut backoff, 12),
             [5, 5, 5, 5, 5, 5, 5, 10, 20, 40, 60, 60]
@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn a_minute_of_uptime_resets() {
-        let mut backoff = Backoff::with_rng(5 * SECOND, Fixed(0));
+        let mut backoff = Backoff::with_rng(5 * SECOND, Fixed(u64::MAX));
         ceilings(&mut backoff, 9);
         backoff.connection_ended(59 * SECOND);
         assert_eq!(backoff.ceiling(), 40 * SECOND);
@@ -193,7 +193,7 @@ mod tests {
     fn a_long_initial_delay_raises_the_cap() {
         let mut backoff = Backoff::with_rng(90 * SECOND, Fixed(0));
         assert_eq!(ceilings(&mut backoff, 2), [90, 90]);
-        let mut tiny = Backoff::with_rng(Duration::ZERO, Fixed(0));
+        let mut tiny = Backoff::with_rng(Duration::ZERO, Fixed(u64::MAX));
         for _ in 0..=PATIENCE.as_millis() {
             tiny.next_delay(Failure::Transient);
         }

@@ -126,7 +126,13 @@ pub fn bypasses_proxy(no_proxy: &[String], host: &str, port: u16) -> bool {
             return true;
         }
         if let Some((network, prefix)) = entry.split_once('/') {
-            return in_range(&host, network, prefix);
+            // `10.0.0.0/8:443`: the range on that port only.
+            return match prefix.split_once(':') {
+                Some((prefix, only)) => {
+                    only.parse() == Ok(port) && in_range(&host, network, prefix)
+                }
+                None => in_range(&host, network, prefix),
+            };
         }
         let (pattern, entry_port) = match entry.rsplit_once(':') {
             Some((name, p)) if !name.contains(':') || name.ends_with(']') => {
@@ -230,5 +236,8 @@ mod tests {
             "10.0.0.1",
             1
         ));
+        let on_port = parse_no_proxy("10.0.0.0/8:8443");
+        assert!(bypasses_proxy(&on_port, "10.1.2.3", 8443));
+        assert!(!bypasses_proxy(&on_port, "10.1.2.3", 443));
     }
 }

@@ -136,6 +136,8 @@ fn masking(statement: &str) -> Option<String> {
     let bytes = statement.as_bytes();
     let mut out = String::with_capacity(statement.len());
     let (mut copied, mut at) = (0, 0);
+    // The last literal read (its quote, its end): a password may come before its name.
+    let mut last_literal: Option<(usize, usize)> = None;
     while at < bytes.len() {
         if let Some((open, end)) = literal_at(statement, at) {
             // A dollar-quoted body is read as SQL below; any other literal cannot be.
@@ -161,7 +163,7 @@ fn masking(statement: &str) -> Option<String> {
                 out.push_str(&masking(&statement[body_start..body_end])?);
                 copied = body_end;
             }
-            at = end;
+            (at, last_literal) = (end, Some((open, end)));
             continue;
         }
         let name_end = match bytes[at] {
@@ -194,9 +196,22 @@ fn masking(statement: &str) -> Option<String> {
         } else {
             name.to_string()
         };
+        let name_at = at;
         at = name_end;
         if !name.to_ascii_lowercase().ends_with("password") {
             continue;
+        }
+        // `'…' = password`, `'…' AS password`: that literal is masked (or, already copied as
+        // part of a body read before, the statement is cut).
+        if let Some((open, end)) =
+            last_literal.filter(|&(_, end)| literal_before(statement, name_at, end))
+        {
+            if open < copied {
+                return None;
+            }
+            out.push_str(&statement[copied..open]);
+            out.push_str("'…'");
+            copied = end;
         }
         let mut value = skip_blank(statement, name_end);
         // `password = '…'`, and a named argument (`password => '…'`, `password := '…'`).
@@ -206,16 +221,17 @@ fn masking(statement: &str) -> Option<String> {
         {
             value = skip_blank(statement, value + op.len());
         }
+        // `'…' || '…'`, `'…'::text || '…'`, `$1 || '…'`: the value may go on past its first
+        // piece, anywhere after it.
+        if statement[value..].contains("||") {
+            return None;
+        }
         match literal_at(statement, value) {
             Some((quote, end)) if ambiguous(statement, value, quote, end) => return None,
-            // `'…' || '…'`: the value goes on past the literal.
-            Some((_, end)) if statement[skip_blank(statement, end)..].starts_with("||") => {
-                return None;
-            }
             Some((quote, end)) => {
                 out.push_str(&statement[copied..quote]);
                 out.push_str("'…'");
-                (copied, at) = (end, end);
+                (copied, at, last_literal) = (end, end, None);
             }
             None if no_value_follows(&statement[value..]) => {}
             // A call, a cast, a typed literal, `TO`, a comparison or a list the value may
@@ -248,11 +264,38 @@ fn no_value_follows(rest: &str) -> bool {
     let parameter = rest
         .strip_prefix('$')
         .is_some_and(|n| n.starts_with(|c: char| c.is_ascii_digit()));
-    let null = rest
-        .get(..4)
-        .is_some_and(|w| w.eq_ignore_ascii_case("null"))
-        && !rest.as_bytes().get(4).is_some_and(|b| is_word(*b));
-    rest.is_empty() || rest.starts_with(';') || parameter || null
+    rest.is_empty()
+        || rest.starts_with(';')
+        || parameter
+        || ["null", "from", "is null", "is not null"]
+            .iter()
+            .any(|words| keyword_at(rest, words))
+}
+
+/// Whether `rest` starts with the keywords `words` (one blank between them), as whole words.
+fn keyword_at(rest: &str, words: &str) -> bool {
+    rest.get(..words.len())
+        .is_some_and(|w| w.eq_ignore_ascii_case(words))
+        && !rest
+            .as_bytes()
+            .get(words.len())
+            .is_some_and(|b| is_word(*b))
+}
+
+/// Whether a string literal ends right before the name at `name_at`, alone or through a
+/// comparison or `AS` (`'…' = password`, `'…' AS password`): its value may be the password.
+fn literal_before(statement: &str, name_at: usize, end: usize) -> bool {
+    let before = statement[..name_at].trim_end();
+    let before = before
+        .strip_suffix(|c: char| c.eq_ignore_ascii_case(&'s'))
+        .and_then(|b| b.strip_suffix(|c: char| c.eq_ignore_ascii_case(&'a')))
+        .filter(|b| b.ends_with(|c: char| c.is_whitespace() || c == '\''))
+        .unwrap_or(before);
+    let before = before
+        .trim_end()
+        .trim_end_matches(['=', '<', '>', '!'])
+        .trim_end();
+    before.len() == end
 }
 
 /// Whether `b` may be part of an unquoted name or keyword (any byte of a UTF-8 sequence, as

@@ -153,13 +153,39 @@ fn passwords_never_reach_the_audit() {
             "SELECT 1 FROM u WHERE password…",
         ),
         (
+            "UPDATE u SET password = 'p'::text || 'w'",
+            "UPDATE u SET password…",
+        ),
+        (
+            "UPDATE u SET password = $1 || 'w'",
+            "UPDATE u SET password…",
+        ),
+        // A literal right before the name, compared or named by it.
+        (
+            "SELECT 1 FROM u WHERE 'pw' = password",
+            "SELECT 1 FROM u WHERE '…' = password",
+        ),
+        (
+            "INSERT INTO u SELECT 'bob', 'pw' AS password",
+            "INSERT INTO u SELECT 'bob', '…' AS password",
+        ),
+        (
             "DO $$ BEGIN EXECUTE 'ALTER ROLE a PASSWORD ''pw'''; END $$",
             "DO $$ BEGIN EXECUTE 'ALTER ROLE a PASSWORD…",
         ),
-        // Nothing that can hold a value follows: the end, a `;`, a bind parameter.
+        // Nothing that can hold a value follows: the end, a `;`, a bind parameter, `FROM`,
+        // `IS [NOT] NULL`.
         (
             "UPDATE u SET password = $1 WHERE id = $2",
             "UPDATE u SET password = $1 WHERE id = $2",
+        ),
+        (
+            "SELECT id, password FROM users WHERE email = $1",
+            "SELECT id, password FROM users WHERE email = $1",
+        ),
+        (
+            "SELECT id FROM users WHERE password IS NOT NULL AND note = 'n'",
+            "SELECT id FROM users WHERE password IS NOT NULL AND note = 'n'",
         ),
         (
             "ALTER ROLE a PASSWORD 'pw'; SELECT password",
