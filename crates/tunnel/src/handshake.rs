@@ -43,10 +43,13 @@ pub const HEARTBEAT_PATH: &str = "/_bridge/heartbeat";
 pub const REVOKED_PATH: &str = "/_bridge/revoked";
 
 /// HTTP/2 flow-control window per stream, both sides: big enough that one bulk transfer is not
-/// throttled by round trips (the defaults are 64 KiB–2 MiB).
-pub const STREAM_WINDOW: u32 = 8 * 1024 * 1024;
-/// HTTP/2 flow-control window of the whole tunnel connection.
-pub const CONNECTION_WINDOW: u32 = 32 * 1024 * 1024;
+/// throttled by round trips (the defaults are 64 KiB–2 MiB; 4 MiB is 80 MB/s at 50 ms).
+pub const STREAM_WINDOW: u32 = 4 * 1024 * 1024;
+/// HTTP/2 flow-control window of the whole tunnel connection: sixteen streams' windows. Data
+/// a caller does not read stays in its stream's window, which counts against this one too:
+/// were it only a few streams' worth, a few callers that stop reading (or read slowly) would
+/// hold every other stream of the tunnel up.
+pub const CONNECTION_WINDOW: u32 = 16 * STREAM_WINDOW;
 /// Largest HTTP/2 frame either side accepts (fewer frames per megabyte than the 16 KiB default).
 pub const MAX_FRAME: u32 = 256 * 1024;
 
