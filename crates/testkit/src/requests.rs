@@ -68,7 +68,7 @@ impl Cloud {
 
     /// Waits (up to 10 s) until requests hold at least `bytes` of `--ingest-memory-mb`
     /// (`signals_ingest_memory_bytes` in `/metrics`): a request takes its share once its head
-    /// is read, and grows it as its body arrives.
+    /// is read, and grows it to the whole body once its body outgrows that.
     pub async fn wait_ingesting(&self, bytes: u64) {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {

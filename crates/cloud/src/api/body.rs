@@ -1,5 +1,5 @@
-//! Reading a signal request's body within `--ingest-memory-mb`: the request's share grows as
-//! its bytes arrive (see [`super::budget`]), and a body must keep arriving: no pause of
+//! Reading a signal request's body within `--ingest-memory-mb`: the request's share grows to
+//! the whole body once it outgrows its first share (see [`super::budget`]), and a body must keep arriving: no pause of
 //! `--header-read-timeout`, no more than four of those in all, and at least
 //! [`MIN_RATE`] bytes a second on average after [`RATE_GRACE`]. A client announcing a megabyte
 //! and sending a byte now and then holds almost nothing, and not for long: what a
@@ -12,7 +12,7 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use tokio::time::Instant;
 
-use super::budget::{FIRST_SHARE, IngestBudget, Share};
+use super::budget::{IngestBudget, Share};
 use crate::problem::Problem;
 use crate::signals::batch::MAX_REQUEST_BYTES;
 use crate::stall::{StallTimer, Stalled};
@@ -30,11 +30,13 @@ const MAX_DRAIN_BYTES: usize = 8 * 1024 * 1024;
 /// Why a body was not read whole: the metric reason and the problem.
 pub type Refused = (&'static str, Problem);
 
-/// The whole body, and the share that now covers it.
+/// The whole body, and the share that now covers it. `declared` is its `Content-Length`: what
+/// the share grows to at once when the body outgrows its first share (1 MiB without one).
 pub async fn read(
     mut body: Body,
     budget: &IngestBudget,
     mut share: Share,
+    declared: Option<usize>,
     pause: Duration,
 ) -> Result<(Bytes, Share), Refused> {
     let started = Instant::now();
@@ -67,8 +69,8 @@ pub async fn read(
             return Err(too_large());
         }
         if held > share.bytes() {
-            let target = held.next_multiple_of(FIRST_SHARE).min(MAX_REQUEST_BYTES);
-            if !budget.grow(&mut share, target, pause).await {
+            let whole = declared.unwrap_or(MAX_REQUEST_BYTES).max(held);
+            if !budget.grow(&mut share, whole, pause).await {
                 drop(share);
                 drain(body).await;
                 return Err(overloaded());
@@ -93,6 +95,7 @@ pub async fn read(
             ));
         }
     }
+    share.settle();
     Ok((first.unwrap_or_else(|| buf.freeze()), share))
 }
 

@@ -126,7 +126,7 @@ async fn ingest(
         return Err(body::too_large());
     }
     // Held until the answer: the body, its events and their commit are in memory till then.
-    // It starts small and grows with the bytes that arrive.
+    // It starts small and grows to the whole body once more than that arrives.
     let first = declared.unwrap_or(FIRST_SHARE).min(FIRST_SHARE);
     let Some(share) = state
         .ingest_budget
@@ -137,7 +137,14 @@ async fn ingest(
         body::drain(body).await;
         return Err(body::overloaded());
     };
-    let (bytes, _share) = body::read(body, &state.ingest_budget, share, state.read_timeout).await?;
+    let (bytes, _share) = body::read(
+        body,
+        &state.ingest_budget,
+        share,
+        declared,
+        state.read_timeout,
+    )
+    .await?;
     // A repeat is answered from the first answer, once its body is known to be the same.
     let body_digest = idempotency::digest(&bytes);
     if let Some(key) = &idempotency {
