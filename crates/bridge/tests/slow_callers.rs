@@ -1,6 +1,7 @@
 //! Callers that stop reading a forwarded answer hold their own stream, not the tunnel: the
 //! answers they leave unread fill their streams' HTTP/2 windows, never the whole connection's,
-//! so every other caller of the bridge is still answered.
+//! so every other caller of the bridge is still answered. And not for long: an answer left
+//! unread for `--forward-timeout` is reset, freeing the bridge's slot.
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -52,4 +53,55 @@ async fn callers_that_stop_reading_hold_up_no_one_else() {
     }
     assert!(answered > 10, "only {answered} requests in three seconds");
     drop(stalled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_left_unread_is_reset_and_one_read_slowly_is_not() {
+    let rig = Rig::start_with_cloud_args(&["--forward-timeout", "3"]).await;
+    let addr = rig.cloud.http.trim_start_matches("http://").to_string();
+    let mut unread = TcpStream::connect(&addr).unwrap();
+    write!(
+        unread,
+        "GET /v1/bridges/dc1/apis/internal/download?bytes=200000000 HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\r\n",
+        rig.tenant.api_key
+    )
+    .unwrap();
+    let wait_in_flight = |n: f64, within: Duration| {
+        let bridge = &rig.bridge;
+        async move {
+            let deadline = Instant::now() + within;
+            while bridge.metric("bridge_streams_in_flight").await != n {
+                assert!(Instant::now() < deadline, "never {n} streams in flight");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    wait_in_flight(1.0, Duration::from_secs(10)).await;
+    // Left unread for the 3 s of --forward-timeout (checked every 2 s), the stream is reset
+    // although the caller is still connected: the bridge's slot is free and its record says
+    // the answer was cut.
+    wait_in_flight(0.0, Duration::from_secs(15)).await;
+    let records = rig.bridge.audit_records(1).await;
+    let download = records
+        .iter()
+        .find(|r| r["path"].as_str().is_some_and(|p| p.contains("/download")))
+        .expect("the download's record");
+    assert_eq!(download["ended"], "cut", "{records:?}");
+    drop(unread);
+
+    // A caller reading 24 MB at about 4 MB/s (pausing 250 ms between megabytes) for longer
+    // than --forward-timeout and a check gets the whole answer.
+    let res = rig.get("/download?bytes=24000000").await;
+    assert_eq!(res.status(), 200);
+    let mut body = res;
+    let (mut got, mut since_pause) = (0, 0);
+    while let Some(chunk) = body.chunk().await.expect("the slow read is not cut") {
+        got += chunk.len();
+        since_pause += chunk.len();
+        if since_pause >= 1 << 20 {
+            since_pause = 0;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    assert_eq!(got, 24_000_000);
 }

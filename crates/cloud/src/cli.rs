@@ -158,7 +158,8 @@ pub struct ServeArgs {
     pub header_read_timeout: u64,
     /// Seconds a request forwarded through a bridge may wait for the response's headers
     /// (a free tunnel stream included) before a 504; also the longest stretch in which its
-    /// upload makes no progress (504) and the longest pause in its response body (cut).
+    /// upload makes no progress (504), the longest pause in its response body (cut) and the
+    /// longest its caller may leave that body unread (cut, freeing the bridge's slot).
     #[arg(long, env = "CLOUD_FORWARD_TIMEOUT", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub forward_timeout: u64,
     /// The dashboard's address as people and bridges reach it, such as

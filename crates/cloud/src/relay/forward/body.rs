@@ -1,16 +1,18 @@
 //! The bodies of a forwarded exchange: the caller's upload as it goes into the tunnel
 //! ([`Announced`]) and the bridge's answer as it goes back ([`Tracked`]), each cut when it
-//! stops moving, and the [`InFlight`] count that picks the least busy instance.
+//! stops moving (an answer also when its caller stops reading it: [`Watch`]), and the
+//! [`InFlight`] count that picks the least busy instance.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 
 use axum::body::Body;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
+use super::watch::Watch;
 use crate::relay::Instance;
 use crate::stall::{StallTimer, Stalled};
 
@@ -86,80 +88,45 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body that holds its [`InFlight`] guard until it ends, and fails when the bridge
-/// sends nothing for `--forward-timeout` while the caller waits for more (a hung internal
-/// system would otherwise hold the caller's connection forever). Dropping it resets the
-/// tunnel stream.
-pub(super) struct Tracked {
+/// The longest answer watched only once it has lasted a while: one this short fits in the
+/// tunnel stream's window, so the bridge is done with it even if its caller never reads it.
+pub(super) const SHORT_ANSWER: u64 = 1024 * 1024;
+
+/// The bridge's answer, and its place in its instance's in-flight count; dropping it resets
+/// the tunnel stream.
+pub(super) struct Answer {
     pub(super) inner: hyper::body::Incoming,
     pub(super) _guard: InFlight,
-    pub(super) stall: StallTimer,
-    /// Ends the answer when the caller's API key is revoked while it streams.
-    pub(super) key: KeyWatch,
 }
 
-/// How often a long answer's API key is checked again: a revoked key ends the answers it is
-/// still receiving within seconds (as it ends its database sessions), not only new requests.
-const KEY_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// The revocation check of one answer: started only once the answer has lasted
-/// [`KEY_RECHECK`] (most answers end long before), then repeated every [`KEY_RECHECK`] by a
-/// task that ends with the answer.
-pub(super) struct KeyWatch {
-    state: crate::relay::RelayState,
-    principal: Arc<crate::auth::Principal>,
-    started: std::time::Instant,
-    /// Made with the checks: whether the key was found revoked, and the body's waker.
-    checks: Option<Checks>,
+/// A response body that holds its [`Answer`] until it ends, and fails when the bridge sends
+/// nothing for `--forward-timeout` while the caller waits for more (a hung internal system
+/// would otherwise hold the caller's connection forever). A long answer is also watched
+/// ([`Watch`]): it ends when its API key is revoked or when its caller leaves it unread.
+pub(super) struct Tracked {
+    /// Shared with the watch, which drops it when the caller leaves it unread.
+    answer: Arc<Mutex<Option<Answer>>>,
+    stall: StallTimer,
+    watch: Watch,
 }
 
-/// The checking task of a [`KeyWatch`] and what it tells the body.
-struct Checks {
-    task: tokio::task::JoinHandle<()>,
-    found: Arc<(AtomicBool, futures_util::task::AtomicWaker)>,
-}
-
-impl KeyWatch {
-    pub(super) fn new(
-        state: &crate::relay::RelayState,
-        principal: &Arc<crate::auth::Principal>,
-    ) -> Self {
-        KeyWatch {
-            state: state.clone(),
-            principal: principal.clone(),
-            started: std::time::Instant::now(),
-            checks: None,
+impl Tracked {
+    /// The body of `answer`, watched by `watch`, cut after `--forward-timeout` (`stall`)
+    /// without data from the bridge.
+    pub(super) fn new(answer: Answer, stall: StallTimer, mut watch: Watch) -> Self {
+        let short = answer
+            .inner
+            .size_hint()
+            .exact()
+            .is_some_and(|n| n <= SHORT_ANSWER);
+        let answer = Arc::new(Mutex::new(Some(answer)));
+        if !short {
+            watch.start(&answer);
         }
-    }
-
-    /// Whether the key was found revoked; starts the checks once the answer is long enough.
-    fn revoked(&mut self, cx: &Context<'_>) -> bool {
-        if let Some(checks) = &self.checks {
-            checks.found.1.register(cx.waker());
-            return checks.found.0.load(Ordering::Relaxed);
-        }
-        if self.started.elapsed() >= KEY_RECHECK {
-            let found: Arc<(AtomicBool, futures_util::task::AtomicWaker)> = Arc::default();
-            found.1.register(cx.waker());
-            let (state, principal, told) =
-                (self.state.clone(), self.principal.clone(), found.clone());
-            let task = tokio::spawn(async move {
-                while state.keys.is_live(&state.store, &principal).await {
-                    tokio::time::sleep(KEY_RECHECK).await;
-                }
-                told.0.store(true, Ordering::Relaxed);
-                told.1.wake();
-            });
-            self.checks = Some(Checks { task, found });
-        }
-        false
-    }
-}
-
-impl Drop for KeyWatch {
-    fn drop(&mut self) {
-        if let Some(checks) = self.checks.take() {
-            checks.task.abort();
+        Tracked {
+            answer,
+            stall,
+            watch,
         }
     }
 }
@@ -176,6 +143,11 @@ enum Cut {
     /// The caller's API key was revoked while the answer streamed.
     #[error("the API key of this request was revoked; the answer was cut")]
     Revoked,
+    /// The caller left the answer unread; its tunnel stream was reset meanwhile.
+    #[error(
+        "the caller read nothing of the answer for {0:?} (--forward-timeout); its stream was reset"
+    )]
+    Unread(std::time::Duration),
 }
 
 impl HttpBody for Tracked {
@@ -187,11 +159,20 @@ impl HttpBody for Tracked {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
-        if this.key.revoked(cx) {
-            tracing::info!(principal = %this.key.principal.key_id, "API key revoked; cutting the answer it was receiving");
+        if this.watch.asked(cx, &this.answer) {
             return Poll::Ready(Some(Err(Cut::Revoked.into())));
         }
-        Poll::Ready(match ready!(this.stall.poll_frame(&mut this.inner, cx)) {
+        let mut answer = this.answer.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(answer) = answer.as_mut() else {
+            return Poll::Ready(Some(Err(Cut::Unread(this.watch.unread_limit()).into())));
+        };
+        Poll::Ready(match ready!(this.stall.poll_frame(&mut answer.inner, cx)) {
+            Ok(Some(Ok(frame))) => {
+                if frame.is_data() {
+                    this.watch.handed();
+                }
+                Some(Ok(frame))
+            }
             Ok(frame) => frame.map(|f| f.map_err(Into::into)),
             Err(Stalled) => {
                 tracing::warn!(stall = ?this.stall.limit(), "forwarded response stalled; resetting its stream");
@@ -201,10 +182,18 @@ impl HttpBody for Tracked {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.answer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_none_or(|a| a.inner.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.answer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or_else(SizeHint::default, |a| a.inner.size_hint())
     }
 }

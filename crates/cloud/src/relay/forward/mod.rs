@@ -21,6 +21,7 @@ pub mod routes;
 mod send;
 pub mod stream;
 mod target;
+mod watch;
 
 use std::sync::Arc;
 

@@ -10,8 +10,9 @@ use axum::body::Body;
 use axum::response::Response;
 use http_body::Body as HttpBody;
 
-use super::body::{Announced, InFlight, KeyWatch, Tracked};
+use super::body::{Announced, Answer, InFlight, Tracked};
 use super::target::Target;
+use super::watch::Watch;
 use super::{Head, Outgoing, REPLAYABLE_BODY, headers};
 use crate::problem::Problem;
 use crate::relay::{Instance, RelayState};
@@ -121,12 +122,14 @@ pub(super) async fn send(
                         }
                     }
                 }
-                let body = Body::new(Tracked {
-                    inner: incoming,
-                    _guard: guard,
-                    stall: StallTimer::new(timeout),
-                    key: KeyWatch::new(state, principal),
-                });
+                let body = Body::new(Tracked::new(
+                    Answer {
+                        inner: incoming,
+                        _guard: guard,
+                    },
+                    StallTimer::new(timeout),
+                    Watch::new(state, principal),
+                ));
                 return Ok(Response::from_parts(parts, body));
             }
             Err(mut refused) if refused.message().is_some() => {
