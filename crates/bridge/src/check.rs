@@ -71,6 +71,18 @@ async fn probe_cloud(cfg: &Config) -> Row {
     }
 }
 
+/// A failed connection, said with what it most likely means.
+fn unreachable(causes: &str) -> String {
+    let hint = if causes.contains("Connection refused") {
+        " (nothing accepts connections there: is the server running, and is the url's port right?)"
+    } else if causes.contains("dns error") {
+        " (the url's host name does not resolve from this host)"
+    } else {
+        ""
+    };
+    format!("unreachable: {causes}{hint}")
+}
+
 /// An HTTP GET of `url` with the credentials the forwarder would inject for `kind`: proves
 /// DNS, TCP, TLS and, by a 401 or 403, credentials the resource rejects. Any other answer is
 /// ok (an API's root may well be a 404), except a 404 where `missing` says what it means.
@@ -97,7 +109,7 @@ async fn probe_http(
             kind.upstream_request_filter(req.headers_mut());
             match tokio::time::timeout(PROBE_TIMEOUT, client.request(req)).await {
                 Err(_) => Err("timed out".into()),
-                Ok(Err(e)) => Err(format!("unreachable: {}", forward::causes(&e))),
+                Ok(Err(e)) => Err(unreachable(&forward::causes(&e))),
                 Ok(Ok(r)) if matches!(r.status().as_u16(), 401 | 403) => Err(format!(
                     "credentials rejected (HTTP {}): check {}[].auth",
                     r.status().as_u16(),

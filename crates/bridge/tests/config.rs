@@ -224,6 +224,7 @@ async fn check_tries_the_cloud_and_each_resource() {
         "{out}"
     );
     assert!(out.contains("Connection refused"), "{out}");
+    assert!(out.contains("is the server running"), "{out}");
     // A registry that cannot be reached: its cause is said too.
     let registry =
         format!("{good}registries:\n  - name: reg\n    url: http://127.0.0.1:{closed}\n");

@@ -763,6 +763,10 @@ async fn debug_logs_each_settled_request_without_query_values() {
     assert_eq!(settled["resource"], "internal");
     assert_eq!(settled["kind"], "api");
     assert_eq!(settled["status"], 200);
+    assert_eq!(
+        settled["decision"], "allowed",
+        "as the audit record says it"
+    );
     assert_eq!(settled["path"], "/apis/internal/v1/ok?token");
     assert!(!rig.bridge.log_text().contains("sekrit"));
 }

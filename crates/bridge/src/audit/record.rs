@@ -15,6 +15,16 @@ pub enum Decision {
     Denied,
 }
 
+impl Decision {
+    /// The word the audit record uses, for the debug log's copy of its fields.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allowed => "allowed",
+            Decision::Denied => "denied",
+        }
+    }
+}
+
 /// One forwarded (or refused) request. Serialised as one JSON line by [`AuditLog::write`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditRecord {

@@ -303,6 +303,17 @@ fn blank_key(text: &str, line: usize, column: usize, fill: &str) -> Option<Strin
         }
         next.clear();
     }
+    // An item's only key, gone, would leave `-` alone: a null where a mapping belongs. It
+    // stays an empty mapping, so that what the item lacks is said instead.
+    let item_keys_follow = lines
+        .iter()
+        .skip(index + 1)
+        .map(|l| (l.len() - l.trim_start().len(), l.trim_start()))
+        .find(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+        .is_some_and(|(indent, _)| indent == cut);
+    if fill.is_empty() && !after_colon && lines[index].trim() == "-" && !item_keys_follow {
+        lines[index].push_str("{}");
+    }
     Some(lines.join("\n"))
 }
 

@@ -159,7 +159,7 @@ impl Forwarder {
             method = %record.method,
             path = %crate::audit::strip_query_values(&record.path),
             status = record.status,
-            decision = ?record.decision,
+            decision = record.decision.as_str(),
             rule = %record.rule,
             duration_ms = record.duration_ms,
             "request settled"

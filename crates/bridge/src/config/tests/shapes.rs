@@ -21,6 +21,24 @@ fn unknown_keys_are_errors_with_line_and_column() {
     assert!(!text.contains('\n'), "one line: {text}");
 }
 
+/// An item whose only key is unknown is said so, with what the item then lacks, not as an item
+/// that is no mapping.
+#[test]
+fn an_items_only_key_unknown_is_said_with_what_it_lacks() {
+    let yaml = "name: dc1\ntoken: x\napis:\n  - urll: x\n    # a comment\nsources:\n  - urll: y\n  - url: http://h\n    nme: z\n";
+    let text = failure(yaml, &MapEnv::new());
+    for want in [
+        "bridge.yaml:4:5: apis[0]: unknown field `urll`",
+        "apis[0].url: required",
+        "bridge.yaml:7:5: sources[0]: unknown field `urll`",
+        "sources[0].url: required",
+        "bridge.yaml:9:5: sources[1]: unknown field `nme`",
+    ] {
+        assert!(text.contains(want), "expected {want:?} in:\n{text}");
+    }
+    assert!(!text.contains("expected a mapping"), "{text}");
+}
+
 /// A typo inside a `{…}` mapping (the `auth:` style the docs use) is one problem: the keys
 /// after it are read as written, and the rest of the file's problems are still listed.
 #[test]
