@@ -73,14 +73,18 @@ async fn probe_cloud(cfg: &Config) -> Row {
 
 /// A failed connection, said with what it most likely means.
 fn unreachable(causes: &str) -> String {
-    let hint = if causes.contains("Connection refused") {
+    format!("unreachable: {causes}{}", connect_hint(causes))
+}
+
+/// What a refused or unresolved connection most likely means, or nothing.
+fn connect_hint(causes: &str) -> &'static str {
+    if causes.contains("Connection refused") {
         " (nothing accepts connections there: is the server running, and is the url's port right?)"
     } else if causes.contains("dns error") {
         " (the url's host name does not resolve from this host)"
     } else {
         ""
-    };
-    format!("unreachable: {causes}{hint}")
+    }
 }
 
 /// An HTTP GET of `url` with the credentials the forwarder would inject for `kind`: proves
@@ -197,7 +201,9 @@ async fn probe_all(cfg: &Config) -> Vec<Row> {
             kind: "registry",
             name: registry.name.clone(),
             target: registry.url.to_string(),
-            result: forward::check_registry(registry).await,
+            result: forward::check_registry(registry)
+                .await
+                .map_err(|e| format!("{e}{}", connect_hint(&e))),
         });
     }
     for db in &cfg.databases {

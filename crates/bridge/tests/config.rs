@@ -232,7 +232,8 @@ async fn check_tries_the_cloud_and_each_resource() {
     assert_eq!(code, Some(1), "{out}");
     assert!(
         out.contains("cannot reach registry \"reg\": client error (Connect)")
-            && out.contains("Connection refused"),
+            && out.contains("Connection refused")
+            && out.contains("is the server running"),
         "{out}"
     );
     // https:// to a server that speaks plain HTTP: said in words, not as a debug dump.

@@ -261,7 +261,7 @@ fn link_base(public_url: Option<&str>, listen: &str) -> Result<String, AdminErro
         },
     };
     match url::Url::parse(&base) {
-        Ok(u) if matches!(u.scheme(), "https" | "http") && u.host().is_some() => Ok(base),
+        Ok(u) if crate::cli::usable_base(&u) => Ok(base),
         _ => Err(AdminError::Usage(format!(
             "--public-url {base:?} is not usable: expected the dashboard's address, such as https://signals.example.com"
         ))),

@@ -184,13 +184,49 @@ pub struct ServeArgs {
 
 fn public_url(raw: &str) -> Result<String, String> {
     match url::Url::parse(raw.trim()) {
-        Ok(u) if matches!(u.scheme(), "https" | "http") && u.host().is_some() => {
-            Ok(raw.trim().trim_end_matches('/').to_string())
-        }
+        Ok(u) if usable_base(&u) => Ok(raw.trim().trim_end_matches('/').to_string()),
         _ => Err(format!(
-            "{raw:?} is not the dashboard's address: expected such as https://signals.example.com"
+            "{raw:?} is not the dashboard's address: expected such as https://signals.example.com (http or https, a host, an optional path; no query, fragment or user)"
         )),
     }
+}
+
+/// Whether `u` can start the links and commands the dashboard builds: paths are appended to
+/// it, so a query, a fragment or credentials in it would swallow or leak them.
+pub fn usable_base(u: &url::Url) -> bool {
+    matches!(u.scheme(), "https" | "http")
+        && u.host().is_some()
+        && u.query().is_none()
+        && u.fragment().is_none()
+        && u.username().is_empty()
+        && u.password().is_none()
+}
+
+/// A key's label: one line of text that `list` can show in its column.
+fn label(raw: &str) -> Result<String, String> {
+    let name = raw.trim();
+    if name.is_empty() {
+        Err("the name is blank: give a label, or leave --name out".into())
+    } else if name.chars().any(char::is_control) {
+        Err(
+            "the name holds a control character (a line break, a tab): give one line of text"
+                .into(),
+        )
+    } else if name.chars().count() > 200 {
+        Err(format!(
+            "the name is {} characters; at most 200",
+            name.chars().count()
+        ))
+    } else {
+        Ok(name.to_string())
+    }
+}
+
+fn socket_address(raw: &str) -> Result<String, String> {
+    raw.trim()
+        .parse::<SocketAddr>()
+        .map(|_| raw.trim().to_string())
+        .map_err(|_| format!("{raw:?} is not an address and port, such as 127.0.0.1:8443"))
 }
 
 fn first_retry(raw: &str) -> Result<f64, String> {
@@ -242,8 +278,8 @@ pub enum KeyCommand {
         /// The org's slug.
         #[arg(long, env = "CLOUD_ORG")]
         org: String,
-        /// A label for humans.
-        #[arg(long, env = "CLOUD_KEY_NAME")]
+        /// A label for humans (one line, at most 200 characters).
+        #[arg(long, env = "CLOUD_KEY_NAME", value_parser = label)]
         name: Option<String>,
         /// Storage.
         #[command(flatten)]
@@ -320,10 +356,10 @@ pub enum BridgeTokenCommand {
 pub struct LinkArgs {
     /// The dashboard's address as users reach it, e.g. https://signals.example.com; links
     /// start with it. Default: https:// and the TLS listen address (--listen).
-    #[arg(long, env = "CLOUD_PUBLIC_URL")]
+    #[arg(long, env = "CLOUD_PUBLIC_URL", value_parser = public_url)]
     pub public_url: Option<String>,
     /// The TLS listen address, for the default --public-url.
-    #[arg(long, env = "CLOUD_LISTEN", default_value = "127.0.0.1:8443")]
+    #[arg(long, env = "CLOUD_LISTEN", default_value = "127.0.0.1:8443", value_parser = socket_address)]
     pub listen: String,
 }
 

@@ -172,8 +172,16 @@ pub async fn whole_body(
         Some(reservation)
     };
     let (parts, mut body) = request.into_parts();
-    let read = tokio::time::timeout(pause * 4, read_whole(&mut body, WHOLE_BODY, pause));
-    match read.await.unwrap_or(Err(ReadError::Stalled)) {
+    let whole = pause * 4;
+    let Ok(read) = tokio::time::timeout(whole, read_whole(&mut body, WHOLE_BODY, pause)).await
+    else {
+        return crate::problem::Problem::request_timeout(format!(
+            "the request body did not arrive whole within {} s (4 x --header-read-timeout); send it faster",
+            whole.as_secs()
+        ))
+        .into_response();
+    };
+    match read {
         Ok(bytes) => {
             let request = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
             next.run(request).await
@@ -252,6 +260,29 @@ mod tests {
             Err(ReadError::TooLarge)
         ));
         assert_eq!(read(&[], 5).await.unwrap(), "");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_form_that_trickles_without_pausing_is_refused_for_its_whole_time() {
+        use tower::ServiceExt;
+        let pause = Duration::from_secs(1);
+        let app = axum::Router::new()
+            .route("/", axum::routing::post(|| async { "read" }))
+            .layer(axum::middleware::from_fn_with_state(pause, whole_body));
+        let trickle = futures_util::stream::unfold((), |()| async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            Some((Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"a")), ()))
+        });
+        let request = axum::http::Request::post("/")
+            .body(axum::body::Body::from_stream(trickle))
+            .unwrap();
+        let response = app.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), axum::http::StatusCode::REQUEST_TIMEOUT);
+        let body = axum::body::to_bytes(response.into_body(), 4096)
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.contains("did not arrive whole within 4 s"), "{text}");
     }
 
     #[tokio::test(start_paused = true)]

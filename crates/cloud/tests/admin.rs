@@ -135,6 +135,11 @@ fn serve_adds_no_tables_to_another_programs_database() {
     assert_eq!(std::fs::read(&file).unwrap(), bytes, "the file changed");
     let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o644, "the file's mode changed");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["signals.db"], "nothing is left beside it");
 }
 
 #[test]
@@ -183,4 +188,30 @@ async fn a_database_of_a_newer_release_is_said_as_such() {
     );
     // Each cause said once.
     assert_eq!(stderr.matches("migration 999").count(), 1, "{stderr}");
+}
+
+/// A key's name is one line that `list` can show: blank names and control characters are
+/// refused before anything is stored.
+#[test]
+fn key_names_are_one_line_of_text() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, why) in [
+        ("  ", "blank"),
+        ("a\tb", "control character"),
+        ("a\nb", "control character"),
+    ] {
+        let out = Command::new(cloud_bin())
+            .args(["api-key", "create", "--org", "acme", "--name", name])
+            .arg("--data-dir")
+            .arg(dir.path())
+            .env_remove("CLOUD_DATABASE_URL")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name:?}: {stderr}");
+        assert!(
+            stderr.contains(why) && stderr.contains("--name"),
+            "{stderr}"
+        );
+    }
 }

@@ -315,6 +315,16 @@ async fn bad_input_is_named() {
     let (status, body) = call(
         &cloud,
         &t,
+        reqwest::Method::PUT,
+        "/v1/services/%20/dependencies",
+        Some(json!({"dependencies": ["b"]})),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("blank"), "{body}");
+    let (status, body) = call(
+        &cloud,
+        &t,
         reqwest::Method::DELETE,
         "/v1/repository-sources?repository=",
         None,
@@ -614,17 +624,27 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
         "{page}"
     );
     // The API call the page quotes gives the page's figures.
-    let quoted = page
-        .split("<code>GET ")
-        .nth(1)
-        .and_then(|rest| rest.split("</code>").next())
-        .unwrap()
-        .replace("&amp;", "&");
-    let (_, figures) = call(&cloud, &t, reqwest::Method::GET, &quoted, None).await;
-    assert_eq!(
-        figures["deploymentFrequency"]["count"], 3,
-        "{quoted}: {figures}"
-    );
+    let quoted = |page: &str| {
+        page.split("<code>GET ")
+            .nth(1)
+            .and_then(|rest| rest.split("</code>").next())
+            .unwrap()
+            .replace("&amp;", "&")
+            .replace("&#38;", "&")
+    };
+    let (_, figures) = call(&cloud, &t, reqwest::Method::GET, &quoted(&page), None).await;
+    assert_eq!(figures["deploymentFrequency"]["count"], 3, "{figures}");
+    // A name a query would split or change is quoted percent-encoded, so it reads back as is.
+    let (status, odd) = get(
+        &browser,
+        format!("{}/services/c%2B%2B%20a%26b", cloud.https),
+        &admin,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(quoted(&odd).contains("service=c%2B%2B+a%26b&"), "{odd}");
+    let (status, figures) = call(&cloud, &t, reqwest::Method::GET, &quoted(&odd), None).await;
+    assert_eq!(status, 200, "{figures}");
     assert!(page.contains("3 ("), "{page}");
     // An admin confirms the cause on the alert's page: the page says so, and the change fail
     // rate counts it (one of the two deployments).

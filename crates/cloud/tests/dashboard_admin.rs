@@ -278,6 +278,56 @@ async fn public_url_is_the_base_of_the_commands_pages_show() {
         why.contains("--public-url") && why.contains("https://"),
         "{why}"
     );
+    // Paths are appended to it: a query or fragment would swallow them (a set-password
+    // token in a fragment never reaches the server).
+    for base in [
+        "https://signals.example.com/?q=1",
+        "https://signals.example.com/#f",
+    ] {
+        for args in [
+            vec!["serve", "--public-url", base],
+            vec![
+                "user",
+                "create",
+                "--org",
+                "acme",
+                "--email",
+                "a@example.com",
+                "--role",
+                "member",
+                "--public-url",
+                base,
+            ],
+        ] {
+            let refused = std::process::Command::new(testkit::cloud_bin())
+                .args(&args)
+                .output()
+                .unwrap();
+            assert_eq!(refused.status.code(), Some(2), "{args:?}");
+            let why = String::from_utf8_lossy(&refused.stderr);
+            assert!(why.contains("no query, fragment"), "{why}");
+        }
+    }
+    let refused = std::process::Command::new(testkit::cloud_bin())
+        .args([
+            "user",
+            "create",
+            "--org",
+            "acme",
+            "--email",
+            "a@example.com",
+            "--role",
+            "member",
+            "--listen",
+            "nonsense",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("not an address and port"),
+        "{refused:?}"
+    );
 }
 
 /// Bridges speak TLS only: a bridge token made on the plain listener's page gets commands and a

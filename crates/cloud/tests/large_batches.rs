@@ -9,6 +9,23 @@ use testkit::{Backend, Cloud};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_concurrent_megabyte_batches_of_one_org_are_all_accepted() {
     let cloud = Cloud::start_with(Backend::Sqlite, &["--signal-rate-limit", "0"]);
+    eight_batches_at_once(&cloud, cloud.client()).await;
+}
+
+/// The same on one HTTP/2 connection, where the batches waiting for their share keep what their
+/// streams received in the connection's window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_concurrent_megabyte_batches_on_one_http2_connection_are_all_accepted() {
+    let cloud = Cloud::start_with(Backend::Sqlite, &["--signal-rate-limit", "0"]);
+    testkit::install_crypto();
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    eight_batches_at_once(&cloud, h2).await;
+}
+
+async fn eight_batches_at_once(cloud: &Cloud, client: reqwest::Client) {
     let acme = cloud.tenant("acme");
     // 23 events of 45 KB: about 1.04 MB, just under the 1 MiB a request may carry.
     let pad = "a".repeat(45_000);
@@ -19,8 +36,7 @@ async fn eight_concurrent_megabyte_batches_of_one_org_are_all_accepted() {
     assert!(batch.len() > 1_000_000 && batch.len() < 1024 * 1024);
     let posts: Vec<_> = (0..8)
         .map(|_| {
-            let request = cloud
-                .client()
+            let request = client
                 .post(format!("{}/v1/signals/{}", cloud.http, acme.signal_key))
                 .bearer_auth(&acme.api_key)
                 .header("content-type", "application/json")

@@ -1,7 +1,8 @@
 //! Reading a signal request's body within `--ingest-memory-mb`: the request's share grows to
 //! the whole body once it outgrows its first share (see [`super::budget`]), and a body must keep arriving: no pause of
 //! `--header-read-timeout`, no more than four of those in all, and at least
-//! [`MIN_RATE`] bytes a second on average after [`RATE_GRACE`]. A client announcing a megabyte
+//! [`MIN_RATE`] bytes a second on average after [`RATE_GRACE`] (time spent waiting for the
+//! share to grow is the server's and counts for neither). A client announcing a megabyte
 //! and sending a byte now and then holds almost nothing, and not for long: what a
 //! well-behaved tenant sends keeps being accepted while others misbehave.
 
@@ -41,13 +42,16 @@ pub async fn read(
 ) -> Result<(Bytes, Share), Refused> {
     let started = Instant::now();
     let whole = pause * BODY_TIME_IN_PAUSES;
+    // Time spent waiting for the share to grow: the server's wait, not the client's slowness,
+    // so neither the whole-body limit nor the rate counts it.
+    let mut waited = Duration::ZERO;
     let mut stall = StallTimer::new(pause);
     let mut buf = BytesMut::new();
     // A body that comes in one piece is kept as it came, not copied.
     let mut first: Option<Bytes> = None;
     loop {
         let next = std::future::poll_fn(|cx| stall.poll_frame(&mut body, cx));
-        let frame = match tokio::time::timeout_at(started + whole, next).await {
+        let frame = match tokio::time::timeout_at(started + waited + whole, next).await {
             Err(_) => return Err(too_slow_whole(whole)),
             Ok(Err(Stalled)) => return Err(("timeout", Problem::body_stalled(pause))),
             Ok(Ok(None)) => break,
@@ -70,11 +74,13 @@ pub async fn read(
         }
         if held > share.bytes() {
             let whole = declared.unwrap_or(MAX_REQUEST_BYTES).max(held);
+            let asked = Instant::now();
             if !budget.grow(&mut share, whole, pause).await {
                 drop(share);
                 drain(body).await;
                 return Err(overloaded());
             }
+            waited += asked.elapsed();
         }
         if first.is_none() && buf.is_empty() {
             first = Some(data);
@@ -84,7 +90,7 @@ pub async fn read(
             }
             buf.extend_from_slice(&data);
         }
-        let elapsed = started.elapsed();
+        let elapsed = started.elapsed().saturating_sub(waited);
         if elapsed > RATE_GRACE && (held as f64) < MIN_RATE as f64 * elapsed.as_secs_f64() {
             return Err((
                 "timeout",
@@ -142,4 +148,48 @@ pub async fn drain(mut body: Body) {
         }
     };
     let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::budget::FIRST_SHARE;
+    use prometheus_client::metrics::gauge::Gauge;
+
+    const KIB: usize = 1024;
+
+    /// 300 KiB sent at 20 KiB/s: well above the minimum rate while it is read.
+    fn steady_body() -> Body {
+        let chunks = futures_util::stream::unfold(0, |sent| async move {
+            (sent < 15).then_some(())?;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Some((
+                Ok::<_, std::io::Error>(Bytes::from(vec![b' '; 20 * KIB])),
+                sent + 1,
+            ))
+        });
+        Body::from_stream(chunks)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_the_share_is_not_counted_as_slowness() {
+        let budget = std::sync::Arc::new(IngestBudget::new(2 * 1024 * KIB, Gauge::default()));
+        let wait = Duration::from_secs(30);
+        // Another request of the org holds 900 KiB of its 1 MiB for 20 s.
+        let mut other = budget.take(1, FIRST_SHARE, wait).await.unwrap();
+        assert!(budget.grow(&mut other, 900 * KIB, wait).await);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            drop(other);
+        });
+        let share = budget.take(1, FIRST_SHARE, wait).await.unwrap();
+        // Past its first 64 KiB (4 s) the body waits 16 s for the rest of its share: 84 KiB
+        // in 24 s would be under 4 KiB/s, but only its own 8 s count.
+        let (bytes, share) = read(steady_body(), &budget, share, Some(300 * KIB), wait)
+            .await
+            .map_err(|(reason, problem)| format!("{reason}: {problem:?}"))
+            .unwrap();
+        assert_eq!(bytes.len(), 300 * KIB);
+        assert_eq!(share.bytes(), 300 * KIB);
+    }
 }

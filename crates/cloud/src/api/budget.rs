@@ -4,8 +4,9 @@
 //!
 //! Shares are counted in KiB, in two steps. A request starts with a small share
 //! ([`FIRST_SHARE`], or its whole announced body when that is smaller), so a client that
-//! announces a megabyte and sends a byte now and then holds almost nothing. A body that
-//! outgrows it takes what it needs whole (its `Content-Length`, or 1 MiB without one) at once.
+//! announces a megabyte and sends a byte now and then holds almost nothing until it has sent
+//! that much. A body that outgrows it takes what it needs whole (its `Content-Length`, or
+//! 1 MiB without one) at once, held for at most the body's time limits ([`super::body`]).
 //!
 //! Taking the rest at once, never a piece at a time, is what keeps concurrent large batches
 //! from waiting on each other: requests growing a piece at a time could together hold the

@@ -28,7 +28,8 @@ pub fn key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
         ));
     }
     let key = value.to_str().unwrap_or("").trim();
-    if key.is_empty() || key.len() > MAX_KEY {
+    let printable = key.bytes().all(|b| b == b' ' || b.is_ascii_graphic());
+    if key.is_empty() || key.len() > MAX_KEY || !printable {
         return Err(Problem::idempotency_key(format!(
             "the Idempotency-Key header must be 1 to {MAX_KEY} printable ASCII characters (spaces inside it count)"
         )));
@@ -94,5 +95,19 @@ mod tests {
         let err = repeat("k", &stored, &digest(b"[]")).unwrap_err();
         assert!(err.detail.contains("different body"));
         assert!(repeat("k", r#"{"id":"a"}"#, &d).is_ok());
+    }
+
+    #[test]
+    fn keys_are_printable_ascii_spaces_inside_included() {
+        let key_of = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert("idempotency-key", value.parse().unwrap());
+            key(&headers)
+        };
+        assert_eq!(key_of(" run 42 ").unwrap().as_deref(), Some("run 42"));
+        for bad in ["a\tb", "", &"k".repeat(MAX_KEY + 1)] {
+            let err = key_of(bad).unwrap_err();
+            assert!(err.detail.contains("printable ASCII"), "{bad:?}");
+        }
     }
 }

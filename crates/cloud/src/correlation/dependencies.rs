@@ -118,6 +118,11 @@ const MAX_NAME: usize = crate::signals::validate::MAX_SHORT;
 
 /// The path's service, when an event could name it (at most [`MAX_NAME`] bytes).
 fn service_name(service: &str) -> Result<(), Problem> {
+    if service.trim().is_empty() {
+        return Err(Problem::bad_request(
+            "the service in the path is blank; name a service, as an event's service does",
+        ));
+    }
     if service.len() > MAX_NAME {
         return Err(Problem::bad_request(format!(
             "the service in the path is {} bytes; at most {MAX_NAME}, as an event's service",

@@ -86,8 +86,9 @@ pub fn router(state: CorrelationState) -> Router {
 
 fn parse(e: &StoredEvent) -> Result<(Value, Fields), Problem> {
     let body = e.to_json().map_err(|cause| {
+        tracing::error!(event = %e.id, cause = %cause, "a stored event's body does not parse");
         Problem::internal(format!(
-            "event {:?} is stored but cannot be read ({cause})",
+            "event {:?} is stored but cannot be read ({cause}); the server's log has the details",
             e.id
         ))
     })?;

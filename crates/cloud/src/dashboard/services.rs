@@ -72,9 +72,9 @@ struct ServicePage<'a> {
     me: &'a Me,
     service: &'a str,
     environment: &'a str,
-    /// The period of the figures, as `GET /v1/dora` takes it (`since`, `until`).
-    since: String,
-    until: String,
+    /// The query of the same figures from `GET /v1/dora`, percent-encoded so that it can be
+    /// copied as it reads (a service named `c++` or `a&b` included).
+    api_query: String,
     frequency: String,
     lead: String,
     fail_rate: String,
@@ -180,8 +180,16 @@ pub async fn detail(
             me: &me,
             service: &service,
             environment: environment.unwrap_or(""),
-            since: text(&whole, "since"),
-            until: text(&whole, "until"),
+            api_query: {
+                let mut query = url::form_urlencoded::Serializer::new(String::new());
+                query.append_pair("service", &service);
+                if let Some(environment) = environment.filter(|e| !e.is_empty()) {
+                    query.append_pair("environment", environment);
+                }
+                query.append_pair("since", &text(&whole, "since"));
+                query.append_pair("until", &text(&whole, "until"));
+                query.finish()
+            },
             frequency: format!(
                 "{} ({} per day)",
                 whole["deploymentFrequency"]["count"], whole["deploymentFrequency"]["perDay"]

@@ -25,10 +25,13 @@ use crate::relay::connect::{ClientCert, PeerAddr};
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// HTTP/2 flow-control windows for callers: a stream may have 1 MiB in flight, a connection
-/// four times that, so one upload held back by a busy bridge does not starve the others on its
-/// connection (which would then look paused to their `--header-read-timeout`).
+/// sixteen times that. A request whose handler does not read its body yet (an upload held back
+/// by a busy bridge, a signal batch waiting for its share of `--ingest-memory-mb`) keeps what
+/// its stream received in the connection's window; with room for sixteen such streams, the
+/// others on the connection still receive theirs (at four streams' worth, six 1 MiB batches
+/// sent at once on one connection stalled each other until they timed out).
 const STREAM_WINDOW: u32 = 1 << 20;
-const CONNECTION_WINDOW: u32 = 4 << 20;
+const CONNECTION_WINDOW: u32 = 16 * STREAM_WINDOW;
 
 /// Largest HTTP/1.1 read buffer of a connection (and so the longest request head). hyper's
 /// default lets each connection's buffer grow to 400 KiB and keep what it grew to: with a

@@ -34,17 +34,29 @@ impl Backend {
 
 /// `cloud serve`'s exclusive hold on an SQLite database, for as long as it is kept: event ids
 /// carry sequence numbers that one process hands out ([`ids`]), so a second server on the same
-/// file is refused at start. Admin commands do not take it and may run alongside.
+/// file is refused at start. Admin commands do not take it and may run alongside. The lock
+/// file is removed when the hold ends, so a server that stops (or refuses the database) leaves
+/// nothing beside it.
 #[derive(Debug)]
 pub struct ServeLock {
-    _file: Option<std::fs::File>,
+    held: Option<(std::fs::File, std::path::PathBuf)>,
+}
+
+impl Drop for ServeLock {
+    fn drop(&mut self) {
+        // Removed while still locked: a server starting meanwhile makes a new file and holds it.
+        if let Some((file, path)) = self.held.take() {
+            let _ = std::fs::remove_file(&path);
+            drop(file);
+        }
+    }
 }
 
 impl ServeLock {
     /// Takes the lock of `backend` (none is needed on PostgreSQL).
     pub fn acquire(backend: &Backend) -> Result<ServeLock, StorageError> {
         let Backend::Sqlite(path) = backend else {
-            return Ok(ServeLock { _file: None });
+            return Ok(ServeLock { held: None });
         };
         let mut lock_path = path.clone().into_os_string();
         lock_path.push(".serve-lock");
@@ -62,7 +74,9 @@ impl ServeLock {
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
         let file = options.open(&lock_path).map_err(|e| failed(&e))?;
         match file.try_lock() {
-            Ok(()) => Ok(ServeLock { _file: Some(file) }),
+            Ok(()) => Ok(ServeLock {
+                held: Some((file, lock_path)),
+            }),
             Err(std::fs::TryLockError::WouldBlock) => {
                 Err(StorageError::InUse(path.display().to_string()))
             }

@@ -88,9 +88,11 @@ impl Drop for InFlight {
     }
 }
 
-/// The longest answer watched only once it has lasted a while: one this short fits in the
-/// tunnel stream's window, so the bridge is done with it even if its caller never reads it.
-pub(super) const SHORT_ANSWER: u64 = 1024 * 1024;
+/// The longest answer watched only once it has lasted a while, so that most answers spawn no
+/// task: the bridge is done with one this short even if its caller never reads it, and what
+/// it keeps of the tunnel's 64 MiB connection window is small (the bridge's `max_connections`
+/// streams of it at most).
+pub(super) const SHORT_ANSWER: u64 = 64 * 1024;
 
 /// The bridge's answer, and its place in its instance's in-flight count; dropping it resets
 /// the tunnel stream.
@@ -186,7 +188,7 @@ impl HttpBody for Tracked {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .is_none_or(|a| a.inner.is_end_stream())
+            .is_some_and(|a| a.inner.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {

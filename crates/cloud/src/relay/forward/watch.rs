@@ -135,16 +135,20 @@ async fn check(
         if !state.keys.is_live(&state.store, &principal).await {
             shared.revoked.store(true, Ordering::Relaxed);
             shared.waker.wake();
+            // A caller that is not reading would never see the flag: its stream goes now.
+            drop(answer.lock().unwrap_or_else(|e| e.into_inner()).take());
             return;
         }
+        // Read again under the lock: a poll that came meanwhile keeps the answer.
+        let mut held = answer.lock().unwrap_or_else(|e| e.into_inner());
         let handed = shared.handed.load(Ordering::Relaxed);
         let now = started.elapsed().as_millis() as u64;
         if handed != ASKED && now.saturating_sub(handed) >= limit {
-            let unread = answer.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if unread.is_some() {
+            if held.take().is_some() {
                 tracing::warn!(principal = %principal.key_id, timeout = ?state.forward_timeout, "the caller read nothing of its answer for --forward-timeout; its tunnel stream was reset");
             }
             return;
         }
+        drop(held);
     }
 }
