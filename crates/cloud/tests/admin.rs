@@ -5,6 +5,17 @@ use std::process::Command;
 
 use testkit::{PgSchema, cloud_bin};
 
+/// Runs `cloud ARGS --data-dir DIR` on SQLite (whatever the environment names).
+fn cloud_on(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(cloud_bin())
+        .args(args)
+        .arg("--data-dir")
+        .arg(dir)
+        .env_remove("CLOUD_DATABASE_URL")
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn admin_commands_never_create_a_sqlite_database() {
     let dir = tempfile::tempdir().unwrap();
@@ -72,13 +83,7 @@ fn admin_commands_leave_a_file_that_is_no_signals_database_as_it_was() {
         std::fs::write(&file, &bytes).unwrap();
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
         for args in [&["org", "list"][..], &["org", "create", "zzz"]] {
-            let out = Command::new(cloud_bin())
-                .args(args)
-                .arg("--data-dir")
-                .arg(dir.path())
-                .env_remove("CLOUD_DATABASE_URL")
-                .output()
-                .unwrap();
+            let out = cloud_on(dir.path(), args);
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(2), "{what} {args:?}: {stderr}");
             assert!(out.stdout.is_empty(), "{what} {args:?} printed a value");
@@ -116,13 +121,10 @@ fn serve_adds_no_tables_to_another_programs_database() {
     });
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
     let bytes = std::fs::read(&file).unwrap();
-    let out = Command::new(cloud_bin())
-        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .env_remove("CLOUD_DATABASE_URL")
-        .output()
-        .unwrap();
+    let out = cloud_on(
+        dir.path(),
+        &["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
@@ -200,13 +202,10 @@ fn key_names_are_one_line_of_text() {
         ("a\tb", "control character"),
         ("a\nb", "control character"),
     ] {
-        let out = Command::new(cloud_bin())
-            .args(["api-key", "create", "--org", "acme", "--name", name])
-            .arg("--data-dir")
-            .arg(dir.path())
-            .env_remove("CLOUD_DATABASE_URL")
-            .output()
-            .unwrap();
+        let out = cloud_on(
+            dir.path(),
+            &["api-key", "create", "--org", "acme", "--name", name],
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{name:?}: {stderr}");
         assert!(

@@ -279,55 +279,40 @@ async fn public_url_is_the_base_of_the_commands_pages_show() {
         "{why}"
     );
     // Paths are appended to it: a query or fragment would swallow them (a set-password
-    // token in a fragment never reaches the server).
+    // token in a fragment never reaches the server); a link's --listen is an address too.
+    let user_create = [
+        "user",
+        "create",
+        "--org",
+        "acme",
+        "--email",
+        "a@example.com",
+        "--role",
+        "member",
+    ];
+    let mut refusals = vec![(
+        [&user_create[..], &["--listen", "nonsense"]].concat(),
+        "not an address and port",
+    )];
     for base in [
         "https://signals.example.com/?q=1",
         "https://signals.example.com/#f",
     ] {
-        for args in [
-            vec!["serve", "--public-url", base],
-            vec![
-                "user",
-                "create",
-                "--org",
-                "acme",
-                "--email",
-                "a@example.com",
-                "--role",
-                "member",
-                "--public-url",
-                base,
-            ],
-        ] {
-            let refused = std::process::Command::new(testkit::cloud_bin())
-                .args(&args)
-                .output()
-                .unwrap();
-            assert_eq!(refused.status.code(), Some(2), "{args:?}");
-            let why = String::from_utf8_lossy(&refused.stderr);
-            assert!(why.contains("no query, fragment"), "{why}");
-        }
+        refusals.push((vec!["serve", "--public-url", base], "no query, fragment"));
+        refusals.push((
+            [&user_create[..], &["--public-url", base]].concat(),
+            "no query, fragment",
+        ));
     }
-    let refused = std::process::Command::new(testkit::cloud_bin())
-        .args([
-            "user",
-            "create",
-            "--org",
-            "acme",
-            "--email",
-            "a@example.com",
-            "--role",
-            "member",
-            "--listen",
-            "nonsense",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(refused.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("not an address and port"),
-        "{refused:?}"
-    );
+    for (args, why) in refusals {
+        let refused = std::process::Command::new(testkit::cloud_bin())
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(refused.status.code(), Some(2), "{args:?}");
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(said.contains(why), "{args:?}: {said}");
+    }
 }
 
 /// Bridges speak TLS only: a bridge token made on the plain listener's page gets commands and a
