@@ -90,6 +90,12 @@ async fn an_unknown_query_parameter_lists_the_known_ones_once() {
         detail("/v1/dora?since=2999-01-01T00:00:00Z").await,
         "query parameter since must be before until, which defaults to now: pass an until after since"
     );
+    // And `since` defaults to 30 days before `until`, never before year 0.
+    assert!(
+        detail("/v1/dora?until=0000-01-01T00:00:00Z")
+            .await
+            .starts_with("query parameter until is at the start of year 0"),
+    );
     // Routes without parameters refuse any, as the others refuse unknown ones.
     for (path, route) in [
         ("/v1/bridges?name=dc1", "/v1/bridges"),

@@ -236,6 +236,13 @@ async fn every_error_status_has_a_problem_body(backend: Backend) {
     )
     .await;
     assert_problem(s, &h, &b, 415);
+    assert!(
+        b["detail"]
+            .as_str()
+            .unwrap()
+            .contains("Content-Type \"text/plain\""),
+        "the type sent is named: {b}"
+    );
 
     let (s, h, b) = send(
         client
@@ -429,7 +436,8 @@ async fn bad_event_rejects_the_whole_batch(backend: Backend) {
     spoof["receivedAt"] = json!("1999-01-01T00:00:00Z");
     let alert = json!({"type": "alert", "service": "db", "title": "t", "severity": "info",
         "status": "firing", "links": ["https://runbooks.example.com/db", 1, "not a url",
-        {"href": "javascript:alert(1)"}, {"text": "no href"}, {"href": "http://x.example", "text": 5}]});
+        {"href": "javascript:alert(1)"}, {"text": "no href"}, {"href": "http://x.example", "text": 5},
+        {"href": "http://x.example", "text": " "}]});
     let (s, h, b) = post(&cloud, &t, &json!([spoof, alert])).await;
     assert_problem(s, &h, &b, 422);
     let pointers: Vec<&str> = (b["errors"].as_array().unwrap().iter())
@@ -444,7 +452,8 @@ async fn bad_event_rejects_the_whole_batch(backend: Backend) {
             "/1/links/2",
             "/1/links/3/href",
             "/1/links/4/href",
-            "/1/links/5/text"
+            "/1/links/5/text",
+            "/1/links/6/text"
         ],
         "{b}"
     );

@@ -113,10 +113,15 @@ async fn ingest(
         )));
     }
     if !is_json(headers) {
+        let sent = headers
+            .get(axum::http::header::CONTENT_TYPE)
+            .map_or("no Content-Type".to_string(), |v| {
+                format!("Content-Type {:?}", String::from_utf8_lossy(v.as_bytes()))
+            });
         return Err(reject("unsupported_media_type")(
-            Problem::unsupported_media(
-                "send the event as JSON with Content-Type: application/json",
-            ),
+            Problem::unsupported_media(format!(
+                "send the event as JSON with Content-Type: application/json (this request has {sent})"
+            )),
         ));
     }
     let idempotency = idempotency::key(headers).map_err(reject("invalid"))?;

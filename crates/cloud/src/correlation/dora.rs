@@ -178,6 +178,11 @@ pub async fn figures(
             "query parameter since must be before until, which defaults to now: pass an until after since",
         ));
     }
+    if p.since.is_none() && since >= until {
+        return Err(Problem::bad_request(
+            "query parameter until is at the start of year 0, the earliest time there is: pass an until after it",
+        ));
+    }
     crate::query::window(Some(since), Some(until))?;
     let (deployments, confirmed) = load(
         &state.store,

@@ -49,12 +49,15 @@ pub(super) fn problems(links: &RawValue) -> Vec<(String, String)> {
                 }
                 if let Some(text) = fields.present("text")
                     && (Kind::of(text) != Kind::String
-                        || raw::string(text).is_none_or(|t| t.len() > MAX_LINK))
+                        || raw::string(text)
+                            .is_none_or(|t| t.trim().is_empty() || t.len() > MAX_LINK))
                 {
                     let at = format!("links/{i}/text");
                     problems.push((
                         at.clone(),
-                        format!("{at} must be a string of at most {MAX_LINK} bytes"),
+                        format!(
+                            "{at} must be a non-empty string of at most {MAX_LINK} bytes (leave text out to show the URL)"
+                        ),
                     ));
                 }
             }
