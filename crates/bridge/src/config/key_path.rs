@@ -19,7 +19,9 @@ fn read(line: &str) -> Option<Line<'_>> {
     if rest.is_empty() || rest.starts_with('#') {
         return None;
     }
-    let (dash, body, at) = match rest.strip_prefix("- ") {
+    // An item's `-` may stand alone, its keys on the lines below.
+    let item = rest.strip_prefix("- ").or_else(|| (rest.trim_end() == "-").then_some(""));
+    let (dash, body, at) = match item {
         Some(after) => {
             let body = after.trim_start();
             (Some(indent), body, indent + 2 + after.len() - body.len())
@@ -97,6 +99,8 @@ pub(super) fn key_path(text: &str, line: usize, column: usize) -> Option<String>
                 path.push(key.to_string());
                 (col, item) = (at, parent.dash);
             }
+            // A `-` alone on its line above the item's keys.
+            None if parent.dash.is_some() => item = parent.dash,
             None => return None,
         }
     }

@@ -303,16 +303,27 @@ fn blank_key(text: &str, line: usize, column: usize, fill: &str) -> Option<Strin
         }
         next.clear();
     }
-    // An item's only key, gone, would leave `-` alone: a null where a mapping belongs. It
-    // stays an empty mapping, so that what the item lacks is said instead.
-    let item_keys_follow = lines
+    // An item's last key, gone, would leave its `-` alone: a null where a mapping belongs. It
+    // stays an empty mapping, so that what the item lacks is said instead. The `-` is on the
+    // key's line, or alone on the nearest line above it.
+    let content = |l: &String| !l.trim().is_empty() && !l.trim_start().starts_with('#');
+    let item = if lines[index].trim() == "-" {
+        Some(index)
+    } else if lines[index].trim().is_empty() {
+        (0..index)
+            .rev()
+            .find(|&i| content(&lines[i]))
+            .filter(|&i| lines[i].trim() == "-")
+    } else {
+        None
+    };
+    let keys_follow = lines
         .iter()
         .skip(index + 1)
-        .map(|l| (l.len() - l.trim_start().len(), l.trim_start()))
-        .find(|(_, l)| !l.is_empty() && !l.starts_with('#'))
-        .is_some_and(|(indent, _)| indent == cut);
-    if fill.is_empty() && !after_colon && lines[index].trim() == "-" && !item_keys_follow {
-        lines[index].push_str("{}");
+        .find(|l| content(l))
+        .is_some_and(|l| l.len() - l.trim_start().len() == cut);
+    if let Some(item) = item.filter(|_| fill.is_empty() && !after_colon && !keys_follow) {
+        lines[item].push_str(" {}");
     }
     Some(lines.join("\n"))
 }

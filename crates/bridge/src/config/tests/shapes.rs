@@ -25,7 +25,7 @@ fn unknown_keys_are_errors_with_line_and_column() {
 /// that is no mapping.
 #[test]
 fn an_items_only_key_unknown_is_said_with_what_it_lacks() {
-    let yaml = "name: dc1\ntoken: x\napis:\n  - urll: x\n    # a comment\nsources:\n  - urll: y\n  - url: http://h\n    nme: z\n";
+    let yaml = "name: dc1\ntoken: x\napis:\n  - urll: x\n    # a comment\nsources:\n  - urll: y\n  - url: http://h\n    nme: z\nregistries:\n  - nme: r\n    urll: u\n  -\n    nme: s\n";
     let text = failure(yaml, &MapEnv::new());
     for want in [
         "bridge.yaml:4:5: apis[0]: unknown field `urll`",
@@ -33,6 +33,11 @@ fn an_items_only_key_unknown_is_said_with_what_it_lacks() {
         "bridge.yaml:7:5: sources[0]: unknown field `urll`",
         "sources[0].url: required",
         "bridge.yaml:9:5: sources[1]: unknown field `nme`",
+        "bridge.yaml:11:5: registries[0]: unknown field `nme`",
+        "bridge.yaml:12:5: registries[0]: unknown field `urll`",
+        "registries[0].url: required",
+        "bridge.yaml:14:5: registries[1]: unknown field `nme`",
+        "registries[1].url: required",
     ] {
         assert!(text.contains(want), "expected {want:?} in:\n{text}");
     }
