@@ -207,11 +207,11 @@ fn label(raw: &str) -> Result<String, String> {
     let name = raw.trim();
     if name.is_empty() {
         Err("the name is blank: give a label, or leave --name out".into())
-    } else if name.chars().any(char::is_control) {
-        Err(
-            "the name holds a control character (a line break, a tab): give one line of text"
-                .into(),
-        )
+    } else if name.chars().any(|c| {
+        c.is_control()
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+    }) {
+        Err("the name holds a control character (a line break, a tab, a text-direction mark): give one line of text".into())
     } else if name.chars().count() > 200 {
         Err(format!(
             "the name is {} characters; at most 200",
@@ -226,7 +226,11 @@ fn socket_address(raw: &str) -> Result<String, String> {
     raw.trim()
         .parse::<SocketAddr>()
         .map(|_| raw.trim().to_string())
-        .map_err(|_| format!("{raw:?} is not an address and port, such as 127.0.0.1:8443"))
+        .map_err(|_| {
+            format!(
+                "{raw:?} is not an address and port, such as 127.0.0.1:8443 (for a host name, give the link's base with --public-url)"
+            )
+        })
 }
 
 fn first_retry(raw: &str) -> Result<f64, String> {

@@ -20,7 +20,9 @@ fn read(line: &str) -> Option<Line<'_>> {
         return None;
     }
     // An item's `-` may stand alone, its keys on the lines below.
-    let item = rest.strip_prefix("- ").or_else(|| (rest.trim_end() == "-").then_some(""));
+    let item = rest
+        .strip_prefix("- ")
+        .or_else(|| (rest.trim_end() == "-").then_some(""));
     let (dash, body, at) = match item {
         Some(after) => {
             let body = after.trim_start();

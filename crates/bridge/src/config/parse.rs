@@ -307,25 +307,35 @@ fn blank_key(text: &str, line: usize, column: usize, fill: &str) -> Option<Strin
     // stays an empty mapping, so that what the item lacks is said instead. The `-` is on the
     // key's line, or alone on the nearest line above it.
     let content = |l: &String| !l.trim().is_empty() && !l.trim_start().starts_with('#');
-    let item = if lines[index].trim() == "-" {
-        Some(index)
-    } else if lines[index].trim().is_empty() {
-        (0..index)
-            .rev()
-            .find(|&i| content(&lines[i]))
-            .filter(|&i| lines[i].trim() == "-")
+    let item = if lines[index].trim().is_empty() {
+        (0..index).rev().find(|&i| content(&lines[i]))
     } else {
-        None
+        Some(index)
     };
+    let dash = item.and_then(|i| Some((i, bare_dash(&lines[i])?)));
     let keys_follow = lines
         .iter()
         .skip(index + 1)
         .find(|l| content(l))
         .is_some_and(|l| l.len() - l.trim_start().len() == cut);
-    if let Some(item) = item.filter(|_| fill.is_empty() && !after_colon && !keys_follow) {
-        lines[item].push_str(" {}");
+    // Only the item's own keys stand right of its `-` (a key further left is another's).
+    if let Some((item, dash)) = dash.filter(|&(_, dash)| dash < cut)
+        && fill.is_empty()
+        && !after_colon
+        && !keys_follow
+    {
+        lines[item].insert_str(dash + 1, " {}");
     }
     Some(lines.join("\n"))
+}
+
+/// Where the `-` of a list item stands, when it stands alone on `line` (a comment may follow).
+fn bare_dash(line: &str) -> Option<usize> {
+    let dash = line.len() - line.trim_start().len();
+    let rest = line[dash..].strip_prefix('-')?;
+    let alone = rest.trim().is_empty()
+        || (rest.starts_with([' ', '\t']) && rest.trim_start().starts_with('#'));
+    alone.then_some(dash)
 }
 
 /// `span` as spaces, its line breaks kept, with `fill` in place of its first characters, so

@@ -175,16 +175,16 @@ mod tests {
     async fn waiting_for_the_share_is_not_counted_as_slowness() {
         let budget = std::sync::Arc::new(IngestBudget::new(2 * 1024 * KIB, Gauge::default()));
         let wait = Duration::from_secs(30);
-        // Another request of the org holds 900 KiB of its 1 MiB for 20 s.
+        // Another request of the org holds 900 KiB of its 1 MiB for 30 s.
         let mut other = budget.take(1, FIRST_SHARE, wait).await.unwrap();
         assert!(budget.grow(&mut other, 900 * KIB, wait).await);
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(20)).await;
+            tokio::time::sleep(Duration::from_secs(30)).await;
             drop(other);
         });
         let share = budget.take(1, FIRST_SHARE, wait).await.unwrap();
-        // Past its first 64 KiB (4 s) the body waits 16 s for the rest of its share: 84 KiB
-        // in 24 s would be under 4 KiB/s, but only its own 8 s count.
+        // Past its first 64 KiB (4 s) the body waits 26 s for the rest of its share: 80 KiB in
+        // 30 s would be under 4 KiB/s, but only its own 4 s count.
         let (bytes, share) = read(steady_body(), &budget, share, Some(300 * KIB), wait)
             .await
             .map_err(|(reason, problem)| format!("{reason}: {problem:?}"))

@@ -180,7 +180,7 @@ pub async fn figures(
     }
     if p.since.is_none() && since >= until {
         return Err(Problem::bad_request(
-            "query parameter until is at the start of year 0, the earliest time there is: pass an until after it",
+            "query parameter until is at or before the start of year 0, the earliest time there is: pass a later until",
         ));
     }
     crate::query::window(Some(since), Some(until))?;

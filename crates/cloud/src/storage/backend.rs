@@ -72,16 +72,41 @@ impl ServeLock {
         options.create(true).truncate(false).write(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let file = options.open(&lock_path).map_err(|e| failed(&e))?;
-        match file.try_lock() {
-            Ok(()) => Ok(ServeLock {
-                held: Some((file, lock_path)),
-            }),
-            Err(std::fs::TryLockError::WouldBlock) => {
-                Err(StorageError::InUse(path.display().to_string()))
+        // A server that stops removes the file: one opened just before is locked in vain (no
+        // other server would find it), so the lock counts only on the file still at the path.
+        for _ in 0..3 {
+            let file = options.open(&lock_path).map_err(|e| failed(&e))?;
+            match file.try_lock() {
+                Ok(()) if still_at(&file, &lock_path) => {
+                    return Ok(ServeLock {
+                        held: Some((file, lock_path)),
+                    });
+                }
+                Ok(()) => continue,
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(StorageError::InUse(path.display().to_string()));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(failed(&e)),
             }
-            Err(std::fs::TryLockError::Error(e)) => Err(failed(&e)),
         }
+        Err(StorageError::InUse(path.display().to_string()))
+    }
+}
+
+/// Whether `file` is the file at `path` now (not one removed, or replaced, since it was opened).
+fn still_at(file: &std::fs::File, path: &std::path::Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (file.metadata(), std::fs::metadata(path)) {
+            (Ok(open), Ok(now)) => open.dev() == now.dev() && open.ino() == now.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (file, path);
+        true
     }
 }
 
@@ -166,4 +191,36 @@ pub enum OpenMode {
     CreateIfMissing,
     /// Refuse, with [`StorageError::NotCreated`], a database that `serve` has not created.
     MustExist,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lock_counts_only_on_the_file_still_at_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("signals.db.serve-lock");
+        let opened = std::fs::File::create(&path).unwrap();
+        assert!(still_at(&opened, &path));
+        // A stopping server removed it after this one opened it: no other would find it.
+        std::fs::remove_file(&path).unwrap();
+        assert!(!still_at(&opened, &path));
+        std::fs::File::create(&path).unwrap();
+        assert!(!still_at(&opened, &path), "a new file at the path is another lock");
+    }
+
+    #[test]
+    fn a_stopped_server_leaves_no_lock_file_and_the_next_one_locks() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Backend::Sqlite(dir.path().join("signals.db"));
+        let first = ServeLock::acquire(&backend).unwrap();
+        assert!(matches!(
+            ServeLock::acquire(&backend),
+            Err(StorageError::InUse(_))
+        ));
+        drop(first);
+        assert!(!dir.path().join("signals.db.serve-lock").exists());
+        let _next = ServeLock::acquire(&backend).expect("the next server");
+    }
 }

@@ -25,7 +25,7 @@ fn unknown_keys_are_errors_with_line_and_column() {
 /// that is no mapping.
 #[test]
 fn an_items_only_key_unknown_is_said_with_what_it_lacks() {
-    let yaml = "name: dc1\ntoken: x\napis:\n  - urll: x\n    # a comment\nsources:\n  - urll: y\n  - url: http://h\n    nme: z\nregistries:\n  - nme: r\n    urll: u\n  -\n    nme: s\n";
+    let yaml = "name: dc1\ntoken: x\napis:\n  - urll: x\n    # a comment\nsources:\n  - urll: y\n  - url: http://h\n    nme: z\nregistries:\n  - nme: r\n    urll: u\n  -\n    nme: s\n  - # the third\n    urll: t\n";
     let text = failure(yaml, &MapEnv::new());
     for want in [
         "bridge.yaml:4:5: apis[0]: unknown field `urll`",
@@ -38,10 +38,24 @@ fn an_items_only_key_unknown_is_said_with_what_it_lacks() {
         "registries[0].url: required",
         "bridge.yaml:14:5: registries[1]: unknown field `nme`",
         "registries[1].url: required",
+        "bridge.yaml:16:5: registries[2]: unknown field `urll`",
+        "registries[2].url: required",
     ] {
         assert!(text.contains(want), "expected {want:?} in:\n{text}");
     }
     assert!(!text.contains("expected a mapping"), "{text}");
+
+    // An empty item is said as such, and a key further left below it is no key of its.
+    let yaml = "name: dc1\ntoken: x\nregistries:\n  - url: http://r\n  -\nnme: x\n";
+    let text = failure(yaml, &MapEnv::new());
+    assert!(
+        text.contains("bridge.yaml:5:4: expected a mapping"),
+        "{text}"
+    );
+    assert!(
+        text.contains("bridge.yaml:6:1: unknown field `nme`"),
+        "{text}"
+    );
 }
 
 /// A typo inside a `{…}` mapping (the `auth:` style the docs use) is one problem: the keys

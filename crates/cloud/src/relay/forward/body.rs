@@ -166,6 +166,9 @@ impl HttpBody for Tracked {
         }
         let mut answer = this.answer.lock().unwrap_or_else(|e| e.into_inner());
         let Some(answer) = answer.as_mut() else {
+            if this.watch.revoked() {
+                return Poll::Ready(Some(Err(Cut::Revoked.into())));
+            }
             return Poll::Ready(Some(Err(Cut::Unread(this.watch.unread_limit()).into())));
         };
         Poll::Ready(match ready!(this.stall.poll_frame(&mut answer.inner, cx)) {

@@ -107,6 +107,13 @@ impl Watch {
         }
     }
 
+    /// Whether the key was found revoked (the watch then dropped the answer too).
+    pub(super) fn revoked(&self) -> bool {
+        self.checks
+            .as_ref()
+            .is_some_and(|c| c.shared.revoked.load(Ordering::Relaxed))
+    }
+
     /// How long a caller may leave its answer unread.
     pub(super) fn unread_limit(&self) -> Duration {
         self.state.forward_timeout
