@@ -207,7 +207,10 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         assert!(!still_at(&opened, &path));
         std::fs::File::create(&path).unwrap();
-        assert!(!still_at(&opened, &path), "a new file at the path is another lock");
+        assert!(
+            !still_at(&opened, &path),
+            "a new file at the path is another lock"
+        );
     }
 
     #[test]
