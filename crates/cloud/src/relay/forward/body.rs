@@ -5,7 +5,7 @@
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, ready};
 
 use axum::body::Body;
@@ -101,13 +101,24 @@ pub(super) struct Answer {
     pub(super) _guard: InFlight,
 }
 
+/// An [`Answer`] shared by its body and its [`Watch`], which may take it (`None` then).
+#[derive(Clone)]
+pub(super) struct SharedAnswer(Arc<Mutex<Option<Answer>>>);
+
+impl SharedAnswer {
+    /// The answer, or `None` once the watch took it; a poisoned lock still holds it.
+    pub(super) fn lock(&self) -> MutexGuard<'_, Option<Answer>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// A response body that holds its [`Answer`] until it ends, and fails when the bridge sends
 /// nothing for `--forward-timeout` while the caller waits for more (a hung internal system
 /// would otherwise hold the caller's connection forever). A long answer is also watched
 /// ([`Watch`]): it ends when its API key is revoked or when its caller leaves it unread.
 pub(super) struct Tracked {
     /// Shared with the watch, which drops it when the caller leaves it unread.
-    answer: Arc<Mutex<Option<Answer>>>,
+    answer: SharedAnswer,
     stall: StallTimer,
     watch: Watch,
 }
@@ -121,7 +132,7 @@ impl Tracked {
             .size_hint()
             .exact()
             .is_some_and(|n| n <= SHORT_ANSWER);
-        let answer = Arc::new(Mutex::new(Some(answer)));
+        let answer = SharedAnswer(Arc::new(Mutex::new(Some(answer))));
         if !short {
             watch.start(&answer);
         }
@@ -164,7 +175,7 @@ impl HttpBody for Tracked {
         if this.watch.asked(cx, &this.answer) {
             return Poll::Ready(Some(Err(Cut::Revoked.into())));
         }
-        let mut answer = this.answer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut answer = this.answer.lock();
         let Some(answer) = answer.as_mut() else {
             if this.watch.revoked() {
                 return Poll::Ready(Some(Err(Cut::Revoked.into())));
@@ -189,7 +200,6 @@ impl HttpBody for Tracked {
     fn is_end_stream(&self) -> bool {
         self.answer
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .as_ref()
             .is_some_and(|a| a.inner.is_end_stream())
     }
@@ -197,7 +207,6 @@ impl HttpBody for Tracked {
     fn size_hint(&self) -> SizeHint {
         self.answer
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .as_ref()
             .map_or_else(SizeHint::default, |a| a.inner.size_hint())
     }

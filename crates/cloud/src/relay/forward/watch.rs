@@ -10,14 +10,14 @@
 //!   bridge frees its slot and its connection to the internal system. Without it, a caller
 //!   that stops reading a large answer held them until it disconnected.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::Context;
 use std::time::{Duration, Instant};
 
 use futures_util::task::AtomicWaker;
 
-use super::body::Answer;
+use super::body::SharedAnswer;
 use crate::auth::Principal;
 use crate::relay::RelayState;
 
@@ -66,7 +66,7 @@ impl Watch {
 
     /// Called as the body is asked for its next piece: whether the key was found revoked (the
     /// answer must end); starts the checks once the answer has lasted [`RECHECK`].
-    pub(super) fn asked(&mut self, cx: &Context<'_>, answer: &Arc<Mutex<Option<Answer>>>) -> bool {
+    pub(super) fn asked(&mut self, cx: &Context<'_>, answer: &SharedAnswer) -> bool {
         if let Some(checks) = &self.checks {
             checks.shared.handed.store(ASKED, Ordering::Relaxed);
             checks.shared.waker.register(cx.waker());
@@ -85,7 +85,7 @@ impl Watch {
 
     /// Starts the checks now: for an answer that may be long, whose caller could stop reading
     /// before the body is next asked for a piece.
-    pub(super) fn start(&mut self, answer: &Arc<Mutex<Option<Answer>>>) {
+    pub(super) fn start(&mut self, answer: &SharedAnswer) {
         let shared = Arc::new(Shared {
             handed: AtomicU64::new(ASKED),
             ..Shared::default()
@@ -134,7 +134,7 @@ async fn check(
     state: RelayState,
     principal: Arc<Principal>,
     (started, shared): (Instant, Arc<Shared>),
-    answer: Arc<Mutex<Option<Answer>>>,
+    answer: SharedAnswer,
 ) {
     let limit = state.forward_timeout.as_millis() as u64;
     loop {
@@ -143,11 +143,11 @@ async fn check(
             shared.revoked.store(true, Ordering::Relaxed);
             shared.waker.wake();
             // A caller that is not reading would never see the flag: its stream goes now.
-            drop(answer.lock().unwrap_or_else(|e| e.into_inner()).take());
+            drop(answer.lock().take());
             return;
         }
         // Read again under the lock: a poll that came meanwhile keeps the answer.
-        let mut held = answer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = answer.lock();
         let handed = shared.handed.load(Ordering::Relaxed);
         let now = started.elapsed().as_millis() as u64;
         if handed != ASKED && now.saturating_sub(handed) >= limit {
