@@ -107,17 +107,20 @@ async fn probe_http(
     }
     let client: Client<_, Empty<Bytes>> =
         Client::builder(TokioExecutor::new()).build(forward::https_connector(kind.tls_ca_file()));
+    let section = if label == "git" { "sources" } else { "apis" };
     let result = match hyper::Request::get(url.as_str()).body(Empty::new()) {
         Err(e) => Err(e.to_string()),
         Ok(mut req) => {
             kind.upstream_request_filter(req.headers_mut());
             match tokio::time::timeout(PROBE_TIMEOUT, client.request(req)).await {
-                Err(_) => Err("timed out".into()),
+                Err(_) => Err(format!(
+                    "no answer to GET within {} s (connecting, TLS or the reply): check that {section}[].url is the server's HTTP address and that it answers",
+                    PROBE_TIMEOUT.as_secs()
+                )),
                 Ok(Err(e)) => Err(unreachable(&forward::causes(&e))),
                 Ok(Ok(r)) if matches!(r.status().as_u16(), 401 | 403) => Err(format!(
-                    "credentials rejected (HTTP {}): check {}[].auth",
+                    "credentials rejected (HTTP {}): check {section}[].auth",
                     r.status().as_u16(),
-                    if label == "git" { "sources" } else { "apis" }
                 )),
                 Ok(Ok(r)) => match missing {
                     Some(what) if r.status() == hyper::StatusCode::NOT_FOUND => {

@@ -236,6 +236,18 @@ async fn check_tries_the_cloud_and_each_resource() {
             && out.contains("is the server running"),
         "{out}"
     );
+    // A server that takes the connection and never answers: the wait and what to check.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let quiet = good.replace(
+        &upstream.url,
+        &format!("http://{}", silent.local_addr().unwrap()),
+    );
+    let (code, out) = check(&quiet);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("no answer to GET within 10 s") && out.contains("check that apis[].url"),
+        "{out}"
+    );
     // https:// to a server that speaks plain HTTP: said in words, not as a debug dump.
     let plain = good.replace("http://127.0.0.1", "https://127.0.0.1");
     let (code, out) = check(&plain);

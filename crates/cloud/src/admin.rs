@@ -32,6 +32,25 @@ pub fn check_name(what: &str, name: &str) -> Result<(), AdminError> {
     }
 }
 
+/// Checks a key's label: one line of text, at most 200 characters, that `list` and the
+/// dashboard can show in a column without a control character or a text-direction mark
+/// rearranging what is shown around it.
+pub fn check_label(name: &str) -> Result<(), AdminError> {
+    if name.chars().any(|c| {
+        c.is_control()
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+    }) {
+        Err(AdminError::Usage("the name holds a control character (a line break, a tab, a text-direction mark): give one line of text".into()))
+    } else if name.chars().count() > 200 {
+        Err(AdminError::Usage(format!(
+            "the name is {} characters; at most 200",
+            name.chars().count()
+        )))
+    } else {
+        Ok(())
+    }
+}
+
 async fn org(store: &Store, slug: &str) -> Result<i64, AdminError> {
     store.org_id(slug).await?.ok_or_else(|| {
         AdminError::Usage(format!(
@@ -62,6 +81,7 @@ pub async fn create_signal_key(
     slug: &str,
     name: Option<&str>,
 ) -> Result<String, AdminError> {
+    name.map(check_label).transpose()?;
     let org_id = org(store, slug).await?;
     let key = secrets::new_signal_key();
     store.create_signal_key(org_id, &key, name).await?;
@@ -78,6 +98,7 @@ pub async fn create_api_key(
     slug: &str,
     name: Option<&str>,
 ) -> Result<String, AdminError> {
+    name.map(check_label).transpose()?;
     let org_id = org(store, slug).await?;
     let minted = secrets::mint(Kind::ApiKey);
     store

@@ -207,17 +207,8 @@ fn label(raw: &str) -> Result<String, String> {
     let name = raw.trim();
     if name.is_empty() {
         Err("the name is blank: give a label, or leave --name out".into())
-    } else if name.chars().any(|c| {
-        c.is_control()
-            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
-    }) {
-        Err("the name holds a control character (a line break, a tab, a text-direction mark): give one line of text".into())
-    } else if name.chars().count() > 200 {
-        Err(format!(
-            "the name is {} characters; at most 200",
-            name.chars().count()
-        ))
     } else {
+        crate::admin::check_label(name).map_err(|e| e.to_string())?;
         Ok(name.to_string())
     }
 }

@@ -101,6 +101,13 @@ fn head_problem(request: &Request) -> Option<Problem> {
             "query parameter {name:?} {NUL}"
         )));
     }
+    if let Some(query) = uri.query()
+        && let Some(name) = field_not_utf8(query.as_bytes())
+    {
+        return Some(Problem::bad_request(format!(
+            "query parameter {name:?} is not UTF-8 text once percent-decoded (a byte such as %FF alone); send its text as UTF-8, percent-encoded"
+        )));
+    }
     let encoding = request
         .headers()
         .get(CONTENT_ENCODING)
@@ -118,6 +125,45 @@ fn form_field_with_nul(encoded: &[u8]) -> Option<String> {
     url::form_urlencoded::parse(encoded)
         .find(|(name, value)| name.contains('\0') || value.contains('\0'))
         .map(|(name, _)| name.replace('\0', "\\u0000"))
+}
+
+/// The name (shown lossily) of the first `name=value` pair whose name or value does not
+/// percent-decode to UTF-8: read as it stands, it would become U+FFFD and match nothing.
+fn field_not_utf8(encoded: &[u8]) -> Option<String> {
+    encoded.split(|b| *b == b'&').find_map(|pair| {
+        let mut halves = pair.splitn(2, |b| *b == b'=');
+        let name = decoded(halves.next().unwrap_or_default());
+        let value = decoded(halves.next().unwrap_or_default());
+        (std::str::from_utf8(&name).is_err() || std::str::from_utf8(&value).is_err())
+            .then(|| String::from_utf8_lossy(&name).into_owned())
+    })
+}
+
+/// One part of a form pair, percent-decoded (`+` is a space), as bytes.
+fn decoded(part: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| (b as char).to_digit(16);
+    let mut out = Vec::with_capacity(part.len());
+    let mut i = 0;
+    while i < part.len() {
+        let escaped = (part[i] == b'%')
+            .then(|| Some((hex(*part.get(i + 1)?)?, hex(*part.get(i + 2)?)?)))
+            .flatten();
+        match (escaped, part[i]) {
+            (Some((hi, lo)), _) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (None, b'+') => {
+                out.push(b' ');
+                i += 1;
+            }
+            (None, b) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 /// Where the first string or member name holding a NUL is in a JSON body (a JSON pointer),
@@ -176,5 +222,19 @@ mod tests {
             Some("email")
         );
         assert_eq!(form_field_with_nul(b"email=a&b=c"), None);
+    }
+
+    #[test]
+    fn a_query_that_is_not_utf8_is_named() {
+        assert_eq!(
+            field_not_utf8(b"limit=5&service=%FF").as_deref(),
+            Some("service")
+        );
+        assert_eq!(field_not_utf8(b"%C3=x").as_deref(), Some("\u{fffd}"));
+        // Text, a literal replacement character, a stray % and + are all fine.
+        assert_eq!(
+            field_not_utf8(b"service=caf%C3%A9&e=%EF%BF%BD&p=100%&q=a+b"),
+            None
+        );
     }
 }

@@ -128,6 +128,9 @@ pub struct Suspects {
     pub alert: serde_json::Map<String, serde_json::Value>,
     /// At most 5, best first: `{"event": {…}, "score": 0.83, "reasons": ["…"]}`.
     pub suspects: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// Deployments and changes of the window that could not be read (storage damage), when
+    /// there are any: not ranked.
+    pub unreadable: Option<Vec<Unreadable>>,
 }
 
 /// The body of `POST /v1/alerts/{id}/cause`.

@@ -163,6 +163,26 @@ fn admin_commands_never_create_a_postgres_schema() {
     }
 }
 
+/// A `--database-url` naming a database the server does not have is the operator's to fix:
+/// exit 2, with what to do.
+#[test]
+fn a_database_that_does_not_exist_is_a_configuration_error() {
+    let schema = PgSchema::create();
+    let mut url = url::Url::parse(&schema.url).unwrap();
+    url.set_path("/no_such_signals_database");
+    let out = Command::new(cloud_bin())
+        .args(["org", "list", "--database-url", url.as_str()])
+        .env_remove("CLOUD_DATA_DIR")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no_such_signals_database") && stderr.contains("createdb"),
+        "{stderr}"
+    );
+}
+
 /// A database that a newer release migrated is said to be one, with what to do, not in the
 /// migration tool's words.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -39,6 +39,24 @@ async fn audit(backend: Backend) {
     .await;
     assert_eq!(status, 200);
     let api_key = shown_secret(&created);
+    // A name `list` could not show as one line is refused, as the command refuses it.
+    let long = "n".repeat(201);
+    for (name, said) in [
+        ("ab\u{202e}cd", "text-direction mark"),
+        ("a\u{1}b", "control character"),
+        (long.as_str(), "at most 200"),
+    ] {
+        let (status, page) = post(
+            &client,
+            &cloud,
+            &admin,
+            "/integrations/signals/create",
+            &[("kind", "signal-key"), ("name", name)],
+        )
+        .await;
+        assert_eq!(status, 422, "{name:?}: {page}");
+        assert!(page.contains(said), "{page}");
+    }
     let public_id: String = api_key.split('_').take(2).collect::<Vec<_>>().join("_");
     let (status, _) = post(
         &client,
@@ -183,14 +201,17 @@ async fn services_and_days(backend: Backend) {
     )
     .await;
     assert!(one_day.contains("Error rate") && !one_day.contains("v1.1.0"));
-    let (status, bad) = get(
-        &client,
-        format!("{}/events?from=12/02/2026", cloud.https),
-        &member,
-    )
-    .await;
-    assert_eq!(status, 400);
-    assert!(bad.contains("from") && bad.contains("YYYY-MM-DD"), "{bad}");
+    for odd in [
+        "from=12/02/2026",
+        "from=2024-1-1",
+        "to=%2B2024-01-01",
+        "from=-0001-01-01",
+    ] {
+        let (status, bad) = get(&client, format!("{}/events?{odd}", cloud.https), &member).await;
+        assert_eq!(status, 400, "{odd}");
+        let field = odd.split('=').next().unwrap();
+        assert!(bad.contains(field) && bad.contains("YYYY-MM-DD"), "{bad}");
+    }
     let (status, bad) = get(
         &client,
         format!("{}/events?from=2026-02-12&to=2026-02-11", cloud.https),
@@ -217,7 +238,6 @@ async fn services_and_days(backend: Backend) {
         );
     }
     for path in [
-        "/events?before_at=1795954224133000&before_id=%FF",
         "/events?before_at=1795954224133000&before_id=zz",
         "/events?before_at=1795954224133000",
     ] {
@@ -225,6 +245,11 @@ async fn services_and_days(backend: Backend) {
         assert_eq!(status, 400, "{path}");
         assert!(bad.contains("this link was edited or cut"), "{path}: {bad}");
     }
+    // A byte that is no UTF-8 is refused before any page reads it, by its parameter's name.
+    let path = "/events?before_at=1795954224133000&before_id=%FF";
+    let (status, bad) = get(&client, format!("{}{path}", cloud.https), &member).await;
+    assert_eq!(status, 400, "{path}");
+    assert!(bad.contains("before_id") && bad.contains("UTF-8"), "{bad}");
     // An address no route has: a page for a browser, problem+json for the API's clients.
     let page = client
         .get(format!("{}/nope", cloud.https))

@@ -43,6 +43,12 @@ async fn nul_is_refused_where_it_is_found(backend: Backend) {
         ("/v1/events/a%00b", "the path"),
         ("/v1/alerts/a%00b/suspects", "the path"),
         ("/v1/bridges/a%00b/apis/x/y", "the path"),
+        // Not NUL, but as wrong: a byte that is no UTF-8 would match nothing, silently.
+        ("/v1/events?service=%FF", "query parameter \"service\""),
+        (
+            "/v1/dora?environment=%FF",
+            "query parameter \"environment\"",
+        ),
     ] {
         let res = client
             .get(format!("{}{path}", cloud.http))
@@ -53,8 +59,9 @@ async fn nul_is_refused_where_it_is_found(backend: Backend) {
         assert_eq!(res.status(), 400, "{path}");
         let body: Value = res.json().await.unwrap();
         let detail = body["detail"].as_str().unwrap();
+        let why = if path.contains("%FF") { "UTF-8" } else { "NUL" };
         assert!(
-            detail.contains(named) && detail.contains("NUL"),
+            detail.contains(named) && detail.contains(why),
             "{path}: {body}"
         );
     }

@@ -64,10 +64,21 @@ async fn an_unreadable_row_is_listed_apart_and_the_page_is_served(backend: Backe
         assert_eq!(status, StatusCode::ACCEPTED);
         ids.push(body["id"].as_str().unwrap().to_string());
     }
+    // Two deployments and an alert after them: the alert's suspects.
+    let mut posted = Vec::new();
+    for body in [
+        r#"{"type":"deployment","service":"api","environment":"production","status":"success","version":"v1"}"#,
+        r#"{"type":"deployment","service":"api","environment":"production","status":"success","version":"v2"}"#,
+        r#"{"type":"alert","service":"api","environment":"production","status":"triggered","severity":"critical","title":"Errors"}"#,
+    ] {
+        let (status, body) = post_text(&cloud, &t, body.to_string()).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        posted.push(body["id"].as_str().unwrap().to_string());
+    }
     // Damage the middle one's stored body behind the server's back.
     let sql = format!(
-        "UPDATE events SET body = '{{\"broken' WHERE id = '{}'",
-        ids[1]
+        "UPDATE events SET body = '{{\"broken' WHERE id IN ('{}', '{}')",
+        ids[1], posted[0]
     );
     match &cloud.pg {
         Some(schema) => schema.exec(&sql),
@@ -91,9 +102,36 @@ async fn an_unreadable_row_is_listed_apart_and_the_page_is_served(backend: Backe
         .iter()
         .map(|e| e["id"].as_str().unwrap())
         .collect();
-    assert_eq!(listed.len(), 2, "{page}");
+    assert_eq!(listed.len(), 4, "{page}");
     assert!(listed.contains(&ids[0].as_str()) && listed.contains(&ids[2].as_str()));
-    assert_eq!(page["unreadable"][0]["id"], ids[1].as_str(), "{page}");
+    let unreadable: Vec<&str> = page["unreadable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        unreadable.len() == 2 && unreadable.contains(&ids[1].as_str()),
+        "{page}"
+    );
+    // The alert's suspects: the damaged deployment is listed apart, the other still ranked.
+    let (status, suspects) = get(&cloud, &t, &format!("/v1/alerts/{}/suspects", posted[2])).await;
+    assert_eq!(status, StatusCode::OK, "{suspects}");
+    assert_eq!(
+        suspects["suspects"][0]["event"]["id"],
+        posted[1].as_str(),
+        "{suspects}"
+    );
+    assert_eq!(
+        suspects["suspects"].as_array().unwrap().len(),
+        1,
+        "{suspects}"
+    );
+    assert_eq!(
+        suspects["unreadable"][0]["id"],
+        posted[0].as_str(),
+        "{suspects}"
+    );
     cloud.wait_log_line(&ids[1]);
     let (status, problem) = get(&cloud, &t, &format!("/v1/events/{}", ids[1])).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);

@@ -26,7 +26,7 @@ use crate::auth::{KeyCache, PeerAddr};
 use crate::problem::{PathParams, Problem, storage_unavailable};
 use crate::signals::event::FieldError;
 use crate::storage::{Store, StoredEvent, TITLE_LOOKBACK_MICROS};
-use request::{audit, json_body};
+use request::{audit, json_body, shown};
 use score::{AFTER_MICROS, BEFORE_MICROS, Fields};
 
 /// What correlation's handlers share.
@@ -168,12 +168,21 @@ pub async fn suspects_of(
         )
         .await
         .map_err(|e| storage_unavailable(&e))?;
+    // A candidate that cannot be read (storage damage) is listed apart, not ranked: the
+    // others still are.
+    let mut readable = Vec::with_capacity(stored.len());
     let mut bodies = Vec::with_capacity(stored.len());
     let mut candidates = Vec::with_capacity(stored.len());
+    let mut unreadable = Vec::new();
     for e in &stored {
-        let (body, fields) = parse(e)?;
-        bodies.push(body);
-        candidates.push(fields);
+        match parse(e) {
+            Ok((body, fields)) => {
+                readable.push(e);
+                bodies.push(body);
+                candidates.push(fields);
+            }
+            Err(problem) => unreadable.push(json!({"id": e.id, "detail": problem.detail})),
+        }
     }
     let first = first_fired(state, org_id, &alert).await?;
     let dependencies = match &alert.service {
@@ -187,7 +196,7 @@ pub async fn suspects_of(
     let ranked = score::rank(&alert, &candidates, first, &dependencies);
     let mut suspects: Vec<Value> = Vec::with_capacity(ranked.len());
     for mut s in ranked {
-        let e = &stored[s.index];
+        let e = readable[s.index];
         if candidates[s.index].kind == "deployment" {
             let listed = state
                 .store
@@ -200,7 +209,11 @@ pub async fn suspects_of(
         }
         suspects.push(json!({"event": bodies[s.index], "score": s.score, "reasons": s.reasons}));
     }
-    Ok(json!({"alert": alert_body, "suspects": suspects}))
+    let mut answer = json!({"alert": alert_body, "suspects": suspects});
+    if !unreadable.is_empty() {
+        answer["unreadable"] = Value::Array(unreadable);
+    }
+    Ok(answer)
 }
 
 /// The deployments and changes most likely to have caused an alert: top 5, each with a score
@@ -291,8 +304,8 @@ pub async fn confirm_cause(
         return Err(Problem::invalid(vec![FieldError {
             pointer: "/deploymentId".into(),
             detail: format!(
-                "{:?} is not the id of a deployment event of this org",
-                deployment_id
+                "{} is not the id of a deployment event of this org",
+                shown(&deployment_id)
             ),
         }]));
     }

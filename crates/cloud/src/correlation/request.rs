@@ -28,6 +28,15 @@ pub(super) fn json_body<T>(
     }
 }
 
+/// A value as an error quotes it: whole when short, else its first 64 characters and its
+/// length (a megabyte sent is not echoed back).
+pub(super) fn shown(value: &str) -> String {
+    match value.char_indices().nth(64) {
+        Some((cut, _)) => format!("{:?}… ({} bytes)", &value[..cut], value.len()),
+        None => format!("{value:?}"),
+    }
+}
+
 /// The one problem of a body that is not a JSON object (an array, a string, …), whose fields
 /// would otherwise each be reported missing; `shape` is what was expected.
 pub(super) fn not_an_object(body: &serde_json::Value, shape: &str) -> Option<FieldError> {

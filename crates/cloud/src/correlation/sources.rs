@@ -9,7 +9,7 @@ use axum::http::HeaderMap;
 use serde_json::{Value, json};
 
 use super::CorrelationState;
-use super::request::{audit, json_body};
+use super::request::{audit, json_body, shown};
 use crate::auth::PeerAddr;
 use crate::problem::{Problem, storage_unavailable};
 use crate::signals::event::FieldError;
@@ -71,12 +71,7 @@ pub fn validate_source(body: &Value) -> Result<RepositorySource, Vec<FieldError>
     };
     for (name, rule) in source.problems() {
         if body.get(name).is_some_and(Value::is_string) {
-            // A long value is shown by its start and length, not echoed whole.
-            let value = body[name].as_str().unwrap_or("");
-            let shown = match value.char_indices().nth(64) {
-                Some((cut, _)) => format!("{:?}… ({} bytes)", &value[..cut], value.len()),
-                None => format!("{value:?}"),
-            };
+            let shown = shown(body[name].as_str().unwrap_or(""));
             errors.push(FieldError {
                 pointer: format!("/{name}"),
                 detail: format!("{shown} is not valid: expected {rule}"),

@@ -208,8 +208,15 @@ fn day(field: &str, value: &str, days: i64) -> Result<Option<i64>, String> {
     if value.is_empty() {
         return Ok(None);
     }
-    chrono::NaiveDate::parse_from_str(value, "%Y-%m-%d")
-        .ok()
+    // chrono alone would take `2024-1-1`, `+2024-01-01` or a five-digit year too.
+    let shaped = value.len() == 10
+        && value.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            _ => b.is_ascii_digit(),
+        });
+    shaped
+        .then(|| chrono::NaiveDate::parse_from_str(value, "%Y-%m-%d").ok())
+        .flatten()
         .and_then(|d| d.checked_add_signed(chrono::Duration::days(days)))
         .and_then(|d| d.and_hms_opt(0, 0, 0))
         .map(|t| Some(t.and_utc().timestamp_micros()))

@@ -135,8 +135,18 @@ pub async fn create(
         }
         _ => admin::create_api_key(&state.store, &me.actor(), &me.org, name).await,
     };
-    let Ok(value) = created else {
-        return unavailable();
+    let value = match created {
+        Ok(value) => value,
+        Err(admin::AdminError::Usage(why)) => {
+            return message(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Key name not valid",
+                &why,
+                "/integrations/signals",
+                "Back",
+            );
+        }
+        Err(_) => return unavailable(),
     };
     tracing::info!(email = %me.email, org = %me.org, kind = %form.kind, "key created in the dashboard");
     let base = origin(&state, &headers, &uri, state.secure);

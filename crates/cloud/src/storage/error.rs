@@ -61,6 +61,26 @@ pub enum StorageError {
     },
 }
 
+impl StorageError {
+    /// Whether the fix is in the command line or the configuration rather than in the
+    /// database's health (exit code 2): a bad URL, a database or schema that does not exist, a
+    /// user or password the server refuses, another program's or another `serve`'s database.
+    pub fn is_configuration(&self) -> bool {
+        match self {
+            StorageError::BadUrl(_)
+            | StorageError::NoSchema(_)
+            | StorageError::NotCreated(_)
+            | StorageError::Foreign(_)
+            | StorageError::InUse(_) => true,
+            StorageError::Open {
+                cause: sqlx::Error::Database(db),
+                ..
+            } => matches!(db.code().as_deref(), Some("3D000" | "28P01" | "28000")),
+            _ => false,
+        }
+    }
+}
+
 impl From<sqlx::migrate::MigrateError> for StorageError {
     fn from(e: sqlx::migrate::MigrateError) -> Self {
         use sqlx::migrate::MigrateError;

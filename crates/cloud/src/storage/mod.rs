@@ -14,6 +14,7 @@ mod credentials;
 mod error;
 mod ids;
 mod keys;
+mod migrations;
 mod records;
 mod repositories;
 mod sqlite_writer;
@@ -28,7 +29,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{ConnectOptions, Connection, Row, migrate::Migrator};
+use sqlx::{ConnectOptions, Connection, Row};
 
 pub use audit::{Actor, AuditEntry};
 use backend::private_files;
@@ -45,8 +46,7 @@ pub use writer::{InsertOutcome, WriteBatch};
 
 use crate::metrics::Metrics;
 
-static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
-static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
+use migrations::{POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS};
 
 /// The two connection pools, one per backend.
 #[derive(Clone)]

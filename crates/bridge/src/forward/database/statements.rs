@@ -109,13 +109,30 @@ fn audited(text: &str, strict: bool) -> String {
         return masked;
     }
     let lower = text.to_ascii_lowercase();
-    let word = lower.find("password").map(|at| at + "password".len());
+    let word = lower.find("password").map(|at| {
+        // A literal before the first `password` may be its value (`'…' = password`,
+        // `$$…$$ AS password`): the cut comes before it.
+        first_literal(&lower[..at]).unwrap_or(at + "password".len())
+    });
     let cut = match (word, escapes::spelled(&lower)) {
         (Some(word), Some(other)) => word.min(other),
         (Some(at), None) | (None, Some(at)) => at,
         (None, None) => return text.to_string(),
     };
     format!("{}…", &text[..cut])
+}
+
+/// Where the first string literal in `text` may open: a quote, or a `$` that starts a
+/// dollar quote (`$$`, `$tag$`) rather than a parameter (`$1`).
+fn first_literal(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    (0..bytes.len()).find(|&i| match bytes[i] {
+        b'\'' => true,
+        b'$' => bytes
+            .get(i + 1)
+            .is_some_and(|b| *b == b'$' || b.is_ascii_alphabetic() || *b == b'_' || *b >= 0x80),
+        _ => false,
+    })
 }
 
 /// The statement with the string literal after each name that ends in `password` (the
@@ -136,8 +153,10 @@ fn masking(statement: &str) -> Option<String> {
     let bytes = statement.as_bytes();
     let mut out = String::with_capacity(statement.len());
     let (mut copied, mut at) = (0, 0);
-    // The last literal read (its quote, its end): a password may come before its name.
-    let mut last_literal: Option<(usize, usize)> = None;
+    // The last literal read (its quote, its end, and for a dollar-quoted one, whose body is
+    // copied as it is read, the length of `out` where it opens): a password may come before
+    // its name.
+    let mut last_literal: Option<(usize, usize, Option<usize>)> = None;
     while at < bytes.len() {
         if let Some((open, end)) = literal_at(statement, at) {
             // A dollar-quoted body is read as SQL below; any other literal cannot be.
@@ -151,9 +170,11 @@ fn masking(statement: &str) -> Option<String> {
             }
             // A dollar-quoted body is often SQL itself (`DO $$ … $$`, a function's body):
             // its passwords are masked as the statement's are.
+            let mut out_at_open = None;
             if bytes[open] == b'$'
                 && let Some(tag_len) = statement[open + 1..].find('$')
             {
+                out_at_open = Some(out.len() + (open - copied));
                 let delimiter = &statement[open..open + tag_len + 2];
                 let body_start = (open + delimiter.len()).min(end);
                 let closed =
@@ -163,7 +184,7 @@ fn masking(statement: &str) -> Option<String> {
                 out.push_str(&masking(&statement[body_start..body_end])?);
                 copied = body_end;
             }
-            (at, last_literal) = (end, Some((open, end)));
+            (at, last_literal) = (end, Some((open, end, out_at_open)));
             continue;
         }
         let name_end = match bytes[at] {
@@ -201,15 +222,16 @@ fn masking(statement: &str) -> Option<String> {
         if !name.to_ascii_lowercase().ends_with("password") {
             continue;
         }
-        // `'…' = password`, `'…' AS password`: that literal is masked (or, already copied as
-        // part of a body read before, the statement is cut).
-        if let Some((open, end)) =
-            last_literal.filter(|&(_, end)| literal_before(statement, name_at, end))
+        // `'…' = password`, `'…' AS password`: that literal is masked (a dollar-quoted one,
+        // copied while its body was read, is taken back out first).
+        if let Some((open, end, out_at_open)) =
+            last_literal.filter(|&(_, end, _)| literal_before(statement, name_at, end))
         {
             if open < copied {
-                return None;
+                out.truncate(out_at_open?);
+            } else {
+                out.push_str(&statement[copied..open]);
             }
-            out.push_str(&statement[copied..open]);
             out.push_str("'…'");
             copied = end;
         }

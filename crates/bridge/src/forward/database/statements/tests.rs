@@ -9,6 +9,7 @@ fn message(tag: u8, body: &[u8]) -> Vec<u8> {
 
 #[test]
 fn passwords_never_reach_the_audit() {
+    let mut wrong = Vec::new();
     for (statement, audited) in [
         (
             "ALTER ROLE ada PASSWORD 'it''s secret'",
@@ -96,12 +97,12 @@ fn passwords_never_reach_the_audit() {
         ),
         (
             "SELECT 'a\\' ; ALTER ROLE b PASSWORD 'x\\' hunter2'",
-            "SELECT 'a…",
+            "SELECT …",
         ),
         // Forms this reading cannot mask: cut after the first password.
         (
             "CREATE SUBSCRIPTION s CONNECTION 'host=h password=pw' PUBLICATION p",
-            "CREATE SUBSCRIPTION s CONNECTION 'host=h password…",
+            "CREATE SUBSCRIPTION s CONNECTION …",
         ),
         ("SELECT set_password('pw')", "SELECT set_password…"),
         ("CALL change_password('ada', 'pw')", "CALL change_password…"),
@@ -169,9 +170,27 @@ fn passwords_never_reach_the_audit() {
             "INSERT INTO u SELECT 'bob', 'pw' AS password",
             "INSERT INTO u SELECT 'bob', '…' AS password",
         ),
+        // A literal before the name, in a statement read no further than the name.
+        (
+            "select 1 from users where 'hunter2' = password and id = 1",
+            "select 1 from users where …",
+        ),
+        (
+            "select 1 from users where 'hunter26' = user_password or true",
+            "select 1 from users where …",
+        ),
+        ("select $$hunter24$$ = password", "select '…' = password"),
+        (
+            "select $t$hunter23$t$ AS password",
+            "select '…' AS password",
+        ),
+        (
+            "select 'topsecret4' = password from (select 'a' as password) s",
+            "select …",
+        ),
         (
             "DO $$ BEGIN EXECUTE 'ALTER ROLE a PASSWORD ''pw'''; END $$",
-            "DO $$ BEGIN EXECUTE 'ALTER ROLE a PASSWORD…",
+            "DO …",
         ),
         // Nothing that can hold a value follows: the end, a `;`, a bind parameter, `FROM`,
         // `IS [NOT] NULL`.
@@ -239,9 +258,9 @@ fn passwords_never_reach_the_audit() {
         // A word inside a literal, a comment or a quoted name is no keyword.
         (
             "COMMENT ON ROLE app IS 'rotated password'; ALTER ROLE app PASSWORD 'apppw'",
-            "COMMENT ON ROLE app IS 'rotated password…",
+            "COMMENT ON ROLE app IS …",
         ),
-        ("SELECT 'password = ''x'''", "SELECT 'password…"),
+        ("SELECT 'password = ''x'''", "SELECT …"),
         (
             "SELECT 1 /* password */; ALTER ROLE b PASSWORD 'pw' -- password\n",
             "SELECT 1 /* password */; ALTER ROLE b PASSWORD '…' -- password\n",
@@ -271,8 +290,14 @@ fn passwords_never_reach_the_audit() {
             "ALTER ROLE k PASSWORD '…' LOGIN",
         ),
     ] {
-        assert_eq!(super::audited(statement, false), audited, "{statement}");
+        let got = super::audited(statement, false);
+        if got != audited {
+            wrong.push(format!(
+                "{statement:?}\n  gives {got:?}\n  not   {audited:?}"
+            ));
+        }
     }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
 #[test]
