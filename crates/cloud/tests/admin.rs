@@ -181,6 +181,20 @@ fn a_database_that_does_not_exist_is_a_configuration_error() {
         stderr.contains("no_such_signals_database") && stderr.contains("createdb"),
         "{stderr}"
     );
+    // A URL the driver cannot read is as much the operator's to fix.
+    let out = Command::new(cloud_bin())
+        .args([
+            "org",
+            "list",
+            "--database-url",
+            "postgres://u@127.0.0.1:5432/db?sslmode=bogus",
+        ])
+        .env_remove("CLOUD_DATA_DIR")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("check --database-url"), "{stderr}");
 }
 
 /// A database that a newer release migrated is said to be one, with what to do, not in the

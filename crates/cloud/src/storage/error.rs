@@ -76,6 +76,10 @@ impl StorageError {
                 cause: sqlx::Error::Database(db),
                 ..
             } => matches!(db.code().as_deref(), Some("3D000" | "28P01" | "28000")),
+            StorageError::Open {
+                cause: sqlx::Error::Configuration(_),
+                ..
+            } => true,
             _ => false,
         }
     }
@@ -97,6 +101,9 @@ impl From<sqlx::migrate::MigrateError> for StorageError {
 /// Why a database could not be opened, and what to do: the server's own words for what it
 /// refused (not the driver's source location), with the fix for the usual refusals.
 fn opening(cause: &sqlx::Error) -> String {
+    if let sqlx::Error::Configuration(why) = cause {
+        return format!("{why}: check --database-url");
+    }
     let sqlx::Error::Database(db) = cause else {
         return format!("{cause}. Check that it is reachable and writable");
     };

@@ -87,6 +87,7 @@ impl<F: FnMut(String)> Statements<F> {
             b'P' => self.body.splitn(3, |&b| b == 0).nth(1).unwrap_or_default(),
             _ => self.body.split(|&b| b == 0).next().unwrap_or_default(),
         };
+        let cut = text.len() > MAX_STATEMENT;
         let text = String::from_utf8_lossy(&text[..text.len().min(MAX_STATEMENT)]);
         let lower = text.to_ascii_lowercase();
         self.strict |= [
@@ -96,30 +97,33 @@ impl<F: FnMut(String)> Statements<F> {
         ]
         .iter()
         .any(|setting| lower.contains(setting));
-        (self.emit)(audited(&text, self.strict));
+        (self.emit)(audited(&text, self.strict, cut));
     }
 }
 
 /// The statement as its audit record holds it: masked where [`masking`] can; where it cannot
-/// or the session is `strict`, cut after its first `password`, or earlier at what may spell one
-/// otherwise: an escape (`\`, `U&`), or a literal continued on the next line
-/// ([`escapes::spelled`]).
-fn audited(text: &str, strict: bool) -> String {
-    if let Some(masked) = (!strict).then(|| masking(text)).flatten() {
+/// or the session is `strict`, cut after its first `password`, or before the first literal
+/// that comes before it, or earlier at what may spell one otherwise: an escape (`\`, `U&`), or
+/// a literal continued on the next line ([`escapes::spelled`]). `cut`: the text is the start
+/// of a longer statement, which may go on with a `password` right after it.
+fn audited(text: &str, strict: bool, cut: bool) -> String {
+    if let Some(masked) = (!strict).then(|| masking(text, cut)).flatten() {
         return masked;
     }
     let lower = text.to_ascii_lowercase();
-    let word = lower.find("password").map(|at| {
-        // A literal before the first `password` may be its value (`'…' = password`,
-        // `$$…$$ AS password`): the cut comes before it.
-        first_literal(&lower[..at]).unwrap_or(at + "password".len())
-    });
-    let cut = match (word, escapes::spelled(&lower)) {
+    let password = lower
+        .find("password")
+        .map(|at| (at, at + "password".len()))
+        .or(cut.then_some((lower.len(), lower.len())));
+    // A literal before the first `password` may be its value (`'…' = password`,
+    // `md5('…') = password`): the cut comes before it.
+    let word = password.map(|(at, end)| first_literal(&lower[..at]).unwrap_or(end));
+    let at = match (word, escapes::spelled(&lower)) {
         (Some(word), Some(other)) => word.min(other),
         (Some(at), None) | (None, Some(at)) => at,
         (None, None) => return text.to_string(),
     };
-    format!("{}…", &text[..cut])
+    format!("{}…", &text[..at])
 }
 
 /// Where the first string literal in `text` may open: a quote, or a `$` that starts a
@@ -139,24 +143,39 @@ fn first_literal(text: &str) -> Option<usize> {
 /// `PASSWORD` keyword, `user_password =`, `"User Password" =`) replaced by `'…'`
 /// (`ALTER ROLE ada PASSWORD 'secret'`, `CREATE USER … WITH PASSWORD E'…'`, `U&'…'`,
 /// dollar-quoted `$$…$$` and `$tag$…$tag$`, the SCRAM verifier psql's `\password` sends,
-/// `WHERE password = '…'`, `password => '…'`), so that an audit record never holds a password.
-/// The text is read token by token as PostgreSQL reads it: a word inside a literal or a comment
-/// is no name, every literal is skipped whole by SQL's rules (`''` inside one is a quote), and a
-/// dollar-quoted body (`DO $$ … $$`, a function's) is read as SQL in turn.
+/// `WHERE password = '…'`, `password => '…'`), and so is every literal of the same statement
+/// before such a name, which may be compared with it or combined into it in any of SQL's ways
+/// (`'…' = password`, `md5('…') = u.password`, `'…' || '…' LIKE password`), so that an audit
+/// record never holds a password. The text is read token by token as PostgreSQL reads it: a
+/// word inside a literal or a comment is no name, every literal is skipped whole by SQL's
+/// rules (`''` inside one is a quote), and a dollar-quoted body (`DO $$ … $$`, a function's) is
+/// read as SQL in turn. `cut`: the text stops short of its statement's end, where such a name
+/// may follow; its last statement's literals are masked.
 ///
 /// `None` where a password may hide in a way this reading cannot mask: `password` inside a
 /// literal (a connection string, an `EXECUTE`d statement), a name ending in `password` used
 /// otherwise than before a literal (`set_password('…')`, `password IN (…)`, a column list),
 /// or a backslash that PostgreSQL may read as an escape (in a plain literal, or after a byte
-/// beyond ASCII). The caller then cuts everything after the first `password`.
-fn masking(statement: &str) -> Option<String> {
+/// beyond ASCII). The caller then cuts the statement.
+fn masking(statement: &str, cut: bool) -> Option<String> {
     let bytes = statement.as_bytes();
-    let mut out = String::with_capacity(statement.len());
-    let (mut copied, mut at) = (0, 0);
-    // The last literal read (its quote, its end, and for a dollar-quoted one, whose body is
-    // copied as it is read, the length of `out` where it opens): a password may come before
-    // its name.
-    let mut last_literal: Option<(usize, usize, Option<usize>)> = None;
+    // What replaces parts of the statement, `(start, end, text)`, in order.
+    let mut edits: Vec<(usize, usize, String)> = Vec::new();
+    // The literals of the current statement not masked (yet): a password may come before its
+    // name.
+    let mut unmasked: Vec<(usize, usize)> = Vec::new();
+    let mask_unmasked = |edits: &mut Vec<(usize, usize, String)>, unmasked: &mut Vec<_>| {
+        if let Some(&(first, _)) = unmasked.first() {
+            // Their own bodies' edits (a dollar-quoted one's) go with them.
+            edits.retain(|&(start, _, _)| start < first);
+            edits.extend(
+                unmasked
+                    .drain(..)
+                    .map(|(open, end)| (open, end, "'…'".to_string())),
+            );
+        }
+    };
+    let mut at = 0;
     while at < bytes.len() {
         if let Some((open, end)) = literal_at(statement, at) {
             // A dollar-quoted body is read as SQL below; any other literal cannot be.
@@ -170,21 +189,22 @@ fn masking(statement: &str) -> Option<String> {
             }
             // A dollar-quoted body is often SQL itself (`DO $$ … $$`, a function's body):
             // its passwords are masked as the statement's are.
-            let mut out_at_open = None;
             if bytes[open] == b'$'
                 && let Some(tag_len) = statement[open + 1..].find('$')
             {
-                out_at_open = Some(out.len() + (open - copied));
                 let delimiter = &statement[open..open + tag_len + 2];
                 let body_start = (open + delimiter.len()).min(end);
                 let closed =
                     end >= body_start + delimiter.len() && statement[..end].ends_with(delimiter);
                 let body_end = if closed { end - delimiter.len() } else { end };
-                out.push_str(&statement[copied..body_start]);
-                out.push_str(&masking(&statement[body_start..body_end])?);
-                copied = body_end;
+                let body = &statement[body_start..body_end];
+                let masked = masking(body, cut && !closed)?;
+                if masked != body {
+                    edits.push((body_start, body_end, masked));
+                }
             }
-            (at, last_literal) = (end, Some((open, end, out_at_open)));
+            unmasked.push((open, end));
+            at = end;
             continue;
         }
         let name_end = match bytes[at] {
@@ -194,6 +214,12 @@ fn masking(statement: &str) -> Option<String> {
             }
             b'/' if bytes.get(at + 1) == Some(&b'*') => {
                 at = skip_blank(statement, at);
+                continue;
+            }
+            // A new statement: the literals of the one before are not this one's.
+            b';' => {
+                unmasked.clear();
+                at += 1;
                 continue;
             }
             b'"' => quoted_name_end(bytes, at),
@@ -217,24 +243,11 @@ fn masking(statement: &str) -> Option<String> {
         } else {
             name.to_string()
         };
-        let name_at = at;
         at = name_end;
         if !name.to_ascii_lowercase().ends_with("password") {
             continue;
         }
-        // `'…' = password`, `'…' AS password`: that literal is masked (a dollar-quoted one,
-        // copied while its body was read, is taken back out first).
-        if let Some((open, end, out_at_open)) =
-            last_literal.filter(|&(_, end, _)| literal_before(statement, name_at, end))
-        {
-            if open < copied {
-                out.truncate(out_at_open?);
-            } else {
-                out.push_str(&statement[copied..open]);
-            }
-            out.push_str("'…'");
-            copied = end;
-        }
+        mask_unmasked(&mut edits, &mut unmasked);
         let mut value = skip_blank(statement, name_end);
         // `password = '…'`, and a named argument (`password => '…'`, `password := '…'`).
         if let Some(op) = ["=>", ":=", "="]
@@ -251,15 +264,24 @@ fn masking(statement: &str) -> Option<String> {
         match literal_at(statement, value) {
             Some((quote, end)) if ambiguous(statement, value, quote, end) => return None,
             Some((quote, end)) => {
-                out.push_str(&statement[copied..quote]);
-                out.push_str("'…'");
-                (copied, at, last_literal) = (end, end, None);
+                edits.push((quote, end, "'…'".to_string()));
+                at = end;
             }
             None if no_value_follows(&statement[value..]) => {}
             // A call, a cast, a typed literal, `TO`, a comparison or a list the value may
             // follow: not read here.
             None => return None,
         }
+    }
+    if cut {
+        mask_unmasked(&mut edits, &mut unmasked);
+    }
+    let mut out = String::with_capacity(statement.len());
+    let mut copied = 0;
+    for (start, end, text) in edits {
+        out.push_str(&statement[copied..start]);
+        out.push_str(&text);
+        copied = end;
     }
     out.push_str(&statement[copied..]);
     Some(out)
@@ -302,22 +324,6 @@ fn keyword_at(rest: &str, words: &str) -> bool {
             .as_bytes()
             .get(words.len())
             .is_some_and(|b| is_word(*b))
-}
-
-/// Whether a string literal ends right before the name at `name_at`, alone or through a
-/// comparison or `AS` (`'…' = password`, `'…' AS password`): its value may be the password.
-fn literal_before(statement: &str, name_at: usize, end: usize) -> bool {
-    let before = statement[..name_at].trim_end();
-    let before = before
-        .strip_suffix(|c: char| c.eq_ignore_ascii_case(&'s'))
-        .and_then(|b| b.strip_suffix(|c: char| c.eq_ignore_ascii_case(&'a')))
-        .filter(|b| b.ends_with(|c: char| c.is_whitespace() || c == '\''))
-        .unwrap_or(before);
-    let before = before
-        .trim_end()
-        .trim_end_matches(['=', '<', '>', '!'])
-        .trim_end();
-    before.len() == end
 }
 
 /// Whether `b` may be part of an unquoted name or keyword (any byte of a UTF-8 sequence, as

@@ -168,7 +168,7 @@ fn passwords_never_reach_the_audit() {
         ),
         (
             "INSERT INTO u SELECT 'bob', 'pw' AS password",
-            "INSERT INTO u SELECT 'bob', '…' AS password",
+            "INSERT INTO u SELECT '…', '…' AS password",
         ),
         // A literal before the name, in a statement read no further than the name.
         (
@@ -180,6 +180,35 @@ fn passwords_never_reach_the_audit() {
             "select 1 from users where …",
         ),
         ("select $$hunter24$$ = password", "select '…' = password"),
+        // Every literal of the statement before the name, however it meets it.
+        (
+            "SELECT id FROM users u WHERE 'hunter2' = u.password",
+            "SELECT id FROM users u WHERE '…' = u.password",
+        ),
+        (
+            "SELECT id FROM users WHERE md5('hunter2') = password",
+            "SELECT id FROM users WHERE md5('…') = password",
+        ),
+        (
+            "SELECT crypt('hunter2', salt) = password FROM users WHERE id = 1",
+            "SELECT crypt('…', salt) = password FROM users WHERE id = 1",
+        ),
+        (
+            "SELECT 1 WHERE ('a') = password; SELECT 'b'::text /* c */ LIKE password;",
+            "SELECT 1 WHERE ('…') = password; SELECT '…'::text /* c */ LIKE password;",
+        ),
+        (
+            "SELECT 'hunt' || 'er2' = password",
+            "SELECT '…' || '…' = password",
+        ),
+        (
+            "SELECT 'kept'; SELECT 1 FROM u WHERE password IS NULL",
+            "SELECT 'kept'; SELECT 1 FROM u WHERE password IS NULL",
+        ),
+        (
+            "DO $a$ BEGIN PERFORM $b$pw$b$ = password; END $a$",
+            "DO $a$ BEGIN PERFORM '…' = password; END $a$",
+        ),
         (
             "select $t$hunter23$t$ AS password",
             "select '…' AS password",
@@ -253,7 +282,7 @@ fn passwords_never_reach_the_audit() {
         ),
         (
             "SELECT set_pw(username => 'bob', password => 'p1', new_password := 'p2')",
-            "SELECT set_pw(username => 'bob', password => '…', new_password := '…')",
+            "SELECT set_pw(username => '…', password => '…', new_password := '…')",
         ),
         // A word inside a literal, a comment or a quoted name is no keyword.
         (
@@ -290,7 +319,7 @@ fn passwords_never_reach_the_audit() {
             "ALTER ROLE k PASSWORD '…' LOGIN",
         ),
     ] {
-        let got = super::audited(statement, false);
+        let got = super::audited(statement, false, false);
         if got != audited {
             wrong.push(format!(
                 "{statement:?}\n  gives {got:?}\n  not   {audited:?}"
@@ -298,6 +327,21 @@ fn passwords_never_reach_the_audit() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn a_statement_cut_at_the_size_limit_keeps_no_literal_of_its_last_part() {
+    // The name that would have masked it lies past the cut.
+    let text = "SELECT 'a'; SELECT 1 FROM users WHERE 'hunter2' = pass";
+    assert_eq!(
+        super::audited(text, false, true),
+        "SELECT 'a'; SELECT 1 FROM users WHERE '…' = pass"
+    );
+    assert_eq!(
+        super::audited(text, true, true),
+        "SELECT …",
+        "strict: cut before the first literal"
+    );
 }
 
 #[test]
