@@ -118,7 +118,9 @@ fn audited(text: &str, strict: bool, cut: bool) -> String {
     // A literal before the first `password` may be its value (`'…' = password`,
     // `md5('…') = password`): the cut comes before it.
     let word = password.map(|(at, end)| first_literal(&lower[..at]).unwrap_or(end));
-    let at = match (word, escapes::spelled(&lower)) {
+    // An escape may spell `password` too: the same holds before it.
+    let spelled = escapes::spelled(&lower).map(|at| first_literal(&lower[..at]).unwrap_or(at));
+    let at = match (word, spelled) {
         (Some(word), Some(other)) => word.min(other),
         (Some(at), None) | (None, Some(at)) => at,
         (None, None) => return text.to_string(),
@@ -143,14 +145,15 @@ fn first_literal(text: &str) -> Option<usize> {
 /// `PASSWORD` keyword, `user_password =`, `"User Password" =`) replaced by `'…'`
 /// (`ALTER ROLE ada PASSWORD 'secret'`, `CREATE USER … WITH PASSWORD E'…'`, `U&'…'`,
 /// dollar-quoted `$$…$$` and `$tag$…$tag$`, the SCRAM verifier psql's `\password` sends,
-/// `WHERE password = '…'`, `password => '…'`), and so is every literal of the same statement
-/// before such a name, which may be compared with it or combined into it in any of SQL's ways
-/// (`'…' = password`, `md5('…') = u.password`, `'…' || '…' LIKE password`), so that an audit
-/// record never holds a password. The text is read token by token as PostgreSQL reads it: a
+/// `WHERE password = '…'`, `password => '…'`), and so is every other literal of a text that
+/// names such a name, which may be compared with it, combined into it or passed to it in any
+/// of SQL's ways (`'…' = password`, `md5('…') = u.password`, `substring(password FROM '…')`, a
+/// `DO` block's variable), so that an audit record never holds a password. The text is read token by token as PostgreSQL reads it: a
 /// word inside a literal or a comment is no name, every literal is skipped whole by SQL's
 /// rules (`''` inside one is a quote), and a dollar-quoted body (`DO $$ … $$`, a function's) is
-/// read as SQL in turn. `cut`: the text stops short of its statement's end, where such a name
-/// may follow; its last statement's literals are masked.
+/// read as SQL in turn: one that names a password is masked as a statement is, unless the text
+/// around it names one too, which masks it whole as any other literal. `cut`: the text stops
+/// short of its end, where such a name may follow: its literals are masked.
 ///
 /// `None` where a password may hide in a way this reading cannot mask: `password` inside a
 /// literal (a connection string, an `EXECUTE`d statement), a name ending in `password` used
@@ -158,23 +161,30 @@ fn first_literal(text: &str) -> Option<usize> {
 /// or a backslash that PostgreSQL may read as an escape (in a plain literal, or after a byte
 /// beyond ASCII). The caller then cuts the statement.
 fn masking(statement: &str, cut: bool) -> Option<String> {
+    masked(statement, cut, 0).map(|(text, _)| text)
+}
+
+/// Dollar-quoted bodies read as SQL inside one another, at most; a deeper one is cut instead.
+const MAX_NESTING: usize = 16;
+
+/// [`masking`] of a text `depth` dollar-quoted bodies deep: the masked text, and whether it
+/// names a password (a name ending in `password`).
+fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool)> {
+    if depth > MAX_NESTING {
+        return None;
+    }
     let bytes = statement.as_bytes();
-    // What replaces parts of the statement, `(start, end, text)`, in order.
+    // What replaces parts of the statement: `(start, end, text)`.
     let mut edits: Vec<(usize, usize, String)> = Vec::new();
-    // The literals of the current statement not masked (yet): a password may come before its
-    // name.
-    let mut unmasked: Vec<(usize, usize)> = Vec::new();
-    let mask_unmasked = |edits: &mut Vec<(usize, usize, String)>, unmasked: &mut Vec<_>| {
-        if let Some(&(first, _)) = unmasked.first() {
-            // Their own bodies' edits (a dollar-quoted one's) go with them.
-            edits.retain(|&(start, _, _)| start < first);
-            edits.extend(
-                unmasked
-                    .drain(..)
-                    .map(|(open, end)| (open, end, "'…'".to_string())),
-            );
-        }
-    };
+    // The literals not masked as a value: all masked at the end when the text names a
+    // password anywhere (the value may be compared with it, combined into it, or pass through
+    // a variable: a `DO` block's `p := '…'`).
+    let mut literals: Vec<(usize, usize)> = Vec::new();
+    // The masked text of dollar-quoted bodies that name a password themselves (a `DO` block's),
+    // kept where their literal is not masked whole.
+    let mut bodies: Vec<(usize, usize, String)> = Vec::new();
+    // Whether this text names a password itself, and whether a body inside it does.
+    let (mut named, mut inside) = (false, false);
     let mut at = 0;
     while at < bytes.len() {
         if let Some((open, end)) = literal_at(statement, at) {
@@ -187,8 +197,8 @@ fn masking(statement: &str, cut: bool) -> Option<String> {
             {
                 return None;
             }
-            // A dollar-quoted body is often SQL itself (`DO $$ … $$`, a function's body):
-            // its passwords are masked as the statement's are.
+            // A dollar-quoted body is often SQL itself (`DO $$ … $$`, a function's body): one
+            // that names a password is masked as a statement is.
             if bytes[open] == b'$'
                 && let Some(tag_len) = statement[open + 1..].find('$')
             {
@@ -197,13 +207,14 @@ fn masking(statement: &str, cut: bool) -> Option<String> {
                 let closed =
                     end >= body_start + delimiter.len() && statement[..end].ends_with(delimiter);
                 let body_end = if closed { end - delimiter.len() } else { end };
-                let body = &statement[body_start..body_end];
-                let masked = masking(body, cut && !closed)?;
-                if masked != body {
-                    edits.push((body_start, body_end, masked));
+                let (body, body_named) =
+                    masked(&statement[body_start..body_end], cut && !closed, depth + 1)?;
+                if body_named {
+                    bodies.push((body_start, body_end, body));
+                    inside = true;
                 }
             }
-            unmasked.push((open, end));
+            literals.push((open, end));
             at = end;
             continue;
         }
@@ -214,12 +225,6 @@ fn masking(statement: &str, cut: bool) -> Option<String> {
             }
             b'/' if bytes.get(at + 1) == Some(&b'*') => {
                 at = skip_blank(statement, at);
-                continue;
-            }
-            // A new statement: the literals of the one before are not this one's.
-            b';' => {
-                unmasked.clear();
-                at += 1;
                 continue;
             }
             b'"' => quoted_name_end(bytes, at),
@@ -247,7 +252,7 @@ fn masking(statement: &str, cut: bool) -> Option<String> {
         if !name.to_ascii_lowercase().ends_with("password") {
             continue;
         }
-        mask_unmasked(&mut edits, &mut unmasked);
+        named = true;
         let mut value = skip_blank(statement, name_end);
         // `password = '…'`, and a named argument (`password => '…'`, `password := '…'`).
         if let Some(op) = ["=>", ":=", "="]
@@ -273,9 +278,16 @@ fn masking(statement: &str, cut: bool) -> Option<String> {
             None => return None,
         }
     }
-    if cut {
-        mask_unmasked(&mut edits, &mut unmasked);
+    if named || cut {
+        edits.extend(
+            literals
+                .into_iter()
+                .map(|(open, end)| (open, end, "'…'".to_string())),
+        );
+    } else {
+        edits.extend(bodies);
     }
+    edits.sort_unstable_by_key(|&(start, _, _)| start);
     let mut out = String::with_capacity(statement.len());
     let mut copied = 0;
     for (start, end, text) in edits {
@@ -284,7 +296,7 @@ fn masking(statement: &str, cut: bool) -> Option<String> {
         copied = end;
     }
     out.push_str(&statement[copied..]);
-    Some(out)
+    Some((out, named || inside))
 }
 
 /// Whether the literal from `open` to `end` (its prefix, if any, at `at`) may end elsewhere than
