@@ -179,7 +179,8 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool)> {
     // The literals not masked as a value: all masked at the end when the text names a
     // password anywhere (the value may be compared with it, combined into it, or pass through
     // a variable: a `DO` block's `p := '…'`).
-    let mut literals: Vec<(usize, usize)> = Vec::new();
+    // `(open, end, whether its body names a password)`.
+    let mut literals: Vec<(usize, usize, bool)> = Vec::new();
     // The masked text of dollar-quoted bodies that name a password themselves (a `DO` block's),
     // kept where their literal is not masked whole.
     let mut bodies: Vec<(usize, usize, String)> = Vec::new();
@@ -214,7 +215,8 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool)> {
                     inside = true;
                 }
             }
-            literals.push((open, end));
+            let body_named = bodies.last().is_some_and(|b| b.0 > open);
+            literals.push((open, end, body_named));
             at = end;
             continue;
         }
@@ -228,6 +230,14 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool)> {
                 continue;
             }
             b'"' => quoted_name_end(bytes, at),
+            // A number ends before a `$` (`1$a$…$a$` is a number and a dollar quote).
+            b if b.is_ascii_digit() => {
+                let len = bytes[at..]
+                    .iter()
+                    .take_while(|b| is_word(**b) && **b != b'$')
+                    .count();
+                at + len
+            }
             b if is_word(b) && b != b'$' => {
                 let len = bytes[at..].iter().take_while(|b| is_word(**b)).count();
                 at + len
@@ -282,9 +292,17 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool)> {
         edits.extend(
             literals
                 .into_iter()
-                .map(|(open, end)| (open, end, "'…'".to_string())),
+                .map(|(open, end, _)| (open, end, "'…'".to_string())),
         );
-    } else {
+    } else if inside {
+        // A body names a password (a function's, a `DO` block's): the text's other literals
+        // may reach it (`SELECT chk('…')`, `SET app.pw = '…'`); the body keeps its own masking.
+        edits.extend(
+            literals
+                .into_iter()
+                .filter(|&(_, _, body_named)| !body_named)
+                .map(|(open, end, _)| (open, end, "'…'".to_string())),
+        );
         edits.extend(bodies);
     }
     edits.sort_unstable_by_key(|&(start, _, _)| start);

@@ -32,7 +32,8 @@ pub(super) fn unicode_prefixed(bytes: &[u8], open: usize) -> bool {
     open >= 2
         && bytes[open - 1] == b'&'
         && matches!(bytes[open - 2], b'u' | b'U')
-        && (open < 3 || !is_word(bytes[open - 3]))
+        // After a word the `U` would be its last letter; a `$` ends a dollar quote as often.
+        && (open < 3 || bytes[open - 3] == b'$' || !is_word(bytes[open - 3]))
 }
 
 /// Whether a `UESCAPE` clause follows at `end`: the escapes of the name or literal before it

@@ -210,6 +210,19 @@ fn passwords_never_reach_the_audit() {
             "DO $$ DECLARE p text := '…'; BEGIN PERFORM 1 FROM u WHERE p = password; END $$",
         ),
         ("SELECT $$mypassword$$ = password", "SELECT '…' = password"),
+        // A body that names a password: the text's other literals may reach it.
+        (
+            "CREATE FUNCTION chk(p text) RETURNS bool LANGUAGE sql AS $$ SELECT p = password FROM u $$; SELECT chk('hunter2')",
+            "CREATE FUNCTION chk(p text) RETURNS bool LANGUAGE sql AS $$ SELECT p = password FROM u $$; SELECT chk('…')",
+        ),
+        (
+            "SELECT $$hunter2$$U&\"p\\0061ssword\"",
+            "SELECT '…'U&\"p\\0061ssword\"",
+        ),
+        (
+            "SELECT 1 FROM u WHERE password IS NULL OR x = 1$a$hunter2$a$",
+            "SELECT 1 FROM u WHERE password IS NULL OR x = 1'…'",
+        ),
         (
             "SELECT 1 FROM users WHERE 'hunter2' = U&\"p\\0061ssword\" AND id = 1",
             "SELECT 1 FROM users WHERE …",
