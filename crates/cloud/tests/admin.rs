@@ -144,17 +144,27 @@ fn serve_adds_no_tables_to_another_programs_database() {
     assert_eq!(left, ["signals.db"], "nothing is left beside it");
 }
 
+/// `cloud ARGS --database-url URL`, with no data directory from the environment: its exit code
+/// and what it said.
+fn cloud_on_url(args: &[&str], url: &str) -> (Option<i32>, String) {
+    let out = Command::new(cloud_bin())
+        .args(args)
+        .args(["--database-url", url])
+        .env_remove("CLOUD_DATA_DIR")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn admin_commands_never_create_a_postgres_schema() {
     let schema = PgSchema::create();
     for _ in 0..2 {
-        let out = Command::new(cloud_bin())
-            .args(["org", "create", "acme", "--database-url", &schema.url])
-            .env_remove("CLOUD_DATA_DIR")
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        let (code, stderr) = cloud_on_url(&["org", "create", "acme"], &schema.url);
+        assert_eq!(code, Some(2), "{stderr}");
         assert!(
             stderr.contains("no signals schema in") && stderr.contains("--database-url"),
             "{stderr}"
@@ -167,33 +177,18 @@ fn admin_commands_never_create_a_postgres_schema() {
 /// exit 2, with what to do.
 #[test]
 fn a_database_that_does_not_exist_is_a_configuration_error() {
-    let schema = PgSchema::create();
-    let mut url = url::Url::parse(&schema.url).unwrap();
+    let mut url = url::Url::parse(&testkit::pg_base_url()).unwrap();
     url.set_path("/no_such_signals_database");
-    let out = Command::new(cloud_bin())
-        .args(["org", "list", "--database-url", url.as_str()])
-        .env_remove("CLOUD_DATA_DIR")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let (code, stderr) = cloud_on_url(&["org", "list"], url.as_str());
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("no_such_signals_database") && stderr.contains("createdb"),
         "{stderr}"
     );
     // A URL the driver cannot read is as much the operator's to fix.
-    let out = Command::new(cloud_bin())
-        .args([
-            "org",
-            "list",
-            "--database-url",
-            "postgres://u@127.0.0.1:5432/db?sslmode=bogus",
-        ])
-        .env_remove("CLOUD_DATA_DIR")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let bogus = "postgres://u@127.0.0.1:5432/db?sslmode=bogus";
+    let (code, stderr) = cloud_on_url(&["org", "list"], bogus);
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("check --database-url"), "{stderr}");
 }
 
