@@ -9,8 +9,10 @@
 //! target/release/bench dashboard
 //! target/release/bench correlate --pg-url postgres://postgres@127.0.0.1:5432/test
 //! target/release/bench db
+//! target/release/bench audit
 //! ```
 
+mod audit;
 mod correlate;
 mod cpu;
 mod dashboard;
@@ -58,6 +60,9 @@ enum Command {
     Dashboard(dashboard::Args),
     /// The tunnel benchmark's internal HTTP server, alone (also handy for `wrk`).
     Upstream(upstream::Args),
+    /// How long the bridge's statement audit takes to mask 64 KiB texts, ordinary ones and
+    /// ones made to be read slowly.
+    Audit(audit::Args),
 }
 
 #[tokio::main]
@@ -71,5 +76,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Correlate(args) => correlate::run(args).await,
         Command::Db(args) => db::run(args).await,
         Command::Upstream(args) => upstream::run(args).await,
+        Command::Audit(args) => audit::run(args),
     }
 }

@@ -46,6 +46,7 @@ use batch::Batched;
 pub(crate) use causes::causes;
 use causes::unreadable_head;
 pub use counted::{Counted, Tally};
+pub use database::audited;
 pub use kind::{Kind, Refusal};
 pub use registry::check_registry;
 use settle::Finish;

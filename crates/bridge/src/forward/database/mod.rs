@@ -11,6 +11,8 @@
 mod splice;
 mod statements;
 
+pub use statements::audited;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! SQL's escaped spellings read as PostgreSQL reads them, so that a name or a literal spelled
 //! with escapes (`U&"p\0061ssword"`, `E'p\x61ssword=…'`) is recognised by the masking.
 
-use super::{continued, is_word, literal_end, skip_blank};
+use super::{blank_after, continued, is_word, literal_end, skip_blank};
 
 /// The text of the literal whose first quote is at `open` (its prefix, if any, at `at`) as
 /// PostgreSQL reads it: its pieces continued on next lines joined (`'pass'⏎'word'`, comments
@@ -47,10 +47,16 @@ pub(super) fn uescape_follows(statement: &str, end: usize) -> bool {
 
 /// Where the first thing is that may spell `password` without writing it: an escape (a
 /// backslash, `U&`), or the first literal when one is continued on a next line (`'pass'⏎'word'`).
+/// Any quote may end a literal here, so the blank after each is read; a text whose blanks
+/// overlap so much that reading them would take more than a few readings of the text
+/// (comments full of quotes) is taken as continued, so that this stays linear in its length.
 pub(super) fn spelled(lower: &str) -> Option<usize> {
-    let joined = lower
-        .match_indices('\'')
-        .any(|(at, _)| continued(lower, at).is_some());
+    let mut budget = 4 * lower.len() + 64;
+    let joined = lower.match_indices('\'').any(|(at, _)| {
+        let (next, newline) = blank_after(lower, at);
+        budget = budget.saturating_sub(next - at);
+        budget == 0 || (newline && lower.as_bytes().get(next) == Some(&b'\''))
+    });
     [
         lower.find('\\'),
         lower.find("u&"),
