@@ -277,4 +277,12 @@ async fn an_answer_with_too_many_header_fields_is_a_502_saying_so() {
     let said = res.text().await.unwrap();
     assert!(said.contains("more than 100 header fields"), "{said}");
     assert!(!said.contains("can connect"), "{said}");
+    // The log line says which kind of entry the name is: a Git source and an API may share one.
+    testkit::wait_until("the bridge's warning, with the entry's kind", || {
+        rig.bridge.log_json().iter().any(|line| {
+            line["message"] == "internal resource's answer cannot be forwarded"
+                && line["kind"] == "api"
+        })
+    })
+    .await;
 }

@@ -99,7 +99,7 @@ pub struct DbProxyArgs {
     #[arg(long, env = "CLOUD_DB_PROXY_DATABASE")]
     pub database: String,
     /// Where local clients connect (a loopback address).
-    #[arg(long, env = "CLOUD_DB_PROXY_LISTEN", default_value = "127.0.0.1:5432")]
+    #[arg(long, env = "CLOUD_DB_PROXY_LISTEN", default_value = "127.0.0.1:5432", value_parser = listen_address)]
     pub listen: SocketAddr,
 }
 
@@ -119,7 +119,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub storage: StorageArgs,
     /// TLS 1.3 address: the API and the bridge tunnel.
-    #[arg(long, env = "CLOUD_LISTEN", default_value = "127.0.0.1:8443")]
+    #[arg(long, env = "CLOUD_LISTEN", default_value = "127.0.0.1:8443", value_parser = listen_address)]
     pub listen: SocketAddr,
     /// Plain HTTP address (the API only, never the bridge tunnel), or `off`.
     #[arg(long, env = "CLOUD_HTTP_LISTEN", default_value = "127.0.0.1:8000")]
@@ -211,6 +211,15 @@ fn label(raw: &str) -> Result<String, String> {
         crate::admin::check_label(name).map_err(|e| e.to_string())?;
         Ok(name.to_string())
     }
+}
+
+/// An address to listen on: an IP address and a port, as the socket takes it.
+fn listen_address(raw: &str) -> Result<SocketAddr, String> {
+    raw.trim().parse().map_err(|_| {
+        format!(
+            "{raw:?} is not an address and port, such as 127.0.0.1:8443 or [::1]:8443 (a host name such as localhost is not looked up: give its address)"
+        )
+    })
 }
 
 fn socket_address(raw: &str) -> Result<String, String> {

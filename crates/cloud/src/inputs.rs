@@ -7,7 +7,7 @@
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
+use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE, TRANSFER_ENCODING};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
@@ -106,6 +106,20 @@ fn head_problem(request: &Request) -> Option<Problem> {
     {
         return Some(Problem::bad_request(format!(
             "query parameter {name:?} is not UTF-8 text once percent-decoded (a byte such as %FF alone); send its text as UTF-8, percent-encoded"
+        )));
+    }
+    // HTTP/1.1 reads `chunked` alone; any other transfer coding (`gzip, chunked`) would reach
+    // the handler still encoded.
+    let transfer = request
+        .headers()
+        .get_all(TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.to_str().unwrap_or("?").split(','))
+        .map(|c| c.trim().to_ascii_lowercase())
+        .find(|c| !c.is_empty() && c != "chunked");
+    if let Some(coding) = transfer {
+        return Some(Problem::unsupported_media(format!(
+            "Transfer-Encoding: {coding} is not accepted here; send the body uncompressed (chunked, or with a Content-Length)"
         )));
     }
     let encoding = request

@@ -252,7 +252,12 @@ pub fn operator_identity(cert_path: &Path, key_path: &Path) -> Result<Identity, 
     let key =
         PrivateKeyDer::from_pem_slice(read(key_path)?.as_bytes()).map_err(|e| TlsError::Pem {
             path: key_path.to_path_buf(),
-            what: e.to_string(),
+            what: match e {
+                rustls::pki_types::pem::Error::NoItemsFound => {
+                    "holds no private key (a PRIVATE KEY block): --tls-key takes the key of --tls-cert's certificate".to_string()
+                }
+                e => e.to_string(),
+            },
         })?;
     ServerConfig::builder_with_provider(tunnel::tls::provider())
         .with_protocol_versions(&[&rustls::version::TLS13])?

@@ -260,6 +260,21 @@ async fn bad_input_is_named() {
     .await;
     assert_eq!(status, 400);
     assert!(body["detail"].as_str().unwrap().contains("since"), "{body}");
+    // A bound is held to an event's rules: a leap second is refused, not read as the next one.
+    let (status, body) = call(
+        &cloud,
+        &t,
+        reqwest::Method::GET,
+        "/v1/dora?since=2016-12-31T23:59:60Z&until=2017-01-02T00:00:00Z",
+        None,
+    )
+    .await;
+    assert_eq!(status, 400);
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("since") && detail.contains("leap second"),
+        "{body}"
+    );
     // An alert's version, sha and repository are strings, like a deployment's.
     let res = cloud
         .client()
@@ -497,6 +512,24 @@ async fn dora_figures_match_the_hand_computed_example() {
         json!({"p50": 1800.0, "p90": 3600.0, "count": 2}),
         "{f:#}"
     );
+    // The window is echoed to the microsecond it was compared at.
+    let until = (base() + Duration::days(7) + Duration::microseconds(500)).to_rfc3339();
+    let (status, f) = call(
+        &cloud,
+        &t,
+        reqwest::Method::GET,
+        &format!(
+            "/v1/dora?service=api&environment=production&since={}&until={}",
+            urlencode(&since),
+            urlencode(&until)
+        ),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{f}");
+    let shown = |at: &str| f[at].as_str().unwrap().to_string();
+    assert!(shown("until").ends_with(".000500Z"), "{f}");
+    assert!(shown("since").ends_with(".000Z"), "{f}");
 }
 
 fn urlencode(s: &str) -> String {

@@ -372,6 +372,12 @@ async fn bridge_commands_dial_the_tls_listener_whichever_listener_served_the_pag
         !page.contains(&format!("https://127.0.0.1:{plain_port}")),
         "the plain port with https: {page}"
     );
+    // A container reaches a cloud on the host's loopback only on the host's network, and the
+    // image is the one `scripts/release` builds.
+    assert!(
+        page.contains("--network host localhost/signals-bridge:"),
+        "{page}"
+    );
 }
 
 /// The command a new API key's page shows, copied into a shell as it stands (HTTP/2, as

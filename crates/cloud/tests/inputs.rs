@@ -65,6 +65,24 @@ async fn nul_is_refused_where_it_is_found(backend: Backend) {
             "{path}: {body}"
         );
     }
+    // A cursor is handed out, never written: one carrying a NUL where the event's id goes is
+    // one this API never returned, not a storage outage to retry.
+    let cursor = base64::Engine::encode(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        "1795910400000000|\u{0}",
+    );
+    let res = client
+        .get(format!("{}/v1/events?limit=1&cursor={cursor}", cloud.http))
+        .bearer_auth(&t.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 400);
+    let body: Value = res.json().await.unwrap();
+    assert!(
+        body["detail"].as_str().unwrap().contains("cursor"),
+        "{body}"
+    );
     let res = client
         .post(format!("{}/v1/signals/sig%00key", cloud.http))
         .json(&json!({"type": "custom", "name": "x"}))
@@ -140,6 +158,22 @@ async fn bodies_read_as_sent(backend: Backend) {
             .contains("Content-Encoding: gzip"),
         "{body}"
     );
+    // So is one in a transfer coding other than chunked, which HTTP/1.1 would hand on encoded.
+    let answer = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = cloud.http.trim_start_matches("http://");
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!(
+            "POST /v1/signals/{} HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\ntransfer-encoding: gzip, chunked\r\nconnection: close\r\n\r\n2\r\n{{}}\r\n0\r\n\r\n",
+            t.signal_key, t.api_key
+        );
+        conn.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).await.unwrap();
+        answer
+    };
+    assert!(answer.starts_with("HTTP/1.1 415"), "{answer}");
+    assert!(answer.contains("Transfer-Encoding: gzip"), "{answer}");
     // A byte-order mark before a JSON body is dropped, as on `POST /v1/signals`.
     let res = client
         .put(format!("{}/v1/services/api/dependencies", cloud.http))

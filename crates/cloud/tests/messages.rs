@@ -231,3 +231,22 @@ fn a_database_that_cannot_be_opened_says_why_and_what_to_do() {
         assert!(!stderr.contains(" at line "), "{stderr}");
     }
 }
+
+/// A listen address that is a host name is refused as the other commands refuse it: what was
+/// given, what is expected, and why (clap's own words say only "invalid socket address").
+#[test]
+fn a_host_name_to_listen_on_is_refused_with_what_to_give() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(cloud_bin())
+        .args(["serve", "--listen", "localhost:0", "--http-listen", "off"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("\"localhost:0\" is not an address and port, such as 127.0.0.1:8443"),
+        "{stderr}"
+    );
+}

@@ -437,7 +437,8 @@ async fn bad_event_rejects_the_whole_batch(backend: Backend) {
     let alert = json!({"type": "alert", "service": "db", "title": "t", "severity": "info",
         "status": "firing", "links": ["https://runbooks.example.com/db", 1, "not a url",
         {"href": "javascript:alert(1)"}, {"text": "no href"}, {"href": "http://x.example", "text": 5},
-        {"href": "http://x.example", "text": " "}]});
+        {"href": "http://x.example", "text": " "}, "https:x.example", "https://ada:pw@x.example/",
+        {"href": "https://x.example", "title": "misspelt text"}]});
     let (s, h, b) = post(&cloud, &t, &json!([spoof, alert])).await;
     assert_problem(s, &h, &b, 422);
     let pointers: Vec<&str> = (b["errors"].as_array().unwrap().iter())
@@ -453,11 +454,18 @@ async fn bad_event_rejects_the_whole_batch(backend: Backend) {
             "/1/links/3/href",
             "/1/links/4/href",
             "/1/links/5/text",
-            "/1/links/6/text"
+            "/1/links/6/text",
+            "/1/links/7",
+            "/1/links/8",
+            "/1/links/9/title"
         ],
         "{b}"
     );
     assert!(b.to_string().contains("is set by the server"), "{b}");
+    assert!(
+        !b.to_string().contains(":pw@"),
+        "a link's password is not echoed: {b}"
+    );
     let good = json!({"type": "alert", "service": "db", "title": "t", "severity": "info",
         "status": "firing", "links": ["https://a.example/x", {"href": "http://b.example", "text": "B"}]});
     let (s, _, _) = post(&cloud, &t, &good).await;
@@ -762,6 +770,17 @@ fn unusable_tls_files_are_a_configuration_error() {
             vec!["--client-ca".to_string(), path("not-a-ca.pem")],
             "--client-ca",
             "not-a-ca.pem",
+        ),
+        // The certificate given as its own key.
+        (
+            vec![
+                "--tls-cert".to_string(),
+                path("one.pem"),
+                "--tls-key".to_string(),
+                path("one.pem"),
+            ],
+            "--tls-key takes the key of --tls-cert's certificate",
+            "one.pem: holds no private key",
         ),
     ];
     // Said before anything is stored: no data directory, database or CA is made.

@@ -292,7 +292,7 @@ impl Forwarder {
         // the record and settles the metrics however the stream ends.
         audit.status = 499;
         self.metrics.in_flight.inc();
-        let name = audit.resource.clone();
+        let (kind, name) = (audit.kind, audit.resource.clone());
         let mut finish = Finish {
             forwarder: self.clone(),
             audit: Some(audit),
@@ -335,7 +335,7 @@ impl Forwarder {
                 }
                 strip_headers(&mut parts.headers, HOP);
                 if let Some(why) = unforwardable(&name, parts.status, &parts.headers) {
-                    tracing::warn!(resource = %name, cause = %why, "internal resource's answer cannot be forwarded");
+                    tracing::warn!(kind = %kind, resource = %name, cause = %why, "internal resource's answer cannot be forwarded");
                     return Ok(bad_gateway(finish, resource, &why));
                 }
                 if let Some(audit) = finish.audit.as_mut() {
@@ -356,12 +356,12 @@ impl Forwarder {
                     "resource {name:?} answered with a head the bridge cannot read: more than 100 header fields, too large, or malformed HTTP/1.1 ({})",
                     causes(&e)
                 );
-                tracing::warn!(resource = %name, cause = %why, "internal resource's answer cannot be forwarded");
+                tracing::warn!(kind = %kind, resource = %name, cause = %why, "internal resource's answer cannot be forwarded");
                 Ok(bad_gateway(finish, resource, &why))
             }
             Err(e) => {
                 let cause = causes(&e);
-                tracing::warn!(resource = %name, cause = %cause, "internal resource unreachable");
+                tracing::warn!(kind = %kind, resource = %name, cause = %cause, "internal resource unreachable");
                 Ok(bad_gateway(
                     finish,
                     resource,

@@ -110,7 +110,8 @@ impl Forwarder {
         name: &str,
         refusal: Refusal,
     ) -> Response<ResBody> {
-        tracing::warn!(resource = %name, status = refusal.status.as_u16(), why = %refusal.why, "internal resource's answer refused");
+        let kind = finish.audit.as_ref().map(|a| a.kind.to_string());
+        tracing::warn!(kind = kind.as_deref().unwrap_or_default(), resource = %name, status = refusal.status.as_u16(), why = %refusal.why, "internal resource's answer refused");
         self.metrics.refuse(refusal.reason);
         if let Some(audit) = finish.audit.as_mut() {
             audit.status = refusal.status.as_u16();

@@ -61,7 +61,10 @@ fn decode_cursor(cursor: &str) -> Result<(i64, String), Problem> {
         .and_then(|b| String::from_utf8(b).ok())
         .ok_or_else(bad)?;
     let (at, id) = text.split_once('|').ok_or_else(bad)?;
-    Ok((at.parse().map_err(|_| bad())?, id.to_string()))
+    // Ids are UUIDs, stored hyphenated: anything else (a NUL, which PostgreSQL's text cannot
+    // hold) was never handed out.
+    let id = uuid::Uuid::try_parse(id).map_err(|_| bad())?;
+    Ok((at.parse().map_err(|_| bad())?, id.hyphenated().to_string()))
 }
 
 /// Lists the org's events, newest first, a page at a time.
@@ -164,6 +167,7 @@ pub async fn list(
     params(("id" = String, Path, description = "The event's id")),
     responses((status = 200, description = "The event as sent (normalised), with id and receivedAt", body = serde_json::Value),
         (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json")))]
 pub async fn get(
     State(state): State<ApiState>,

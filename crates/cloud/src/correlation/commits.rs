@@ -20,6 +20,7 @@ use crate::storage::{ListedCommits, RepositorySource};
     params(("id" = String, Path, description = "A deployment's event id")),
     responses((status = 200, body = crate::openapi::DeploymentCommits),
         (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The deployment has no sha or repository, its sha is not a commit id, its repository is not mapped, or it is mapped to a bridge the org has no token for", body = Problem, content_type = "application/problem+json"),
         (status = 502, body = Problem, content_type = "application/problem+json"),

@@ -44,6 +44,7 @@ pub async fn dependencies(
     request_body(content = crate::openapi::Dependencies, content_type = "application/json"),
     responses((status = 200, body = crate::openapi::Dependencies),
         (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json")))]
 pub async fn set_dependencies(

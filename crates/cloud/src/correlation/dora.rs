@@ -168,8 +168,10 @@ pub async fn figures(
         crate::query::query_problem(&e, &["service", "environment", "since", "until"])
     })?;
     crate::query::filter_params(p.service.as_deref(), p.environment.as_deref())?;
+    // By default the window ends at the next whole millisecond: it holds every event received
+    // so far and is echoed with three digits, as the server's own times.
     let until = crate::query::time_param("until", p.until.as_deref())?
-        .unwrap_or_else(crate::storage::now_micros);
+        .unwrap_or_else(|| (crate::storage::now_micros() / 1000 + 1) * 1000);
     // The default window starts no earlier than year 0, the first an RFC 3339 time can say.
     let since = crate::query::time_param("since", p.since.as_deref())?
         .unwrap_or((until - DEFAULT_DAYS * 86_400_000_000).max(YEAR_ZERO_MICROS));
@@ -213,12 +215,10 @@ fn answer(
     until: i64,
 ) -> Value {
     let mut answer = figures_of(deployments, confirmed, since, until);
-    let at =
-        |t: i64| crate::time::format_millis(DateTime::from_timestamp_micros(t).unwrap_or_default());
     answer["service"] = json!(service);
     answer["environment"] = json!(environment);
-    answer["since"] = json!(at(since));
-    answer["until"] = json!(at(until));
+    answer["since"] = json!(crate::time::format_bound(since));
+    answer["until"] = json!(crate::time::format_bound(until));
     answer
 }
 

@@ -277,6 +277,7 @@ fn deployment_id_of(body: &Value) -> Result<String, Vec<FieldError>> {
     request_body(content = crate::openapi::CauseBody, content_type = "application/json"),
     responses((status = 200, body = crate::openapi::CauseConfirmed),
         (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json")))]

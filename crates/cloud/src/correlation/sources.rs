@@ -94,6 +94,7 @@ pub fn validate_source(body: &Value) -> Result<RepositorySource, Vec<FieldError>
     request_body(content = crate::openapi::RepositorySourceBody, content_type = "application/json"),
     responses((status = 200, body = crate::openapi::RepositorySourceBody),
         (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json")))]
 pub async fn set_source(
@@ -140,6 +141,8 @@ pub struct Which {
 #[utoipa::path(delete, path = "/v1/repository-sources", tag = "correlation",
     params(("repository" = String, Query)),
     responses((status = 204, description = "Removed"),
+        (status = 400, description = "repository missing, empty, repeated, or another parameter", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json")))]
 pub async fn remove_source(
     State(state): State<CorrelationState>,

@@ -216,8 +216,23 @@ pub async fn create(
         ),
         None => (String::new(), String::new()),
     };
+    // A cloud on a loopback address is the host's, which a container reaches only on the
+    // host's network (where the health port is the host's too).
+    let loopback = url::Url::parse(&base)
+        .ok()
+        .and_then(|u| u.host().map(|h| h.to_owned()))
+        .is_some_and(|host| match host {
+            url::Host::Domain(d) => d.eq_ignore_ascii_case("localhost"),
+            url::Host::Ipv4(ip) => ip.is_loopback(),
+            url::Host::Ipv6(ip) => ip.is_loopback(),
+        });
+    let network = if loopback {
+        "--network host"
+    } else {
+        "-p 127.0.0.1:8080:8080"
+    };
     let container = format!(
-        "podman run -d --name bridge-{name} --read-only \\\n  -e SERVICE_BRIDGE_TOKEN='{token}' \\\n  -e SERVICE_BRIDGE_CONFIG=/etc/bridge/bridge.yaml -v \"$PWD/bridge.yaml:/etc/bridge/bridge.yaml:ro\" \\\n{container_ca}  -p 127.0.0.1:8080:8080 signals-bridge:{release}",
+        "podman run -d --name bridge-{name} --read-only \\\n  -e SERVICE_BRIDGE_TOKEN='{token}' \\\n  -e SERVICE_BRIDGE_CONFIG=/etc/bridge/bridge.yaml -v \"$PWD/bridge.yaml:/etc/bridge/bridge.yaml:ro\" \\\n{container_ca}  {network} localhost/signals-bridge:{release}",
         release = state.release
     );
     let native = format!(

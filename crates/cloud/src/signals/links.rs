@@ -32,6 +32,19 @@ pub(super) fn problems(links: &RawValue) -> Vec<(String, String)> {
                 let Ok(fields) = raw::members(item.get()) else {
                     continue;
                 };
+                // A misspelt `text` (`title`, `label`) would be dropped from what readers see.
+                for (name, _) in fields
+                    .iter()
+                    .filter(|(k, _)| !matches!(k.0.as_ref(), "href" | "text"))
+                {
+                    let at = format!("links/{i}/{}", pointer_token(&name.0));
+                    problems.push((
+                        at.clone(),
+                        format!(
+                            "{at} is not a link's member; a link object has href and text only"
+                        ),
+                    ));
+                }
                 let at = format!("links/{i}/href");
                 match fields
                     .present("href")
@@ -78,10 +91,24 @@ fn not_a_link(url: &str) -> Option<String> {
             url.len()
         ));
     }
+    // `https:x` parses (as `https://x/`) but is no URL as written.
+    let written = ["http://", "https://"].iter().any(|s| {
+        url.get(..s.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(s))
+    });
     match url::Url::parse(url) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") => None,
+        Ok(u) if written && matches!(u.scheme(), "http" | "https") => {
+            (!u.username().is_empty() || u.password().is_some()).then(|| {
+                "holds a user name or password, which every reader of the org's events would see; link without them".to_string()
+            })
+        }
         _ => Some(format!(
             "{url:?} is not an http(s) URL; expected e.g. https://runbooks.example.com/latency"
         )),
     }
+}
+
+/// A member name as a JSON pointer token (RFC 6901: `~` is `~0`, `/` is `~1`).
+fn pointer_token(name: &str) -> String {
+    name.replace('~', "~0").replace('/', "~1")
 }

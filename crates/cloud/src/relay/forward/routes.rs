@@ -37,6 +37,7 @@ pub async fn list(
         ("path" = String, Path, description = "The path inside the API (may hold slashes)")),
     responses((status = 200, description = "The internal API's answer, streamed"),
         (status = 400, description = "A path the bridge refuses (dot segments, encoded slashes, dots or percent signs) or that is no valid request target", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such bridge or resource", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "The tunnel or the internal system failed", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The bridge has no live tunnel", body = Problem, content_type = "application/problem+json"),

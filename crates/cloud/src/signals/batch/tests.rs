@@ -157,6 +157,16 @@ fn metadata_limits() {
         "{}",
         e[0].detail
     );
+    // Keys are names: not blank, no longer than a value.
+    for key in [String::new(), " ".into(), "k".repeat(1025)] {
+        let e = errors(json!({"type": "custom", "name": "x", "metadata": {key.clone(): 1}}));
+        assert_eq!(e[0].pointer, format!("/metadata/{key}"));
+        assert!(
+            e[0].detail.contains("a key is a name of 1 to 1024 bytes"),
+            "{}",
+            e[0].detail
+        );
+    }
 }
 
 #[test]
