@@ -458,6 +458,21 @@ async fn read_only_statement_audit_limits_and_cancel() {
         .output()
         .unwrap();
     assert!(!out.status.success());
+    // Or once the server reports such an encoding mid-session, however the statement that set
+    // it was spelled (here so that its text names no setting).
+    let out = rig
+        .psql_cmd(
+            &rig.conninfo("orders-ro"),
+            &[
+                "-c",
+                "SELECT set_config('client_enc' || 'oding', 'SJIS', false)",
+                "-c",
+                "ALTER ROLE later PASSWORD 'mid-secret'",
+            ],
+        )
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
     let n: i64 = ro
         .query_one("SELECT count(*) FROM t", &[])
         .await
@@ -495,8 +510,13 @@ async fn read_only_statement_audit_limits_and_cancel() {
         statements.contains(&"ALTER ROLE nobody PASSWORD…"),
         "{statements:?}"
     );
+    assert!(
+        statements.contains(&"ALTER ROLE later PASSWORD…"),
+        "{statements:?}"
+    );
     assert!(!rig.bridge.log_text().contains("hunter2"));
     assert!(!rig.bridge.log_text().contains("sjis-secret"));
+    assert!(!rig.bridge.log_text().contains("mid-secret"));
 
     // max_connections: 2 → the third session gets 53300 with a message.
     let a = rig

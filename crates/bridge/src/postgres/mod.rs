@@ -261,17 +261,6 @@ async fn greeting(
     let mut pending = BytesMut::with_capacity(512);
     pending.extend_from_slice(&[b'R', 0, 0, 0, 8, 0, 0, 0, 0]);
     let mut backend_key = None;
-    // Client encodings where a character's second byte may be `\\` (PostgreSQL's
-    // client-only encodings); every other one reads a backslash as itself.
-    const BACKSLASH_ENCODINGS: [&[u8]; 7] = [
-        b"SJIS",
-        b"SHIFT_JIS_2004",
-        b"BIG5",
-        b"GBK",
-        b"UHC",
-        b"GB18030",
-        b"JOHAB",
-    ];
     let (mut conforming, mut plain_backslash) = (false, true);
     loop {
         let (tag, body) = read_message(&mut io, &mut inbox).await?;
@@ -283,9 +272,7 @@ async fn greeting(
             match (fields.next(), fields.next()) {
                 (Some(b"standard_conforming_strings"), Some(value)) => conforming = value == b"on",
                 (Some(b"client_encoding"), Some(value)) => {
-                    plain_backslash = !BACKSLASH_ENCODINGS
-                        .iter()
-                        .any(|e| value.eq_ignore_ascii_case(e))
+                    plain_backslash = !backslash_encoding(value)
                 }
                 _ => {}
             }
@@ -309,6 +296,24 @@ async fn greeting(
             });
         }
     }
+}
+
+/// Whether `client_encoding` `value` is one where a character's second byte may be `\\`
+/// (PostgreSQL's client-only encodings); every other one reads a backslash as itself. The
+/// audit's masking reads such a session's statements strictly.
+pub fn backslash_encoding(value: &[u8]) -> bool {
+    const BACKSLASH_ENCODINGS: [&[u8]; 7] = [
+        b"SJIS",
+        b"SHIFT_JIS_2004",
+        b"BIG5",
+        b"GBK",
+        b"UHC",
+        b"GB18030",
+        b"JOHAB",
+    ];
+    BACKSLASH_ENCODINGS
+        .iter()
+        .any(|e| value.eq_ignore_ascii_case(e))
 }
 
 /// The login error an `ErrorResponse` body stands for.

@@ -1,12 +1,13 @@
 //! A database session's bytes, both ways between the tunnel stream and the server, counted,
 //! with the client's statements tapped for the audit; cut at the bridge's shutdown.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
+use super::settings::Settings;
 use super::statements::Statements;
 
 /// Bytes read at once in each direction of a session: queries and rows are small, and 100
@@ -16,7 +17,8 @@ const SPLICE_BUFFER: usize = 16 * 1024;
 /// Copies bytes both ways until both directions end, first sending the server's `pending`
 /// bytes to the client. Returns how it ended and the bytes (from the client, to the client).
 /// `statement` is called with each statement text the client sends, masked strictly when
-/// `strict` (see `Statements`).
+/// `strict` (see `Statements`) or once the server reports a setting that makes it so
+/// ([`Settings`]).
 pub(super) async fn splice<C, S>(
     client: &mut C,
     server: &mut S,
@@ -32,6 +34,7 @@ where
     let (mut client_r, mut client_w) = tokio::io::split(client);
     let (mut server_r, mut server_w) = tokio::io::split(server);
     let (up_total, down_total) = (AtomicU64::new(0), AtomicU64::new(0));
+    let server_strict = AtomicBool::new(false);
     let up = async {
         let mut tap = Statements::new(statement, strict);
         let mut buf = vec![0u8; SPLICE_BUFFER];
@@ -42,6 +45,9 @@ where
                 Ok(n) => {
                     n_total += n as u64;
                     up_total.fetch_add(n as u64, Ordering::Relaxed);
+                    if server_strict.load(Ordering::Relaxed) {
+                        tap.make_strict();
+                    }
                     tap.feed(&buf[..n]);
                     if let Err(e) = server_w.write_all(&buf[..n]).await {
                         break Err(format!("database connection failed: {e}"));
@@ -54,6 +60,8 @@ where
         (result, n_total)
     };
     let down = async {
+        let mut settings = Settings::default();
+        settings.feed(&pending);
         let mut n_total = pending.len() as u64;
         down_total.fetch_add(n_total, Ordering::Relaxed);
         let mut result = client_w
@@ -67,6 +75,10 @@ where
                 Ok(n) => {
                     n_total += n as u64;
                     down_total.fetch_add(n as u64, Ordering::Relaxed);
+                    settings.feed(&buf[..n]);
+                    if settings.strict() {
+                        server_strict.store(true, Ordering::Relaxed);
+                    }
                     result = client_w
                         .write_all(&buf[..n])
                         .await

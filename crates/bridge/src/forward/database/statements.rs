@@ -36,6 +36,12 @@ impl<F: FnMut(String)> Statements<F> {
         }
     }
 
+    /// Masks every statement from now on strictly: the server reported a setting under which
+    /// strings read otherwise.
+    pub(super) fn make_strict(&mut self) {
+        self.strict = true;
+    }
+
     /// Whether the current message carries a statement.
     fn wanted(&self) -> bool {
         matches!(self.tag, b'Q' | b'P' | b'F')
@@ -83,21 +89,32 @@ impl<F: FnMut(String)> Statements<F> {
             (self.emit)(format!("function call (oid {oid})"));
             return;
         }
-        let text = match self.tag {
-            b'P' => self.body.splitn(3, |&b| b == 0).nth(1).unwrap_or_default(),
-            _ => self.body.split(|&b| b == 0).next().unwrap_or_default(),
-        };
-        let cut = text.len() > MAX_STATEMENT;
-        let text = String::from_utf8_lossy(&text[..text.len().min(MAX_STATEMENT)]);
+        // `Q`: the text, NUL-ended; `P`: the statement's name, then the text, each NUL-ended.
+        // Only the start of a long message is kept: a text that does not end in it is cut.
+        let mut parts = self.body.splitn(3, |&b| b == 0);
+        if self.tag == b'P' {
+            parts.next();
+        }
+        let text = parts.next().unwrap_or_default();
+        let cut = text.len() > MAX_STATEMENT || parts.next().is_none();
+        let text = &text[..text.len().min(MAX_STATEMENT)];
+        // Bytes that are not UTF-8 (a Latin-1 session's `é`) are read as U+FFFD, which would
+        // make two different dollar-quote tags look alike: such a text is masked strictly.
+        let utf8 = std::str::from_utf8(text).is_ok();
+        let text = String::from_utf8_lossy(text);
         let lower = text.to_ascii_lowercase();
-        self.strict |= [
-            "standard_conforming_strings",
-            "client_encoding",
-            "set names",
-        ]
-        .iter()
-        .any(|setting| lower.contains(setting));
-        (self.emit)(audited(&text, self.strict, cut));
+        let names = lower
+            .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .any(|word| word == "names");
+        self.strict |= names
+            || ["standard_conforming_strings", "client_encoding"]
+                .iter()
+                .any(|setting| lower.contains(setting));
+        let mut record = audited(&text, self.strict || !utf8, cut);
+        if cut && !record.ends_with('…') {
+            record.push('…');
+        }
+        (self.emit)(record);
     }
 }
 
@@ -271,10 +288,10 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool)> {
         named = true;
         let mut value = skip_blank(statement, name_end);
         // `password = '…'`, and a named argument (`password => '…'`, `password := '…'`).
-        if let Some(op) = ["=>", ":=", "="]
+        let op = ["=>", ":=", "="]
             .into_iter()
-            .find(|op| statement[value..].starts_with(op))
-        {
+            .find(|op| statement[value..].starts_with(op));
+        if let Some(op) = op {
             value = skip_blank(statement, value + op.len());
         }
         // `'…' || '…'`, `'…'::text || '…'`, `$1 || '…'`: the value may go on past its first
@@ -288,7 +305,7 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool)> {
                 edits.push((quote, end, "'…'".to_string()));
                 at = end;
             }
-            None if no_value_follows(&statement[value..]) => {}
+            None if no_value_follows(&statement[value..], op.is_some()) => {}
             // A call, a cast, a typed literal, `TO`, a comparison or a list the value may
             // follow: not read here.
             None => return None,
@@ -336,18 +353,32 @@ fn ambiguous(statement: &str, at: usize, open: usize, end: usize) -> bool {
         || body.windows(2).any(|w| w[0] >= 0x80 && w[1] == b'\\')
 }
 
-/// Whether no value can follow a name ending in `password` (or its `=`): the statement ends, a
-/// `;` ends it, or the value is a bind parameter (`$1`) or `NULL` (`PASSWORD NULL`). Anything else may lead to a value in
-/// a way this reading does not follow (`TO '…'`, `= crypt('…')`, `text '…'`, `CAST('…' AS
-/// text)`, `IS NOT DISTINCT FROM '…'`, `IN (…)`, a column list).
-fn no_value_follows(rest: &str) -> bool {
-    let parameter = rest
-        .strip_prefix('$')
-        .is_some_and(|n| n.starts_with(|c: char| c.is_ascii_digit()));
+/// Whether no value can follow a name ending in `password`: the statement ends, a `;` ends
+/// it, `FROM` or `IS [NOT] NULL` follows, or the value is a bind parameter (`$1`) or `NULL`
+/// (`PASSWORD NULL`). After an operator (`=`, `=>`, `:=`, given as `operator`) only the last
+/// two: an operator with nothing after it is no SQL, but may be a connection string's
+/// `password=` read as SQL inside a dollar quote, with the password after it. Anything else
+/// may lead to a value in a way this reading does not follow (`TO '…'`, `= crypt('…')`, `text
+/// '…'`, `CAST('…' AS text)`, `IS NOT DISTINCT FROM '…'`, `IN (…)`, a column list).
+fn no_value_follows(rest: &str, operator: bool) -> bool {
+    let parameter = rest.strip_prefix('$').is_some_and(|n| {
+        let digits = n.bytes().take_while(u8::is_ascii_digit).count();
+        digits > 0 && !n.as_bytes().get(digits).is_some_and(|b| is_word(*b))
+    });
+    // `NULL` as a whole value: what may follow it in SQL, not `null-…`.
+    let null = keyword_at(rest, "null")
+        && rest
+            .as_bytes()
+            .get(4)
+            .is_none_or(|b| b.is_ascii_whitespace() || matches!(b, b';' | b')' | b','));
+    if operator {
+        return parameter || null;
+    }
     rest.is_empty()
         || rest.starts_with(';')
         || parameter
-        || ["null", "from", "is null", "is not null"]
+        || null
+        || ["from", "is null", "is not null"]
             .iter()
             .any(|words| keyword_at(rest, words))
 }

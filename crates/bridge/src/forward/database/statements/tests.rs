@@ -350,6 +350,17 @@ fn passwords_never_reach_the_audit() {
             "ALTER ROLE k PASSWORD 'sec'\n  'ret' LOGIN",
             "ALTER ROLE k PASSWORD '…' LOGIN",
         ),
+        // A connection string read as SQL inside a dollar quote: after `password=` only a
+        // value, a bind parameter or NULL may come, never a comment or nothing.
+        ("SELECT $$host=h password=--hunter2q$$::text", "SELECT …"),
+        ("SELECT $$host=h password=/*hunter2q*/$$::text", "SELECT …"),
+        ("SELECT $$host=h password=;hunter2q$$::text", "SELECT …"),
+        ("SELECT $$host=h password=$1hunter2q$$::text", "SELECT …"),
+        ("SELECT $$host=h password=null-hunter2q$$::text", "SELECT …"),
+        (
+            "UPDATE u SET password = $1, pw_set = NULL WHERE id = $2",
+            "UPDATE u SET password = $1, pw_set = NULL WHERE id = $2",
+        ),
     ] {
         let got = super::audited(statement, false, false);
         if got != audited {
@@ -457,6 +468,43 @@ fn statements_are_found_across_any_split() {
     }
 }
 
+/// A text that is not UTF-8 (a Latin-1 session's `é`) is masked strictly: read lossily, two
+/// different dollar-quote tags would look alike and hide what follows.
+#[test]
+fn texts_that_are_not_utf8_are_masked_strictly() {
+    let mut seen = Vec::new();
+    let mut tap = Statements::new(|s| seen.push(s), false);
+    tap.feed(&message(
+        b'Q',
+        b"SELECT $\xe9$ $\xea$ -- $\xe9$; ALTER ROLE v PASSWORD 'hunter9q'\0",
+    ));
+    drop(tap);
+    assert_eq!(seen, ["SELECT …"]);
+}
+
+/// A `Parse` whose statement name is long keeps less of its text: a text that does not end
+/// within what is kept is a cut one, marked so, with its literals masked.
+#[test]
+fn a_text_cut_short_by_a_long_statement_name_is_marked_and_masked() {
+    let mut body = vec![b'p'; 300];
+    body.push(0);
+    body.extend_from_slice(b"SELECT 1 WHERE 'SCRAM-hunter7q' = 1 /* ");
+    body.extend(std::iter::repeat_n(b'x', MAX_STATEMENT));
+    body.extend_from_slice(b" */ OR rolpassword IS NULL\0\0\0");
+    let mut seen = Vec::new();
+    let mut tap = Statements::new(|s| seen.push(s), false);
+    tap.feed(&message(b'P', &body));
+    drop(tap);
+    assert_eq!(seen.len(), 1);
+    assert!(
+        seen[0].starts_with("SELECT 1 WHERE …"),
+        "{}",
+        &seen[0][..60]
+    );
+    assert!(seen[0].ends_with('…'));
+    assert!(!seen[0].contains("hunter7q"));
+}
+
 /// Where strings may not read as the masking reads them (`standard_conforming_strings` off, or
 /// a client encoding whose characters may end in a backslash), everything after the first
 /// `password` is cut: from the session's start, or once a statement names either setting.
@@ -478,6 +526,20 @@ fn sessions_with_other_string_rules_are_masked_strictly() {
             "ALTER ROLE v PASSWORD…",
         ]
     );
+    // `SET NAMES` however spaced or commented.
+    for set in [
+        "SET  NAMES 'SJIS'",
+        "SET /**/ NAMES 'SJIS'",
+        "SET SESSION\nNAMES 'SJIS'",
+    ] {
+        let mut stream = message(b'Q', format!("{set}\0").as_bytes());
+        stream.extend(message(b'Q', format!("{statement}\0").as_bytes()));
+        let mut seen = Vec::new();
+        let mut tap = Statements::new(|s| seen.push(s), false);
+        tap.feed(&stream);
+        drop(tap);
+        assert_eq!(seen[1], "ALTER ROLE v PASSWORD…", "after {set:?}");
+    }
     let mut seen = Vec::new();
     let mut tap = Statements::new(|s| seen.push(s), true);
     tap.feed(&message(b'Q', b"ALTER ROLE v PASSWORD 'x'\0"));
