@@ -217,7 +217,7 @@ fn label(raw: &str) -> Result<String, String> {
 fn listen_address(raw: &str) -> Result<SocketAddr, String> {
     raw.trim().parse().map_err(|_| {
         format!(
-            "{raw:?} is not an address and port, such as 127.0.0.1:8443 or [::1]:8443 (a host name such as localhost is not looked up: give its address)"
+            "{raw:?} is not an address and port, such as 127.0.0.1:8443 or [::1]:5432 (a host name such as localhost is not looked up: give its address)"
         )
     })
 }

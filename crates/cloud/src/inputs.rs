@@ -116,7 +116,7 @@ fn head_problem(request: &Request) -> Option<Problem> {
         .iter()
         .flat_map(|v| v.to_str().unwrap_or("?").split(','))
         .map(|c| c.trim().to_ascii_lowercase())
-        .find(|c| !c.is_empty() && c != "chunked");
+        .find(|c| !c.is_empty() && c != "chunked" && c != "identity");
     if let Some(coding) = transfer {
         return Some(Problem::unsupported_media(format!(
             "Transfer-Encoding: {coding} is not accepted here; send the body uncompressed (chunked, or with a Content-Length)"

@@ -378,6 +378,8 @@ async fn bridge_commands_dial_the_tls_listener_whichever_listener_served_the_pag
         page.contains("--network host localhost/signals-bridge:"),
         "{page}"
     );
+    // On the host's network the health port is the host's: loopback only.
+    assert!(page.contains("health_check_address: 127.0.0.1 "), "{page}");
 }
 
 /// The command a new API key's page shows, copied into a shell as it stands (HTTP/2, as

@@ -317,7 +317,9 @@ impl Forwarder {
         };
         let answer = match answer {
             Ok(answer) => answer,
-            Err(refusal) => return Ok(self.refused_answer(finish, resource, &name, refusal)),
+            Err(refusal) => {
+                return Ok(self.refused_answer(finish, resource, (kind, &name), refusal));
+            }
         };
         match answer {
             Ok(response) => {
@@ -326,7 +328,7 @@ impl Forwarder {
                     .kind
                     .response_filter(parts.status, &mut parts.headers)
                 {
-                    return Ok(self.refused_answer(finish, resource, &name, refusal));
+                    return Ok(self.refused_answer(finish, resource, (kind, &name), refusal));
                 }
                 // Both framings: chunked wins (RFC 9112 §6.3), so the length said is not the
                 // body's, and passed on it would break the caller's stream.

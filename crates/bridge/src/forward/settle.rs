@@ -107,11 +107,10 @@ impl Forwarder {
         &self,
         mut finish: Finish,
         resource: &Resource,
-        name: &str,
+        (kind, name): (ResourceKind, &str),
         refusal: Refusal,
     ) -> Response<ResBody> {
-        let kind = finish.audit.as_ref().map(|a| a.kind.to_string());
-        tracing::warn!(kind = kind.as_deref().unwrap_or_default(), resource = %name, status = refusal.status.as_u16(), why = %refusal.why, "internal resource's answer refused");
+        tracing::warn!(kind = %kind, resource = %name, status = refusal.status.as_u16(), why = %refusal.why, "internal resource's answer refused");
         self.metrics.refuse(refusal.reason);
         if let Some(audit) = finish.audit.as_mut() {
             audit.status = refusal.status.as_u16();

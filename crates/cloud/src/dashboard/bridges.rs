@@ -54,6 +54,9 @@ struct Skeleton<'a> {
     base: &'a str,
     /// The cloud's own CA file (quoted for YAML), when the bridge must trust it.
     ca: Option<String>,
+    /// `health_check_address`, with its comment: loopback beside a cloud on loopback (the
+    /// container then shares the host's network), every interface otherwise.
+    health_address: &'static str,
 }
 
 #[derive(Template)]
@@ -199,10 +202,25 @@ pub async fn create(
     let base = bridge_origin(&state, &headers, &uri);
     // A cloud with its own CA: the bridge must trust it, from the file or the environment.
     let ca = own_ca_file(&state, &base);
+    // A cloud on a loopback address is the host's, which a container reaches only on the
+    // host's network (where the health port is the host's too).
+    let loopback = url::Url::parse(&base)
+        .ok()
+        .and_then(|u| u.host().map(|h| h.to_owned()))
+        .is_some_and(|host| match host {
+            url::Host::Domain(d) => d.eq_ignore_ascii_case("localhost"),
+            url::Host::Ipv4(ip) => ip.is_loopback(),
+            url::Host::Ipv6(ip) => ip.is_loopback(),
+        });
     let yaml = Skeleton {
         name,
         base: &base,
         ca: ca.map(|file| format!("'{}'", file.replace('\'', "''"))),
+        health_address: if loopback {
+            "127.0.0.1   # the cloud is on this host: health and metrics stay on it too"
+        } else {
+            "0.0.0.0   # 127.0.0.1 on a shared host"
+        },
     }
     .render()
     .unwrap_or_default();
@@ -216,16 +234,6 @@ pub async fn create(
         ),
         None => (String::new(), String::new()),
     };
-    // A cloud on a loopback address is the host's, which a container reaches only on the
-    // host's network (where the health port is the host's too).
-    let loopback = url::Url::parse(&base)
-        .ok()
-        .and_then(|u| u.host().map(|h| h.to_owned()))
-        .is_some_and(|host| match host {
-            url::Host::Domain(d) => d.eq_ignore_ascii_case("localhost"),
-            url::Host::Ipv4(ip) => ip.is_loopback(),
-            url::Host::Ipv6(ip) => ip.is_loopback(),
-        });
     let network = if loopback {
         "--network host"
     } else {

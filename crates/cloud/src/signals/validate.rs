@@ -175,11 +175,17 @@ impl<'a> Checker<'_, 'a> {
             if key.0.trim().is_empty() || key.0.len() > MAX_SHORT {
                 self.fail_path(
                     &format!("metadata/{}", pointer_token(&key.0)),
-                    format!(
-                        "metadata key of {} bytes {}; a key is a name of 1 to {MAX_SHORT} bytes, not blank",
-                        key.0.len(),
-                        if key.0.len() > MAX_SHORT { "is too long" } else { "is blank" }
-                    ),
+                    if key.0.len() > MAX_SHORT {
+                        format!(
+                            "metadata key is {} bytes long; a key is a name of 1 to {MAX_SHORT} bytes, not blank",
+                            key.0.len()
+                        )
+                    } else {
+                        format!(
+                            "metadata key {:?} is blank; a key is a name of 1 to {MAX_SHORT} bytes, not blank",
+                            key.0
+                        )
+                    },
                 );
                 continue;
             }

@@ -15,8 +15,10 @@ pub(super) struct Statements<F: FnMut(String)> {
     body: Vec<u8>,
     /// The masking reads literals as PostgreSQL does with `standard_conforming_strings` on and
     /// a client encoding where `\\` is always a character of its own (UTF-8, Latin-1, …, not
-    /// SJIS or BIG5). A session that started otherwise, or names either setting (`SET`,
-    /// `set_config`), is masked strictly: everything after the first `password` is cut.
+    /// SJIS or BIG5). A session that started otherwise, names either setting (`SET`,
+    /// `set_config`) or the word `NAMES`, or whose server reported such a setting
+    /// ([`Statements::make_strict`]), is masked strictly from then on: everything after the
+    /// first `password` is cut. So is a text that is not UTF-8, alone.
     strict: bool,
     emit: F,
 }

@@ -55,7 +55,11 @@ pub(super) fn spelled(lower: &str) -> Option<usize> {
     let joined = lower.match_indices('\'').any(|(at, _)| {
         let (next, newline) = blank_after(lower, at);
         budget = budget.saturating_sub(next - at);
-        budget == 0 || (newline && lower.as_bytes().get(next) == Some(&b'\''))
+        // A blank that runs to the end opened a comment never closed: PostgreSQL refuses the
+        // text, and what was typed after it (`'PASS'⏎/* /* */'WORD …'`) may still be read
+        // as going on.
+        let unclosed = next >= lower.len() && lower[(at + 1).min(lower.len())..].contains("/*");
+        budget == 0 || (newline && (unclosed || lower.as_bytes().get(next) == Some(&b'\'')))
     });
     [
         lower.find('\\'),
