@@ -17,12 +17,19 @@ pub(super) struct Settings {
     remaining: usize,
     body: Vec<u8>,
     strict: bool,
+    /// `ReadyForQuery` messages read, the login's included.
+    ready: u64,
 }
 
 impl Settings {
     /// Whether a setting the server reported makes the session's strings read otherwise.
     pub(super) fn strict(&self) -> bool {
         self.strict
+    }
+
+    /// How many `ReadyForQuery` the server has sent after the login's (the first it reads).
+    pub(super) fn ready(&self) -> u64 {
+        self.ready.saturating_sub(1)
     }
 
     /// Reads the server's next bytes.
@@ -51,6 +58,9 @@ impl Settings {
             }
             self.remaining -= take;
             bytes = &bytes[take..];
+            if self.remaining == 0 && self.tag == b'Z' {
+                self.ready += 1;
+            }
             if self.remaining == 0 && self.tag == b'S' {
                 let mut fields = self.body.split(|&b| b == 0);
                 self.strict |= match (fields.next(), fields.next()) {

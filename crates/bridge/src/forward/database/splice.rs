@@ -35,6 +35,7 @@ where
     let (mut server_r, mut server_w) = tokio::io::split(server);
     let (up_total, down_total) = (AtomicU64::new(0), AtomicU64::new(0));
     let server_strict = AtomicBool::new(false);
+    let server_ready = AtomicU64::new(0);
     let up = async {
         let mut tap = Statements::new(statement, strict);
         let mut buf = vec![0u8; SPLICE_BUFFER];
@@ -48,6 +49,7 @@ where
                     if server_strict.load(Ordering::Relaxed) {
                         tap.make_strict();
                     }
+                    tap.answered(server_ready.load(Ordering::Relaxed));
                     tap.feed(&buf[..n]);
                     if let Err(e) = server_w.write_all(&buf[..n]).await {
                         break Err(format!("database connection failed: {e}"));
@@ -79,6 +81,7 @@ where
                     if settings.strict() {
                         server_strict.store(true, Ordering::Relaxed);
                     }
+                    server_ready.store(settings.ready(), Ordering::Relaxed);
                     result = client_w
                         .write_all(&buf[..n])
                         .await

@@ -20,6 +20,14 @@ pub(super) struct Statements<F: FnMut(String)> {
     /// ([`Statements::make_strict`]), is masked strictly from then on: everything after the
     /// first `password` is cut. So is a text that is not UTF-8, alone.
     strict: bool,
+    /// Sync points sent (`Q`, `S`), executions since the last (`E`), and the server's answers
+    /// to them (`ReadyForQuery` after the login's, [`Statements::answered`]). A statement sent
+    /// before the server answered an earlier one is read before the server has reported what
+    /// that one may have set (it reports a `client_encoding` set by a function only at its
+    /// `ReadyForQuery`): it is masked strictly.
+    syncs: u64,
+    executed: bool,
+    answered: u64,
     emit: F,
 }
 
@@ -34,8 +42,16 @@ impl<F: FnMut(String)> Statements<F> {
             remaining: 0,
             body: Vec::new(),
             strict,
+            syncs: 0,
+            executed: false,
+            answered: 0,
             emit,
         }
+    }
+
+    /// How many `ReadyForQuery` the server has sent since the login's.
+    pub(super) fn answered(&mut self, ready: u64) {
+        self.answered = ready;
     }
 
     /// Masks every statement from now on strictly: the server reported a setting under which
@@ -65,6 +81,7 @@ impl<F: FnMut(String)> Statements<F> {
                 self.header.clear();
                 self.body.clear();
                 if self.remaining == 0 {
+                    self.completed();
                     continue;
                 }
             }
@@ -75,9 +92,22 @@ impl<F: FnMut(String)> Statements<F> {
             }
             self.remaining -= take;
             bytes = &bytes[take..];
-            if self.remaining == 0 && self.wanted() {
-                self.finish();
+            if self.remaining == 0 {
+                self.completed();
             }
+        }
+    }
+
+    /// A message read whole: its statement emitted, and the sync points counted.
+    fn completed(&mut self) {
+        if self.wanted() {
+            self.finish();
+        }
+        match self.tag {
+            b'Q' => self.syncs += 1,
+            b'S' => (self.syncs, self.executed) = (self.syncs + 1, false),
+            b'E' => self.executed = true,
+            _ => {}
         }
     }
 
@@ -112,7 +142,8 @@ impl<F: FnMut(String)> Statements<F> {
             || ["standard_conforming_strings", "client_encoding"]
                 .iter()
                 .any(|setting| lower.contains(setting));
-        let mut record = audited(&text, self.strict || !utf8, cut);
+        let unsettled = self.answered < self.syncs || self.executed;
+        let mut record = audited(&text, self.strict || !utf8 || unsettled, cut);
         if cut && !record.ends_with('…') {
             record.push('…');
         }
@@ -131,10 +162,15 @@ pub fn audited(text: &str, strict: bool, cut: bool) -> String {
         return masked;
     }
     let lower = text.to_ascii_lowercase();
-    let password = lower
-        .find("password")
-        .map(|at| (at, at + "password".len()))
-        .or(cut.then_some((lower.len(), lower.len())));
+    // A URL's password (`postgresql://u:secret@h`) is cut as a `password` is, before its
+    // literal.
+    let password = match (lower.find("password"), uri_password(&lower)) {
+        (Some(at), Some(uri)) if uri < at => Some((uri, uri)),
+        (Some(at), _) => Some((at, at + "password".len())),
+        (None, Some(uri)) => Some((uri, uri)),
+        (None, None) => None,
+    }
+    .or(cut.then_some((lower.len(), lower.len())));
     // A literal before the first `password` may be its value (`'…' = password`,
     // `md5('…') = password`): the cut comes before it.
     let word = password.map(|(at, end)| first_literal(&lower[..at]).unwrap_or(end));
@@ -181,15 +217,16 @@ fn first_literal(text: &str) -> Option<usize> {
 /// or a backslash that PostgreSQL may read as an escape (in a plain literal, or after a byte
 /// beyond ASCII). The caller then cuts the statement.
 fn masking(statement: &str, cut: bool) -> Option<String> {
-    masked(statement, cut, 0).map(|(text, _)| text)
+    masked(statement, cut, 0).map(|(text, _, _)| text)
 }
 
 /// Dollar-quoted bodies read as SQL inside one another, at most; a deeper one is cut instead.
 const MAX_NESTING: usize = 16;
 
-/// [`masking`] of a text `depth` dollar-quoted bodies deep: the masked text, and whether it
-/// names a password (a name ending in `password`).
-fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool)> {
+/// [`masking`] of a text `depth` dollar-quoted bodies deep: the masked text, whether it names
+/// a password (a name ending in `password`), and how many of its `password`s were such names
+/// with their literal value masked (its bodies' included).
+fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool, usize)> {
     if depth > MAX_NESTING {
         return None;
     }
@@ -208,6 +245,9 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool)> {
     let (mut named, mut inside) = (false, false);
     // Where the text's last `||` starts: a value followed by one may go on past its first piece.
     let last_concat = statement.rfind("||");
+    // The names ending in `password` read as such: with their literal value masked, or with
+    // none.
+    let mut values = 0;
     let mut at = 0;
     while at < bytes.len() {
         if let Some((open, end)) = literal_at(statement, at) {
@@ -216,7 +256,7 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool)> {
                 && (ambiguous(statement, at, open, end)
                     || escapes::uescape_follows(statement, end)
                     || escapes::literal_text(statement, at, open)
-                        .is_none_or(|text| text.to_ascii_lowercase().contains("password")))
+                        .is_none_or(|text| holds_password(&text.to_ascii_lowercase())))
             {
                 return None;
             }
@@ -230,8 +270,9 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool)> {
                 let closed =
                     end >= body_start + delimiter.len() && statement[..end].ends_with(delimiter);
                 let body_end = if closed { end - delimiter.len() } else { end };
-                let (body, body_named) =
+                let (body, body_named, body_values) =
                     masked(&statement[body_start..body_end], cut && !closed, depth + 1)?;
+                values += body_values;
                 if body_named {
                     bodies.push((body_start, body_end, body));
                     inside = true;
@@ -284,7 +325,7 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool)> {
             name.to_string()
         };
         at = name_end;
-        if !name.to_ascii_lowercase().ends_with("password") {
+        if !names_password(&name.to_ascii_lowercase()) {
             continue;
         }
         named = true;
@@ -305,12 +346,25 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool)> {
             Some((quote, end)) if ambiguous(statement, value, quote, end) => return None,
             Some((quote, end)) => {
                 edits.push((quote, end, "'…'".to_string()));
+                values += 1;
                 at = end;
             }
-            None if no_value_follows(&statement[value..], op.is_some()) => {}
+            None if no_value_follows(&statement[value..], op.is_some(), depth > 0) => {
+                values += 1;
+            }
             // A call, a cast, a typed literal, `TO`, a comparison or a list the value may
             // follow: not read here.
             None => return None,
+        }
+    }
+    // A body read as SQL may be no SQL at all (a connection string given to `dblink`, `ALTER
+    // SYSTEM … primary_conninfo`): each `password` in it must be a name read as one, not one
+    // inside what SQL would read as a comment or a quoted name, and no URL in it may hold a
+    // password.
+    if depth > 0 {
+        let lower = statement.to_ascii_lowercase();
+        if lower.matches("password").count() > values || uri_password(&lower).is_some() {
+            return None;
         }
     }
     if named || cut {
@@ -339,7 +393,36 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool)> {
         copied = end;
     }
     out.push_str(&statement[copied..]);
-    Some((out, named || inside))
+    Some((out, named || inside, values))
+}
+
+/// Whether a name (lower-case) is a password's: it ends in `password`, as written or as
+/// PostgreSQL keeps it, cut to 63 bytes (`…password` followed by more is that name too).
+fn names_password(name: &str) -> bool {
+    let mut kept = name.len().min(63);
+    while !name.is_char_boundary(kept) {
+        kept -= 1;
+    }
+    name.ends_with("password") || name[..kept].ends_with("password")
+}
+
+/// Whether a literal's text (lower-case) may hold a password: it names one (a connection
+/// string's `password=`, a statement given to `EXECUTE`) or is a URL with one
+/// (`postgresql://user:secret@host/db`).
+fn holds_password(text: &str) -> bool {
+    text.contains("password") || uri_password(text).is_some()
+}
+
+/// Where the first URL is whose user information has a password (`scheme://user:pw@`): its
+/// `://`.
+fn uri_password(text: &str) -> Option<usize> {
+    text.match_indices("://").map(|(at, _)| at).find(|&at| {
+        let rest = &text[at + 3..];
+        let authority = &rest[..rest.find(['/', '?', '#', ' ', '\'']).unwrap_or(rest.len())];
+        authority
+            .rfind('@')
+            .is_some_and(|userinfo| authority[..userinfo].contains(':'))
+    })
 }
 
 /// Whether the literal from `open` to `end` (its prefix, if any, at `at`) may end elsewhere than
@@ -362,17 +445,19 @@ fn ambiguous(statement: &str, at: usize, open: usize, end: usize) -> bool {
 /// `password=` read as SQL inside a dollar quote, with the password after it. Anything else
 /// may lead to a value in a way this reading does not follow (`TO '…'`, `= crypt('…')`, `text
 /// '…'`, `CAST('…' AS text)`, `IS NOT DISTINCT FROM '…'`, `IN (…)`, a column list).
-fn no_value_follows(rest: &str, operator: bool) -> bool {
+fn no_value_follows(rest: &str, operator: bool, in_body: bool) -> bool {
+    // What may end a bind parameter or `NULL` given as the value: in a dollar-quoted body,
+    // which may be a connection string (`password=$1,x`), only a blank or the body's end.
+    let ends = |b: Option<&u8>| {
+        b.is_none_or(|b| b.is_ascii_whitespace() || (!in_body && matches!(b, b';' | b')' | b',')))
+    };
     let parameter = rest.strip_prefix('$').is_some_and(|n| {
         let digits = n.bytes().take_while(u8::is_ascii_digit).count();
-        digits > 0 && !n.as_bytes().get(digits).is_some_and(|b| is_word(*b))
+        let next = n.as_bytes().get(digits);
+        digits > 0 && (ends(next) || (!in_body && !next.is_some_and(|b| is_word(*b))))
     });
     // `NULL` as a whole value: what may follow it in SQL, not `null-…`.
-    let null = keyword_at(rest, "null")
-        && rest
-            .as_bytes()
-            .get(4)
-            .is_none_or(|b| b.is_ascii_whitespace() || matches!(b, b';' | b')' | b','));
+    let null = keyword_at(rest, "null") && ends(rest.as_bytes().get(4));
     if operator {
         return parameter || null;
     }

@@ -357,6 +357,30 @@ fn passwords_never_reach_the_audit() {
         ("SELECT $$host=h password=;hunter2q$$::text", "SELECT …"),
         ("SELECT $$host=h password=$1hunter2q$$::text", "SELECT …"),
         ("SELECT $$host=h password=null-hunter2q$$::text", "SELECT …"),
+        // A connection string in a dollar quote: each `password` in it must be a name with its
+        // literal masked (not in what SQL reads as a comment or a quoted name, nor with no
+        // value), and a URL with a password in a literal is cut as a `password` in one is.
+        (
+            "SELECT $$user=v application_name=-- password=ciDash1$$",
+            "SELECT …",
+        ),
+        ("SELECT $$a=/* password=ciBlk2 a=*/$$", "SELECT …"),
+        ("SELECT $$a=\" password=ciQuo3 b=\"$$", "SELECT …"),
+        ("SELECT $$password=$1,ciPar4$$", "SELECT …"),
+        ("SELECT $$password=null)ciNul5$$", "SELECT …"),
+        (
+            "SELECT dblink('postgresql://v:heldD4@h/db', 'q')",
+            "SELECT dblink(…",
+        ),
+        (
+            "DO $$ BEGIN EXECUTE $q$ALTER ROLE x PASSWORD 'pw'$q$; END $$",
+            "DO $$ BEGIN EXECUTE $q$ALTER ROLE x PASSWORD '…'$q$; END $$",
+        ),
+        // PostgreSQL keeps a name's first 63 bytes: one that ends in `password` there is one.
+        (
+            "SET app.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaapasswordzz = 'truncSecret1'",
+            "SET app.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaapasswordzz = '…'",
+        ),
         // A literal continued past a comment never closed, spelling the name across it.
         (
             "DO $$ BEGIN EXECUTE 'ALTER ROLE x PASS'\n/* /* */'WORD ''secret'''; END $$",
@@ -514,13 +538,22 @@ fn a_text_cut_short_by_a_long_statement_name_is_read_as_cut() {
 #[test]
 fn sessions_with_other_string_rules_are_masked_strictly() {
     let statement = "ALTER ROLE v PASSWORD 'x'";
-    let mut stream = message(b'Q', format!("{statement}\0").as_bytes());
-    stream.extend(message(b'Q', b"SET standard_conforming_strings = off\0"));
-    stream.extend(message(b'Q', format!("{statement}\0").as_bytes()));
-    let mut seen = Vec::new();
-    let mut tap = Statements::new(|s| seen.push(s), false);
-    tap.feed(&stream);
-    drop(tap);
+    // Each sent once the server has answered the one before.
+    let answered_in_turn = |texts: &[&str]| {
+        let mut seen = Vec::new();
+        let mut tap = Statements::new(|s| seen.push(s), false);
+        for (answered, text) in texts.iter().enumerate() {
+            tap.answered(answered as u64);
+            tap.feed(&message(b'Q', format!("{text}\0").as_bytes()));
+        }
+        drop(tap);
+        seen
+    };
+    let seen = answered_in_turn(&[
+        statement,
+        "SET standard_conforming_strings = off",
+        statement,
+    ]);
     assert_eq!(
         seen,
         [
@@ -535,17 +568,54 @@ fn sessions_with_other_string_rules_are_masked_strictly() {
         "SET /**/ NAMES 'SJIS'",
         "SET SESSION\nNAMES 'SJIS'",
     ] {
-        let mut stream = message(b'Q', format!("{set}\0").as_bytes());
-        stream.extend(message(b'Q', format!("{statement}\0").as_bytes()));
-        let mut seen = Vec::new();
-        let mut tap = Statements::new(|s| seen.push(s), false);
-        tap.feed(&stream);
-        drop(tap);
+        let seen = answered_in_turn(&[set, statement]);
         assert_eq!(seen[1], "ALTER ROLE v PASSWORD…", "after {set:?}");
     }
+    assert_eq!(
+        answered_in_turn(&["SELECT 1", statement]),
+        ["SELECT 1", "ALTER ROLE v PASSWORD '…'"]
+    );
     let mut seen = Vec::new();
     let mut tap = Statements::new(|s| seen.push(s), true);
     tap.feed(&message(b'Q', b"ALTER ROLE v PASSWORD 'x'\0"));
     drop(tap);
     assert_eq!(seen, ["ALTER ROLE v PASSWORD…"]);
+}
+
+/// A statement sent before the server answered the one before (pipelined, or after an
+/// `Execute` not yet synced) is read before the server reports what that one set, such as a
+/// `client_encoding` changed by a function: it is masked strictly.
+#[test]
+fn statements_sent_before_the_last_was_answered_are_masked_strictly() {
+    let statement = b"ALTER ROLE v PASSWORD 'x'\0";
+    let mut seen = Vec::new();
+    let mut tap = Statements::new(|s| seen.push(s), false);
+    tap.feed(&message(b'Q', b"SELECT f()\0"));
+    tap.feed(&message(b'Q', statement));
+    tap.answered(2);
+    tap.feed(&message(b'Q', statement));
+    tap.answered(3);
+    // Extended protocol: an Execute with no Sync after it yet.
+    let mut parse = b"\0".to_vec();
+    parse.extend_from_slice(statement);
+    parse.extend_from_slice(b"\0\0");
+    tap.feed(&message(b'P', b"\0SELECT f()\0\0\0"));
+    tap.feed(&message(b'B', b"\0\0\0\0\0\0\0\0"));
+    tap.feed(&message(b'E', b"\0\0\0\0\0"));
+    tap.feed(&message(b'P', &parse));
+    tap.feed(&message(b'S', b""));
+    tap.answered(4);
+    tap.feed(&message(b'P', &parse));
+    drop(tap);
+    assert_eq!(
+        seen,
+        [
+            "SELECT f()",
+            "ALTER ROLE v PASSWORD…",
+            "ALTER ROLE v PASSWORD '…'",
+            "SELECT f()",
+            "ALTER ROLE v PASSWORD…",
+            "ALTER ROLE v PASSWORD '…'",
+        ]
+    );
 }
