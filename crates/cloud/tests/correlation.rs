@@ -477,21 +477,20 @@ async fn dora_figures_match_the_hand_computed_example() {
             .contains("application/json"),
         "{problem}"
     );
-    let since = base().to_rfc3339();
-    let until = (base() + Duration::days(7)).to_rfc3339();
-    let (status, f) = call(
-        &cloud,
-        &t,
-        reqwest::Method::GET,
-        &format!(
+    let figures = |until: DateTime<Utc>| {
+        let path = format!(
             "/v1/dora?service=api&environment=production&since={}&until={}",
-            urlencode(&since),
-            urlencode(&until)
-        ),
-        None,
-    )
-    .await;
-    assert_eq!(status, 200, "{f}");
+            urlencode(&base().to_rfc3339()),
+            urlencode(&until.to_rfc3339())
+        );
+        let (cloud, t) = (&cloud, &t);
+        async move {
+            let (status, f) = call(cloud, t, reqwest::Method::GET, &path, None).await;
+            assert_eq!(status, 200, "{f}");
+            f
+        }
+    };
+    let f = figures(base() + Duration::days(7)).await;
     // 6 successful deployments in 7 days.
     assert_eq!(
         f["deploymentFrequency"],
@@ -513,20 +512,7 @@ async fn dora_figures_match_the_hand_computed_example() {
         "{f:#}"
     );
     // The window is echoed to the microsecond it was compared at.
-    let until = (base() + Duration::days(7) + Duration::microseconds(500)).to_rfc3339();
-    let (status, f) = call(
-        &cloud,
-        &t,
-        reqwest::Method::GET,
-        &format!(
-            "/v1/dora?service=api&environment=production&since={}&until={}",
-            urlencode(&since),
-            urlencode(&until)
-        ),
-        None,
-    )
-    .await;
-    assert_eq!(status, 200, "{f}");
+    let f = figures(base() + Duration::days(7) + Duration::microseconds(500)).await;
     let shown = |at: &str| f[at].as_str().unwrap().to_string();
     assert!(shown("until").ends_with(".000500Z"), "{f}");
     assert!(shown("since").ends_with(".000Z"), "{f}");

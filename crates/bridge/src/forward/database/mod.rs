@@ -8,6 +8,7 @@
 //! query, `Parse` or function call. At the bridge's shutdown, open sessions are cut (their
 //! record says `bridge shutdown`). `/databases/{name}/cancel` carries a `CancelRequest` instead.
 
+mod frames;
 mod settings;
 mod splice;
 mod statements;

@@ -4,7 +4,7 @@
 //! was spelled and wherever it ran (`SET`, `set_config`, a function's body), is masked strictly
 //! from then on.
 
-use bytes::Buf;
+use super::frames::Frames;
 
 /// The longest `ParameterStatus` body read: a setting's name and value.
 const MAX_BODY: usize = 1024;
@@ -12,10 +12,7 @@ const MAX_BODY: usize = 1024;
 /// Follows the backend messages of a session, cut anywhere: a message may span many calls.
 #[derive(Default)]
 pub(super) struct Settings {
-    header: Vec<u8>,
-    tag: u8,
-    remaining: usize,
-    body: Vec<u8>,
+    frames: Frames,
     strict: bool,
     /// `ReadyForQuery` messages read, the login's included.
     ready: u64,
@@ -32,44 +29,23 @@ impl Settings {
         self.ready.saturating_sub(1)
     }
 
-    /// Reads the server's next bytes.
+    /// Reads the server's next bytes, cut anywhere.
     pub(super) fn feed(&mut self, mut bytes: &[u8]) {
-        while !bytes.is_empty() {
-            if self.remaining == 0 {
-                let take = (5 - self.header.len()).min(bytes.len());
-                self.header.extend_from_slice(&bytes[..take]);
-                bytes = &bytes[take..];
-                if self.header.len() < 5 {
-                    return;
+        let keep = |tag| if tag == b'S' { MAX_BODY } else { 0 };
+        while let Some(tag) = self.frames.next(&mut bytes, keep) {
+            match tag {
+                b'Z' => self.ready += 1,
+                b'S' => {
+                    let mut fields = self.frames.body().split(|&b| b == 0);
+                    self.strict |= match (fields.next(), fields.next()) {
+                        (Some(b"standard_conforming_strings"), Some(value)) => value != b"on",
+                        (Some(b"client_encoding"), Some(value)) => {
+                            crate::postgres::backslash_encoding(value)
+                        }
+                        _ => false,
+                    };
                 }
-                let mut h = &self.header[..];
-                self.tag = h.get_u8();
-                self.remaining = (h.get_i32().max(4) - 4) as usize;
-                self.header.clear();
-                self.body.clear();
-                if self.remaining == 0 {
-                    continue;
-                }
-            }
-            let take = self.remaining.min(bytes.len());
-            if self.tag == b'S' && self.body.len() < MAX_BODY {
-                self.body
-                    .extend_from_slice(&bytes[..take.min(MAX_BODY - self.body.len())]);
-            }
-            self.remaining -= take;
-            bytes = &bytes[take..];
-            if self.remaining == 0 && self.tag == b'Z' {
-                self.ready += 1;
-            }
-            if self.remaining == 0 && self.tag == b'S' {
-                let mut fields = self.body.split(|&b| b == 0);
-                self.strict |= match (fields.next(), fields.next()) {
-                    (Some(b"standard_conforming_strings"), Some(value)) => value != b"on",
-                    (Some(b"client_encoding"), Some(value)) => {
-                        crate::postgres::backslash_encoding(value)
-                    }
-                    _ => false,
-                };
+                _ => {}
             }
         }
     }

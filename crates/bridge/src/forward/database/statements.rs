@@ -1,7 +1,7 @@
 //! The statements of a PostgreSQL session, read from the client's messages as they pass, for
 //! `audit_statements`.
 
-use bytes::Buf;
+use super::frames::Frames;
 
 /// The longest statement text an audit record keeps.
 const MAX_STATEMENT: usize = 64 * 1024;
@@ -9,10 +9,7 @@ const MAX_STATEMENT: usize = 64 * 1024;
 /// Follows the frontend messages of a session to find statement texts: `Q` (simple query),
 /// `P` (`Parse`: a name, then the text) and `F` (a function call, by its oid).
 pub(super) struct Statements<F: FnMut(String)> {
-    header: Vec<u8>,
-    tag: u8,
-    remaining: usize,
-    body: Vec<u8>,
+    frames: Frames,
     /// The masking reads literals as PostgreSQL does with `standard_conforming_strings` on and
     /// a client encoding where `\\` is always a character of its own (UTF-8, Latin-1, …, not
     /// SJIS or BIG5). A session that started otherwise, names either setting (`SET`,
@@ -37,10 +34,7 @@ impl<F: FnMut(String)> Statements<F> {
     /// [`Statements::strict`]).
     pub(super) fn new(emit: F, strict: bool) -> Self {
         Statements {
-            header: Vec::with_capacity(5),
-            tag: 0,
-            remaining: 0,
-            body: Vec::new(),
+            frames: Frames::default(),
             strict,
             syncs: 0,
             executed: false,
@@ -60,62 +54,32 @@ impl<F: FnMut(String)> Statements<F> {
         self.strict = true;
     }
 
-    /// Whether the current message carries a statement.
-    fn wanted(&self) -> bool {
-        matches!(self.tag, b'Q' | b'P' | b'F')
-    }
-
     /// Reads the client's next bytes, cut anywhere: a message may span many calls.
     pub(super) fn feed(&mut self, mut bytes: &[u8]) {
-        while !bytes.is_empty() {
-            if self.remaining == 0 {
-                let take = (5 - self.header.len()).min(bytes.len());
-                self.header.extend_from_slice(&bytes[..take]);
-                bytes = &bytes[take..];
-                if self.header.len() < 5 {
-                    return;
-                }
-                let mut h = &self.header[..];
-                self.tag = h.get_u8();
-                self.remaining = (h.get_i32().max(4) - 4) as usize;
-                self.header.clear();
-                self.body.clear();
-                if self.remaining == 0 {
-                    self.completed();
-                    continue;
-                }
+        let keep = |tag| match tag {
+            b'Q' | b'P' | b'F' => MAX_STATEMENT + 256,
+            _ => 0,
+        };
+        while let Some(tag) = self.frames.next(&mut bytes, keep) {
+            match tag {
+                b'Q' | b'P' | b'F' => self.finish(tag),
+                _ => {}
             }
-            let take = self.remaining.min(bytes.len());
-            if self.wanted() && self.body.len() < MAX_STATEMENT + 256 {
-                self.body
-                    .extend_from_slice(&bytes[..take.min(MAX_STATEMENT + 256 - self.body.len())]);
-            }
-            self.remaining -= take;
-            bytes = &bytes[take..];
-            if self.remaining == 0 {
-                self.completed();
+            // The sync points.
+            match tag {
+                b'Q' => self.syncs += 1,
+                b'S' => (self.syncs, self.executed) = (self.syncs + 1, false),
+                b'E' => self.executed = true,
+                _ => {}
             }
         }
     }
 
-    /// A message read whole: its statement emitted, and the sync points counted.
-    fn completed(&mut self) {
-        if self.wanted() {
-            self.finish();
-        }
-        match self.tag {
-            b'Q' => self.syncs += 1,
-            b'S' => (self.syncs, self.executed) = (self.syncs + 1, false),
-            b'E' => self.executed = true,
-            _ => {}
-        }
-    }
-
-    /// Emits the statement of the message just read whole.
-    fn finish(&mut self) {
-        if self.tag == b'F' {
-            let oid = self
-                .body
+    /// Emits the statement of the message just read whole, a `tag` one.
+    fn finish(&mut self, tag: u8) {
+        let body = self.frames.body();
+        if tag == b'F' {
+            let oid = body
                 .get(..4)
                 .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
             (self.emit)(format!("function call (oid {oid})"));
@@ -123,8 +87,8 @@ impl<F: FnMut(String)> Statements<F> {
         }
         // `Q`: the text, NUL-ended; `P`: the statement's name, then the text, each NUL-ended.
         // Only the start of a long message is kept: a text that does not end in it is cut.
-        let mut parts = self.body.splitn(3, |&b| b == 0);
-        if self.tag == b'P' {
+        let mut parts = body.splitn(3, |&b| b == 0);
+        if tag == b'P' {
             parts.next();
         }
         let text = parts.next().unwrap_or_default();
