@@ -134,7 +134,9 @@ pub fn audited(text: &str, strict: bool, cut: bool) -> String {
         (None, Some(uri)) => Some((uri, uri)),
         (None, None) => None,
     }
-    .or(cut.then_some((lower.len(), lower.len())));
+    // A text cut short, or one that may spell a password otherwise (`pass%77ord=`), is cut
+    // before its first literal.
+    .or((cut || holds_password(&lower)).then_some((lower.len(), lower.len())));
     // A literal before the first `password` may be its value (`'…' = password`,
     // `md5('…') = password`): the cut comes before it.
     let word = password.map(|(at, end)| first_literal(&lower[..at]).unwrap_or(end));
@@ -145,7 +147,28 @@ pub fn audited(text: &str, strict: bool, cut: bool) -> String {
         (Some(at), None) | (None, Some(at)) => at,
         (None, None) => return text.to_string(),
     };
-    format!("{}…", &text[..at])
+    format!("{}…", numbers_masked(&text[..at]))
+}
+
+/// `text` with each number in it (digits not part of a name or a `$1`) replaced by `…`: a
+/// password may be one (`VALUES (987654)`).
+fn numbers_masked(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let (mut copied, mut at) = (0, 0);
+    while at < bytes.len() {
+        let starts = bytes[at].is_ascii_digit() && (at == 0 || !is_word(bytes[at - 1]));
+        if !starts {
+            at += 1;
+            continue;
+        }
+        let end = at + bytes[at..].iter().take_while(|b| is_word(**b)).count();
+        out.push_str(&text[copied..at]);
+        out.push('…');
+        (copied, at) = (end, end);
+    }
+    out.push_str(&text[copied..]);
+    out
 }
 
 /// Where the first string literal in `text` may open: a quote, or a `$` that starts a
@@ -202,6 +225,8 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool, usi
     // a variable: a `DO` block's `p := '…'`).
     // `(open, end, whether its body names a password)`.
     let mut literals: Vec<(usize, usize, bool)> = Vec::new();
+    // The numbers: a password may be one (`SELECT 987654 AS password`), masked as literals are.
+    let mut numbers: Vec<(usize, usize)> = Vec::new();
     // The masked text of dollar-quoted bodies that name a password themselves (a `DO` block's),
     // kept where their literal is not masked whole.
     let mut bodies: Vec<(usize, usize, String)> = Vec::new();
@@ -266,7 +291,12 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool, usi
                     .iter()
                     .take_while(|b| is_word(**b) && **b != b'$')
                     .count();
-                at + len
+                // `$1` is a bind parameter, not a number.
+                if at == 0 || bytes[at - 1] != b'$' {
+                    numbers.push((at, at + len));
+                }
+                at += len;
+                continue;
             }
             b if is_word(b) && b != b'$' => {
                 let len = bytes[at..].iter().take_while(|b| is_word(**b)).count();
@@ -277,22 +307,32 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool, usi
                 continue;
             }
         };
-        let name = statement[at..name_end].trim_end_matches('"');
+        // A quoted name's text: without its quotes, `""` read as one quote.
+        let raw = &statement[at..name_end];
+        let name = match raw.strip_prefix('"') {
+            Some(quoted) => quoted
+                .strip_suffix('"')
+                .unwrap_or(quoted)
+                .replace("\"\"", "\""),
+            None => raw.to_string(),
+        };
         // `U&"p\0061ssword"` is a name like any other, spelled with escapes.
         let unicode = bytes[at] == b'"' && escapes::unicode_prefixed(bytes, at);
         if unicode && escapes::uescape_follows(statement, name_end) {
             return None;
         }
         let name = if unicode {
-            escapes::unicode(name)
+            escapes::unicode(&name)
         } else {
-            name.to_string()
+            name
         };
         at = name_end;
         if !names_password(&name.to_ascii_lowercase()) {
             continue;
         }
         named = true;
+        // The `password`s this name accounts for, as written (`U&"p\0061ssword"` none).
+        let spelled = raw.to_ascii_lowercase().matches("password").count();
         let mut value = skip_blank(statement, name_end);
         // `password = '…'`, and a named argument (`password => '…'`, `password := '…'`).
         let op = ["=>", ":=", "="]
@@ -310,11 +350,11 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool, usi
             Some((quote, end)) if ambiguous(statement, value, quote, end) => return None,
             Some((quote, end)) => {
                 edits.push((quote, end, "'…'".to_string()));
-                values += 1;
+                values += spelled;
                 at = end;
             }
             None if no_value_follows(&statement[value..], op.is_some(), depth > 0) => {
-                values += 1;
+                values += spelled;
             }
             // A call, a cast, a typed literal, `TO`, a comparison or a list the value may
             // follow: not read here.
@@ -327,9 +367,20 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool, usi
     // password.
     if depth > 0 {
         let lower = statement.to_ascii_lowercase();
-        if lower.matches("password").count() > values || uri_password(&lower).is_some() {
+        // A JSON `\u0061` (`json_populate_record`'s keys) spells what this reading cannot see.
+        if lower.matches("password").count() > values
+            || uri_password(&lower).is_some()
+            || lower.contains("\\u")
+        {
             return None;
         }
+    }
+    if named || cut || inside {
+        edits.extend(
+            numbers
+                .into_iter()
+                .map(|(start, end)| (start, end, "…".to_string())),
+        );
     }
     if named || cut {
         edits.extend(
@@ -374,7 +425,34 @@ fn names_password(name: &str) -> bool {
 /// string's `password=`, a statement given to `EXECUTE`) or is a URL with one
 /// (`postgresql://user:secret@host/db`).
 fn holds_password(text: &str) -> bool {
-    text.contains("password") || uri_password(text).is_some()
+    text.contains("password")
+        || uri_password(text).is_some()
+        // SQL run by `EXECUTE`, a JSON document or a libpq value may spell one with escapes of
+        // their own (`U&"p\0061ssword"`, `\u0061`, `pass\word`), and a URL with `%77`.
+        || text.contains('\\')
+        || text.contains("u&")
+        || percent_decoded(text).contains("password")
+}
+
+/// `text` with its `%XX` escapes decoded (as a URL's query is), lossily.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let hex = |b: Option<&u8>| b.and_then(|b| (*b as char).to_digit(16));
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b.to_ascii_lowercase());
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).to_ascii_lowercase()
 }
 
 /// Where the first URL is whose user information has a password (`scheme://user:pw@`): its
@@ -382,7 +460,8 @@ fn holds_password(text: &str) -> bool {
 fn uri_password(text: &str) -> Option<usize> {
     text.match_indices("://").map(|(at, _)| at).find(|&at| {
         let rest = &text[at + 3..];
-        let authority = &rest[..rest.find(['/', '?', '#', ' ', '\'']).unwrap_or(rest.len())];
+        // libpq reads the user information up to the last `@` before the first `/`.
+        let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
         authority
             .rfind('@')
             .is_some_and(|userinfo| authority[..userinfo].contains(':'))
