@@ -628,7 +628,11 @@ async fn revoking_a_key_ends_its_open_sessions() {
         .await
         .expect("the revoked key's session still runs")
         .unwrap();
-    assert!(ended.is_err(), "the statement finished: {ended:?}");
+    // The client is told why, in a FATAL it reads as PostgreSQL's own, not a cut connection.
+    let error = ended.expect_err("the statement finished");
+    let fatal = error.as_db_error().unwrap_or_else(|| panic!("{error}"));
+    assert_eq!(fatal.code().code(), "28000", "{fatal}");
+    assert!(fatal.message().contains("API key was revoked"), "{fatal}");
     // Not running on, on the server, either.
     wait_for_sleeps(&cluster, "0").await;
     // Only that key's sessions: the other goes on.
@@ -640,6 +644,30 @@ async fn revoking_a_key_ends_its_open_sessions() {
         "{}",
         rig.cloud.log_text()
     );
+}
+
+/// A cloud shutting down tells psql why it ends the session, as PostgreSQL does when it
+/// stops (FATAL 57P01), rather than cutting the connection mid-statement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cloud_shutting_down_tells_psql_why() {
+    let cluster = PgCluster::start(false);
+    let mut rig = DbRig::start(&format!("databases:\n{}", entry(&cluster, "orders", ""))).await;
+    let psql = rig
+        .psql_cmd(&rig.conninfo("orders"), &["-c", "SELECT pg_sleep(30)"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_sleeps(&cluster, "1").await;
+    rig.cloud.signal("TERM");
+    let out = psql.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("FATAL:  terminating connection: the service is shutting down"),
+        "{err}"
+    );
+    assert_eq!(rig.cloud.wait(), Some(0));
 }
 
 /// Waits (up to 20 s) until `count` `pg_sleep` statements run on the cluster.
@@ -896,46 +924,81 @@ async fn db_proxy_serves_local_clients_without_a_password_over_https() {
     );
     assert!(asked.elapsed() < Duration::from_secs(5));
 
-    // A wrong key: the local client reads why.
-    let wrong = DbProxy::start(&rig, "sigapi_nope.nope").await;
-    let err = stderr(
-        &wrong.psql("SELECT 1"),
-        "psql through db-proxy with a wrong key",
-    );
+    // A key revoked once db-proxy runs: the local client reads why (within the second the
+    // revocation takes to reach the cloud's key cache).
+    let key = rig
+        .cloud
+        .admin(&["api-key", "create", "--org", "acme", "--name", "proxy"]);
+    let revoked = DbProxy::start(&rig, &key).await;
+    let id = key.rsplit_once('_').unwrap().0.to_string();
+    rig.cloud
+        .admin(&["api-key", "revoke", "--org", "acme", &id]);
+    let start = Instant::now();
+    let err = loop {
+        let out = revoked.psql("SELECT 1");
+        if !out.status.success() {
+            break String::from_utf8_lossy(&out.stderr).into_owned();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the revoked key still works"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert!(err.contains("refused CLOUD_API_KEY"), "{err}");
 
     // A database the bridge does not declare: the client reads why, and so does the proxy's log.
     let missing = DbProxy::start_for(&rig, &rig.tenant.api_key, "nosuch").await;
+    let warned = missing.log_line("declares no such entry").await;
+    assert!(warned.contains("nosuch"), "{warned}");
     let err = stderr(&missing.psql("SELECT 1"), "psql through db-proxy to nosuch");
     assert!(err.contains("nosuch"), "{err}");
     let line = missing.log_line("session not opened").await;
     assert!(line.contains("nosuch") && line.contains("3D000"), "{line}");
 
-    // Refused at start: a non-loopback address, and no key in the environment.
+    // Refused at start: a non-loopback address, no key in the environment, a key the cloud
+    // refuses, and a cloud whose certificate the CA given (here none: the public roots) does
+    // not vouch for.
+    let cloud_url = format!("https://localhost:{}", rig.cloud.tls_port());
+    let ca = rig.cloud.ca_path().display().to_string();
     for (args, env_key, want) in [
         (
-            vec!["--listen", "0.0.0.0:0"],
+            vec!["--listen", "0.0.0.0:0", "--api-url", "https://localhost:1"],
             Some("k"),
             "not a loopback address",
         ),
         (
-            vec!["--listen", "127.0.0.1:0"],
+            vec![
+                "--listen",
+                "127.0.0.1:0",
+                "--api-url",
+                "https://localhost:1",
+            ],
             None,
             "CLOUD_API_KEY is not set",
         ),
+        (
+            vec![
+                "--listen",
+                "127.0.0.1:0",
+                "--api-url",
+                &cloud_url,
+                "--ca-file",
+                &ca,
+            ],
+            Some("sigapi_nope.nope"),
+            "refused CLOUD_API_KEY",
+        ),
+        (
+            vec!["--listen", "127.0.0.1:0", "--api-url", &cloud_url],
+            Some(rig.tenant.api_key.as_str()),
+            "TLS to the cloud failed",
+        ),
     ] {
         let mut cmd = Command::new(testkit::cloud_bin());
-        cmd.args([
-            "db-proxy",
-            "--api-url",
-            "https://localhost:1",
-            "--bridge",
-            "dc1",
-            "--database",
-            "orders",
-        ])
-        .args(&args)
-        .env_remove("CLOUD_API_KEY");
+        cmd.args(["db-proxy", "--bridge", "dc1", "--database", "orders"])
+            .args(&args)
+            .env_remove("CLOUD_API_KEY");
         if let Some(k) = env_key {
             cmd.env("CLOUD_API_KEY", k);
         }

@@ -20,6 +20,7 @@
 mod cancel;
 pub mod proxy;
 mod session;
+mod splice;
 pub(crate) mod upgrade;
 
 use std::collections::HashMap;

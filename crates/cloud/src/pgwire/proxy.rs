@@ -58,6 +58,10 @@ pub enum ProxyError {
     /// `--ca-file` cannot be read.
     #[error("--ca-file {0}: {1}")]
     Ca(PathBuf, String),
+    /// The cloud refused the key, or its certificate is not vouched for: sessions could not
+    /// open, so db-proxy does not start.
+    #[error("{0}")]
+    Preflight(String),
     /// `--api-url` has no host, an unknown scheme, or `http://` to another machine.
     #[error(
         "--api-url {0}: expected https://HOST[:PORT] (http:// only to localhost or a loopback address: the API key would cross the network in clear)"
@@ -85,6 +89,8 @@ pub async fn run(opts: ProxyOptions, shutdown: CancellationToken) -> Result<(), 
         .await
         .map_err(|e| ProxyError::Listen(opts.listen, e))?;
     let addr = listener.local_addr().unwrap_or(opts.listen);
+    // Clients that connect meanwhile wait in the listen queue.
+    preflight(&dialer, &opts).await?;
     tracing::info!(addr = %addr, bridge = %opts.bridge, database = %opts.database, "db-proxy listening");
     let sessions = TaskTracker::new();
     loop {
@@ -156,7 +162,7 @@ fn dialer(opts: &ProxyOptions) -> Result<Dialer, ProxyError> {
         _ => return Err(ProxyError::Url(url.to_string())),
     };
     let base = url.path().trim_end_matches('/');
-    Ok(Dialer {
+    let dialer = Dialer {
         host,
         port,
         tls,
@@ -165,7 +171,14 @@ fn dialer(opts: &ProxyOptions) -> Result<Dialer, ProxyError> {
             opts.bridge, opts.database
         ),
         authorization: format!("Bearer {}", opts.api_key),
-    })
+    };
+    dialer.request(&dialer.path, true).map_err(|e| {
+        ProxyError::Preflight(format!(
+            "cannot form the request to the cloud from --bridge {:?}, --database {:?} and CLOUD_API_KEY ({e}): names and the key are printable ASCII without spaces",
+            opts.bridge, opts.database
+        ))
+    })?;
+    Ok(dialer)
 }
 
 fn is_loopback_host(host: &str) -> bool {
@@ -173,6 +186,88 @@ fn is_loopback_host(host: &str) -> bool {
         || host
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// How long the check at start may take before db-proxy listens anyway.
+const PREFLIGHT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Asks the cloud, at start, what a session would: whether it vouches for the cloud's
+/// certificate and accepts the key (else db-proxy exits, as for any bad flag), and whether the
+/// bridge is connected and declares the database (a warning: it may connect later). A cloud
+/// that cannot be reached is a warning too: it may be starting.
+async fn preflight(dialer: &Dialer, opts: &ProxyOptions) -> Result<(), ProxyError> {
+    let base = opts.api_url.path().trim_end_matches('/');
+    let request = dialer
+        .request(&format!("{base}/v1/bridges"), false)
+        .map_err(|e| ProxyError::Preflight(format!("cannot form a request to the cloud: {e}")))?;
+    let answered = tokio::time::timeout(PREFLIGHT_TIMEOUT, dialer.exchange(request)).await;
+    let response = match answered {
+        Err(_) => {
+            tracing::warn!(api_url = %opts.api_url, "the cloud did not answer within 5 s; listening anyway, sessions fail until it does");
+            return Ok(());
+        }
+        Ok(Err(Unreached::Tls(why))) => {
+            return Err(ProxyError::Preflight(format!(
+                "--api-url {}: TLS to the cloud failed: {why}; give --ca-file the CA that signs the cloud's certificate (data/ca.pem for its self-signed one)",
+                opts.api_url
+            )));
+        }
+        Ok(Err(Unreached::Other(why))) => {
+            tracing::warn!(api_url = %opts.api_url, cause = %why, "cannot reach the cloud; listening anyway, sessions fail until it can be reached");
+            return Ok(());
+        }
+        Ok(Ok(response)) => response,
+    };
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    match status {
+        200 => {}
+        401 => {
+            return Err(ProxyError::Preflight(format!(
+                "the cloud at {} refused CLOUD_API_KEY: {}; give an API key of the org that owns bridge {:?} (`cloud api-key create --org ORG`)",
+                opts.api_url,
+                crate::problem::detail_of(&body),
+                opts.bridge
+            )));
+        }
+        _ => {
+            tracing::warn!(api_url = %opts.api_url, status, detail = %crate::problem::detail_of(&body), "the cloud's check at start failed; listening anyway");
+            return Ok(());
+        }
+    }
+    let listed: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let bridge = listed["bridges"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|b| b["name"] == opts.bridge.as_str());
+    let Some(bridge) = bridge else {
+        tracing::warn!(bridge = %opts.bridge, "the org has no bridge of this name connected to the cloud right now (not created, not running, or reconnecting); sessions fail until it connects");
+        return Ok(());
+    };
+    let declares = bridge["instances"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|i| i["resources"].as_array().into_iter().flatten())
+        .any(|r| r["kind"] == "database" && r["name"] == opts.database.as_str());
+    if !declares {
+        tracing::warn!(bridge = %opts.bridge, database = %opts.database, "the bridge is connected but declares no such entry in its `databases` list; sessions fail until it does");
+    }
+    Ok(())
+}
+
+/// Why the cloud could not be asked.
+enum Unreached {
+    /// The TLS handshake failed (most often: `--ca-file` is not the cloud's CA).
+    Tls(String),
+    /// DNS, TCP or HTTP failed.
+    Other(String),
 }
 
 /// One local client: declines TLS and GSS encryption (the port is loopback), then relays its
@@ -298,30 +393,11 @@ impl Dialer {
                 format!("cannot reach the cloud at {}:{}: {e}", self.host, self.port),
             )
         };
-        let tcp = TcpStream::connect((self.host.as_str(), self.port))
-            .await
-            .map_err(|e| unreachable(e.to_string()))?;
-        let _ = tcp.set_nodelay(true);
-        let request = hyper::Request::get(&self.path)
-            .header(hyper::header::HOST, &self.host)
-            .header(hyper::header::AUTHORIZATION, &self.authorization)
-            .header(hyper::header::CONNECTION, "upgrade")
-            .header(hyper::header::UPGRADE, UPGRADE)
-            .body(Empty::<bytes::Bytes>::new())
-            .map_err(|e| unreachable(e.to_string()))?;
-        let response = match &self.tls {
-            Some(tls) => {
-                let name = rustls::pki_types::ServerName::try_from(self.host.clone())
-                    .map_err(|e| unreachable(e.to_string()))?;
-                let stream = tls
-                    .connect(name, tcp)
-                    .await
-                    .map_err(|e| unreachable(format!("TLS: {e} (is --ca-file the cloud's CA?)")))?;
-                send(TokioIo::new(stream), request).await
-            }
-            None => send(TokioIo::new(tcp), request).await,
-        }
-        .map_err(unreachable)?;
+        let request = self.request(&self.path, true).map_err(unreachable)?;
+        let response = self.exchange(request).await.map_err(|e| match e {
+            Unreached::Tls(e) => unreachable(format!("TLS: {e} (is --ca-file the cloud's CA?)")),
+            Unreached::Other(e) => unreachable(e),
+        })?;
         let status = response.status().as_u16();
         if status == 101 {
             return hyper::upgrade::on(response)
@@ -344,6 +420,47 @@ impl Dialer {
             404 => ("3D000", detail),
             _ => ("08001", format!("the cloud answered {status}: {detail}")),
         })
+    }
+
+    /// `GET path` with the API key; with `upgrade`, asking for the PostgreSQL upgrade.
+    fn request(
+        &self,
+        path: &str,
+        upgrade: bool,
+    ) -> Result<hyper::Request<Empty<bytes::Bytes>>, String> {
+        let mut request = hyper::Request::get(path)
+            .header(hyper::header::HOST, &self.host)
+            .header(hyper::header::AUTHORIZATION, &self.authorization);
+        if upgrade {
+            request = request
+                .header(hyper::header::CONNECTION, "upgrade")
+                .header(hyper::header::UPGRADE, UPGRADE);
+        }
+        request.body(Empty::new()).map_err(|e| e.to_string())
+    }
+
+    /// Sends `request` to the cloud on a new connection.
+    async fn exchange(
+        &self,
+        request: hyper::Request<Empty<bytes::Bytes>>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, Unreached> {
+        let tcp = TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .map_err(|e| Unreached::Other(e.to_string()))?;
+        let _ = tcp.set_nodelay(true);
+        match &self.tls {
+            Some(tls) => {
+                let name = rustls::pki_types::ServerName::try_from(self.host.clone())
+                    .map_err(|e| Unreached::Other(e.to_string()))?;
+                let stream = tls
+                    .connect(name, tcp)
+                    .await
+                    .map_err(|e| Unreached::Tls(e.to_string()))?;
+                send(TokioIo::new(stream), request).await
+            }
+            None => send(TokioIo::new(tcp), request).await,
+        }
+        .map_err(Unreached::Other)
     }
 }
 

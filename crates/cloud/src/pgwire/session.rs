@@ -10,6 +10,7 @@ use tunnel::postgres::{
     FirstPacket, Param, error_response, param, passed_on, read_first_packet, startup_message,
 };
 
+use super::splice::{Ending, Spliced, splice};
 use super::{PgState, STARTUP_TIMEOUT};
 use crate::auth::Principal;
 use crate::problem::Problem;
@@ -168,30 +169,32 @@ where
     };
     tracing::info!(peer = %peer, bridge = %bridge, database = %database, principal = %principal.key_id, instance = %stream.instance, "database session opened");
     // A revoked key ends its sessions too, not only new ones (as a revoked token its tunnels).
-    let revoked = async {
-        loop {
-            tokio::time::sleep(KEY_RECHECK).await;
-            if !front
-                .relay
-                .keys
-                .is_live(&front.relay.store, principal)
-                .await
-            {
-                return;
-            }
+    let ended = async {
+        tokio::select! {
+            () = front.stop.cancelled() => Ending {
+                code: "57P01",
+                message: "terminating connection: the service is shutting down; connect again shortly".into(),
+                cancel_statement: false,
+            },
+            () = async {
+                loop {
+                    tokio::time::sleep(KEY_RECHECK).await;
+                    if !front.relay.keys.is_live(&front.relay.store, principal).await {
+                        return;
+                    }
+                }
+            } => Ending {
+                code: "28000",
+                message: "terminating connection: its API key was revoked; connect again with a live API key of the org".into(),
+                cancel_statement: true,
+            },
         }
     };
-    let mut was_revoked = false;
-    let result = tokio::select! {
-        result = tokio::io::copy_bidirectional(client, &mut stream.io) => result,
-        () = front.stop.cancelled() => Err(std::io::Error::other("the service is shutting down")),
-        () = revoked => {
-            was_revoked = true;
-            Err(std::io::Error::other("its API key was revoked"))
-        }
-    };
-    // The server would run the statement in progress to its end: cancel it first.
-    if let (true, Some(registered)) = (was_revoked, &registered) {
+    let spliced = splice(client, &mut stream.io, ended).await;
+    // The server would run the statement in progress to its end: cancel it.
+    if let (Spliced::Ended { ending, .. }, Some(registered)) = (&spliced, &registered)
+        && ending.cancel_statement
+    {
         let (process_id, secret_key) = registered.key();
         front
             .cancels
@@ -199,11 +202,14 @@ where
             .await;
     }
     drop(registered);
-    match result {
-        Ok((up, down)) => {
+    match spliced {
+        Spliced::Closed { up, down } => {
             tracing::info!(peer = %peer, bridge = %bridge, database = %database, bytes_in = up, bytes_out = down, "database session closed")
         }
-        Err(e) => {
+        Spliced::Ended { ending, told } => {
+            tracing::info!(peer = %peer, bridge = %bridge, database = %database, cause = %ending.message, told_client = told, "database session ended by the cloud")
+        }
+        Spliced::Failed(e) => {
             tracing::info!(peer = %peer, bridge = %bridge, database = %database, cause = %e, "database session ended with an error")
         }
     }
