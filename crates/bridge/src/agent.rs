@@ -203,7 +203,7 @@ impl Agent {
                     "the cloud did not answer the tunnel upgrade within {EXCHANGE_TIMEOUT:?}"
                 ))
             })?
-            .map_err(|e| AgentError::Http(format!("tunnel upgrade request: {e}")))?;
+            .map_err(|e| upgrade_failed(&e))?;
         let status = response.status();
         if status != http::StatusCode::SWITCHING_PROTOCOLS {
             let reason = response
@@ -327,4 +327,39 @@ impl Agent {
 /// dead one.
 fn tunnel_streams(max_connections: u32) -> u32 {
     max_connections.saturating_mul(4).saturating_add(1)
+}
+
+/// Why the upgrade request failed. A TLS 1.3 server checks the client's certificate after the
+/// client has finished its side of the handshake, so a cloud that refuses the certificate says
+/// so in an alert that ends the first read: this request's answer.
+fn upgrade_failed(error: &hyper::Error) -> AgentError {
+    use rustls::AlertDescription as A;
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = next {
+        // An `io::Error`'s `source` skips the error it wraps: look at that one too.
+        let tls = e.downcast_ref::<rustls::Error>().or_else(|| {
+            e.downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        if let Some(rustls::Error::AlertReceived(
+            alert @ (A::BadCertificate
+            | A::UnsupportedCertificate
+            | A::CertificateRevoked
+            | A::CertificateExpired
+            | A::CertificateUnknown
+            | A::UnknownCA
+            | A::DecryptError
+            | A::AccessDenied
+            | A::CertificateRequired),
+        )) = tls
+        {
+            return AgentError::CertificateRefused(format!("{alert:?}"));
+        }
+        next = e.source();
+    }
+    AgentError::Http(format!(
+        "tunnel upgrade request: {}",
+        crate::forward::causes(error)
+    ))
 }

@@ -41,6 +41,12 @@ pub enum AgentError {
     /// The HTTP exchange failed.
     #[error("HTTP: {0}")]
     Http(String),
+    /// The cloud ended the TLS connection with an alert about the bridge's client certificate
+    /// (its CA was rotated, or the certificate is not one it signed).
+    #[error(
+        "the cloud refused the bridge's client certificate (TLS alert {0}): an enrolled one is dropped and enrolled again; one from tls_cert_file must be signed by the cloud's CA"
+    )]
+    CertificateRefused(String),
 }
 
 /// Trust anchors from the configuration.
@@ -74,6 +80,9 @@ struct Cert {
     renew_at: SystemTime,
     /// Read from `state_dir` and not yet accepted by the cloud on this run.
     unproven: bool,
+    /// Enrolled (now or on an earlier run), not the operator's `tls_cert_file`: it may be
+    /// dropped and enrolled again.
+    enrolled: bool,
 }
 
 /// Holds the current client certificate and makes TLS configs with it.
@@ -105,6 +114,7 @@ fn saved_cert(dir: &std::path::Path) -> Option<Cert> {
         key: saved.key,
         renew_at,
         unproven: true,
+        enrolled: true,
     })
 }
 
@@ -126,6 +136,7 @@ impl Identity {
                     key,
                     renew_at: SystemTime::now() + Duration::from_secs(100 * 365 * 24 * 3600),
                     unproven: false,
+                    enrolled: false,
                 })
             }
             _ => cfg.state_dir.as_deref().and_then(saved_cert),
@@ -179,10 +190,22 @@ impl Identity {
 
     /// A tunnel attempt failed with `error`. When the cloud was reached and still no tunnel
     /// opened, a certificate saved in `state_dir` that it has not accepted yet is dropped (it
-    /// may come from another cloud or CA), so the next attempt enrolls. A cloud that cannot be
+    /// may come from another cloud or CA), so the next attempt enrolls; so is any enrolled
+    /// certificate the cloud refused in TLS (its CA was rotated since). A cloud that cannot be
     /// reached (DNS, TCP, proxy, time-out) says nothing about the certificate: it is kept.
-    /// Enrolled and operator certificates are always kept.
+    /// The operator's `tls_cert_file` is always kept.
     pub fn attempt_failed(&self, error: &AgentError) {
+        if let AgentError::CertificateRefused(alert) = error {
+            let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+            if current.as_ref().is_some_and(|c| c.enrolled) {
+                *current = None;
+                if let Some(dir) = &self.cfg.state_dir {
+                    crate::state::forget(dir);
+                }
+                tracing::info!(alert = %alert, "the cloud refused the enrolled client certificate (was its CA rotated?); enrolling again");
+            }
+            return;
+        }
         let unreached = matches!(
             error,
             AgentError::Dial(
@@ -248,6 +271,7 @@ impl Identity {
             key,
             renew_at,
             unproven: false,
+            enrolled: true,
         })
     }
 

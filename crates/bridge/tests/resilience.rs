@@ -40,6 +40,44 @@ async fn bridge_reconnects_by_itself_when_the_cloud_restarts() {
     );
 }
 
+/// The cloud's CA rotated as docs/operations.md says (stop, delete the `ca` row and the CA
+/// files, start): the connected bridge's enrolled certificate is refused in TLS, and the
+/// bridge drops it and enrolls again with its token, by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bridge_enrolls_again_once_the_cloud_s_ca_is_rotated() {
+    let mut rig = Rig::start("").await;
+    assert_eq!(rig.get("/before").await.status(), 200);
+    rig.cloud.signal("TERM");
+    assert_eq!(rig.cloud.wait(), Some(0));
+    rig.bridge
+        .wait_status("reconnecting", Duration::from_secs(10))
+        .await;
+    let dir = rig.cloud.data_dir.path().to_path_buf();
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('DELETE FROM ca'); c.commit()"])
+        .arg(dir.join("signals.db"))
+        .output()
+        .expect("python3 sqlite3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_file(dir.join("ca.pem")).unwrap();
+    std::fs::remove_file(dir.join("ca-key.pem")).unwrap();
+    rig.cloud.launch();
+    rig.bridge
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    assert_eq!(rig.get("/after").await.status(), 200);
+    let log = rig.bridge.log_text();
+    assert!(
+        log.contains("DecryptError") || log.contains("alert"),
+        "{log}"
+    );
+    assert!(log.contains("enrolling again"), "{log}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silently_dead_connection_is_detected_by_heartbeats() {
     let cloud = Cloud::start(Backend::Sqlite);
