@@ -238,6 +238,12 @@ pub async fn revoke_key(
                 format!("(that is an API key, {public}, with its secret)")
             }
             Some((Kind::BridgeToken, _)) => "(that is a bridge token, with its secret: bridge tokens are revoked by bridge name, `cloud bridge-token revoke --org ORG --name BRIDGE`)".to_string(),
+            None if kind == Credential::ApiKey
+                && id.starts_with(crate::secrets::SIGNAL_KEY_PREFIX) =>
+            {
+                "(that is a signal key: revoke it with `cloud signal-key revoke --org ORG KEY`)"
+                    .to_string()
+            }
             None => format!("{id:?}"),
         };
         return Err(AdminError::Usage(format!(

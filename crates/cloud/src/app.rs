@@ -289,6 +289,12 @@ async fn not_found(request: Request) -> Response {
     if page_wanted {
         return crate::dashboard::not_found(path);
     }
+    if matches!(path, "/v1/signals" | "/v1/signals/") {
+        return Problem::not_found(
+            "the URL has no signal key: events go to POST /v1/signals/{signal_key} (was the shell variable holding the key empty? `cloud signal-key create --org ORG` makes one)",
+        )
+        .into_response();
+    }
     Problem::not_found(format!(
         "no route {} {}; see the API reference in docs/api.md",
         request.method(),

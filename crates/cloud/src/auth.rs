@@ -122,6 +122,12 @@ fn presented_key(headers: &HeaderMap) -> Result<Cow<'_, str>, Problem> {
         .map_err(|_| Problem::unauthorized("the Authorization header is not valid text"))?;
     let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
     if scheme.eq_ignore_ascii_case("bearer") {
+        if rest.trim().is_empty() {
+            // What `-H "Authorization: Bearer $KEY"` sends when the variable is unset.
+            return Err(Problem::unauthorized(
+                "the Authorization header says Bearer but carries no key (was the shell variable holding it empty?); send Authorization: Bearer <API key>",
+            ));
+        }
         return Ok(Cow::Borrowed(rest.trim()));
     }
     if scheme.eq_ignore_ascii_case("basic") {

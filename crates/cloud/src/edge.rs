@@ -1,5 +1,7 @@
-//! The layer around every route: another site's requests are refused (crate::cross_site), and
-//! each answered request's latency is recorded by route (`http_request_duration_seconds`).
+//! The layer around every route: an HTTP/1.1 request without exactly one `Host` is refused
+//! (400, as RFC 9112 §3.2 asks of every server), another site's requests are refused
+//! (crate::cross_site), and each answered request's latency is recorded by route
+//! (`http_request_duration_seconds`).
 //!
 //! A plain tower service rather than two `axum::middleware::from_fn` layers: each of those
 //! boxes a future and a service per request, which cost the forwarding routes about a tenth of
@@ -12,7 +14,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use tower::{Layer, Service};
 
 use crate::metrics::Metrics;
@@ -67,7 +69,8 @@ where
             .extensions()
             .get::<MatchedPath>()
             .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
-        let answer = match crate::cross_site::refusal(&request) {
+        let refusal = host_refusal(&request).or_else(|| crate::cross_site::refusal(&request));
+        let answer = match refusal {
             Some(refused) => Answer::Refused {
                 response: Some(refused),
             },
@@ -83,6 +86,25 @@ where
             metrics: self.metrics.clone(),
         }
     }
+}
+
+/// The 400 for an HTTP/1.1 request with no `Host` or more than one: which site it is meant
+/// for is unknown (HTTP/1.0 may omit it; HTTP/2 names it in `:authority`).
+fn host_refusal(request: &Request) -> Option<Response> {
+    if request.version() != axum::http::Version::HTTP_11 {
+        return None;
+    }
+    let hosts = request
+        .headers()
+        .get_all(axum::http::header::HOST)
+        .iter()
+        .count();
+    (hosts != 1).then(|| {
+        crate::problem::Problem::bad_request(format!(
+            "an HTTP/1.1 request must carry exactly one Host header (RFC 9112 §3.2); this one has {hosts}"
+        ))
+        .into_response()
+    })
 }
 
 /// The `method` label: the common methods by name, every other as `other` (label values that

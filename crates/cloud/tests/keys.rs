@@ -158,6 +158,31 @@ async fn a_credential_of_another_kind_is_named_not_echoed() {
         );
     }
 
+    // No signal key in the URL: a shell variable that was empty.
+    let res = cloud
+        .client()
+        .post(format!("{}/v1/signals/", cloud.http))
+        .bearer_auth(&t.api_key)
+        .json(&seed_event())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    let said = detail(res).await;
+    assert!(said.starts_with("the URL has no signal key"), "{said}");
+
+    // `Bearer` with nothing after it: a shell variable that was empty.
+    let res = cloud
+        .client()
+        .get(format!("{}/v1/events", cloud.http))
+        .header("authorization", "Bearer ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    let said = detail(res).await;
+    assert!(said.contains("says Bearer but carries no key"), "{said}");
+
     // The API key as a bridge token.
     let res = cloud
         .client()
@@ -180,6 +205,7 @@ async fn a_credential_of_another_kind_is_named_not_echoed() {
     for (command, whole, named) in [
         ("signal-key", &t.api_key, "an API key"),
         ("api-key", &token, "a bridge token"),
+        ("api-key", &t.signal_key, "a signal key"),
     ] {
         let out = cloud.admin_output(&[command, "revoke", "--org", "acme", whole]);
         assert_eq!(out.status.code(), Some(2));

@@ -122,6 +122,59 @@ async fn an_unknown_query_parameter_lists_the_known_ones_once() {
     }
 }
 
+/// The routes that change state refuse a query, as the `GET` routes do, so that a parameter
+/// meant for another route never passes silently; ingest alone ignores one (webhook senders
+/// add their own) and stores the event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_routes_refuse_a_query_and_ingest_ignores_one() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let t = cloud.tenant("acme");
+    let client = cloud.client();
+    let writes = [
+        client
+            .put(format!("{}/v1/services/api/dependencies?dry_run=1", cloud.http))
+            .json(&serde_json::json!({"dependencies": ["db"]})),
+        client
+            .put(format!("{}/v1/repository-sources?dry_run=1", cloud.http))
+            .json(&serde_json::json!({"repository": "acme/api", "bridge": "dc1", "source": "code", "path": "acme/api.git"})),
+        client
+            .post(format!("{}/v1/alerts/{}/cause?dry_run=1", cloud.http, uuid::Uuid::new_v4()))
+            .json(&serde_json::json!({"deploymentId": uuid::Uuid::new_v4().to_string()})),
+    ];
+    for request in writes {
+        let res = request.bearer_auth(&t.api_key).send().await.unwrap();
+        let url = res.url().path().to_string();
+        assert_eq!(res.status(), 400, "{url}");
+        let problem: serde_json::Value = res.json().await.unwrap();
+        assert_eq!(
+            problem["detail"],
+            format!("unknown query parameter \"dry_run\": {url} takes no query parameters")
+        );
+    }
+    // Nothing was changed by them.
+    let listed: serde_json::Value = client
+        .get(format!("{}/v1/services/api/dependencies", cloud.http))
+        .bearer_auth(&t.api_key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["dependencies"], serde_json::json!([]));
+    let res = client
+        .post(format!(
+            "{}/v1/signals/{}?source=grafana",
+            cloud.http, t.signal_key
+        ))
+        .bearer_auth(&t.api_key)
+        .json(&testkit::seed_event())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 202);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_path_segment_that_is_not_utf8_is_a_problem_naming_it() {
     let cloud = Cloud::start(Backend::Sqlite);

@@ -1,5 +1,5 @@
 //! The limits and header rules of docs/api.md, through the real binary: 431 for heads over
-//! 16 KiB, 422 for more than 500 events and for a malformed `Idempotency-Key`, Basic auth with
+//! 16 KiB, 400 for an HTTP/1.1 request without exactly one `Host`, 422 for more than 500 events and for a malformed `Idempotency-Key`, Basic auth with
 //! the API key as password, the 408 for a body that takes too long in all, and one org's share
 //! of the database route's sessions.
 
@@ -39,6 +39,34 @@ async fn a_request_head_over_16_kib_is_431() {
     // Just under the limit the head is read, and the request fails on its missing key.
     let answer = raw(&cloud, head(15 * 1024).as_bytes()).await;
     assert!(answer.starts_with("HTTP/1.1 401"), "{answer:.200}");
+}
+
+/// HTTP/1.1 names its site in exactly one `Host` (RFC 9112 §3.2): none or two is a 400 that
+/// says so; HTTP/1.0 may leave it out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_1_1_request_without_exactly_one_host_is_400() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    for (head, hosts) in [
+        ("GET /livez HTTP/1.1\r\nConnection: close\r\n\r\n", 0),
+        (
+            "GET /livez HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n",
+            2,
+        ),
+    ] {
+        let answer = raw(&cloud, head.as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        assert!(
+            answer.contains(&format!(
+                "exactly one Host header (RFC 9112 §3.2); this one has {hosts}"
+            )),
+            "{answer}"
+        );
+    }
+    let answer = raw(&cloud, b"GET /livez HTTP/1.0\r\n\r\n").await;
+    assert!(
+        answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"),
+        "{answer}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -51,9 +51,11 @@ pub async fn set_dependencies(
     State(state): State<CorrelationState>,
     headers: HeaderMap,
     PathParams(service): PathParams<String>,
+    uri: axum::http::Uri,
     body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
+    crate::query::no_query(&uri)?;
     const SHAPE: &str = r#"{"dependencies": ["service-name", …]}"#;
     service_name(&service)?;
     let body = json_body(body, SHAPE)?;

@@ -252,7 +252,14 @@ async fn load(
     let mut deployments: Vec<Deployment> = stored
         .into_iter()
         .filter_map(|e| {
-            let body: Value = serde_json::from_str(&e.body).ok()?;
+            // A damaged row must not take the org's figures down; the operator hears of it.
+            let body: Value = match serde_json::from_str(&e.body) {
+                Ok(body) => body,
+                Err(cause) => {
+                    tracing::error!(event = %e.id, cause = %cause, "a stored deployment's body does not parse; DORA figures leave it out");
+                    return None;
+                }
+            };
             let commit_at = listed.get(&e.id).copied().or_else(|| {
                 body.pointer("/metadata/commitTimestamp")
                     .and_then(Value::as_str)

@@ -286,9 +286,11 @@ pub async fn confirm_cause(
     peer: Option<Extension<PeerAddr>>,
     headers: HeaderMap,
     PathParams(id): PathParams<String>,
+    uri: axum::http::Uri,
     body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
+    crate::query::no_query(&uri)?;
     let deployment_id =
         deployment_id_of(&json_body(body, CAUSE_SHAPE)?).map_err(Problem::invalid)?;
     alert(&state, principal.org_id, &id).await?;

@@ -101,9 +101,11 @@ pub async fn set_source(
     State(state): State<CorrelationState>,
     peer: Option<Extension<PeerAddr>>,
     headers: HeaderMap,
+    uri: axum::http::Uri,
     body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
+    crate::query::no_query(&uri)?;
     let body = json_body(
         body,
         r#"{"repository": "acme/api", "bridge": "dc1", "source": "code", "path": "acme/api.git"}"#,
