@@ -197,11 +197,15 @@ impl Identity {
     pub fn attempt_failed(&self, error: &AgentError) {
         if let AgentError::CertificateRefused(alert) = error {
             let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-            if current.as_ref().is_some_and(|c| c.enrolled) {
-                *current = None;
-                if let Some(dir) = &self.cfg.state_dir {
-                    crate::state::forget(dir);
-                }
+            let Some(cert) = current.take_if(|c| c.enrolled) else {
+                return;
+            };
+            if let Some(dir) = &self.cfg.state_dir {
+                crate::state::forget(dir);
+            }
+            if cert.unproven {
+                tracing::info!(alert = %alert, "the certificate saved in state_dir did not open a tunnel; enrolling again");
+            } else {
                 tracing::info!(alert = %alert, "the cloud refused the enrolled client certificate (was its CA rotated?); enrolling again");
             }
             return;

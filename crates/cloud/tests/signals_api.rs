@@ -954,6 +954,17 @@ async fn values_that_could_not_be_read_back_are_refused(backend: Backend) {
         "{}",
         details[1]
     );
+    // Said where it is, however deep.
+    assert!(
+        details[2].starts_with("the value at /metadata/n cannot be stored: a number is beyond"),
+        "{}",
+        details[2]
+    );
+    assert!(
+        details[4].starts_with("the value at /1/extra/0 cannot be stored: a number is beyond"),
+        "{}",
+        details[4]
+    );
     // A NUL is said where it is: in a member's name (named), inside one, or in a string.
     assert!(
         details[5].starts_with("the value at /a\u{0} cannot be stored: its name holds"),

@@ -203,10 +203,11 @@ impl PgFront {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send,
     {
-        // At shutdown the session closes, wherever it is (logging in, or running).
+        // At shutdown a session still opening closes at once; a running one ends itself.
+        let spliced = std::sync::atomic::AtomicBool::new(false);
         tokio::select! {
-            () = session::run(&self.state, stream, peer) => {}
-            () = self.state.stop.cancelled() => {}
+            () = session::run(&self.state, stream, peer, &spliced) => {}
+            () = session::stopped_while_opening(&self.state.stop, &spliced) => {}
         }
     }
 }

@@ -90,7 +90,14 @@ pub async fn run(opts: ProxyOptions, shutdown: CancellationToken) -> Result<(), 
         .map_err(|e| ProxyError::Listen(opts.listen, e))?;
     let addr = listener.local_addr().unwrap_or(opts.listen);
     // Clients that connect meanwhile wait in the listen queue.
-    preflight(&dialer, &opts).await?;
+    tokio::select! {
+        checked = tokio::time::timeout(PREFLIGHT_TIMEOUT, preflight(&dialer, &opts)) => match checked {
+            Ok(checked) => checked?,
+            Err(_) => tracing::warn!(api_url = %opts.api_url, "the cloud did not answer the check at start within 5 s; listening anyway, sessions fail until it does"),
+        },
+        // The accept loop below sees the shutdown at once.
+        () = shutdown.cancelled() => {}
+    }
     tracing::info!(addr = %addr, bridge = %opts.bridge, database = %opts.database, "db-proxy listening");
     let sessions = TaskTracker::new();
     loop {
@@ -188,7 +195,7 @@ fn is_loopback_host(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// How long the check at start may take before db-proxy listens anyway.
+/// How long the check at start may take in all before db-proxy listens anyway.
 const PREFLIGHT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Asks the cloud, at start, what a session would: whether it vouches for the cloud's
@@ -200,27 +207,21 @@ async fn preflight(dialer: &Dialer, opts: &ProxyOptions) -> Result<(), ProxyErro
     let request = dialer
         .request(&format!("{base}/v1/bridges"), false)
         .map_err(|e| ProxyError::Preflight(format!("cannot form a request to the cloud: {e}")))?;
-    let answered = tokio::time::timeout(PREFLIGHT_TIMEOUT, dialer.exchange(request)).await;
-    let response = match answered {
-        Err(_) => {
-            tracing::warn!(api_url = %opts.api_url, "the cloud did not answer within 5 s; listening anyway, sessions fail until it does");
-            return Ok(());
-        }
-        Ok(Err(Unreached::Tls(why))) => {
+    let response = match dialer.exchange(request).await {
+        Err(Unreached::Tls(why)) => {
             return Err(ProxyError::Preflight(format!(
                 "--api-url {}: TLS to the cloud failed: {why}; give --ca-file the CA that signs the cloud's certificate (data/ca.pem for its self-signed one)",
                 opts.api_url
             )));
         }
-        Ok(Err(Unreached::Other(why))) => {
+        Err(Unreached::Other(why)) => {
             tracing::warn!(api_url = %opts.api_url, cause = %why, "cannot reach the cloud; listening anyway, sessions fail until it can be reached");
             return Ok(());
         }
-        Ok(Ok(response)) => response,
+        Ok(response) => response,
     };
     let status = response.status().as_u16();
-    let body = response
-        .into_body()
+    let body = http_body_util::Limited::new(response.into_body(), 4 << 20)
         .collect()
         .await
         .map(|b| b.to_bytes())
@@ -264,7 +265,8 @@ async fn preflight(dialer: &Dialer, opts: &ProxyOptions) -> Result<(), ProxyErro
 
 /// Why the cloud could not be asked.
 enum Unreached {
-    /// The TLS handshake failed (most often: `--ca-file` is not the cloud's CA).
+    /// The cloud's certificate is not vouched for (most often: `--ca-file` is not the
+    /// cloud's CA).
     Tls(String),
     /// DNS, TCP or HTTP failed.
     Other(String),
@@ -452,10 +454,17 @@ impl Dialer {
             Some(tls) => {
                 let name = rustls::pki_types::ServerName::try_from(self.host.clone())
                     .map_err(|e| Unreached::Other(e.to_string()))?;
-                let stream = tls
-                    .connect(name, tcp)
-                    .await
-                    .map_err(|e| Unreached::Tls(e.to_string()))?;
+                let stream = tls.connect(name, tcp).await.map_err(|e| {
+                    let certificate = e
+                        .get_ref()
+                        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+                        .is_some_and(|tls| matches!(tls, rustls::Error::InvalidCertificate(_)));
+                    if certificate {
+                        Unreached::Tls(e.to_string())
+                    } else {
+                        Unreached::Other(format!("TLS: {e}"))
+                    }
+                })?;
                 send(TokioIo::new(stream), request).await
             }
             None => send(TokioIo::new(tcp), request).await,

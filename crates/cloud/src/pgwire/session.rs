@@ -3,9 +3,11 @@
 //! the server's greeting (its backend key replaced by the cloud's own), then bytes both ways.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
 use tunnel::postgres::{
     FirstPacket, Param, error_response, param, passed_on, read_first_packet, startup_message,
 };
@@ -41,8 +43,18 @@ fn refusal(problem: &Problem, bridge: &str, database: &str) -> (&'static str, St
     (code, message)
 }
 
-/// Runs a session on the TLS port to its end.
-pub(super) async fn run<S>(front: &PgState, mut client: S, peer: SocketAddr)
+/// Resolves at shutdown while a session is still opening (`spliced` unset): the caller drops
+/// it then. Once spliced, never: from then on the session ends itself at shutdown, telling
+/// the client why.
+pub(super) async fn stopped_while_opening(stop: &CancellationToken, spliced: &AtomicBool) {
+    stop.cancelled().await;
+    if spliced.load(Ordering::Acquire) {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Runs a session on the TLS port to its end; sets `spliced` once its greeting is through.
+pub(super) async fn run<S>(front: &PgState, mut client: S, peer: SocketAddr, spliced: &AtomicBool)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
@@ -89,7 +101,7 @@ where
         database,
         peer,
     };
-    serve(front, client, &target, &params).await;
+    serve(front, client, &target, &params, spliced).await;
 }
 
 /// How often an open session's API key is checked again (a cached look: a revocation reaches
@@ -106,17 +118,27 @@ pub(super) struct Session {
 
 /// Opens the database stream for `target` and relays the session to its end, then closes
 /// the client's connection cleanly (TLS's close_notify included), so that a refusal reads as
-/// the error it sent, not as a connection cut.
-pub(super) async fn serve<S>(front: &PgState, mut client: S, target: &Session, params: &[Param])
-where
+/// the error it sent, not as a connection cut. Sets `spliced` once the greeting is through.
+pub(super) async fn serve<S>(
+    front: &PgState,
+    mut client: S,
+    target: &Session,
+    params: &[Param],
+    spliced: &AtomicBool,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    relay(front, &mut client, target, params).await;
+    relay(front, &mut client, target, params, spliced).await;
     let _ = client.shutdown().await;
 }
 
-async fn relay<S>(front: &PgState, client: &mut S, target: &Session, params: &[Param])
-where
+async fn relay<S>(
+    front: &PgState,
+    client: &mut S,
+    target: &Session,
+    params: &[Param],
+    spliced_flag: &AtomicBool,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
     let Session {
@@ -190,6 +212,7 @@ where
             },
         }
     };
+    spliced_flag.store(true, Ordering::Release);
     let spliced = splice(client, &mut stream.io, ended).await;
     // The server would run the statement in progress to its end: cancel it.
     if let (Spliced::Ended { ending, .. }, Some(registered)) = (&spliced, &registered)

@@ -2,10 +2,13 @@
 //! API key was revoked, or the service is shutting down): it stops reading both sides, passes
 //! on the rest of the server's message in progress, and adds a FATAL `ErrorResponse` saying
 //! why, which psql prints before it reports the closed connection, as it does when PostgreSQL
-//! itself ends a session. A message is never cut in two, so the FATAL is always read as one.
+//! itself ends a session. A message is never cut in two: when the rest of the one in progress
+//! does not come, or the client does not take it, within [`FINISH_MESSAGE`], the connection
+//! closes without the FATAL.
 
 use std::future::Future;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -34,7 +37,10 @@ pub(super) enum Spliced {
     Failed(io::Error),
 }
 
-/// Relays bytes both ways until a side closes or `ended` resolves.
+/// Relays bytes both ways until a side closes or `ended` resolves. A client that stops
+/// reading cannot hold a session the cloud ends: `ended` is watched while a write to the
+/// client waits too, and the ending (the rest of the message in progress, the FATAL) has
+/// [`FINISH_MESSAGE`] in all.
 pub(super) async fn splice<C, S>(
     client: &mut C,
     server: &mut S,
@@ -46,18 +52,28 @@ where
 {
     let (mut client_r, mut client_w) = tokio::io::split(client);
     let (mut server_r, mut server_w) = tokio::io::split(server);
+    let up_bytes = AtomicU64::new(0);
     let mut frames = Frames::default();
     let mut buf = vec![0u8; 16 * 1024];
     let mut ended = std::pin::pin!(ended);
-    let mut up_bytes = 0;
+    // The server's bytes read but not yet passed to the client when the cloud ended it.
+    let mut unsent = 0..0;
     let outcome = {
         let up = async {
-            let n = tokio::io::copy(&mut client_r, &mut server_w).await?;
-            server_w.shutdown().await?;
-            Ok::<u64, io::Error>(n)
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                let n = client_r.read(&mut buf).await?;
+                if n == 0 {
+                    server_w.shutdown().await?;
+                    return Ok::<(), io::Error>(());
+                }
+                server_w.write_all(&buf[..n]).await?;
+                server_w.flush().await?;
+                up_bytes.fetch_add(n as u64, Ordering::Relaxed);
+            }
         };
-        // Server to client: `ended` is only looked at between a read and the write of what
-        // it read, so `frames` always knows where the bytes the client got stand.
+        // Server to client. A write returns only what it took, and a pending one took
+        // nothing, so `frames` always knows where the bytes the client was given stand.
         let down = async {
             loop {
                 let n = tokio::select! {
@@ -68,8 +84,26 @@ where
                     client_w.shutdown().await?;
                     return Ok(None);
                 }
-                client_w.write_all(&buf[..n]).await?;
-                frames.take(&buf[..n], false);
+                let mut at = 0;
+                while at < n {
+                    let written = tokio::select! {
+                        written = client_w.write(&buf[at..n]) => written?,
+                        ending = &mut ended => {
+                            unsent = at..n;
+                            return Ok(Some(ending));
+                        }
+                    };
+                    if written == 0 {
+                        return Err(io::ErrorKind::WriteZero.into());
+                    }
+                    frames.take(&buf[at..at + written], false);
+                    at += written;
+                }
+                // TLS holds what it was given until flushed.
+                tokio::select! {
+                    flushed = client_w.flush() => flushed?,
+                    ending = &mut ended => return Ok(Some(ending)),
+                }
             }
         };
         let mut up = std::pin::pin!(up);
@@ -78,30 +112,30 @@ where
             done = &mut down => done,
             // The client closed: the server's last answers still go to it.
             sent = &mut up => match sent {
-                Ok(n) => {
-                    up_bytes = n;
-                    down.await
-                }
+                Ok(()) => down.await,
                 Err(e) => Err(e),
             },
         }
     };
     match outcome {
         Ok(None) => Spliced::Closed {
-            up: up_bytes,
+            up: up_bytes.load(Ordering::Relaxed),
             down: frames.passed,
         },
         Ok(Some(ending)) => {
-            let finished = tokio::time::timeout(
-                FINISH_MESSAGE,
-                finish_message(&mut frames, &mut server_r, &mut client_w, &mut buf),
-            )
-            .await;
-            let told = matches!(finished, Ok(Ok(())))
-                && client_w
+            let unsent = buf[unsent].to_vec();
+            let tell = async {
+                if !frames.at_boundary() {
+                    let upto = frames.take(&unsent, true);
+                    client_w.write_all(&unsent[..upto]).await?;
+                }
+                finish_message(&mut frames, &mut server_r, &mut client_w, &mut buf).await?;
+                client_w
                     .write_all(&error_response(ending.code, &ending.message))
-                    .await
-                    .is_ok();
+                    .await?;
+                client_w.flush().await
+            };
+            let told = matches!(tokio::time::timeout(FINISH_MESSAGE, tell).await, Ok(Ok(())));
             Spliced::Ended { ending, told }
         }
         Err(e) => Spliced::Failed(e),
@@ -150,7 +184,8 @@ impl Frames {
     }
 
     /// Takes the server's next `bytes`; with `stop`, only up to the end of the message in
-    /// progress. Returns how many were taken.
+    /// progress (called so inside a message: at a boundary it would take the next one whole).
+    /// Returns how many were taken.
     fn take(&mut self, bytes: &[u8], stop: bool) -> usize {
         let mut i = 0;
         while i < bytes.len() {

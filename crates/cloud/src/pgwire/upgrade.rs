@@ -82,9 +82,11 @@ pub(crate) async fn upgrade(
     let stop = state.stop.clone();
     sessions.spawn(async move {
         let _slot = slot;
+        // At shutdown a session still opening closes at once; a running one ends itself.
+        let spliced = std::sync::atomic::AtomicBool::new(false);
         tokio::select! {
-            () = upgraded(state, on_upgrade, principal, bridge, database, peer) => {}
-            () = stop.cancelled() => {}
+            () = upgraded(state, on_upgrade, principal, bridge, database, peer, &spliced) => {}
+            () = super::session::stopped_while_opening(&stop, &spliced) => {}
         }
     });
     let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
@@ -102,6 +104,7 @@ async fn upgraded(
     bridge: String,
     database: String,
     peer: std::net::SocketAddr,
+    spliced: &std::sync::atomic::AtomicBool,
 ) {
     let Ok(upgraded) = on_upgrade.await else {
         return;
@@ -115,7 +118,7 @@ async fn upgraded(
                 database,
                 peer,
             };
-            serve(&state, io, &target, &params).await;
+            serve(&state, io, &target, &params, spliced).await;
         }
         Ok(Ok(FirstPacket::Cancel(pid, key))) => {
             state

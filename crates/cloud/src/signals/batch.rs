@@ -149,10 +149,14 @@ fn strict_members<'a>(text: &'a str, pointer: &str) -> Result<Members<'a>, Batch
             });
         }
         raw::check(value).map_err(|e| {
-            let at = format!("{pointer}/{}", super::validate::pointer_token(&key.0));
+            let at = format!(
+                "{pointer}/{}{}",
+                super::validate::pointer_token(&key.0),
+                e.at
+            );
             BatchError::Unreadable {
                 pointer: at,
-                reason: unreadable(&e),
+                reason: unreadable(&e.error),
             }
         })?;
     }

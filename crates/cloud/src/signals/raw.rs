@@ -5,6 +5,7 @@
 //! ingestion spends and holds per event.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
@@ -126,28 +127,71 @@ pub fn members(text: &str) -> Result<Members<'_>, serde_json::Error> {
 /// deeper would make an event that is stored but cannot be read back, alone or in a page.
 pub const MAX_MEMBER_DEPTH: usize = 124;
 
+/// Why a value cannot be taken back, and where inside it ([`check`]).
+#[derive(Debug)]
+pub struct Unreadable {
+    /// A JSON pointer below the value checked (`/a/0` for its member `a`'s first element;
+    /// empty for the value itself).
+    pub at: String,
+    /// What serde_json refused.
+    pub error: serde_json::Error,
+}
+
 /// Checks what [`RawValue`] does not, being a syntax check only: numbers within the range of
 /// an `f64`, escapes that decode (no lone surrogate, no NUL), nesting within [`MAX_MEMBER_DEPTH`].
 /// Those are what `serde_json::Value` refuses when it reads the whole event, so an event that
 /// passes can always be read back. A string without escapes, a boolean or null needs no
 /// second look.
-pub fn check(raw: &RawValue) -> Result<(), serde_json::Error> {
+pub fn check(raw: &RawValue) -> Result<(), Unreadable> {
     match Kind::of(raw) {
         Kind::Null | Kind::Bool => Ok(()),
         Kind::String if !raw.get().contains('\\') => Ok(()),
         _ => {
+            let path = RefCell::new(Vec::new());
             let mut d = serde_json::Deserializer::from_str(raw.get());
-            de::DeserializeSeed::deserialize(Strict(0), &mut d)?;
-            d.end()
+            de::DeserializeSeed::deserialize(
+                Strict {
+                    depth: 0,
+                    path: &path,
+                },
+                &mut d,
+            )
+            .and_then(|()| d.end())
+            .map_err(|error| Unreadable {
+                at: pointer(&path.borrow()),
+                error,
+            })
         }
     }
 }
 
-/// Any JSON value at nesting `.0`, read with all of serde_json's checks and kept nowhere.
-#[derive(Clone, Copy)]
-struct Strict(usize);
+/// One step into a value: a member's name or an element's index.
+enum Segment<'de> {
+    Key(Cow<'de, str>),
+    Index(usize),
+}
 
-impl<'de> de::DeserializeSeed<'de> for Strict {
+/// The steps as a JSON pointer.
+fn pointer(path: &[Segment<'_>]) -> String {
+    path.iter()
+        .map(|segment| match segment {
+            Segment::Key(key) => format!("/{}", key.replace('~', "~0").replace('/', "~1")),
+            Segment::Index(i) => format!("/{i}"),
+        })
+        .collect()
+}
+
+/// Any JSON value at nesting `depth`, read with all of serde_json's checks and kept nowhere.
+/// `path` holds the steps to the value being read; a failure leaves it there, so the error
+/// can say where (the steps borrow the input's member names: nothing is allocated but for a
+/// name with escapes).
+#[derive(Clone, Copy)]
+struct Strict<'p, 'de> {
+    depth: usize,
+    path: &'p RefCell<Vec<Segment<'de>>>,
+}
+
+impl<'de> de::DeserializeSeed<'de> for Strict<'_, 'de> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
@@ -155,19 +199,22 @@ impl<'de> de::DeserializeSeed<'de> for Strict {
     }
 }
 
-impl Strict {
+impl Strict<'_, '_> {
     /// The seed for a value one level deeper, or an error past [`MAX_MEMBER_DEPTH`].
-    fn deeper<E: de::Error>(self) -> Result<Strict, E> {
-        if self.0 >= MAX_MEMBER_DEPTH {
+    fn deeper<E: de::Error>(self) -> Result<Self, E> {
+        if self.depth >= MAX_MEMBER_DEPTH {
             return Err(E::custom(format!(
                 "a value nests deeper than {MAX_MEMBER_DEPTH} levels of arrays and objects"
             )));
         }
-        Ok(Strict(self.0 + 1))
+        Ok(Strict {
+            depth: self.depth + 1,
+            path: self.path,
+        })
     }
 }
 
-impl<'de> Visitor<'de> for Strict {
+impl<'de> Visitor<'de> for Strict<'_, 'de> {
     type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -206,13 +253,24 @@ impl<'de> Visitor<'de> for Strict {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let inner = self.deeper()?;
-        while seq.next_element_seed(inner)?.is_some() {}
+        for i in 0.. {
+            self.path.borrow_mut().push(Segment::Index(i));
+            let more = seq.next_element_seed(inner)?.is_some();
+            self.path.borrow_mut().pop();
+            if !more {
+                break;
+            }
+        }
         Ok(())
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let inner = self.deeper()?;
-        while map.next_entry_seed(MemberName, inner)?.is_some() {}
+        while let Some(name) = map.next_key_seed(MemberName)? {
+            self.path.borrow_mut().push(Segment::Key(name));
+            map.next_value_seed(inner)?;
+            self.path.borrow_mut().pop();
+        }
         Ok(())
     }
 }
@@ -222,27 +280,37 @@ impl<'de> Visitor<'de> for Strict {
 struct MemberName;
 
 impl<'de> de::DeserializeSeed<'de> for MemberName {
-    type Value = ();
+    type Value = Cow<'de, str>;
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Cow<'de, str>, D::Error> {
         d.deserialize_str(self)
     }
 }
 
+impl MemberName {
+    fn checked<E: de::Error>(name: Cow<'_, str>) -> Result<Cow<'_, str>, E> {
+        if name.contains('\0') {
+            return Err(E::custom(
+                "a member's name inside it holds \\u0000 (the NUL character), which is stored nowhere; remove it",
+            ));
+        }
+        Ok(name)
+    }
+}
+
 impl<'de> Visitor<'de> for MemberName {
-    type Value = ();
+    type Value = Cow<'de, str>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a member's name")
     }
 
-    fn visit_str<E: de::Error>(self, s: &str) -> Result<(), E> {
-        if s.contains('\0') {
-            return Err(E::custom(
-                "a member's name inside it holds \\u0000 (the NUL character), which is stored nowhere; remove it",
-            ));
-        }
-        Ok(())
+    fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Cow<'de, str>, E> {
+        Self::checked(Cow::Borrowed(s))
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<Cow<'de, str>, E> {
+        Self::checked(Cow::Owned(s.to_string()))
     }
 }
 
@@ -364,6 +432,20 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_says_where_inside_the_value() {
+        for (bad, at) in [
+            (r#"1e400"#, ""),
+            (r#"{"a": [1, -1e999]}"#, "/a/1"),
+            (r#"{"a": {"b/c": {"d": "x\u0000"}}}"#, "/a/b~1c/d"),
+            (r#"[{"k": 1}, {"o\u006b": [0, 0, "\ud800"]}]"#, "/1/ok/2"),
+            (r#"{"a": {"k\u0000": 1}}"#, "/a"),
+        ] {
+            let raw: &RawValue = serde_json::from_str(bad).expect("RawValue takes it");
+            assert_eq!(check(raw).unwrap_err().at, at, "{bad}");
+        }
+    }
+
+    #[test]
     fn member_nesting_stops_one_level_below_the_readers_limit() {
         let nested = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
         let at_limit = nested(MAX_MEMBER_DEPTH);
@@ -374,8 +456,10 @@ mod tests {
         assert!(serde_json::from_str::<serde_json::Value>(&event).is_ok());
         let over = nested(MAX_MEMBER_DEPTH + 1);
         let raw: &RawValue = serde_json::from_str(&over).unwrap();
-        let err = check(raw).unwrap_err().to_string();
-        assert!(err.contains("deeper than 124 levels"), "{err}");
+        let err = check(raw).unwrap_err();
+        let said = err.error.to_string();
+        assert!(said.contains("deeper than 124 levels"), "{said}");
+        assert_eq!(err.at, "/0".repeat(MAX_MEMBER_DEPTH));
         // The page around the event at the limit still reads; one level more would not.
         let page = format!(r#"{{"events":[{{"type":"custom","name":"x","deep":{at_limit}}}]}}"#);
         assert!(serde_json::from_str::<serde_json::Value>(&page).is_ok());
