@@ -52,17 +52,8 @@ async fn a_bridge_enrolls_again_once_the_cloud_s_ca_is_rotated() {
     rig.bridge
         .wait_status("reconnecting", Duration::from_secs(10))
         .await;
+    rig.cloud.exec_sql("DELETE FROM ca");
     let dir = rig.cloud.data_dir.path().to_path_buf();
-    let out = std::process::Command::new("python3")
-        .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('DELETE FROM ca'); c.commit()"])
-        .arg(dir.join("signals.db"))
-        .output()
-        .expect("python3 sqlite3");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     std::fs::remove_file(dir.join("ca.pem")).unwrap();
     std::fs::remove_file(dir.join("ca-key.pem")).unwrap();
     rig.cloud.launch();

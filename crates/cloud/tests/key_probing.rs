@@ -22,24 +22,7 @@ async fn unknown_key_ids_are_answered_from_the_cache_like_known_ones(backend: Ba
         cloud.events_status(&wrong_secret).await,
         StatusCode::UNAUTHORIZED
     );
-    let sql = "ALTER TABLE api_keys RENAME TO api_keys_gone";
-    match &cloud.pg {
-        Some(pg) => pg.exec(sql),
-        None => {
-            let db = cloud.data_dir.path().join("signals.db");
-            let out = std::process::Command::new("python3")
-                .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(sys.argv[2]); c.commit()"])
-                .arg(db)
-                .arg(sql)
-                .output()
-                .expect("python3 sqlite3");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    }
+    cloud.exec_sql("ALTER TABLE api_keys RENAME TO api_keys_gone");
     // Both repeats are answered from the cache: neither asks the (now broken) database.
     assert_eq!(
         cloud.events_status(&unknown).await,

@@ -312,22 +312,7 @@ async fn storage_outage_is_503_not_a_client_error(backend: Backend) {
     };
     assert_eq!(readyz().await, StatusCode::OK);
     // Take the events table away behind the server's back.
-    match &cloud.pg {
-        Some(pg) => pg.exec("ALTER TABLE events RENAME TO events_gone"),
-        None => {
-            let db = cloud.data_dir.path().join("signals.db");
-            let out = std::process::Command::new("python3")
-                .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('ALTER TABLE events RENAME TO events_gone'); c.commit()"])
-                .arg(db)
-                .output()
-                .expect("python3 sqlite3");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    }
+    cloud.exec_sql("ALTER TABLE events RENAME TO events_gone");
     let (s, h, b) = post(&cloud, &t, &seed_event()).await;
     assert_problem(s, &h, &b, 503);
     assert_eq!(h["retry-after"], "2");

@@ -278,6 +278,27 @@ impl Cloud {
         }
     }
 
+    /// Runs `sql` on the cloud's database behind its back (PostgreSQL through its schema,
+    /// SQLite through Python's `sqlite3` module), as an operator or a failure would.
+    pub fn exec_sql(&self, sql: &str) {
+        match &self.pg {
+            Some(pg) => pg.exec(sql),
+            None => {
+                let out = Command::new("python3")
+                    .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(sys.argv[2]); c.commit()"])
+                    .arg(self.data_dir.path().join("signals.db"))
+                    .arg(sql)
+                    .output()
+                    .expect("python3 sqlite3");
+                assert!(
+                    out.status.success(),
+                    "{sql}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+
     /// SIGKILL, then start again on the same storage.
     pub fn kill_and_restart(&mut self) {
         self.signal("KILL");
