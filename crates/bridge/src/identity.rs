@@ -58,7 +58,12 @@ pub fn trust(cfg: &Config) -> Result<Trust, AgentError> {
         Some(path) => {
             let certs = CertificateDer::pem_file_iter(path)
                 .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| AgentError::Tls(format!("tls_ca_file {}: {e}", path.display())))?;
+                .map_err(|e| {
+                    AgentError::Tls(format!(
+                        "tls_ca_file {}: {e}; give the cloud's CA certificate (ca.pem in the cloud's --data-dir), or leave tls_ca_file out for a cloud whose certificate a public CA signed",
+                        path.display()
+                    ))
+                })?;
             let mut roots = rustls::RootCertStore::empty();
             let (added, _) = roots.add_parsable_certificates(certs);
             if added == 0 {

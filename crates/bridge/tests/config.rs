@@ -341,6 +341,18 @@ fn unreadable_files_the_config_names_are_configuration_errors() {
     );
 }
 
+/// A missing `tls_ca_file` says which file belongs there: the cloud's own CA certificate.
+#[test]
+fn a_missing_tls_ca_file_names_the_file_that_belongs_there() {
+    let (code, err) = run(
+        "name: dc1\ntoken: t\ntls_ca_file: /nonexistent/ca.pem\n",
+        &[],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("tls_ca_file /nonexistent/ca.pem"), "{err}");
+    assert!(err.contains("ca.pem in the cloud's --data-dir"), "{err}");
+}
+
 /// `bridge check` under an open-file limit too small for `max_connections` says so (and raises
 /// the soft limit to the hard one first: a soft limit alone below it is no problem).
 #[test]

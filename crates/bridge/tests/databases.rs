@@ -646,6 +646,100 @@ async fn revoking_a_key_ends_its_open_sessions() {
     );
 }
 
+/// A client that stops reading cannot keep a revoked key's session: the cloud stops waiting for
+/// it (the rest of the message in progress gets 5 s) and closes the session, so the statement
+/// stops on the server and the client reads an end after what was already on its way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_cannot_keep_a_revoked_key_s_session() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cluster = PgCluster::start(false);
+    let rig = DbRig::start(&format!("databases:\n{}", entry(&cluster, "orders", ""))).await;
+    let key = rig
+        .cloud
+        .admin(&["api-key", "create", "--org", "acme", "--name", "stalled"]);
+    let proxy = DbProxy::start(&rig, &key).await;
+    let mut client = tokio::net::TcpStream::connect(("127.0.0.1", proxy.port))
+        .await
+        .unwrap();
+    // The protocol by hand (a driver would read everything): the startup message, then the
+    // server's greeting up to ReadyForQuery.
+    let params = b"user\0me\0database\0any\0\0";
+    let mut startup = ((8 + params.len()) as u32).to_be_bytes().to_vec();
+    startup.extend(196_608u32.to_be_bytes());
+    startup.extend(params);
+    client.write_all(&startup).await.unwrap();
+    loop {
+        let kind = client.read_u8().await.expect("the greeting");
+        let len = client.read_u32().await.unwrap() as usize;
+        let mut body = vec![0; len - 4];
+        client.read_exact(&mut body).await.unwrap();
+        assert_ne!(kind, b'E', "{}", String::from_utf8_lossy(&body));
+        if kind == b'Z' {
+            break;
+        }
+    }
+    // Gigabytes of rows, which the client never reads: every buffer on the way fills and the
+    // server waits to write.
+    let sql = b"SELECT repeat('x', 1000) FROM generate_series(1, 10000000)\0";
+    let mut query = vec![b'Q'];
+    query.extend(((4 + sql.len()) as u32).to_be_bytes());
+    query.extend(sql);
+    client.write_all(&query).await.unwrap();
+    let start = Instant::now();
+    while cluster.psql_local(
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT repeat%' AND wait_event = 'ClientWrite'",
+    ) != "1"
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the server never waited to write"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let id = key.rsplit_once('_').unwrap().0.to_string();
+    rig.cloud
+        .admin(&["api-key", "revoke", "--org", "acme", &id]);
+    let ended = rig.cloud.wait_log_line_within(
+        "database session ended by the cloud",
+        Duration::from_secs(20),
+    );
+    assert!(ended.contains("API key was revoked"), "{ended}");
+    // The client, reading at last, gets what was on its way and then the end, far short of
+    // the ten gigabytes it asked for.
+    let mut taken = 0u64;
+    let mut buf = vec![0; 64 * 1024];
+    let drained = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match client.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => taken += n as u64,
+            }
+        }
+    })
+    .await;
+    assert!(
+        drained.is_ok(),
+        "the connection stayed open after {taken} bytes"
+    );
+    assert!(
+        taken < 1 << 30,
+        "{taken} bytes: the statement ran to its end"
+    );
+    // And the statement does not run on, on the server.
+    let start = Instant::now();
+    while cluster
+        .psql_local("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT repeat%'")
+        != "0"
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the statement still runs on the server"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A cloud shutting down tells psql why it ends the session, as PostgreSQL does when it
 /// stops (FATAL 57P01), rather than cutting the connection mid-statement.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -956,12 +1050,19 @@ async fn db_proxy_serves_local_clients_without_a_password_over_https() {
     let line = missing.log_line("session not opened").await;
     assert!(line.contains("nosuch") && line.contains("3D000"), "{line}");
 
-    // Refused at start: a non-loopback address, no key in the environment, a key the cloud
-    // refuses, and a cloud whose certificate the CA given (here none: the public roots) does
-    // not vouch for.
+    // Refused at start: a non-loopback address, a port already taken, no key in the
+    // environment, a key the cloud refuses, and a cloud whose certificate the CA given (here
+    // none: the public roots) does not vouch for.
     let cloud_url = format!("https://localhost:{}", rig.cloud.tls_port());
     let ca = rig.cloud.ca_path().display().to_string();
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().to_string();
     for (args, env_key, want) in [
+        (
+            vec!["--listen", &taken, "--api-url", "https://localhost:1"],
+            Some("k"),
+            "; give a free port with --listen",
+        ),
         (
             vec!["--listen", "0.0.0.0:0", "--api-url", "https://localhost:1"],
             Some("k"),

@@ -49,6 +49,23 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
 }
 
+/// Every reason a signal request is refused for: each series of `signals_events_rejected_total`
+/// exists from the start, at 0, so that dashboards and alert rules see it before the first
+/// refusal.
+const REJECT_REASONS: [&str; 11] = [
+    "unauthorized",
+    "forbidden",
+    "unknown_signal_key",
+    "unsupported_media_type",
+    "too_large",
+    "malformed",
+    "invalid",
+    "rate_limited",
+    "unavailable",
+    "timeout",
+    "overloaded",
+];
+
 /// The event types, in the order of [`Inner::accepted_by_type`].
 const EVENT_TYPES: [&str; 4] = ["deployment", "alert", "change", "custom"];
 
@@ -87,6 +104,9 @@ impl Metrics {
             accepted.clone(),
         );
         let rejected = Family::<ReasonLabel, Counter>::default();
+        for reason in REJECT_REASONS {
+            let _ = rejected.get_or_create(&ReasonLabel { reason });
+        }
         registry.register(
             "signals_events_rejected",
             "Signal requests refused, by reason",
@@ -156,8 +176,12 @@ impl Metrics {
         };
     }
 
-    /// Counts a refused signal request.
+    /// Counts a refused signal request (`reason` one of [`REJECT_REASONS`]).
     pub fn rejected(&self, reason: &'static str) {
+        debug_assert!(
+            REJECT_REASONS.contains(&reason),
+            "{reason} is not in REJECT_REASONS"
+        );
         self.0.rejected.get_or_create(&ReasonLabel { reason }).inc();
     }
 

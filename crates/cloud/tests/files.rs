@@ -46,13 +46,28 @@ async fn the_database_is_private_and_the_ca_certificate_is_not() {
     );
 
     // A database made readable by others (an old release, a careless copy) is made private
-    // at the next start, with a warning.
-    for file in ["signals.db", "ca-key.pem"] {
+    // at the next start, with one warning naming its files.
+    for file in [
+        "signals.db",
+        "signals.db-wal",
+        "signals.db-shm",
+        "ca-key.pem",
+    ] {
         std::fs::set_permissions(dir.join(file), std::fs::Permissions::from_mode(0o604)).unwrap();
     }
     cloud.kill_and_restart();
     assert_eq!(mode(&dir.join("signals.db")), 0o600);
-    cloud.wait_log_line("the database was readable by other users");
+    assert_eq!(mode(&dir.join("signals.db-wal")), 0o600);
+    let warned = cloud.wait_log_line("the database was readable by other users");
+    assert!(
+        warned.contains("signals.db (mode 604)") && warned.contains("signals.db-wal (mode 604)"),
+        "{warned}"
+    );
+    let warnings = cloud
+        .log_text()
+        .matches("the database was readable")
+        .count();
+    assert_eq!(warnings, 1, "{}", cloud.log_text());
     assert_eq!(mode(&dir.join("ca-key.pem")), 0o600);
     cloud.wait_log_line("the internal CA's key was readable by other users");
 }

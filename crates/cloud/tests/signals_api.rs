@@ -994,7 +994,8 @@ async fn events_sharing_a_time_list_in_arrival_order(backend: Backend) {
 }
 
 /// `/metrics` counts accepted events by type and refused requests by reason, and times
-/// requests by route and group commits; every event type is there from the start, at 0.
+/// requests by route and group commits; every event type and every reason is there from the
+/// start, at 0.
 async fn metrics_count_events_by_type_and_refusals_by_reason(backend: Backend) {
     let cloud = Cloud::start(backend);
     let metrics = || async {
@@ -1009,6 +1010,16 @@ async fn metrics_count_events_by_type_and_refusals_by_reason(backend: Backend) {
     let before = metrics().await;
     for kind in ["deployment", "alert", "change", "custom"] {
         let line = format!("signals_events_accepted_total{{type=\"{kind}\"}} 0");
+        assert!(before.contains(&line), "{line} missing from\n{before}");
+    }
+    for reason in [
+        "unauthorized",
+        "invalid",
+        "rate_limited",
+        "too_large",
+        "overloaded",
+    ] {
+        let line = format!("signals_events_rejected_total{{reason=\"{reason}\"}} 0");
         assert!(before.contains(&line), "{line} missing from\n{before}");
     }
     let t = cloud.tenant("acme");

@@ -199,14 +199,20 @@ impl Cloud {
     /// Waits (up to 5 s) for a log line containing `needle` and returns it: the server's output
     /// reaches the test through a pipe and a reader thread, a moment after the server wrote it.
     pub fn wait_log_line(&self, needle: &str) -> String {
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        self.wait_log_line_within(needle, Duration::from_secs(5))
+    }
+
+    /// [`Cloud::wait_log_line`] for a line that may take up to `limit` (one written at the end
+    /// of a bounded wait of the server's own).
+    pub fn wait_log_line_within(&self, needle: &str, limit: Duration) -> String {
+        let deadline = std::time::Instant::now() + limit;
         loop {
             if let Some(line) = self.log_text().lines().find(|l| l.contains(needle)) {
                 return line.to_string();
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "no log line with {needle:?} within 5 s:\n{}",
+                "no log line with {needle:?} within {limit:?}:\n{}",
                 self.log_text()
             );
             std::thread::sleep(Duration::from_millis(20));

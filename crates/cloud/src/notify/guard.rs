@@ -74,10 +74,16 @@ pub fn literal_allowed(url: &str) -> Result<(), String> {
 }
 
 fn refusal(what: &str) -> String {
-    format!(
-        "{what} is not a public address: webhooks go to public addresses only; `cloud serve --webhook-allow-private` allows others"
-    )
+    NotPublic(what.to_string()).to_string()
 }
+
+/// A webhook host that resolved to non-public addresses only: the delivery's error shows this
+/// alone, not the HTTP client's "dns error" around it (the lookup itself worked).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{0} is not a public address: webhooks go to public addresses only; `cloud serve --webhook-allow-private` allows others"
+)]
+pub struct NotPublic(String);
 
 /// A resolver that keeps public addresses only.
 pub struct PublicOnly;
@@ -95,7 +101,7 @@ impl Resolve for PublicOnly {
                 .collect();
             if public.is_empty() {
                 let all: Vec<String> = found.iter().map(|a| a.ip().to_string()).collect();
-                return Err(refusal(&format!("{host} ({})", all.join(", "))).into());
+                return Err(NotPublic(format!("{host} ({})", all.join(", "))).into());
             }
             let addrs: Addrs = Box::new(public.into_iter());
             Ok(addrs)

@@ -151,11 +151,15 @@ async fn attempt(
         .send()
         .await
         .map_err(|e| {
-            // reqwest's own text hides the cause ("error sending request"): show the chain.
+            // reqwest's own text hides the cause ("error sending request"): show the chain,
+            // or only the guard's refusal when that is the cause.
             let e = e.without_url();
             let mut text = format!("POST {shown}: {e}");
             let mut cause = std::error::Error::source(&e);
             while let Some(c) = cause {
+                if let Some(refused) = c.downcast_ref::<super::guard::NotPublic>() {
+                    return format!("POST {shown}: {refused}");
+                }
                 text.push_str(&format!(": {c}"));
                 cause = c.source();
             }

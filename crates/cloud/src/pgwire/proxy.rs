@@ -53,7 +53,7 @@ pub enum ProxyError {
     )]
     NotLoopback(SocketAddr),
     /// The port is taken or not allowed.
-    #[error("cannot listen on --listen {0}: {1}")]
+    #[error("cannot listen on --listen {0}: {1}{hint}", hint = listen_hint(.0, .1))]
     Listen(SocketAddr, std::io::Error),
     /// `--ca-file` cannot be read.
     #[error("--ca-file {0}: {1}")]
@@ -67,6 +67,18 @@ pub enum ProxyError {
         "--api-url {0}: expected https://HOST[:PORT] (http:// only to localhost or a loopback address: the API key would cross the network in clear)"
     )]
     Url(String),
+}
+
+/// What to do when the port is taken: the default, 5432, is PostgreSQL's own, which a server on
+/// the same machine holds.
+fn listen_hint(addr: &SocketAddr, error: &std::io::Error) -> &'static str {
+    match (error.kind(), addr.port()) {
+        (std::io::ErrorKind::AddrInUse, 5432) => {
+            "; 5432 (the default) is PostgreSQL's own port, likely held by a server on this machine: give another with --listen, such as --listen 127.0.0.1:6432"
+        }
+        (std::io::ErrorKind::AddrInUse, _) => "; give a free port with --listen",
+        _ => "",
+    }
 }
 
 /// How to reach the cloud's upgrade route.
@@ -230,7 +242,7 @@ async fn preflight(dialer: &Dialer, opts: &ProxyOptions) -> Result<(), ProxyErro
         200 => {}
         401 => {
             return Err(ProxyError::Preflight(format!(
-                "the cloud at {} refused CLOUD_API_KEY: {}; give an API key of the org that owns bridge {:?} (`cloud api-key create --org ORG`)",
+                "the cloud at {} refused CLOUD_API_KEY: {} (it must be a key of the org that owns bridge {:?})",
                 opts.api_url,
                 crate::problem::detail_of(&body),
                 opts.bridge

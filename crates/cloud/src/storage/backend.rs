@@ -167,15 +167,21 @@ pub(super) fn private_files(path: &std::path::Path) -> std::io::Result<()> {
             name.push(suffix);
             names.push(name.into());
         }
+        // One warning for the files a readable database left readable (its -wal and -shm take
+        // its mode), not one per file.
+        let mut fixed = Vec::new();
         for file in names {
             let Ok(meta) = std::fs::metadata(&file) else {
                 continue;
             };
             let mode = meta.permissions().mode() & 0o777;
             if mode & 0o077 != 0 {
-                tracing::warn!(file = %file.display(), mode = format!("{mode:o}"), "the database was readable by other users (it holds every org's events and the internal CA's key); made it private (0600)");
                 std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))?;
+                fixed.push(format!("{} (mode {mode:o})", file.display()));
             }
+        }
+        if !fixed.is_empty() {
+            tracing::warn!(files = %fixed.join(", "), "the database was readable by other users (it holds every org's events and the internal CA's key); made it private (0600)");
         }
     }
     #[cfg(not(unix))]
