@@ -49,6 +49,9 @@ pub enum AgentError {
     CertificateRefused(String),
 }
 
+/// What belongs in `tls_ca_file`, for its errors.
+const CA_HINT: &str = "give the cloud's CA certificate (ca.pem in the cloud's --data-dir), or leave tls_ca_file out for a cloud whose certificate a public CA signed";
+
 /// Trust anchors from the configuration.
 pub fn trust(cfg: &Config) -> Result<Trust, AgentError> {
     if !cfg.tls_verify {
@@ -59,16 +62,13 @@ pub fn trust(cfg: &Config) -> Result<Trust, AgentError> {
             let certs = CertificateDer::pem_file_iter(path)
                 .and_then(|it| it.collect::<Result<Vec<_>, _>>())
                 .map_err(|e| {
-                    AgentError::Tls(format!(
-                        "tls_ca_file {}: {e}; give the cloud's CA certificate (ca.pem in the cloud's --data-dir), or leave tls_ca_file out for a cloud whose certificate a public CA signed",
-                        path.display()
-                    ))
+                    AgentError::Tls(format!("tls_ca_file {}: {e}; {CA_HINT}", path.display()))
                 })?;
             let mut roots = rustls::RootCertStore::empty();
             let (added, _) = roots.add_parsable_certificates(certs);
             if added == 0 {
                 return Err(AgentError::Tls(format!(
-                    "tls_ca_file {}: no usable PEM CA certificate in it",
+                    "tls_ca_file {}: no usable PEM CA certificate in it; {CA_HINT}",
                     path.display()
                 )));
             }

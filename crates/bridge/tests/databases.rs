@@ -668,16 +668,21 @@ async fn a_client_that_stops_reading_cannot_keep_a_revoked_key_s_session() {
     startup.extend(196_608u32.to_be_bytes());
     startup.extend(params);
     client.write_all(&startup).await.unwrap();
-    loop {
-        let kind = client.read_u8().await.expect("the greeting");
-        let len = client.read_u32().await.unwrap() as usize;
-        let mut body = vec![0; len - 4];
-        client.read_exact(&mut body).await.unwrap();
-        assert_ne!(kind, b'E', "{}", String::from_utf8_lossy(&body));
-        if kind == b'Z' {
-            break;
+    let greeting = async {
+        loop {
+            let kind = client.read_u8().await.expect("the greeting");
+            let len = client.read_u32().await.unwrap() as usize;
+            let mut body = vec![0; len - 4];
+            client.read_exact(&mut body).await.unwrap();
+            assert_ne!(kind, b'E', "{}", String::from_utf8_lossy(&body));
+            if kind == b'Z' {
+                break;
+            }
         }
-    }
+    };
+    tokio::time::timeout(Duration::from_secs(20), greeting)
+        .await
+        .expect("no ReadyForQuery within 20 s");
     // Gigabytes of rows, which the client never reads: every buffer on the way fills and the
     // server waits to write.
     let sql = b"SELECT repeat('x', 1000) FROM generate_series(1, 10000000)\0";
