@@ -746,7 +746,8 @@ async fn a_client_that_stops_reading_cannot_keep_a_revoked_key_s_session() {
 }
 
 /// A cloud shutting down tells psql why it ends the session, as PostgreSQL does when it
-/// stops (FATAL 57P01), rather than cutting the connection mid-statement.
+/// stops (FATAL 57P01), rather than cutting the connection mid-statement, and cancels the
+/// statement the session was running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cloud_shutting_down_tells_psql_why() {
     let cluster = PgCluster::start(false);
@@ -766,6 +767,9 @@ async fn a_cloud_shutting_down_tells_psql_why() {
         err.contains("FATAL:  terminating connection: the service is shutting down"),
         "{err}"
     );
+    // The statement does not run on, on the server, holding its connection and the bridge's
+    // slot: the cloud cancels it before its tunnels close.
+    wait_for_sleeps(&cluster, "0").await;
     assert_eq!(rig.cloud.wait(), Some(0));
 }
 

@@ -56,13 +56,13 @@ pub fn load_ca(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
         .map_err(|e| {
             format!(
-                "{}: cannot read certificates from it ({e}); give the PEM file of the CA that signs the system's certificate",
+                "{}: cannot read certificates from it ({e}); give the PEM file of the CA that signs the internal server's certificate",
                 path.display()
             )
         })?;
     if certs.is_empty() {
         return Err(format!(
-            "{}: no PEM certificate in it (expected the CA that signs the system's certificate)",
+            "{}: no PEM certificate in it (expected the CA that signs the internal server's certificate)",
             path.display()
         ));
     }

@@ -196,7 +196,6 @@ async fn relay<S>(
             () = front.stop.cancelled() => Ending {
                 code: "57P01",
                 message: "terminating connection: the service is shutting down; connect again shortly".into(),
-                cancel_statement: false,
             },
             () = async {
                 loop {
@@ -208,16 +207,14 @@ async fn relay<S>(
             } => Ending {
                 code: "28000",
                 message: "terminating connection: its API key was revoked; connect again with a live API key of the org".into(),
-                cancel_statement: true,
             },
         }
     };
     spliced_flag.store(true, Ordering::Release);
     let spliced = splice(client, &mut stream.io, ended).await;
-    // The server would run the statement in progress to its end: cancel it.
-    if let (Spliced::Ended { ending, .. }, Some(registered)) = (&spliced, &registered)
-        && ending.cancel_statement
-    {
+    // The server would run the statement in progress to its end: cancel it, through the
+    // tunnel, which at shutdown closes only after the sessions have ended.
+    if let (Spliced::Ended { .. }, Some(registered)) = (&spliced, &registered) {
         let (process_id, secret_key) = registered.key();
         front
             .cancels

@@ -22,9 +22,6 @@ const FINISH_MESSAGE: Duration = Duration::from_secs(5);
 pub(super) struct Ending {
     pub(super) code: &'static str,
     pub(super) message: String,
-    /// Whether the statement in progress is cancelled on the server too (a revoked key's
-    /// must not run on; at shutdown the bridge ends the session itself).
-    pub(super) cancel_statement: bool,
 }
 
 /// How a spliced session ended.
