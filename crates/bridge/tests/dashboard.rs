@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use testkit::bridge::{Rig, bridge_bin};
+use testkit::bridge::{BridgeProc, Rig, bridge_bin, yaml_for};
 use testkit::dashboard::{client, hidden, set_password, user};
 
 async fn page(client: &reqwest::Client, url: String, session: &str) -> String {
@@ -108,6 +108,33 @@ async fn the_bridge_page_shows_instances_makes_tokens_and_revokes() {
         String::from_utf8_lossy(&check.stderr)
     );
     assert!(yaml.contains("\ntls_ca_file: '"), "{yaml}");
+    // A token only checked: enrolled, not reconnecting (no tunnel was ever open).
+    let listed = page(&client, url.clone(), &admin).await;
+    assert!(listed.contains("status enrolled"), "{listed}");
+    assert!(!listed.contains("status reconnecting"), "{listed}");
+    // Once a tunnel was open with it, a bridge stopped since is reconnecting.
+    let token = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("SERVICE_BRIDGE_TOKEN="))
+        .unwrap()
+        .trim_matches('\'');
+    let mut dc2 = BridgeProc::start(
+        &yaml_for(cloud, "dc2", ""),
+        &[("SERVICE_BRIDGE_TOKEN", token)],
+    );
+    dc2.wait_status("connected", Duration::from_secs(20)).await;
+    dc2.signal("TERM");
+    dc2.wait();
+    let stopped = Instant::now();
+    loop {
+        let listed = page(&client, url.clone(), &admin).await;
+        if listed.contains("status reconnecting") {
+            assert!(!listed.contains("status enrolled"), "{listed}");
+            break;
+        }
+        assert!(stopped.elapsed() < Duration::from_secs(10), "{listed}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // Revoke dc1 on the page: its tunnel closes at once, and the page says so.
     let res = client

@@ -668,21 +668,7 @@ async fn a_client_that_stops_reading_cannot_keep_a_revoked_key_s_session() {
     startup.extend(196_608u32.to_be_bytes());
     startup.extend(params);
     client.write_all(&startup).await.unwrap();
-    let greeting = async {
-        loop {
-            let kind = client.read_u8().await.expect("the greeting");
-            let len = client.read_u32().await.unwrap() as usize;
-            let mut body = vec![0; len - 4];
-            client.read_exact(&mut body).await.unwrap();
-            assert_ne!(kind, b'E', "{}", String::from_utf8_lossy(&body));
-            if kind == b'Z' {
-                break;
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(20), greeting)
-        .await
-        .expect("no ReadyForQuery within 20 s");
+    until_ready(&mut client).await;
     // Gigabytes of rows, which the client never reads: every buffer on the way fills and the
     // server waits to write.
     let sql = b"SELECT repeat('x', 1000) FROM generate_series(1, 10000000)\0";
@@ -743,6 +729,72 @@ async fn a_client_that_stops_reading_cannot_keep_a_revoked_key_s_session() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The next message a raw-protocol client reads: (type, body).
+async fn read_message(client: &mut tokio::net::TcpStream) -> (u8, Vec<u8>) {
+    use tokio::io::AsyncReadExt;
+    let kind = client.read_u8().await.expect("a message");
+    let len = client.read_u32().await.unwrap() as usize;
+    let mut body = vec![0; len - 4];
+    client.read_exact(&mut body).await.unwrap();
+    (kind, body)
+}
+
+/// Reads (within 20 s) up to the next ReadyForQuery, which no error may precede; returns the
+/// messages' types and bodies.
+async fn until_ready(client: &mut tokio::net::TcpStream) -> Vec<(u8, Vec<u8>)> {
+    let read = async {
+        let mut seen = Vec::new();
+        loop {
+            let (kind, body) = read_message(client).await;
+            assert_ne!(kind, b'E', "{}", String::from_utf8_lossy(&body));
+            seen.push((kind, body));
+            if kind == b'Z' {
+                return seen;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .expect("no ReadyForQuery within 20 s")
+}
+
+/// A client asking for a newer protocol (libpq 18's `max_protocol_version=latest` asks for
+/// 3.2) or for protocol options is told 3.0 and which options were not taken, first, as a
+/// PostgreSQL server older than the client does; the session then works in 3.0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_asking_for_a_newer_protocol_goes_on_in_3_0() {
+    use tokio::io::AsyncWriteExt;
+    let cluster = PgCluster::start(false);
+    let rig = DbRig::start(&format!("databases:\n{}", entry(&cluster, "orders", ""))).await;
+    let proxy = DbProxy::start(&rig, &rig.tenant.api_key).await;
+    let mut client = tokio::net::TcpStream::connect(("127.0.0.1", proxy.port))
+        .await
+        .unwrap();
+    let params = b"user\0me\0database\0any\0_pq_.test_option\0on\0\0";
+    let mut startup = ((8 + params.len()) as u32).to_be_bytes().to_vec();
+    startup.extend((196_608u32 | 2).to_be_bytes());
+    startup.extend(params);
+    client.write_all(&startup).await.unwrap();
+    let (kind, body) = read_message(&mut client).await;
+    assert_eq!(kind, b'v', "{}", String::from_utf8_lossy(&body));
+    let mut expected = 0u32.to_be_bytes().to_vec();
+    expected.extend(1u32.to_be_bytes());
+    expected.extend(b"_pq_.test_option\0");
+    assert_eq!(body, expected, "3.0, and the one option not taken");
+    until_ready(&mut client).await;
+    let mut query = vec![b'Q'];
+    let sql = b"SELECT 40 + 2 AS n\0";
+    query.extend(((4 + sql.len()) as u32).to_be_bytes());
+    query.extend(sql);
+    client.write_all(&query).await.unwrap();
+    let answer = until_ready(&mut client).await;
+    let row = answer
+        .iter()
+        .find(|(kind, _)| *kind == b'D')
+        .expect("a row");
+    assert!(row.1.ends_with(b"42"), "{:?}", row.1);
 }
 
 /// A cloud shutting down tells psql why it ends the session, as PostgreSQL does when it

@@ -371,9 +371,10 @@ async fn a_token_registry_is_pulled_with_tokens_from_listed_token_hosts_only() {
     registry.push(&image, "team/other", "1.0");
     let before = tokens.requests.load(std::sync::atomic::Ordering::SeqCst);
     let (url, token_host) = (registry.url.clone(), tokens.host.clone());
+    let mirror = front(registry.url.clone(), "/mirror", false).await;
     let rig = Rig::start_with(move |_| {
         format!(
-            "registries:\n  - name: unlisted\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n  - name: listed\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    token_hosts: [\"{token_host}\"]\n  - name: pusher\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    token_hosts: [\"{token_host}\"]\n    allow_push: true\n  - name: narrow\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    token_hosts: [\"{token_host}\"]\n    allow_push: true\n    allow: [{{method: \"*\", path: \"/v2/team/copy/*\"}}]\n"
+            "registries:\n  - name: mirror\n    url: http://{mirror}/mirror\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    token_hosts: [\"{token_host}\"]\n  - name: unlisted\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n  - name: listed\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    token_hosts: [\"{token_host}\"]\n  - name: pusher\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    token_hosts: [\"{token_host}\"]\n    allow_push: true\n  - name: narrow\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    token_hosts: [\"{token_host}\"]\n    allow_push: true\n    allow: [{{method: \"*\", path: \"/v2/team/copy/*\"}}]\n"
         )
     })
     .await;
@@ -439,6 +440,19 @@ async fn a_token_registry_is_pulled_with_tokens_from_listed_token_hosts_only() {
         before + 3,
         "the refused token, then one that works"
     );
+    // The same under a base path: the new token is asked for the same scope (the path under
+    // the entry's URL), not for none.
+    tokens
+        .expire_next
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let (ok, out, err) = skopeo(
+        certs.path(),
+        &key,
+        &["inspect", &through_cloud(&rig, "mirror", "team/app:1.0")],
+    );
+    assert!(ok, "{err}");
+    let inspected: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(inspected["Digest"], image.manifest_digest.as_str());
     assert!(!rig.bridge.log_text().contains(PASSWORD));
     // A cross-repository mount reads its source: the token asks for both repositories, and an
     // entry whose allow rules do not let the source be read refuses it.
@@ -633,6 +647,17 @@ async fn skopeo_pushes_through_the_cloud_only_where_allow_push_is_set() {
 /// A front like an S3-backed registry's: blob downloads answer `307` to `storage` (here the
 /// registry itself, on another port), everything else is passed to it. Returns its address.
 async fn redirecting_front(storage: String) -> std::net::SocketAddr {
+    front(storage, "", true).await
+}
+
+/// A front serving the registry at `storage` under the base path `prefix` (as Artifactory
+/// serves its registries: `/artifactory/api/docker/REPO/v2/…`); with `redirect_blobs`, blob
+/// downloads answer `307` to `storage` instead. Returns its address.
+async fn front(
+    storage: String,
+    prefix: &'static str,
+    redirect_blobs: bool,
+) -> std::net::SocketAddr {
     use http_body_util::{BodyExt, Empty};
     use hyper_util::client::legacy::Client;
     use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -650,11 +675,16 @@ async fn redirecting_front(storage: String) -> std::net::SocketAddr {
                     move |req: hyper::Request<hyper::body::Incoming>| {
                         let (client, storage) = (client.clone(), storage.clone());
                         async move {
-                            let target = format!(
-                                "{storage}{}",
-                                req.uri().path_and_query().map_or("/", |p| p.as_str())
-                            );
-                            if req.uri().path().contains("/blobs/sha256:") {
+                            let asked = req.uri().path_and_query().map_or("/", |p| p.as_str());
+                            let Some(under) = asked.strip_prefix(prefix) else {
+                                let mut r = hyper::Response::new(
+                                    Empty::new().map_err(|n| match n {}).boxed(),
+                                );
+                                *r.status_mut() = hyper::StatusCode::NOT_FOUND;
+                                return Ok::<_, hyper::Error>(r);
+                            };
+                            let target = format!("{storage}{under}");
+                            if redirect_blobs && req.uri().path().contains("/blobs/sha256:") {
                                 let mut r = hyper::Response::new(
                                     Empty::new().map_err(|n| match n {}).boxed(),
                                 );

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::ports::stable_port;
 use crate::{Backend, PgSchema, Tenant, drain};
 
 /// A running `cloud serve`.
@@ -115,8 +116,34 @@ impl Cloud {
         args
     }
 
-    /// (Re)starts the process and waits until both listeners are up and `/readyz` answers.
+    /// (Re)starts the process and waits until both listeners are up. The first launch picks
+    /// ports below the kernel's ephemeral range (see [`crate::ports`]), so that a restart finds
+    /// them free and bridges find the cloud again.
     pub fn launch(&mut self) {
+        let fixed = self.ports;
+        let mut attempts = 0;
+        loop {
+            let (tls, http) = fixed.unwrap_or_else(|| (stable_port(), stable_port()));
+            let lines_before = self.logs.lock().unwrap().len();
+            match self.spawn_on(tls, http) {
+                Ok(()) => {
+                    self.ports = Some((tls, http));
+                    self.https = format!("https://localhost:{tls}");
+                    self.http = format!("http://127.0.0.1:{http}");
+                    return;
+                }
+                Err(log) if fixed.is_none() && attempts < 5 && log.contains("already in use") => {
+                    attempts += 1;
+                    self.logs.lock().unwrap().truncate(lines_before);
+                }
+                Err(log) => panic!("cloud did not start; logs:\n{log}"),
+            }
+        }
+    }
+
+    /// Spawns `cloud serve` on the given ports and waits for both "listening" lines; on failure
+    /// returns the logs.
+    fn spawn_on(&mut self, tls: u16, http: u16) -> Result<(), String> {
         let mut cmd = match self.open_files {
             Some(n) => {
                 let mut cmd = Command::new("prlimit");
@@ -127,7 +154,6 @@ impl Cloud {
             }
             None => Command::new(cloud_bin()),
         };
-        let (tls, http) = self.ports.unwrap_or((0, 0));
         cmd.arg("serve")
             .args(self.storage_args())
             .args(["--listen", &format!("127.0.0.1:{tls}")])
@@ -145,10 +171,7 @@ impl Cloud {
                 if let Ok(v) = serde_json::from_str::<Value>(&line)
                     && v["message"] == "listening"
                 {
-                    let _ = tx.send((
-                        v["scheme"].as_str().unwrap_or("").to_string(),
-                        v["addr"].as_str().unwrap_or("").to_string(),
-                    ));
+                    let _ = tx.send(());
                 }
                 logs.lock().unwrap().push(line);
             }
@@ -160,25 +183,16 @@ impl Cloud {
             }
         });
         self.readers = vec![out_reader, err_reader];
-        self.child = Some(child);
-        let mut ports = (0, 0);
         for _ in 0..2 {
-            let (scheme, addr) = rx
-                .recv_timeout(Duration::from_secs(30))
-                .unwrap_or_else(|_| panic!("cloud did not start; logs:\n{}", self.log_text()));
-            let port = addr.rsplit(':').next().unwrap_or_default().to_string();
-            match scheme.as_str() {
-                "https" => {
-                    ports.0 = port.parse().unwrap_or(0);
-                    self.https = format!("https://localhost:{port}");
-                }
-                _ => {
-                    ports.1 = port.parse().unwrap_or(0);
-                    self.http = format!("http://{addr}");
-                }
+            if rx.recv_timeout(Duration::from_secs(30)).is_err() {
+                let _ = child.kill();
+                let _ = child.wait();
+                drain(&mut self.readers);
+                return Err(self.log_text());
             }
         }
-        self.ports = Some(ports);
+        self.child = Some(child);
+        Ok(())
     }
 
     /// The CA that signed the server certificate (`DIR/ca.pem`).

@@ -25,8 +25,14 @@ pub type Param = (String, Vec<u8>);
 /// The first packet of a connection: a startup message, or one of the special requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FirstPacket {
-    /// Protocol 3.0 with its parameters.
-    Startup(Vec<Param>),
+    /// Protocol 3.`minor` with its parameters. A server speaking 3.0 answers a newer minor
+    /// version, or `_pq_.` options, with [`negotiation`] first, as PostgreSQL does.
+    Startup {
+        /// The minor version asked for (0 for 3.0).
+        minor: u16,
+        /// The parameters, in the client's order.
+        params: Vec<Param>,
+    },
     /// `SSLRequest`.
     Ssl,
     /// `GSSENCRequest`.
@@ -61,7 +67,10 @@ pub async fn read_first_packet<S: AsyncRead + Unpin>(io: &mut S) -> Result<First
             i32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]),
             i32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]),
         ),
-        PROTOCOL_3 => FirstPacket::Startup(parameters(rest)),
+        code if code >> 16 == 3 => FirstPacket::Startup {
+            minor: (code & 0xffff) as u16,
+            params: parameters(rest),
+        },
         other => FirstPacket::Other(other),
     })
 }
@@ -97,11 +106,37 @@ pub fn param(params: &[Param], name: &str) -> Option<String> {
 /// the whole cluster's changes).
 pub const NOT_PASSED_ON: [&str; 3] = ["user", "database", "replication"];
 
-/// The client's startup parameters that are passed on to the database.
+/// The client's startup parameters that are passed on to the database (protocol options,
+/// `_pq_.*`, are the connection's own and answered by [`negotiation`]).
 pub fn passed_on(params: &[Param]) -> impl Iterator<Item = &Param> {
     params
         .iter()
-        .filter(|(k, _)| !NOT_PASSED_ON.contains(&k.as_str()))
+        .filter(|(k, _)| !NOT_PASSED_ON.contains(&k.as_str()) && !k.starts_with("_pq_."))
+}
+
+/// The `NegotiateProtocolVersion` a 3.0 server sends before anything else to a client that
+/// asked for a newer minor version or for protocol options (`_pq_.*`): 3.0, and the options it
+/// does not know (all of them). `None` when the client asked for neither. libpq then goes on
+/// in 3.0, as with a PostgreSQL server older than it.
+pub fn negotiation(minor: u16, params: &[Param]) -> Option<Vec<u8>> {
+    let options: Vec<&str> = params
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .filter(|k| k.starts_with("_pq_."))
+        .collect();
+    if minor == 0 && options.is_empty() {
+        return None;
+    }
+    let mut body = 0i32.to_be_bytes().to_vec();
+    body.extend_from_slice(&(options.len() as i32).to_be_bytes());
+    for option in options {
+        body.extend_from_slice(option.as_bytes());
+        body.push(0);
+    }
+    let mut out = vec![b'v'];
+    out.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+    out.extend_from_slice(&body);
+    Some(out)
 }
 
 /// Writes a `CancelRequest` on `io` (a connection of its own, as the protocol wants), then
@@ -196,7 +231,14 @@ mod tests {
         ];
         let bytes = startup_message(params.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
         let read = read_first_packet(&mut &bytes[..]).await.unwrap();
-        assert_eq!(read, FirstPacket::Startup(params.clone()));
+        assert_eq!(
+            read,
+            FirstPacket::Startup {
+                minor: 0,
+                params: params.clone()
+            }
+        );
+        assert_eq!(negotiation(0, &params), None);
         assert_eq!(
             param(&params, "options").as_deref(),
             Some("-c search_path=app")
@@ -208,6 +250,31 @@ mod tests {
         );
         let huge = (MAX_STARTUP as i32 + 1).to_be_bytes();
         assert!(read_first_packet(&mut &huge[..]).await.is_err());
+    }
+
+    /// libpq 18 asks for 3.2 with `max_protocol_version=latest` (3.9999 in its betas): the
+    /// startup is read, and the answer says 3.0 and names the options not taken.
+    #[tokio::test]
+    async fn a_newer_minor_version_is_negotiated_down_to_3_0() {
+        let params = [
+            ("user".to_string(), b"ci".to_vec()),
+            ("_pq_.test_option".to_string(), b"on".to_vec()),
+        ];
+        let mut bytes = startup_message(params.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
+        bytes[4..8].copy_from_slice(&(PROTOCOL_3 | 2).to_be_bytes());
+        let read = read_first_packet(&mut &bytes[..]).await.unwrap();
+        let FirstPacket::Startup { minor, params } = read else {
+            panic!("{read:?}");
+        };
+        assert_eq!(minor, 2);
+        assert_eq!(passed_on(&params).count(), 0);
+        let mut expected = b"v\0\0\0\x1d\0\0\0\0\0\0\0\x01".to_vec();
+        expected.extend_from_slice(b"_pq_.test_option\0");
+        assert_eq!(negotiation(minor, &params), Some(expected));
+        assert_eq!(
+            negotiation(2, &[]),
+            Some(b"v\0\0\0\x0c\0\0\0\0\0\0\0\0".to_vec())
+        );
     }
 
     #[test]

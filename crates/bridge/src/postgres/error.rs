@@ -82,8 +82,10 @@ impl LoginError {
                 format!("{} failed: the bridge cannot reach it", self.step())
             }
             LoginError::Tls(_) => "TLS to it failed (see the entry's sslmode)".into(),
-            LoginError::Auth { message, .. } => format!(
-                "it refused the bridge's login: {message} (fix databases[].credentials, or the server's pg_hba.conf)"
+            // The server's words stay in the bridge's log: a pg_hba.conf refusal names the
+            // bridge's internal address, the entry's user and database.
+            LoginError::Auth { code, .. } => format!(
+                "it refused the bridge's login ({code}); fix databases[].credentials, or the server's pg_hba.conf (the bridge's log has the server's words)"
             ),
             LoginError::DatabaseMissing { message, .. } | LoginError::Server { message, .. } => {
                 message.clone()
@@ -117,6 +119,25 @@ mod tests {
 
     /// A silent server is said as such to the client (not as a protocol error), with the
     /// SQLSTATE of a database the bridge could not reach.
+    /// A refused login tells the client the step and the SQLSTATE, not the server's message,
+    /// which names internal addresses; `bridge check` (the operator's) prints it whole.
+    #[test]
+    fn a_refused_login_keeps_internal_addresses_from_the_client() {
+        let e = LoginError::Auth {
+            user: "reporter".into(),
+            code: "28000".into(),
+            message: "no pg_hba.conf entry for host \"10.2.3.4\", user \"reporter\", database \"orders\", no encryption".into(),
+        };
+        assert_eq!(e.sqlstate(), "28000");
+        let public = e.public();
+        assert!(public.contains("databases[].credentials"), "{public}");
+        assert!(
+            !public.contains("10.2.3.4") && !public.contains("reporter"),
+            "{public}"
+        );
+        assert!(e.to_string().contains("10.2.3.4"), "{e}");
+    }
+
     #[test]
     fn a_login_time_out_says_so() {
         let e = LoginError::TimedOut(20);

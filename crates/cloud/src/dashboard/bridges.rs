@@ -90,10 +90,18 @@ pub async fn list(State(state): State<DashboardState>, me: Me) -> Response {
     for t in tokens {
         let name = t.name.unwrap_or_default();
         let last_used = t.last_used_at.unwrap_or(0);
+        let status = match (last_used > 0, t.connected_at.is_some()) {
+            (_, true) => "reconnecting",
+            (true, false) => "enrolled",
+            (false, false) => "never seen",
+        };
         match bridges.iter_mut().find(|b| b.name == name) {
             Some(b) => {
                 if last_used > 0 {
                     b.last_seen = when_micros(last_used);
+                }
+                if status == "reconnecting" || b.status == "never seen" {
+                    b.status = status;
                 }
             }
             None => bridges.push(BridgeRow {
@@ -104,11 +112,7 @@ pub async fn list(State(state): State<DashboardState>, me: Me) -> Response {
                 } else {
                     String::new()
                 },
-                status: if last_used > 0 {
-                    "reconnecting"
-                } else {
-                    "never seen"
-                },
+                status,
                 instances: Vec::new(),
                 name,
             }),
@@ -153,6 +157,11 @@ pub async fn list(State(state): State<DashboardState>, me: Me) -> Response {
             b.last_seen.clear();
             b.instances.push(row);
         }
+    }
+    for b in bridges.iter_mut().filter(|b| b.status == "enrolled") {
+        b.note.push_str(
+            "; its token was accepted (by `bridge check`, or a bridge starting) but no tunnel has opened yet",
+        );
     }
     page(
         StatusCode::OK,

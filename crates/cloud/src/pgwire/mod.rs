@@ -176,7 +176,7 @@ impl PgFront {
                         .await;
                     return;
                 }
-                FirstPacket::Startup(_) => {
+                FirstPacket::Startup { .. } => {
                     let _ = stream
                         .write_all(&error_response(
                             "08P01",

@@ -18,7 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tunnel::postgres::{
-    FirstPacket, error_response, read_first_packet, send_cancel, startup_message,
+    FirstPacket, error_response, negotiation, read_first_packet, send_cancel, startup_message,
 };
 
 use super::UPGRADE;
@@ -304,7 +304,13 @@ async fn client(mut conn: TcpStream, peer: SocketAddr, dialer: Arc<Dialer>) {
                     return;
                 }
             }
-            FirstPacket::Startup(params) => {
+            FirstPacket::Startup { minor, params } => {
+                // The cloud is asked for 3.0: a newer version is negotiated down here.
+                if let Some(answer) = negotiation(minor, &params)
+                    && conn.write_all(&answer).await.is_err()
+                {
+                    return;
+                }
                 let mut upstream = match dialer.open().await {
                     Ok(io) => io,
                     Err((code, message)) => {

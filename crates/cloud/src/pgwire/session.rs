@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use tunnel::postgres::{
-    FirstPacket, Param, error_response, param, passed_on, read_first_packet, startup_message,
+    FirstPacket, Param, error_response, negotiation, param, passed_on, read_first_packet,
+    startup_message,
 };
 
 use super::splice::{Ending, Spliced, splice};
@@ -60,13 +61,27 @@ where
 {
     let packet = tokio::time::timeout(STARTUP_TIMEOUT, read_first_packet(&mut client)).await;
     let params = match packet {
-        Ok(Ok(FirstPacket::Startup(params))) => params,
+        Ok(Ok(FirstPacket::Startup { minor, params })) => {
+            if let Some(answer) = negotiation(minor, &params)
+                && client.write_all(&answer).await.is_err()
+            {
+                return;
+            }
+            params
+        }
         Ok(Ok(FirstPacket::Cancel(pid, key))) => {
             front.cancels.cancel(&front.relay, pid, key, None).await;
             return;
         }
         Ok(Ok(other)) => {
-            let message = format!("expected a startup message inside TLS, got {other:?}");
+            let message = match other {
+                FirstPacket::Other(code) => format!(
+                    "unsupported protocol version {}.{} (request code {code}); this server speaks PostgreSQL protocol 3",
+                    code >> 16,
+                    code & 0xffff
+                ),
+                other => format!("expected a startup message inside TLS, got {other:?}"),
+            };
             let _ = client.write_all(&error_response("08P01", &message)).await;
             return;
         }

@@ -111,7 +111,7 @@ async fn upgraded(
     };
     let mut io = TokioIo::new(upgraded);
     match tokio::time::timeout(STARTUP_TIMEOUT, read_first_packet(&mut io)).await {
-        Ok(Ok(FirstPacket::Startup(params))) => {
+        Ok(Ok(FirstPacket::Startup { params, .. })) => {
             let target = Session {
                 principal,
                 bridge,

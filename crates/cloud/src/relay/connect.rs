@@ -292,6 +292,13 @@ async fn run(state: RelayState, t: Tunnel, io: hyper::upgrade::Upgraded) {
         return;
     }
     tracing::info!(org_id, bridge = %bridge, instance = %t.instance_id, version = %t.version, "bridge connected");
+    // For the dashboard: a bridge that was connected, apart from a token only checked.
+    let (store, token_id) = (state.store.clone(), t.credential.token_id.clone());
+    tokio::spawn(async move {
+        if let Err(e) = store.bridge_token_connected(&token_id).await {
+            tracing::debug!(cause = %e, "cannot record a bridge token's connection");
+        }
+    });
     let watch = tokio::spawn(watch(
         state.clone(),
         t.credential.token_id.clone(),
@@ -313,22 +320,31 @@ async fn run(state: RelayState, t: Tunnel, io: hyper::upgrade::Upgraded) {
 }
 
 /// Heartbeats through the tunnel and rechecks the token; cancels the tunnel when either fails.
+/// A heartbeat in flight (it may wait up to `every`, an hour at most) never holds back the
+/// token's recheck: a revocation closes the tunnel within seconds whatever the interval.
 async fn watch(state: RelayState, token_id: String, instance: Arc<Instance>, every: Duration) {
     let mut beat = tokio::time::interval(every);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut revocation = tokio::time::interval(REVOCATION_CHECK);
     let mut missed = 0;
+    let mut in_flight: Option<std::pin::Pin<Box<dyn Future<Output = bool> + Send>>> = None;
     loop {
         tokio::select! {
-            _ = beat.tick() => {
+            _ = beat.tick(), if in_flight.is_none() => {
                 let request = Request::builder()
                     .uri(tunnel::HEARTBEAT_PATH)
                     .body(Body::empty())
                     .unwrap_or_default();
                 let mut sender = instance.sender.clone();
-                let ok = matches!(
-                    tokio::time::timeout(every, sender.send_request(request)).await,
-                    Ok(Ok(r)) if r.status().is_success()
-                );
+                in_flight = Some(Box::pin(async move {
+                    matches!(
+                        tokio::time::timeout(every, sender.send_request(request)).await,
+                        Ok(Ok(r)) if r.status().is_success()
+                    )
+                }));
+            }
+            ok = async { in_flight.as_mut().expect("guarded").await }, if in_flight.is_some() => {
+                in_flight = None;
                 if ok {
                     missed = 0;
                     *instance.last_heartbeat.lock().unwrap_or_else(|e| e.into_inner()) = Utc::now();

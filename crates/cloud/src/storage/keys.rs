@@ -17,6 +17,9 @@ pub struct KeyInfo {
     pub created_at: i64,
     /// When a server last read it for a request (µs), if ever.
     pub last_used_at: Option<i64>,
+    /// When a bridge last opened a tunnel with it (µs), if ever: bridge tokens only (`bridge
+    /// check` uses a token without opening one).
+    pub connected_at: Option<i64>,
 }
 
 /// The kinds of credential an org has.
@@ -35,15 +38,17 @@ impl Credential {
     fn list_sql(self) -> &'static str {
         match self {
             Credential::ApiKey => {
-                "SELECT 'sigapi_' || id, name, created_at, last_used_at FROM api_keys \
+                "SELECT 'sigapi_' || id, name, created_at, last_used_at, CAST(NULL AS BIGINT) \
+                 FROM api_keys \
                  WHERE org_id = $1 AND revoked_at IS NULL ORDER BY created_at, id"
             }
             Credential::SignalKey => {
-                "SELECT key, name, created_at, last_used_at FROM signal_keys \
+                "SELECT key, name, created_at, last_used_at, CAST(NULL AS BIGINT) FROM signal_keys \
                  WHERE org_id = $1 AND revoked_at IS NULL ORDER BY created_at, key"
             }
             Credential::BridgeToken => {
-                "SELECT 'sigbrt_' || id, bridge_name, created_at, last_used_at FROM bridge_tokens \
+                "SELECT 'sigbrt_' || id, bridge_name, created_at, last_used_at, connected_at \
+                 FROM bridge_tokens \
                  WHERE org_id = $1 AND revoked_at IS NULL ORDER BY created_at, id"
             }
         }
@@ -79,6 +84,7 @@ impl Store {
                 name: r.get(1),
                 created_at: r.get(2),
                 last_used_at: r.get(3),
+                connected_at: r.get(4),
             })
             .collect()))
     }
@@ -115,6 +121,13 @@ impl Store {
             Credential::SignalKey => "UPDATE signal_keys SET last_used_at = $1 WHERE key = $2",
             Credential::BridgeToken => "UPDATE bridge_tokens SET last_used_at = $1 WHERE id = $2",
         };
+        let args = vec![Arg::Int(now_micros()), Arg::Text(id)];
+        self.execute(sql, Args(args)).await.map(drop)
+    }
+
+    /// Records that a bridge opened a tunnel with this token now.
+    pub async fn bridge_token_connected(&self, id: &str) -> Result<(), StorageError> {
+        let sql = "UPDATE bridge_tokens SET connected_at = $1 WHERE id = $2";
         let args = vec![Arg::Int(now_micros()), Arg::Text(id)];
         self.execute(sql, Args(args)).await.map(drop)
     }

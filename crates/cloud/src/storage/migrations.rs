@@ -31,6 +31,7 @@ const SQLITE: &[(&str, &str)] = files!("sqlite":
     "0009_smaller_correlation_index.sql",
     "0010_change_hours.sql",
     "0011_deploy_head_slots.sql",
+    "0012_bridge_token_connected.sql",
 );
 
 const POSTGRES: &[(&str, &str)] = files!("postgres":
@@ -45,6 +46,7 @@ const POSTGRES: &[(&str, &str)] = files!("postgres":
     "0009_smaller_correlation_index.sql",
     "0010_change_hours.sql",
     "0011_deploy_head_slots.sql",
+    "0012_bridge_token_connected.sql",
 );
 
 /// SQLite's migrations.

@@ -168,7 +168,7 @@ impl Forwarder {
             () = self.stop.cancelled() => Err("bridge shutdown".into()),
         };
         let params = match first {
-            Ok(FirstPacket::Startup(params)) => params,
+            Ok(FirstPacket::Startup { params, .. }) => params,
             Ok(other) => {
                 self.end(
                     audit,

@@ -65,9 +65,9 @@ impl<F: FnMut(String)> Statements<F> {
                 b'Q' | b'P' | b'F' => self.finish(tag),
                 _ => {}
             }
-            // The sync points.
+            // The sync points: each is answered with a ReadyForQuery.
             match tag {
-                b'Q' => self.syncs += 1,
+                b'Q' | b'F' => self.syncs += 1,
                 b'S' => (self.syncs, self.executed) = (self.syncs + 1, false),
                 b'E' => self.executed = true,
                 _ => {}

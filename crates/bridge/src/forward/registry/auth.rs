@@ -200,7 +200,10 @@ impl RegistryKind {
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("Bearer "));
-        let path = uri.path();
+        // The scope is named by the path under the entry's URL (a registry may sit under a base
+        // path, as Artifactory's do), the path the first token was asked for.
+        let base = self.cfg.url.path().trim_end_matches('/');
+        let path = uri.path().strip_prefix(base).unwrap_or(uri.path());
         if !had_token {
             // The registry wants what the bridge did not send: learn its challenge again at the
             // next request (this one's 401 becomes the 502 that names registries[].auth).

@@ -646,6 +646,12 @@ fn statements_sent_before_the_last_was_answered_are_masked_strictly() {
     tap.feed(&message(b'S', b""));
     tap.answered(4);
     tap.feed(&message(b'P', &parse));
+    // A fast-path function call is answered with a ReadyForQuery of its own: what is sent
+    // before that answer is unsettled too.
+    tap.feed(&message(b'F', b"\0\0\0\x01\0\0\0\0\0\0"));
+    tap.feed(&message(b'Q', statement));
+    tap.answered(6);
+    tap.feed(&message(b'Q', statement));
     drop(tap);
     assert_eq!(
         seen,
@@ -654,6 +660,9 @@ fn statements_sent_before_the_last_was_answered_are_masked_strictly() {
             "ALTER ROLE v PASSWORD…",
             "ALTER ROLE v PASSWORD '…'",
             "SELECT f()",
+            "ALTER ROLE v PASSWORD…",
+            "ALTER ROLE v PASSWORD '…'",
+            "function call (oid 1)",
             "ALTER ROLE v PASSWORD…",
             "ALTER ROLE v PASSWORD '…'",
         ]

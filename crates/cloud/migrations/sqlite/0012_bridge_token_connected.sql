@@ -1,0 +1,4 @@
+-- When a bridge last opened a tunnel with the token (µs), apart from its last use (which
+-- `bridge check` makes too): the dashboard tells a bridge that was connected and is now
+-- reconnecting from one whose token was only checked.
+ALTER TABLE bridge_tokens ADD COLUMN connected_at INTEGER;
