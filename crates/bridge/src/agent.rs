@@ -54,23 +54,38 @@ impl Agent {
     }
 
     /// Renews an enrolled certificate at two thirds of its life, connected or not, so the next
-    /// connection never presents an expired one.
+    /// connection never presents an expired one. A failed renewal is retried with the reconnect
+    /// back-off (slowly for a refused token), never at once.
     fn spawn_renewal(&self, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
         let identity = self.identity.clone();
+        let mut backoff = Backoff::new(self.cfg.reconnect_delay);
         tokio::spawn(async move {
+            let mut retry: Option<Duration> = None;
             loop {
-                let wait = identity
-                    .renew_in()
-                    .unwrap_or(Duration::from_secs(60))
-                    .min(Duration::from_secs(3600));
+                let wait = retry.take().unwrap_or_else(|| {
+                    identity
+                        .renew_in()
+                        .unwrap_or(Duration::from_secs(60))
+                        .min(Duration::from_secs(3600))
+                });
                 tokio::select! {
                     _ = tokio::time::sleep(wait.max(Duration::from_secs(1))) => {}
                     _ = shutdown.cancelled() => return,
                 }
-                if identity.renew_in().is_some_and(|d| d.is_zero())
-                    && let Err(e) = identity.client_config().await
-                {
-                    tracing::warn!(cause = %e, "client certificate renewal failed; will retry");
+                if !identity.renew_in().is_some_and(|d| d.is_zero()) {
+                    continue;
+                }
+                match identity.client_config().await {
+                    Ok(_) => backoff.reset(),
+                    Err(e) => {
+                        let failure = match e {
+                            AgentError::Unauthorized(_) => Failure::Rejected,
+                            _ => Failure::Transient,
+                        };
+                        let delay = backoff.next_delay(failure);
+                        tracing::warn!(cause = %e, retry_in_ms = delay.as_millis() as u64, "client certificate renewal failed; will retry");
+                        retry = Some(delay);
+                    }
                 }
             }
         })

@@ -267,7 +267,20 @@ pub fn check(path: Option<&Path>) -> ExitCode {
         crate::say!("warning: {warning}");
     }
     let rows = runtime.block_on(probe_all(&cfg));
-    crate::say!("{:<9} {:<20} {:<36} result", "kind", "name", "target");
+    // Columns as wide as their longest cell: a Git source's target is a long URL.
+    let name_width = rows.iter().map(|r| r.name.len()).max().unwrap_or(0).max(4);
+    let target_width = rows
+        .iter()
+        .map(|r| r.target.len())
+        .max()
+        .unwrap_or(0)
+        .max(6);
+    crate::say!(
+        "{:<9} {:<name_width$} {:<target_width$} result",
+        "kind",
+        "name",
+        "target"
+    );
     let mut failed = 0;
     for row in rows {
         let result = match row.result {
@@ -278,7 +291,7 @@ pub fn check(path: Option<&Path>) -> ExitCode {
             }
         };
         crate::say!(
-            "{:<9} {:<20} {:<36} {result}",
+            "{:<9} {:<name_width$} {:<target_width$} {result}",
             row.kind,
             row.name,
             row.target

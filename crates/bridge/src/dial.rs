@@ -153,27 +153,47 @@ async fn connect(
         source,
     })?
     .collect();
-    let mut last = None;
-    let mut stream = None;
-    for addr in addrs {
-        match step("TCP", TcpStream::connect(addr)).await? {
-            Ok(s) => {
-                stream = Some(s);
-                break;
+    let stream = first_reachable(addrs, STEP_TIMEOUT).await;
+    let stream = stream.map_err(|last| {
+        let (addr, source) = match last {
+            // The address tried last, when the name is not that address already.
+            Some((addr, e)) if addr.ip().to_string() != unbracketed(&dial_host) => {
+                (format!("{dial_host}:{dial_port} ({})", addr.ip()), e)
             }
-            Err(e) => last = Some(e),
-        }
-    }
-    let stream = stream.ok_or_else(|| DialError::Tcp {
-        addr: format!("{dial_host}:{dial_port}"),
-        source: last.unwrap_or_else(|| std::io::Error::other("no address")),
-        hint,
+            Some((_, e)) => (format!("{dial_host}:{dial_port}"), e),
+            None => (
+                format!("{dial_host}:{dial_port}"),
+                std::io::Error::other("no address"),
+            ),
+        };
+        DialError::Tcp { addr, source, hint }
     })?;
     let _ = stream.set_nodelay(true);
     match proxy {
         None => Ok(stream),
         Some(p) => step("proxy CONNECT", connect_via(stream, p, host, port)).await?,
     }
+}
+
+/// The first of `addrs` that accepts a connection, each given `limit`: a name with an IPv6
+/// address that this network silently drops still reaches its IPv4 one. `Err` holds the last
+/// address tried and why it failed (`None`: no address at all).
+async fn first_reachable(
+    addrs: Vec<std::net::SocketAddr>,
+    limit: Duration,
+) -> Result<TcpStream, Option<(std::net::SocketAddr, std::io::Error)>> {
+    let mut last = None;
+    for addr in addrs {
+        match tokio::time::timeout(limit, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Err(e)) => last = Some((addr, e)),
+            Err(_) => {
+                let why = format!("timed out after {limit:?}");
+                last = Some((addr, std::io::Error::new(std::io::ErrorKind::TimedOut, why)));
+            }
+        }
+    }
+    Err(last)
 }
 
 async fn connect_via(
@@ -269,6 +289,26 @@ pub async fn tls(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An address that times out (its packets dropped) does not end the dial: the next one is
+    /// tried, as when a cloud's IPv6 address is unreachable from the bridge's network.
+    #[tokio::test]
+    async fn an_address_that_times_out_is_passed_over_for_the_next() {
+        let (hole, _queued) = testkit::black_hole().await;
+        let live = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addrs = vec![hole.local_addr().unwrap(), live.local_addr().unwrap()];
+        let stream = first_reachable(addrs, Duration::from_millis(300))
+            .await
+            .expect("the second address");
+        assert_eq!(stream.peer_addr().unwrap(), live.local_addr().unwrap());
+        let failed = first_reachable(vec![hole.local_addr().unwrap()], Duration::from_millis(300))
+            .await
+            .err()
+            .flatten()
+            .expect("the address that timed out");
+        assert_eq!(failed.0, hole.local_addr().unwrap());
+        assert_eq!(failed.1.kind(), std::io::ErrorKind::TimedOut);
+    }
 
     /// A loopback port with nothing listening on it.
     fn closed_port() -> u16 {

@@ -106,9 +106,23 @@ fn renew_at(der: &CertificateDer<'_>) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(at.max(0) as u64)
 }
 
-/// The certificate saved in `state_dir`, while it is not yet due for renewal.
-fn saved_cert(dir: &std::path::Path) -> Option<Cert> {
+/// The bridge name a certificate the cloud issued is for: its common name is `ORG_ID:NAME`.
+fn issued_for(der: &CertificateDer<'_>) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
+    let cn = cert.subject().iter_common_name().next()?.as_str().ok()?;
+    Some(cn.split_once(':')?.1.to_string())
+}
+
+/// The certificate saved in `state_dir`, while it is not yet due for renewal and is for this
+/// bridge's `name` (a renamed bridge, or two sharing a directory, would otherwise present
+/// another bridge's certificate and be refused before enrolling).
+fn saved_cert(dir: &std::path::Path, name: &str) -> Option<Cert> {
     let saved = crate::state::load(dir)?;
+    let for_name = issued_for(saved.chain.first()?);
+    if for_name.as_deref() != Some(name) {
+        tracing::info!(state_dir = %dir.display(), saved_for = for_name.as_deref().unwrap_or("?"), name, "the client certificate saved in state_dir is for another bridge name; enrolling for this one");
+        return None;
+    }
     let renew_at = renew_at(saved.chain.first()?);
     if SystemTime::now() >= renew_at {
         return None;
@@ -134,8 +148,22 @@ impl Identity {
                     .map_err(|e| {
                         AgentError::Tls(format!("tls_cert_file {}: {e}", cert.display()))
                     })?;
+                let key_path = key;
                 let key = PrivateKeyDer::from_pem_file(key)
                     .map_err(|e| AgentError::Tls(format!("tls_key_file {}: {e}", key.display())))?;
+                // rustls checks that the key is the certificate's only when it builds a TLS
+                // config: at start, not at every reconnect.
+                tunnel::tls::client_config(
+                    tunnel::tls::Trust::Anyone,
+                    Some((chain.clone(), key.clone_key())),
+                )
+                .map_err(|e| {
+                    AgentError::Tls(format!(
+                        "tls_cert_file {} and tls_key_file {} do not go together ({e}): give the key the certificate was made for, and the certificate first in its file",
+                        cert.display(),
+                        key_path.display()
+                    ))
+                })?;
                 Some(Cert {
                     chain,
                     key,
@@ -144,7 +172,10 @@ impl Identity {
                     enrolled: false,
                 })
             }
-            _ => cfg.state_dir.as_deref().and_then(saved_cert),
+            _ => cfg
+                .state_dir
+                .as_deref()
+                .and_then(|dir| saved_cert(dir, &cfg.name)),
         };
         Ok(Identity {
             cfg,

@@ -1,4 +1,4 @@
-//! The bridge's resident memory for `max_memory_mb`, read from `/proc/self/statm` at most
+//! The bridge's resident memory for `max_memory_mb`, read from `/proc/self/status` at most
 //! every 250 ms: reading it for every stream cost five system calls per request.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,10 +51,13 @@ pub fn limit_warning(max_memory_mb: u64) -> Option<String> {
     ))
 }
 
+/// `VmRSS` of `/proc/self/status`, in kB whatever the page size (`statm` counts pages, which
+/// are 64 KiB on some aarch64 kernels).
 fn read_rss_mb() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4 / 1024)
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024)
 }
 
 #[cfg(test)]

@@ -34,14 +34,20 @@ pub fn prepare(dir: &Path) -> std::io::Result<()> {
     std::fs::remove_file(probe)
 }
 
-/// The saved certificate and key, when both files are there and parse.
+/// The saved certificate and key, when both files are there, parse and are a pair (instances
+/// sharing `state_dir` that enroll at the same moment may leave one's key beside the other's
+/// certificate: such a pair is not used, and the bridge enrolls again).
 pub fn load(dir: &Path) -> Option<Saved> {
     let chain = CertificateDer::pem_file_iter(dir.join(CERT_FILE))
         .ok()?
         .collect::<Result<Vec<_>, _>>()
         .ok()?;
     let key = PrivateKeyDer::from_pem_file(dir.join(KEY_FILE)).ok()?;
-    (!chain.is_empty()).then_some(Saved { chain, key })
+    let pair = tunnel::tls::client_config(
+        tunnel::tls::Trust::Anyone,
+        Some((chain.clone(), key.clone_key())),
+    );
+    (pair.is_ok() && !chain.is_empty()).then_some(Saved { chain, key })
 }
 
 /// Saves a freshly enrolled certificate (PEM) and key (PEM).
@@ -58,7 +64,8 @@ pub fn forget(dir: &Path) {
 }
 
 fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    let tmp = PathBuf::from(format!("{}.tmp", path.display()));
+    // A name of this process's own: instances sharing the directory never write one file.
+    let tmp = PathBuf::from(format!("{}.{}.tmp", path.display(), std::process::id()));
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
@@ -91,6 +98,14 @@ mod tests {
         save(dir.path(), &cert.pem(), &key.serialize_pem()).unwrap();
         let saved = load(dir.path()).expect("saved pair");
         assert_eq!(saved.chain.len(), 1);
+        // Another enrollment's key beside this certificate: not a pair, not used.
+        let other = rcgen::KeyPair::generate().unwrap();
+        save(dir.path(), &cert.pem(), &other.serialize_pem()).unwrap();
+        assert!(
+            load(dir.path()).is_none(),
+            "a certificate with another's key"
+        );
+        save(dir.path(), &cert.pem(), &key.serialize_pem()).unwrap();
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;

@@ -100,29 +100,9 @@ async fn a_tunnel_lost_mid_request_is_502() {
     assert_eq!(res.headers()["content-type"], "application/problem+json");
 }
 
-/// A listener whose accept queue is full: the kernel drops further SYNs, so a connection to it
-/// neither succeeds nor fails, as with a firewall that drops packets.
-async fn black_hole() -> (tokio::net::TcpListener, Vec<tokio::net::TcpStream>) {
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let listener = socket.listen(1).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let mut queued = Vec::new();
-    // Fill the queue until a connection no longer completes.
-    for _ in 0..16 {
-        match tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
-            .await
-        {
-            Ok(Ok(tcp)) => queued.push(tcp),
-            _ => return (listener, queued),
-        }
-    }
-    panic!("the accept queue of {addr} never filled");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_internal_api_that_never_accepts_is_502_after_10_s() {
-    let (hole, _queued) = black_hole().await;
+    let (hole, _queued) = testkit::black_hole().await;
     let port = hole.local_addr().unwrap().port();
     let rig = Rig::start_with(|_| {
         format!("apis:\n  - name: internal\n    url: http://127.0.0.1:{port}\n")

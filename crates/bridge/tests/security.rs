@@ -539,6 +539,11 @@ async fn an_operator_certificate_from_a_trusted_ca_opens_the_tunnel() {
 /// A certificate of `lifetime`, for `1:dc1` (acme is the first org), signed with the cloud's
 /// own CA key, as enrollment would have issued it: (certificate PEM, key PEM).
 fn short_lived_certificate(cloud: &Cloud, lifetime: Duration) -> (String, String) {
+    certificate_for(cloud, "1:dc1", lifetime)
+}
+
+/// [`short_lived_certificate`] named `cn`.
+fn certificate_for(cloud: &Cloud, cn: &str, lifetime: Duration) -> (String, String) {
     let ca_cert = std::fs::read_to_string(cloud.ca_path()).unwrap();
     let ca_key = std::fs::read_to_string(cloud.data_dir.path().join("ca-key.pem")).unwrap();
     let issuer =
@@ -548,7 +553,7 @@ fn short_lived_certificate(cloud: &Cloud, lifetime: Duration) -> (String, String
     let mut params = rcgen::CertificateParams::default();
     params
         .distinguished_name
-        .push(rcgen::DnType::CommonName, "1:dc1");
+        .push(rcgen::DnType::CommonName, cn);
     let now = time::OffsetDateTime::now_utc();
     params.not_before = now - time::Duration::seconds(1);
     params.not_after = now + lifetime;
@@ -556,6 +561,109 @@ fn short_lived_certificate(cloud: &Cloud, lifetime: Duration) -> (String, String
     params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
     let cert = params.signed_by(&key, &issuer).unwrap();
     (cert.pem(), key.serialize_pem())
+}
+
+/// A certificate in `state_dir` issued for another bridge name (the bridge was renamed, or two
+/// share the directory) is not presented, which the cloud would refuse as a wrong token: the
+/// bridge enrolls for its own name at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saved_certificate_for_another_bridge_name_is_not_presented() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.tenant("acme");
+    let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    let state = tempfile::tempdir().unwrap();
+    let (cert, key) = certificate_for(&cloud, "1:dc2", Duration::from_secs(3600));
+    std::fs::write(state.path().join(bridge::state::CERT_FILE), &cert).unwrap();
+    std::fs::write(state.path().join(bridge::state::KEY_FILE), &key).unwrap();
+    let bridge = BridgeProc::start(
+        &yaml_for(
+            &cloud,
+            "dc1",
+            &format!("state_dir: {}\n", state.path().display()),
+        ),
+        &[("SERVICE_BRIDGE_TOKEN", &token)],
+    );
+    bridge
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    assert!(
+        bridge.log_text().contains("for another bridge name"),
+        "{}",
+        bridge.log_text()
+    );
+    assert_eq!(cloud.log_text().matches("bridge enrolled").count(), 1);
+}
+
+/// A `tls_cert_file` and a `tls_key_file` that are not a pair (a renewed certificate beside
+/// the old key) stop the bridge at start, naming both files, rather than failing every
+/// connection attempt after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_and_a_key_that_are_not_a_pair_stop_the_start() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let pki = OperatorPki::new("Acme operations CA");
+    let cert_line = |yaml: &str, key: &str| {
+        yaml.lines()
+            .find(|l| l.starts_with(key))
+            .unwrap()
+            .to_string()
+    };
+    let (one, other) = (pki.client_yaml("acme:dc1"), pki.client_yaml("acme:dc2"));
+    let mixed = format!(
+        "{}\n{}\n",
+        cert_line(&one, "tls_cert_file:"),
+        cert_line(&other, "tls_key_file:")
+    );
+    let mut bridge = BridgeProc::start(
+        &yaml_for(&cloud, "dc1", &mixed),
+        &[("SERVICE_BRIDGE_TOKEN", "sigbrt_x_y")],
+    );
+    assert_eq!(bridge.wait(), Some(2), "{}", bridge.log_text());
+    let log = bridge.log_text();
+    assert!(log.contains("do not go together"), "{log}");
+    assert!(
+        log.contains("acme_dc1.pem") && log.contains("acme_dc2.key"),
+        "{log}"
+    );
+}
+
+/// A renewal the cloud refuses (the token was revoked) waits as a refused reconnect does, half
+/// a minute or more, rather than enrolling again every second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_renewal_is_retried_slowly() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.tenant("acme");
+    let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    let state = tempfile::tempdir().unwrap();
+    // Due for renewal 5 s from now (two thirds of 9 s, backdated 1 s).
+    let (cert, key) = short_lived_certificate(&cloud, Duration::from_secs(8));
+    std::fs::write(state.path().join(bridge::state::CERT_FILE), &cert).unwrap();
+    std::fs::write(state.path().join(bridge::state::KEY_FILE), &key).unwrap();
+    let bridge = BridgeProc::start(
+        &yaml_for(
+            &cloud,
+            "dc1",
+            &format!("state_dir: {}\n", state.path().display()),
+        ),
+        &[("SERVICE_BRIDGE_TOKEN", &token)],
+    );
+    bridge
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    cloud.admin(&["bridge-token", "revoke", "--org", "acme", "--name", "dc1"]);
+    testkit::wait_until("the failed renewal", || {
+        bridge
+            .log_text()
+            .contains("client certificate renewal failed")
+    })
+    .await;
+    let log = bridge.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("client certificate renewal failed"))
+        .unwrap();
+    let fields: serde_json::Value = serde_json::from_str(line).unwrap();
+    let retry = fields["retry_in_ms"].as_u64().unwrap_or(0);
+    assert!(retry >= 30_000, "retried after {retry} ms: {line}");
 }
 
 /// The bridge renews its certificate at two thirds of its lifetime, in the background: here a

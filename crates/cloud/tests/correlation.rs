@@ -518,6 +518,30 @@ async fn dora_figures_match_the_hand_computed_example() {
     assert!(shown("since").ends_with(".000Z"), "{f}");
 }
 
+/// Deployments that share a timestamp are read in the order they were received: v2 then v1
+/// again at the same minute is a rollback of v2, as it would be a minute apart.
+#[tokio::test]
+async fn deployments_with_one_timestamp_are_read_in_the_order_received() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let t = cloud.tenant("acme");
+    let deploy = |version: &str| {
+        json!({"type": "deployment", "service": "api", "environment": "production",
+        "version": version, "status": "success"})
+    };
+    post(&cloud, &t, 0, &deploy("v1")).await;
+    post(&cloud, &t, 60, &deploy("v2")).await;
+    post(&cloud, &t, 60, &deploy("v1")).await;
+    let path = format!(
+        "/v1/dora?service=api&environment=production&since={}&until={}",
+        urlencode(&base().to_rfc3339()),
+        urlencode(&(base() + Duration::days(1)).to_rfc3339())
+    );
+    let (status, f) = call(&cloud, &t, reqwest::Method::GET, &path, None).await;
+    assert_eq!(status, 200, "{f}");
+    // Failed: v2 (rolled back to v1): 1 of 3 finished.
+    assert_eq!(f["changeFailRate"], json!(0.333), "{f:#}");
+}
+
 fn urlencode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }

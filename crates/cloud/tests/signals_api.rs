@@ -564,6 +564,26 @@ async fn resolve_inherits_from_the_alert_it_closes(backend: Backend) {
     assert_eq!(e["status"], "resolved");
     assert_eq!(e["title"], "disk full");
     assert_eq!(e["severity"], "critical");
+    // An earlier event of the batch with the same dedupKey that is not an alert (other types
+    // keep unknown fields) is not what the resolve closes: the stored alert is.
+    let (s, _, b) = post(
+        &cloud,
+        &t,
+        &json!([
+            {"type": "change", "service": "db", "summary": "resize", "dedupKey": "disk-1"},
+            {"type": "alert", "status": "resolved", "dedupKey": "disk-1"}
+        ]),
+    )
+    .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{b}");
+    let (_, e) = get(
+        &cloud,
+        &t.api_key,
+        &format!("/v1/events/{}", b["ids"][1].as_str().unwrap()),
+    )
+    .await;
+    assert_eq!(e["service"], "api", "{e}");
+    assert_eq!(e["title"], "disk full", "{e}");
     let (s, _, b) = post(
         &cloud,
         &t,

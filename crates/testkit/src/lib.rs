@@ -118,3 +118,23 @@ pub fn seed_event() -> Value {
         "metadata": {"workflow": "deploy", "runId": "123456", "runNumber": "42"}
     })
 }
+
+/// A listener whose accept queue is full: the kernel drops further SYNs, so a connection to it
+/// neither succeeds nor fails, as with a firewall that drops packets.
+pub async fn black_hole() -> (tokio::net::TcpListener, Vec<tokio::net::TcpStream>) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut queued = Vec::new();
+    // Fill the queue until a connection no longer completes.
+    for _ in 0..16 {
+        match tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
+            .await
+        {
+            Ok(Ok(tcp)) => queued.push(tcp),
+            _ => return (listener, queued),
+        }
+    }
+    panic!("the accept queue of {addr} never filled");
+}

@@ -169,6 +169,15 @@ fn a_torn_record_that_nothing_chains_to_is_noted_not_failed() {
         (3, 1, Some(3))
     );
 
+    // With `audit_log: stdout` (one stream), the bridge restarted after the crash begins a new
+    // chain after the cut line: noted too, not failed.
+    let (_dir, _path, mut lines) = written(2);
+    let (_dir2, _path2, restarted) = written(2);
+    lines.push("{\"type\":\"audit\",\"time\":\"2026-11-29T15:0".into());
+    lines.extend(restarted);
+    let summary = check(&lines).unwrap();
+    assert_eq!((summary.records, summary.chains, summary.torn), (4, 2, 1));
+
     let (_dir, _path, mut lines) = written(3);
     lines[1].truncate(40);
     assert_eq!(broken_at(&lines), (2, ChainBreak::Malformed));

@@ -183,8 +183,9 @@ pub fn verify_reader<R: Read + Seek>(input: R) -> Result<VerifySummary, VerifyEr
         };
         let expected = previous.as_ref().map_or(GENESIS_HASH, |(_, hash)| hash);
         if let Some(line) = torn.take() {
-            // The writer went on from the last whole record: the cut line was never chained.
-            if prev != expected {
+            // The writer went on from the last whole record (the cut line was never chained),
+            // or a restarted bridge began a new chain after a crash cut its last line.
+            if prev != expected && prev != GENESIS_HASH {
                 broken = Some((line, ChainBreak::Malformed, None));
                 return false;
             }

@@ -14,6 +14,9 @@ pub(crate) enum ExpandError {
     /// A `${` without a valid name and closing `}`, at this character position (1-based).
     /// The text is not kept: the value may be a secret.
     Malformed(usize),
+    /// A default that holds another reference (`${A:-${B}}`), at this character position:
+    /// references do not nest, and the first `}` would end this one.
+    Nested(usize),
 }
 
 impl ExpandError {
@@ -24,6 +27,10 @@ impl ExpandError {
             Self::Malformed(position) => format!(
                 "bad variable reference at character {position}: expected ${{NAME}} or \
                  ${{NAME:-default}} (write $${{ for a literal ${{)"
+            ),
+            Self::Nested(position) => format!(
+                "the default of the variable reference at character {position} holds another \
+                 reference: references do not nest; give the default as plain text"
             ),
         }
     }
@@ -53,6 +60,8 @@ pub(crate) fn expand(input: &str, env: &dyn Env) -> Result<String, Vec<ExpandErr
             };
             if !is_valid_name(name) {
                 errors.push(ExpandError::Malformed(position));
+            } else if default.is_some_and(|d| d.contains("${")) {
+                errors.push(ExpandError::Nested(position));
             } else {
                 match (env.get(name), default) {
                     (Some(value), Some(default)) if value.is_empty() => out.push_str(default),
@@ -134,5 +143,11 @@ mod tests {
             expand("${}", &env()).unwrap_err()[0],
             ExpandError::Malformed(_)
         ));
+        // Nested, the first `}` would end the outer reference and leave `}` behind: an error,
+        // never the literal text `${FALLBACK}` as a password.
+        assert_eq!(
+            expand("pw: ${UNSET:-${HOST}}", &env()).unwrap_err(),
+            vec![ExpandError::Nested(5)]
+        );
     }
 }

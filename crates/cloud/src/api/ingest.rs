@@ -14,7 +14,7 @@ use super::budget::FIRST_SHARE;
 use super::{ApiState, idempotency};
 use crate::problem::{PathParams, Problem, storage_unavailable};
 use crate::signals::batch::{self, BatchError, MAX_REQUEST_BYTES};
-use crate::signals::event::{FieldError, ValidEvent, member_json};
+use crate::signals::event::{EventType, FieldError, ValidEvent, member_json};
 use crate::signals::raw;
 use crate::storage::{InsertOutcome, NewEvent, Store, WriteBatch};
 
@@ -245,8 +245,11 @@ async fn inherit_resolves(
         };
         let (earlier, rest) = events.split_at_mut(i);
         let event = &mut rest[0];
+        // Only an alert: other types keep unknown members, a `dedupKey` among them.
         let in_batch = earlier.iter().rev().find(|e| {
-            e.inherit_from.is_none() && e.get_str("dedupKey").as_deref() == Some(key.as_str())
+            e.kind == EventType::Alert
+                && e.inherit_from.is_none()
+                && e.get_str("dedupKey").as_deref() == Some(key.as_str())
         });
         if let Some(source) = in_batch {
             event.inherit(&INHERITED, |field| source.json_of(field));

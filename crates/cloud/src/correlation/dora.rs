@@ -273,7 +273,9 @@ async fn load(
             })
         })
         .collect();
-    deployments.sort_by_key(|d| d.fields.at);
+    // Oldest first, and in the order received where two share a time (the list comes newest
+    // first): a rollback then follows the deployment it undoes.
+    deployments.sort_by(|a, b| (a.fields.at, &a.id).cmp(&(b.fields.at, &b.id)));
     Ok((deployments, confirmed))
 }
 

@@ -216,7 +216,14 @@ pub async fn set_webhook(
     if stored.is_err()
         || state
             .store
-            .audit(org_id, &me.actor(), "webhook.set", &url)
+            .audit(
+                org_id,
+                &me.actor(),
+                "webhook.set",
+                // The origin only: a webhook's path or query often carries a token, and the
+                // audit entry is logged too.
+                &crate::notify::origin_only(&url),
+            )
             .await
             .is_err()
     {
@@ -246,7 +253,12 @@ pub async fn remove_webhook(
         Ok(Some(url)) => {
             if state
                 .store
-                .audit(org_id, &me.actor(), "webhook.remove", &url)
+                .audit(
+                    org_id,
+                    &me.actor(),
+                    "webhook.remove",
+                    &crate::notify::origin_only(&url),
+                )
                 .await
                 .is_err()
             {

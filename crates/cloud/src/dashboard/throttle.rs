@@ -102,6 +102,17 @@ impl Attempt<'_> {
                     .is_some_and(|t| now.duration_since(*t) < WINDOW)
             });
         }
+        if counts.failures.len() >= MAX_TRACKED {
+            // Still full within the window (failures from many addresses): the tenth with the
+            // oldest last failure goes, so the table stays bounded.
+            let mut last: Vec<(Instant, Key)> = (counts.failures.iter())
+                .filter_map(|(key, times)| Some((*times.last()?, key.clone())))
+                .collect();
+            last.sort_unstable_by_key(|(at, _)| *at);
+            for (_, key) in last.into_iter().take(MAX_TRACKED / 10) {
+                counts.failures.remove(&key);
+            }
+        }
         for key in &self.keys {
             let times = counts.failures.entry(key.clone()).or_default();
             times.push(now);
@@ -198,6 +209,21 @@ mod tests {
             t.admit("ada@example.com", Some(away)).unwrap().failed();
         }
         assert!(t.admit("ada@example.com", Some(away)).is_err());
+    }
+
+    /// Failures from ever new accounts and addresses within the window (a botnet) do not
+    /// grow the table past its bound.
+    #[test]
+    fn the_table_stays_bounded_within_the_window() {
+        let t = Throttle::default();
+        for n in 0..MAX_TRACKED as u32 {
+            let address = IpAddr::from(std::net::Ipv6Addr::from(u128::from(n)));
+            t.admit(&format!("u{n}@example.com"), Some(address))
+                .unwrap()
+                .failed();
+        }
+        let tracked = t.state.lock().unwrap().failures.len();
+        assert!(tracked <= MAX_TRACKED + 2, "{tracked} entries");
     }
 
     #[test]

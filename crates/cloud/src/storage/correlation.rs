@@ -94,12 +94,16 @@ impl Store {
         service: &str,
     ) -> Result<Vec<String>, StorageError> {
         let sql = "SELECT depends_on FROM service_dependencies \
-                   WHERE org_id = $1 AND service = $2 ORDER BY depends_on";
-        Ok(on_db!(&self.db, pool => sqlx::query_scalar(sql)
+                   WHERE org_id = $1 AND service = $2";
+        let mut names: Vec<String> = on_db!(&self.db, pool => sqlx::query_scalar(sql)
             .bind(org_id)
             .bind(service)
             .fetch_all(pool)
-            .await?))
+            .await?);
+        // Sorted here, by bytes, as the PUT answers: PostgreSQL's ORDER BY would follow the
+        // database's collation (`Zeta` after `alpha` under en_US), SQLite's never does.
+        names.sort();
+        Ok(names)
     }
 
     /// Replaces the services `service` depends on.

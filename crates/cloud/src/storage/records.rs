@@ -222,9 +222,11 @@ impl Store {
                  ORDER BY service, environment LIMIT $2"
             }
             super::Db::Postgres(_) => {
-                "SELECT DISTINCT ON (service, environment) event_id FROM deploy_heads \
-                 WHERE org_id = $1 ORDER BY service, environment, occurred_at DESC, event_id DESC \
-                 LIMIT $2"
+                // By bytes, as SQLite orders, whatever the database's collation.
+                "SELECT DISTINCT ON (service COLLATE \"C\", environment COLLATE \"C\") event_id \
+                 FROM deploy_heads WHERE org_id = $1 \
+                 ORDER BY service COLLATE \"C\", environment COLLATE \"C\", occurred_at DESC, \
+                 event_id DESC LIMIT $2"
             }
         };
         let ids: Vec<String> = on_db!(&self.db, pool => sqlx::query_scalar(heads)

@@ -100,8 +100,8 @@ impl Store {
         org_id: i64,
     ) -> Result<Vec<RepositorySource>, StorageError> {
         let sql = "SELECT repository, bridge, source, path FROM repository_sources \
-                   WHERE org_id = $1 ORDER BY repository";
-        Ok(on_db!(&self.db, pool => sqlx::query(sql)
+                   WHERE org_id = $1";
+        let mut sources: Vec<RepositorySource> = on_db!(&self.db, pool => sqlx::query(sql)
             .bind(org_id)
             .fetch_all(pool)
             .await?
@@ -112,7 +112,10 @@ impl Store {
                 source: r.get(2),
                 path: r.get(3),
             })
-            .collect()))
+            .collect());
+        // By bytes on both databases (PostgreSQL's ORDER BY follows its collation).
+        sources.sort_by(|a, b| a.repository.cmp(&b.repository));
+        Ok(sources)
     }
 
     /// The Git source mapped to `repository`, if any.

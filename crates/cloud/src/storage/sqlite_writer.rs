@@ -164,11 +164,12 @@ fn commit(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<InsertOut
             ])?;
         }
     }
-    tx.commit()?;
+    // The repeats' first answers, read before the commit: a failure here stores nothing, so
+    // no request whose events are stored is answered with an error (and sent again).
     let mut outcomes = Vec::with_capacity(jobs.len());
     for (job, fresh) in jobs.iter().zip(fresh) {
         let first = match (&job.batch.idempotency, fresh) {
-            (Some((key, _)), false) => conn
+            (Some((key, _)), false) => tx
                 .prepare_cached(FIRST_ANSWER)?
                 .query_row(params![job.batch.signal_key, key], |r| {
                     r.get::<_, String>(0)
@@ -178,5 +179,6 @@ fn commit(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<InsertOut
         };
         outcomes.push(first.map_or(InsertOutcome::Stored, InsertOutcome::Duplicate));
     }
+    tx.commit()?;
     Ok(outcomes)
 }

@@ -352,9 +352,10 @@ async fn commit(db: &Db, jobs: &[Job], slot: i16) -> Result<Vec<InsertOutcome>, 
         }
     }
     insert_events(&mut *tx, &all(&fresh), slot).await?;
-    tx.commit().await?;
+    // The repeats' first answers, read before the commit: a failure here stores nothing, so
+    // no request whose events are stored is answered with an error (and sent again).
     let mut outcomes = Vec::with_capacity(jobs.len());
-    for (job, fresh) in jobs.iter().zip(fresh) {
+    for (job, fresh) in jobs.iter().zip(&fresh) {
         match (&job.batch.idempotency, fresh) {
             (Some((key, _)), false) => {
                 let first: String = sqlx::query_scalar(
@@ -362,12 +363,13 @@ async fn commit(db: &Db, jobs: &[Job], slot: i16) -> Result<Vec<InsertOutcome>, 
                 )
                 .bind(&job.batch.signal_key)
                 .bind(key)
-                .fetch_one(pool)
+                .fetch_one(&mut *tx)
                 .await?;
                 outcomes.push(InsertOutcome::Duplicate(first));
             }
             _ => outcomes.push(InsertOutcome::Stored),
         }
     }
+    tx.commit().await?;
     Ok(outcomes)
 }
