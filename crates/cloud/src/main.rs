@@ -329,9 +329,10 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
     server::run(options, tls_listener, http_listener, shutdown)
         .await
         .map_err(|e| match e {
-            e @ (server::ServeError::TlsFiles(_) | server::ServeError::ClientCa(_)) => {
-                Failure::Usage(e.to_string())
-            }
+            e @ (server::ServeError::TlsFiles(_)
+            | server::ServeError::ClientCa(_)
+            | server::ServeError::DataDir(_)
+            | server::ServeError::CreateDataDir { .. }) => Failure::Usage(e.to_string()),
             server::ServeError::Storage(e) if e.is_configuration() => Failure::Usage(e.to_string()),
             e => Failure::Other(e.into()),
         })

@@ -221,6 +221,25 @@ async fn a_database_of_a_newer_release_is_said_as_such() {
     assert_eq!(stderr.matches("migration 999").count(), 1, "{stderr}");
 }
 
+/// An admin command of a newer release on a database its `serve` has not migrated yet (the
+/// binary replaced, the old `serve` still running) changes nothing: exit 2, naming what is not
+/// applied and that `cloud serve` migrates. Here the newest migration is marked as not applied.
+#[test]
+fn admin_commands_never_migrate() {
+    for backend in [testkit::Backend::Sqlite, testkit::Backend::Postgres] {
+        let cloud = testkit::Cloud::start(backend);
+        cloud.exec_sql("DELETE FROM _sqlx_migrations WHERE version = 12");
+        let out = cloud.admin_output(&["org", "list"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{backend:?}: {stderr}");
+        assert!(
+            stderr.contains("0012 bridge token connected")
+                && stderr.contains("only `cloud serve` does"),
+            "{backend:?}: {stderr}"
+        );
+    }
+}
+
 /// A key's name is one line that `list` can show: blank names and control characters are
 /// refused before anything is stored.
 #[test]

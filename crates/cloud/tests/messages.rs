@@ -285,6 +285,25 @@ fn a_database_that_cannot_be_opened_says_why_and_what_to_do() {
     }
 }
 
+/// A data directory that cannot be made is the operator's to fix: exit 2 (a unit that restarts
+/// on failure stops on it), naming --data-dir.
+#[test]
+fn a_data_dir_that_cannot_be_made_is_a_configuration_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let out = Command::new(cloud_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .arg("--data-dir")
+        .arg(file.join("data"))
+        .env_remove("CLOUD_DATABASE_URL")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--data-dir"), "{stderr}");
+}
+
 /// A listen address that is a host name is refused as the other commands refuse it: what was
 /// given, what is expected, and why (clap's own words say only "invalid socket address").
 #[test]

@@ -35,6 +35,9 @@ pub enum StorageError {
     /// An admin command found no database where it looked (only `serve` creates one).
     #[error("{0}")]
     NotCreated(String),
+    /// An admin command found a database that this release's `serve` has not migrated yet.
+    #[error("{0}")]
+    Behind(String),
     /// `serve` found another program's SQLite database where its own belongs.
     #[error("{0}")]
     Foreign(String),
@@ -70,8 +73,10 @@ impl StorageError {
             StorageError::BadUrl(_)
             | StorageError::NoSchema(_)
             | StorageError::NotCreated(_)
+            | StorageError::Behind(_)
             | StorageError::Foreign(_)
-            | StorageError::InUse(_) => true,
+            | StorageError::InUse(_)
+            | StorageError::Lock { .. } => true,
             StorageError::Open {
                 cause: sqlx::Error::Database(db),
                 ..

@@ -161,6 +161,31 @@ async fn sqlite_not_foreign(path: &std::path::Path) -> Result<(), StorageError> 
     }
 }
 
+/// The versions of the migrations a database has applied.
+const APPLIED: &str = "SELECT version FROM _sqlx_migrations WHERE success";
+
+/// An admin command of a newer release never migrates a database a running `serve` of the
+/// older one uses underneath it (that `serve` would go on writing what the new schema no longer
+/// expects): it stops, and says to start this release's `serve` first, which migrates.
+fn not_behind(
+    migrator: &sqlx::migrate::Migrator,
+    applied: &[i64],
+    shown: &str,
+) -> Result<(), StorageError> {
+    let pending: Vec<String> = migrator
+        .iter()
+        .filter(|m| !applied.contains(&m.version))
+        .map(|m| format!("{:04} {}", m.version, m.description))
+        .collect();
+    if pending.is_empty() {
+        return Ok(());
+    }
+    Err(StorageError::Behind(format!(
+        "the database at {shown} is of an earlier release (not applied yet: {}): admin commands never migrate it, only `cloud serve` does, at its start. Start this release's `cloud serve` on it once first (see docs/operations.md, upgrades), then run the command again",
+        pending.join(", ")
+    )))
+}
+
 /// Handle to the database; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -211,6 +236,10 @@ impl Store {
                     .connect_with(options.clone())
                     .await
                     .map_err(open_err)?;
+                if mode == OpenMode::MustExist {
+                    let applied = sqlx::query_scalar(APPLIED).fetch_all(&write).await?;
+                    not_behind(&SQLITE_MIGRATIONS, &applied, &path.display().to_string())?;
+                }
                 SQLITE_MIGRATIONS.run(&write).await?;
                 let read = SqlitePoolOptions::new()
                     .max_connections(4)
@@ -271,6 +300,10 @@ impl Store {
                             redact_url(url)
                         )));
                     }
+                }
+                if mode == OpenMode::MustExist {
+                    let applied = sqlx::query_scalar(APPLIED).fetch_all(&pool).await?;
+                    not_behind(&POSTGRES_MIGRATIONS, &applied, &redact_url(url))?;
                 }
                 POSTGRES_MIGRATIONS.run(&pool).await?;
                 Db::Postgres(pool)
