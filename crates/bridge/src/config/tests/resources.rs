@@ -138,13 +138,15 @@ apis:
   - {name: a, url: http://a, auth: {type: bearer, token: T}}
   - {name: h, url: http://h, auth: {type: header, name: X-API-Key, value: V}}
   - {name: bad, url: http://b, auth: {type: header, name: "Content-Length", value: "x", token: t}}
-  - {name: worse, url: http://w, auth: {type: digest}}
+  - {name: worse, url: http://w, auth: {type: digest}, tls_ca_file: ""}
 "#;
     let err = failure(yaml, &MapEnv::new().with(TOKEN_VAR, "t"));
     for want in [
         "apis[2].auth.token: not used with auth type \"header\"",
         "apis[2].auth.name: expected an HTTP header name",
         "apis[3].auth.type: expected basic, bearer or header, got \"digest\"",
+        // Said with the entry's other errors, not only once they are fixed.
+        "apis[3].tls_ca_file: expected a file path",
     ] {
         assert!(err.contains(want), "{want:?} missing from:\n{err}");
     }

@@ -25,6 +25,8 @@ pub(super) fn apis(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Api> {
             .map(|auth| api_auth(cx, &auth.value, &Origin::at(&auth.referenced), &key));
         let allow = cx.allow_rules(entry.allow.as_ref(), &key);
         let max_connections = max_connections(cx, entry.max_connections.as_ref(), &key);
+        // Checked before an entry with errors is left out, so that all its errors show at once.
+        let tls_ca_file = cx.path(entry.tls_ca_file.as_ref(), &format!("{key}.tls_ca_file"));
         let (Some(url), Some(auth)) = (url, present_and_valid(auth)) else {
             continue;
         };
@@ -35,7 +37,7 @@ pub(super) fn apis(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Api> {
             auth,
             allow,
             max_connections,
-            tls_ca_file: cx.path(entry.tls_ca_file.as_ref(), &format!("{key}.tls_ca_file")),
+            tls_ca_file,
         };
         entries.push((explicit, base, api));
     }

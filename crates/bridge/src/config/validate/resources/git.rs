@@ -27,6 +27,8 @@ pub(super) fn sources(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<GitSource> {
         let repositories = repositories(cx, entry.repositories.as_ref(), &key);
         let allow = cx.allow_rules(entry.allow.as_ref(), &key);
         let max_connections = max_connections(cx, entry.max_connections.as_ref(), &key);
+        // Checked before an entry with errors is left out, so that all its errors show at once.
+        let tls_ca_file = cx.path(entry.tls_ca_file.as_ref(), &format!("{key}.tls_ca_file"));
         let (Some(url), Some(auth), Some(repositories)) =
             (url, present_and_valid(auth), repositories)
         else {
@@ -41,7 +43,7 @@ pub(super) fn sources(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<GitSource> {
             allow_push: entry.allow_push.unwrap_or(false),
             allow,
             max_connections,
-            tls_ca_file: cx.path(entry.tls_ca_file.as_ref(), &format!("{key}.tls_ca_file")),
+            tls_ca_file,
         };
         entries.push((explicit, base, source));
     }

@@ -98,6 +98,8 @@ pub(super) fn registries(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Registry> {
                 .map_or(at.clone(), |n| Origin::at(&n.referenced));
             cx.fail(&format!("{key}.name"), &origin, image_name_rule(name));
         }
+        // Checked before an entry with errors is left out, so that all its errors show at once.
+        let tls_ca_file = cx.path(entry.tls_ca_file.as_ref(), &format!("{key}.tls_ca_file"));
         let (Some(url), Some(auth)) = (url, present_and_valid(auth)) else {
             continue;
         };
@@ -111,7 +113,7 @@ pub(super) fn registries(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Registry> {
             allow_push: entry.allow_push.unwrap_or(false),
             allow,
             max_connections,
-            tls_ca_file: cx.path(entry.tls_ca_file.as_ref(), &format!("{key}.tls_ca_file")),
+            tls_ca_file,
         };
         places.push((key, at, entry.name.is_none()));
         entries.push((explicit, base, registry));
