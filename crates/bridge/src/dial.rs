@@ -153,7 +153,10 @@ async fn connect(
         source,
     })?
     .collect();
-    let stream = first_reachable(addrs, STEP_TIMEOUT).await;
+    // The step's time shared between the addresses (3 s each at least): a dial inside an
+    // enrollment's 30 s still reaches the last address.
+    let each = (STEP_TIMEOUT / addrs.len().max(1) as u32).max(Duration::from_secs(3));
+    let stream = first_reachable(addrs, each).await;
     let stream = stream.map_err(|last| {
         let (addr, source) = match last {
             // The address tried last, when the name is not that address already.

@@ -14,6 +14,24 @@ async fn page(client: &reqwest::Client, url: String, session: &str) -> String {
     body
 }
 
+/// Reads the page until it shows `wanted` (up to 10 s: the cloud records a token's use a
+/// moment after it answers), then asserts that it does not show `not`.
+async fn page_until(client: &reqwest::Client, url: &str, session: &str, wanted: &str, not: &str) {
+    let start = Instant::now();
+    loop {
+        let listed = page(client, url.to_string(), session).await;
+        if listed.contains(wanted) {
+            assert!(!listed.contains(not), "{listed}");
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no {wanted:?}: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn the_bridge_page_shows_instances_makes_tokens_and_revokes() {
     let rig = Rig::start("").await;
@@ -108,10 +126,16 @@ async fn the_bridge_page_shows_instances_makes_tokens_and_revokes() {
         String::from_utf8_lossy(&check.stderr)
     );
     assert!(yaml.contains("\ntls_ca_file: '"), "{yaml}");
-    // A token only checked: enrolled, not reconnecting (no tunnel was ever open).
-    let listed = page(&client, url.clone(), &admin).await;
-    assert!(listed.contains("status enrolled"), "{listed}");
-    assert!(!listed.contains("status reconnecting"), "{listed}");
+    // A token only checked: enrolled, not reconnecting (no tunnel was ever open). The cloud
+    // records the token's use a moment after it answers.
+    page_until(
+        &client,
+        &url,
+        &admin,
+        "status enrolled",
+        "status reconnecting",
+    )
+    .await;
     // Once a tunnel was open with it, a bridge stopped since is reconnecting.
     let token = line
         .split_whitespace()
@@ -125,16 +149,14 @@ async fn the_bridge_page_shows_instances_makes_tokens_and_revokes() {
     dc2.wait_status("connected", Duration::from_secs(20)).await;
     dc2.signal("TERM");
     dc2.wait();
-    let stopped = Instant::now();
-    loop {
-        let listed = page(&client, url.clone(), &admin).await;
-        if listed.contains("status reconnecting") {
-            assert!(!listed.contains("status enrolled"), "{listed}");
-            break;
-        }
-        assert!(stopped.elapsed() < Duration::from_secs(10), "{listed}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    page_until(
+        &client,
+        &url,
+        &admin,
+        "status reconnecting",
+        "status enrolled",
+    )
+    .await;
 
     // Revoke dc1 on the page: its tunnel closes at once, and the page says so.
     let res = client

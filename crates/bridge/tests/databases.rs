@@ -779,7 +779,7 @@ async fn a_client_asking_for_a_newer_protocol_goes_on_in_3_0() {
     client.write_all(&startup).await.unwrap();
     let (kind, body) = read_message(&mut client).await;
     assert_eq!(kind, b'v', "{}", String::from_utf8_lossy(&body));
-    let mut expected = 0u32.to_be_bytes().to_vec();
+    let mut expected = 196_608u32.to_be_bytes().to_vec();
     expected.extend(1u32.to_be_bytes());
     expected.extend(b"_pq_.test_option\0");
     assert_eq!(body, expected, "3.0, and the one option not taken");

@@ -536,13 +536,52 @@ async fn an_operator_certificate_from_a_trusted_ca_opens_the_tunnel() {
     }
 }
 
-/// A certificate of `lifetime`, for `1:dc1` (acme is the first org), signed with the cloud's
-/// own CA key, as enrollment would have issued it: (certificate PEM, key PEM).
-fn short_lived_certificate(cloud: &Cloud, lifetime: Duration) -> (String, String) {
-    certificate_for(cloud, "1:dc1", lifetime)
+/// A cloud with org acme (id 1) and a token for bridge dc1, and bridge dc1 started, connected,
+/// with a certificate named `cn` of `lifetime` saved in its `state_dir` before its start.
+struct SavedCertificate {
+    cloud: Cloud,
+    state: tempfile::TempDir,
+    /// The saved certificate (PEM).
+    cert: String,
+    /// When it was made.
+    made: std::time::Instant,
+    bridge: BridgeProc,
 }
 
-/// [`short_lived_certificate`] named `cn`.
+impl SavedCertificate {
+    async fn connect(cn: &str, lifetime: Duration) -> SavedCertificate {
+        let cloud = Cloud::start(Backend::Sqlite);
+        cloud.tenant("acme");
+        let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+        let state = tempfile::tempdir().unwrap();
+        let made = std::time::Instant::now();
+        let (cert, key) = certificate_for(&cloud, cn, lifetime);
+        std::fs::write(state.path().join(bridge::state::CERT_FILE), &cert).unwrap();
+        std::fs::write(state.path().join(bridge::state::KEY_FILE), &key).unwrap();
+        let bridge = BridgeProc::start(
+            &yaml_for(
+                &cloud,
+                "dc1",
+                &format!("state_dir: {}\n", state.path().display()),
+            ),
+            &[("SERVICE_BRIDGE_TOKEN", &token)],
+        );
+        bridge
+            .wait_status("connected", Duration::from_secs(20))
+            .await;
+        SavedCertificate {
+            cloud,
+            state,
+            cert,
+            made,
+            bridge,
+        }
+    }
+}
+
+/// A certificate of `lifetime` named `cn` (`1:dc1` is acme's dc1: acme is the first org),
+/// signed with the cloud's own CA key, as enrollment would have issued it: (certificate PEM,
+/// key PEM).
 fn certificate_for(cloud: &Cloud, cn: &str, lifetime: Duration) -> (String, String) {
     let ca_cert = std::fs::read_to_string(cloud.ca_path()).unwrap();
     let ca_key = std::fs::read_to_string(cloud.data_dir.path().join("ca-key.pem")).unwrap();
@@ -568,30 +607,13 @@ fn certificate_for(cloud: &Cloud, cn: &str, lifetime: Duration) -> (String, Stri
 /// bridge enrolls for its own name at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_saved_certificate_for_another_bridge_name_is_not_presented() {
-    let cloud = Cloud::start(Backend::Sqlite);
-    cloud.tenant("acme");
-    let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
-    let state = tempfile::tempdir().unwrap();
-    let (cert, key) = certificate_for(&cloud, "1:dc2", Duration::from_secs(3600));
-    std::fs::write(state.path().join(bridge::state::CERT_FILE), &cert).unwrap();
-    std::fs::write(state.path().join(bridge::state::KEY_FILE), &key).unwrap();
-    let bridge = BridgeProc::start(
-        &yaml_for(
-            &cloud,
-            "dc1",
-            &format!("state_dir: {}\n", state.path().display()),
-        ),
-        &[("SERVICE_BRIDGE_TOKEN", &token)],
-    );
-    bridge
-        .wait_status("connected", Duration::from_secs(20))
-        .await;
-    assert!(
-        bridge.log_text().contains("for another bridge name"),
-        "{}",
-        bridge.log_text()
-    );
-    assert_eq!(cloud.log_text().matches("bridge enrolled").count(), 1);
+    let saved = SavedCertificate::connect("1:dc2", Duration::from_secs(3600)).await;
+    testkit::wait_until("the saved certificate left aside", || {
+        saved.bridge.log_text().contains("for another bridge name")
+    })
+    .await;
+    saved.cloud.wait_log_line("bridge enrolled");
+    assert_eq!(saved.cloud.log_text().matches("bridge enrolled").count(), 1);
 }
 
 /// A `tls_cert_file` and a `tls_key_file` that are not a pair (a renewed certificate beside
@@ -630,25 +652,10 @@ async fn a_certificate_and_a_key_that_are_not_a_pair_stop_the_start() {
 /// a minute or more, rather than enrolling again every second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_renewal_is_retried_slowly() {
-    let cloud = Cloud::start(Backend::Sqlite);
-    cloud.tenant("acme");
-    let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
-    let state = tempfile::tempdir().unwrap();
-    // Due for renewal 5 s from now (two thirds of 9 s, backdated 1 s).
-    let (cert, key) = short_lived_certificate(&cloud, Duration::from_secs(8));
-    std::fs::write(state.path().join(bridge::state::CERT_FILE), &cert).unwrap();
-    std::fs::write(state.path().join(bridge::state::KEY_FILE), &key).unwrap();
-    let bridge = BridgeProc::start(
-        &yaml_for(
-            &cloud,
-            "dc1",
-            &format!("state_dir: {}\n", state.path().display()),
-        ),
-        &[("SERVICE_BRIDGE_TOKEN", &token)],
-    );
-    bridge
-        .wait_status("connected", Duration::from_secs(20))
-        .await;
+    // Due for renewal 9 s from now (two thirds of 15 s, backdated 1 s): the token is revoked
+    // well before, once the bridge is connected.
+    let SavedCertificate { cloud, bridge, .. } =
+        SavedCertificate::connect("1:dc1", Duration::from_secs(14)).await;
     cloud.admin(&["bridge-token", "revoke", "--org", "acme", "--name", "dc1"]);
     testkit::wait_until("the failed renewal", || {
         bridge
@@ -671,25 +678,13 @@ async fn a_refused_renewal_is_retried_slowly() {
 /// three quarters (21.5 s), and the tunnel carries on without a reconnect.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_certificate_is_renewed_at_two_thirds_of_its_lifetime_without_a_reconnect() {
-    let cloud = Cloud::start(Backend::Sqlite);
-    cloud.tenant("acme");
-    let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
-    let state = tempfile::tempdir().unwrap();
-    let made = std::time::Instant::now();
-    let (cert, key) = short_lived_certificate(&cloud, Duration::from_secs(29));
-    std::fs::write(state.path().join(bridge::state::CERT_FILE), &cert).unwrap();
-    std::fs::write(state.path().join(bridge::state::KEY_FILE), &key).unwrap();
-    let bridge = BridgeProc::start(
-        &yaml_for(
-            &cloud,
-            "dc1",
-            &format!("state_dir: {}\n", state.path().display()),
-        ),
-        &[("SERVICE_BRIDGE_TOKEN", &token)],
-    );
-    bridge
-        .wait_status("connected", Duration::from_secs(20))
-        .await;
+    let SavedCertificate {
+        cloud,
+        state,
+        cert,
+        made,
+        bridge,
+    } = SavedCertificate::connect("1:dc1", Duration::from_secs(29)).await;
     assert!(
         bridge
             .log_text()

@@ -15,7 +15,7 @@ pub fn stable_port() -> u16 {
         .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
         .unwrap_or(32768);
     let floor = low.saturating_sub(16384).max(1024);
-    let span = u32::from(low - floor);
+    let span = u32::from(low.saturating_sub(floor));
     if span == 0 {
         return TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())

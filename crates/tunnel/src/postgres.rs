@@ -127,7 +127,9 @@ pub fn negotiation(minor: u16, params: &[Param]) -> Option<Vec<u8>> {
     if minor == 0 && options.is_empty() {
         return None;
     }
-    let mut body = 0i32.to_be_bytes().to_vec();
+    // The version as a startup message's (3.0 is 196608), as PostgreSQL writes it: libpq 18
+    // reads a smaller number as a downgrade to before 3.0 and gives up.
+    let mut body = PROTOCOL_3.to_be_bytes().to_vec();
     body.extend_from_slice(&(options.len() as i32).to_be_bytes());
     for option in options {
         body.extend_from_slice(option.as_bytes());
@@ -268,12 +270,12 @@ mod tests {
         };
         assert_eq!(minor, 2);
         assert_eq!(passed_on(&params).count(), 0);
-        let mut expected = b"v\0\0\0\x1d\0\0\0\0\0\0\0\x01".to_vec();
+        let mut expected = b"v\0\0\0\x1d\0\x03\0\0\0\0\0\x01".to_vec();
         expected.extend_from_slice(b"_pq_.test_option\0");
         assert_eq!(negotiation(minor, &params), Some(expected));
         assert_eq!(
             negotiation(2, &[]),
-            Some(b"v\0\0\0\x0c\0\0\0\0\0\0\0\0".to_vec())
+            Some(b"v\0\0\0\x0c\0\x03\0\0\0\0\0\0".to_vec())
         );
     }
 

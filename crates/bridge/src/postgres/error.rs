@@ -117,8 +117,6 @@ impl LoginError {
 mod tests {
     use super::*;
 
-    /// A silent server is said as such to the client (not as a protocol error), with the
-    /// SQLSTATE of a database the bridge could not reach.
     /// A refused login tells the client the step and the SQLSTATE, not the server's message,
     /// which names internal addresses; `bridge check` (the operator's) prints it whole.
     #[test]
@@ -138,6 +136,8 @@ mod tests {
         assert!(e.to_string().contains("10.2.3.4"), "{e}");
     }
 
+    /// A silent server is said as such to the client (not as a protocol error), with the
+    /// SQLSTATE of a database the bridge could not reach.
     #[test]
     fn a_login_time_out_says_so() {
         let e = LoginError::TimedOut(20);

@@ -103,13 +103,25 @@ impl Attempt<'_> {
             });
         }
         if counts.failures.len() >= MAX_TRACKED {
-            // Still full within the window (failures from many addresses): the tenth with the
-            // oldest last failure goes, so the table stays bounded.
-            let mut last: Vec<(Instant, Key)> = (counts.failures.iter())
-                .filter_map(|(key, times)| Some((*times.last()?, key.clone())))
+            // Still full within the window (failures from many addresses): a tenth goes,
+            // addresses before accounts and the oldest first, never an account that is
+            // blocked (flooding the table must not buy more guesses at one account).
+            let mut candidates: Vec<(bool, Instant, Key)> = (counts.failures.iter())
+                .filter(|(key, times)| {
+                    !matches!(key, Key::Account(_))
+                        || times
+                            .iter()
+                            .filter(|t| now.duration_since(**t) < WINDOW)
+                            .count()
+                            < MAX_FAILURES
+                })
+                .filter_map(|(key, times)| {
+                    let account = matches!(key, Key::Account(_));
+                    Some((account, *times.last()?, key.clone()))
+                })
                 .collect();
-            last.sort_unstable_by_key(|(at, _)| *at);
-            for (_, key) in last.into_iter().take(MAX_TRACKED / 10) {
+            candidates.sort_unstable_by_key(|(account, at, _)| (*account, *at));
+            for (_, _, key) in candidates.into_iter().take(MAX_TRACKED / 10) {
                 counts.failures.remove(&key);
             }
         }
@@ -224,6 +236,24 @@ mod tests {
         }
         let tracked = t.state.lock().unwrap().failures.len();
         assert!(tracked <= MAX_TRACKED + 2, "{tracked} entries");
+    }
+
+    /// Flooding the table with failures from new addresses does not free a blocked account:
+    /// addresses go first, and a blocked account never.
+    #[test]
+    fn a_flood_does_not_unblock_an_account() {
+        let t = Throttle::default();
+        let home: IpAddr = "192.0.2.1".parse().unwrap();
+        for _ in 0..MAX_FAILURES {
+            t.admit("ada@example.com", Some(home)).unwrap().failed();
+        }
+        for n in 0..MAX_TRACKED as u32 {
+            let address = IpAddr::from(std::net::Ipv6Addr::from(u128::from(n) + 1));
+            t.admit(&format!("u{n}@example.com"), Some(address))
+                .unwrap()
+                .failed();
+        }
+        assert!(t.admit("ada@example.com", None).is_err(), "ada unblocked");
     }
 
     #[test]

@@ -315,7 +315,7 @@ async fn insert_events<'e>(
 }
 
 /// Inserts every job's events in one transaction (PostgreSQL). A job whose idempotency key is
-/// taken stores nothing and learns the first answer after the commit. Without keys, the group
+/// taken stores nothing and learns the first answer, read in the same transaction. Without keys, the group
 /// is one statement, atomic on its own, so BEGIN and COMMIT round trips are saved.
 async fn commit(db: &Db, jobs: &[Job], slot: i16) -> Result<Vec<InsertOutcome>, StorageError> {
     let Db::Postgres(pool) = db else {
