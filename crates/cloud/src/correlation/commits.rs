@@ -228,8 +228,16 @@ async fn git_problem(
         )),
         other => {
             tracing::warn!(bridge = %bridge, source = %name, cause = %other, "cannot list a deployment's commits");
+            // The cloud's own directories are its operator's, in its log: the caller is told
+            // no internal path.
+            let why = match other {
+                GitError::Dir { .. } => {
+                    "the cloud cannot keep or read its copy of the repository (its log says why; its operator can fix it)".to_string()
+                }
+                other => other.to_string(),
+            };
             Problem::bad_gateway(format!(
-                "cannot read {path:?} through source {name:?} on bridge {bridge:?}: {other}"
+                "cannot read {path:?} through source {name:?} on bridge {bridge:?}: {why}"
             ))
         }
     }

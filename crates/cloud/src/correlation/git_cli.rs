@@ -51,7 +51,16 @@ pub enum GitError {
     /// A git command ran longer than its limit.
     #[error("git {0} took longer than {GIT_TIMEOUT:?}")]
     TimedOut(&'static str),
+    /// A git command wrote more than the cloud reads (a history made to list huge trees).
+    #[error("git {0} wrote more than {MAX_OUTPUT} bytes; stopped it")]
+    TooMuch(&'static str),
 }
+
+/// The most of a git command's output the cloud reads: 251 commits with up to 200 paths each
+/// fit many times over; a history of trees made to list millions of paths does not.
+pub(super) const MAX_OUTPUT: u64 = 16 * 1024 * 1024;
+/// The most of git's stderr kept (its last lines), and of one line read.
+const MAX_STDERR: usize = 8 * 1024;
 
 /// Runs `git args` in `dir`, hermetically: an empty environment but `PATH` (no system or
 /// user configuration, no proxy, no prompts, no lazy blob fetches, no redirects followed), in
@@ -97,12 +106,18 @@ pub(super) async fn git(
     let (Some(mut stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(GitError::Spawn(std::io::Error::other("no pipes to git")));
     };
+    // Both streams read within bounds: an answer past them stops the command (its group is
+    // killed when `group` drops), never the cloud's memory.
     let read_stdout = async {
         let mut out = Vec::new();
-        stdout
+        (&mut stdout)
+            .take(MAX_OUTPUT + 1)
             .read_to_end(&mut out)
             .await
             .map_err(GitError::Spawn)?;
+        if out.len() as u64 > MAX_OUTPUT {
+            return Err(GitError::TooMuch(step));
+        }
         Ok::<_, GitError>(out)
     };
     // A server that cannot leave file contents out says so before it sends them: stop there.
@@ -111,7 +126,8 @@ pub(super) async fn git(
         // Lines as bytes: a server's `remote:` message or a path need not be UTF-8.
         while {
             line.clear();
-            stderr
+            (&mut stderr)
+                .take(MAX_STDERR as u64)
                 .read_until(b'\n', &mut line)
                 .await
                 .map_err(GitError::Spawn)?
@@ -122,6 +138,13 @@ pub(super) async fn git(
                 return Err(GitError::NoFilter);
             }
             text.push_str(&line);
+            if text.len() > 2 * MAX_STDERR {
+                let mut cut = text.len() - MAX_STDERR;
+                while !text.is_char_boundary(cut) {
+                    cut += 1;
+                }
+                text.drain(..cut);
+            }
         }
         Ok(text)
     };
@@ -197,6 +220,27 @@ fn failure(step: &'static str, stderr: &str) -> GitError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A command that writes more than the cloud reads is stopped with an error naming the
+    /// step, and the cloud holds no more than the bound (here a 17 MiB blob printed whole).
+    #[tokio::test]
+    async fn output_past_the_bound_stops_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        git(dir.path(), &["init", "-q"], None, "init")
+            .await
+            .unwrap();
+        let blob = dir.path().join("big");
+        std::fs::write(&blob, vec![b'x'; MAX_OUTPUT as usize + 1024 * 1024]).unwrap();
+        let sha = git(dir.path(), &["hash-object", "-w", "big"], None, "hash")
+            .await
+            .unwrap();
+        let printed = git(dir.path(), &["cat-file", "-p", sha.trim()], None, "log").await;
+        assert!(
+            matches!(printed, Err(GitError::TooMuch("log"))),
+            "{:?}",
+            printed.map(|text| text.len())
+        );
+    }
 
     #[test]
     fn git_failures_name_the_status_and_hide_the_loopback_address() {
