@@ -326,3 +326,192 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
     assert!(!logs.contains(GIT_TOKEN));
     assert!(!logs.contains("sigint_"));
 }
+
+/// One org whose Git server never answers holds up only its own listings: another org's
+/// deployments are listed meanwhile, without anyone asking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_git_server_holds_up_only_its_own_org() {
+    // Connections complete in the accept queue and are never read: every fetch waits for an
+    // answer until the cloud's --forward-timeout (120 s).
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_url = format!("http://{}/", silent.local_addr().unwrap());
+    let rig = Rig::start_full(Backend::Sqlite, &[], |_| {
+        format!("sources:\n  - {{type: git, name: code, url: {silent_url}}}\n")
+    })
+    .await;
+    rig.cloud
+        .post_event(&rig.tenant, &deployment(&"a".repeat(40), Utc::now()))
+        .await;
+    let mapping = json!({"repository": "acme/api", "bridge": "dc1", "source": "code", "path": "acme/api.git"});
+    assert_eq!(put_mapping(&rig, &mapping).await.0, 200);
+
+    // A second org (listed after the first: its id is higher), with a Git server that answers.
+    let server = GitServer::start(GitAuth::None);
+    server.create_repo("acme/api.git", 1);
+    let first_sha = server.commit("acme/api.git", "one.txt", "one\n");
+    let second_sha = server.commit("acme/api.git", "two.txt", "two\n");
+    let globex = rig.cloud.tenant("globex");
+    let token = rig
+        .cloud
+        .admin(&["bridge-token", "create", "--org", "globex", "--name", "dc2"]);
+    let yaml = testkit::bridge::yaml_for(
+        &rig.cloud,
+        "dc2",
+        &format!(
+            "sources:\n  - {{type: git, name: code, url: {}}}\n",
+            server.url()
+        ),
+    );
+    let _bridge = testkit::bridge::start_connected(&yaml, &token).await;
+    let earlier = Utc::now() - chrono::Duration::minutes(5);
+    rig.cloud
+        .post_event(&globex, &deployment(&first_sha, earlier))
+        .await;
+    rig.cloud
+        .post_event(&globex, &deployment(&second_sha, Utc::now()))
+        .await;
+    let res = rig
+        .cloud
+        .client()
+        .put(format!("{}/v1/repository-sources", rig.cloud.http))
+        .bearer_auth(&globex.api_key)
+        .json(&json!({"repository": "acme/api", "bridge": "dc2", "source": "code", "path": "acme/api.git"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+
+    // Listed while acme's fetch still waits: well within the 120 s it will wait.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, dora) = get(&rig, &globex.api_key, "/v1/dora?service=api").await;
+        if dora["changeLeadTimeSeconds"]["count"] == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "globex's deployments were not listed while acme's Git server was silent: {dora}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(silent);
+}
+
+/// A shutdown waits one `--drain-timeout` in all, as docs/operations.md says, also while a
+/// commit listing started by a public request still waits on the Git server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_in_flight_is_cut_within_one_drain_timeout() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_url = format!("http://{}/", silent.local_addr().unwrap());
+    let (reached, reaches) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Held, never answered.
+        let mut held = Vec::new();
+        for tcp in silent.incoming().flatten() {
+            held.push(tcp);
+            let _ = reached.send(());
+        }
+    });
+    let mut rig = Rig::start_full(Backend::Sqlite, &["--drain-timeout", "5"], |_| {
+        format!("sources:\n  - {{type: git, name: code, url: {silent_url}}}\n")
+    })
+    .await;
+    let id = rig
+        .cloud
+        .post_event(&rig.tenant, &deployment(&"b".repeat(40), Utc::now()))
+        .await;
+    let mapping = json!({"repository": "acme/api", "bridge": "dc1", "source": "code", "path": "acme/api.git"});
+    assert_eq!(put_mapping(&rig, &mapping).await.0, 200);
+    let asking = tokio::spawn({
+        let (client, url, key) = (
+            rig.cloud.client(),
+            format!("{}/v1/deployments/{id}/commits", rig.cloud.http),
+            rig.tenant.api_key.clone(),
+        );
+        async move { client.get(url).bearer_auth(key).send().await }
+    });
+    tokio::task::spawn_blocking(move || reaches.recv_timeout(Duration::from_secs(20)))
+        .await
+        .unwrap()
+        .expect("the fetch reaches the Git server");
+
+    let signalled = std::time::Instant::now();
+    rig.cloud.signal("TERM");
+    assert_eq!(rig.cloud.wait(), Some(0));
+    let took = signalled.elapsed();
+    assert!(
+        took < Duration::from_secs(8),
+        "stopped {took:?} after SIGTERM with --drain-timeout 5"
+    );
+    asking.abort();
+}
+
+/// A deployment sent late, between two listed ones, splits the later one's commits: the next
+/// round lists it again from the late one, and the suspects' reason counts what it brought.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_deployment_between_two_lists_the_later_one_again() {
+    let server = GitServer::start(GitAuth::None);
+    server.create_repo("acme/api.git", 1);
+    let url = server.url();
+    let rig = Rig::start_full(Backend::Sqlite, &[], |_| {
+        format!("sources:\n  - {{type: git, name: code, url: {url}}}\n")
+    })
+    .await;
+    let key = rig.tenant.api_key.clone();
+    let now = Utc::now();
+    let first_sha = server.commit("acme/api.git", "one.txt", "one\n");
+    let middle_sha = server.commit("acme/api.git", "two.txt", "two\n");
+    let last_sha = server.commit("acme/api.git", "three.txt", "three\n");
+    rig.cloud
+        .post_event(
+            &rig.tenant,
+            &deployment(&first_sha, now - chrono::Duration::minutes(30)),
+        )
+        .await;
+    let last = rig
+        .cloud
+        .post_event(
+            &rig.tenant,
+            &deployment(&last_sha, now - chrono::Duration::minutes(10)),
+        )
+        .await;
+    let mapping = json!({"repository": "acme/api", "bridge": "dc1", "source": "code", "path": "acme/api.git"});
+    assert_eq!(put_mapping(&rig, &mapping).await.0, 200);
+    let (status, answer) = get(&rig, &key, &format!("/v1/deployments/{last}/commits")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(subjects(&answer), ["three.txt", "two.txt"]);
+
+    rig.cloud
+        .post_event(
+            &rig.tenant,
+            &deployment(&middle_sha, now - chrono::Duration::minutes(20)),
+        )
+        .await;
+    let alert = rig
+        .cloud
+        .post_event(
+            &rig.tenant,
+            &json!({"type": "alert", "service": "api", "environment": "production",
+                "status": "triggered", "severity": "critical", "title": "Errors",
+                "timestamp": now.to_rfc3339()}),
+        )
+        .await;
+    // Any change of the org's mappings starts a round at once (rounds also come every
+    // minute); writing this repository's mapping again would list it again anyway.
+    let other = json!({"repository": "acme/other", "bridge": "dc1", "source": "code", "path": "acme/other.git"});
+    assert_eq!(put_mapping(&rig, &other).await.0, 200);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, suspects) = get(&rig, &key, &format!("/v1/alerts/{alert}/suspects")).await;
+        assert_eq!(suspects["suspects"][0]["event"]["id"], last.as_str());
+        let reasons = suspects["suspects"][0]["reasons"].to_string();
+        if reasons.contains("1 commit since the previous deployment, touching three.txt") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the later deployment was not listed again from the late one: {suspects}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

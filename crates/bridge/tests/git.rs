@@ -502,6 +502,41 @@ async fn bearer_sources_and_anonymous_servers() {
         ),
         "anonymous source",
     );
+    // A repository the server moved is followed through the tunnel; a move to another host
+    // fails without naming it.
+    let out = git(
+        work.path(),
+        &[
+            "clone",
+            &clone_url(&rig, &rig.tenant.api_key, "anon", "moved/pub.git"),
+            "moved",
+        ],
+        &[],
+    );
+    ok(&out, "a moved repository");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let server_address = anonymous
+        .url()
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    assert!(
+        stderr.contains("redirecting to")
+            && stderr.contains("/v1/bridges/dc1/git/anon/pub.git")
+            && !stderr.contains(&server_address),
+        "{stderr}"
+    );
+    let out = git(
+        work.path(),
+        &[
+            "clone",
+            &clone_url(&rig, &rig.tenant.api_key, "anon", "away/pub.git"),
+            "away",
+        ],
+        &[],
+    );
+    let stderr = failed(&out, "a repository moved to another host");
+    assert!(!stderr.contains("git.internal.example"), "{stderr}");
     assert_secret_absent(&rig, "SECRET-bearer").await;
 }
 

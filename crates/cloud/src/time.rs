@@ -31,10 +31,15 @@ pub enum TimeError {
         "is before the year 0000 once its offset is applied ({0}), which RFC 3339 cannot write back; send a time from 0000-01-01T00:00:00Z on"
     )]
     BeforeYearZero(String),
+    /// After 9999-12-31T23:59:59.999999999Z in UTC (shown), which RFC 3339 cannot write.
+    #[error(
+        "is after the year 9999 once its offset is applied ({0}), which RFC 3339 cannot write back; send a time up to 9999-12-31T23:59:59Z"
+    )]
+    AfterYear9999(String),
 }
 
 /// A client's RFC 3339 time in UTC: with a zone, at most nine fractional digits, no leap
-/// second, from year 0000 on (UTC), so that every time accepted can be stored and written
+/// second, from year 0000 to 9999 (UTC), so that every time accepted can be stored and written
 /// back as it was meant.
 pub fn parse_rfc3339(raw: &str) -> Result<DateTime<Utc>, TimeError> {
     let t = DateTime::parse_from_rfc3339(raw).map_err(|_| {
@@ -56,10 +61,12 @@ pub fn parse_rfc3339(raw: &str) -> Result<DateTime<Utc>, TimeError> {
         return Err(TimeError::LeapSecond);
     }
     let t = t.to_utc();
+    let shown = || t.format("%Y-%m-%dT%H:%M:%SZ").to_string();
     if t.year() < 0 {
-        return Err(TimeError::BeforeYearZero(
-            t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
-        ));
+        return Err(TimeError::BeforeYearZero(shown()));
+    }
+    if t.year() > 9999 {
+        return Err(TimeError::AfterYear9999(shown()));
     }
     Ok(t)
 }
@@ -99,6 +106,8 @@ mod tests {
         assert!(refused("2026-11-26T14:03:07.1234567891Z").contains("10 fractional"));
         assert!(refused("2016-12-31T23:59:60Z").contains("leap second"));
         assert!(refused("0000-01-01T00:00:00+01:00").contains("-0001-12-31T23:00:00Z"));
+        assert!(refused("9999-12-31T23:59:59-23:59").contains("after the year 9999"));
+        assert!(parse_rfc3339("9999-12-31T23:59:59Z").is_ok());
         assert_eq!(
             parse_rfc3339("2026-11-26T14:03:07.123456789+01:00").unwrap(),
             parse_rfc3339("2026-11-26T13:03:07.123456789Z").unwrap()

@@ -542,6 +542,92 @@ async fn deployments_with_one_timestamp_are_read_in_the_order_received() {
     assert_eq!(f["changeFailRate"], json!(0.333), "{f:#}");
 }
 
+/// A noisy alert of the service (over 10,000 firings in the week) does not hide an earlier
+/// firing of the alert asked about: it fired before the deployment, so the deployment is a
+/// weak suspect.
+#[tokio::test]
+async fn an_earlier_firing_is_found_behind_a_noisy_alert() {
+    let cloud = Cloud::start_with(Backend::Sqlite, &["--signal-rate-limit", "0"]);
+    let t = cloud.tenant("acme");
+    let alert = |title: &str| {
+        json!({"type": "alert", "service": "api", "environment": "production",
+            "status": "triggered", "severity": "warning", "title": title})
+    };
+    // 10,500 firings of "CPU high", every 30 s from six days before the base time.
+    for batch in 0..21 {
+        let events: Vec<Value> = (0..500)
+            .map(|i| {
+                let mut e = alert("CPU high");
+                let at = base() - Duration::days(6) + Duration::seconds(30 * (batch * 500 + i));
+                e["timestamp"] = json!(at.to_rfc3339());
+                e
+            })
+            .collect();
+        let res = cloud
+            .post_signal_text(&t, serde_json::to_string(&events).unwrap())
+            .await;
+        assert_eq!(res.status().as_u16(), 202);
+    }
+    // "Error rate" fired two days ago, after all of them, and again now.
+    post(&cloud, &t, -2 * 24 * 60, &alert("Error rate")).await;
+    let deployment = json!({"type": "deployment", "service": "api", "environment": "production",
+        "version": "v7", "status": "success"});
+    post(&cloud, &t, -10, &deployment).await;
+    let now = post(&cloud, &t, 0, &alert("Error rate")).await;
+    let (status, answer) = call(
+        &cloud,
+        &t,
+        reqwest::Method::GET,
+        &format!("/v1/alerts/{now}/suspects"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let reasons = strings(&answer["suspects"][0]["reasons"]);
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.starts_with("this alert fired before the deployment too")),
+        "{answer:#}"
+    );
+}
+
+/// DORA reads deployments a page at a time: every one of 1,200 counts, and a rollback across
+/// a page's edge is still seen.
+#[tokio::test]
+async fn dora_counts_deployments_across_pages() {
+    let cloud = Cloud::start_with(Backend::Sqlite, &["--signal-rate-limit", "0"]);
+    let t = cloud.tenant("acme");
+    for batch in 0..3 {
+        let events: Vec<Value> = (0..400)
+            .map(|i| {
+                let n = batch * 400 + i;
+                json!({"type": "deployment", "service": "api", "environment": "production",
+                    "version": format!("v{n}"), "status": "success",
+                    "timestamp": (base() + Duration::minutes(n)).to_rfc3339()})
+            })
+            .collect();
+        let res = cloud
+            .post_signal_text(&t, serde_json::to_string(&events).unwrap())
+            .await;
+        assert_eq!(res.status().as_u16(), 202);
+    }
+    // v1 again after v1199: a rollback of v1199, to a version 1,198 deployments back.
+    let rollback = json!({"type": "deployment", "service": "api", "environment": "production",
+        "version": "v1", "status": "success"});
+    post(&cloud, &t, 1200, &rollback).await;
+    let path = format!(
+        "/v1/dora?service=api&since={}&until={}",
+        urlencode(&base().to_rfc3339()),
+        urlencode(&(base() + Duration::days(2)).to_rfc3339())
+    );
+    let (status, f) = call(&cloud, &t, reqwest::Method::GET, &path, None).await;
+    assert_eq!(status, 200, "{f}");
+    assert_eq!(f["deploymentFrequency"]["count"], 1201, "{f:#}");
+    // One failure (v1199, rolled back) of 1,201 finished.
+    assert_eq!(f["changeFailRate"], json!(0.001), "{f:#}");
+}
+
 fn urlencode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }

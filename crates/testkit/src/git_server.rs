@@ -46,6 +46,9 @@ http {
     server {
         listen 127.0.0.1:@PORT@;
         client_max_body_size 0;
+        # A forge that moved a repository: on this server, and to another host.
+        location ~ ^/moved/(.*)$ { return 301 http://127.0.0.1:@PORT@/$1$is_args$args; }
+        location ~ ^/away/(.*)$ { return 301 http://git.internal.example/$1$is_args$args; }
         location / {
             @AUTH@
             fastcgi_pass unix:@P@/fcgiwrap.sock;

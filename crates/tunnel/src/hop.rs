@@ -17,18 +17,28 @@ pub fn connection_listed(headers: &HeaderMap) -> Vec<HeaderName> {
         .collect()
 }
 
-/// Removes the headers `names` (lowercase; a name ending in `*` is a prefix, so
-/// `x-forwarded-*` covers `x-forwarded-port` and every other member of that family) and every
-/// header `Connection` lists. One pass over the message's few headers, not one lookup per
-/// listed name: this runs on every forwarded request and response.
+/// Whether `name` is one of `names` (lowercase; a name ending in `*` is a prefix, so
+/// `x-forwarded-*` covers `x-forwarded-port` and every other member of that family), with
+/// `_` read as `-`: CGI, WSGI and Rack servers read `X_Forwarded_For` as `X-Forwarded-For`.
+pub fn is_named(name: &HeaderName, names: &[&str]) -> bool {
+    let spelled = name.as_str();
+    let name: std::borrow::Cow<'_, str> = if spelled.contains('_') {
+        spelled.replace('_', "-").into()
+    } else {
+        spelled.into()
+    };
+    names.iter().any(|n| match n.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == *n,
+    })
+}
+
+/// Removes the headers `names` (as [`is_named`] reads them) and every header `Connection`
+/// lists. One pass over the message's few headers, not one lookup per listed name: this runs
+/// on every forwarded request and response.
 pub fn strip(headers: &mut HeaderMap, names: &[&str]) {
     let listed = connection_listed(headers);
-    let named = |k: &HeaderName| {
-        names.iter().any(|n| match n.strip_suffix('*') {
-            Some(prefix) => k.as_str().starts_with(prefix),
-            None => k.as_str() == *n,
-        })
-    };
+    let named = |k: &HeaderName| is_named(k, names);
     let present: Vec<HeaderName> = headers
         .keys()
         .filter(|k| named(k) || listed.contains(k))
@@ -55,8 +65,14 @@ mod tests {
         h.insert("x-kept", "2".parse().unwrap());
         h.insert("x-forwarded-port", "443".parse().unwrap());
         h.insert("x-forwarded", "1".parse().unwrap());
+        h.insert("x_forwarded_for", "10.0.0.1".parse().unwrap());
+        h.insert("x_http_method_override", "DELETE".parse().unwrap());
         strip(&mut h, &["connection", "te", "x-forwarded-*"]);
-        assert_eq!(h.len(), 2, "{h:?}");
+        assert_eq!(h.len(), 3, "{h:?}");
+        assert!(
+            !h.contains_key("x_forwarded_for"),
+            "underscores read as hyphens"
+        );
         assert!(
             h.contains_key("x-forwarded"),
             "a prefix covers longer names only"

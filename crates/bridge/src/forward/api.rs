@@ -23,7 +23,22 @@ impl Kind for Api {
         self.tls_ca_file.as_deref()
     }
 
-    fn admit(&self, method: &Method, path: &str, _query: Option<&str>) -> Result<String, Refusal> {
+    fn admit(&self, method: &Method, path: &str, query: Option<&str>) -> Result<String, Refusal> {
+        // Rules name methods: a `_method` parameter (Rails, Laravel, Symfony read it) would
+        // make the internal system run another method than the one they checked.
+        let overrides = |q: &str| {
+            url::form_urlencoded::parse(q.as_bytes())
+                .any(|(k, _)| k.eq_ignore_ascii_case("_method"))
+        };
+        if !self.allow.is_empty() && query.is_some_and(overrides) {
+            return Err(Refusal::forbidden(
+                "method override",
+                format!(
+                    "{method} {path} has a _method query parameter, which would make the internal system see another method than the allow rules of the bridge's apis entry {:?} checked; send the request with its own method",
+                    self.name
+                ),
+            ));
+        }
         allowed(&self.allow, method.as_str(), path).ok_or_else(|| {
             Refusal::forbidden(
                 "no matching allow rule",

@@ -18,6 +18,26 @@ pub(crate) fn causes(e: &dyn std::error::Error) -> String {
     text
 }
 
+/// What of [`causes`] a caller is told: the kind of failure, never the words under it, which
+/// can name internal hosts (a certificate "only valid for" its names) and addresses. The
+/// bridge's log keeps the whole chain.
+pub(crate) fn caller_summary(causes: &str) -> &'static str {
+    let has = |needle: &str| causes.contains(needle);
+    if has("answered in plain text, not TLS") {
+        "it answered in plain text, not TLS"
+    } else if has("certificate") || has("Certificate") || has("tls") || has("TLS") {
+        "the TLS handshake failed"
+    } else if has("dns error") {
+        "its name did not resolve"
+    } else if has("Connection refused") {
+        "the connection was refused"
+    } else if has("timed out") || has("deadline") {
+        "connecting timed out"
+    } else {
+        "the connection failed"
+    }
+}
+
 /// Whether the internal system answered, but with a head the HTTP/1.1 client would not parse
 /// (too many fields, too large, malformed): not a reachability problem.
 pub(super) fn unreadable_head(e: &(dyn std::error::Error + 'static)) -> bool {
@@ -32,4 +52,24 @@ pub(super) fn unreadable_head(e: &(dyn std::error::Error + 'static)) -> bool {
         source = inner.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::caller_summary;
+
+    #[test]
+    fn callers_learn_the_kind_of_failure_not_its_words() {
+        let tls = r#"client error (Connect): invalid peer certificate: certificate not valid for name "billing.corp.internal"; certificate is only valid for DnsName("db.corp.internal")"#;
+        assert_eq!(caller_summary(tls), "the TLS handshake failed");
+        let refused =
+            "client error (Connect): tcp connect error: Connection refused (os error 111)";
+        assert_eq!(caller_summary(refused), "the connection was refused");
+        let dns = "client error (Connect): dns error: failed to lookup address information: Name or service not known";
+        assert_eq!(caller_summary(dns), "its name did not resolve");
+        assert_eq!(
+            caller_summary("client error (Connect): tcp connect error: deadline has elapsed"),
+            "connecting timed out"
+        );
+    }
 }

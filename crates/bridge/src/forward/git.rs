@@ -9,6 +9,7 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use url::Url;
 
 use super::kind::{Kind, Refusal};
+use super::upstream::path_under;
 use crate::config::GitSource;
 use crate::rules::{allowed, glob};
 
@@ -118,7 +119,22 @@ impl Kind for GitSource {
     /// The server refusing the entry's credentials is the bridge operator's problem, not the
     /// caller's: passed on, its challenge would make `git` ask the user for a password that
     /// no password of theirs can fix.
-    fn response_filter(&self, status: StatusCode, _headers: &mut HeaderMap) -> Option<Refusal> {
+    fn response_filter(&self, status: StatusCode, headers: &mut HeaderMap) -> Option<Refusal> {
+        // A redirect (a forge moving `team/lib` to `team/lib.git`) is followed through the
+        // tunnel: the server's own address becomes the tunnel's path, and any other address is
+        // dropped, never shown to the caller.
+        if let Some(location) = headers.get(header::LOCATION) {
+            let tunnel_path = location
+                .to_str()
+                .ok()
+                .and_then(|l| path_under(&self.url, l))
+                .map(|rest| format!("/git/{}{rest}", self.name))
+                .and_then(|p| HeaderValue::from_str(&p).ok());
+            match tunnel_path {
+                Some(value) => headers.insert(header::LOCATION, value),
+                None => headers.remove(header::LOCATION),
+            };
+        }
         if status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN {
             return None;
         }

@@ -43,8 +43,8 @@ use hyper_util::rt::TokioExecutor;
 use tokio::sync::Semaphore;
 
 use batch::Batched;
-pub(crate) use causes::causes;
 use causes::unreadable_head;
+pub(crate) use causes::{caller_summary, causes};
 pub use counted::{Counted, Tally};
 pub use database::audited;
 pub use kind::{Kind, Refusal};
@@ -368,7 +368,8 @@ impl Forwarder {
                     finish,
                     resource,
                     &format!(
-                        "the bridge cannot reach resource {name:?}: {cause}. Check that the bridge host can connect to it (and, for HTTPS, that the entry's tls_ca_file or the system roots vouch for its certificate)"
+                        "the bridge cannot reach resource {name:?}: {} (the bridge's log says more). Check that the bridge host can connect to it (and, for HTTPS, that the entry's tls_ca_file or the system roots vouch for its certificate)",
+                        caller_summary(&cause)
                     ),
                 ))
             }

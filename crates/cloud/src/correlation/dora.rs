@@ -31,6 +31,8 @@ const YEAR_ZERO_MICROS: i64 = -62_167_219_200_000_000;
 const DEFAULT_DAYS: i64 = 30;
 /// Most deployments read for one answer.
 const MAX_DEPLOYMENTS: i64 = 100_000;
+/// Deployments read per query.
+const PAGE: i64 = 500;
 
 /// Query string of `GET /v1/dora`: the same names as `GET /v1/events`.
 #[derive(Debug, Deserialize)]
@@ -233,25 +235,29 @@ async fn load(
 ) -> Result<(Vec<Deployment>, HashSet<String>), StorageError> {
     // 30 days on each side: rollbacks to versions deployed before the window, and the
     // rollbacks and recoveries that follow its last deployments.
-    let query = EventQuery {
+    let mut query = EventQuery {
         kind: Some("deployment".into()),
         service: service.map(str::to_string),
         environment: environment.map(str::to_string),
         since: Some(since - DEFAULT_DAYS * 86_400_000_000),
         until: Some(until.saturating_add(DEFAULT_DAYS * 86_400_000_000)),
         after: None,
-        limit: MAX_DEPLOYMENTS,
+        limit: PAGE,
     };
-    let stored = store.list_events(org_id, &query).await?;
     let confirmed: HashSet<String> = store.confirmed_causes(org_id).await?.into_iter().collect();
     let listed: HashMap<String, i64> = store
         .first_commit_times(org_id)
         .await?
         .into_iter()
         .collect();
-    let mut deployments: Vec<Deployment> = stored
-        .into_iter()
-        .filter_map(|e| {
+    // A page of bodies at a time, each read into the few fields DORA needs before the next:
+    // an org's events may be up to 64 KiB each, and are never all held at once.
+    let mut deployments: Vec<Deployment> = Vec::new();
+    loop {
+        let page = store.list_events(org_id, &query).await?;
+        let full = page.len() as i64 == PAGE;
+        query.after = page.last().map(|e| (e.occurred_at, e.id.clone()));
+        deployments.extend(page.into_iter().filter_map(|e| {
             // A damaged row must not take the org's figures down; the operator hears of it.
             let body: Value = match serde_json::from_str(&e.body) {
                 Ok(body) => body,
@@ -271,8 +277,11 @@ async fn load(
                 id: e.id,
                 commit_at,
             })
-        })
-        .collect();
+        }));
+        if !full || deployments.len() as i64 >= MAX_DEPLOYMENTS {
+            break;
+        }
+    }
     // Oldest first, and in the order received where two share a time (the list comes newest
     // first): a rollback then follows the deployment it undoes.
     deployments.sort_by(|a, b| (a.fields.at, &a.id).cmp(&(b.fields.at, &b.id)));

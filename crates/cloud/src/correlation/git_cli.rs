@@ -9,7 +9,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::Command;
 
 /// The longest one `git` command may take (a first fetch of a large repository).
-const GIT_TIMEOUT: Duration = Duration::from_secs(600);
+pub(super) const GIT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Why commits could not be listed.
 #[derive(Debug, thiserror::Error)]

@@ -4,19 +4,20 @@
 //! `DATA_DIR/git-mirrors/`. Later fetches are incremental; listing commits reads the mirror
 //! only. Trees are fetched, blobs never: the files a commit changed come from its trees.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
 use crate::auth::KeyCache;
 use crate::storage::RepositorySource;
 
+use super::gates::{self, Gates, Keyed};
 pub use super::git_cli::GitError;
-use super::git_cli::git;
+use super::git_cli::{GIT_TIMEOUT, git};
 
 /// Most commits listed for one deployment; more are reported as truncated.
 pub const MAX_COMMITS: usize = 250;
@@ -59,11 +60,17 @@ pub struct Listing {
     pub complete: bool,
 }
 
-/// The mirrors, with one lock each so that two requests never fetch into one at once.
+/// How old a first clone's temporary directory (`*.partial-{pid}`) must be to be deleted as
+/// one left by a crash: older than any clone can run, since git is stopped at [`GIT_TIMEOUT`].
+const PARTIAL_STALE: Duration = Duration::from_secs(GIT_TIMEOUT.as_secs() + 300);
+
+/// The mirrors, with one lock each so that two requests never fetch into one at once, and
+/// gates that bound how many listings run at once (correlation/gates.rs).
 pub struct Mirrors {
     client: GitClient,
     keys: Arc<KeyCache>,
-    locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+    locks: Keyed<PathBuf>,
+    gates: Gates,
 }
 
 /// True for what may be a commit id: 7 to 40 hex digits (SHA-1, abbreviated or whole), or 64
@@ -82,7 +89,8 @@ impl Mirrors {
         Mirrors {
             client,
             keys,
-            locks: Mutex::new(HashMap::new()),
+            locks: Keyed::new(1),
+            gates: Gates::new(gates::IN_ALL, gates::PER_ORG),
         }
     }
 
@@ -97,8 +105,8 @@ impl Mirrors {
         to: &str,
     ) -> Result<Listing, GitError> {
         let dir = self.dir(org_id, source);
-        let lock = self.lock_of(&dir);
-        let _held = lock.lock().await;
+        let _held = self.locks.acquire(dir.clone()).await;
+        let _pass = self.gates.enter(org_id).await;
         let key = self.keys.internal_key(org_id);
         let url = format!(
             "http://{}/v1/bridges/{}/git/{}/{}",
@@ -171,8 +179,7 @@ impl Mirrors {
         unused: impl FnOnce() -> F,
     ) {
         let dir = self.dir(org_id, source);
-        let lock = self.lock_of(&dir);
-        let _held = lock.lock().await;
+        let _held = self.locks.acquire(dir.clone()).await;
         if !unused().await {
             return;
         }
@@ -183,14 +190,15 @@ impl Mirrors {
         }
     }
 
-    /// The lock of the mirror in `dir`: one fetch or deletion at a time.
-    fn lock_of(&self, dir: &Path) -> Arc<tokio::sync::Mutex<()>> {
-        self.locks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(dir.to_path_buf())
-            .or_default()
-            .clone()
+    /// Deletes the temporary directories of first clones that a crash (of this process or an
+    /// earlier one) left behind, once older than [`PARTIAL_STALE`]: a clone running now is
+    /// younger, whichever process runs it.
+    pub async fn sweep_partials(&self) {
+        let root = self.client.root.clone();
+        let swept = tokio::task::spawn_blocking(move || stale_partials(&root, PARTIAL_STALE)).await;
+        for dir in swept.unwrap_or_default() {
+            tracing::info!(mirror = %dir.display(), "deleted the leftover of an interrupted first clone");
+        }
     }
 
     /// `DATA_DIR/git-mirrors/{org}/{hash of bridge, source and path}.git`.
@@ -284,6 +292,28 @@ impl Mirrors {
     }
 }
 
+/// Deletes and returns the `*.partial-*` directories under `root/{org}/` last modified more
+/// than `stale` ago.
+fn stale_partials(root: &Path, stale: Duration) -> Vec<PathBuf> {
+    let orgs = std::fs::read_dir(root).into_iter().flatten().flatten();
+    let entries = orgs.flat_map(|org| {
+        std::fs::read_dir(org.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+    });
+    entries
+        .filter(|e| e.file_name().to_string_lossy().contains(".partial-"))
+        .filter(|e| {
+            e.metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|at| at.elapsed().is_ok_and(|age| age > stale))
+        })
+        .map(|e| e.path())
+        .filter(|dir| std::fs::remove_dir_all(dir).is_ok())
+        .collect()
+}
+
 /// `git log --name-only --format=%x1e%H%x1f%an%x1f%cI%x1f%s` output as commits.
 fn parse_log(out: &str) -> Vec<Commit> {
     out.split('\x1e')
@@ -327,6 +357,30 @@ mod tests {
         assert_eq!(commits[0].subject, "Fix: payments");
         assert_eq!(commits[0].files, ["payments/a.rs", "README.md"]);
         assert!(commits[1].files.is_empty());
+    }
+
+    #[test]
+    fn only_old_leftovers_of_first_clones_are_swept() {
+        let root = tempfile::tempdir().unwrap();
+        let org = root.path().join("7");
+        for name in ["old.partial-4242", "new.partial-4243", "kept.git"] {
+            std::fs::create_dir_all(org.join(name).join("objects")).unwrap();
+        }
+        let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        for name in ["old.partial-4242", "kept.git"] {
+            std::fs::File::open(org.join(name))
+                .unwrap()
+                .set_modified(hour_ago)
+                .unwrap();
+        }
+        let swept = stale_partials(root.path(), Duration::from_secs(900));
+        assert_eq!(swept, [org.join("old.partial-4242")]);
+        let mut left: Vec<String> = std::fs::read_dir(&org)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["kept.git", "new.partial-4243"]);
     }
 
     #[test]

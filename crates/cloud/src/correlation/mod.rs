@@ -7,6 +7,7 @@
 pub mod commits;
 pub mod dependencies;
 pub mod dora;
+mod gates;
 mod git_cli;
 pub mod lister;
 pub mod mirror;
@@ -137,18 +138,29 @@ async fn first_fired(
     let (Some(service), Some(title)) = (&alert.service, &alert.title) else {
         return Ok(None);
     };
-    let earlier = state
-        .store
-        .alerts_of_service(org_id, service, alert.at - TITLE_LOOKBACK_MICROS, alert.at)
-        .await
-        .map_err(failed)?;
+    // A page at a time, so that a noisy alert of the service (thousands a week) neither hides
+    // an earlier firing of this one behind a cap nor holds all their bodies at once.
+    const PAGE: i64 = 1_000;
     let environment = alert.environment.as_deref();
-    Ok(earlier.iter().find_map(|e| {
-        let body: Value = serde_json::from_str(&e.body).ok()?;
-        let same = body.get("title").and_then(Value::as_str) == Some(title)
-            && body.get("environment").and_then(Value::as_str) == environment;
-        same.then_some(e.occurred_at)
-    }))
+    let mut after = (alert.at - TITLE_LOOKBACK_MICROS, String::new());
+    loop {
+        let page = state
+            .store
+            .alerts_of_service(org_id, service, (after.0, &after.1), alert.at, PAGE)
+            .await
+            .map_err(failed)?;
+        let found = page.iter().find_map(|e| {
+            let body: Value = serde_json::from_str(&e.body).ok()?;
+            let same = body.get("title").and_then(Value::as_str) == Some(title)
+                && body.get("environment").and_then(Value::as_str) == environment;
+            same.then_some(e.occurred_at)
+        });
+        match page.last() {
+            _ if found.is_some() => return Ok(found),
+            Some(last) if page.len() as i64 == PAGE => after = (last.occurred_at, last.id.clone()),
+            _ => return Ok(None),
+        }
+    }
 }
 
 /// The suspects of one alert, as the API answers them.

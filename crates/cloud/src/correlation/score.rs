@@ -5,6 +5,8 @@
 //! score = exp(-Δt / 60 min) × scope × modifiers, clamped to [0, 1]; an explicit link (the
 //! alert's `version` or `sha` is the deployment's) scores 1.0 and ranks above every scored one.
 
+use std::collections::HashMap;
+
 use serde_json::Value;
 
 /// How many suspects are returned.
@@ -95,11 +97,15 @@ pub fn rank(
     first_fired: Option<i64>,
     dependencies: &[String],
 ) -> Vec<Suspect> {
+    let earliest = earliest_versions(candidates);
     let mut suspects: Vec<Suspect> = candidates
         .iter()
         .enumerate()
         .filter(|(_, c)| c.kind == "deployment" || c.kind == "change")
-        .map(|(index, c)| score(alert, c, candidates, first_fired, dependencies, index))
+        .map(|(index, c)| {
+            let context = (candidates, &earliest);
+            score(alert, c, context, first_fired, dependencies, index)
+        })
         .collect();
     suspects.sort_by(|a, b| {
         b.explicit
@@ -115,10 +121,25 @@ pub fn rank(
     suspects
 }
 
+/// When each (service, version) was first deployed among the candidates: read once, so that
+/// telling a rollback costs one lookup per pair of deployments, not a pass over all of them.
+type Earliest<'a> = HashMap<(&'a str, &'a str), i64>;
+
+fn earliest_versions(candidates: &[Fields]) -> Earliest<'_> {
+    let mut earliest = Earliest::new();
+    for d in candidates.iter().filter(|d| d.kind == "deployment") {
+        if let (Some(service), Some(version)) = (&d.service, &d.version) {
+            let at = earliest.entry((service, version)).or_insert(d.at);
+            *at = (*at).min(d.at);
+        }
+    }
+    earliest
+}
+
 fn score(
     alert: &Fields,
     c: &Fields,
-    all: &[Fields],
+    (all, earliest): (&[Fields], &Earliest<'_>),
     first_fired: Option<i64>,
     dependencies: &[String],
     index: usize,
@@ -242,14 +263,9 @@ fn score(
                 && o.at > alert.at
                 && same(&o.service, &c.service)
                 && same(&o.environment, &c.environment)
-                && o.version.is_some()
                 && o.version != c.version
-                && all.iter().any(|e| {
-                    e.kind == "deployment"
-                        && e.at < c.at
-                        && e.version == o.version
-                        && same(&e.service, &c.service)
-                })
+                && matches!((&c.service, &o.version), (Some(service), Some(version))
+                    if earliest.get(&(service.as_str(), version.as_str())).is_some_and(|at| *at < c.at))
         });
         if let Some(rollback) = rolled_back {
             s *= 1.2;
@@ -329,6 +345,30 @@ mod tests {
         let ranked = rank(&a, &candidates, None, &[]);
         assert_eq!((ranked[0].index, ranked[0].score), (0, 1.0));
         assert_eq!(ranked[0].reasons[0], "version 1.0 is the alert's version");
+    }
+
+    #[test]
+    fn a_redeploy_of_an_earlier_version_after_the_alert_is_a_rollback() {
+        let rollback = |later: &str| {
+            let candidates = [
+                deploy("api", "1.0", 0),
+                deploy("web", "3.0", 5 * MIN),
+                deploy("api", "1.1", 50 * MIN),
+                deploy("api", later, 61 * MIN),
+            ];
+            let ranked = rank(&alert(60 * MIN), &candidates, None, &[]);
+            let top = ranked.iter().find(|s| s.index == 2).unwrap();
+            top.reasons
+                .iter()
+                .find(|r| r.starts_with("rolled back"))
+                .cloned()
+        };
+        assert_eq!(
+            rollback("1.0").as_deref(),
+            Some("rolled back to 1.0 1 min after the alert")
+        );
+        assert_eq!(rollback("1.2"), None, "a version never deployed before");
+        assert_eq!(rollback("3.0"), None, "another service's version");
     }
 
     #[test]

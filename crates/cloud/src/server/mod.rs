@@ -222,7 +222,7 @@ pub async fn run(
     // Closed only after the public listeners drained: their in-flight requests may still be
     // reading commits through it.
     let internal_stop = CancellationToken::new();
-    let internal_loop = tokio::spawn(serve_loop(
+    let mut internal_loop = tokio::spawn(serve_loop(
         internal,
         None,
         app.internal_router(),
@@ -231,12 +231,29 @@ pub async fn run(
         INTERNAL_CONNECTIONS,
     ));
     // Drain consumers' in-flight requests (some go through tunnels) before closing the tunnels.
-    let mut drained = true;
-    for task in loops {
-        drained &= task.await.unwrap_or(false);
-    }
+    let (mut drained, deadline) = tokio::join!(
+        async {
+            let mut drained = true;
+            for task in loops {
+                drained &= task.await.unwrap_or(false);
+            }
+            drained
+        },
+        async {
+            shutdown.cancelled().await;
+            tokio::time::Instant::now() + options.drain_timeout
+        },
+    );
+    // One --drain-timeout in all: the internal listener's requests (commits read for public
+    // requests, or fetches those started and left running) get what is left of it.
     internal_stop.cancel();
-    let _ = internal_loop.await;
+    if tokio::time::timeout_at(deadline, &mut internal_loop)
+        .await
+        .is_err()
+    {
+        internal_loop.abort();
+        drained = false;
+    }
     let _ = pg_stop.await;
     relay.shutdown.cancel();
     let _ = watcher.await;

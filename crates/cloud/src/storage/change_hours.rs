@@ -21,6 +21,9 @@ const HOUR_MICROS: i64 = 3_600_000_000;
 
 /// How many hours [`Store::previous_deployment_by_hours`] reads at a time, walking back.
 const WALK_HOURS: i64 = 24 * 7;
+/// How far back a previous deployment is looked for: a service first deployed in an
+/// environment with years of other services' history costs a bounded walk, not all of it.
+pub(super) const PREVIOUS_LOOKBACK_HOURS: i64 = 24 * 400;
 
 /// Adds one row per (org, environment, hour) of a commit's deployments and changes (SQLite).
 pub(super) const INSERT_SQLITE: &str = "INSERT INTO change_hours (org_id, environment, hour, \
@@ -207,7 +210,11 @@ impl super::Store {
                            AND environment = $2 AND hour <= $3";
         let mut seen = 0;
         let mut upper = hour_of(at);
+        let oldest = upper - PREVIOUS_LOOKBACK_HOURS;
         loop {
+            if upper < oldest {
+                return Ok(None);
+            }
             let top: Option<i64> = on_db!(&self.db, pool => sqlx::query_scalar(newest_hour)
                 .bind(org_id)
                 .bind(environment)
@@ -217,7 +224,7 @@ impl super::Store {
             let Some(top) = top else {
                 return Ok(None);
             };
-            let lower = top - WALK_HOURS + 1;
+            let lower = (top - WALK_HOURS + 1).max(oldest);
             let mut found = self.hour_entries(org_id, environment, (lower, top)).await?;
             found.retain(|(t, _)| *t <= at);
             found.sort_unstable_by(|a, b| b.cmp(a));

@@ -63,23 +63,28 @@ impl Store {
             .get::<Option<i64>, _>(0)))
     }
 
-    /// The org's alerts of `service` in `[from, before)` (µs), oldest first: the caller
-    /// matches titles (alerts without a `dedupKey`).
+    /// Up to `limit` of the org's alerts of `service` in `[from, before)` (µs) after `after`
+    /// (the `(occurred_at, id)` of the last one read, or `(from, "")` for the first page),
+    /// oldest first: the caller matches titles (alerts without a `dedupKey`) a page at a time.
     pub async fn alerts_of_service(
         &self,
         org_id: i64,
         service: &str,
-        from: i64,
+        after: (i64, &str),
         before: i64,
+        limit: i64,
     ) -> Result<Vec<StoredEvent>, StorageError> {
         let sql = "SELECT id, occurred_at, received_at, body FROM events \
-                   WHERE org_id = $1 AND occurred_at >= $2 AND occurred_at < $3 \
-                   AND type = 'alert' AND service = $4 ORDER BY occurred_at, id LIMIT 10000";
+                   WHERE org_id = $1 AND (occurred_at > $2 OR (occurred_at = $2 AND id > $5)) \
+                   AND occurred_at < $3 AND type = 'alert' AND service = $4 \
+                   ORDER BY occurred_at, id LIMIT $6";
         Ok(on_db!(&self.db, pool => sqlx::query(sql)
             .bind(org_id)
-            .bind(from)
+            .bind(after.0)
             .bind(before)
             .bind(service)
+            .bind(after.1)
+            .bind(limit)
             .fetch_all(pool)
             .await?
             .into_iter()

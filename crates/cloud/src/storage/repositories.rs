@@ -199,7 +199,7 @@ impl Store {
 
     /// The newest successful (or status-less) deployment of `service` in `environment` before
     /// `(at, id)` that names a commit of `repository`: where a deployment's commits start.
-    /// Looks at the 200 newest such deployments.
+    /// Looks at the 200 newest such deployments of the 400 days before it.
     pub async fn previous_deployment(
         &self,
         org_id: i64,

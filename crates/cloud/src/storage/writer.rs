@@ -336,20 +336,30 @@ async fn commit(db: &Db, jobs: &[Job], slot: i16) -> Result<Vec<InsertOutcome>, 
     }
     let mut tx = pool.begin().await?;
     let mut fresh = vec![true; jobs.len()];
-    for (i, job) in jobs.iter().enumerate() {
-        if let Some((key, response)) = &job.batch.idempotency {
-            let done = sqlx::query(
-                "INSERT INTO idempotency (signal_key, idem_key, response, created_at) \
-                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-            )
-            .bind(&job.batch.signal_key)
-            .bind(key)
-            .bind(response)
-            .bind(now_micros())
-            .execute(&mut *tx)
-            .await?;
-            fresh[i] = done.rows_affected() == 1;
-        }
+    // Keys taken in one order by every writer (the queue's order among equal keys): two
+    // groups holding the same two keys in opposite orders would otherwise wait on each other,
+    // and PostgreSQL would abort one of them as a deadlock.
+    let mut keyed: Vec<(usize, &Job, &String, &String)> = jobs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, job)| {
+            let (key, response) = job.batch.idempotency.as_ref()?;
+            Some((i, job, key, response))
+        })
+        .collect();
+    keyed.sort_by(|a, b| (&a.1.batch.signal_key, a.2).cmp(&(&b.1.batch.signal_key, b.2)));
+    for (i, job, key, response) in keyed {
+        let done = sqlx::query(
+            "INSERT INTO idempotency (signal_key, idem_key, response, created_at) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+        )
+        .bind(&job.batch.signal_key)
+        .bind(key)
+        .bind(response)
+        .bind(now_micros())
+        .execute(&mut *tx)
+        .await?;
+        fresh[i] = done.rows_affected() == 1;
     }
     insert_events(&mut *tx, &all(&fresh), slot).await?;
     // The repeats' first answers, read before the commit: a failure here stores nothing, so
@@ -372,4 +382,81 @@ async fn commit(db: &Db, jobs: &[Job], slot: i16) -> Result<Vec<InsertOutcome>, 
     }
     tx.commit().await?;
     Ok(outcomes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{Backend, OpenMode, Store};
+
+    fn keyed(key: &str) -> Job {
+        let (reply, _) = oneshot::channel();
+        Job {
+            batch: WriteBatch {
+                org_id: 1,
+                signal_key: "k".into(),
+                idempotency: Some((key.into(), format!("first answer for {key}"))),
+                events: Vec::new(),
+            },
+            reply,
+        }
+    }
+
+    /// Another writer holds key 1 and goes on to key 2; this group names them the other way
+    /// round. Taken in one order, neither waits on the other: both commit.
+    #[tokio::test]
+    async fn groups_naming_two_keys_in_opposite_orders_do_not_deadlock() {
+        let schema = testkit::PgSchema::create();
+        let backend = Backend::Postgres(schema.url.clone());
+        let _store = Store::open(&backend, Metrics::new(), OpenMode::CreateIfMissing)
+            .await
+            .unwrap();
+        let pool = sqlx::PgPool::connect(&schema.url).await.unwrap();
+        let insert = "INSERT INTO idempotency (signal_key, idem_key, response, created_at) \
+                      VALUES ('k', $1, 'the other writer', 0)";
+        let mut other = pool.begin().await.unwrap();
+        sqlx::query(insert)
+            .bind("key-1")
+            .execute(&mut *other)
+            .await
+            .unwrap();
+        let other_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut *other)
+            .await
+            .unwrap();
+        let mine = tokio::spawn({
+            let db = Db::Postgres(pool.clone());
+            async move { commit(&db, &[keyed("key-2"), keyed("key-1")], 0).await }
+        });
+        // Until this group waits on the other writer's transaction.
+        let waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted \
+                       AND locktype = 'transactionid' AND transactionid = \
+                       (SELECT backend_xid FROM pg_stat_activity WHERE pid = $1)";
+        testkit::wait_until_async("the group waits for the other writer", || async {
+            let n: i64 = sqlx::query_scalar(waiting)
+                .bind(other_pid)
+                .fetch_one(&pool)
+                .await
+                .unwrap_or(0);
+            n > 0
+        })
+        .await;
+        sqlx::query(insert)
+            .bind("key-2")
+            .execute(&mut *other)
+            .await
+            .expect("the other writer takes its second key (no deadlock)");
+        other.commit().await.unwrap();
+        let outcomes = mine
+            .await
+            .unwrap()
+            .expect("the group commits (no deadlock)");
+        assert_eq!(
+            outcomes,
+            [
+                InsertOutcome::Duplicate("the other writer".into()),
+                InsertOutcome::Duplicate("the other writer".into())
+            ]
+        );
+    }
 }

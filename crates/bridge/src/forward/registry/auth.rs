@@ -42,6 +42,9 @@ pub(super) enum Scheme {
 pub(super) struct AuthState {
     pub(super) scheme: Scheme,
     pub(super) tokens: HashMap<String, (HeaderValue, Instant)>,
+    /// Why the registry could not be reached last, in full: for `bridge check` and the log,
+    /// never for callers (the words can name internal hosts).
+    pub(super) unreachable: Option<String>,
 }
 
 /// Tokens kept at most: scopes come from callers' paths, so the cache must not grow with them.
@@ -62,11 +65,16 @@ impl RegistryKind {
             Ok(Err(e)) => {
                 let cause = crate::forward::causes(&e);
                 tracing::warn!(registry = %self.cfg.name, cause = %cause, "registry unreachable");
+                let check = "Check that the bridge host can connect to it (and, for HTTPS, that the entry's tls_ca_file or the system roots vouch for its certificate)";
+                let name = &self.cfg.name;
+                self.state().unreachable = Some(format!(
+                    "the bridge cannot reach registry {name:?}: {cause}. {check}"
+                ));
                 return Err(self.unavailable(
                     "registry: challenge",
                     format!(
-                        "the bridge cannot reach registry {:?}: {cause}. Check that the bridge host can connect to it (and, for HTTPS, that the entry's tls_ca_file or the system roots vouch for its certificate)",
-                        self.cfg.name
+                        "the bridge cannot reach registry {name:?}: {} (the bridge's log says more). {check}",
+                        crate::forward::caller_summary(&cause)
                     ),
                 ));
             }
@@ -377,5 +385,15 @@ mod tests {
             Some("registry:catalog:*")
         );
         assert_eq!(scope_of("/v2/", false), None);
+        assert_eq!(
+            scope_of("/v2/team/tags/app/manifests/1.0", false).as_deref(),
+            Some("repository:team/tags/app:pull"),
+            "a repository with a component named like a marker"
+        );
+        assert_eq!(
+            scope_of("/v2/team/app/referrers/sha256:abc", false).as_deref(),
+            Some("repository:team/app:pull"),
+            "OCI 1.1 referrers (cosign, oras)"
+        );
     }
 }

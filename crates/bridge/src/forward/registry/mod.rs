@@ -52,6 +52,7 @@ impl RegistryKind {
             auth: std::sync::Mutex::new(AuthState {
                 scheme: Scheme::Unknown,
                 tokens: HashMap::new(),
+                unreachable: None,
             }),
         }
     }
@@ -89,14 +90,19 @@ pub async fn check_registry(cfg: &Registry) -> Result<String, String> {
     let authorization = kind
         .authorization(&Method::GET, "/v2/")
         .await
-        .map_err(|refusal| match &kind.state().scheme {
-            // `check` is the operator's: the host the bridge would not trust is theirs to see.
-            Scheme::Bearer { realm, .. } if refusal.rule == auth::TOKEN_HOSTS_RULE => format!(
-                "{} (token service: {})",
-                refusal.why.replace(auth::HOST_IN_LOG, ""),
-                realm.as_str()
-            ),
-            _ => refusal.why,
+        .map_err(|refusal| {
+            let mut state = kind.state();
+            let unreachable = state.unreachable.take();
+            match &state.scheme {
+                // `check` is the operator's: the host the bridge would not trust is theirs to
+                // see, and the whole cause of a failed connection, as the log has it.
+                Scheme::Bearer { realm, .. } if refusal.rule == auth::TOKEN_HOSTS_RULE => format!(
+                    "{} (token service: {})",
+                    refusal.why.replace(auth::HOST_IN_LOG, ""),
+                    realm.as_str()
+                ),
+                _ => unreachable.unwrap_or(refusal.why),
+            }
         })?;
     let scheme = match &kind.state().scheme {
         Scheme::Bearer { .. } => "token",
@@ -155,7 +161,10 @@ fn mount_source(query: Option<&str>) -> Option<String> {
 }
 
 /// The token scope a request needs: `repository:NAME:pull` (`pull,push` when `pushing`) for
-/// `/v2/NAME/{manifests,blobs,tags}/…`, `registry:catalog:*` for the catalog, none for `/v2/`.
+/// `/v2/NAME/{manifests,blobs,tags,referrers}/…`, `registry:catalog:*` for the catalog, none
+/// for `/v2/`. NAME ends at the last marker: a repository may itself have a component named
+/// `tags` or `blobs` (`team/tags/app`); what follows the marker never has one (a tag, a
+/// digest, an upload id, `list`).
 fn scope_of(path: &str, pushing: bool) -> Option<String> {
     let rest = path.strip_prefix("/v2/")?;
     if rest.is_empty() {
@@ -164,10 +173,10 @@ fn scope_of(path: &str, pushing: bool) -> Option<String> {
     if rest.starts_with("_catalog") {
         return Some("registry:catalog:*".to_string());
     }
-    let end = ["/manifests/", "/blobs/", "/tags/"]
+    let end = ["/manifests/", "/blobs/", "/tags/", "/referrers/"]
         .iter()
-        .filter_map(|marker| rest.find(marker))
-        .min()?;
+        .filter_map(|marker| rest.rfind(marker))
+        .max()?;
     let actions = if pushing { "pull,push" } else { "pull" };
     Some(format!("repository:{}:{actions}", &rest[..end]))
 }
@@ -303,14 +312,18 @@ impl Kind for RegistryKind {
     fn response_filter(&self, status: StatusCode, headers: &mut HeaderMap) -> Option<Refusal> {
         // The registry's own cookies (sessions, CSRF) are for its web UI, not for callers.
         headers.remove(header::SET_COOKIE);
-        if let Some(location) = headers.get(header::LOCATION).and_then(|v| v.to_str().ok()) {
-            match self.relative(location) {
+        if let Some(location) = headers.get(header::LOCATION) {
+            let path = location
+                .to_str()
+                .ok()
+                .and_then(|l| self.relative(l))
+                .and_then(|p| HeaderValue::from_str(&p).ok());
+            match path {
                 Some(path) => {
-                    if let Ok(path) = HeaderValue::from_str(&path) {
-                        headers.insert(header::LOCATION, path);
-                    }
+                    headers.insert(header::LOCATION, path);
                 }
-                // An absolute URL elsewhere would show the caller an internal host.
+                // An absolute URL elsewhere would show the caller an internal host (and one
+                // that is not text cannot be read to tell).
                 None => {
                     tracing::warn!(registry = %self.cfg.name, "dropped a Location naming another host or scheme");
                     headers.remove(header::LOCATION);

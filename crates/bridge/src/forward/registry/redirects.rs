@@ -29,10 +29,13 @@ impl RegistryKind {
             .as_ref()
             .and_then(|(uri, _)| Url::parse(&uri.to_string()).ok())
             .unwrap_or_else(|| self.cfg.url.clone());
-        for _ in 0..MAX_REDIRECTS {
+        for followed in 0..=MAX_REDIRECTS {
             if !response.status().is_redirection() || response.status() == StatusCode::NOT_MODIFIED
             {
                 return Ok(response);
+            }
+            if followed == MAX_REDIRECTS {
+                break;
             }
             let location = response
                 .headers()

@@ -28,8 +28,8 @@ pub(super) fn request_filter(from: &HeaderMap) -> HeaderMap {
     let listed = tunnel::hop::connection_listed(from);
     let mut headers = HeaderMap::with_capacity(from.len() + 3);
     for (k, v) in from {
-        if !DROPPED.contains(&k.as_str())
-            && !k.as_str().starts_with("x-bridge-")
+        if !tunnel::hop::is_named(k, DROPPED)
+            && !tunnel::hop::is_named(k, &["x-bridge-*"])
             && !listed.contains(k)
         {
             headers.append(k.clone(), v.clone());
@@ -163,6 +163,26 @@ mod tests {
         }
         private_cache(&mut headers);
         headers[header::CACHE_CONTROL].to_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn underscored_spellings_of_dropped_headers_are_dropped_too() {
+        let mut from = HeaderMap::new();
+        for (k, v) in [
+            ("x_bridge_principal", "sigapi_other"),
+            ("x-bridge-org", "2"),
+            ("Cookie", "a=b"),
+            ("proxy_authorization", "Basic eA=="),
+            ("api_key", "kept"),
+        ] {
+            from.insert(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_static(v),
+            );
+        }
+        let passed = request_filter(&from);
+        let names: Vec<&str> = passed.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["api_key"]);
     }
 
     #[test]

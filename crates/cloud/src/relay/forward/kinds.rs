@@ -75,10 +75,16 @@ pub(super) fn registry_query<'q>(bridge: &str, registry: &str, query: &'q str) -
     out.finish().into()
 }
 
-/// The bridge gives a redirect to an internal API's own address as the tunnel's path
-/// (`/apis/{name}/…`): here it becomes `/v1/bridges/{bridge}/apis/{name}/…`, so the client
-/// follows it back through the cloud.
-pub(super) fn api_response_filter(bridge: &str, api: &str, response: &mut Response) {
+/// The bridge gives a redirect to an internal API's or Git server's own address as the
+/// tunnel's path (`/apis/{name}/…`, `/git/{name}/…`): here it becomes
+/// `/v1/bridges/{bridge}/apis/{name}/…` (or `/git/…`), so the client follows it back through
+/// the cloud.
+pub(super) fn location_filter(
+    kind: ResourceKind,
+    bridge: &str,
+    name: &str,
+    response: &mut Response,
+) {
     let Some(location) = response
         .headers()
         .get(header::LOCATION)
@@ -86,7 +92,7 @@ pub(super) fn api_response_filter(bridge: &str, api: &str, response: &mut Respon
     else {
         return;
     };
-    let tunnel = format!("/apis/{api}");
+    let tunnel = format!("/{}/{name}", kind.segment());
     let Some(rest) = location.strip_prefix(&tunnel) else {
         return;
     };

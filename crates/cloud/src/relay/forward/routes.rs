@@ -172,8 +172,8 @@ pub async fn forward(
     let target = Target::new(kind, matched.as_str(), req.uri().path());
     match run(&state, &target, req).await {
         Ok(mut response) => {
-            if kind == ResourceKind::Api {
-                kinds::api_response_filter(&target.bridge, &target.name, &mut response);
+            if matches!(kind, ResourceKind::Api | ResourceKind::Git) {
+                kinds::location_filter(kind, &target.bridge, &target.name, &mut response);
             }
             response
         }

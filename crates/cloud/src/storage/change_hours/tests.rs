@@ -166,3 +166,44 @@ async fn postgres_migrations_10_and_11_list_earlier_deployments_and_keep_one_hea
     let store = Store::open(&backend, Metrics::new(), OpenMode::CreateIfMissing).await;
     check_upgraded(store.unwrap()).await;
 }
+
+/// The previous deployment is looked for in the 400 days before: the walk over an
+/// environment's history ends there, whatever other services deployed in it.
+#[tokio::test]
+async fn the_previous_deployment_is_looked_for_within_400_days() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::Sqlite(dir.path().join("signals.db"));
+    let store = Store::open(&backend, Metrics::new(), OpenMode::CreateIfMissing)
+        .await
+        .unwrap();
+    let org = store.create_org("acme").await.unwrap();
+    let mut other = event("deployment", "production", 500 * DAY, 3);
+    other.service = Some("web".into());
+    for e in [
+        event("deployment", "production", DAY, 1),
+        event("deployment", "production", 300 * DAY, 2),
+        other,
+    ] {
+        let batch = WriteBatch {
+            org_id: org,
+            signal_key: "k".into(),
+            idempotency: None,
+            events: vec![e],
+        };
+        store.insert(batch).await.unwrap();
+    }
+    let previous = |at: i64| {
+        let store = store.clone();
+        async move {
+            store
+                .previous_deployment(org, ("api", "production", "acme/api"), (at, "e999"))
+                .await
+                .unwrap()
+                .map(|e| e.id)
+        }
+    };
+    assert_eq!(previous(600 * DAY).await.as_deref(), Some("e002"));
+    assert_eq!(previous(299 * DAY).await.as_deref(), Some("e001"));
+    assert_eq!(previous(702 * DAY).await, None, "402 days after the last");
+    store.close().await;
+}
