@@ -439,8 +439,9 @@ async fn a_listing_in_flight_is_cut_within_one_drain_timeout() {
     rig.cloud.signal("TERM");
     assert_eq!(rig.cloud.wait(), Some(0));
     let took = signalled.elapsed();
+    // Two drains would be 10 s and more.
     assert!(
-        took < Duration::from_secs(8),
+        took < Duration::from_secs(9),
         "stopped {took:?} after SIGTERM with --drain-timeout 5"
     );
     asking.abort();

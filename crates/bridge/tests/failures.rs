@@ -243,6 +243,30 @@ async fn an_answer_framed_twice_arrives_whole() {
     assert_eq!(res.text().await.unwrap(), "hi");
 }
 
+/// A transfer coding other than chunked (`gzip, chunked`) would be lost on the way, leaving
+/// compressed bytes that nothing announces: a 502 for an answer, a 400 for a request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_coding_other_than_chunked_is_refused_both_ways() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rig = raw_rig("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\nconnection: close\r\n\r\n2\r\nhi\r\n0\r\n\r\n".into()).await;
+    let res = rig.get("/coded").await;
+    assert_eq!(res.status(), 502);
+    let said = res.text().await.unwrap();
+    assert!(said.contains("Transfer-Encoding: gzip, chunked"), "{said}");
+
+    let address = rig.cloud.http.trim_start_matches("http://").to_string();
+    let mut tcp = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let request = format!(
+        "POST /v1/bridges/dc1/apis/internal/upload HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer {}\r\ntransfer-encoding: gzip, chunked\r\nconnection: close\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+        rig.tenant.api_key
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("Content-Encoding instead"), "{answer}");
+}
+
 /// An answer with more header fields than the bridge reads is its 502, said as such: the
 /// server was reachable, so the reachability advice would mislead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

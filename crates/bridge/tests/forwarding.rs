@@ -386,8 +386,9 @@ async fn allow_rules_and_path_normalisation_refuse_and_audit() {
         .await
         .unwrap();
     assert_eq!(res.status(), 403);
-    // A method override in the query (Rails, Laravel) would make a GET rule admit a DELETE.
-    let res = rig.get("/v1/ok?a=1&%5Fmethod=DELETE").await;
+    // A method override in the query (Laravel, Symfony; PHP reads `.method` as `_method`)
+    // would make a GET rule admit a DELETE.
+    let res = rig.get("/v1/ok?a=1&.method=DELETE").await;
     assert_eq!(res.status(), 403);
     let problem: serde_json::Value = res.json().await.unwrap();
     assert!(

@@ -49,6 +49,27 @@ pub fn strip(headers: &mut HeaderMap, names: &[&str]) {
     }
 }
 
+/// The message's transfer codings when one is not `chunked` (`gzip, chunked`), as sent: HTTP/1.1
+/// libraries remove only the chunking, and `Transfer-Encoding` belongs to one hop, so a body
+/// passed on without it would reach the other end still compressed, with nothing saying so.
+pub fn coded_transfer(headers: &HeaderMap) -> Option<String> {
+    let codings: Vec<String> = headers
+        .get_all(http::header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .split(',')
+                .map(|c| c.trim().to_ascii_lowercase())
+                .filter(|c| !c.is_empty())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    codings
+        .iter()
+        .any(|c| c != "chunked")
+        .then(|| codings.join(", "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,5 +99,15 @@ mod tests {
             "a prefix covers longer names only"
         );
         assert!(h.contains_key("x-kept"));
+    }
+
+    #[test]
+    fn only_chunked_framing_is_plain() {
+        let mut h = HeaderMap::new();
+        assert_eq!(coded_transfer(&h), None);
+        h.insert("transfer-encoding", "Chunked".parse().unwrap());
+        assert_eq!(coded_transfer(&h), None);
+        h.insert("transfer-encoding", "gzip, chunked".parse().unwrap());
+        assert_eq!(coded_transfer(&h).as_deref(), Some("gzip, chunked"));
     }
 }

@@ -10,6 +10,20 @@ use super::upstream::path_under;
 use crate::config::Api;
 use crate::rules::allowed;
 
+/// Whether a query parameter's name reads as `_method` where PHP reads it: leading spaces
+/// dropped, `.`, ` ` and `[` turned into `_` (so `.method` is `_method`), and `_method[…]`
+/// an array of that name.
+fn names_method_override(name: &str) -> bool {
+    let php: String = name
+        .trim_start_matches(' ')
+        .chars()
+        .map(|c| if matches!(c, '.' | ' ' | '[') { '_' } else { c })
+        .collect();
+    php.get(..7)
+        .is_some_and(|start| start.eq_ignore_ascii_case("_method"))
+        && matches!(php.as_bytes().get(7), None | Some(b'_'))
+}
+
 impl Kind for Api {
     fn max_connections(&self) -> Option<u32> {
         self.max_connections
@@ -24,11 +38,10 @@ impl Kind for Api {
     }
 
     fn admit(&self, method: &Method, path: &str, query: Option<&str>) -> Result<String, Refusal> {
-        // Rules name methods: a `_method` parameter (Rails, Laravel, Symfony read it) would
-        // make the internal system run another method than the one they checked.
+        // Rules name methods: a `_method` parameter (Laravel and Symfony read it from the
+        // query) would make the internal system run another method than the one they checked.
         let overrides = |q: &str| {
-            url::form_urlencoded::parse(q.as_bytes())
-                .any(|(k, _)| k.eq_ignore_ascii_case("_method"))
+            url::form_urlencoded::parse(q.as_bytes()).any(|(k, _)| names_method_override(&k))
         };
         if !self.allow.is_empty() && query.is_some_and(overrides) {
             return Err(Refusal::forbidden(
@@ -65,6 +78,28 @@ impl Kind for Api {
             if let Ok(v) = HeaderValue::from_str(&value) {
                 headers.insert(name, v);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_method_override;
+
+    #[test]
+    fn method_overrides_are_read_as_php_reads_them() {
+        for name in [
+            "_method",
+            "_METHOD",
+            ".method",
+            " .method",
+            "_method[]",
+            "_method[x]",
+        ] {
+            assert!(names_method_override(name), "{name:?}");
+        }
+        for name in ["method", "_methods", "x_method", "_meth"] {
+            assert!(!names_method_override(name), "{name:?}");
         }
     }
 }

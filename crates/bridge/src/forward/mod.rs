@@ -50,7 +50,7 @@ pub use database::audited;
 pub use kind::{Kind, Refusal};
 pub use registry::check_registry;
 use settle::Finish;
-use upstream::{HOP, build_upstream, strip_headers, unforwardable};
+use upstream::{HOP, build_upstream, coded_transfer, strip_headers, unforwardable};
 pub use upstream::{https_connector, load_ca};
 
 use crate::audit::{AuditLog, Decision};
@@ -329,6 +329,10 @@ impl Forwarder {
                     .response_filter(parts.status, &mut parts.headers)
                 {
                     return Ok(self.refused_answer(finish, resource, (kind, &name), refusal));
+                }
+                if let Some(why) = coded_transfer(&name, &parts.headers) {
+                    tracing::warn!(kind = %kind, resource = %name, cause = %why, "internal resource's answer cannot be forwarded");
+                    return Ok(bad_gateway(finish, resource, &why));
                 }
                 // Both framings: chunked wins (RFC 9112 §6.3), so the length said is not the
                 // body's, and passed on it would break the caller's stream.

@@ -208,6 +208,16 @@ pub(super) fn unforwardable(name: &str, status: StatusCode, headers: &HeaderMap)
     })
 }
 
+/// Why an answer framed with a transfer coding other than `chunked` cannot be forwarded
+/// ([`tunnel::hop::coded_transfer`]).
+pub(super) fn coded_transfer(name: &str, headers: &HeaderMap) -> Option<String> {
+    tunnel::hop::coded_transfer(headers).map(|codings| {
+        format!(
+            "resource {name:?} answered with Transfer-Encoding: {codings}, a coding the tunnel cannot pass on (only chunked framing is); its server should send Content-Encoding instead"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

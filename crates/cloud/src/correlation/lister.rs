@@ -5,7 +5,7 @@
 //! to [`ORGS_AT_ONCE`]: an org whose Git server is slow or silent holds up its own listing
 //! only. Each round also deletes what crashed first clones left (`Mirrors::sweep_partials`).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,14 +37,54 @@ const RETRY_FAILED: Duration = Duration::from_secs(3600);
 /// Deployments that failed for a reason of their own, and when: skipped until [`RETRY_FAILED`].
 type Failed = Arc<Mutex<HashMap<(i64, String), tokio::time::Instant>>>;
 
+/// Orgs waiting for a listing, first come first served: an org that is listed again while
+/// its last listing still runs waits behind the others, so a few slow orgs never keep the
+/// rest from their turn.
+#[derive(Default)]
+struct Queue {
+    order: VecDeque<i64>,
+    queued: HashSet<i64>,
+}
+
+impl Queue {
+    /// Queues each of `orgs` not queued yet, at the back.
+    fn extend(&mut self, orgs: impl IntoIterator<Item = i64>) {
+        for org in orgs {
+            if self.queued.insert(org) {
+                self.order.push_back(org);
+            }
+        }
+    }
+
+    /// Up to `free` orgs to start now, oldest in the queue first, skipping those for which
+    /// `running` is true (they go to the back).
+    fn take(&mut self, free: usize, running: impl Fn(i64) -> bool) -> Vec<i64> {
+        let mut started = Vec::new();
+        let mut skipped = Vec::new();
+        while started.len() < free {
+            let Some(org) = self.order.pop_front() else {
+                break;
+            };
+            if running(org) {
+                skipped.push(org);
+            } else {
+                self.queued.remove(&org);
+                started.push(org);
+            }
+        }
+        self.order.extend(skipped);
+        started
+    }
+}
+
 /// Until `shutdown`: a round at each mapping change and every [`ROUND`]. A round queues every
-/// mapped org; queued orgs start when no listing of theirs is running and fewer than
+/// mapped org; queued orgs start in turn when no listing of theirs is running and fewer than
 /// [`ORGS_AT_ONCE`] are.
 pub async fn keep_listing(state: CorrelationState, shutdown: CancellationToken) {
     let mut seen_change = -1;
     let mut last_round = tokio::time::Instant::now();
     let failed = Failed::default();
-    let mut queued = BTreeSet::new();
+    let mut queue = Queue::default();
     let mut running: HashMap<i64, JoinHandle<()>> = HashMap::new();
     loop {
         match state.store.repository_source_orgs().await {
@@ -55,21 +95,15 @@ pub async fn keep_listing(state: CorrelationState, shutdown: CancellationToken) 
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .retain(|_, at| at.elapsed() < RETRY_FAILED);
-                queued.extend(orgs);
+                queue.extend(orgs);
                 state.mirrors.sweep_partials().await;
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(cause = %e, "cannot read the repository mappings; will retry"),
         }
         running.retain(|_, listing| !listing.is_finished());
-        let ready: Vec<i64> = queued
-            .iter()
-            .filter(|org| !running.contains_key(org))
-            .take(ORGS_AT_ONCE.saturating_sub(running.len()))
-            .copied()
-            .collect();
-        for org_id in ready {
-            queued.remove(&org_id);
+        let free = ORGS_AT_ONCE.saturating_sub(running.len());
+        for org_id in queue.take(free, |org| running.contains_key(&org)) {
             let (state, failed) = (state.clone(), failed.clone());
             let listing = tokio::spawn(async move { list_org(&state, org_id, &failed).await });
             running.insert(org_id, listing);
@@ -79,7 +113,8 @@ pub async fn keep_listing(state: CorrelationState, shutdown: CancellationToken) 
             () = shutdown.cancelled() => break,
         }
     }
-    // A listing stopped mid-command kills its git (the command's process group).
+    // The listings stop here; a fetch one of them started runs on until it ends or the
+    // shutdown's drain does (commits_of keeps fetches apart from who asked for them).
     for listing in running.into_values() {
         listing.abort();
     }
@@ -161,5 +196,27 @@ async fn list_org(state: &CorrelationState, org_id: i64, failed: &Failed) {
                 failing.insert(repository.to_string());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Queue;
+
+    #[test]
+    fn slow_orgs_listed_again_wait_behind_the_others() {
+        let mut queue = Queue::default();
+        queue.extend(1..=5);
+        let running = [1, 2, 3, 4];
+        assert_eq!(queue.take(4, |_| false), [1, 2, 3, 4]);
+        // The next round queues everyone again while 1 to 4 still run; 1 then ends.
+        queue.extend(1..=5);
+        assert_eq!(queue.take(1, |org| running[1..].contains(&org)), [5]);
+        assert_eq!(queue.take(1, |org| running[1..].contains(&org)), [1]);
+        assert_eq!(
+            queue.take(4, |org| running[1..].contains(&org)),
+            Vec::<i64>::new()
+        );
+        assert_eq!(queue.take(4, |_| false), [2, 3, 4]);
     }
 }

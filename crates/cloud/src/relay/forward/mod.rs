@@ -158,6 +158,11 @@ fn upstream_request(
         target.name,
         target.rest
     );
+    if let Some(codings) = tunnel::hop::coded_transfer(&parts.headers) {
+        return Err(Problem::bad_request(format!(
+            "Transfer-Encoding: {codings} is not forwarded (only chunked framing is: the coding would be lost on the way); send the body with Content-Encoding instead"
+        )));
+    }
     let mut headers = headers::request_filter(&parts.headers);
     let set = |h: &mut HeaderMap, k: &'static str, v: &str| {
         if let Ok(v) = HeaderValue::from_str(v) {
