@@ -79,7 +79,11 @@ pub fn run(path: Option<&Path>) -> ExitCode {
         Ok(opened) => opened,
         Err(code) => return code,
     };
-    match runtime.block_on(serve(cfg, identity, audit)) {
+    let result = runtime.block_on(serve(cfg, identity, audit));
+    // The audit log is flushed by now; a name lookup still blocking a thread (a stuck resolver
+    // while the tunnel redialled) must not hold the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(cause = %format!("{e:#}"), "bridge failed");

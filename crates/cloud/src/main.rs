@@ -42,7 +42,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    let result = runtime.block_on(run(cli.command));
+    // Storage is flushed by now; a name lookup still blocking a thread (a stuck resolver, for
+    // a webhook) must not hold the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(message)) => {
             eprintln!("error: {message}");
