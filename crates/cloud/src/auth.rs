@@ -56,6 +56,9 @@ pub struct KeyCache {
     rows: Mutex<HashMap<String, Cached>>,
     signal_keys: Mutex<HashMap<String, (i64, Instant)>>,
     internal: InternalSecret,
+    /// Bumped by [`KeyCache::forget_all`]: a row read from storage before a revocation was
+    /// seen is not cached after it (it may be the row as it was before the revocation).
+    generation: std::sync::atomic::AtomicU64,
 }
 
 /// What an internal key starts with: `sigint_{org id}_{HMAC of the org id, hex}`.
@@ -209,6 +212,7 @@ impl KeyCache {
         if let Some(row) = cached {
             return Ok(row);
         }
+        let generation = self.generation();
         let row = store
             .api_key(id)
             .await
@@ -218,6 +222,9 @@ impl KeyCache {
             touch(store, Credential::ApiKey, id);
         }
         let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        if self.generation() != generation {
+            return Ok(row);
+        }
         // Unknown ids (a flood of made-up keys, say) go first: they never push out the keys
         // in use.
         make_room(&mut rows, MAX_CACHED, Option::is_some);
@@ -250,6 +257,7 @@ impl KeyCache {
         {
             return Ok(Some(*org));
         }
+        let generation = self.generation();
         let org = store
             .signal_key_org(key)
             .await
@@ -257,6 +265,9 @@ impl KeyCache {
         if let Some(org) = org {
             touch(store, Credential::SignalKey, key);
             let mut keys = self.signal_keys.lock().unwrap_or_else(|e| e.into_inner());
+            if self.generation() != generation {
+                return Ok(Some(org));
+            }
             make_room(&mut keys, MAX_CACHED, |_| true);
             keys.insert(key.to_string(), (org, Instant::now()));
         }
@@ -286,18 +297,24 @@ impl KeyCache {
 
     /// Forgets every cached key: the next request of each reads it again.
     pub fn forget_all(&self) {
-        self.rows.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        self.signal_keys
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        let mut keys = self.signal_keys.lock().unwrap_or_else(|e| e.into_inner());
+        // Under both locks: a read that finished before this cannot cache its row after it.
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        rows.clear();
+        keys.clear();
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Until `shutdown`: every [`REVOCATION_POLL`], drops the caches when a key was revoked
     /// since the last look, so that a revocation takes effect within about a second whatever
     /// process made it, despite the caches' 30 s.
     pub async fn watch_revocations(self: Arc<Self>, store: Store, shutdown: CancellationToken) {
-        let mut seen = store.last_revocation().await.unwrap_or(0);
+        let mut seen = store.last_revocation().await.unwrap_or_default();
         loop {
             tokio::select! {
                 () = tokio::time::sleep(REVOCATION_POLL) => {}

@@ -112,6 +112,36 @@ async fn keys_are_listed_used_and_revoked(backend: Backend) {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no live key"));
 }
 
+/// A key revoked by a process whose clock is behind (its stamp older than the latest
+/// revocation) is refused within 2 s too, though the latest revocation time did not change.
+#[tokio::test]
+async fn a_revocation_stamped_in_the_past_takes_effect() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.tenant("acme");
+    let first = cloud.admin(&["api-key", "create", "--org", "acme", "--name", "first"]);
+    let ci = cloud.admin(&["api-key", "create", "--org", "acme", "--name", "ci"]);
+    assert_eq!(cloud.events_status(&first).await, StatusCode::OK);
+    assert_eq!(cloud.events_status(&ci).await, StatusCode::OK);
+    let id_of = |key: &str| key.rsplit_once('_').unwrap().0.to_string();
+    cloud.admin(&["api-key", "revoke", "--org", "acme", &id_of(&first)]);
+    // Refused: the server has seen that revocation (the key was cached).
+    within(Duration::from_secs(2), "the first revocation", || async {
+        cloud.events_status(&first).await == StatusCode::UNAUTHORIZED
+    })
+    .await;
+    assert_eq!(cloud.events_status(&ci).await, StatusCode::OK);
+    cloud.exec_sql(&format!(
+        "UPDATE api_keys SET revoked_at = 1 WHERE id = '{}'",
+        id_of(&ci).trim_start_matches("sigapi_")
+    ));
+    within(
+        Duration::from_secs(2),
+        "a revocation stamped in the past",
+        || async { cloud.events_status(&ci).await == StatusCode::UNAUTHORIZED },
+    )
+    .await;
+}
+
 /// One kind of credential given where another belongs is named as such, and a secret that
 /// went into a URL is not echoed back.
 #[tokio::test]

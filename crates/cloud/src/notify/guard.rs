@@ -25,6 +25,7 @@ pub fn is_public(ip: IpAddr) -> bool {
                 || (a == 100 && (64..128).contains(&b))
                 || (a == 192 && b == 0 && v4.octets()[2] == 0)
                 || (a == 198 && (b == 18 || b == 19))
+                || (a == 192 && b == 88 && v4.octets()[2] == 99)
                 || a >= 240)
         }
         IpAddr::V6(v6) => {
@@ -51,11 +52,21 @@ pub fn is_public(ip: IpAddr) -> bool {
             if seg[..6] == [0; 6] && !v6.is_loopback() && !v6.is_unspecified() {
                 return is_public(embedded(seg[6], seg[7]));
             }
+            // IPv4-translated (::ffff:0:a.b.c.d, RFC 2765).
+            if seg[..4] == [0; 4] && seg[4] == 0xffff && seg[5] == 0 {
+                return is_public(embedded(seg[6], seg[7]));
+            }
             !(v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
                 || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80)
+                || (first & 0xffc0) == 0xfe80
+                // Site-local (deprecated, still routed inside some networks).
+                || (first & 0xffc0) == 0xfec0
+                // Teredo (2001::/32, whose client address is hidden in it) and documentation.
+                || (first == 0x2001 && (seg[1] == 0 || seg[1] == 0xdb8))
+                // Discard-only (100::/64).
+                || seg[..4] == [0x100, 0, 0, 0])
         }
     }
 }
@@ -127,6 +138,12 @@ mod tests {
             "fd00::1",
             "fe80::1",
             "::ffff:127.0.0.1",
+            "::ffff:0:10.0.0.1",
+            "fec0::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "2001:db8::1",
+            "100::1",
+            "192.88.99.1",
         ] {
             assert!(!is_public(inside.parse().unwrap()), "{inside}");
         }

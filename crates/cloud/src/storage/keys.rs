@@ -158,15 +158,18 @@ impl Store {
             .collect()))
     }
 
-    /// The latest revocation of any API key or signal key (0 when none): a server that sees
-    /// it change drops its cached keys, so a revocation made by another process (the CLI)
-    /// takes effect within a poll.
-    pub async fn last_revocation(&self) -> Result<i64, StorageError> {
-        let sql = "SELECT coalesce((SELECT max(revoked_at) FROM api_keys), 0), \
+    /// How many API keys and signal keys are revoked, and the latest revocation (0 when
+    /// none): a server that sees either change drops its cached keys, so a revocation made by
+    /// another process (the CLI) takes effect within a poll. The count changes with every
+    /// revocation, even one stamped earlier than the latest by a host whose clock is behind.
+    pub async fn last_revocation(&self) -> Result<(i64, i64), StorageError> {
+        let sql = "SELECT (SELECT count(revoked_at) FROM api_keys) + \
+                   (SELECT count(revoked_at) FROM signal_keys), \
+                   coalesce((SELECT max(revoked_at) FROM api_keys), 0), \
                    coalesce((SELECT max(revoked_at) FROM signal_keys), 0)";
         Ok(on_db!(&self.db, pool => {
             let row = sqlx::query(sql).fetch_one(pool).await?;
-            row.get::<i64, _>(0).max(row.get::<i64, _>(1))
+            (row.get::<i64, _>(0), row.get::<i64, _>(1).max(row.get::<i64, _>(2)))
         }))
     }
 }
