@@ -9,20 +9,35 @@ use crate::config::AllowRule;
 /// (`%c0%ae`, a `.` to old servers): no way out of the resource's base, whatever the internal
 /// server's URL rules. Other bytes that are no UTF-8 (`%ff`) pass as sent.
 pub fn path_is_clean(path: &str) -> bool {
+    path_problem(path).is_none()
+}
+
+/// What [`path_is_clean`] refuses in `path`, in words, for the caller: the first thing found.
+pub fn path_problem(path: &str) -> Option<&'static str> {
     let lower = path.to_ascii_lowercase();
-    if ["%2f", "%5c", "%2e", "%3b", "%25", "\\", "%00"]
-        .iter()
-        .any(|bad| lower.contains(bad))
-    {
-        return false;
+    let escaped = [
+        ("%2f", "an encoded slash (%2F)"),
+        ("%5c", "an encoded backslash (%5C)"),
+        ("%2e", "an encoded dot (%2E)"),
+        ("%3b", "an encoded semicolon (%3B)"),
+        ("%25", "an encoded percent sign (%25: a double encoding)"),
+        ("\\", "a backslash"),
+        ("%00", "an encoded NUL (%00)"),
+    ];
+    if let Some((_, what)) = escaped.iter().find(|(bad, _)| lower.contains(bad)) {
+        return Some(what);
     }
     if !escapes_are_plain(&lower) {
-        return false;
+        return Some(
+            "a '%' without two hex digits, or an overlong UTF-8 form of '.', '/', '\\', '%' or ';'",
+        );
     }
-    !path.split('/').any(|seg| {
-        let name = seg.split(';').next().unwrap_or(seg);
-        name == ".." || name == "."
-    })
+    path.split('/')
+        .any(|seg| {
+            let name = seg.split(';').next().unwrap_or(seg);
+            name == ".." || name == "."
+        })
+        .then_some("a '..' or '.' segment")
 }
 
 /// Whether every `%` of `path` (lower case) starts two hex digits, and the bytes they encode
@@ -123,6 +138,12 @@ mod tests {
     #[test]
     fn dirty_paths_are_refused() {
         assert!(path_is_clean("/v1/items/3"));
+        assert_eq!(path_problem("/a/../b"), Some("a '..' or '.' segment"));
+        assert_eq!(path_problem("/a%2Fb"), Some("an encoded slash (%2F)"));
+        assert_eq!(
+            path_problem("/a/%c0%ae%c0%ae/b").map(|w| w.starts_with("a '%' without")),
+            Some(true)
+        );
         for bad in [
             "/../etc",
             "/a/./b",

@@ -159,7 +159,6 @@ impl App {
             middleware::from_fn_with_state(answer, crate::inputs::refuse_in_whole)
         };
         let mut app = api::router(self.api.clone())
-            .layer(middleware::from_fn(crate::inputs::refuse_in_head))
             .merge(relay::router(self.relay.clone()))
             .merge(
                 crate::correlation::router(self.correlation.clone())

@@ -18,11 +18,20 @@ use crate::signals::event::FieldError;
 /// The NUL character's problem, said the same way wherever it is found.
 const NUL: &str = "holds the NUL character (%00, \\u0000), which is stored nowhere; remove it";
 
+/// Marks an answer that [`refuse_in_head`] gave, so that a feature's own middleware can count
+/// it as that feature's refusal (the API counts refused signals).
+#[derive(Debug, Clone, Copy)]
+pub struct RefusedInHead;
+
 /// Refuses a NUL in the path or the query, and a `Content-Encoding`, for routes whose
 /// handlers read the body themselves (the body is left unread).
 pub async fn refuse_in_head(request: Request, next: Next) -> Response {
     match head_problem(&request) {
-        Some(problem) => problem.into_response(),
+        Some(problem) => {
+            let mut response = problem.into_response();
+            response.extensions_mut().insert(RefusedInHead);
+            response
+        }
         None => next.run(request).await,
     }
 }

@@ -1049,12 +1049,25 @@ async fn metrics_count_events_by_type_and_refusals_by_reason(backend: Backend) {
     assert_eq!(s, StatusCode::ACCEPTED);
     let (s, _, _) = post(&cloud, &t, &json!({"type": "deployment"})).await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    // Refused on its head alone (a compressed body), before the handler: counted all the same.
+    let res = cloud
+        .client()
+        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+        .bearer_auth(&t.api_key)
+        .header("content-type", "application/json")
+        .header("content-encoding", "gzip")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
     let after = metrics().await;
     for line in [
         "signals_events_accepted_total{type=\"deployment\"} 2",
         "signals_events_accepted_total{type=\"alert\"} 1",
         "signals_events_accepted_total{type=\"change\"} 0",
         "signals_events_rejected_total{reason=\"invalid\"} 1",
+        "signals_events_rejected_total{reason=\"unsupported_media_type\"} 1",
         "http_request_duration_seconds_count{method=\"POST\",route=\"/v1/signals/{signal_key}\",status=\"202\"} 1",
         "http_request_duration_seconds_count{method=\"POST\",route=\"/v1/signals/{signal_key}\",status=\"422\"} 1",
     ] {

@@ -9,7 +9,7 @@ use hyper::body::Incoming;
 use tokio::sync::Semaphore;
 
 use super::{Forwarder, Refusal, Resource, method_of};
-use crate::rules::{method_is_forbidden, path_is_clean};
+use crate::rules::{method_is_forbidden, path_problem};
 
 /// How long a stream waits for a free slot under `max_connections` before a 503.
 const QUEUE_WAIT: Duration = Duration::from_secs(5);
@@ -22,12 +22,14 @@ impl Forwarder {
         req: &Request<Incoming>,
         path: &str,
     ) -> Result<(String, Permits), Refusal> {
-        if !path_is_clean(path) {
+        if let Some(what) = path_problem(path) {
             return Err(Refusal {
                 status: StatusCode::BAD_REQUEST,
                 reason: "not_allowed",
                 rule: "path-normalisation".into(),
-                why: "the path has '..', '.', encoded slashes, dots, semicolons or percent signs, backslashes, a '%' without two hex digits, or overlong UTF-8; send a normalised path".into(),
+                why: format!(
+                    "the path has {what}, which could lead out of the resource's base on some servers; send a normalised path without it"
+                ),
             });
         }
         if method_is_forbidden(method_of(req)) {

@@ -56,6 +56,29 @@ pub async fn post_signal(
 
 type Rejection = (&'static str, Problem);
 
+/// Counts a signal that `inputs::refuse_in_head` refused before the handler ran (a
+/// `Content-Encoding`, a NUL in the path) among `signals_events_rejected_total`, as the
+/// handler counts its own refusals.
+pub async fn count_refused_in_head(
+    State(state): State<ApiState>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let response = next.run(request).await;
+    if response
+        .extensions()
+        .get::<crate::inputs::RefusedInHead>()
+        .is_some()
+    {
+        let reason = match response.status() {
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+            _ => "invalid",
+        };
+        state.metrics.rejected(reason);
+    }
+    response
+}
+
 fn reject(reason: &'static str) -> impl FnOnce(Problem) -> Rejection {
     move |p| (reason, p)
 }

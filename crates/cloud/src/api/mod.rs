@@ -75,12 +75,22 @@ impl ApiState {
 
 /// The API's routes (the same on both listeners).
 pub fn router(state: ApiState) -> Router {
+    let refuse_in_head = || axum::middleware::from_fn(crate::inputs::refuse_in_head);
+    // A signal refused on its head alone is counted among the refused signals, as one the
+    // handler refuses.
+    let count = axum::middleware::from_fn_with_state(state.clone(), ingest::count_refused_in_head);
     Router::new()
-        .route("/v1/signals/{signal_key}", post(ingest::post_signal))
         .route("/v1/events", get(events::list))
         .route("/v1/events/{id}", get(events::get))
         .route("/livez", get(health::livez))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
+        .layer(refuse_in_head())
+        .route(
+            "/v1/signals/{signal_key}",
+            post(ingest::post_signal)
+                .layer(refuse_in_head())
+                .layer(count),
+        )
         .with_state(state)
 }
