@@ -387,7 +387,7 @@ async fn allow_rules_and_path_normalisation_refuse_and_audit() {
         .unwrap();
     assert_eq!(res.status(), 403);
     // A method override in the query (Laravel, Symfony; PHP reads `.method` as `_method`)
-    // would make a GET rule admit a DELETE.
+    // would make a rule's method admit another (Symfony applies it to POSTs).
     let res = rig.get("/v1/ok?a=1&.method=DELETE").await;
     assert_eq!(res.status(), 403);
     let problem: serde_json::Value = res.json().await.unwrap();

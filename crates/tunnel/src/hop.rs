@@ -49,7 +49,8 @@ pub fn strip(headers: &mut HeaderMap, names: &[&str]) {
     }
 }
 
-/// The message's transfer codings when one is not `chunked` (`gzip, chunked`), as sent: HTTP/1.1
+/// The message's transfer codings when one is neither `chunked` nor `identity` (`gzip,
+/// chunked`), as sent: HTTP/1.1
 /// libraries remove only the chunking, and `Transfer-Encoding` belongs to one hop, so a body
 /// passed on without it would reach the other end still compressed, with nothing saying so.
 pub fn coded_transfer(headers: &HeaderMap) -> Option<String> {
@@ -66,7 +67,7 @@ pub fn coded_transfer(headers: &HeaderMap) -> Option<String> {
         .collect();
     codings
         .iter()
-        .any(|c| c != "chunked")
+        .any(|c| c != "chunked" && c != "identity")
         .then(|| codings.join(", "))
 }
 
@@ -107,6 +108,8 @@ mod tests {
         assert_eq!(coded_transfer(&h), None);
         h.insert("transfer-encoding", "Chunked".parse().unwrap());
         assert_eq!(coded_transfer(&h), None);
+        h.insert("transfer-encoding", "identity".parse().unwrap());
+        assert_eq!(coded_transfer(&h), None, "identity is no coding");
         h.insert("transfer-encoding", "gzip, chunked".parse().unwrap());
         assert_eq!(coded_transfer(&h).as_deref(), Some("gzip, chunked"));
     }

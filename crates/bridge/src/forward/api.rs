@@ -10,18 +10,22 @@ use super::upstream::path_under;
 use crate::config::Api;
 use crate::rules::allowed;
 
-/// Whether a query parameter's name reads as `_method` where PHP reads it: leading spaces
-/// dropped, `.`, ` ` and `[` turned into `_` (so `.method` is `_method`), and `_method[…]`
-/// an array of that name.
+/// Whether a query parameter's name reads as `_method` where PHP reads it: cut at a NUL,
+/// leading spaces dropped, `.` and ` ` turned into `_` (so `.method` is `_method`), and
+/// `_method[…]` an array of that name. Letters' case is ignored (more is refused than PHP
+/// would read, never less).
 fn names_method_override(name: &str) -> bool {
-    let php: String = name
+    let name = name.split('\0').next().unwrap_or_default();
+    let base = name
         .trim_start_matches(' ')
+        .split('[')
+        .next()
+        .unwrap_or_default();
+    let php: String = base
         .chars()
-        .map(|c| if matches!(c, '.' | ' ' | '[') { '_' } else { c })
+        .map(|c| if matches!(c, '.' | ' ') { '_' } else { c })
         .collect();
-    php.get(..7)
-        .is_some_and(|start| start.eq_ignore_ascii_case("_method"))
-        && matches!(php.as_bytes().get(7), None | Some(b'_'))
+    php.eq_ignore_ascii_case("_method")
 }
 
 impl Kind for Api {
@@ -95,10 +99,11 @@ mod tests {
             " .method",
             "_method[]",
             "_method[x]",
+            "_method\0x",
         ] {
             assert!(names_method_override(name), "{name:?}");
         }
-        for name in ["method", "_methods", "x_method", "_meth"] {
+        for name in ["method", "_methods", "x_method", "_meth", "_method_x"] {
             assert!(!names_method_override(name), "{name:?}");
         }
     }

@@ -330,7 +330,10 @@ impl Forwarder {
                 {
                     return Ok(self.refused_answer(finish, resource, (kind, &name), refusal));
                 }
-                if let Some(why) = coded_transfer(&name, &parts.headers) {
+                // An answer without a body (to HEAD; 204, 304) has no coding to lose.
+                let bodiless =
+                    sent.method == http::Method::HEAD || matches!(parts.status.as_u16(), 204 | 304);
+                if !bodiless && let Some(why) = coded_transfer(&name, &parts.headers) {
                     tracing::warn!(kind = %kind, resource = %name, cause = %why, "internal resource's answer cannot be forwarded");
                     return Ok(bad_gateway(finish, resource, &why));
                 }

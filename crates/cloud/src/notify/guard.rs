@@ -63,8 +63,10 @@ pub fn is_public(ip: IpAddr) -> bool {
                 || (first & 0xffc0) == 0xfe80
                 // Site-local (deprecated, still routed inside some networks).
                 || (first & 0xffc0) == 0xfec0
-                // Teredo (2001::/32, whose client address is hidden in it) and documentation.
-                || (first == 0x2001 && (seg[1] == 0 || seg[1] == 0xdb8))
+                // Teredo (2001::/32, whose client address is hidden in it), benchmarking
+                // (2001:2::/48) and documentation (2001:db8::/32, 3fff::/20).
+                || (first == 0x2001 && (seg[1] == 0 || seg[1] == 0xdb8 || (seg[1] == 2 && seg[2] == 0)))
+                || (first == 0x3fff && seg[1] < 0x1000)
                 // Discard-only (100::/64).
                 || seg[..4] == [0x100, 0, 0, 0])
         }
@@ -142,12 +144,14 @@ mod tests {
             "fec0::1",
             "2001:0:4136:e378:8000:63bf:3fff:fdd2",
             "2001:db8::1",
+            "3fff::1",
+            "2001:2::1",
             "100::1",
             "192.88.99.1",
         ] {
             assert!(!is_public(inside.parse().unwrap()), "{inside}");
         }
-        for outside in ["1.1.1.1", "8.8.8.8", "2606:4700:4700::1111"] {
+        for outside in ["1.1.1.1", "8.8.8.8", "2606:4700:4700::1111", "3fff:1000::1"] {
             assert!(is_public(outside.parse().unwrap()), "{outside}");
         }
         assert!(literal_allowed("http://127.0.0.1:9/hook").is_err());
