@@ -7,7 +7,7 @@
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE, TRANSFER_ENCODING};
+use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
@@ -119,14 +119,7 @@ fn head_problem(request: &Request) -> Option<Problem> {
     }
     // HTTP/1.1 reads `chunked` alone; any other transfer coding (`gzip, chunked`) would reach
     // the handler still encoded.
-    let transfer = request
-        .headers()
-        .get_all(TRANSFER_ENCODING)
-        .iter()
-        .flat_map(|v| v.to_str().unwrap_or("?").split(','))
-        .map(|c| c.trim().to_ascii_lowercase())
-        .find(|c| !c.is_empty() && c != "chunked" && c != "identity");
-    if let Some(coding) = transfer {
+    if let Some(coding) = tunnel::hop::coded_transfer(request.headers()) {
         return Some(Problem::unsupported_media(format!(
             "Transfer-Encoding: {coding} is not accepted here; send the body uncompressed (chunked, or with a Content-Length)"
         )));
