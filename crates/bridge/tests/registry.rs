@@ -69,6 +69,15 @@ impl Setup {
 }
 
 /// A directory holding the cloud's CA as `ca.crt`, as `--cert-dir` wants it.
+/// `sha256:…` of `bytes`, as a registry names a blob.
+fn digest_of(bytes: &[u8]) -> String {
+    let hex: String = Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256:{hex}")
+}
+
 fn cert_dir(rig: &Rig) -> tempfile::TempDir {
     let certs = tempfile::tempdir().unwrap();
     std::fs::copy(rig.cloud.ca_path(), certs.path().join("ca.crt")).unwrap();
@@ -162,11 +171,7 @@ async fn skopeo_inspects_lists_and_copies_an_image_through_the_cloud() {
     assert!(ok, "{err}");
     let hex = s.image.layer_digest.trim_start_matches("sha256:");
     let layer = std::fs::read(dest.join(hex)).expect("the layer in the copy");
-    let got: String = Sha256::digest(&layer)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    assert_eq!(got, hex);
+    assert_eq!(digest_of(&layer), s.image.layer_digest);
 
     // The registry's login never left the bridge, nor the API key the cloud.
     let logs = format!("{}\n{}", s.rig.bridge.log_text(), s.rig.cloud.log_text());
@@ -652,7 +657,9 @@ async fn redirecting_front(storage: String) -> std::net::SocketAddr {
 
 /// A front serving the registry at `storage` under the base path `prefix` (as Artifactory
 /// serves its registries: `/artifactory/api/docker/REPO/v2/…`); with `redirect_blobs`, blob
-/// downloads answer `307` to `storage` instead. Returns its address.
+/// downloads answer `307` to `storage` instead. Under `/hop/N/…` it answers `307` to
+/// `/hop/N-1/…` on itself, and serves `/hop/0/…` as `…`: a chain of N redirects. Returns its
+/// address.
 async fn front(
     storage: String,
     prefix: &'static str,
@@ -676,6 +683,22 @@ async fn front(
                         let (client, storage) = (client.clone(), storage.clone());
                         async move {
                             let asked = req.uri().path_and_query().map_or("/", |p| p.as_str());
+                            let (hops, asked) = match asked.strip_prefix("/hop/") {
+                                Some(rest) => {
+                                    let (n, rest) = rest.split_once('/').unwrap();
+                                    (n.parse::<u32>().unwrap(), format!("/{rest}"))
+                                }
+                                None => (0, asked.to_string()),
+                            };
+                            if hops > 0 {
+                                let mut r = hyper::Response::new(
+                                    Empty::new().map_err(|n| match n {}).boxed(),
+                                );
+                                *r.status_mut() = hyper::StatusCode::TEMPORARY_REDIRECT;
+                                let next = format!("/hop/{}{asked}", hops - 1);
+                                r.headers_mut().insert("location", next.parse().unwrap());
+                                return Ok::<_, hyper::Error>(r);
+                            }
                             let Some(under) = asked.strip_prefix(prefix) else {
                                 let mut r = hyper::Response::new(
                                     Empty::new().map_err(|n| match n {}).boxed(),
@@ -768,6 +791,53 @@ async fn redirects_are_followed_at_the_bridge_to_listed_hosts_only() {
         rig.bridge.log_text().contains(&storage.host)
     })
     .await;
+}
+
+/// A chain of redirects on the registry's own host is followed up to five long; a sixth
+/// redirect is a 502 that says so, not a loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_redirects_are_followed_and_a_sixth_is_refused() {
+    let storage = RegistryServer::start_open();
+    let work = tempfile::tempdir().unwrap();
+    let image = oci_image(work.path(), "blob.txt", b"five hops away\n");
+    storage.push_open(&image, "team/app", "1.0");
+    let front = front(storage.url.clone(), "", false).await;
+    let rig = Rig::start_with(move |_| {
+        format!(
+            "registries:\n  - name: five\n    url: http://{front}/hop/5\n  - name: six\n    url: http://{front}/hop/6\n"
+        )
+    })
+    .await;
+    let key = rig.tenant.api_key.clone();
+    let blob = |entry: &str| {
+        format!(
+            "{}/v2/dc1/{entry}/team/app/blobs/{}",
+            rig.cloud.https, image.layer_digest
+        )
+    };
+    let res = rig
+        .cloud
+        .client()
+        .get(blob("five"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(digest_of(&res.bytes().await.unwrap()), image.layer_digest);
+
+    let res = rig
+        .cloud
+        .client()
+        .get(blob("six"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 502);
+    let body: Value = res.json().await.unwrap();
+    let message = body["errors"][0]["message"].as_str().unwrap();
+    assert!(message.contains("more than 5 times"), "{message}");
 }
 
 /// What passes unchanged: a multi-arch index (inspected raw and copied whole), `HEAD` on a

@@ -24,10 +24,12 @@ const NUL: &str = "holds the NUL character (%00, \\u0000), which is stored nowhe
 pub struct RefusedInHead;
 
 /// Refuses a NUL in the path or the query, and a `Content-Encoding`, for routes whose
-/// handlers read the body themselves (the body is left unread).
+/// handlers read the body themselves (the body is read and dropped first: crate::refused_body).
 pub async fn refuse_in_head(request: Request, next: Next) -> Response {
     match head_problem(&request) {
         Some(problem) => {
+            let (parts, body) = request.into_parts();
+            crate::refused_body::drain_unread(&parts.headers, body).await;
             let mut response = problem.into_response();
             response.extensions_mut().insert(RefusedInHead);
             response

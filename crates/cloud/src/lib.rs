@@ -39,6 +39,7 @@ pub mod openapi;
 pub mod pgwire;
 pub mod problem;
 pub mod query;
+pub mod refused_body;
 pub mod relay;
 pub mod secrets;
 pub mod server;

@@ -334,3 +334,69 @@ async fn one_org_holds_at_most_half_of_the_database_sessions() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A request refused on its head alone (wrong key, no `Content-Type`, too long, compressed) while its client is
+/// still sending the body: the client gets the refusal, not a reset stream. Debian's curl
+/// over HTTP/2 reports a stream reset after the answer as "Stream error in the HTTP/2 framing
+/// layer" and shows no status at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_reaches_a_client_still_sending_its_body() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let tenant = cloud.tenant("acme");
+    let work = tempfile::tempdir().unwrap();
+    let body = work.path().join("body.json");
+    // 4 MiB: more than HTTP/2 lets a client send before the server reads.
+    std::fs::write(&body, format!("[{}]", "1,".repeat(2 << 20) + "1")).unwrap();
+    let curl = |url: String, extra: &[&str]| {
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "--http2", "--cacert"])
+            .arg(cloud.ca_path())
+            .args(["-o", "/dev/null", "-w", "%{http_code} HTTP/%{http_version}"])
+            .args(extra)
+            .arg("--data-binary")
+            .arg(format!("@{}", body.display()))
+            .arg(url)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        (said, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let signal = format!("{}/v1/signals/{}", cloud.https, tenant.signal_key);
+    let json = "Content-Type: application/json";
+    let wrong = "Authorization: Bearer sigapi_0000000000000000_00";
+    let right = format!("Authorization: Bearer {}", tenant.api_key);
+    for (url, headers, status) in [
+        (signal.clone(), vec!["-H", wrong, "-H", json], "401"),
+        (signal.clone(), vec!["-H", right.as_str()], "415"),
+        (
+            signal.clone(),
+            vec!["-H", right.as_str(), "-H", json],
+            "413",
+        ),
+        (
+            signal.clone(),
+            vec![
+                "-H",
+                right.as_str(),
+                "-H",
+                json,
+                "-H",
+                "Content-Encoding: gzip",
+            ],
+            "415",
+        ),
+        (
+            format!("{}/v1/bridges/dc1/apis/internal/upload", cloud.https),
+            vec!["-H", wrong],
+            "401",
+        ),
+        (
+            format!("{}/v1/bridges/dc1/apis/internal/upload", cloud.https),
+            vec!["-H", right.as_str()],
+            "404",
+        ),
+    ] {
+        let (said, err) = curl(url.clone(), &headers);
+        assert_eq!(said, format!("{status} HTTP/2"), "{url} {headers:?}: {err}");
+    }
+}

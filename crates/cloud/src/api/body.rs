@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
-use http_body_util::BodyExt;
 use tokio::time::Instant;
 
 use super::budget::{IngestBudget, Share};
@@ -24,9 +23,6 @@ const BODY_TIME_IN_PAUSES: u32 = 4;
 pub const MIN_RATE: usize = 4 * 1024;
 /// How long a body may take before [`MIN_RATE`] applies (a slow start, a TLS round trip).
 pub const RATE_GRACE: Duration = Duration::from_secs(5);
-/// Most bytes read and dropped after a body was refused, so that an HTTP/1.1 client still
-/// writing it sees the answer instead of a reset connection.
-const MAX_DRAIN_BYTES: usize = 8 * 1024 * 1024;
 
 /// Why a body was not read whole: the metric reason and the problem.
 pub type Refused = (&'static str, Problem);
@@ -69,7 +65,7 @@ pub async fn read(
         let held = first.as_ref().map_or(0, Bytes::len) + buf.len() + data.len();
         if held > MAX_REQUEST_BYTES {
             drop(share);
-            drain(body).await;
+            crate::refused_body::drain(body).await;
             return Err(too_large());
         }
         if held > share.bytes() {
@@ -77,7 +73,7 @@ pub async fn read(
             let asked = Instant::now();
             if !budget.grow(&mut share, whole, pause).await {
                 drop(share);
-                drain(body).await;
+                crate::refused_body::drain(body).await;
                 return Err(overloaded());
             }
             waited += asked.elapsed();
@@ -134,20 +130,6 @@ fn too_slow_whole(whole: Duration) -> Refused {
             whole.as_secs()
         )),
     )
-}
-
-/// Reads and drops what a refused body still sends (a bounded amount, for a bounded time).
-pub async fn drain(mut body: Body) {
-    let mut drained = 0;
-    let read = async {
-        while let Some(Ok(frame)) = body.frame().await {
-            drained += frame.data_ref().map_or(0, |d| d.len());
-            if drained > MAX_DRAIN_BYTES {
-                break;
-            }
-        }
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
 }
 
 #[cfg(test)]

@@ -102,12 +102,13 @@ fn is_json(headers: &HeaderMap) -> bool {
             && ends_with("+json"))
 }
 
-async fn ingest(
+/// What the request's head alone decides: who asks, whether the signal key is theirs, the
+/// content type and the `Idempotency-Key`.
+async fn admit(
     state: &ApiState,
     signal_key: &str,
     headers: &HeaderMap,
-    body: Body,
-) -> Result<Response, Rejection> {
+) -> Result<(crate::auth::Principal, Option<String>), Rejection> {
     let principal = state
         .keys
         .authenticate(&state.store, headers)
@@ -148,9 +149,26 @@ async fn ingest(
         ));
     }
     let idempotency = idempotency::key(headers).map_err(reject("invalid"))?;
+    Ok((principal, idempotency))
+}
+
+async fn ingest(
+    state: &ApiState,
+    signal_key: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, Rejection> {
+    let (principal, idempotency) = match admit(state, signal_key, headers).await {
+        Ok(admitted) => admitted,
+        Err(refused) => {
+            // Read first, so that the client sees the refusal rather than a reset stream.
+            crate::refused_body::drain_unread(headers, body).await;
+            return Err(refused);
+        }
+    };
     let declared = declared_length(headers);
     if declared.is_some_and(|n| n > MAX_REQUEST_BYTES) {
-        body::drain(body).await;
+        crate::refused_body::drain_unread(headers, body).await;
         return Err(body::too_large());
     }
     // Held until the answer: the body, its events and their commit are in memory till then.
@@ -161,8 +179,8 @@ async fn ingest(
         .take(principal.org_id, first, state.read_timeout)
         .await
     else {
-        // Read and dropped, so that an HTTP/1.1 client still sending sees the 503.
-        body::drain(body).await;
+        // Read and dropped, so that a client still sending sees the 503.
+        crate::refused_body::drain_unread(headers, body).await;
         return Err(body::overloaded());
     };
     let (bytes, _share) = body::read(

@@ -47,23 +47,43 @@ const REPLAYABLE_BODY: usize = 64 * 1024;
 /// The shared phases, in order, for a request to `target`; the refusal of the first that
 /// fails, which the route writes the way its kind's clients read one.
 async fn run(state: &RelayState, target: &Target, req: Request) -> Result<Response, Problem> {
-    if let Some(refusal) = crate::cross_site::forwarding_refusal(req.headers()) {
+    let (parts, body) = req.into_parts();
+    let (principal, instances, head) = match admit(state, target, &parts).await {
+        Ok(admitted) => admitted,
+        Err(refusal) => {
+            // Read first, so that the client sees the refusal rather than a reset stream.
+            crate::refused_body::drain_unread(&parts.headers, body).await;
+            return Err(refusal);
+        }
+    };
+    let body = hold_body(state, &parts.method, body).await?;
+    send(state, target, &principal, &instances, head, body).await
+}
+
+/// Phases 1 and 2, which the request's head alone decides.
+async fn admit(
+    state: &RelayState,
+    target: &Target,
+    parts: &request::Parts,
+) -> Result<(Arc<Principal>, Vec<Arc<Instance>>, Head), Problem> {
+    if let Some(refusal) = crate::cross_site::forwarding_refusal(&parts.headers) {
         return Err(refusal);
     }
-    if let Some(nul) = crate::inputs::nul_in_path(req.uri().path()) {
+    if let Some(nul) = crate::inputs::nul_in_path(parts.uri.path()) {
         return Err(nul);
     }
-    let principal = if req.extensions().get::<InternalCaller>().is_some() {
-        state.keys.authenticate_internal(req.headers())?
+    let principal = if parts.extensions.get::<InternalCaller>().is_some() {
+        state.keys.authenticate_internal(&parts.headers)?
     } else {
-        state.keys.authenticate(&state.store, req.headers()).await?
+        state
+            .keys
+            .authenticate(&state.store, &parts.headers)
+            .await?
     };
     let principal = Arc::new(principal);
     let instances = upstream_peers(state, &principal, target).await?;
-    let (parts, body) = req.into_parts();
-    let head = upstream_request(&parts, target, &principal)?;
-    let body = hold_body(state, &parts.method, body).await?;
-    send(state, target, &principal, &instances, head, body).await
+    let head = upstream_request(parts, target, &principal)?;
+    Ok((principal, instances, head))
 }
 
 /// Phase 1: the live instances of the bridge that declare the resource, least busy first;
