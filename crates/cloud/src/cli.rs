@@ -24,7 +24,7 @@ pub struct Cli {
     /// Log level: debug, info, warn or error (or a tracing filter directive). Default: info
     /// for `serve`; warn for admin commands, which are quiet unless something goes wrong (with
     /// info, their audit entries are JSON lines on stderr too).
-    #[arg(long, global = true, env = "CLOUD_LOG_LEVEL")]
+    #[arg(long, global = true, env = "CLOUD_LOG_LEVEL", value_parser = crate::logging::parse_level)]
     pub log_level: Option<String>,
     /// What to do.
     #[command(subcommand)]
@@ -178,8 +178,51 @@ pub struct ServeArgs {
     /// Let webhooks reach loopback, private, link-local and other non-public addresses (for
     /// receivers inside your own network). Off: a service for many orgs must not let an org's
     /// webhook reach its own network.
-    #[arg(long, env = "CLOUD_WEBHOOK_ALLOW_PRIVATE")]
+    #[arg(long, env = "CLOUD_WEBHOOK_ALLOW_PRIVATE", value_parser = clap::builder::BoolishValueParser::new())]
     pub webhook_allow_private: bool,
+}
+
+impl Cli {
+    /// The command line, or clap's error and exit (2 for a usage error). A value refused that
+    /// came from a `CLOUD_*` variable rather than the command line is said to have come from
+    /// it: clap names only the option, which the operator may never have typed.
+    pub fn parse_or_exit() -> Cli {
+        let err = match Cli::try_parse() {
+            Ok(cli) => return cli,
+            Err(err) => err,
+        };
+        let from_env = match err.get(clap::error::ContextKind::InvalidArg) {
+            Some(clap::error::ContextValue::String(arg)) => env_behind(arg),
+            _ => None,
+        };
+        let _ = err.print();
+        if let Some(var) = from_env {
+            eprintln!("(the value comes from the environment variable {var})");
+        }
+        std::process::exit(err.exit_code());
+    }
+}
+
+/// The environment variable that set the option `arg` (`--log-level <LOG_LEVEL>`), when it is
+/// set and the option is not on the command line.
+fn env_behind(arg: &str) -> Option<String> {
+    let long = arg.split_whitespace().next()?.strip_prefix("--")?;
+    let typed =
+        std::env::args().any(|a| a == format!("--{long}") || a.starts_with(&format!("--{long}=")));
+    if typed {
+        return None;
+    }
+    let mut commands = vec![<Cli as clap::CommandFactory>::command()];
+    while let Some(command) = commands.pop() {
+        for found in command.get_arguments() {
+            if found.get_long() == Some(long) {
+                let var = found.get_env()?.to_string_lossy().into_owned();
+                return std::env::var_os(&var).is_some().then_some(var);
+            }
+        }
+        commands.extend(command.get_subcommands().cloned());
+    }
+    None
 }
 
 fn public_url(raw: &str) -> Result<String, String> {

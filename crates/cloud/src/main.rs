@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
 use cloud::admin::{self, AdminError};
 use cloud::cli::{
     BridgeTokenCommand, Cli, Command, DbProxyArgs, KeyCommand, OrgCommand, RoleArg, ServeArgs,
@@ -20,7 +19,7 @@ use cloud::storage::{Backend, Credential, OpenMode, Store};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_or_exit();
     let serving = matches!(cli.command, Command::Serve(_) | Command::DbProxy(_));
     let level = cli
         .log_level

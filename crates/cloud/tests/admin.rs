@@ -262,3 +262,31 @@ fn key_names_are_one_line_of_text() {
         );
     }
 }
+
+/// A mistyped `--log-level` (or `CLOUD_LOG_LEVEL`) is a usage error: read as a filter it would
+/// silence every line, errors included.
+#[test]
+fn a_mistyped_log_level_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = cloud_on(dir.path(), &["org", "list", "--log-level", "warnn"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--log-level") && stderr.contains("\"warnn\" is not a log level"),
+        "{stderr}"
+    );
+    let out = Command::new(cloud_bin())
+        .args(["serve", "--data-dir"])
+        .arg(dir.path())
+        .args(["--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .env("CLOUD_LOG_LEVEL", "inf")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("\"inf\" is not a log level")
+            && stderr.contains("comes from the environment variable CLOUD_LOG_LEVEL"),
+        "{stderr}"
+    );
+}
