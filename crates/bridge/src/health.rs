@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use hyper::server::conn::http1;
@@ -40,15 +40,11 @@ async fn health(State(s): State<HealthState>) -> Response {
     (code, axum::Json(h)).into_response()
 }
 
-async fn metrics_text(State(s): State<HealthState>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        s.metrics.encode(),
-    )
-        .into_response()
+/// OpenMetrics when the scraper asks for it (Prometheus does), else the Prometheus text format.
+async fn metrics_text(State(s): State<HealthState>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let (content_type, text) = tunnel::exposition::negotiate(accept, s.metrics.encode());
+    ([(header::CONTENT_TYPE, content_type)], text).into_response()
 }
 
 /// Most connections the operator's port serves at once: probes and scrapers need a few; more

@@ -39,6 +39,50 @@ async fn connects_and_reports_health_metrics_and_logs() {
     ] {
         assert!(metrics.contains(name), "missing {name}");
     }
+    // A plain scrape (curl) gets the Prometheus text format, where a counter's family is
+    // named with `_total`; Prometheus, which asks for OpenMetrics, gets that. The cloud's
+    // `/metrics` answers alike.
+    let scrape = |url: String, accept: Option<&'static str>| async move {
+        let mut get = reqwest::Client::new().get(url);
+        if let Some(accept) = accept {
+            get = get.header("accept", accept);
+        }
+        let res = get.send().await.unwrap();
+        let kind = res.headers()["content-type"].to_str().unwrap().to_string();
+        (kind, res.text().await.unwrap())
+    };
+    let prometheus = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
+    for url in [
+        format!("http://127.0.0.1:{}/metrics", rig.bridge.health_port()),
+        format!("{}/metrics", rig.cloud.http),
+    ] {
+        let (kind, text) = scrape(url.clone(), None).await;
+        assert!(
+            kind.starts_with("text/plain; version=0.0.4"),
+            "{url}: {kind}"
+        );
+        assert!(!text.contains("# EOF"), "{url}: {text}");
+        let (kind, text) = scrape(url.clone(), Some(prometheus)).await;
+        assert!(
+            kind.starts_with("application/openmetrics-text"),
+            "{url}: {kind}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{url}: {text}");
+    }
+    let (_, text) = scrape(
+        format!("http://127.0.0.1:{}/metrics", rig.bridge.health_port()),
+        None,
+    )
+    .await;
+    for family in [
+        "# TYPE service_bridge_requests_total counter",
+        "# TYPE service_bridge_connection_errors_total counter",
+        "# TYPE service_bridge_reconnections_total counter",
+        "# TYPE service_bridge_request_duration_seconds histogram",
+        "# TYPE service_bridge_connected gauge",
+    ] {
+        assert!(text.contains(family), "missing {family:?} in\n{text}");
+    }
     let logs = rig.bridge.log_json();
     let connected = logs
         .iter()

@@ -1,7 +1,7 @@
 //! Probes and metrics: `/livez` (the process runs), `/readyz` (storage answers), `/metrics`.
 
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::ApiState;
@@ -23,16 +23,13 @@ pub async fn readyz(State(state): State<ApiState>) -> Response {
     }
 }
 
-/// Prometheus text exposition.
+/// The metrics: OpenMetrics when the scraper asks for it (Prometheus does), else the
+/// Prometheus text format.
 #[utoipa::path(get, path = "/metrics", tag = "meta", security(()),
-    responses((status = 200, body = String, content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8")))]
-pub async fn metrics(State(state): State<ApiState>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.encode(),
-    )
-        .into_response()
+    responses((status = 200, description = "The Prometheus text format; OpenMetrics when `Accept` asks for it",
+        body = String, content_type = "text/plain; version=0.0.4; charset=utf-8")))]
+pub async fn metrics(State(state): State<ApiState>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let (content_type, text) = tunnel::exposition::negotiate(accept, state.metrics.encode());
+    ([(header::CONTENT_TYPE, content_type)], text).into_response()
 }
