@@ -139,10 +139,12 @@ async fn probe_http(
     }
 }
 
-/// What `bridge check` fetches from a Git source: the refs of its first repository named
-/// without a glob, as `git clone` would, or else the server root (which still proves the
-/// credentials on servers that guard every path). With the repository's name comes what its
-/// 404 means: the entry names a repository the server does not have.
+/// What `bridge check` fetches from a Git source, as `git clone` would: the refs of its first
+/// repository named without a glob; without `repositories`, the refs of the url itself (a
+/// source whose url is one repository answers them; a server root's 404 still proves the
+/// credentials on servers that guard every path); with globs only, the server root. With a
+/// repository's name comes what its 404 means: the entry names a repository the server does
+/// not have.
 fn git_probe(source: &GitSource) -> (String, Option<String>) {
     let base = source.url.as_str().trim_end_matches('/');
     match source.repositories.iter().find(|r| !r.contains('*')) {
@@ -152,7 +154,23 @@ fn git_probe(source: &GitSource) -> (String, Option<String>) {
                 "no repository {repo:?} on the server: check sources[].url and repositories"
             )),
         ),
+        None if source.repositories.is_empty() => {
+            (format!("{base}/info/refs?service=git-upload-pack"), None)
+        }
         None => (format!("{base}/"), None),
+    }
+}
+
+/// What a Git source's `ok` row adds when no repository was named: whether its url is itself
+/// a repository (it answered its refs) or a server root.
+fn git_url_said(bridge: &str, source: &GitSource, said: &str) -> String {
+    if source.repositories.is_empty() && said.starts_with("ok (HTTP 200)") {
+        format!(
+            ": the url is a repository, cloned as /v1/bridges/{bridge}/git/{}",
+            source.name
+        )
+    } else {
+        " at the server root; name a repository without a glob in `repositories` and check fetches its refs".to_string()
     }
 }
 
@@ -193,9 +211,8 @@ async fn probe_all(cfg: &Config) -> Vec<Row> {
         let (url, missing) = git_probe(source);
         let mut row = probe_http("git", &source.name, url, source, missing.as_deref()).await;
         if let (None, Ok(said)) = (&missing, &mut row.result) {
-            said.push_str(
-                " at the server root; name a repository without a glob in `repositories` and check fetches its refs",
-            );
+            let more = git_url_said(&cfg.name, source, said);
+            said.push_str(&more);
         }
         rows.push(row);
     }

@@ -444,6 +444,11 @@ async fn a_wrong_source_token_is_a_clear_error_for_git_and_bridge_check() {
 
 /// Runs `bridge check` on `yaml`: its exit code and its row for the source `team`.
 fn check_team_row(yaml: String) -> (Option<i32>, String) {
+    check_row(yaml, "team")
+}
+
+/// Runs `bridge check` on `yaml`: its exit code and its row for the source `source`.
+fn check_row(yaml: String, source: &str) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bridge.yaml");
     std::fs::write(&path, yaml).unwrap();
@@ -454,12 +459,12 @@ fn check_team_row(yaml: String) -> (Option<i32>, String) {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    let team = text
+    let row = text
         .lines()
-        .find(|l| l.starts_with("git") && l.contains(" team "))
-        .unwrap_or_else(|| panic!("no row for team in: {text}"))
+        .find(|l| l.starts_with("git") && l.contains(&format!(" {source} ")))
+        .unwrap_or_else(|| panic!("no row for {source} in: {text}"))
         .to_string();
-    (out.status.code(), team)
+    (out.status.code(), row)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -468,12 +473,15 @@ async fn bearer_sources_and_anonymous_servers() {
     bearer.create_repo("app.git", 2);
     let anonymous = GitServer::start(GitAuth::None);
     anonymous.create_repo("pub.git", 1);
-    let rig = Rig::start_with(|_| {
-        format!(
-            "sources:\n  - {{name: b, url: {}, auth: {{type: bearer, token: SECRET-bearer}}}}\n  - {{name: anon, url: {}}}\n",
-            bearer.url(),
-            anonymous.url()
-        )
+    let listed = format!(
+        "sources:\n  - {{name: b, url: {}, auth: {{type: bearer, token: SECRET-bearer}}}}\n  - {{name: anon, url: {}}}\n  - {{name: one, url: {}/pub.git}}\n",
+        bearer.url(),
+        anonymous.url(),
+        anonymous.url().trim_end_matches('/')
+    );
+    let rig = Rig::start_with({
+        let listed = listed.clone();
+        move |_| listed
     })
     .await;
     let work = tempfile::tempdir().unwrap();
@@ -538,6 +546,25 @@ async fn bearer_sources_and_anonymous_servers() {
     let stderr = failed(&out, "a repository moved to another host");
     assert!(!stderr.contains("git.internal.example"), "{stderr}");
     assert_secret_absent(&rig, "SECRET-bearer").await;
+
+    // A source whose url is one repository is cloned by the source's own URL.
+    let out = git(
+        work.path(),
+        &[
+            "clone",
+            &clone_url(&rig, &rig.tenant.api_key, "one", ""),
+            "one",
+        ],
+        &[],
+    );
+    ok(&out, "a source whose url is one repository");
+    assert_eq!(count_commits(&work.path().join("one")), 1);
+    let yaml = format!("{}token: unused\n{listed}", yaml_for(&rig.cloud, "dc1", ""));
+    let (_, row) = check_row(yaml, "one");
+    assert!(
+        row.contains("ok (HTTP 200): the url is a repository, cloned as /v1/bridges/dc1/git/one"),
+        "{row}"
+    );
 }
 
 /// The status of a GET sent byte for byte as written, over plain HTTP/1.1.

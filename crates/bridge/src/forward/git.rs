@@ -74,15 +74,20 @@ impl Kind for GitSource {
                 "only Git's smart HTTP protocol passes this bridge (GET …/info/refs?service=git-upload-pack, POST …/git-upload-pack)",
             ));
         };
-        if repo.is_empty() || !listed(&self.repositories, repo) {
-            return Err(Refusal::not_found(
-                "git: repositories",
-                format!(
-                    "source {:?} has no repository {:?} reachable through this bridge (see the entry's repositories)",
-                    self.name,
-                    repo.trim_start_matches('/')
+        // An empty path names the url itself: a source whose url is one repository. Under
+        // `repositories` globs the url is a server root, and a path must name a repository.
+        if !listed(&self.repositories, repo) {
+            let said = match repo.trim_start_matches('/') {
+                "" => format!(
+                    "source {:?} is a server root: name the repository after it (…/git/{}/team/lib.git)",
+                    self.name, self.name
                 ),
-            ));
+                repo => format!(
+                    "source {:?} has no repository {repo:?} reachable through this bridge (see the entry's repositories)",
+                    self.name
+                ),
+            };
+            return Err(Refusal::not_found("git: repositories", said));
         }
         let rule = match service.as_str() {
             UPLOAD_PACK => "git fetch (git-upload-pack)",
