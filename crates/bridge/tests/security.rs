@@ -290,6 +290,12 @@ async fn unsupported_versions_and_borrowed_certificates_are_refused(backend: Bac
         .to_string();
     assert!(why.contains("upgrade the cloud"), "{why}");
     assert!(why.contains("accepts 1 to 2"), "{why}");
+    let problem: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(
+        problem["title"], "Tunnel protocol not supported",
+        "{problem}"
+    );
+    assert_eq!(problem["status"], 426, "{problem}");
     cloud.wait_log_line("bridge protocol version 99 is not supported");
     let res = connect_with(&cloud, &cert, &dc1, "dc1", "0").await;
     assert_eq!(res.status(), 426);

@@ -285,6 +285,17 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
                     "--http-listen {addr:?} is not an address like 127.0.0.1:8000, nor `off`"
                 ))
             })?;
+            let clash = parsed.port() != 0
+                && parsed.port() == args.listen.port()
+                && (parsed.ip() == args.listen.ip()
+                    || parsed.ip().is_unspecified()
+                    || args.listen.ip().is_unspecified());
+            if clash {
+                return Err(Failure::Usage(format!(
+                    "--http-listen {addr} and --listen {} take the same port: give the plain HTTP listener another port, or `--http-listen off`",
+                    args.listen
+                )));
+            }
             Some(cloud::server::listen(parsed).map_err(|e| {
                 Failure::Usage(format!("cannot listen on --http-listen {addr}: {e}"))
             })?)

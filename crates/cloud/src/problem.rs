@@ -64,6 +64,16 @@ impl Problem {
         )
     }
 
+    /// 426: a bridge speaking a tunnel protocol this cloud does not.
+    pub fn upgrade_required(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UPGRADE_REQUIRED,
+            "protocol-version",
+            "Tunnel protocol not supported",
+            detail,
+        )
+    }
+
     /// 401: no API key, or not a valid one.
     pub fn unauthorized(detail: impl Into<String>) -> Self {
         let mut p = Self::new(

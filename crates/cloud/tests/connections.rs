@@ -154,3 +154,48 @@ async fn a_connection_flood_under_a_small_open_file_limit_leaves_the_server_work
     assert!(!logs.contains("accept failed"), "{logs}");
     assert!(logs.contains("open-file limit caps connections"), "{logs}");
 }
+
+/// Plain HTTP sent to the TLS port is answered in plain HTTP, saying to use `https://` (a TLS
+/// alert there reaches curl as "Received HTTP/0.9 when not allowed"); the port still serves
+/// TLS afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_on_the_tls_port_is_told_to_use_https() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let plain = cloud.https.replace("https://", "http://");
+    let res = reqwest::get(format!("{plain}/livez")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let said = res.text().await.unwrap();
+    assert!(
+        said.contains("this port speaks TLS (HTTPS): use https://"),
+        "{said}"
+    );
+    let res = cloud
+        .client()
+        .get(format!("{}/livez", cloud.https))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+}
+
+/// `--http-listen` on `--listen`'s own port is a usage error that says so, not "Address
+/// already in use".
+#[test]
+fn the_plain_listener_on_the_tls_port_is_a_usage_error() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let out = std::process::Command::new(testkit::cloud_bin())
+        .args(["serve", "--data-dir"])
+        .arg(dir.path())
+        .args(["--listen", &addr, "--http-listen", &addr])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("take the same port"), "{stderr}");
+}

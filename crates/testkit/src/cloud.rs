@@ -123,7 +123,13 @@ impl Cloud {
         let fixed = self.ports;
         let mut attempts = 0;
         loop {
-            let (tls, http) = fixed.unwrap_or_else(|| (stable_port(), stable_port()));
+            let (tls, http) = fixed.unwrap_or_else(|| {
+                let tls = stable_port();
+                let http = std::iter::repeat_with(stable_port)
+                    .find(|&p| p != tls)
+                    .unwrap_or_default();
+                (tls, http)
+            });
             let lines_before = self.logs.lock().unwrap().len();
             match self.spawn_on(tls, http) {
                 Ok(()) => {

@@ -152,9 +152,7 @@ pub async fn connect(State(state): State<RelayState>, mut req: Request) -> Respo
     if let Err(why) =
         tunnel::check_protocol(header_str(&headers, tunnel::HEADER_PROTOCOL).unwrap_or(""))
     {
-        let mut p = Problem::bad_request(why.clone());
-        p.status = StatusCode::UPGRADE_REQUIRED.as_u16();
-        return refuse(p, &why);
+        return refuse(Problem::upgrade_required(why.clone()), &why);
     }
     if let Some(why) = state
         .registry

@@ -12,7 +12,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -192,6 +192,10 @@ pub(super) async fn serve_loop(
                             pg.serve_plain(stream, peer).await;
                             return;
                         }
+                        Ok(Ok(1)) if first[0].is_ascii_uppercase() => {
+                            refuse_plain_http(stream).await;
+                            return;
+                        }
                         Ok(Ok(1)) => {}
                         _ => return,
                     }
@@ -235,4 +239,25 @@ pub(super) async fn serve_loop(
         tracing::warn!(timeout = ?drain_timeout, "drain timed out; closing remaining connections");
     }
     drained
+}
+
+/// Answers a plain HTTP request on the TLS port (its first byte is a method's letter where a
+/// TLS handshake starts with 22): a `400` saying to use `https://`, where a TLS alert would
+/// reach the client as unreadable bytes ("Received HTTP/0.9").
+async fn refuse_plain_http(mut stream: TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // The request is read first and what follows the answer until the client closes: a socket
+    // closed with unread bytes is reset, and the reset can overtake the answer.
+    let mut request = vec![0u8; 16 * 1024];
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.read(&mut request)).await;
+    let body =
+        "this port speaks TLS (HTTPS): use https://, or the plain HTTP port of --http-listen\n";
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.write_all(answer.as_bytes())).await;
+    let _ = stream.shutdown().await;
+    let rest = async { while matches!(stream.read(&mut request).await, Ok(n) if n > 0) {} };
+    let _ = tokio::time::timeout(Duration::from_secs(1), rest).await;
 }
