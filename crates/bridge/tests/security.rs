@@ -99,6 +99,54 @@ async fn revoking_the_token_closes_the_live_tunnel_within_seconds(backend: Backe
     );
 }
 
+/// A token rotation: the old token revoked by its id closes the tunnels that use it, and the
+/// bridge's new token keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_one_token_by_id_leaves_the_bridges_other_token_working() {
+    let rig = Rig::start_on(Backend::Sqlite, "").await;
+    let new = rig
+        .cloud
+        .admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    let listed = rig
+        .cloud
+        .admin(&["bridge-token", "list", "--org", "acme", "--output", "json"]);
+    let listed: Vec<serde_json::Value> = serde_json::from_str(&listed).unwrap();
+    let ids: Vec<&str> = listed.iter().map(|t| t["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 2, "{listed:?}");
+    let old = *ids.iter().find(|id| !new.starts_with(**id)).unwrap();
+    let said = rig.cloud.admin(&[
+        "bridge-token",
+        "revoke",
+        "--org",
+        "acme",
+        "--name",
+        "dc1",
+        old,
+    ]);
+    assert_eq!(said, "revoked 1 token(s) of bridge dc1");
+    // The running bridge used the old token: its tunnel is closed.
+    rig.bridge
+        .wait_status("unauthorized", Duration::from_secs(10))
+        .await;
+    // The new one still opens a tunnel.
+    let cert = enroll(&rig.cloud, &new, "dc1").await;
+    let res = connect_with(&rig.cloud, &cert, &new, "dc1", "1").await;
+    assert_eq!(res.status(), 101);
+    // The old id again: nothing left to revoke, and the message says where the ids are.
+    let out = rig.cloud.admin_output(&[
+        "bridge-token",
+        "revoke",
+        "--org",
+        "acme",
+        "--name",
+        "dc1",
+        old,
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("bridge-token list"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_without_a_client_certificate_opens_no_tunnel() {
     let cloud = Cloud::start(Backend::Sqlite);

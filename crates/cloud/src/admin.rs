@@ -128,22 +128,39 @@ pub async fn create_bridge_token(
     Ok(minted.token)
 }
 
-/// `cloud bridge-token revoke`: returns how many tokens were revoked.
+/// `cloud bridge-token revoke`: every live token of the bridge, or the one whose id is `only`
+/// (`bridge-token list` shows ids); returns how many tokens were revoked.
 pub async fn revoke_bridge_tokens(
     store: &Store,
     actor: &Actor,
     slug: &str,
     bridge: &str,
+    only: Option<&str>,
 ) -> Result<u64, AdminError> {
     let org_id = org(store, slug).await?;
-    let n = store.revoke_bridge_tokens(org_id, bridge).await?;
+    // The id as `list` shows it (`sigbrt_…`) or bare; a whole token is cut at its secret,
+    // which is neither echoed nor audited.
+    let bare = only.map(|id| {
+        let id = id.trim();
+        let id = id.strip_prefix(Kind::BridgeToken.prefix()).unwrap_or(id);
+        id.split('_').next().unwrap_or(id)
+    });
+    let n = store.revoke_bridge_tokens(org_id, bridge, bare).await?;
+    let shown = bare.map(|id| format!("{}{id}", Kind::BridgeToken.prefix()));
     if n == 0 {
-        return Err(AdminError::Usage(format!(
-            "bridge {bridge:?} of org {slug:?} has no live token to revoke"
-        )));
+        return Err(AdminError::Usage(match &shown {
+            None => format!("bridge {bridge:?} of org {slug:?} has no live token to revoke"),
+            Some(id) => format!(
+                "bridge {bridge:?} of org {slug:?} has no live token {id:?}; `cloud bridge-token list --org {slug}` shows the ids"
+            ),
+        }));
     }
+    let target = match &shown {
+        None => bridge.to_string(),
+        Some(id) => format!("{bridge} {id}"),
+    };
     store
-        .audit(org_id, actor, "bridge_token.revoke", bridge)
+        .audit(org_id, actor, "bridge_token.revoke", &target)
         .await?;
     Ok(n)
 }

@@ -384,7 +384,9 @@ pub enum BridgeTokenCommand {
         #[command(flatten)]
         storage: StorageArgs,
     },
-    /// Revoke every token of a bridge; its live tunnels are closed.
+    /// Revoke every token of a bridge, or only the one with id ID (to rotate: create a new
+    /// token, move the instances to it, then revoke the old one by its id); the live tunnels
+    /// of a revoked token are closed.
     Revoke {
         /// The org's slug.
         #[arg(long, env = "CLOUD_ORG")]
@@ -392,6 +394,8 @@ pub enum BridgeTokenCommand {
         /// The bridge's name.
         #[arg(long, env = "CLOUD_BRIDGE_NAME")]
         name: String,
+        /// Only this token (its id, as `list` shows it); without it, every token of the bridge.
+        id: Option<String>,
         /// Storage.
         #[command(flatten)]
         storage: StorageArgs,

@@ -238,9 +238,14 @@ async fn run(command: Command) -> Result<(), Failure> {
             .await;
             (store, out)
         }
-        Command::BridgeToken(BridgeTokenCommand::Revoke { org, name, storage }) => {
+        Command::BridgeToken(BridgeTokenCommand::Revoke {
+            org,
+            name,
+            id,
+            storage,
+        }) => {
             let store = open(&storage).await?;
-            let out = admin::revoke_bridge_tokens(&store, &actor, &org, &name)
+            let out = admin::revoke_bridge_tokens(&store, &actor, &org, &name, id.as_deref())
                 .await
                 .map(|n| format!("revoked {n} token(s) of bridge {name}"));
             (store, out)

@@ -277,7 +277,7 @@ pub async fn revoke(
     if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
         return answer;
     }
-    match admin::revoke_bridge_tokens(&state.store, &me.actor(), &me.org, &form.name).await {
+    match admin::revoke_bridge_tokens(&state.store, &me.actor(), &me.org, &form.name, None).await {
         Ok(_) => {
             state.live.close(me.session.user.org_id, &form.name);
             tracing::info!(email = %me.email, org = %me.org, bridge = %form.name, "bridge token revoked in the dashboard; its tunnels closed");

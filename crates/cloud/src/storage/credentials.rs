@@ -104,19 +104,30 @@ impl Store {
         self.execute(sql, Args(args)).await.map(drop)
     }
 
-    /// Revokes every live token of a bridge; returns how many were revoked.
+    /// Revokes every live token of a bridge, or only the one whose id is `only` (a rotation:
+    /// the new token's instances stay connected); returns how many were revoked.
     pub async fn revoke_bridge_tokens(
         &self,
         org_id: i64,
         bridge_name: &str,
+        only: Option<&str>,
     ) -> Result<u64, StorageError> {
-        let sql = "UPDATE bridge_tokens SET revoked_at = $1 \
-                   WHERE org_id = $2 AND bridge_name = $3 AND revoked_at IS NULL";
-        let args = vec![
+        let mut args = vec![
             Arg::Int(now_micros()),
             Arg::Int(org_id),
             Arg::Text(bridge_name),
         ];
+        let sql = match only {
+            None => {
+                "UPDATE bridge_tokens SET revoked_at = $1 \
+                 WHERE org_id = $2 AND bridge_name = $3 AND revoked_at IS NULL"
+            }
+            Some(id) => {
+                args.push(Arg::Text(id));
+                "UPDATE bridge_tokens SET revoked_at = $1 \
+                 WHERE org_id = $2 AND bridge_name = $3 AND revoked_at IS NULL AND id = $4"
+            }
+        };
         self.execute(sql, Args(args)).await
     }
 
