@@ -17,6 +17,10 @@ struct DbRig {
     tenant: Tenant,
     token: String,
     bridge: BridgeProc,
+    /// A client certificate of no CA the cloud knows, as a libpq user may keep in
+    /// `~/.postgresql/postgresql.crt` for other servers; `foreign_dir` holds it as PEM files.
+    foreign: rcgen::CertifiedKey<rcgen::KeyPair>,
+    foreign_dir: tempfile::TempDir,
 }
 
 impl DbRig {
@@ -25,9 +29,18 @@ impl DbRig {
         let tenant = cloud.tenant("acme");
         let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
         let bridge = start_bridge(&cloud, &token, entries).await;
+        let foreign = rcgen::generate_simple_self_signed(["someone".to_string()]).unwrap();
+        let foreign_dir = tempfile::tempdir().unwrap();
+        std::fs::write(foreign_dir.path().join("client.crt"), foreign.cert.pem()).unwrap();
+        let key = foreign_dir.path().join("client.key");
+        std::fs::write(&key, foreign.signing_key.serialize_pem()).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
         DbRig {
             cloud,
             tenant,
+            foreign,
+            foreign_dir,
             token,
             bridge,
         }
@@ -92,6 +105,9 @@ impl DbRig {
         Ok(client)
     }
 
+    /// The driver's TLS: the cloud's CA, ALPN `postgresql`, and a client certificate of
+    /// another CA, which the cloud must not ask for (libpq sends `~/.postgresql/postgresql.crt`
+    /// whenever a server asks, and a foreign one would fail the handshake).
     fn tls(&self) -> tokio_postgres_rustls::MakeRustlsConnect {
         let mut roots = rustls::RootCertStore::empty();
         use rustls_pki_types::pem::PemObject;
@@ -104,7 +120,11 @@ impl DbRig {
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_client_auth_cert(vec![self.foreign.cert.der().clone()], {
+            let key = self.foreign.signing_key.serialize_der();
+            rustls_pki_types::PrivatePkcs8KeyDer::from(key).into()
+        })
+        .unwrap();
         config.alpn_protocols = vec![b"postgresql".to_vec()];
         tokio_postgres_rustls::MakeRustlsConnect::new(config)
     }
@@ -182,6 +202,20 @@ async fn psql_and_a_driver_reach_the_database_with_an_api_key() {
         stdout(&out, "psql with options"),
         "audit_schema\nGerman, DMY"
     );
+    // A psql that keeps a client certificate of another CA (the files libpq sends whenever
+    // a server asks for one): the cloud asks for none, and the session opens.
+    let dir = rig.foreign_dir.path();
+    let with_cert = format!(
+        "{} sslcert={} sslkey={}",
+        rig.conninfo("orders"),
+        dir.join("client.crt").display(),
+        dir.join("client.key").display()
+    );
+    let out = rig
+        .psql_cmd(&with_cert, &["-At", "-c", "SELECT 1"])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out, "psql with a foreign client certificate"), "1");
 
     // A driver over the SSLRequest path: a transaction across many round trips.
     let mut client = rig
@@ -261,7 +295,7 @@ async fn psql_and_a_driver_reach_the_database_with_an_api_key() {
     // The audit log has each session's start and end, with the principal and the bytes.
     drop(client);
     drop(direct);
-    let records = rig.bridge.audit_records(8).await;
+    let records = rig.bridge.audit_records(10).await;
     let ends: Vec<_> = records
         .iter()
         .filter(|r| r["event"] == "session_end")

@@ -334,6 +334,19 @@ pub fn server_config(
     Ok(Arc::new(config))
 }
 
+/// The TLS config of the port's PostgreSQL connections: `main`'s certificate, ALPN
+/// `postgresql` only, and no client certificate asked for. libpq sends
+/// `~/.postgresql/postgresql.crt` whenever a server asks, and a certificate of another CA
+/// would fail the handshake: a client of the database route signs in with an API key.
+pub fn postgres_config(main: &ServerConfig) -> Result<Arc<ServerConfig>, TlsError> {
+    let mut config = ServerConfig::builder_with_provider(tunnel::tls::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_no_client_auth()
+        .with_cert_resolver(main.cert_resolver.clone());
+    config.alpn_protocols = vec![b"postgresql".to_vec()];
+    Ok(Arc::new(config))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

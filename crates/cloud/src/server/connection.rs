@@ -13,7 +13,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::TlsAcceptor;
+use tokio_rustls::LazyConfigAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
@@ -140,12 +140,19 @@ async fn serve_http<I>(
     drive(conn, &activity, stop, idle).await;
 }
 
+/// The TLS port's two configs, chosen by the client's hello: PostgreSQL's direct TLS (ALPN
+/// `postgresql`) gets `postgres`, which asks for no client certificate; the rest `main`.
+pub(super) struct TlsConfigs {
+    pub main: Arc<rustls::ServerConfig>,
+    pub postgres: Arc<rustls::ServerConfig>,
+}
+
 /// Accepts on `listener` (at most `cap` connections at once) and serves each connection until
 /// `stop`; then waits up to the drain time-out for the connections to finish: `false` when
 /// some were still open then (and were cut).
 pub(super) async fn serve_loop(
     listener: TcpListener,
-    tls: Option<(TlsAcceptor, Arc<PgFront>)>,
+    tls: Option<(TlsConfigs, Arc<PgFront>)>,
     app: Router,
     stop: CancellationToken,
     timeouts: (Duration, Duration),
@@ -178,13 +185,15 @@ pub(super) async fn serve_loop(
         let app = app.clone();
         let stop = stop.clone();
         let builder = builder.clone();
-        let tls = tls.clone();
+        let tls = tls
+            .as_ref()
+            .map(|(c, pg)| ((c.main.clone(), c.postgres.clone()), pg.clone()));
         connections.spawn(async move {
             let _slot = slot;
             let http = (&*builder, &stop, header_read_timeout);
             match tls {
                 None => serve_http(stream, app, peer, None, http).await,
-                Some((acceptor, pg)) => {
+                Some(((main, postgres), pg)) => {
                     // PostgreSQL shares the port: its packets start with a zero byte.
                     let mut first = [0u8; 1];
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await {
@@ -199,12 +208,18 @@ pub(super) async fn serve_loop(
                         Ok(Ok(1)) => {}
                         _ => return,
                     }
-                    let stream = match tokio::time::timeout(
-                        HANDSHAKE_TIMEOUT,
-                        acceptor.accept(stream),
-                    )
-                    .await
-                    {
+                    let handshake = async {
+                        let hello =
+                            LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream)
+                                .await?;
+                        let postgres_asked = hello
+                            .client_hello()
+                            .alpn()
+                            .is_some_and(|mut offered| offered.any(|p| p == crate::pgwire::ALPN));
+                        let config = if postgres_asked { postgres } else { main };
+                        hello.into_stream(config).await
+                    };
+                    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                         Ok(Ok(s)) => s,
                         Ok(Err(err)) => {
                             tracing::debug!(peer = %peer, cause = %err, "TLS handshake failed");

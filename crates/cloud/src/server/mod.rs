@@ -129,14 +129,16 @@ pub async fn run(
         client_cas.extend(operator_cas);
     }
     // A pair rustls refuses is the certificate's and key's; anything else is the client CAs'.
-    let acceptor =
-        TlsAcceptor::from(tls::server_config(identity, client_cas).map_err(|e| {
-            match (&e, &options.tls_files) {
-                (TlsError::Rustls(_), Some(_)) => ServeError::TlsFiles(e),
-                (TlsError::Rustls(_), None) => ServeError::Tls(e),
-                _ => ServeError::ClientCa(e),
-            }
-        })?);
+    let main_config =
+        tls::server_config(identity, client_cas).map_err(|e| match (&e, &options.tls_files) {
+            (TlsError::Rustls(_), Some(_)) => ServeError::TlsFiles(e),
+            (TlsError::Rustls(_), None) => ServeError::Tls(e),
+            _ => ServeError::ClientCa(e),
+        })?;
+    let configs = connection::TlsConfigs {
+        postgres: tls::postgres_config(&main_config).map_err(ServeError::Tls)?,
+        main: main_config,
+    };
     // The loopback listener through which this process reads deployments' commits from its
     // own relay (correlation/mirror.rs); nothing else listens there.
     let internal = listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
@@ -180,7 +182,7 @@ pub async fn run(
         shutdown.clone(),
     ));
     let relay = app.relay.clone();
-    let pg = PgFront::new(app.pg.clone(), acceptor.clone());
+    let pg = PgFront::new(app.pg.clone(), TlsAcceptor::from(configs.postgres.clone()));
     // Database sessions have no natural end: at shutdown they close, so that the drain below
     // does not wait for them.
     let pg_stop = tokio::spawn({
@@ -200,7 +202,7 @@ pub async fn run(
     }
     loops.push(tokio::spawn(serve_loop(
         tls_listener,
-        Some((acceptor, pg)),
+        Some((configs, pg)),
         tls_app,
         shutdown.clone(),
         (options.drain_timeout, options.header_read_timeout),
