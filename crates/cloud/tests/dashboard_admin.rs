@@ -391,11 +391,13 @@ async fn bridge_commands_dial_the_tls_listener_whichever_listener_served_the_pag
 
 /// The command a new API key's page shows, copied into a shell as it stands (HTTP/2, as
 /// browsers reach the TLS listener: the address comes from the request's authority, and the
-/// cloud's own CA file is named), sends an event once `SIGNAL_KEY` is set.
+/// cloud's own CA file is named), sends an event to the org's newest signal key, which it
+/// names; nothing needs setting first.
 #[tokio::test]
 async fn the_command_shown_with_a_new_api_key_works_as_copied() {
     let cloud = Cloud::start(Backend::Sqlite);
     cloud.admin(&["org", "create", "acme"]);
+    cloud.admin(&["signal-key", "create", "--org", "acme"]);
     let signal_key = cloud.admin(&["signal-key", "create", "--org", "acme"]);
     let client = client(&cloud);
     let admin = session(&cloud, &client, "acme", "ada@example.com", "admin").await;
@@ -420,8 +422,18 @@ async fn the_command_shown_with_a_new_api_key_works_as_copied() {
         .replace("&lt;", "<")
         .replace("&gt;", ">");
     assert!(
-        command.contains(&format!("{}/v1/signals/$SIGNAL_KEY", cloud.https)),
+        command.contains(&format!("{}/v1/signals/{}", cloud.https, signal_key.trim())),
         "{command}"
+    );
+    assert!(
+        page.contains(&format!(
+            "this org&#39;s newest signal key, {}",
+            signal_key.trim()
+        )) || page.contains(&format!(
+            "this org&#x27;s newest signal key, {}",
+            signal_key.trim()
+        )),
+        "{page}"
     );
     // The certificate is the cloud's own CA's: the command names the CA file to trust.
     assert!(
@@ -431,7 +443,7 @@ async fn the_command_shown_with_a_new_api_key_works_as_copied() {
     let out = std::process::Command::new("sh")
         .arg("-c")
         .arg(format!("{command} -w ' %{{http_code}}'"))
-        .env("SIGNAL_KEY", signal_key.trim())
+        .env_remove("SIGNAL_KEY")
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&out.stdout);

@@ -41,6 +41,8 @@ struct CreatedPage<'a> {
     what: &'a str,
     value: &'a str,
     secret: bool,
+    /// What the commands below take from elsewhere, and where to get it.
+    note: String,
     curl: String,
     github: String,
     gitlab: String,
@@ -150,9 +152,37 @@ pub async fn create(
     };
     tracing::info!(email = %me.email, org = %me.org, kind = %form.kind, "key created in the dashboard");
     let base = origin(&state, &headers, &uri, state.secure);
-    let (key, api) = match kind {
-        Credential::SignalKey => (value.as_str(), "$SIGNALS_API_KEY"),
-        _ => ("$SIGNAL_KEY", value.as_str()),
+    // The commands name the key just made, and the other one as the org has it: a signal key
+    // is an address, shown as it is (the newest); an API key is a secret, read from
+    // SIGNALS_API_KEY, the name the CI snippets' secrets have too.
+    let newest_signal_key = match kind {
+        Credential::SignalKey => None,
+        _ => state
+            .store
+            .credentials(me.session.user.org_id, Credential::SignalKey)
+            .await
+            .ok()
+            .and_then(|keys| keys.into_iter().max_by_key(|k| k.created_at))
+            .map(|k| k.id),
+    };
+    let (key, api, note) = match kind {
+        Credential::SignalKey => (
+            value.clone(),
+            "$SIGNALS_API_KEY".to_string(),
+            "The commands read an API key of this org from SIGNALS_API_KEY (create one on Integrations: Signals); in GitHub Actions and GitLab CI, store it as a secret or masked variable of that name.".to_string(),
+        ),
+        _ => match newest_signal_key {
+            Some(signal_key) => (
+                signal_key.clone(),
+                value.clone(),
+                format!("The commands post to this org's newest signal key, {signal_key}. In GitHub Actions and GitLab CI, store the API key as a secret or masked variable named SIGNALS_API_KEY, never in the file."),
+            ),
+            None => (
+                "SIGNAL_KEY".to_string(),
+                value.clone(),
+                "This org has no signal key yet: create one on Integrations: Signals and put it where the commands say SIGNAL_KEY. In GitHub Actions and GitLab CI, store the API key as a secret or masked variable named SIGNALS_API_KEY, never in the file.".to_string(),
+            ),
+        },
     };
     let body = r#"{"type":"deployment","service":"api","environment":"production","status":"success","version":"v1.2.3"}"#;
     let cacert = own_ca_file(&state, &base)
@@ -177,6 +207,7 @@ pub async fn create(
             },
             value: &value,
             secret: kind == Credential::ApiKey,
+            note,
             curl,
             github,
             gitlab,
