@@ -18,7 +18,7 @@ use super::{PgState, STARTUP_TIMEOUT};
 use crate::auth::Principal;
 use crate::problem::Problem;
 
-/// How long the bridge has to log in to the database and send the server's greeting.
+/// How long the bridge has to open the database stream, log in and send the server's greeting.
 const GREETING_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The SQLSTATE and message a client reads for a relay refusal.
@@ -144,7 +144,14 @@ pub(super) async fn serve<S>(
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
     relay(front, &mut client, target, params, spliced).await;
-    let _ = client.shutdown().await;
+    close(&mut client).await;
+}
+
+/// Closes the client's side cleanly within [`super::splice::FINISH_MESSAGE`]: TLS's
+/// close_notify waits behind what the client has not read, and a client that stopped reading
+/// would hold the connection open for as long as it likes. Past that, it is dropped.
+async fn close<S: AsyncWrite + Unpin>(client: &mut S) {
+    let _ = tokio::time::timeout(super::splice::FINISH_MESSAGE, client.shutdown()).await;
 }
 
 async fn relay<S>(
@@ -163,16 +170,28 @@ async fn relay<S>(
         peer,
     } = target;
     let (bridge, database) = (bridge.clone(), database.clone());
-    let mut stream =
-        match crate::relay::open_database(&front.relay, principal, &bridge, &database, false).await
-        {
-            Ok(stream) => stream,
-            Err(problem) => {
-                let (code, message) = refusal(&problem, &bridge, &database);
-                let _ = client.write_all(&error_response(code, &message)).await;
-                return;
-            }
-        };
+    // One deadline for opening the stream and the greeting: a bridge that stopped answering
+    // is said within it, not after the tunnel's own keep-alive gives up.
+    let deadline = tokio::time::Instant::now() + GREETING_TIMEOUT;
+    let opened = tokio::time::timeout_at(
+        deadline,
+        crate::relay::open_database(&front.relay, principal, &bridge, &database, false),
+    )
+    .await;
+    let mut stream = match opened {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(problem)) => {
+            let (code, message) = refusal(&problem, &bridge, &database);
+            let _ = client.write_all(&error_response(code, &message)).await;
+            return;
+        }
+        Err(_) => {
+            let why = "the bridge did not answer within 60 s; see the bridge's log, and retry";
+            tracing::warn!(peer = %peer, bridge = %bridge, database = %database, why, "database session not opened");
+            let _ = client.write_all(&error_response("08006", why)).await;
+            return;
+        }
+    };
     let passed = passed_on(params).map(|(k, v)| (k.as_str(), v.as_slice()));
     if stream.io.write_all(&startup_message(passed)).await.is_err() {
         let why = "the tunnel failed while opening the session; retry";
@@ -182,8 +201,8 @@ async fn relay<S>(
     }
     // The greeting: everything up to the first ReadyForQuery (or a FATAL error), with the
     // server's BackendKeyData replaced by a key of the cloud's.
-    let greeted = tokio::time::timeout(
-        GREETING_TIMEOUT,
+    let greeted = tokio::time::timeout_at(
+        deadline,
         greeting(front, client, &mut stream.io, target),
     )
     .await
@@ -339,4 +358,38 @@ where
                 ("57P03", p.detail)
             }
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use super::*;
+
+    /// A client that never takes another byte: every write and the shutdown wait forever.
+    struct NotReading;
+
+    impl AsyncWrite for NotReading {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            Poll::Pending
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Pending
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Pending
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_stopped_reading_is_closed_within_the_finish_time() {
+        let started = tokio::time::Instant::now();
+        close(&mut NotReading).await;
+        assert_eq!(started.elapsed(), super::super::splice::FINISH_MESSAGE);
+    }
 }

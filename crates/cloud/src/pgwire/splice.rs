@@ -16,7 +16,7 @@ use tunnel::postgres::error_response;
 
 /// How long the rest of the server's message in progress may take, once the cloud ends a
 /// session, before the connection is closed without the FATAL (it cannot go mid-message).
-const FINISH_MESSAGE: Duration = Duration::from_secs(5);
+pub(super) const FINISH_MESSAGE: Duration = Duration::from_secs(5);
 
 /// Why the cloud ends a session: the SQLSTATE and message the client reads.
 pub(super) struct Ending {
