@@ -87,9 +87,25 @@ pub fn run(path: Option<&Path>) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(cause = %format!("{e:#}"), "bridge failed");
-            ExitCode::from(1)
+            if e.downcast_ref::<PortTaken>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
         }
     }
+}
+
+/// The operator's port cannot be listened on: a configuration error (exit 2), as the message
+/// says which keys to change.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot listen on health_check_address {address} health_check_port {port}: {cause}; another bridge on this host may hold it: give each instance on one host its own health_check_port (0: any free port, logged)"
+)]
+struct PortTaken {
+    address: std::net::IpAddr,
+    port: u16,
+    cause: std::io::Error,
 }
 
 /// Opens what the configuration points at: the CA to trust, the operator's certificate and
@@ -214,12 +230,10 @@ async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow:
     let shutdown = signals(audit.clone(), metrics.in_flight.clone());
     let listener = tokio::net::TcpListener::bind((cfg.health_check_address, cfg.health_check_port))
         .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot listen on health_check_address {} health_check_port {}: {e}",
-                cfg.health_check_address,
-                cfg.health_check_port
-            )
+        .map_err(|cause| PortTaken {
+            address: cfg.health_check_address,
+            port: cfg.health_check_port,
+            cause,
         })?;
     // The operator's port answers through the drain (probes, and the in-flight gauge when it
     // matters most), until the agent is done.

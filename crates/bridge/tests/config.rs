@@ -499,3 +499,38 @@ fn check_piped_to_a_reader_that_leaves_exits_with_its_own_code() {
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(!said.contains("panicked"), "{said}");
 }
+
+/// A `health_check_port` another process holds (a second bridge on the host) is a
+/// configuration error, exit 2, saying which key to change.
+#[test]
+fn a_taken_health_check_port_is_a_configuration_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bridge.yaml");
+    let yaml = format!(
+        "name: dc1\ntoken: x\napi_url: https://127.0.0.1:{}\nhealth_check_address: 127.0.0.1\nhealth_check_port: {port}\nstate_dir: {}\n",
+        free_closed_port(),
+        dir.path().join("state").display()
+    );
+    std::fs::write(&path, yaml).unwrap();
+    let out = Command::new(bridge_bin())
+        .args(["run", "--config"])
+        .arg(&path)
+        .env_remove("SERVICE_BRIDGE_TOKEN")
+        .env_remove("SERVICE_BRIDGE_NAME")
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(&format!("health_check_port {port}"))
+            && said.contains("its own health_check_port"),
+        "{said}"
+    );
+    drop(taken);
+}

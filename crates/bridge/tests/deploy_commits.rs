@@ -267,6 +267,27 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
     assert_eq!(status, 200, "{answer}");
     assert_eq!(subjects(&answer), ["payments/refund.rs"]);
 
+    // A made-up sha (the README's), and a mapping to a source the bridge does not declare:
+    // the caller's data to fix, a 409 that says which, never a 5xx.
+    let made_up = rig
+        .cloud
+        .post_event(&rig.tenant, &deployment("abc123def456", Utc::now()))
+        .await;
+    let (status, problem) = get(&rig, &key, &format!("/v1/deployments/{made_up}/commits")).await;
+    assert_eq!(status, 409, "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains("commit abc123def456 is not in"), "{detail}");
+    let wrong = json!({"repository": "acme/api", "bridge": "dc1", "source": "nosuch", "path": "acme/api.git"});
+    assert_eq!(put_mapping(&rig, &wrong).await.0, 200);
+    let (status, problem) = get(&rig, &key, &format!("/v1/deployments/{made_up}/commits")).await;
+    assert_eq!(status, 409, "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains("no Git source \"nosuch\""), "{detail}");
+    // Mapped back, the listings (which a new mapping drops) are read again.
+    assert_eq!(put_mapping(&rig, &mapping).await.0, 200);
+    let (status, answer) = get(&rig, &key, &format!("/v1/deployments/{second}/commits")).await;
+    assert_eq!(status, 200, "{answer}");
+
     // Without the bridge, commits listed before are still answered; new ones are a clear 503.
     rig.bridge.signal("TERM");
     rig.bridge.wait();

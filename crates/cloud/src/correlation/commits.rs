@@ -22,8 +22,8 @@ use crate::storage::{ListedCommits, RepositorySource};
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The deployment has no sha or repository, its sha is not a commit id, its repository is not mapped, or it is mapped to a bridge the org has no token for", body = Problem, content_type = "application/problem+json"),
-        (status = 502, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The deployment has no sha or repository, its sha is not a commit id or not in the repository, its repository is not mapped, or it is mapped to a bridge the org has no token for or to a source or path the bridge does not serve", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The bridge or the Git server failed", body = Problem, content_type = "application/problem+json"),
         (status = 503, body = Problem, content_type = "application/problem+json")))]
 pub async fn deployment_commits(
     State(state): State<CorrelationState>,
@@ -220,10 +220,12 @@ async fn git_problem(
                 source.repository
             ))
         }
-        GitError::Http { status: 404 } => Problem::bad_gateway(format!(
+        // The mapping or the deployment names what is not there: the caller's data to fix,
+        // not a failure of the bridge.
+        GitError::Http { status: 404 } => Problem::conflict(format!(
             "bridge {bridge:?} has no Git source {name:?} serving {path:?}; check the mapping (PUT /v1/repository-sources) and the bridge's sources"
         )),
-        GitError::MissingCommit(sha) => Problem::bad_gateway(format!(
+        GitError::MissingCommit(sha) => Problem::conflict(format!(
             "commit {sha} is not in {path:?} (source {name:?} on bridge {bridge:?}); check the deployment's sha and the mapping's path"
         )),
         other => {
