@@ -126,7 +126,18 @@ async fn probe_http(
                     Some(what) if r.status() == hyper::StatusCode::NOT_FOUND => {
                         Err(format!("{what} (HTTP 404)"))
                     }
-                    _ => Ok(format!("ok (HTTP {})", r.status().as_u16())),
+                    _ => {
+                        // Git's own answer to `info/refs`, not just any page at that path.
+                        let git_refs =
+                            r.headers()
+                                .get(hyper::header::CONTENT_TYPE)
+                                .is_some_and(|v| {
+                                    v.as_bytes()
+                                        .starts_with(b"application/x-git-upload-pack-advertisement")
+                                });
+                        let what = if git_refs { ", a Git repository" } else { "" };
+                        Ok(format!("ok (HTTP {}{what})", r.status().as_u16()))
+                    }
                 },
             }
         }
@@ -162,11 +173,11 @@ fn git_probe(source: &GitSource) -> (String, Option<String>) {
 }
 
 /// What a Git source's `ok` row adds when no repository was named: whether its url is itself
-/// a repository (it answered its refs) or a server root.
+/// a repository (it answered its refs as Git does) or a server root.
 fn git_url_said(bridge: &str, source: &GitSource, said: &str) -> String {
-    if source.repositories.is_empty() && said.starts_with("ok (HTTP 200)") {
+    if source.repositories.is_empty() && said.contains(", a Git repository)") {
         format!(
-            ": the url is a repository, cloned as /v1/bridges/{bridge}/git/{}",
+            ": the url is one, cloned as /v1/bridges/{bridge}/git/{}",
             source.name
         )
     } else {

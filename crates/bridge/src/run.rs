@@ -100,12 +100,29 @@ pub fn run(path: Option<&Path>) -> ExitCode {
 /// says which keys to change.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "cannot listen on health_check_address {address} health_check_port {port}: {cause}; another bridge on this host may hold it: give each instance on one host its own health_check_port (0: any free port, logged)"
+    "cannot listen on health_check_address {address} health_check_port {port}: {cause}{}",
+    hint(cause)
 )]
 struct PortTaken {
     address: std::net::IpAddr,
     port: u16,
     cause: std::io::Error,
+}
+
+/// What a bind failure most likely means, for [`PortTaken`].
+fn hint(cause: &std::io::Error) -> &'static str {
+    match cause.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            "; another bridge on this host may hold it: give each instance on one host its own health_check_port (0: any free port, logged)"
+        }
+        std::io::ErrorKind::AddrNotAvailable => {
+            "; health_check_address is not an address of this host"
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            "; ports below 1024 need privileges: choose a higher health_check_port"
+        }
+        _ => "",
+    }
 }
 
 /// Opens what the configuration points at: the CA to trust, the operator's certificate and

@@ -562,7 +562,9 @@ async fn bearer_sources_and_anonymous_servers() {
     let yaml = format!("{}token: unused\n{listed}", yaml_for(&rig.cloud, "dc1", ""));
     let (_, row) = check_row(yaml, "one");
     assert!(
-        row.contains("ok (HTTP 200): the url is a repository, cloned as /v1/bridges/dc1/git/one"),
+        row.contains(
+            "ok (HTTP 200, a Git repository): the url is one, cloned as /v1/bridges/dc1/git/one"
+        ),
         "{row}"
     );
 }

@@ -68,7 +68,6 @@ impl Setup {
     }
 }
 
-/// A directory holding the cloud's CA as `ca.crt`, as `--cert-dir` wants it.
 /// `sha256:…` of `bytes`, as a registry names a blob.
 fn digest_of(bytes: &[u8]) -> String {
     let hex: String = Sha256::digest(bytes)
@@ -78,6 +77,7 @@ fn digest_of(bytes: &[u8]) -> String {
     format!("sha256:{hex}")
 }
 
+/// A directory holding the cloud's CA as `ca.crt`, as `--cert-dir` wants it.
 fn cert_dir(rig: &Rig) -> tempfile::TempDir {
     let certs = tempfile::tempdir().unwrap();
     std::fs::copy(rig.cloud.ca_path(), certs.path().join("ca.crt")).unwrap();

@@ -145,6 +145,22 @@ async fn revoking_one_token_by_id_leaves_the_bridges_other_token_working() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("bridge-token list"), "{stderr}");
+    // A token mangled in pasting (a space for its `_`) is refused and not repeated.
+    let mangled = new.replacen('_', " ", 2);
+    let out = rig.cloud.admin_output(&[
+        "bridge-token",
+        "revoke",
+        "--org",
+        "acme",
+        "--name",
+        "dc1",
+        &mangled,
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let secret = new.rsplit('_').next().unwrap();
+    assert!(!stderr.contains(secret), "{stderr}");
+    assert!(stderr.contains("not a bridge token's id"), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

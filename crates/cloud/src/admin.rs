@@ -145,6 +145,14 @@ pub async fn revoke_bridge_tokens(
         let id = id.strip_prefix(Kind::BridgeToken.prefix()).unwrap_or(id);
         id.split('_').next().unwrap_or(id)
     });
+    // Anything but an id's 16 hex digits (a token mangled in pasting, a secret alone) is
+    // refused without being repeated.
+    if bare.is_some_and(|id| id.len() != 16 || !id.bytes().all(|b| b.is_ascii_hexdigit())) {
+        return Err(AdminError::Usage(format!(
+            "that is not a bridge token's id: expected {}and 16 hex digits, as `cloud bridge-token list --org {slug}` shows them",
+            Kind::BridgeToken.prefix()
+        )));
+    }
     let n = store.revoke_bridge_tokens(org_id, bridge, bare).await?;
     let shown = bare.map(|id| format!("{}{id}", Kind::BridgeToken.prefix()));
     if n == 0 {
@@ -254,7 +262,7 @@ pub async fn revoke_key(
             Some((Kind::ApiKey, public)) => {
                 format!("(that is an API key, {public}, with its secret)")
             }
-            Some((Kind::BridgeToken, _)) => "(that is a bridge token, with its secret: bridge tokens are revoked by bridge name, `cloud bridge-token revoke --org ORG --name BRIDGE`)".to_string(),
+            Some((Kind::BridgeToken, _)) => "(that is a bridge token, with its secret: bridge tokens are revoked with `cloud bridge-token revoke --org ORG --name BRIDGE [ID]`)".to_string(),
             None if kind == Credential::ApiKey
                 && id.starts_with(crate::secrets::SIGNAL_KEY_PREFIX) =>
             {

@@ -207,8 +207,10 @@ impl Cli {
 /// set and the option is not on the command line.
 fn env_behind(arg: &str) -> Option<String> {
     let long = arg.split_whitespace().next()?.strip_prefix("--")?;
-    let typed =
-        std::env::args().any(|a| a == format!("--{long}") || a.starts_with(&format!("--{long}=")));
+    let typed = std::env::args_os().any(|a| {
+        let a = a.to_string_lossy();
+        a == format!("--{long}") || a.starts_with(&format!("--{long}="))
+    });
     if typed {
         return None;
     }

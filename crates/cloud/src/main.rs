@@ -290,11 +290,15 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
                     "--http-listen {addr:?} is not an address like 127.0.0.1:8000, nor `off`"
                 ))
             })?;
+            // The same port on the same address, or under a wildcard that covers the other
+            // (`0.0.0.0` its own family's addresses; `[::]` both families').
+            let covers = |wild: std::net::IpAddr, other: std::net::IpAddr| {
+                wild.is_unspecified() && (wild.is_ipv6() || other.is_ipv4())
+            };
+            let (a, b) = (parsed.ip(), args.listen.ip());
             let clash = parsed.port() != 0
                 && parsed.port() == args.listen.port()
-                && (parsed.ip() == args.listen.ip()
-                    || parsed.ip().is_unspecified()
-                    || args.listen.ip().is_unspecified());
+                && (a == b || covers(a, b) || covers(b, a));
             if clash {
                 return Err(Failure::Usage(format!(
                     "--http-listen {addr} and --listen {} take the same port: give the plain HTTP listener another port, or `--http-listen off`",

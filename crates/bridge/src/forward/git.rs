@@ -76,7 +76,8 @@ impl Kind for GitSource {
         };
         // An empty path names the url itself: a source whose url is one repository. Under
         // `repositories` globs the url is a server root, and a path must name a repository.
-        if !listed(&self.repositories, repo) {
+        let bare_root = repo.trim_start_matches('/').is_empty();
+        if (bare_root && !self.repositories.is_empty()) || !listed(&self.repositories, repo) {
             let said = match repo.trim_start_matches('/') {
                 "" => format!(
                     "source {:?} is a server root: name the repository after it (…/git/{}/team/lib.git)",

@@ -83,6 +83,23 @@ pub fn is_commit_id(sha: &str) -> bool {
 /// What [`is_commit_id`] accepts, for error messages.
 pub const COMMIT_ID_RULE: &str = "a commit id: 7 to 40 hex digits, or 64 (whole ids are best: an abbreviated one is found only on a branch or tag)";
 
+/// Whether a failed fetch of one commit says the server does not have it (git's words across
+/// protocol versions), rather than that the fetch could not be made.
+fn names_a_missing_object(e: &GitError) -> bool {
+    let GitError::Failed { message, .. } = e else {
+        return false;
+    };
+    let message = message.to_ascii_lowercase();
+    [
+        "not our ref",
+        "couldn't find remote ref",
+        "unadvertised object",
+        "no such remote ref",
+    ]
+    .iter()
+    .any(|said| message.contains(said))
+}
+
 impl Mirrors {
     /// Mirrors under `client.root`, fetched with internal keys from `keys`.
     pub fn new(client: GitClient, keys: Arc<KeyCache>) -> Self {
@@ -121,14 +138,21 @@ impl Mirrors {
             git(&dir, &["fetch", "--quiet", "origin"], Some(&key), "fetch").await?;
             for sha in wanted.iter().filter(|s| matches!(s.len(), 40 | 64)) {
                 if !self.has_all(&dir, &[sha]).await? {
-                    // Protocol v2 serves any reachable commit, advertised or not.
-                    let _ = git(
+                    // Protocol v2 serves any reachable commit, advertised or not. A server
+                    // that does not have it says so, and the commit is missing (the caller's
+                    // data); any other failure is the bridge's or the server's.
+                    let fetched = git(
                         &dir,
                         &["fetch", "--quiet", "origin", sha],
                         Some(&key),
                         "fetch",
                     )
                     .await;
+                    if let Err(e) = fetched
+                        && !names_a_missing_object(&e)
+                    {
+                        return Err(e);
+                    }
                 }
             }
         }
@@ -392,5 +416,25 @@ mod tests {
         assert!(!is_commit_id("--upload-pack=x"));
         assert!(!is_commit_id("abc"));
         assert!(!is_commit_id("main"));
+    }
+
+    #[test]
+    fn a_missing_commit_is_told_from_a_failed_fetch() {
+        let failed = |message: &str| GitError::Failed {
+            step: "fetch",
+            message: message.into(),
+        };
+        // What git prints for a commit the server lacks, protocol v2 and v0.
+        assert!(names_a_missing_object(&failed(
+            "fatal: remote error: upload-pack: not our ref 1234567890123456789012345678901234567890"
+        )));
+        assert!(names_a_missing_object(&failed(
+            "error: Server does not allow request for unadvertised object 1234"
+        )));
+        // The tunnel or the server failing is not the caller's data.
+        assert!(!names_a_missing_object(&failed(
+            "fatal: unable to access 'http://127.0.0.1/…': The requested URL returned error: 502"
+        )));
+        assert!(!names_a_missing_object(&GitError::Http { status: 503 }));
     }
 }

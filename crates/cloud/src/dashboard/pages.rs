@@ -188,6 +188,20 @@ fn link_gone() -> Response {
     )
 }
 
+/// A link whose token is not whole: cut when copied, most likely, not used or expired.
+fn link_incomplete(chars: usize) -> Response {
+    message(
+        StatusCode::BAD_REQUEST,
+        "Link incomplete",
+        &format!(
+            "This set-password link is incomplete: its token has {chars} of its {} characters. Copy the whole link from where it was sent, or ask an admin for a new one (cloud user reset-password --email …).",
+            password::SECRET_CHARS
+        ),
+        "/sign-in",
+        "Sign in",
+    )
+}
+
 /// `GET /set-password?token=…`: the form, while the link is valid.
 pub async fn set_password_form(
     State(state): State<DashboardState>,
@@ -195,6 +209,9 @@ pub async fn set_password_form(
     Query(q): Query<LinkQuery>,
 ) -> Response {
     let token = q.token.unwrap_or_default();
+    if token.len() != password::SECRET_CHARS {
+        return link_incomplete(token.len());
+    }
     let user = match state
         .store
         .password_link_user(&password::secret_hash(&token))

@@ -88,6 +88,9 @@ pub fn check_new(password: &str, confirm: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The length of a secret [`new_secret`] makes: 32 bytes in unpadded base64url.
+pub const SECRET_CHARS: usize = 43;
+
 /// A new random secret (256 bits, URL-safe base64) and its SHA-256, which is what is stored.
 pub fn new_secret() -> (String, Vec<u8>) {
     let mut bytes = [0u8; 32];

@@ -78,7 +78,8 @@ where
                     ending = &mut ended => return Ok(Some(ending)),
                 };
                 if n == 0 {
-                    client_w.shutdown().await?;
+                    // A client that stopped reading would hold this close for ever.
+                    let _ = tokio::time::timeout(FINISH_MESSAGE, client_w.shutdown()).await;
                     return Ok(None);
                 }
                 let mut at = 0;
