@@ -88,6 +88,8 @@ pub fn run(path: Option<&Path>) -> ExitCode {
         Err(e) => {
             tracing::error!(cause = %format!("{e:#}"), "bridge failed");
             if e.downcast_ref::<PortTaken>().is_some() {
+                // Said where the other configuration errors are, as well as in the log.
+                eprintln!("configuration error: {e}");
                 ExitCode::from(2)
             } else {
                 ExitCode::from(1)

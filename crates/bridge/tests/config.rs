@@ -506,31 +506,18 @@ fn check_piped_to_a_reader_that_leaves_exits_with_its_own_code() {
 fn a_taken_health_check_port_is_a_configuration_error() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("bridge.yaml");
+    let state = tempfile::tempdir().unwrap();
     let yaml = format!(
         "name: dc1\ntoken: x\napi_url: https://127.0.0.1:{}\nhealth_check_address: 127.0.0.1\nhealth_check_port: {port}\nstate_dir: {}\n",
         free_closed_port(),
-        dir.path().join("state").display()
+        state.path().display()
     );
-    std::fs::write(&path, yaml).unwrap();
-    let out = Command::new(bridge_bin())
-        .args(["run", "--config"])
-        .arg(&path)
-        .env_remove("SERVICE_BRIDGE_TOKEN")
-        .env_remove("SERVICE_BRIDGE_NAME")
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(out.status.code(), Some(2), "{said}");
+    let (code, err) = run(&yaml, &[]);
+    assert_eq!(code, Some(2), "{err}");
     assert!(
-        said.contains(&format!("health_check_port {port}"))
-            && said.contains("its own health_check_port"),
-        "{said}"
+        err.contains(&format!("configuration error: cannot listen on health_check_address 127.0.0.1 health_check_port {port}"))
+            && err.contains("its own health_check_port"),
+        "{err}"
     );
     drop(taken);
 }

@@ -815,25 +815,12 @@ async fn five_redirects_are_followed_and_a_sixth_is_refused() {
             rig.cloud.https, image.layer_digest
         )
     };
-    let res = rig
-        .cloud
-        .client()
-        .get(blob("five"))
-        .bearer_auth(&key)
-        .send()
-        .await
-        .unwrap();
+    let fetch = |entry: &str| rig.cloud.client().get(blob(entry)).bearer_auth(&key).send();
+    let res = fetch("five").await.unwrap();
     assert_eq!(res.status(), 200);
     assert_eq!(digest_of(&res.bytes().await.unwrap()), image.layer_digest);
 
-    let res = rig
-        .cloud
-        .client()
-        .get(blob("six"))
-        .bearer_auth(&key)
-        .send()
-        .await
-        .unwrap();
+    let res = fetch("six").await.unwrap();
     assert_eq!(res.status(), 502);
     let body: Value = res.json().await.unwrap();
     let message = body["errors"][0]["message"].as_str().unwrap();

@@ -114,16 +114,22 @@ async fn revoking_one_token_by_id_leaves_the_bridges_other_token_working() {
     let ids: Vec<&str> = listed.iter().map(|t| t["id"].as_str().unwrap()).collect();
     assert_eq!(ids.len(), 2, "{listed:?}");
     let old = *ids.iter().find(|id| !new.starts_with(**id)).unwrap();
-    let said = rig.cloud.admin(&[
-        "bridge-token",
-        "revoke",
-        "--org",
-        "acme",
-        "--name",
-        "dc1",
-        old,
-    ]);
-    assert_eq!(said, "revoked 1 token(s) of bridge dc1");
+    let revoke = |id: &str| {
+        rig.cloud.admin_output(&[
+            "bridge-token",
+            "revoke",
+            "--org",
+            "acme",
+            "--name",
+            "dc1",
+            id,
+        ])
+    };
+    let out = revoke(old);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "revoked 1 token(s) of bridge dc1"
+    );
     // The running bridge used the old token: its tunnel is closed.
     rig.bridge
         .wait_status("unauthorized", Duration::from_secs(10))
@@ -133,29 +139,13 @@ async fn revoking_one_token_by_id_leaves_the_bridges_other_token_working() {
     let res = connect_with(&rig.cloud, &cert, &new, "dc1", "1").await;
     assert_eq!(res.status(), 101);
     // The old id again: nothing left to revoke, and the message says where the ids are.
-    let out = rig.cloud.admin_output(&[
-        "bridge-token",
-        "revoke",
-        "--org",
-        "acme",
-        "--name",
-        "dc1",
-        old,
-    ]);
+    let out = revoke(old);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("bridge-token list"), "{stderr}");
     // A token mangled in pasting (a space for its `_`) is refused and not repeated.
     let mangled = new.replacen('_', " ", 2);
-    let out = rig.cloud.admin_output(&[
-        "bridge-token",
-        "revoke",
-        "--org",
-        "acme",
-        "--name",
-        "dc1",
-        &mangled,
-    ]);
+    let out = revoke(&mangled);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     let secret = new.rsplit('_').next().unwrap();
