@@ -277,6 +277,10 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
     assert_eq!(status, 409, "{problem}");
     let detail = problem["detail"].as_str().unwrap();
     assert!(detail.contains("commit abc123def456 is not in"), "{detail}");
+    assert_eq!(
+        problem["title"], "Does not match the repository",
+        "{problem}"
+    );
     let wrong = json!({"repository": "acme/api", "bridge": "dc1", "source": "nosuch", "path": "acme/api.git"});
     assert_eq!(put_mapping(&rig, &wrong).await.0, 200);
     let (status, problem) = get(&rig, &key, &format!("/v1/deployments/{made_up}/commits")).await;

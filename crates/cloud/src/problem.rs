@@ -112,6 +112,17 @@ impl Problem {
         Self::new(StatusCode::CONFLICT, "not-set-up", "Not set up", detail)
     }
 
+    /// 409: what the request reads (an event's fields) does not fit what it is read against
+    /// (a deployment's sha and its repository): the data to fix, said in the detail.
+    pub fn mismatch(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "mismatch",
+            "Does not match the repository",
+            detail,
+        )
+    }
+
     /// 502: a system behind a bridge failed to answer usefully.
     pub fn bad_gateway(detail: impl Into<String>) -> Self {
         Self::new(

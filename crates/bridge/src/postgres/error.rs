@@ -87,9 +87,10 @@ impl LoginError {
             LoginError::Auth { code, .. } => format!(
                 "it refused the bridge's login ({code}); fix databases[].credentials, or the server's pg_hba.conf (the bridge's log has the server's words)"
             ),
-            LoginError::DatabaseMissing { message, .. } | LoginError::Server { message, .. } => {
-                message.clone()
+            LoginError::DatabaseMissing { message, .. } => {
+                format!("{message}; fix databases[].database in the bridge's configuration")
             }
+            LoginError::Server { message, .. } => message.clone(),
             LoginError::Insecure(why) => why.clone(),
             LoginError::Protocol(_) => "the login failed (protocol)".into(),
             LoginError::TimedOut(secs) => {
@@ -134,6 +135,21 @@ mod tests {
             "{public}"
         );
         assert!(e.to_string().contains("10.2.3.4"), "{e}");
+    }
+
+    /// A database missing on the server is the bridge's configuration, and the client is
+    /// told which key.
+    #[test]
+    fn a_missing_database_names_the_key_to_fix() {
+        let e = LoginError::DatabaseMissing {
+            code: "3D000".into(),
+            message: "database \"nope\" does not exist".into(),
+        };
+        assert_eq!(e.sqlstate(), "3D000");
+        assert_eq!(
+            e.public(),
+            "database \"nope\" does not exist; fix databases[].database in the bridge's configuration"
+        );
     }
 
     /// A silent server is said as such to the client (not as a protocol error), with the

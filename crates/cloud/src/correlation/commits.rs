@@ -63,7 +63,7 @@ pub async fn commits_of(state: &CorrelationState, org_id: i64, id: &str) -> Resu
         )));
     };
     if !mirror::is_commit_id(sha) {
-        return Err(Problem::conflict(format!(
+        return Err(Problem::mismatch(format!(
             "deployment {id:?} has sha {sha:?}, which is not {}",
             mirror::COMMIT_ID_RULE
         )));
@@ -157,8 +157,10 @@ pub async fn commits_of(state: &CorrelationState, org_id: i64, id: &str) -> Resu
 
 /// A suspect's reason from the commits listed for it: how many, and the top-level paths
 /// they touched ("3 commits since the previous deployment, touching payments/ and README.md").
-pub fn summary(listed: &str) -> Option<String> {
-    let list: Value = serde_json::from_str(listed).ok()?;
+/// A list cut at its limit says "more than"; one without a previous deployment (the whole
+/// history up to the commit) says so instead of "since the previous deployment".
+pub fn summary(listed: &ListedCommits) -> Option<String> {
+    let list: Value = serde_json::from_str(&listed.commits).ok()?;
     let commits = list["commits"].as_array()?;
     let n = commits.len();
     if n == 0 {
@@ -180,6 +182,16 @@ pub fn summary(listed: &str) -> Option<String> {
         }
     }
     let many = if n == 1 { "" } else { "s" };
+    let more = if list["truncated"] == true {
+        "more than "
+    } else {
+        ""
+    };
+    let since = if listed.previous_sha.is_some() {
+        "since the previous deployment"
+    } else {
+        "in its history (no previous deployment)"
+    };
     let touching = match places.as_slice() {
         [] => String::new(),
         [one] => format!(", touching {one}"),
@@ -187,9 +199,7 @@ pub fn summary(listed: &str) -> Option<String> {
         [a, b, c] => format!(", touching {a}, {b} and {c}"),
         [a, b, c, rest @ ..] => format!(", touching {a}, {b}, {c} and {} more", rest.len()),
     };
-    Some(format!(
-        "{n} commit{many} since the previous deployment{touching}"
-    ))
+    Some(format!("{more}{n} commit{many} {since}{touching}"))
 }
 
 /// A Git failure as the API reports it, naming the bridge and source.
@@ -225,7 +235,7 @@ async fn git_problem(
         GitError::Http { status: 404 } => Problem::conflict(format!(
             "bridge {bridge:?} has no Git source {name:?} serving {path:?}; check the mapping (PUT /v1/repository-sources) and the bridge's sources"
         )),
-        GitError::MissingCommit(sha) => Problem::conflict(format!(
+        GitError::MissingCommit(sha) => Problem::mismatch(format!(
             "commit {sha} is not in {path:?} (source {name:?} on bridge {bridge:?}); check the deployment's sha and the mapping's path"
         )),
         other => {
@@ -236,11 +246,51 @@ async fn git_problem(
                 GitError::Dir { .. } => {
                     "the cloud cannot keep or read its copy of the repository (its log says why; its operator can fix it)".to_string()
                 }
+                GitError::Http { status } if *status >= 500 => format!(
+                    "the bridge answered {status}: it could not reach the Git server, or the server failed (the bridge's log, and `bridge check` on its host, say which)"
+                ),
                 other => other.to_string(),
             };
             Problem::bad_gateway(format!(
                 "cannot read {path:?} through source {name:?} on bridge {bridge:?}: {why}"
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listed(previous: Option<&str>, files: &[&str], truncated: bool) -> ListedCommits {
+        let commits: Vec<Value> = files.iter().map(|f| json!({"files": [f]})).collect();
+        ListedCommits {
+            previous_sha: previous.map(str::to_string),
+            commits: json!({"commits": commits, "truncated": truncated}).to_string(),
+            repository: "acme/api".into(),
+            source: "dc1/code/acme/api.git".into(),
+        }
+    }
+
+    #[test]
+    fn the_reason_says_how_the_list_was_made() {
+        let two = ["payments/refund.rs", "README.md"];
+        assert_eq!(
+            summary(&listed(Some("abc1234"), &two, false)).as_deref(),
+            Some("2 commits since the previous deployment, touching payments/ and README.md")
+        );
+        assert_eq!(
+            summary(&listed(None, &two, false)).as_deref(),
+            Some(
+                "2 commits in its history (no previous deployment), touching payments/ and README.md"
+            )
+        );
+        assert_eq!(
+            summary(&listed(Some("abc1234"), &two, true)).as_deref(),
+            Some(
+                "more than 2 commits since the previous deployment, touching payments/ and README.md"
+            )
+        );
+        assert_eq!(summary(&listed(Some("abc1234"), &[], false)), None);
     }
 }

@@ -215,7 +215,7 @@ pub async fn suspects_of(
                 .listed_commits(org_id, &e.id)
                 .await
                 .map_err(|e| storage_unavailable(&e))?;
-            if let Some(reason) = listed.and_then(|l| commits::summary(&l.commits)) {
+            if let Some(reason) = listed.and_then(|l| commits::summary(&l)) {
                 s.reasons.push(reason);
             }
         }

@@ -142,6 +142,7 @@ async fn serve_http<I>(
 
 /// The TLS port's two configs, chosen by the client's hello: PostgreSQL's direct TLS (ALPN
 /// `postgresql`) gets `postgres`, which asks for no client certificate; the rest `main`.
+#[derive(Clone)]
 pub(super) struct TlsConfigs {
     pub main: Arc<rustls::ServerConfig>,
     pub postgres: Arc<rustls::ServerConfig>,
@@ -185,15 +186,13 @@ pub(super) async fn serve_loop(
         let app = app.clone();
         let stop = stop.clone();
         let builder = builder.clone();
-        let tls = tls
-            .as_ref()
-            .map(|(c, pg)| ((c.main.clone(), c.postgres.clone()), pg.clone()));
+        let tls = tls.clone();
         connections.spawn(async move {
             let _slot = slot;
             let http = (&*builder, &stop, header_read_timeout);
             match tls {
                 None => serve_http(stream, app, peer, None, http).await,
-                Some(((main, postgres), pg)) => {
+                Some((configs, pg)) => {
                     // PostgreSQL shares the port: its packets start with a zero byte.
                     let mut first = [0u8; 1];
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await {
@@ -216,7 +215,11 @@ pub(super) async fn serve_loop(
                             .client_hello()
                             .alpn()
                             .is_some_and(|mut offered| offered.any(|p| p == crate::pgwire::ALPN));
-                        let config = if postgres_asked { postgres } else { main };
+                        let config = if postgres_asked {
+                            configs.postgres
+                        } else {
+                            configs.main
+                        };
                         hello.into_stream(config).await
                     };
                     let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {

@@ -198,10 +198,13 @@ impl Forwarder {
                 tracing::warn!(resource = %name, step = e.step(), cause = %e, "database login failed");
                 // The client reads the step and the server's own words; internal host names,
                 // addresses and socket errors stay in the bridge's log.
-                let message = format!(
-                    "the bridge cannot open database {name:?}: {}; the bridge's log has the details",
-                    e.public()
-                );
+                let public = e.public();
+                let more = if public.contains("the bridge's log") {
+                    ""
+                } else {
+                    "; the bridge's log has the details"
+                };
+                let message = format!("the bridge cannot open database {name:?}: {public}{more}");
                 let _ = client
                     .write_all(&error_response(e.sqlstate(), &message))
                     .await;
