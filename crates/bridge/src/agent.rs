@@ -177,74 +177,10 @@ impl Agent {
             .await
             .map_err(|e| AgentError::Http(e.to_string()))?;
         let conn = tokio::spawn(conn.with_upgrades());
-        let resources: Vec<tunnel::ResourceInfo> = self
-            .cfg
-            .resources()
-            .into_iter()
-            .map(|(kind, name)| tunnel::ResourceInfo {
-                kind,
-                name: name.to_string(),
-            })
-            .collect();
-        let request = hyper::Request::get(tunnel::CONNECT_PATH)
-            .header("host", format!("{host}:{port}"))
-            .header("connection", "upgrade")
-            .header("upgrade", tunnel::UPGRADE_PROTOCOL)
-            .header(
-                "authorization",
-                format!("Bearer {}", self.cfg.token.expose()),
-            )
-            .header(tunnel::HEADER_NAME, &self.cfg.name)
-            .header(tunnel::HEADER_INSTANCE, &self.instance)
-            .header(tunnel::HEADER_VERSION, crate::VERSION)
-            .header(
-                tunnel::HEADER_PROTOCOL,
-                tunnel::PROTOCOL_VERSION.to_string(),
-            )
-            .header(
-                tunnel::HEADER_HEARTBEAT,
-                self.cfg.heartbeat_interval.as_secs().to_string(),
-            )
-            .header(
-                tunnel::HEADER_RESOURCES,
-                serde_json::to_string(&resources).unwrap_or_default(),
-            )
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| AgentError::Http(e.to_string()))?;
-        let response = tokio::time::timeout(EXCHANGE_TIMEOUT, sender.send_request(request))
-            .await
-            .map_err(|_| {
-                AgentError::Http(format!(
-                    "the cloud did not answer the tunnel upgrade within {EXCHANGE_TIMEOUT:?}"
-                ))
-            })?
-            .map_err(|e| upgrade_failed(&e))?;
-        let status = response.status();
-        if status != http::StatusCode::SWITCHING_PROTOCOLS {
-            let reason = response
-                .headers()
-                .get(tunnel::HEADER_REFUSAL)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string);
-            // At most 64 KiB, within the exchange time-out: a proxy or a broken peer that
-            // streams or stalls a refusal must not hold the reconnect loop.
-            let limited = http_body_util::Limited::new(response.into_body(), 64 * 1024);
-            let body =
-                tokio::time::timeout(EXCHANGE_TIMEOUT, http_body_util::BodyExt::collect(limited))
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-                    .map(|b| b.to_bytes())
-                    .unwrap_or_default();
-            let reason = reason.unwrap_or_else(|| problem_detail(&body));
-            return Err(if matches!(status.as_u16(), 401 | 403) {
-                AgentError::Unauthorized(reason)
-            } else {
-                AgentError::Refused {
-                    status: status.as_u16(),
-                    reason,
-                }
-            });
+        let request = connect_request(&self.cfg, &self.instance, &format!("{host}:{port}"), false)?;
+        let response = exchange(&mut sender, request).await?;
+        if response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+            return Err(refusal(response).await);
         }
         let upgraded = tokio::time::timeout(EXCHANGE_TIMEOUT, hyper::upgrade::on(response))
             .await
@@ -318,7 +254,7 @@ impl Agent {
                     if tokio::time::timeout_at(deadline, &mut connection).await.is_err() {
                         let cut = self.metrics.in_flight.get();
                         self.cut.store(cut, std::sync::atomic::Ordering::Relaxed);
-                        tracing::warn!(cut_streams = cut, "drain timed out after {} s: {cut} stream(s) still in flight are cut (their audit records say \"ended\":\"cut\")", DRAIN_TIMEOUT.as_secs());
+                        tracing::warn!(cut_streams = cut, "drain timed out after {} s: {cut} stream(s) still in flight are cut (their audit records say \"ended\":\"cut\", or status 499 where no answer had begun)", DRAIN_TIMEOUT.as_secs());
                     }
                     if tokio::time::timeout_at(deadline, self.forwarder.sessions_ended()).await.is_err() {
                         tracing::warn!("database sessions did not end within the drain time");
@@ -377,4 +313,118 @@ fn upgrade_failed(error: &hyper::Error) -> AgentError {
         "tunnel upgrade request: {}",
         crate::forward::causes(error)
     ))
+}
+
+/// `GET /v1/bridge/connect` with the bridge's token, name, instance, version, protocol,
+/// heartbeat and resources; asking for the tunnel, or with `check` for the cloud's checks alone.
+fn connect_request(
+    cfg: &Config,
+    instance: &str,
+    authority: &str,
+    check: bool,
+) -> Result<hyper::Request<Empty<Bytes>>, AgentError> {
+    let resources: Vec<tunnel::ResourceInfo> = cfg
+        .resources()
+        .into_iter()
+        .map(|(kind, name)| tunnel::ResourceInfo {
+            kind,
+            name: name.to_string(),
+        })
+        .collect();
+    let mut request = hyper::Request::get(tunnel::CONNECT_PATH)
+        .header("host", authority)
+        .header("authorization", format!("Bearer {}", cfg.token.expose()))
+        .header(tunnel::HEADER_NAME, &cfg.name)
+        .header(tunnel::HEADER_INSTANCE, instance)
+        .header(tunnel::HEADER_VERSION, crate::VERSION)
+        .header(
+            tunnel::HEADER_PROTOCOL,
+            tunnel::PROTOCOL_VERSION.to_string(),
+        )
+        .header(
+            tunnel::HEADER_HEARTBEAT,
+            cfg.heartbeat_interval.as_secs().to_string(),
+        )
+        .header(
+            tunnel::HEADER_RESOURCES,
+            serde_json::to_string(&resources).unwrap_or_default(),
+        );
+    request = if check {
+        request.header(tunnel::HEADER_CHECK, "1")
+    } else {
+        request
+            .header("connection", "upgrade")
+            .header("upgrade", tunnel::UPGRADE_PROTOCOL)
+    };
+    request
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| AgentError::Http(e.to_string()))
+}
+
+/// Sends the connect request, within [`EXCHANGE_TIMEOUT`].
+async fn exchange(
+    sender: &mut hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+    request: hyper::Request<Empty<Bytes>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, AgentError> {
+    tokio::time::timeout(EXCHANGE_TIMEOUT, sender.send_request(request))
+        .await
+        .map_err(|_| {
+            AgentError::Http(format!(
+                "the cloud did not answer the tunnel upgrade within {EXCHANGE_TIMEOUT:?}"
+            ))
+        })?
+        .map_err(|e| upgrade_failed(&e))
+}
+
+/// The error a refused connect stands for, with the cloud's reason.
+async fn refusal(response: hyper::Response<hyper::body::Incoming>) -> AgentError {
+    let status = response.status();
+    let reason = response
+        .headers()
+        .get(tunnel::HEADER_REFUSAL)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    // At most 64 KiB, within the exchange time-out: a proxy or a broken peer that streams or
+    // stalls a refusal must not hold the reconnect loop.
+    let limited = http_body_util::Limited::new(response.into_body(), 64 * 1024);
+    let body = tokio::time::timeout(EXCHANGE_TIMEOUT, http_body_util::BodyExt::collect(limited))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let reason = reason.unwrap_or_else(|| problem_detail(&body));
+    if matches!(status.as_u16(), 401 | 403) {
+        AgentError::Unauthorized(reason)
+    } else {
+        AgentError::Refused {
+            status: status.as_u16(),
+            reason,
+        }
+    }
+}
+
+/// What `bridge check` asks of the cloud for a configured client certificate
+/// (`tls_cert_file`): every check of a tunnel with that certificate, and no tunnel. A cloud of
+/// an earlier release, which does not know the check, opens one: that is an answer too, and the
+/// tunnel is dropped at once.
+pub async fn check_tunnel(cfg: &Config, identity: &Identity) -> Result<(), AgentError> {
+    let tls = identity.client_config().await?;
+    let host = cfg.api_url.host_str().unwrap_or("localhost").to_string();
+    let port = cfg.api_url.port_or_known_default().unwrap_or(443);
+    let tcp = dial::tcp(&host, port, cfg.proxy_for(&host, port)).await?;
+    let stream = dial::tls(tcp, &host, tls).await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| AgentError::Http(e.to_string()))?;
+    let conn = tokio::spawn(conn);
+    let instance = format!("check-{}", std::process::id());
+    let request = connect_request(cfg, &instance, &format!("{host}:{port}"), true)?;
+    let response = exchange(&mut sender, request).await;
+    conn.abort();
+    let response = response?;
+    match response.status() {
+        http::StatusCode::NO_CONTENT | http::StatusCode::SWITCHING_PROTOCOLS => Ok(()),
+        _ => Err(refusal(response).await),
+    }
 }

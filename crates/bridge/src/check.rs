@@ -42,17 +42,28 @@ async fn probe_cloud(cfg: &Config) -> Row {
             .await
             .map_err(|e| e.to_string())?;
         // "ok" must mean "ready to connect": the token is proven too, by an enrollment whose
-        // certificate is thrown away (nothing is saved, nothing changes on the cloud).
+        // certificate is thrown away (nothing is saved, nothing changes on the cloud); or, for
+        // a configured certificate, by the tunnel's own checks with it, and no tunnel.
         let identity =
             identity::Identity::new(std::sync::Arc::new(cfg.clone())).map_err(|e| e.to_string())?;
-        match identity.prove_token().await {
-            Ok(()) if !cfg.tls_verify => Ok(
-                "ok (TLS 1.3, token accepted; the certificate NOT verified: tls_verify is false)"
-                    .to_string(),
-            ),
-            Ok(()) => Ok("ok (TLS 1.3, token accepted)".to_string()),
+        let configured = cfg.tls_cert_file.is_some();
+        let proven = if configured {
+            crate::agent::check_tunnel(cfg, &identity).await
+        } else {
+            identity.prove_token().await
+        };
+        let accepted = if configured {
+            "token and tls_cert_file accepted"
+        } else {
+            "token accepted"
+        };
+        match proven {
+            Ok(()) if !cfg.tls_verify => Ok(format!(
+                "ok (TLS 1.3, {accepted}; the certificate NOT verified: tls_verify is false)"
+            )),
+            Ok(()) => Ok(format!("ok (TLS 1.3, {accepted})")),
             Err(identity::AgentError::Unauthorized(why))
-                if why.starts_with("this token is for bridge") =>
+                if why.starts_with("this token is for bridge") || why.contains("certificate") =>
             {
                 Err(why)
             }

@@ -44,7 +44,7 @@ pub enum AgentError {
     /// The cloud ended the TLS connection with an alert about the bridge's client certificate
     /// (its CA was rotated, or the certificate is not one it signed).
     #[error(
-        "the cloud refused the bridge's client certificate (TLS alert {0}): an enrolled one is dropped and enrolled again; one from tls_cert_file must be signed by the cloud's CA"
+        "the cloud refused the bridge's client certificate (TLS alert {0}): an enrolled one is dropped and enrolled again; one from tls_cert_file must be signed by the cloud's CA, or by a CA the cloud was given with --client-ca"
     )]
     CertificateRefused(String),
 }

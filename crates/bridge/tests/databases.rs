@@ -859,6 +859,64 @@ async fn a_cloud_shutting_down_tells_psql_why() {
     assert_eq!(rig.cloud.wait(), Some(0));
 }
 
+/// A session still opening when the cloud stops (its database has not answered the bridge
+/// yet) is told why it ends, on the TLS port and through `cloud db-proxy` alike, not cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_still_opening_at_shutdown_is_told_why() {
+    // A database server that takes connections and never answers. A connection that sends
+    // something is a session's (the bridge's reachability checks send nothing).
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let (opened, held) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for mut conn in silent.incoming().flatten() {
+            let opened = opened.clone();
+            std::thread::spawn(move || {
+                use std::io::Read;
+                if matches!(conn.read(&mut [0; 1]), Ok(1)) {
+                    let _ = opened.send(conn);
+                }
+            });
+        }
+    });
+    let entry = format!(
+        "  - name: orders\n    type: postgresql\n    host: 127.0.0.1\n    port: {silent_port}\n    database: {DATABASE}\n    credentials: {{username: {USER}, password: \"${{DB_PASSWORD}}\"}}\n"
+    );
+    let mut rig = DbRig::start(&format!("databases:\n{entry}")).await;
+    let proxy = DbProxy::start(&rig, &rig.tenant.api_key).await;
+    let psql = |conninfo: String| {
+        rig.psql_cmd(&conninfo, &["-c", "SELECT 1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let direct = psql(rig.conninfo("orders"));
+    let proxied = psql(format!(
+        "host=127.0.0.1 port={} dbname=any user=anything",
+        proxy.port
+    ));
+    // Both sessions wait on the silent server: the bridge has dialled it twice.
+    let mut connections = Vec::new();
+    for _ in 0..2 {
+        connections.push(
+            held.recv_timeout(Duration::from_secs(20))
+                .expect("the bridge dialled"),
+        );
+    }
+    rig.cloud.signal("TERM");
+    for (what, client) in [("direct", direct), ("db-proxy", proxied)] {
+        let out = client.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{what}");
+        assert!(
+            err.contains("FATAL:  the service is shutting down; connect again shortly"),
+            "{what}: {err}"
+        );
+    }
+    assert_eq!(rig.cloud.wait(), Some(0));
+}
+
 /// Waits (up to 20 s) until `count` `pg_sleep` statements run on the cluster.
 async fn wait_for_sleeps(cluster: &PgCluster, count: &str) {
     let start = Instant::now();

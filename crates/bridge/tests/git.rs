@@ -310,7 +310,10 @@ async fn what_is_not_reachable_says_why() {
         ),
         "another org's key",
     );
-    assert!(err.contains("no bridge \"dc1\" in this org"), "{err}");
+    assert!(
+        err.contains("no bridge \"dc1\" in the org of this API key"),
+        "{err}"
+    );
 
     // No key at all: a Basic challenge, so git asks (here: cannot ask, and says so).
     let anonymous = format!("{}/v1/bridges/dc1/git/code/team/lib.git", rig.cloud.http);

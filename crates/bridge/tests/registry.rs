@@ -331,6 +331,32 @@ async fn unknown_images_other_orgs_and_pushes_get_oci_errors() {
         })
     })
     .await;
+    // A DELETE is refused where pushes pass too, and its audit record says so.
+    let res = client
+        .delete(format!("{base}/dc1/rw/team/app/manifests/1.0"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 403);
+    testkit::wait_until("the refused delete's audit record", || {
+        s.rig.bridge.log_json().iter().any(|r| {
+            r["type"] == "audit"
+                && r["method"] == "DELETE"
+                && r["rule"] == "registry: pull and push only"
+        })
+    })
+    .await;
+    // A malformed name is the caller's mistake, said as such: NAME_INVALID, not UNAVAILABLE.
+    let res = client
+        .get(format!("{base}/dc1/reg/team%2Fapp/tags/list"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 400);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["errors"][0]["code"], "NAME_INVALID", "{body}");
     // A list's next page comes back through the cloud: its Link is rewritten.
     let res = client
         .get(format!("{base}/dc1/reg/_catalog?n=1"))
@@ -493,6 +519,48 @@ async fn a_token_registry_is_pulled_with_tokens_from_listed_token_hosts_only() {
         out.contains(&format!("(token service: http://{}", tokens.host)),
         "{out}"
     );
+    // A login the token service refuses: check names that service, which has no log to
+    // point to.
+    let (code, out) = check(&rig, &bridge_yaml(&rig).replace(PASSWORD, "wrong-pw"));
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("refused the login (HTTP 401)"), "{out}");
+    assert!(
+        out.contains(&format!("(token service: http://{}", tokens.host)),
+        "{out}"
+    );
+    assert!(!out.contains("the bridge's log"), "{out}");
+}
+
+/// A registry moved from htpasswd to token auth while the bridge runs: the first pull after
+/// the move learns the new challenge and is sent again with a token, so no pull fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_moved_to_token_auth_loses_no_pull() {
+    let tokens = TokenService::start().await;
+    let mut registry = RegistryServer::start();
+    let work = tempfile::tempdir().unwrap();
+    let image = oci_image(work.path(), "hello.txt", b"hello before and after\n");
+    registry.push(&image, "team/app", "1.0");
+    let (url, token_host) = (registry.url.clone(), tokens.host.clone());
+    let rig = Rig::start_with(move |_| {
+        format!(
+            "registries:\n  - name: reg\n    url: {url}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    token_hosts: [\"{token_host}\"]\n"
+        )
+    })
+    .await;
+    let tags = || {
+        rig.cloud
+            .client()
+            .get(format!("{}/v2/dc1/reg/team/app/tags/list", rig.cloud.https))
+            .bearer_auth(&rig.tenant.api_key)
+            .send()
+    };
+    assert_eq!(tags().await.unwrap().status(), 200, "with Basic");
+    let before = tokens.requests.load(std::sync::atomic::Ordering::SeqCst);
+    registry.switch_to_token(&tokens);
+    let res = tags().await.unwrap();
+    let status = res.status();
+    assert_eq!(status, 200, "{}", res.text().await.unwrap());
+    assert!(tokens.requests.load(std::sync::atomic::Ordering::SeqCst) > before);
 }
 
 /// `bridge check` on `yaml` with the rig's token: (exit code, output).

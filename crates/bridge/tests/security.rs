@@ -128,7 +128,7 @@ async fn revoking_one_token_by_id_leaves_the_bridges_other_token_working() {
     let out = revoke(old);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        "revoked 1 token(s) of bridge dc1"
+        format!("revoked {old} (bridge dc1)")
     );
     // The running bridge used the old token: its tunnel is closed.
     rig.bridge
@@ -568,6 +568,32 @@ async fn an_operator_certificate_from_a_trusted_ca_opens_the_tunnel() {
         !rig.cloud.log_text().contains("bridge enrolled"),
         "the bridge enrolled although it had its own certificate"
     );
+    // bridge check tries the configured certificate as a tunnel would, and opens none.
+    let token = [("SERVICE_BRIDGE_TOKEN", rig.token.as_str())];
+    let (_, out) = testkit::bridge::check(&yaml_for(&rig.cloud, "dc1", &own), &token);
+    assert!(
+        out.contains("ok (TLS 1.3, token and tls_cert_file accepted)"),
+        "{out}"
+    );
+    assert!(!rig.cloud.log_text().contains("bridge enrolled"), "{out}");
+    assert_eq!(
+        rig.cloud.log_text().matches("bridge connected").count(),
+        1,
+        "check opened a tunnel"
+    );
+    let nobody = OperatorPki::new("Nobody's CA");
+    let stranger = nobody.client_yaml("acme:dc1");
+    for (cert, refusal) in [
+        (
+            pki.client_yaml("acme:other"),
+            "another bridge than this token's",
+        ),
+        (stranger, "refused the bridge's client certificate"),
+    ] {
+        let (code, out) = testkit::bridge::check(&yaml_for(&rig.cloud, "dc1", &cert), &token);
+        assert_eq!(code, Some(1), "{out}");
+        assert!(out.contains(refusal), "{out}");
+    }
     rig.cloud.tenant("globex");
     // acme is the first org: id 1, the internal CA's name for its bridge dc1 is "1:dc1".
     let wrong_certs = [

@@ -1,4 +1,4 @@
-// The dashboard's one script, two progressive enhancements. Live updates without a reload:
+// The dashboard's one script, three progressive enhancements. Live updates without a reload:
 // an element with data-live="SECONDS" is fetched again from the same URL every SECONDS and
 // replaced when it changed. Pages read fine without it. Keyboard focus inside the element
 // survives the replacement: the same link or button (by its target) is focused again.
@@ -55,3 +55,9 @@ for (const button of document.querySelectorAll("button[data-copy]")) {
     button.textContent = done ? "Copied" : "Press Ctrl+C to copy";
   });
 }
+
+// A page that shows a secret once answers a form: its address becomes its list's
+// (data-shown-once), so a reload, or going back and forward, fetches that list instead of
+// sending the form again, which would make another key, token or webhook secret.
+const shownOnce = document.querySelector("[data-shown-once]");
+if (shownOnce) history.replaceState(null, "", shownOnce.dataset.shownOnce);

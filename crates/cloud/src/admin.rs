@@ -129,14 +129,15 @@ pub async fn create_bridge_token(
 }
 
 /// `cloud bridge-token revoke`: every live token of the bridge, or the one whose id is `only`
-/// (`bridge-token list` shows ids); returns how many tokens were revoked.
+/// (`bridge-token list` shows ids); returns what the command prints: the id revoked, or how
+/// many tokens were.
 pub async fn revoke_bridge_tokens(
     store: &Store,
     actor: &Actor,
     slug: &str,
     bridge: &str,
     only: Option<&str>,
-) -> Result<u64, AdminError> {
+) -> Result<String, AdminError> {
     let org_id = org(store, slug).await?;
     // The id as `list` shows it (`sigbrt_…`) or bare; a whole token is cut at its secret,
     // which is neither echoed nor audited.
@@ -170,7 +171,11 @@ pub async fn revoke_bridge_tokens(
     store
         .audit(org_id, actor, "bridge_token.revoke", &target)
         .await?;
-    Ok(n)
+    // As `api-key revoke` says it: the id revoked; or, for every token, how many.
+    Ok(match shown {
+        Some(id) => format!("revoked {id} (bridge {bridge})"),
+        None => format!("revoked {n} token(s) of bridge {bridge}"),
+    })
 }
 
 /// `cloud org list`: each org's slug and creation time, as text or JSON.
@@ -217,20 +222,48 @@ pub async fn list_keys(
         )
         .to_string(),
         Output::Text => {
-            let mut out = format!("{:<32} {:<20} {:<26} last used", "id", "name", "created");
-            for k in &keys {
-                out.push_str(&format!(
-                    "\n{:<32} {:<20} {:<26} {}",
-                    k.id,
-                    k.name.as_deref().unwrap_or("-"),
-                    time(k.created_at),
-                    k.last_used_at.map_or_else(|| "never".to_string(), time)
-                ));
-            }
-            out
+            let rows: Vec<[String; 4]> = keys
+                .iter()
+                .map(|k| {
+                    [
+                        k.id.clone(),
+                        k.name.clone().unwrap_or_else(|| "-".to_string()),
+                        time(k.created_at),
+                        k.last_used_at.map_or_else(|| "never".to_string(), time),
+                    ]
+                })
+                .collect();
+            let header = ["id", "name", "created", "last used"].map(String::from);
+            // Columns as wide as their longest cell, so a long name never shifts the next one.
+            let width = |c: usize| {
+                rows.iter()
+                    .chain([&header])
+                    .map(|r| r[c].chars().count())
+                    .max()
+            };
+            let widths = [0, 1, 2].map(|c| width(c).unwrap_or(0));
+            std::iter::once(&header)
+                .chain(&rows)
+                .map(|r| {
+                    format!(
+                        "{:<w0$} {:<w1$} {:<w2$} {}",
+                        r[0],
+                        r[1],
+                        r[2],
+                        r[3],
+                        w0 = widths[0],
+                        w1 = widths[1],
+                        w2 = widths[2]
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
         }
     })
 }
+
+/// Where a refused revocation sends the operator for the ids (the dashboard says its own).
+pub const LIST_HINT: &str = "`list` shows the ids";
 
 /// `cloud api-key|signal-key revoke --org SLUG ID`: returns what was revoked.
 pub async fn revoke_key(
@@ -272,7 +305,7 @@ pub async fn revoke_key(
             None => format!("{id:?}"),
         };
         return Err(AdminError::Usage(format!(
-            "org {slug:?} has no live key {shown}; `list` shows the ids"
+            "org {slug:?} has no live key {shown}; {LIST_HINT}"
         )));
     }
     let action = match kind {

@@ -187,20 +187,98 @@ impl Cli {
     /// came from a `CLOUD_*` variable rather than the command line is said to have come from
     /// it: clap names only the option, which the operator may never have typed.
     pub fn parse_or_exit() -> Cli {
-        let err = match Cli::try_parse() {
+        let err = match parse_typed_first() {
             Ok(cli) => return cli,
             Err(err) => err,
         };
-        let from_env = match err.get(clap::error::ContextKind::InvalidArg) {
-            Some(clap::error::ContextValue::String(arg)) => env_behind(arg),
+        let invalid = match err.get(clap::error::ContextKind::InvalidArg) {
+            Some(clap::error::ContextValue::String(arg)) => Some(arg.clone()),
             _ => None,
         };
         let _ = err.print();
-        if let Some(var) = from_env {
+        if let Some(var) = invalid.as_deref().and_then(env_behind) {
             eprintln!("(the value comes from the environment variable {var})");
+        }
+        let untipped = err.get(clap::error::ContextKind::SuggestedArg).is_none();
+        if err.kind() == clap::error::ErrorKind::UnknownArgument && untipped {
+            if let Some(hint) = invalid.as_deref().and_then(misplaced) {
+                eprintln!("{hint}");
+            }
         }
         std::process::exit(err.exit_code());
     }
+}
+
+/// The command line parsed, where `--data-dir` typed on it also overrides a `CLOUD_DATABASE_URL`
+/// from the environment: the two options choose the backend between them, and what the
+/// operator typed for this one run must not lose to what the shell carries for every run.
+fn parse_typed_first() -> Result<Cli, clap::Error> {
+    use clap::parser::ValueSource;
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().try_get_matches()?;
+    let mut leaf = &matches;
+    while let Some((_, sub)) = leaf.subcommand() {
+        leaf = sub;
+    }
+    let typed_dir = leaf.try_contains_id("data_dir").unwrap_or(false)
+        && leaf.value_source("data_dir") == Some(ValueSource::CommandLine)
+        && leaf.value_source("database_url") == Some(ValueSource::EnvVariable);
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    if typed_dir && let Some(storage) = cli.command.storage_mut() {
+        storage.database_url = None;
+    }
+    Ok(cli)
+}
+
+impl Command {
+    /// The storage options of the subcommands that have them.
+    fn storage_mut(&mut self) -> Option<&mut StorageArgs> {
+        Some(match self {
+            Command::Serve(args) => &mut args.storage,
+            Command::Org(OrgCommand::Create { storage, .. } | OrgCommand::List { storage, .. })
+            | Command::SignalKey(
+                KeyCommand::Create { storage, .. }
+                | KeyCommand::List { storage, .. }
+                | KeyCommand::Revoke { storage, .. },
+            )
+            | Command::ApiKey(
+                KeyCommand::Create { storage, .. }
+                | KeyCommand::List { storage, .. }
+                | KeyCommand::Revoke { storage, .. },
+            )
+            | Command::BridgeToken(
+                BridgeTokenCommand::Create { storage, .. }
+                | BridgeTokenCommand::List { storage, .. }
+                | BridgeTokenCommand::Revoke { storage, .. },
+            )
+            | Command::User(
+                UserCommand::Create { storage, .. } | UserCommand::ResetPassword { storage, .. },
+            ) => storage,
+            Command::DbProxy(_) => return None,
+        })
+    }
+}
+
+/// A hint for an option typed before the subcommand it belongs to (`cloud --data-dir D org
+/// create acme`): clap tips only one level down, and admin commands are two.
+fn misplaced(arg: &str) -> Option<String> {
+    let long = arg.split(['=', ' ']).next()?.strip_prefix("--")?;
+    let mut command = <Cli as clap::CommandFactory>::command();
+    let mut path = Vec::new();
+    for typed in std::env::args_os().skip(1) {
+        let Some(sub) = command.find_subcommand(&typed).cloned() else {
+            continue;
+        };
+        path.push(sub.get_name().to_string());
+        command = sub;
+    }
+    let belongs = command.get_arguments().any(|a| a.get_long() == Some(long));
+    (belongs && !path.is_empty()).then(|| {
+        format!(
+            "(--{long} is an option of `cloud {0}`: write it after `{0}`)",
+            path.join(" ")
+        )
+    })
 }
 
 /// The environment variable that set the option `arg` (`--log-level <LOG_LEVEL>`), when it is

@@ -245,9 +245,7 @@ async fn run(command: Command) -> Result<(), Failure> {
             storage,
         }) => {
             let store = open(&storage).await?;
-            let out = admin::revoke_bridge_tokens(&store, &actor, &org, &name, id.as_deref())
-                .await
-                .map(|n| format!("revoked {n} token(s) of bridge {name}"));
+            let out = admin::revoke_bridge_tokens(&store, &actor, &org, &name, id.as_deref()).await;
             (store, out)
         }
     };

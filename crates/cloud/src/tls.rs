@@ -34,6 +34,16 @@ pub enum TlsError {
         /// What is wrong.
         what: String,
     },
+    /// `--tls-key` is not the key of `--tls-cert`'s first certificate.
+    #[error(
+        "--tls-key {key} is not the key of the first certificate in --tls-cert {cert}: give the key that certificate was made for, with the server's own certificate first in the file"
+    )]
+    KeyMismatch {
+        /// The certificate chain's file.
+        cert: PathBuf,
+        /// The key's file.
+        key: PathBuf,
+    },
     /// Certificate generation failed.
     #[error("cannot generate a certificate: {0}")]
     Generate(#[from] rcgen::Error),
@@ -262,7 +272,14 @@ pub fn operator_identity(cert_path: &Path, key_path: &Path) -> Result<Identity, 
     ServerConfig::builder_with_provider(tunnel::tls::provider())
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_no_client_auth()
-        .with_single_cert(chain.clone(), key.clone_key())?;
+        .with_single_cert(chain.clone(), key.clone_key())
+        .map_err(|e| match e {
+            rustls::Error::InconsistentKeys(_) => TlsError::KeyMismatch {
+                cert: cert_path.to_path_buf(),
+                key: key_path.to_path_buf(),
+            },
+            e => e.into(),
+        })?;
     Ok(Identity { chain, key })
 }
 

@@ -142,6 +142,24 @@ fn serve_adds_no_tables_to_another_programs_database() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(left, ["signals.db"], "nothing is left beside it");
+
+    // A file that is no database at all: refused the same way, its mode untouched.
+    std::fs::write(&file, "garbage\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = cloud_on(
+        dir.path(),
+        &["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("is not a SQLite database"), "{stderr}");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        b"garbage\n",
+        "the file changed"
+    );
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o644, "the file's mode changed");
 }
 
 /// `cloud ARGS --database-url URL`, with no data directory from the environment: its exit code
@@ -289,4 +307,72 @@ fn a_mistyped_log_level_is_refused() {
             && stderr.contains("comes from the environment variable CLOUD_LOG_LEVEL"),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_typed_data_dir_wins_over_a_database_url_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let unreachable = "postgres://postgres@127.0.0.1:1/test";
+    let run = |typed: bool| {
+        let mut command = Command::new(cloud_bin());
+        command
+            .args(["org", "list"])
+            .env("CLOUD_DATABASE_URL", unreachable);
+        if typed {
+            command.arg("--data-dir").arg(dir.path());
+        } else {
+            command.env("CLOUD_DATA_DIR", dir.path());
+        }
+        let out = command.output().unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // Typed for this run: SQLite in that directory, whatever the shell carries.
+    let typed = run(true);
+    assert!(
+        typed.contains(&format!(
+            "no database at {}",
+            dir.path().join("signals.db").display()
+        )),
+        "{typed}"
+    );
+    // Both from the environment: the database URL chooses PostgreSQL, as documented.
+    let both = run(false);
+    assert!(both.contains("127.0.0.1:1"), "{both}");
+    assert!(!both.contains("no database at"), "{both}");
+}
+
+#[test]
+fn a_storage_option_before_the_subcommand_is_said_where_it_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(cloud_bin())
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["org", "create", "acme"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr
+            .contains("--data-dir is an option of `cloud org create`: write it after `org create`"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_data_dir_that_is_a_file_is_said_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("notes.txt");
+    std::fs::write(&file, "mine\n").unwrap();
+    let out = Command::new(cloud_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .arg("--data-dir")
+        .arg(&file)
+        .env_remove("CLOUD_DATABASE_URL")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("it is not a directory"), "{stderr}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"mine\n");
 }

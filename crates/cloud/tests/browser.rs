@@ -160,6 +160,17 @@ async fn an_admin_and_a_member_use_the_dashboard() {
     browser.wait_for_text("API key created").await;
     let api_key = browser.text("pre.secret code").await;
     browser.check_page("key-created").await;
+    // A reload shows the list: it does not send the form again, which would make a second key
+    // nobody copied.
+    assert_eq!(
+        browser.url().await,
+        format!("{}/integrations/signals", cloud.http)
+    );
+    browser.reload().await;
+    browser.wait_for_text("Create an API key").await;
+    let keys = cloud.admin(&["api-key", "list", "--org", "acme", "--output", "json"]);
+    let keys: Vec<serde_json::Value> = serde_json::from_str(&keys).unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
     browser
         .goto(&format!("{}/integrations/signals", cloud.http))
         .await;

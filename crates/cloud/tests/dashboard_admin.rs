@@ -67,6 +67,21 @@ async fn audit(backend: Backend) {
     )
     .await;
     assert_eq!(status, 303);
+    // Revoked already: the page points to its own tables for the ids, not to a command.
+    let (status, page) = post(
+        &client,
+        &cloud,
+        &admin,
+        "/integrations/signals/revoke",
+        &[("kind", "api-key"), ("id", &public_id)],
+    )
+    .await;
+    assert_eq!(status, 404, "{page}");
+    assert!(
+        page.contains("the tables on this page list the ids"),
+        "{page}"
+    );
+    assert!(!page.contains("`list`"), "{page}");
     let (status, _) = post(
         &client,
         &cloud,

@@ -48,7 +48,14 @@ where
 async fn keys_are_listed_used_and_revoked(backend: Backend) {
     let cloud = Cloud::start(backend);
     let t = cloud.tenant("acme");
-    let laptop = cloud.admin(&["api-key", "create", "--org", "acme", "--name", "laptop"]);
+    let laptop = cloud.admin(&[
+        "api-key",
+        "create",
+        "--org",
+        "acme",
+        "--name",
+        "laptop-of-the-release-manager",
+    ]);
     cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
 
     let orgs: Value =
@@ -60,7 +67,7 @@ async fn keys_are_listed_used_and_revoked(backend: Backend) {
     let id_of = |key: &str| key.rsplit_once('_').unwrap().0.to_string();
     assert_eq!(keys[0]["id"], id_of(&t.api_key).as_str());
     assert_eq!(keys[1]["id"], id_of(&laptop).as_str());
-    assert_eq!(keys[1]["name"], "laptop");
+    assert_eq!(keys[1]["name"], "laptop-of-the-release-manager");
     assert!(keys[0]["lastUsedAt"].is_null());
     let created = keys[0]["createdAt"].as_str().unwrap();
     assert!(created.len() == 24 && created.ends_with('Z'), "{created}");
@@ -68,6 +75,11 @@ async fn keys_are_listed_used_and_revoked(backend: Backend) {
     let text = cloud.admin(&["api-key", "list", "--org", "acme"]);
     assert!(text.starts_with("id"), "{text}");
     assert!(text.contains("laptop") && text.contains("never"), "{text}");
+    // Aligned whatever a name's length: every date starts under "created".
+    let created_at = text.lines().next().unwrap().find("created").unwrap();
+    for line in text.lines().skip(1) {
+        assert!(line[created_at..].starts_with("20"), "{text}");
+    }
     for secret in [&t.api_key, &laptop] {
         let secret_part = secret.rsplit_once('_').unwrap().1;
         assert!(!text.contains(secret_part) && !keys[0].to_string().contains(secret_part));

@@ -757,7 +757,7 @@ fn unusable_tls_files_are_a_configuration_error() {
                 path("other.key"),
             ],
             "--tls-cert/--tls-key",
-            "do not form a usable pair",
+            "is not the key of the first certificate in --tls-cert",
         ),
         (
             vec![

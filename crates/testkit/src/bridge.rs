@@ -46,6 +46,25 @@ pub fn yaml_for(cloud: &Cloud, name: &str, extra: &str) -> String {
     )
 }
 
+/// `bridge check` on `yaml` with `env`: (exit code, stdout and stderr).
+pub fn check(yaml: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("bridge.yaml");
+    std::fs::write(&path, yaml).expect("bridge.yaml");
+    let out = std::process::Command::new(bridge_bin())
+        .args(["check", "--config"])
+        .arg(&path)
+        .envs(env.iter().copied())
+        .output()
+        .expect("bridge check");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
 /// A running bridge process.
 pub struct BridgeProc {
     child: Option<Child>,

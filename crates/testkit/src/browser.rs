@@ -116,6 +116,16 @@ impl Browser {
         self.client.goto(url).await.expect("navigate");
     }
 
+    /// Reloads the page, as the browser's reload button does.
+    pub async fn reload(&self) {
+        self.client.refresh().await.expect("reload");
+    }
+
+    /// The address the browser shows.
+    pub async fn url(&self) -> String {
+        self.client.current_url().await.expect("url").to_string()
+    }
+
     /// The page's HTML as it is now.
     pub async fn source(&self) -> String {
         self.client.source().await.expect("page source")

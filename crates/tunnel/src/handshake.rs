@@ -22,6 +22,10 @@ pub const HEADER_HEARTBEAT: &str = "x-bridge-heartbeat";
 pub const HEADER_RESOURCES: &str = "x-bridge-resources";
 /// Why the cloud refused a connect (also in the problem body), for the bridge's log.
 pub const HEADER_REFUSAL: &str = "x-bridge-refusal";
+/// On a connect, asks for every check of a tunnel (token, client certificate, name, protocol,
+/// room) and `204 No Content` instead of the tunnel: what `bridge check` sends, so that a
+/// configured certificate the cloud would refuse fails the check, not the first run.
+pub const HEADER_CHECK: &str = "x-bridge-check";
 
 /// Set by the cloud on each forwarded request: its request id (for audit records).
 pub const HEADER_REQUEST_ID: &str = "x-request-id";

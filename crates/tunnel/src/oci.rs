@@ -11,6 +11,8 @@ pub const API_VERSION: &str = "registry/2.0";
 /// The OCI error code for an HTTP status the cloud or the bridge answers with.
 pub fn error_code(status: u16) -> &'static str {
     match status {
+        // A path refused as malformed (an encoded slash, a dot segment) names no repository.
+        400 => "NAME_INVALID",
         401 => "UNAUTHORIZED",
         403 => "DENIED",
         404 => "NAME_UNKNOWN",

@@ -253,7 +253,7 @@ pub async fn create(
         release = state.release
     );
     let native = format!(
-        "SERVICE_BRIDGE_TOKEN='{token}' bridge run --config bridge.yaml\n# or with no file at all:\nSERVICE_BRIDGE_TOKEN='{token}' SERVICE_BRIDGE_NAME={name} SERVICE_API_URL={base} {native_ca}bridge run"
+        "SERVICE_BRIDGE_TOKEN='{token}' bridge run --config bridge.yaml\n# or with no file at all (health and metrics then listen on every interface, port 8080):\nSERVICE_BRIDGE_TOKEN='{token}' SERVICE_BRIDGE_NAME={name} SERVICE_API_URL={base} {native_ca}bridge run"
     );
     page(
         StatusCode::OK,

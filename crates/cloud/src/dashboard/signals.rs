@@ -239,7 +239,7 @@ pub async fn revoke(
         Err(admin::AdminError::Usage(why)) => message(
             StatusCode::NOT_FOUND,
             "No such key",
-            &why,
+            &why.replace(admin::LIST_HINT, "the tables on this page list the ids"),
             "/integrations/signals",
             "Back",
         ),

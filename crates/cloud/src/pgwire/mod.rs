@@ -203,11 +203,16 @@ impl PgFront {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send,
     {
-        // At shutdown a session still opening closes at once; a running one ends itself.
+        // At shutdown a session still opening closes at once, saying why; a running one ends
+        // itself.
+        let mut stream = stream;
         let spliced = std::sync::atomic::AtomicBool::new(false);
-        tokio::select! {
-            () = session::run(&self.state, stream, peer, &spliced) => {}
-            () = session::stopped_while_opening(&self.state.stop, &spliced) => {}
+        let stopped = tokio::select! {
+            () = session::run(&self.state, &mut stream, peer, &spliced) => false,
+            () = session::stopped_while_opening(&self.state.stop, &spliced) => true,
+        };
+        if stopped {
+            session::refuse_at_shutdown(&mut stream).await;
         }
     }
 }

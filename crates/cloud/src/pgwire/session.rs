@@ -54,6 +54,17 @@ pub(super) async fn stopped_while_opening(stop: &CancellationToken, spliced: &At
     }
 }
 
+/// Tells a client whose session was still opening when the service began to stop why it ends
+/// (`57P03`, as PostgreSQL answers a connection while it shuts down), then closes.
+pub(super) async fn refuse_at_shutdown<S: AsyncWrite + Unpin>(client: &mut S) {
+    let message = error_response(
+        "57P03",
+        "the service is shutting down; connect again shortly",
+    );
+    let _ = tokio::time::timeout(super::splice::FINISH_MESSAGE, client.write_all(&message)).await;
+    close(client).await;
+}
+
 /// Runs a session on the TLS port to its end; sets `spliced` once its greeting is through.
 pub(super) async fn run<S>(front: &PgState, mut client: S, peer: SocketAddr, spliced: &AtomicBool)
 where

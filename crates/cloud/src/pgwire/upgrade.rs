@@ -82,11 +82,22 @@ pub(crate) async fn upgrade(
     let stop = state.stop.clone();
     sessions.spawn(async move {
         let _slot = slot;
-        // At shutdown a session still opening closes at once; a running one ends itself.
+        let mut io = tokio::select! {
+            upgraded = on_upgrade => match upgraded {
+                Ok(upgraded) => TokioIo::new(upgraded),
+                Err(_) => return,
+            },
+            () = stop.cancelled() => return,
+        };
+        // At shutdown a session still opening closes at once, saying why; a running one ends
+        // itself.
         let spliced = std::sync::atomic::AtomicBool::new(false);
-        tokio::select! {
-            () = upgraded(state, on_upgrade, principal, bridge, database, peer, &spliced) => {}
-            () = super::session::stopped_while_opening(&stop, &spliced) => {}
+        let stopped = tokio::select! {
+            () = upgraded(state, &mut io, principal, bridge, database, peer, &spliced) => false,
+            () = super::session::stopped_while_opening(&stop, &spliced) => true,
+        };
+        if stopped {
+            super::session::refuse_at_shutdown(&mut io).await;
         }
     });
     let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
@@ -99,18 +110,14 @@ pub(crate) async fn upgrade(
 /// The session (or cancel) over the upgraded connection.
 async fn upgraded(
     state: PgState,
-    on_upgrade: hyper::upgrade::OnUpgrade,
+    io: &mut TokioIo<hyper::upgrade::Upgraded>,
     principal: crate::auth::Principal,
     bridge: String,
     database: String,
     peer: std::net::SocketAddr,
     spliced: &std::sync::atomic::AtomicBool,
 ) {
-    let Ok(upgraded) = on_upgrade.await else {
-        return;
-    };
-    let mut io = TokioIo::new(upgraded);
-    match tokio::time::timeout(STARTUP_TIMEOUT, read_first_packet(&mut io)).await {
+    match tokio::time::timeout(STARTUP_TIMEOUT, read_first_packet(io)).await {
         Ok(Ok(FirstPacket::Startup { params, .. })) => {
             let target = Session {
                 principal,

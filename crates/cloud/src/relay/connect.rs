@@ -160,6 +160,10 @@ pub async fn connect(State(state): State<RelayState>, mut req: Request) -> Respo
     {
         return refuse(Problem::rate_limited(60, why.clone()), &why);
     }
+    if headers.contains_key(tunnel::HEADER_CHECK) {
+        tracing::info!(bridge = %credential.bridge_name, org_id = credential.org_id, "bridge check: a tunnel would be accepted (none opened)");
+        return StatusCode::NO_CONTENT.into_response();
+    }
     let upgrade_ok = header_str(&headers, header::UPGRADE.as_str())
         .is_some_and(|u| u.eq_ignore_ascii_case(tunnel::UPGRADE_PROTOCOL));
     if !upgrade_ok {

@@ -274,6 +274,12 @@ pub async fn run(
 /// Creates the data directory when missing, at most mode 0755 (the umask may take more away):
 /// under `umask 000` other users could otherwise replace `ca.pem` or delete the database.
 fn create_data_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "a file of that name is there, and it is not a directory",
+        ));
+    }
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]

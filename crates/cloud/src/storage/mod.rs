@@ -146,17 +146,27 @@ async fn sqlite_not_foreign(path: &std::path::Path) -> Result<(), StorageError> 
     let others = "SELECT group_concat(name, ', ') FROM (SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name <> '_sqlx_migrations' ORDER BY name LIMIT 5)";
     let tables =
         look::<(Option<String>, bool)>(path, format!("SELECT ({others}), {SIGNALS_SCHEMA}")).await;
+    let shown = || {
+        std::path::absolute(path)
+            .unwrap_or_else(|_| path.to_path_buf())
+            .display()
+            .to_string()
+    };
+    let fix =
+        "Give `cloud serve` a --data-dir (or CLOUD_DATA_DIR) of its own, or move the file away";
     match tables {
-        Ok((Some(names), false)) => {
-            let shown = std::path::absolute(path)
-                .unwrap_or_else(|_| path.to_path_buf())
-                .display()
-                .to_string();
+        Ok((Some(names), false)) => Err(StorageError::Foreign(format!(
+            "{} is another program's SQLite database (its tables include {names}) with no signals schema: `cloud serve` adds no tables to it; the file was left as it was. {fix}",
+            shown()
+        ))),
+        // SQLITE_NOTADB: a file that is no database at all, refused before its mode changes.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("26") => {
             Err(StorageError::Foreign(format!(
-                "{shown} is another program's SQLite database (its tables include {names}) with no signals schema: `cloud serve` adds no tables to it; the file was left as it was. Give `cloud serve` a --data-dir (or CLOUD_DATA_DIR) of its own, or move the file away"
+                "{} is not a SQLite database ({e}): `cloud serve` makes its database in a new or empty file; the file was left as it was. {fix}",
+                shown()
             )))
         }
-        // The signals schema, a new database, or a file SQLite cannot read (said when opened).
+        // The signals schema, a new database, or a failure that opening says (permissions).
         _ => Ok(()),
     }
 }

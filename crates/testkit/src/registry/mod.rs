@@ -99,15 +99,35 @@ impl RegistryServer {
     /// Starts a registry with token auth: its challenge sends clients to `tokens`, whose
     /// signing certificate it trusts.
     pub fn start_token(tokens: &TokenService) -> Self {
-        Self::start_with(|dir| {
-            let bundle = dir.join("token-ca.pem");
-            std::fs::write(&bundle, &tokens.cert_pem).expect("token bundle");
-            format!(
-                "auth:\n  token:\n    realm: {}/token\n    service: {TOKEN_SERVICE}\n    issuer: {TOKEN_ISSUER}\n    rootcertbundle: {}\n",
-                tokens.url,
-                bundle.display()
-            )
-        })
+        Self::start_with(|dir| token_auth(dir, tokens))
+    }
+
+    /// Restarts this registry, on its port and with its images, with token auth from
+    /// `tokens`: as an operator moves a registry from htpasswd to a token service.
+    pub fn switch_to_token(&mut self, tokens: &TokenService) {
+        let config_path = self.dir.path().join("config.yml");
+        let config = std::fs::read_to_string(&config_path).expect("config");
+        let head = config.split("auth:").next().unwrap_or(&config).to_string();
+        std::fs::write(&config_path, head + &token_auth(self.dir.path(), tokens)).expect("config");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config_path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("docker-registry");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(self.host.as_str()).is_err() {
+            assert!(
+                self.child.try_wait().expect("registry status").is_none(),
+                "docker-registry did not start again on {}",
+                self.host
+            );
+            assert!(Instant::now() < deadline, "docker-registry did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn start_with(auth: impl Fn(&Path) -> String) -> Self {
@@ -179,7 +199,7 @@ impl RegistryServer {
     }
 
     /// Pushes `image` (every architecture of an index) as `repository:tag`, straight to the
-    /// registry.
+    /// registry (with Basic, or a token from [`TokenService`]).
     pub fn push(&self, image: &OciImage, repository: &str, tag: &str) {
         self.push_as(image, repository, tag, "oci");
     }
@@ -210,4 +230,16 @@ impl RegistryServer {
         std::fs::create_dir_all(&path).expect("scratch dir");
         path
     }
+}
+
+/// The `auth:` section of a registry that takes tokens from `tokens`, whose signing
+/// certificate it trusts (written into `dir`).
+fn token_auth(dir: &Path, tokens: &TokenService) -> String {
+    let bundle = dir.join("token-ca.pem");
+    std::fs::write(&bundle, &tokens.cert_pem).expect("token bundle");
+    format!(
+        "auth:\n  token:\n    realm: {}/token\n    service: {TOKEN_SERVICE}\n    issuer: {TOKEN_ISSUER}\n    rootcertbundle: {}\n",
+        tokens.url,
+        bundle.display()
+    )
 }

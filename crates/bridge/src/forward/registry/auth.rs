@@ -122,7 +122,7 @@ impl RegistryKind {
             return Err(self.unavailable(
                 TOKEN_HOSTS_RULE,
                 format!(
-                    "registry {:?} sends its token requests to a service that is neither on its own host nor in registries[].token_hosts{https_note}; the bridge does not send the login there{HOST_IN_LOG}",
+                    "registry {:?} sends its token requests to a service that is neither at its own host and port nor in registries[].token_hosts{https_note}; the bridge does not send the login there{HOST_IN_LOG}",
                     self.cfg.name
                 ),
             ));
@@ -148,7 +148,7 @@ impl RegistryKind {
             self.unavailable(
                 "registry: token",
                 format!(
-                    "the token service of registry {:?} {why}; the bridge's operator must fix registries[].auth (the bridge's log names the service)",
+                    "the token service of registry {:?} {why}; the bridge's operator must fix registries[].auth{HOST_IN_LOG}",
                     self.cfg.name
                 ),
             )
@@ -192,7 +192,8 @@ impl RegistryKind {
 
     /// A token refused (`401` to a `GET` or `HEAD` that carried one: it expired early, or the
     /// registry restarted with new keys) is dropped, and the request sent once more with a new
-    /// one.
+    /// one; so is a pull that carried none when the registry now asks for a token (it moved
+    /// from Basic to token auth).
     pub(super) async fn retry_unauthorized(
         &self,
         sent: &Sent,
@@ -212,11 +213,21 @@ impl RegistryKind {
         // path, as Artifactory's do), the path the first token was asked for.
         let base = self.cfg.url.path().trim_end_matches('/');
         let path = uri.path().strip_prefix(base).unwrap_or(uri.path());
+        let pulling = sent.method == Method::GET || sent.method == Method::HEAD;
         if !had_token {
-            // The registry wants what the bridge did not send: learn its challenge again at the
-            // next request (this one's 401 becomes the 502 that names registries[].auth).
+            // The registry wants what the bridge did not send: its authentication changed, or
+            // the login is wrong. Its challenge is learnt again; a pull is sent once more when
+            // it now asks for a token (else this 401 becomes the 502 that names
+            // registries[].auth).
             self.state().scheme = Scheme::Unknown;
-            return Ok(response);
+            let challenge = response
+                .headers()
+                .get(header::WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(parse_challenge);
+            if !pulling || !matches!(challenge, Some(Scheme::Bearer { .. })) {
+                return Ok(response);
+            }
         }
         {
             let mut state = self.state();
@@ -227,7 +238,6 @@ impl RegistryKind {
                 .tokens
                 .remove(&scope_of(path, true).unwrap_or_default());
         }
-        let pulling = sent.method == Method::GET || sent.method == Method::HEAD;
         if !pulling {
             return Ok(response);
         }

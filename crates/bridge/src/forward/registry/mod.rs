@@ -96,7 +96,7 @@ pub async fn check_registry(cfg: &Registry) -> Result<String, String> {
             match &state.scheme {
                 // `check` is the operator's: the host the bridge would not trust is theirs to
                 // see, and the whole cause of a failed connection, as the log has it.
-                Scheme::Bearer { realm, .. } if refusal.rule == auth::TOKEN_HOSTS_RULE => format!(
+                Scheme::Bearer { realm, .. } if refusal.why.contains(auth::HOST_IN_LOG) => format!(
                     "{} (token service: {})",
                     refusal.why.replace(auth::HOST_IN_LOG, ""),
                     realm.as_str()
@@ -216,7 +216,12 @@ impl Kind for RegistryKind {
                     self.cfg.name
                 )
             };
-            return Err(Refusal::forbidden("registry: pull only", why));
+            let rule = if self.cfg.allow_push {
+                "registry: pull and push only"
+            } else {
+                "registry: pull only"
+            };
+            return Err(Refusal::forbidden(rule, why));
         }
         let from = query
             .and_then(|q| url::form_urlencoded::parse(q.as_bytes()).find(|(key, _)| key == "from"));

@@ -103,9 +103,11 @@ async fn upstream_peers(
             .map_err(|e| storage_unavailable(&e))?;
         return Err(match (tokens, active) {
             (0, _) if target.kind == ResourceKind::Registry => Problem::not_found(format!(
-                "no bridge {bridge:?} in this org; through the cloud an image is named CLOUD/BRIDGE/REGISTRY/REPOSITORY:TAG (the bridge's name, then its registries entry's)"
+                "no bridge {bridge:?} in the org of this API key; through the cloud an image is named CLOUD/BRIDGE/REGISTRY/REPOSITORY:TAG (the bridge's name, then its registries entry's)"
             )),
-            (0, _) => Problem::not_found(format!("no bridge {bridge:?} in this org")),
+            (0, _) => {
+                Problem::not_found(format!("no bridge {bridge:?} in the org of this API key"))
+            }
             (_, 0) => Problem::unavailable(
                 30,
                 format!(
