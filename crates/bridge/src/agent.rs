@@ -406,8 +406,8 @@ async fn refusal(response: hyper::Response<hyper::body::Incoming>) -> AgentError
 
 /// What `bridge check` asks of the cloud for a configured client certificate
 /// (`tls_cert_file`): every check of a tunnel with that certificate, and no tunnel. A cloud of
-/// an earlier release, which does not know the check, opens one: that is an answer too, and the
-/// tunnel is dropped at once.
+/// an earlier release, which does not know the check, has made its checks too when it answers
+/// `400 send Upgrade`: that is said as such.
 pub async fn check_tunnel(cfg: &Config, identity: &Identity) -> Result<(), AgentError> {
     let tls = identity.client_config().await?;
     let host = cfg.api_url.host_str().unwrap_or("localhost").to_string();
@@ -420,11 +420,20 @@ pub async fn check_tunnel(cfg: &Config, identity: &Identity) -> Result<(), Agent
     let conn = tokio::spawn(conn);
     let instance = format!("check-{}", std::process::id());
     let request = connect_request(cfg, &instance, &format!("{host}:{port}"), true)?;
-    let response = exchange(&mut sender, request).await;
+    let answer = match exchange(&mut sender, request).await {
+        Ok(response) if response.status() == http::StatusCode::NO_CONTENT => Ok(()),
+        // The refusal's body is read before the connection goes.
+        Ok(response) => Err(refusal(response).await),
+        Err(e) => Err(e),
+    };
     conn.abort();
-    let response = response?;
-    match response.status() {
-        http::StatusCode::NO_CONTENT | http::StatusCode::SWITCHING_PROTOCOLS => Ok(()),
-        _ => Err(refusal(response).await),
+    match answer {
+        Err(AgentError::Refused { status: 400, reason }) if reason.starts_with("send Upgrade") => {
+            Err(AgentError::Refused {
+                status: 400,
+                reason: "the cloud accepted the token and the certificate, but is of a release before bridge check could ask it without opening a tunnel: upgrade the cloud, or start the bridge to see the tunnel open".to_string(),
+            })
+        }
+        other => other,
     }
 }

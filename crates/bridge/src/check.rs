@@ -93,6 +93,8 @@ fn connect_hint(causes: &str) -> &'static str {
         " (nothing accepts connections there: is the server running, and is the url's port right?)"
     } else if causes.contains("dns error") {
         " (the url's host name does not resolve from this host)"
+    } else if causes.contains("UnknownIssuer") {
+        " (the server's certificate is signed by a CA this host does not trust: set the entry's tls_ca_file to that CA's certificate)"
     } else {
         ""
     }
@@ -146,8 +148,17 @@ async fn probe_http(
                                     v.as_bytes()
                                         .starts_with(b"application/x-git-upload-pack-advertisement")
                                 });
-                        let what = if git_refs { ", a Git repository" } else { "" };
-                        Ok(format!("ok (HTTP {}{what})", r.status().as_u16()))
+                        if missing.is_some() && !git_refs {
+                            // A repository was expected there: a login page or an API's
+                            // answer is not one.
+                            Err(format!(
+                                "HTTP {} but no Git repository's answer (no Git refs) at {url}: check {section}[].url and repositories",
+                                r.status().as_u16()
+                            ))
+                        } else {
+                            let what = if git_refs { ", a Git repository" } else { "" };
+                            Ok(format!("ok (HTTP {}{what})", r.status().as_u16()))
+                        }
                     }
                 },
             }
@@ -165,8 +176,8 @@ async fn probe_http(
 /// repository named without a glob; without `repositories`, the refs of the url itself (a
 /// source whose url is one repository answers them; a server root's 404 still proves the
 /// credentials on servers that guard every path); with globs only, the server root. With a
-/// repository's name comes what its 404 means: the entry names a repository the server does
-/// not have.
+/// repository's name (or a url ending in `.git`) comes what its 404 means: the entry names a
+/// repository the server does not have; and such a repository must answer with Git's refs.
 fn git_probe(source: &GitSource) -> (String, Option<String>) {
     let base = source.url.as_str().trim_end_matches('/');
     match source.repositories.iter().find(|r| !r.contains('*')) {
@@ -176,9 +187,13 @@ fn git_probe(source: &GitSource) -> (String, Option<String>) {
                 "no repository {repo:?} on the server: check sources[].url and repositories"
             )),
         ),
-        None if source.repositories.is_empty() => {
-            (format!("{base}/info/refs?service=git-upload-pack"), None)
-        }
+        // A url ending in `.git` names one repository: it must answer as one.
+        None if source.repositories.is_empty() => (
+            format!("{base}/info/refs?service=git-upload-pack"),
+            base.ends_with(".git").then(|| {
+                "no Git repository at the url: check sources[].url (a server root, or one repository's url)".to_string()
+            }),
+        ),
         None => (format!("{base}/"), None),
     }
 }
@@ -192,7 +207,7 @@ fn git_url_said(bridge: &str, source: &GitSource, said: &str) -> String {
             source.name
         )
     } else {
-        " at the server root; name a repository without a glob in `repositories` and check fetches its refs".to_string()
+        "; the url answers no Git refs, so it is taken as a server root: name a repository without a glob in `repositories` and check fetches its refs".to_string()
     }
 }
 
@@ -232,7 +247,8 @@ async fn probe_all(cfg: &Config) -> Vec<Row> {
     for source in &cfg.sources {
         let (url, missing) = git_probe(source);
         let mut row = probe_http("git", &source.name, url, source, missing.as_deref()).await;
-        if let (None, Ok(said)) = (&missing, &mut row.result) {
+        let named = !source.repositories.is_empty() && missing.is_some();
+        if let (false, Ok(said)) = (named, &mut row.result) {
             let more = git_url_said(&cfg.name, source, said);
             said.push_str(&more);
         }

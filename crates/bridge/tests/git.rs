@@ -440,7 +440,7 @@ async fn a_wrong_source_token_is_a_clear_error_for_git_and_bridge_check() {
     );
     let (_, team) = check_team_row(yaml);
     assert!(
-        team.contains("ok (HTTP") && team.contains("at the server root; name a repository"),
+        team.contains("ok (HTTP") && team.contains("taken as a server root: name a repository"),
         "{team}"
     );
 }
@@ -568,6 +568,32 @@ async fn bearer_sources_and_anonymous_servers() {
         row.contains(
             "ok (HTTP 200, a Git repository): the url is one, cloned as /v1/bridges/dc1/git/one"
         ),
+        "{row}"
+    );
+    // A repository's url with a typo: a failure, not an "ok" for a server root.
+    let typo = listed.replace("/pub.git}", "/pbu.git}");
+    let (code, row) = check_row(
+        format!("{}token: unused\n{typo}", yaml_for(&rig.cloud, "dc1", "")),
+        "one",
+    );
+    assert_eq!(code, Some(1), "{row}");
+    assert!(
+        row.contains("FAILED: no Git repository at the url"),
+        "{row}"
+    );
+    // A url that answers 200, but as an HTTP API does, not with Git's refs: no repository.
+    let api = format!(
+        "sources:\n  - {{name: one, url: {}/repo.git, auth: {{type: basic, username: svc, password: {}}}}}\n",
+        rig.upstream.url.trim_end_matches('/'),
+        testkit::bridge::INTERNAL_PASSWORD
+    );
+    let (code, row) = check_row(
+        format!("{}token: unused\n{api}", yaml_for(&rig.cloud, "dc1", "")),
+        "one",
+    );
+    assert_eq!(code, Some(1), "{row}");
+    assert!(
+        row.contains("FAILED: HTTP 200 but no Git repository's answer"),
         "{row}"
     );
 }

@@ -199,7 +199,8 @@ impl Cli {
         if let Some(var) = invalid.as_deref().and_then(env_behind) {
             eprintln!("(the value comes from the environment variable {var})");
         }
-        let untipped = err.get(clap::error::ContextKind::SuggestedArg).is_none();
+        let untipped = err.get(clap::error::ContextKind::SuggestedArg).is_none()
+            && err.get(clap::error::ContextKind::Suggested).is_none();
         if err.kind() == clap::error::ErrorKind::UnknownArgument && untipped {
             if let Some(hint) = invalid.as_deref().and_then(misplaced) {
                 eprintln!("{hint}");
@@ -209,54 +210,33 @@ impl Cli {
     }
 }
 
-/// The command line parsed, where `--data-dir` typed on it also overrides a `CLOUD_DATABASE_URL`
-/// from the environment: the two options choose the backend between them, and what the
-/// operator typed for this one run must not lose to what the shell carries for every run.
+/// The command line parsed. An admin command with `--data-dir` typed and `CLOUD_DATABASE_URL`
+/// from the environment is a usage error: the two name different stores, and the command
+/// would change the one the operator did not type. Typed together, the URL wins, as
+/// documented; `serve` takes both (its data directory keeps the Git mirrors on PostgreSQL).
 fn parse_typed_first() -> Result<Cli, clap::Error> {
     use clap::parser::ValueSource;
     use clap::{CommandFactory, FromArgMatches};
     let matches = Cli::command().try_get_matches()?;
+    let mut path = Vec::new();
     let mut leaf = &matches;
-    while let Some((_, sub)) = leaf.subcommand() {
+    while let Some((name, sub)) = leaf.subcommand() {
+        path.push(name);
         leaf = sub;
     }
-    let typed_dir = leaf.try_contains_id("data_dir").unwrap_or(false)
+    let admin = path.first().is_some_and(|first| *first != "serve");
+    let has_storage = leaf.try_contains_id("data_dir").unwrap_or(false);
+    if admin
+        && has_storage
         && leaf.value_source("data_dir") == Some(ValueSource::CommandLine)
-        && leaf.value_source("database_url") == Some(ValueSource::EnvVariable);
-    let mut cli = Cli::from_arg_matches(&matches)?;
-    if typed_dir && let Some(storage) = cli.command.storage_mut() {
-        storage.database_url = None;
+        && leaf.value_source("database_url") == Some(ValueSource::EnvVariable)
+    {
+        return Err(Cli::command().error(
+            clap::error::ErrorKind::ArgumentConflict,
+            "--data-dir is typed and CLOUD_DATABASE_URL is set in the environment: they name two different stores. For SQLite in that directory, unset CLOUD_DATABASE_URL; for PostgreSQL, drop --data-dir (or pass --database-url)",
+        ));
     }
-    Ok(cli)
-}
-
-impl Command {
-    /// The storage options of the subcommands that have them.
-    fn storage_mut(&mut self) -> Option<&mut StorageArgs> {
-        Some(match self {
-            Command::Serve(args) => &mut args.storage,
-            Command::Org(OrgCommand::Create { storage, .. } | OrgCommand::List { storage, .. })
-            | Command::SignalKey(
-                KeyCommand::Create { storage, .. }
-                | KeyCommand::List { storage, .. }
-                | KeyCommand::Revoke { storage, .. },
-            )
-            | Command::ApiKey(
-                KeyCommand::Create { storage, .. }
-                | KeyCommand::List { storage, .. }
-                | KeyCommand::Revoke { storage, .. },
-            )
-            | Command::BridgeToken(
-                BridgeTokenCommand::Create { storage, .. }
-                | BridgeTokenCommand::List { storage, .. }
-                | BridgeTokenCommand::Revoke { storage, .. },
-            )
-            | Command::User(
-                UserCommand::Create { storage, .. } | UserCommand::ResetPassword { storage, .. },
-            ) => storage,
-            Command::DbProxy(_) => return None,
-        })
-    }
+    Cli::from_arg_matches(&matches)
 }
 
 /// A hint for an option typed before the subcommand it belongs to (`cloud --data-dir D org
@@ -265,7 +245,24 @@ fn misplaced(arg: &str) -> Option<String> {
     let long = arg.split(['=', ' ']).next()?.strip_prefix("--")?;
     let mut command = <Cli as clap::CommandFactory>::command();
     let mut path = Vec::new();
-    for typed in std::env::args_os().skip(1) {
+    let mut args = std::env::args_os().skip(1);
+    while let Some(typed) = args.next() {
+        // An option's value is no subcommand, even when it reads as one.
+        let text = typed.to_string_lossy();
+        if let Some(option) = text.strip_prefix("--").filter(|o| !o.contains('=')) {
+            let mut commands = vec![<Cli as clap::CommandFactory>::command()];
+            let mut takes_value = false;
+            while let Some(c) = commands.pop() {
+                takes_value |= c
+                    .get_arguments()
+                    .any(|a| a.get_long() == Some(option) && a.get_action().takes_values());
+                commands.extend(c.get_subcommands().cloned());
+            }
+            if takes_value {
+                args.next();
+            }
+            continue;
+        }
         let Some(sub) = command.find_subcommand(&typed).cloned() else {
             continue;
         };

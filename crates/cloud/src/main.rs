@@ -353,6 +353,7 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
             e @ (server::ServeError::TlsFiles(_)
             | server::ServeError::ClientCa(_)
             | server::ServeError::DataDir(_)
+            | server::ServeError::DataDirIsFile(_)
             | server::ServeError::CreateDataDir { .. }) => Failure::Usage(e.to_string()),
             server::ServeError::Storage(e) if e.is_configuration() => Failure::Usage(e.to_string()),
             e => Failure::Other(e.into()),

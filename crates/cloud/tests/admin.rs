@@ -310,13 +310,13 @@ fn a_mistyped_log_level_is_refused() {
 }
 
 #[test]
-fn a_typed_data_dir_wins_over_a_database_url_from_the_environment() {
+fn a_typed_data_dir_with_a_database_url_is_refused_by_admin_commands() {
     let dir = tempfile::tempdir().unwrap();
     let unreachable = "postgres://postgres@127.0.0.1:1/test";
     let run = |typed: bool| {
         let mut command = Command::new(cloud_bin());
         command
-            .args(["org", "list"])
+            .args(["org", "create", "acme"])
             .env("CLOUD_DATABASE_URL", unreachable);
         if typed {
             command.arg("--data-dir").arg(dir.path());
@@ -324,21 +324,24 @@ fn a_typed_data_dir_wins_over_a_database_url_from_the_environment() {
             command.env("CLOUD_DATA_DIR", dir.path());
         }
         let out = command.output().unwrap();
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
-    // Typed for this run: SQLite in that directory, whatever the shell carries.
-    let typed = run(true);
+    // Two stores named, one typed for this run and one carried by the shell: refused, and
+    // nothing is made in either.
+    let (code, typed) = run(true);
+    assert_eq!(code, Some(2), "{typed}");
     assert!(
-        typed.contains(&format!(
-            "no database at {}",
-            dir.path().join("signals.db").display()
-        )),
+        typed.contains("--data-dir is typed and CLOUD_DATABASE_URL is set in the environment"),
         "{typed}"
     );
+    assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
     // Both from the environment: the database URL chooses PostgreSQL, as documented.
-    let both = run(false);
+    let (_, both) = run(false);
     assert!(both.contains("127.0.0.1:1"), "{both}");
-    assert!(!both.contains("no database at"), "{both}");
+    assert!(!both.contains("--data-dir is typed"), "{both}");
 }
 
 #[test]
@@ -357,6 +360,16 @@ fn a_storage_option_before_the_subcommand_is_said_where_it_goes() {
             .contains("--data-dir is an option of `cloud org create`: write it after `org create`"),
         "{stderr}"
     );
+    // Where clap has a tip of its own (one level down), it is the only one.
+    let out = Command::new(cloud_bin())
+        .arg("--data-dir")
+        .arg(dir.path())
+        .arg("serve")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("'serve --data-dir' exists"), "{stderr}");
+    assert!(!stderr.contains("is an option of"), "{stderr}");
 }
 
 #[test]
@@ -373,6 +386,9 @@ fn a_data_dir_that_is_a_file_is_said_as_such() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("it is not a directory"), "{stderr}");
+    assert!(
+        stderr.contains("it is not a directory; pass a directory"),
+        "{stderr}"
+    );
     assert_eq!(std::fs::read(&file).unwrap(), b"mine\n");
 }

@@ -11,8 +11,9 @@ pub const API_VERSION: &str = "registry/2.0";
 /// The OCI error code for an HTTP status the cloud or the bridge answers with.
 pub fn error_code(status: u16) -> &'static str {
     match status {
-        // A path refused as malformed (an encoded slash, a dot segment) names no repository.
-        400 => "NAME_INVALID",
+        // A request the cloud or the bridge cannot pass on as sent (a transfer coding, a body
+        // longer than its length); a malformed path is `NAME_INVALID` ([`path_error_body`]).
+        400 => "UNSUPPORTED",
         401 => "UNAUTHORIZED",
         403 => "DENIED",
         404 => "NAME_UNKNOWN",
@@ -25,6 +26,12 @@ pub fn error_code(status: u16) -> &'static str {
 /// `{"errors":[{"code":…,"message":…}]}`: clients show the message to their user.
 pub fn error_body(status: u16, message: &str) -> String {
     serde_json::json!({"errors": [{"code": error_code(status), "message": message}]}).to_string()
+}
+
+/// The error body for a path refused as malformed (an encoded slash, a dot segment): it names
+/// no repository a registry could have.
+pub fn path_error_body(message: &str) -> String {
+    serde_json::json!({"errors": [{"code": "NAME_INVALID", "message": message}]}).to_string()
 }
 
 /// Whether `name` can be a path component of an image name: lowercase letters and digits,

@@ -14,6 +14,9 @@ use crate::rules::{method_is_forbidden, path_problem};
 /// How long a stream waits for a free slot under `max_connections` before a 503.
 const QUEUE_WAIT: Duration = Duration::from_secs(5);
 
+/// How a refused path's message starts: kinds that label errors by cause (OCI) read it.
+pub(super) const PATH_REFUSAL: &str = "the path has ";
+
 impl Forwarder {
     /// Phase 2: the rule that admits the stream and its slots, or why it is refused.
     pub(super) async fn admit(
@@ -28,7 +31,7 @@ impl Forwarder {
                 reason: "not_allowed",
                 rule: "path-normalisation".into(),
                 why: format!(
-                    "the path has {what}, which could lead out of the resource's base on some servers; send a normalised path without it"
+                    "{PATH_REFUSAL}{what}, which could lead out of the resource's base on some servers; send a normalised path without it"
                 ),
             });
         }

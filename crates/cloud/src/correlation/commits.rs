@@ -233,7 +233,7 @@ async fn git_problem(
         // The mapping or the deployment names what is not there: the caller's data to fix,
         // not a failure of the bridge.
         GitError::Http { status: 404 } => Problem::conflict(format!(
-            "bridge {bridge:?} has no Git source {name:?} serving {path:?}; check the mapping (PUT /v1/repository-sources) and the bridge's sources"
+            "bridge {bridge:?} has no Git source {name:?} serving {path:?} (or the source's repositories list leaves that path out); check the mapping (PUT /v1/repository-sources) and the bridge's sources"
         )),
         GitError::MissingCommit(sha) => Problem::mismatch(format!(
             "commit {sha} is not in {path:?} (source {name:?} on bridge {bridge:?}); check the deployment's sha and the mapping's path"

@@ -77,6 +77,11 @@ pub enum ServeError {
     /// The data directory's absolute path cannot be found.
     #[error("--data-dir: cannot resolve its absolute path ({0}); pass an absolute --data-dir")]
     DataDir(std::io::Error),
+    /// The data directory is a file.
+    #[error(
+        "--data-dir {0}: a file of that name is there, and it is not a directory; pass a directory (it is made when missing)"
+    )]
+    DataDirIsFile(String),
     /// The data directory cannot be created.
     #[error(
         "--data-dir {dir}: cannot create it ({source}); check the parent directory's permissions or pass another --data-dir"
@@ -109,6 +114,11 @@ pub async fn run(
         })
         .transpose()
         .map_err(ServeError::ClientCa)?;
+    if options.data_dir.exists() && !options.data_dir.is_dir() {
+        return Err(ServeError::DataDirIsFile(
+            options.data_dir.display().to_string(),
+        ));
+    }
     create_data_dir(&options.data_dir).map_err(|source| ServeError::CreateDataDir {
         dir: options.data_dir.display().to_string(),
         source,
@@ -274,12 +284,6 @@ pub async fn run(
 /// Creates the data directory when missing, at most mode 0755 (the umask may take more away):
 /// under `umask 000` other users could otherwise replace `ca.pem` or delete the database.
 fn create_data_dir(dir: &std::path::Path) -> std::io::Result<()> {
-    if dir.exists() && !dir.is_dir() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::AlreadyExists,
-            "a file of that name is there, and it is not a directory",
-        ));
-    }
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]

@@ -358,7 +358,13 @@ impl Kind for RegistryKind {
     /// An OCI error body: registry clients print its message.
     fn refusal(&self, status: StatusCode, why: &str) -> http::Response<super::ResBody> {
         let mut r = super::kind::text(status, "");
-        *r.body_mut() = super::kind::full(tunnel::oci::error_body(status.as_u16(), why));
+        let body =
+            if status == StatusCode::BAD_REQUEST && why.starts_with(super::admit::PATH_REFUSAL) {
+                tunnel::oci::path_error_body(why)
+            } else {
+                tunnel::oci::error_body(status.as_u16(), why)
+            };
+        *r.body_mut() = super::kind::full(body);
         r.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
