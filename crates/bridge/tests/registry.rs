@@ -508,6 +508,27 @@ async fn a_token_registry_is_pulled_with_tokens_from_listed_token_hosts_only() {
     assert_eq!(res.status(), 403);
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["errors"][0]["code"], "DENIED", "{body}");
+    // A path outside the entry's allow rules: the refusal says which request and entry.
+    let res = rig
+        .cloud
+        .client()
+        .get(format!(
+            "{}/v2/dc1/narrow/team/app/tags/list",
+            rig.cloud.https
+        ))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 403);
+    let body: Value = res.json().await.unwrap();
+    let message = body["errors"][0]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(
+            "GET /v2/team/app/tags/list matches no allow rule of the bridge's registries entry \"narrow\""
+        ),
+        "{body}"
+    );
 
     // bridge check walks the same steps and says which one failed.
     let (code, out) = check(&rig, &bridge_yaml(&rig));

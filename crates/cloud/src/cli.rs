@@ -201,10 +201,11 @@ impl Cli {
         }
         let untipped = err.get(clap::error::ContextKind::SuggestedArg).is_none()
             && err.get(clap::error::ContextKind::Suggested).is_none();
-        if err.kind() == clap::error::ErrorKind::UnknownArgument && untipped {
-            if let Some(hint) = invalid.as_deref().and_then(misplaced) {
-                eprintln!("{hint}");
-            }
+        if err.kind() == clap::error::ErrorKind::UnknownArgument
+            && untipped
+            && let Some(hint) = invalid.as_deref().and_then(misplaced)
+        {
+            eprintln!("{hint}");
         }
         std::process::exit(err.exit_code());
     }

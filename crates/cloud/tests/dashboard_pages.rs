@@ -174,3 +174,33 @@ async fn members_read_but_cannot_manage_and_orgs_are_isolated() {
     .await;
     assert!(!keys.contains(&acme.signal_key));
 }
+
+/// The script and the stylesheet are checked again at each use (an `ETag`, then `304`), so
+/// a browser never keeps the previous release's script after an upgrade.
+#[tokio::test]
+async fn assets_are_revalidated_not_kept() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let client = cloud.client();
+    for asset in ["/assets/live.js", "/assets/app.css"] {
+        let url = format!("{}{asset}", cloud.https);
+        let res = client.get(&url).send().await.unwrap();
+        assert_eq!(res.status(), 200, "{asset}");
+        assert_eq!(res.headers()["cache-control"], "no-cache", "{asset}");
+        let etag = res.headers()["etag"].to_str().unwrap().to_string();
+        assert!(!res.text().await.unwrap().is_empty());
+        let again = client
+            .get(&url)
+            .header("if-none-match", &etag)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status(), 304, "{asset}");
+        let other = client
+            .get(&url)
+            .header("if-none-match", "\"an-older-release\"")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(other.status(), 200, "{asset}");
+    }
+}

@@ -115,7 +115,10 @@ impl Kind for GitSource {
             return allowed(&self.allow, method.as_str(), path).ok_or_else(|| {
                 Refusal::forbidden(
                     "no matching allow rule",
-                    "no allow rule of this source matches the method and path",
+                    format!(
+                        "{method} {path} matches no allow rule of the bridge's sources entry {:?}; the bridge's operator can add one",
+                        self.name
+                    ),
                 )
             });
         }

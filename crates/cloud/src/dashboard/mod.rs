@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::Request;
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -116,26 +116,38 @@ const APP_CSS: &str = include_str!("../../assets/app.css");
 /// The one script: live updates of marked parts of a page (pages work without it).
 const LIVE_JS: &str = include_str!("../../assets/live.js");
 
-async fn script() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
-            (header::CACHE_CONTROL, "public, max-age=3600"),
-        ],
-        LIVE_JS,
-    )
-        .into_response()
+async fn script(headers: axum::http::HeaderMap) -> Response {
+    asset(&headers, "text/javascript; charset=utf-8", LIVE_JS)
 }
 
-async fn stylesheet() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
-            (header::CACHE_CONTROL, "public, max-age=3600"),
-        ],
-        APP_CSS,
-    )
-        .into_response()
+async fn stylesheet(headers: axum::http::HeaderMap) -> Response {
+    asset(&headers, "text/css; charset=utf-8", APP_CSS)
+}
+
+/// A compiled-in asset, checked again at each use (`no-cache` with an `ETag` of its content:
+/// a `304` while unchanged), so a browser never runs the previous release's script or style
+/// after an upgrade.
+fn asset(
+    headers: &axum::http::HeaderMap,
+    content_type: &'static str,
+    body: &'static str,
+) -> Response {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(body.as_bytes());
+    let tag: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let etag = format!("\"{tag}\"");
+    let fresh = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag));
+    let head = [
+        (header::CACHE_CONTROL, "no-cache".to_string()),
+        (header::ETAG, etag),
+    ];
+    if fresh {
+        return (StatusCode::NOT_MODIFIED, head).into_response();
+    }
+    (head, [(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
 /// Every dashboard answer: no framing, no inline script or style, nothing from another

@@ -244,7 +244,10 @@ impl Kind for RegistryKind {
             return allowed(&self.cfg.allow, method.as_str(), path).ok_or_else(|| {
                 Refusal::forbidden(
                     "no matching allow rule",
-                    "no allow rule of this registry matches the method and path",
+                    format!(
+                        "{method} {path} matches no allow rule of the bridge's registries entry {:?}; the bridge's operator can add one",
+                        self.cfg.name
+                    ),
                 )
             });
         }
