@@ -164,20 +164,12 @@ impl Agent {
     /// connection into a tunnel.
     async fn open(&self) -> Result<hyper::upgrade::Upgraded, AgentError> {
         let tls = self.identity.client_config().await?;
-        let host = self
-            .cfg
-            .api_url
-            .host_str()
-            .unwrap_or("localhost")
-            .to_string();
-        let port = self.cfg.api_url.port_or_known_default().unwrap_or(443);
-        let tcp = dial::tcp(&host, port, self.cfg.proxy_for(&host, port)).await?;
-        let stream = dial::tls(tcp, &host, tls).await?;
+        let (stream, authority) = dial::cloud(&self.cfg, tls).await?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| AgentError::Http(e.to_string()))?;
         let conn = tokio::spawn(conn.with_upgrades());
-        let request = connect_request(&self.cfg, &self.instance, &format!("{host}:{port}"), false)?;
+        let request = connect_request(&self.cfg, &self.instance, &authority, false)?;
         let response = exchange(&mut sender, request).await?;
         if response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
             return Err(refusal(response).await);
@@ -409,17 +401,13 @@ async fn refusal(response: hyper::Response<hyper::body::Incoming>) -> AgentError
 /// an earlier release, which does not know the check, has made its checks too when it answers
 /// `400 send Upgrade`: that is said as such.
 pub async fn check_tunnel(cfg: &Config, identity: &Identity) -> Result<(), AgentError> {
-    let tls = identity.client_config().await?;
-    let host = cfg.api_url.host_str().unwrap_or("localhost").to_string();
-    let port = cfg.api_url.port_or_known_default().unwrap_or(443);
-    let tcp = dial::tcp(&host, port, cfg.proxy_for(&host, port)).await?;
-    let stream = dial::tls(tcp, &host, tls).await?;
+    let (stream, authority) = dial::cloud(cfg, identity.client_config().await?).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| AgentError::Http(e.to_string()))?;
     let conn = tokio::spawn(conn);
     let instance = format!("check-{}", std::process::id());
-    let request = connect_request(cfg, &instance, &format!("{host}:{port}"), true)?;
+    let request = connect_request(cfg, &instance, &authority, true)?;
     let answer = match exchange(&mut sender, request).await {
         Ok(response) if response.status() == http::StatusCode::NO_CONTENT => Ok(()),
         // The refusal's body is read before the connection goes.

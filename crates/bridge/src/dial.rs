@@ -261,6 +261,18 @@ async fn connect_via(
     Ok(stream)
 }
 
+/// TLS 1.3 to the cloud at `cfg.api_url` (through the proxy, if any), with `config`: the
+/// connection and its authority (`host:port`, the `Host` of what is sent over it).
+pub async fn cloud(
+    cfg: &crate::config::Config,
+    config: Arc<ClientConfig>,
+) -> Result<(TlsStream<TcpStream>, String), DialError> {
+    let host = cfg.api_url.host_str().unwrap_or("localhost").to_string();
+    let port = cfg.api_url.port_or_known_default().unwrap_or(443);
+    let stream = tcp(&host, port, cfg.proxy_for(&host, port)).await?;
+    Ok((tls(stream, &host, config).await?, format!("{host}:{port}")))
+}
+
 /// TLS 1.3 over `stream`, verifying the server as `host`.
 pub async fn tls(
     stream: TcpStream,

@@ -389,16 +389,13 @@ async fn request_unbounded(
     builder: http::request::Builder,
     body: Bytes,
 ) -> Result<(u16, Bytes), AgentError> {
-    let host = cfg.api_url.host_str().unwrap_or("localhost").to_string();
-    let port = cfg.api_url.port_or_known_default().unwrap_or(443);
-    let tcp = dial::tcp(&host, port, cfg.proxy_for(&host, port)).await?;
-    let stream = dial::tls(tcp, &host, tls).await?;
+    let (stream, authority) = dial::cloud(cfg, tls).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| AgentError::Http(e.to_string()))?;
     tokio::spawn(conn);
     let req = builder
-        .header("host", format!("{host}:{port}"))
+        .header("host", authority)
         .body(Full::new(body))
         .map_err(|e| AgentError::Http(e.to_string()))?;
     let res = sender
