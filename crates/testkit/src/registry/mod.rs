@@ -111,23 +111,8 @@ impl RegistryServer {
         std::fs::write(&config_path, head + &token_auth(self.dir.path(), tokens)).expect("config");
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&config_path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("docker-registry");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(self.host.as_str()).is_err() {
-            assert!(
-                self.child.try_wait().expect("registry status").is_none(),
-                "docker-registry did not start again on {}",
-                self.host
-            );
-            assert!(Instant::now() < deadline, "docker-registry did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.child = serve(&config_path, &self.host)
+            .unwrap_or_else(|| panic!("docker-registry did not start again on {}", self.host));
     }
 
     fn start_with(auth: impl Fn(&Path) -> String) -> Self {
@@ -169,31 +154,15 @@ impl RegistryServer {
         );
         let config_path = dir.path().join("config.yml");
         std::fs::write(&config_path, config).expect("config");
-        let mut child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&config_path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("docker-registry must be installed (apt-get install docker-registry); scripts/test installs it");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if child.try_wait().expect("registry status").is_some() {
-                return None; // the port was taken
-            }
-            assert!(Instant::now() < deadline, "docker-registry did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if child.try_wait().expect("registry status").is_some() {
-            return None;
-        }
+        let host = format!("127.0.0.1:{port}");
+        let child = serve(&config_path, &host)?;
         Some(RegistryServer {
             child,
             url: format!(
                 "{}://127.0.0.1:{port}",
                 if tls.is_some() { "https" } else { "http" }
             ),
-            host: format!("127.0.0.1:{port}"),
+            host,
             dir,
         })
     }
@@ -242,4 +211,30 @@ fn token_auth(dir: &Path, tokens: &TokenService) -> String {
         tokens.url,
         bundle.display()
     )
+}
+
+/// Runs `docker-registry serve CONFIG` and waits (up to 20 s) until it answers on `host`;
+/// `None` when it exited instead (its port was taken).
+fn serve(config_path: &Path, host: &str) -> Option<Child> {
+    let mut child = Command::new("docker-registry")
+        .arg("serve")
+        .arg(config_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("docker-registry must be installed (apt-get install docker-registry); scripts/test installs it");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(host).is_err() {
+        if child.try_wait().expect("registry status").is_some() {
+            return None;
+        }
+        assert!(Instant::now() < deadline, "docker-registry did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Started, or exited just as another process answered on the port.
+    child
+        .try_wait()
+        .expect("registry status")
+        .is_none()
+        .then_some(child)
 }
