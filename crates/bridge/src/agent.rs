@@ -94,6 +94,11 @@ impl Agent {
     async fn reconnect_loop(&self, shutdown: &CancellationToken) {
         let mut backoff = Backoff::new(self.cfg.reconnect_delay);
         let mut ever_connected = false;
+        // Set once a dropped certificate's attempt was retried at once (enrolling, with no
+        // back-off and no error: the repair is expected after a cloud reinstalled or its CA
+        // rotated), until a tunnel opens: a cloud that refuses every new certificate too gets
+        // the usual back-off from then on, not an enrollment per attempt.
+        let mut repairing = false;
         loop {
             if shutdown.is_cancelled() {
                 break;
@@ -108,6 +113,7 @@ impl Agent {
             let failure = match self.session(shutdown, ever_connected).await {
                 Ok(uptime) => {
                     ever_connected = true;
+                    repairing = false;
                     backoff.connection_ended(uptime);
                     if shutdown.is_cancelled() {
                         break;
@@ -125,7 +131,11 @@ impl Agent {
                     Failure::Rejected
                 }
                 Err(e) => {
-                    self.identity.attempt_failed(&e);
+                    if self.identity.attempt_failed(&e) && !repairing {
+                        repairing = true;
+                        tracing::info!(cause = %e, "the saved client certificate was refused; enrolling now");
+                        continue;
+                    }
                     self.metrics.connection_errors.inc();
                     tracing::error!(cause = %e, "cannot connect to the cloud");
                     Failure::Transient

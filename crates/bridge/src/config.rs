@@ -99,6 +99,8 @@ pub struct Config {
     pub tls_verify: bool,
     /// CA bundle for the cloud's certificate instead of the system roots (`tls_ca_file`).
     pub tls_ca_file: Option<PathBuf>,
+    /// Where `tls_ca_file` came from, for its errors: the key, or the variable that set it.
+    pub tls_ca_file_origin: &'static str,
     /// Client certificate from the operator's PKI instead of enrollment (`tls_cert_file`);
     /// set exactly when `tls_key_file` is.
     pub tls_cert_file: Option<PathBuf>,

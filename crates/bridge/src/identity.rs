@@ -62,13 +62,18 @@ pub fn trust(cfg: &Config) -> Result<Trust, AgentError> {
             let certs = CertificateDer::pem_file_iter(path)
                 .and_then(|it| it.collect::<Result<Vec<_>, _>>())
                 .map_err(|e| {
-                    AgentError::Tls(format!("tls_ca_file {}: {e}; {CA_HINT}", path.display()))
+                    AgentError::Tls(format!(
+                        "{} {}: {e}; {CA_HINT}",
+                        cfg.tls_ca_file_origin,
+                        path.display()
+                    ))
                 })?;
             let mut roots = rustls::RootCertStore::empty();
             let (added, _) = roots.add_parsable_certificates(certs);
             if added == 0 {
                 return Err(AgentError::Tls(format!(
-                    "tls_ca_file {}: no usable PEM CA certificate in it; {CA_HINT}",
+                    "{} {}: no usable PEM CA certificate in it; {CA_HINT}",
+                    cfg.tls_ca_file_origin,
                     path.display()
                 )));
             }
@@ -229,12 +234,13 @@ impl Identity {
     /// may come from another cloud or CA), so the next attempt enrolls; so is any enrolled
     /// certificate the cloud refused in TLS (its CA was rotated since). A cloud that cannot be
     /// reached (DNS, TCP, proxy, time-out) says nothing about the certificate: it is kept.
-    /// The operator's `tls_cert_file` is always kept.
-    pub fn attempt_failed(&self, error: &AgentError) {
+    /// The operator's `tls_cert_file` is always kept. Returns whether a certificate was
+    /// dropped, so that the next attempt enrolls.
+    pub fn attempt_failed(&self, error: &AgentError) -> bool {
         if let AgentError::CertificateRefused(alert) = error {
             let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
             let Some(cert) = current.take_if(|c| c.enrolled) else {
-                return;
+                return false;
             };
             if let Some(dir) = &self.cfg.state_dir {
                 crate::state::forget(dir);
@@ -244,7 +250,7 @@ impl Identity {
             } else {
                 tracing::info!(alert = %alert, "the cloud refused the enrolled client certificate (was its CA rotated?); enrolling again");
             }
-            return;
+            return true;
         }
         let unreached = matches!(
             error,
@@ -257,7 +263,7 @@ impl Identity {
             )
         );
         if unreached {
-            return;
+            return false;
         }
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if current.as_ref().is_some_and(|c| c.unproven) {
@@ -268,7 +274,9 @@ impl Identity {
             tracing::info!(
                 "the certificate saved in state_dir did not open a tunnel; enrolling again"
             );
+            return true;
         }
+        false
     }
 
     /// Time until the current certificate is due for renewal.
@@ -410,4 +418,36 @@ async fn request_unbounded(
         .map_err(|e| AgentError::Http(e.to_string()))?
         .to_bytes();
     Ok((status, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{MapEnv, TLS_CA_FILE_VAR};
+
+    /// An operator who set the CA by variable (a container's mount) is told the variable, not a
+    /// key the file may not even have.
+    #[test]
+    fn a_bad_ca_names_where_it_was_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_pem = dir.path().join("ca.pem");
+        std::fs::write(&not_pem, "not a certificate\n").unwrap();
+        let yaml = format!("token: t\nname: b\ntls_ca_file: {}\n", not_pem.display());
+        let message = |env: &MapEnv| {
+            let cfg = Config::from_yaml(&yaml, "bridge.yaml", env).unwrap();
+            trust(&cfg)
+                .err()
+                .expect("a file with no certificate")
+                .to_string()
+        };
+        let from_file = message(&MapEnv::new());
+        assert!(from_file.contains("tls_ca_file "), "{from_file}");
+        assert!(
+            from_file.contains("no usable PEM CA certificate"),
+            "{from_file}"
+        );
+        let env = MapEnv::new().with(TLS_CA_FILE_VAR, not_pem.display().to_string());
+        let from_env = message(&env);
+        assert!(from_env.contains("SERVICE_TLS_CA_FILE "), "{from_env}");
+    }
 }

@@ -297,7 +297,7 @@ async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow:
     }
     if cut > 0 {
         anyhow::bail!(
-            "{cut} stream(s) were still in flight when the {} s drain ran out, and were cut; their audit records say \"ended\":\"cut\"",
+            "{cut} stream(s) were still in flight when the {} s drain ran out, and were cut; their audit records say \"ended\":\"cut\", or status 499 where no answer had begun",
             crate::agent::DRAIN_TIMEOUT.as_secs()
         );
     }

@@ -358,6 +358,10 @@ async fn wrong_keys_unknown_databases_and_plain_connections_are_refused_clearly(
         "psql with a wrong key",
     );
     assert!(err.contains("API key"), "{err}");
+    // The operator sees failed logins (a password being guessed), never what was sent.
+    let refused = rig.cloud.wait_log_line("database login refused");
+    assert!(refused.contains("28P01"), "{refused}");
+    assert!(!rig.cloud.log_text().contains("sigapi_nope"));
 
     let unknown = rig
         .driver("nope", &rig.tenant.api_key, SslNegotiation::Postgres)
@@ -388,8 +392,8 @@ async fn wrong_keys_unknown_databases_and_plain_connections_are_refused_clearly(
     let err = stderr(&plain, "psql without TLS");
     assert!(err.contains("only inside TLS"), "{err}");
 
-    // A replication connection is never passed on: the session is an ordinary one, where
-    // replication commands are syntax errors.
+    // A replication connection is refused saying so (its commands would otherwise read as
+    // syntax errors in an ordinary session).
     let out = rig
         .psql_cmd(
             &format!("{} replication=database", rig.conninfo("orders")),
@@ -398,7 +402,10 @@ async fn wrong_keys_unknown_databases_and_plain_connections_are_refused_clearly(
         .output()
         .unwrap();
     let err = stderr(&out, "a replication command");
-    assert!(err.contains("syntax error"), "{err}");
+    assert!(
+        err.contains("replication connections (replication=database) are not served"),
+        "{err}"
+    );
 
     // GSS encryption is declined with `N`, as a server without it does.
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -624,7 +631,15 @@ async fn read_only_statement_audit_limits_and_cancel() {
     rig.bridge.signal("TERM");
     assert_eq!(rig.bridge.wait(), Some(0));
     wait_for_sleeps(&cluster, "0").await;
-    assert!(sleeping.await.unwrap().is_err());
+    // The client is told why its session ended, not left with a closed connection.
+    let Err(lost) = sleeping.await.unwrap() else {
+        panic!("the session ended")
+    };
+    assert_eq!(code(&lost), "08006", "{lost:?}");
+    assert!(
+        message(&lost).contains("through the bridge was lost"),
+        "{lost:?}"
+    );
     let records = rig.bridge.audit_records(1).await;
     assert!(
         records
@@ -863,25 +878,7 @@ async fn a_cloud_shutting_down_tells_psql_why() {
 /// yet) is told why it ends, on the TLS port and through `cloud db-proxy` alike, not cut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_still_opening_at_shutdown_is_told_why() {
-    // A database server that takes connections and never answers. A connection that sends
-    // something is a session's (the bridge's reachability checks send nothing).
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let silent_port = silent.local_addr().unwrap().port();
-    let (opened, held) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for mut conn in silent.incoming().flatten() {
-            let opened = opened.clone();
-            std::thread::spawn(move || {
-                use std::io::Read;
-                if matches!(conn.read(&mut [0; 1]), Ok(1)) {
-                    let _ = opened.send(conn);
-                }
-            });
-        }
-    });
-    let entry = format!(
-        "  - name: orders\n    type: postgresql\n    host: 127.0.0.1\n    port: {silent_port}\n    database: {DATABASE}\n    credentials: {{username: {USER}, password: \"${{DB_PASSWORD}}\"}}\n"
-    );
+    let (entry, held) = silent_database();
     let mut rig = DbRig::start(&format!("databases:\n{entry}")).await;
     let proxy = DbProxy::start(&rig, &rig.tenant.api_key).await;
     let psql = |conninfo: String| {
@@ -915,6 +912,48 @@ async fn a_session_still_opening_at_shutdown_is_told_why() {
         );
     }
     assert_eq!(rig.cloud.wait(), Some(0));
+}
+
+/// A database server that takes connections and never answers, as a `databases` entry named
+/// `orders`; the receiver gets each connection that sent something (a session's: the bridge's
+/// reachability checks send nothing), held open.
+fn silent_database() -> (String, std::sync::mpsc::Receiver<std::net::TcpStream>) {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let (opened, held) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for mut conn in silent.incoming().flatten() {
+            let opened = opened.clone();
+            std::thread::spawn(move || {
+                use std::io::Read;
+                if matches!(conn.read(&mut [0; 1]), Ok(1)) {
+                    let _ = opened.send(conn);
+                }
+            });
+        }
+    });
+    let entry = format!(
+        "  - name: orders\n    type: postgresql\n    host: 127.0.0.1\n    port: {silent_port}\n    database: {DATABASE}\n    credentials: {{username: {USER}, password: \"${{DB_PASSWORD}}\"}}\n"
+    );
+    (entry, held)
+}
+
+/// A database that takes the bridge's connection and never answers is said to be silent: the
+/// entry's sslmode, which the bridge's TLS request waited on, is not what to fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_never_answers_is_said_to_be_silent() {
+    let (entry, _held) = silent_database();
+    let rig = DbRig::start(&format!("databases:\n{entry}")).await;
+    let out = rig
+        .psql_cmd(&rig.conninfo("orders"), &["-c", "SELECT 1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("did not finish the login within 10 s") && !err.contains("sslmode"),
+        "{err}"
+    );
 }
 
 /// Waits (up to 20 s) until `count` `pg_sleep` statements run on the cluster.

@@ -503,6 +503,21 @@ async fn bearer_and_header_credentials_are_injected_and_never_shown() {
     let echo: Value = rig.get("/v1/items").await.json().await.unwrap();
     assert_eq!(echo["headers"]["x-api-key"], INTERNAL_PASSWORD);
     assert!(echo["headers"]["authorization"].is_null(), "{echo}");
+    // A caller's copy of the injected header, in any spelling a CGI, WSGI or Rack server reads
+    // as the same one, never reaches the API beside it.
+    let echo: Value = rig
+        .request(reqwest::Method::GET, "/v1/items")
+        .header("x-api-key", "caller")
+        .header("x_api_key", "caller-underscored")
+        .header("X_Api-Key", "caller-mixed")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(echo["headers"]["x-api-key"], INTERNAL_PASSWORD, "{echo}");
+    assert!(!echo.to_string().contains("caller"), "{echo}");
     let echo: Value = rig
         .cloud
         .client()
@@ -631,6 +646,29 @@ async fn health_check_address_limits_where_health_and_metrics_listen() {
             .iter()
             .all(|l| l.contains(&format!("0100007F{}", port.trim_end()))),
         "{listening:?}"
+    );
+}
+
+/// A server that takes the connection and closes it without a word was reached: the 502 says
+/// it closed without answering, not that the bridge cannot reach it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_closes_without_answering_is_said_to() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = silent.accept().await {
+            drop(conn);
+        }
+    });
+    let rig = Rig::start_with(|_| format!("apis:\n  - name: internal\n    url: {url}\n")).await;
+    let res = rig.get("/v1/items").await;
+    assert_eq!(res.status(), 502);
+    let problem: Value = res.json().await.unwrap();
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("closed or reset it without answering") && !detail.contains("cannot reach"),
+        "{problem} {}",
+        rig.bridge.log_text()
     );
 }
 

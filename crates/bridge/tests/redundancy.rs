@@ -254,13 +254,39 @@ async fn instances_declaring_different_resources_are_told_apart() {
         assert_eq!(rig.get("/item").await.status(), 200);
     }
     let other_url = format!("{}/v1/bridges/dc1/apis/other/item", rig.cloud.http);
+    let get_other = || {
+        rig.cloud
+            .client()
+            .get(&other_url)
+            .bearer_auth(&rig.tenant.api_key)
+            .send()
+    };
+    assert_eq!(get_other().await.unwrap().status(), 200);
+    // The only instance that declares `other` restarts (a rollout): while it is away, its
+    // resource is one to retry (503), not one the bridge does not have (404).
+    let mut other = other;
+    other.signal("TERM");
+    assert_eq!(other.wait(), Some(0));
+    rig.cloud.wait_log_line("bridge disconnected");
+    let res = get_other().await.unwrap();
+    assert_eq!(res.status(), 503);
+    assert!(res.headers().contains_key("retry-after"));
+    let problem: serde_json::Value = res.json().await.unwrap();
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("less than a minute ago"),
+        "{problem}"
+    );
+    // A resource no instance ever declared is still a 404.
     let res = rig
         .cloud
         .client()
-        .get(other_url)
+        .get(format!("{}/v1/bridges/dc1/apis/never/item", rig.cloud.http))
         .bearer_auth(&rig.tenant.api_key)
         .send()
         .await
         .unwrap();
-    assert_eq!(res.status(), 200);
+    assert_eq!(res.status(), 404);
 }

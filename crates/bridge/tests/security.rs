@@ -445,6 +445,16 @@ async fn state_dir_keeps_the_certificate_across_restarts_and_drops_one_the_cloud
         "{}",
         third.log_text()
     );
+    // An expected repair: no error logged, no back-off waited, no connection error counted.
+    assert!(
+        !third.log_text().contains("cannot connect to the cloud"),
+        "{}",
+        third.log_text()
+    );
+    assert_eq!(
+        third.metric("service_bridge_connection_errors_total").await,
+        0.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -172,6 +172,9 @@ pub struct Dora {
     pub change_fail_rate: Option<f64>,
     /// `{"p50", "p90", "count"}`: failed deployment to the next successful one, seconds.
     pub recovery_time_seconds: serde_json::Map<String, serde_json::Value>,
+    /// True when the window holds deployments older than the newest 100,000 read: the figures
+    /// leave those out.
+    pub truncated: bool,
 }
 
 /// A repository mapped to the Git source that holds it (`PUT /v1/repository-sources`).

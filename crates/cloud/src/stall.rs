@@ -162,7 +162,7 @@ pub async fn whole_body(
     let _held = if empty {
         None
     } else {
-        let Some(reservation) = crate::body_budget::reserve(peer, bytes) else {
+        let Some(reservation) = crate::body_budget::FORMS.reserve(peer, bytes) else {
             return crate::problem::Problem::unavailable(
                 1,
                 "the service is reading too many request bodies at once; retry in a second",

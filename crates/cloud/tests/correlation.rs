@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Datelike, Duration, Utc};
 use serde_json::{Value, json};
 use testkit::{Backend, Cloud, Tenant};
 
@@ -191,7 +191,7 @@ async fn bad_input_is_named() {
         &t,
         reqwest::Method::PUT,
         "/v1/services/api/dependencies",
-        Some(json!({"dependencies": ["db", 3, "api", " "], "extra": 1})),
+        Some(json!({"dependencies": ["db", 3, "api", " ", ""], "extra": 1})),
     )
     .await;
     assert_eq!(status, 422, "{body}");
@@ -215,7 +215,11 @@ async fn bad_input_is_named() {
                 "expected a service name (a string), not a number"
             ),
             ("/dependencies/2", "\"api\" cannot depend on itself"),
-            ("/dependencies/3", "a service name cannot be empty"),
+            (
+                "/dependencies/3",
+                "a service name cannot be blank (whitespace only)"
+            ),
+            ("/dependencies/4", "a service name cannot be empty"),
             (
                 "/extra",
                 "unknown field \"extra\"; the body is {\"dependencies\": [...]}"
@@ -416,6 +420,16 @@ async fn dora_figures_match_the_hand_computed_example() {
     )
     .await;
     assert_eq!(status, 422, "{body}");
+    // An alert that is not there is said first, whatever the body.
+    let (status, body) = call(
+        &cloud,
+        &t,
+        reqwest::Method::POST,
+        "/v1/alerts/no-such-alert/cause",
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
     // JSON of another shape: 422, one entry per missing, wrong or unknown field, like every
     // other JSON route; what is not JSON at all: 400, showing the shape.
     for (sent, pointers) in [
@@ -623,9 +637,14 @@ async fn dora_counts_deployments_across_pages() {
     );
     let (status, f) = call(&cloud, &t, reqwest::Method::GET, &path, None).await;
     assert_eq!(status, 200, "{f}");
-    assert_eq!(f["deploymentFrequency"]["count"], 1201, "{f:#}");
-    // One failure (v1199, rolled back) of 1,201 finished.
-    assert_eq!(f["changeFailRate"], json!(0.001), "{f:#}");
+    assert_eq!(
+        f["deploymentFrequency"],
+        json!({"count": 1201, "perDay": 600.5}),
+        "{f:#}"
+    );
+    assert_eq!(f["truncated"], json!(false), "{f:#}");
+    // One failure (v1199, rolled back) of 1,201 finished: small rates keep three digits.
+    assert_eq!(f["changeFailRate"], json!(0.000833), "{f:#}");
 }
 
 fn urlencode(s: &str) -> String {
@@ -741,6 +760,7 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
         page.contains("Suspects") && page.contains(&deployment) && page.contains("same service"),
         "{page}"
     );
+    let asked = Utc::now();
     let (status, page) = get(
         &browser,
         format!("{}/services/api?environment=production", cloud.https),
@@ -751,6 +771,17 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
     assert!(
         page.contains("<svg") && page.contains("Deployment frequency") && page.contains("60 min"),
         "{page}"
+    );
+    // Its weeks are calendar weeks, each labelled with its Monday: the last is this week's
+    // (the week of the page's request or, across midnight on a Sunday, of the moment after).
+    let monday = |at: DateTime<Utc>| {
+        let day = at.date_naive();
+        day - Duration::days(i64::from(day.weekday().num_days_from_monday()))
+    };
+    let (before, after) = (monday(asked), monday(Utc::now()));
+    assert!(
+        page.contains(&format!("{before}: ")) || page.contains(&format!("{after}: ")),
+        "{before} in {page}"
     );
     // The API call the page quotes gives the page's figures.
     let quoted = |page: &str| {

@@ -138,6 +138,61 @@ fn flow_variable_hint(text: &str, line: u64) -> &'static str {
     }
 }
 
+/// The key path (`apis[1].auth.username`) of the value at `line`:`column` (1-based) written
+/// inside a flow mapping on one line: `auth: {…}`, an item of `allow: [{…}]`, or a list item
+/// that is itself one (`- {name: a, …}`). `None` elsewhere, or deeper.
+fn flow_key(text: &str, line: usize, column: usize) -> Option<String> {
+    let this = text.lines().nth(line.checked_sub(1)?)?;
+    let value_at = this.char_indices().nth(column.checked_sub(1)?)?.0;
+    let before = this[..value_at].trim_end().strip_suffix(':')?;
+    let key_start = before
+        .char_indices()
+        .rfind(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+        .map_or(0, |(i, c)| i + c.len_utf8());
+    let key = &before[key_start..];
+    if key.is_empty() || !before[..key_start].trim_end().ends_with(['{', ',']) {
+        return None;
+    }
+    let key_column = this[..key_start].chars().count() + 1;
+    let parent = match super::flow::flow_mapping_at(text, line, key_column) {
+        Some((value, item)) => {
+            let path = key_path::key_path(text, line, value)?;
+            match item {
+                Some(i) => format!("{path}[{i}]"),
+                None => path,
+            }
+        }
+        // A list item written as a flow mapping: `- {name: a, …}`.
+        None => {
+            let brace = this.find('{')?;
+            if brace >= key_start {
+                return None;
+            }
+            key_path::item_path(text, line, this[..brace].chars().count() + 1)?
+        }
+    };
+    Some(format!("{parent}.{key}"))
+}
+
+/// `expected`, with the word that `${NAME}` is not expanded there when the value at
+/// `line`:`column` is one (a number or a flag written as a variable).
+fn not_expanded(expected: &str, text: &str, line: u64, column: u64) -> String {
+    match variable_at(text, line, column) && expected != key_path::TEXT {
+        true => format!("{expected} (`${{NAME}}` is expanded in text values only)"),
+        false => expected.to_string(),
+    }
+}
+
+/// Whether the value at `line`:`column` (1-based) is a `${NAME}` reference, quoted or not: a
+/// number or a flag written so is told why it was not read as one.
+fn variable_at(text: &str, line: u64, column: u64) -> bool {
+    let Some(at) = text.lines().nth((line as usize).saturating_sub(1)) else {
+        return false;
+    };
+    let value = at.get((column as usize).saturating_sub(1)..).unwrap_or("");
+    value.trim_start_matches(['"', '\'']).starts_with("${")
+}
+
 /// Most unknown keys and wrong values reported in one run.
 const MAX_PROBLEMS: usize = 50;
 
@@ -194,14 +249,19 @@ fn yaml_problem(err: &serde_saphyr::Error, text: &str) -> (Problem, Option<(u64,
         );
     };
     if let Some(key) = key_path::key_path(text, line as usize, column as usize) {
-        return (Problem::new(key, origin, expected), Some((line, column)));
+        return (
+            Problem::new(key, origin, not_expanded(expected, text, line, column)),
+            Some((line, column)),
+        );
     }
     // A block of the wrong kind (a mapping where a list or text belongs) is reported inside it.
     let block = message.trim().starts_with("expected sequence start")
         || message.trim().starts_with("expected mapping start")
         || expected == key_path::TEXT;
     if !block || inside_flow(text, line as usize, column as usize) {
-        return (Problem::new("", origin, expected), Some((line, column)));
+        let key = flow_key(text, line as usize, column as usize).unwrap_or_default();
+        let message = not_expanded(expected, text, line, column);
+        return (Problem::new(key, origin, message), Some((line, column)));
     }
     // An item of a list of text (`repositories:`) that is itself a list or a mapping: named by
     // its index, and only the item blanked.

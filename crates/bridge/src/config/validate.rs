@@ -223,6 +223,11 @@ pub(crate) fn validate(file: &FileConfig, env: &dyn Env) -> Result<Config, Vec<P
         proxy_url,
         no_proxy,
         tls_verify: file.tls_verify.unwrap_or(DEFAULT_TLS_VERIFY),
+        tls_ca_file_origin: if env.get_non_empty(TLS_CA_FILE_VAR).is_some() {
+            TLS_CA_FILE_VAR
+        } else {
+            "tls_ca_file"
+        },
         tls_ca_file,
         tls_cert_file,
         tls_key_file,

@@ -2,7 +2,7 @@
 //! credentials (Basic, Bearer or a header of the API's own) injected; a redirect to the API's
 //! own address comes back as the tunnel's path, which the cloud turns into its own.
 
-use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use url::Url;
 
 use super::kind::{Kind, Refusal};
@@ -79,6 +79,17 @@ impl Kind for Api {
     fn upstream_request_filter(&self, headers: &mut HeaderMap) {
         if let Some(auth) = &self.auth {
             let (name, value) = auth.header();
+            // Every spelling of the injected header goes first: CGI, WSGI and Rack servers
+            // read `X_API_Key` as `X-API-Key` and would join a caller's value to the bridge's.
+            let wanted = name.as_str().replace('_', "-");
+            let spellings: Vec<HeaderName> = headers
+                .keys()
+                .filter(|k| tunnel::hop::is_named(k, &[wanted.as_str()]))
+                .cloned()
+                .collect();
+            for spelling in spellings {
+                headers.remove(spelling);
+            }
             if let Ok(v) = HeaderValue::from_str(&value) {
                 headers.insert(name, v);
             }

@@ -54,6 +54,27 @@ pub(super) fn unreadable_head(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// Whether the internal system took the connection and then closed or reset it before a whole
+/// answer's head: it was reached, so the words are not "cannot reach".
+pub(super) fn closed_without_answer(e: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionReset, UnexpectedEof};
+    let (mut connected, mut closed) = (false, false);
+    let mut source = Some(e);
+    while let Some(inner) = source {
+        if let Some(client) = inner.downcast_ref::<hyper_util::client::legacy::Error>() {
+            connected |= !client.is_connect();
+        }
+        closed |= inner
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_incomplete_message)
+            || inner.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                matches!(io.kind(), ConnectionReset | BrokenPipe | UnexpectedEof)
+            });
+        source = inner.source();
+    }
+    connected && closed
+}
+
 #[cfg(test)]
 mod tests {
     use super::caller_summary;

@@ -43,8 +43,8 @@ use hyper_util::rt::TokioExecutor;
 use tokio::sync::Semaphore;
 
 use batch::Batched;
-use causes::unreadable_head;
 pub(crate) use causes::{caller_summary, causes};
+use causes::{closed_without_answer, unreadable_head};
 pub use counted::{Counted, Tally};
 pub use database::audited;
 pub use kind::{Kind, Refusal};
@@ -367,6 +367,17 @@ impl Forwarder {
                 );
                 tracing::warn!(kind = %kind, resource = %name, cause = %why, "internal resource's answer cannot be forwarded");
                 Ok(bad_gateway(finish, resource, &why))
+            }
+            Err(e) if closed_without_answer(&e) => {
+                let cause = causes(&e);
+                tracing::warn!(kind = %kind, resource = %name, cause = %cause, "internal resource closed the connection without answering");
+                Ok(bad_gateway(
+                    finish,
+                    resource,
+                    &format!(
+                        "resource {name:?} took the bridge's connection and closed or reset it without answering (the bridge's log says more). Check its own log, and that its url's port serves HTTP"
+                    ),
+                ))
             }
             Err(e) => {
                 let cause = causes(&e);

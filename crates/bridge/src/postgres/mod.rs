@@ -84,9 +84,11 @@ pub async fn connect(db: &Database) -> Result<Box<dyn Io>, LoginError> {
             cause: last.unwrap_or_else(|| "no address".into()),
         });
     };
+    // A server that takes the connection and then says nothing (stopped, overloaded) is
+    // silent, not a TLS problem: the entry's sslmode is not what to look at.
     tokio::time::timeout(CONNECT_TIMEOUT, secure(db, tcp, &addr))
         .await
-        .map_err(|_| LoginError::Tls(format!("{addr}: {}", silent())))?
+        .map_err(|_| LoginError::TimedOut(CONNECT_TIMEOUT.as_secs()))?
 }
 
 /// Asks for TLS and completes the handshake, per `sslmode`.

@@ -45,7 +45,10 @@ pub async fn dependencies(
     responses((status = 200, body = crate::openapi::Dependencies),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body stopped arriving", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Over 2 MiB", body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Storage unavailable, or bodies being read hold their memory bound (Retry-After)", body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json")))]
 pub async fn set_dependencies(
     State(state): State<CorrelationState>,
@@ -143,8 +146,10 @@ fn dependency<'a>(item: &'a Value, service: &str) -> Result<&'a str, String> {
             request::kind_of(item)
         ));
     };
-    if name.is_empty() {
+    if item.as_str() == Some("") {
         Err("a service name cannot be empty".into())
+    } else if name.is_empty() {
+        Err("a service name cannot be blank (whitespace only)".into())
     } else if name.len() > MAX_NAME {
         Err(format!(
             "a service name is at most {MAX_NAME} bytes; this one is {}",

@@ -44,6 +44,16 @@ pub struct Params {
     until: Option<String>,
 }
 
+/// `x` to three decimals, or to three significant digits below 1: six deployments over
+/// decades read 0.000274 a day, never 0 beside a count of 6.
+fn rounded(x: f64) -> f64 {
+    if x == 0.0 || x.abs() >= 1.0 || !x.is_finite() {
+        return (x * 1000.0).round() / 1000.0;
+    }
+    let scale = 10f64.powi(2 - x.abs().log10().floor() as i32);
+    (x * scale).round() / scale
+}
+
 /// The p-th percentile (nearest rank) of sorted seconds.
 fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     if sorted.is_empty() {
@@ -143,10 +153,10 @@ fn figures_of(
         })
         .collect();
     json!({
-        "deploymentFrequency": {"count": success.len(), "perDay": (success.len() as f64 / days * 1000.0).round() / 1000.0},
+        "deploymentFrequency": {"count": success.len(), "perDay": rounded(success.len() as f64 / days)},
         "changeLeadTimeSeconds": spread(lead),
         "changeFailRate": if finished.is_empty() { Value::Null } else {
-            json!((failures.len() as f64 / finished.len() as f64 * 1000.0).round() / 1000.0)
+            json!(rounded(failures.len() as f64 / finished.len() as f64))
         },
         "recoveryTimeSeconds": spread(recovery),
     })
@@ -188,7 +198,7 @@ pub async fn figures(
         ));
     }
     crate::query::window(Some(since), Some(until))?;
-    let (deployments, confirmed) = load(
+    let (deployments, confirmed, complete_from) = load(
         &state.store,
         principal.org_id,
         p.service.as_deref(),
@@ -200,39 +210,41 @@ pub async fn figures(
     Ok(Json(answer(
         &deployments,
         &confirmed,
-        p.service.as_deref(),
-        p.environment.as_deref(),
-        since,
-        until,
+        (p.service.as_deref(), p.environment.as_deref()),
+        (since, until),
+        complete_from,
     )))
 }
 
-/// The figures of `[since, until)` with what they are about, as the API answers them.
+/// The figures of `[since, until)` with what they are about, as the API answers them;
+/// `truncated` when deployments of the window were left unread ([`MAX_DEPLOYMENTS`]), all of
+/// them older than `complete_from`.
 fn answer(
     deployments: &[Deployment],
     confirmed: &HashSet<String>,
-    service: Option<&str>,
-    environment: Option<&str>,
-    since: i64,
-    until: i64,
+    (service, environment): (Option<&str>, Option<&str>),
+    (since, until): (i64, i64),
+    complete_from: i64,
 ) -> Value {
     let mut answer = figures_of(deployments, confirmed, since, until);
     answer["service"] = json!(service);
     answer["environment"] = json!(environment);
     answer["since"] = json!(crate::time::format_bound(since));
     answer["until"] = json!(crate::time::format_bound(until));
+    answer["truncated"] = json!(complete_from >= since);
     answer
 }
 
 /// The org's deployments from 30 days before `since` to 30 days after `until`, oldest first
-/// (at most [`MAX_DEPLOYMENTS`], the newest), and the deployments confirmed as causes.
+/// (at most [`MAX_DEPLOYMENTS`], the newest), the deployments confirmed as causes, and the
+/// time from which every deployment was read (`i64::MIN` when none was left unread).
 async fn load(
     store: &Store,
     org_id: i64,
     service: Option<&str>,
     environment: Option<&str>,
     (since, until): (i64, i64),
-) -> Result<(Vec<Deployment>, HashSet<String>), StorageError> {
+) -> Result<(Vec<Deployment>, HashSet<String>, i64), StorageError> {
     // 30 days on each side: rollbacks to versions deployed before the window, and the
     // rollbacks and recoveries that follow its last deployments.
     let mut query = EventQuery {
@@ -253,6 +265,7 @@ async fn load(
     // A page of bodies at a time, each read into the few fields DORA needs before the next:
     // an org's events may be up to 64 KiB each, and are never all held at once.
     let mut deployments: Vec<Deployment> = Vec::new();
+    let mut complete_from = i64::MIN;
     loop {
         let page = store.list_events(org_id, &query).await?;
         let full = page.len() as i64 == PAGE;
@@ -278,17 +291,24 @@ async fn load(
                 commit_at,
             })
         }));
-        if !full || deployments.len() as i64 >= MAX_DEPLOYMENTS {
+        if !full {
+            break;
+        }
+        if deployments.len() as i64 >= MAX_DEPLOYMENTS {
+            // Older ones are left unread; one at this same time may be among them.
+            complete_from = query.after.as_ref().map_or(i64::MIN, |(at, _)| *at);
             break;
         }
     }
     // Oldest first, and in the order received where two share a time (the list comes newest
     // first): a rollback then follows the deployment it undoes.
     deployments.sort_by(|a, b| (a.fields.at, &a.id).cmp(&(b.fields.at, &b.id)));
-    Ok((deployments, confirmed))
+    Ok((deployments, confirmed, complete_from))
 }
 
-/// The figures of each of `weeks` weeks ending now (oldest first), and of the whole span.
+/// The figures of each of `weeks` calendar weeks (Monday 00:00 UTC to the next; the last one
+/// this week so far), oldest first, and of the whole span: a bar labelled with a Monday holds
+/// that week's deployments.
 pub async fn weekly(
     store: &Store,
     org_id: i64,
@@ -296,10 +316,14 @@ pub async fn weekly(
     environment: Option<&str>,
     weeks: u32,
 ) -> Result<(Vec<Value>, Value), StorageError> {
-    const WEEK: i64 = 7 * 86_400_000_000;
+    const DAY: i64 = 86_400_000_000;
+    const WEEK: i64 = 7 * DAY;
     let until = crate::storage::now_micros();
-    let since = until - i64::from(weeks) * WEEK;
-    let (deployments, confirmed) =
+    let today = until.div_euclid(DAY);
+    // 1970-01-01 was a Thursday, three days after a Monday.
+    let this_monday = (today - (today + 3).rem_euclid(7)) * DAY;
+    let since = this_monday - (i64::from(weeks) - 1) * WEEK;
+    let (deployments, confirmed, complete_from) =
         load(store, org_id, Some(service), environment, (since, until)).await?;
     let each = (0..i64::from(weeks))
         .map(|w| {
@@ -307,20 +331,57 @@ pub async fn weekly(
             answer(
                 &deployments,
                 &confirmed,
-                Some(service),
-                environment,
-                from,
-                from + WEEK,
+                (Some(service), environment),
+                (from, (from + WEEK).min(until)),
+                complete_from,
             )
         })
         .collect();
     let whole = answer(
         &deployments,
         &confirmed,
-        Some(service),
-        environment,
-        since,
-        until,
+        (Some(service), environment),
+        (since, until),
+        complete_from,
     );
     Ok((each, whole))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn success(at: i64) -> Deployment {
+        let body = json!({"type": "deployment", "service": "api", "status": "success"});
+        Deployment {
+            id: format!("d{at}"),
+            fields: Fields::of(&body, at),
+            commit_at: None,
+        }
+    }
+
+    /// Figures over a window whose oldest deployments were left unread say so; a window
+    /// older or newer than what was left out does not.
+    #[test]
+    fn a_window_with_unread_deployments_is_marked_truncated() {
+        const DAY: i64 = 86_400_000_000;
+        let read: Vec<Deployment> = (10..20).map(|d| success(d * DAY)).collect();
+        let none = HashSet::new();
+        let window = |since, until, complete_from| {
+            answer(&read, &none, (None, None), (since, until), complete_from)["truncated"].clone()
+        };
+        assert_eq!(window(0, 30 * DAY, 10 * DAY), json!(true));
+        assert_eq!(window(12 * DAY, 30 * DAY, 10 * DAY), json!(false));
+        assert_eq!(window(0, 30 * DAY, i64::MIN), json!(false));
+    }
+
+    /// Rates keep three decimals, or three significant digits when small.
+    #[test]
+    fn small_rates_keep_their_digits() {
+        assert_eq!(rounded(6.0 / 7.0), 0.857);
+        assert_eq!(rounded(1.0 / 1201.0), 0.000833);
+        assert_eq!(rounded(6.0 / 21_900.0), 0.000274);
+        assert_eq!(rounded(600.5), 600.5);
+        assert_eq!(rounded(0.0), 0.0);
+    }
 }

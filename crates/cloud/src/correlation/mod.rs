@@ -290,7 +290,10 @@ fn deployment_id_of(body: &Value) -> Result<String, Vec<FieldError>> {
     responses((status = 200, body = crate::openapi::CauseConfirmed),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body stopped arriving", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Over 2 MiB", body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Storage unavailable, or bodies being read hold their memory bound (Retry-After)", body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json")))]
 pub async fn confirm_cause(
@@ -303,9 +306,11 @@ pub async fn confirm_cause(
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
     crate::query::no_query(&uri)?;
+    // The alert first, as the other routes of an alert: no one fixes a body for an alert that
+    // is not there.
+    alert(&state, principal.org_id, &id).await?;
     let deployment_id =
         deployment_id_of(&json_body(body, CAUSE_SHAPE)?).map_err(Problem::invalid)?;
-    alert(&state, principal.org_id, &id).await?;
     let deployment = state
         .store
         .event(principal.org_id, &deployment_id)

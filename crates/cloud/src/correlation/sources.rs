@@ -95,7 +95,10 @@ pub fn validate_source(body: &Value) -> Result<RepositorySource, Vec<FieldError>
     responses((status = 200, body = crate::openapi::RepositorySourceBody),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body stopped arriving", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Over 2 MiB", body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Storage unavailable, or bodies being read hold their memory bound (Retry-After)", body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json")))]
 pub async fn set_source(
     State(state): State<CorrelationState>,

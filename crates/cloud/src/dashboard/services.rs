@@ -191,8 +191,13 @@ pub async fn detail(
                 query.finish()
             },
             frequency: format!(
-                "{} ({} per day)",
-                whole["deploymentFrequency"]["count"], whole["deploymentFrequency"]["perDay"]
+                "{} ({} per day){}",
+                whole["deploymentFrequency"]["count"],
+                whole["deploymentFrequency"]["perDay"],
+                match whole["truncated"].as_bool() {
+                    Some(true) => ", of the newest 100,000 deployments only",
+                    _ => "",
+                }
             ),
             lead: or_none(p50(&whole, "changeLeadTimeSeconds").map(duration)),
             fail_rate: or_none(

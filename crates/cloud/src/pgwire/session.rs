@@ -117,6 +117,9 @@ where
     let principal = match password(front, &mut client).await {
         Ok(principal) => principal,
         Err((code, message)) => {
+            // Failed logins are for the operator to see (a password being guessed); what was
+            // sent is never logged.
+            tracing::info!(peer = %peer, bridge = %bridge, database = %database, sqlstate = code, why = %message, "database login refused");
             let _ = client.write_all(&error_response(code, &message)).await;
             return;
         }
@@ -128,6 +131,19 @@ where
         peer,
     };
     serve(front, client, &target, &params, spliced).await;
+}
+
+/// Why a session that asks for a replication connection is refused, if it does: the startup
+/// parameter is never passed on, and without this the client's first replication command
+/// (`IDENTIFY_SYSTEM`) would read as a syntax error.
+fn replication(params: &[Param]) -> Option<String> {
+    let mode = param(params, "replication")?;
+    let off = ["false", "off", "no", "0", ""];
+    (!off.contains(&mode.to_ascii_lowercase().as_str())).then(|| {
+        format!(
+            "replication connections (replication={mode}) are not served through the bridge: it reaches a database, not its cluster's replication stream"
+        )
+    })
 }
 
 /// How often an open session's API key is checked again (a cached look: a revocation reaches
@@ -181,6 +197,11 @@ async fn relay<S>(
         peer,
     } = target;
     let (bridge, database) = (bridge.clone(), database.clone());
+    if let Some(why) = replication(params) {
+        tracing::info!(peer = %peer, bridge = %bridge, database = %database, why, "database session refused");
+        let _ = client.write_all(&error_response("0A000", &why)).await;
+        return;
+    }
     // One deadline for opening the stream and the greeting: a bridge that stopped answering
     // is said within it, not after the tunnel's own keep-alive gives up.
     let deadline = tokio::time::Instant::now() + GREETING_TIMEOUT;
@@ -193,6 +214,7 @@ async fn relay<S>(
         Ok(Ok(stream)) => stream,
         Ok(Err(problem)) => {
             let (code, message) = refusal(&problem, &bridge, &database);
+            tracing::info!(peer = %peer, bridge = %bridge, database = %database, sqlstate = code, why = %message, "database session refused");
             let _ = client.write_all(&error_response(code, &message)).await;
             return;
         }
@@ -273,6 +295,9 @@ async fn relay<S>(
         }
         Spliced::Ended { ending, told } => {
             tracing::info!(peer = %peer, bridge = %bridge, database = %database, cause = %ending.message, told_client = told, "database session ended by the cloud")
+        }
+        Spliced::Lost { told } => {
+            tracing::info!(peer = %peer, bridge = %bridge, database = %database, told_client = told, "database session lost: the bridge's side ended it without a word (the bridge stopped, or its tunnel or its database connection broke)")
         }
         Spliced::Failed(e) => {
             tracing::info!(peer = %peer, bridge = %bridge, database = %database, cause = %e, "database session ended with an error")

@@ -4,11 +4,13 @@
 //! why, which psql prints before it reports the closed connection, as it does when PostgreSQL
 //! itself ends a session. A message is never cut in two: when the rest of the one in progress
 //! does not come, or the client does not take it, within [`FINISH_MESSAGE`], the connection
-//! closes without the FATAL.
+//! closes without the FATAL. When the server's side ends without a word of its own (the
+//! bridge stopped, or its tunnel or its connection to the database broke) while the client is
+//! still there, the client is given a FATAL `08006` saying so, where a message ends.
 
 use std::future::Future;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -30,8 +32,24 @@ pub(super) enum Spliced {
     Closed { up: u64, down: u64 },
     /// The cloud ended it; whether the client was told why (the FATAL went out).
     Ended { ending: Ending, told: bool },
+    /// The server's side ended without a FATAL of its own while the client was there; whether
+    /// the client was told (the cloud's `08006` went out).
+    Lost { told: bool },
     /// Reading or writing failed.
     Failed(io::Error),
+}
+
+/// What the client of a session whose server side went away reads.
+pub(super) const LOST: &str = "the connection to the database through the bridge was lost: the bridge stopped, or its tunnel or its own connection to the database failed (the bridge's log says which); connect again";
+
+/// How the server-to-client half ended.
+enum Down {
+    /// The server closed after the client did, or after its own error.
+    Closed,
+    /// The cloud ended the session.
+    Ended(Ending),
+    /// The server's side ended without a word while the client was there.
+    Lost,
 }
 
 /// Relays bytes both ways until a side closes or `ended` resolves. A client that stops
@@ -50,6 +68,7 @@ where
     let (mut client_r, mut client_w) = tokio::io::split(client);
     let (mut server_r, mut server_w) = tokio::io::split(server);
     let up_bytes = AtomicU64::new(0);
+    let client_gone = AtomicBool::new(false);
     let mut frames = Frames::default();
     let mut buf = vec![0u8; 16 * 1024];
     let mut ended = std::pin::pin!(ended);
@@ -58,11 +77,18 @@ where
     let outcome = {
         let up = async {
             let mut buf = vec![0u8; 16 * 1024];
+            // The client's messages, to see its `Terminate` (after which the server closes).
+            let mut sent = Frames::default();
             loop {
                 let n = client_r.read(&mut buf).await?;
                 if n == 0 {
+                    client_gone.store(true, Ordering::Release);
                     server_w.shutdown().await?;
                     return Ok::<(), io::Error>(());
+                }
+                sent.take(&buf[..n], false);
+                if sent.last == b'X' {
+                    client_gone.store(true, Ordering::Release);
                 }
                 server_w.write_all(&buf[..n]).await?;
                 server_w.flush().await?;
@@ -73,14 +99,23 @@ where
         // nothing, so `frames` always knows where the bytes the client was given stand.
         let down = async {
             loop {
-                let n = tokio::select! {
-                    read = server_r.read(&mut buf) => read?,
-                    ending = &mut ended => return Ok(Some(ending)),
+                let read = tokio::select! {
+                    read = server_r.read(&mut buf) => read,
+                    ending = &mut ended => return Ok(Down::Ended(ending)),
+                };
+                // PostgreSQL says why before it closes (its own FATAL); a bare end, or a
+                // broken stream, between two messages is the bridge's side going away.
+                let unexplained = !client_gone.load(Ordering::Acquire)
+                    && frames.at_boundary()
+                    && frames.last != b'E';
+                let n = match read {
+                    Ok(0) | Err(_) if unexplained => return Ok(Down::Lost),
+                    read => read?,
                 };
                 if n == 0 {
                     // A client that stopped reading would hold this close for ever.
                     let _ = tokio::time::timeout(FINISH_MESSAGE, client_w.shutdown()).await;
-                    return Ok(None);
+                    return Ok(Down::Closed);
                 }
                 let mut at = 0;
                 while at < n {
@@ -88,7 +123,7 @@ where
                         written = client_w.write(&buf[at..n]) => written?,
                         ending = &mut ended => {
                             unsent = at..n;
-                            return Ok(Some(ending));
+                            return Ok(Down::Ended(ending));
                         }
                     };
                     if written == 0 {
@@ -100,7 +135,7 @@ where
                 // TLS holds what it was given until flushed.
                 tokio::select! {
                     flushed = client_w.flush() => flushed?,
-                    ending = &mut ended => return Ok(Some(ending)),
+                    ending = &mut ended => return Ok(Down::Ended(ending)),
                 }
             }
         };
@@ -116,11 +151,20 @@ where
         }
     };
     match outcome {
-        Ok(None) => Spliced::Closed {
+        Ok(Down::Closed) => Spliced::Closed {
             up: up_bytes.load(Ordering::Relaxed),
             down: frames.passed,
         },
-        Ok(Some(ending)) => {
+        Ok(Down::Lost) => {
+            let tell = async {
+                client_w.write_all(&error_response("08006", LOST)).await?;
+                client_w.flush().await?;
+                client_w.shutdown().await
+            };
+            let told = matches!(tokio::time::timeout(FINISH_MESSAGE, tell).await, Ok(Ok(())));
+            Spliced::Lost { told }
+        }
+        Ok(Down::Ended(ending)) => {
             let unsent = buf[unsent].to_vec();
             let tell = async {
                 if !frames.at_boundary() {
@@ -173,6 +217,8 @@ struct Frames {
     left: u64,
     /// Bytes passed in all.
     passed: u64,
+    /// The type byte of the last message begun (0 before the first).
+    last: u8,
 }
 
 impl Frames {
@@ -204,6 +250,7 @@ impl Frames {
                     ]);
                     self.left = u64::from(len).saturating_sub(4);
                     self.have = 0;
+                    self.last = self.head[0];
                 }
             }
             if stop && self.at_boundary() {
@@ -245,6 +292,71 @@ mod tests {
             }
             assert_eq!(ends, [12, 17, 23], "chunks of {size}");
         }
+    }
+
+    /// Runs a session whose server sends `server_says` and then ends its stream, while the
+    /// client stays; returns how it ended and every byte the client received.
+    async fn server_goes_away_after(server_says: Vec<u8>) -> (Spliced, Vec<u8>) {
+        let (mut client, mut client_end) = tokio::io::duplex(64 * 1024);
+        let (mut server, mut server_end) = tokio::io::duplex(64 * 1024);
+        server_end.write_all(&server_says).await.unwrap();
+        drop(server_end);
+        let spliced = splice(&mut client, &mut server, std::future::pending()).await;
+        drop(client);
+        let mut received = Vec::new();
+        client_end.read_to_end(&mut received).await.unwrap();
+        (spliced, received)
+    }
+
+    /// The bridge's side ending between two messages (a stopped bridge, a broken tunnel) is
+    /// told to the client as a FATAL 08006, after what the server had said.
+    #[tokio::test]
+    async fn a_server_side_that_ends_without_a_word_is_told_to_the_client() {
+        let ready = message(b'Z', b"I");
+        let (spliced, received) = server_goes_away_after(ready.clone()).await;
+        assert!(matches!(spliced, Spliced::Lost { told: true }));
+        assert!(received.starts_with(&ready));
+        let fatal = &received[ready.len()..];
+        assert_eq!(fatal[0], b'E');
+        let text = String::from_utf8_lossy(fatal);
+        assert!(
+            text.contains("08006") && text.contains("through the bridge was lost"),
+            "{text}"
+        );
+    }
+
+    /// A client that sent `Terminate` and waits for the server to close is not told of a loss.
+    #[tokio::test]
+    async fn a_server_closing_after_the_client_s_terminate_is_no_loss() {
+        let (mut client, mut client_end) = tokio::io::duplex(64 * 1024);
+        let (mut server, mut server_end) = tokio::io::duplex(64 * 1024);
+        let session = async {
+            let spliced = splice(&mut client, &mut server, std::future::pending()).await;
+            drop(client);
+            spliced
+        };
+        let peers = async {
+            client_end.write_all(&message(b'X', b"")).await.unwrap();
+            let mut terminate = [0u8; 5];
+            server_end.read_exact(&mut terminate).await.unwrap();
+            assert_eq!(terminate[0], b'X');
+            drop(server_end);
+            let mut received = Vec::new();
+            client_end.read_to_end(&mut received).await.unwrap();
+            received
+        };
+        let (spliced, received) = tokio::join!(session, peers);
+        assert!(matches!(spliced, Spliced::Closed { .. }));
+        assert!(received.is_empty(), "{received:?}");
+    }
+
+    /// PostgreSQL's own FATAL before it closes is the whole story: nothing is added.
+    #[tokio::test]
+    async fn a_server_that_says_why_it_closes_gets_nothing_added() {
+        let fatal = message(b'E', b"SFATAL\0C57P01\0Mterminating connection\0\0");
+        let (spliced, received) = server_goes_away_after(fatal.clone()).await;
+        assert!(matches!(spliced, Spliced::Closed { .. }));
+        assert_eq!(received, fatal);
     }
 
     #[test]

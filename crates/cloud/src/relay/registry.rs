@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use chrono::{DateTime, Utc};
@@ -102,11 +102,25 @@ struct Bridge {
     instances: Vec<Arc<Instance>>,
 }
 
+/// How long after the last instance of a bridge that declared a resource went away a request
+/// for it is told to retry (503), not that the bridge declares no such resource (404): an
+/// instance restarting in a rollout is back within it.
+pub const RECONNECT_GRACE: Duration = Duration::from_secs(60);
+
 /// Every connected bridge, by (org id, bridge name).
 #[derive(Default)]
 pub struct Registry {
     bridges: Mutex<HashMap<(i64, String), Bridge>>,
+    /// The resources of instances that went away in the last [`RECONNECT_GRACE`], with when,
+    /// by (org id, bridge name); each resource once, at its latest departure.
+    departed: Mutex<HashMap<(i64, String), Vec<Departed>>>,
 }
+
+/// Most departed resources remembered per bridge (the oldest go first).
+const MAX_DEPARTED: usize = 512;
+
+/// A resource of an instance that went away, and when.
+type Departed = (Instant, ResourceInfo);
 
 /// A bridge as `GET /v1/bridges` shows it.
 #[derive(Debug, Serialize)]
@@ -164,15 +178,53 @@ impl Registry {
         None
     }
 
-    /// Removes a tunnel (it closed).
+    /// Removes a tunnel (it closed), remembering its resources for [`RECONNECT_GRACE`].
     pub fn remove(&self, org_id: i64, bridge: &str, instance: &Arc<Instance>) {
-        let mut bridges = self.lock();
-        if let Some(b) = bridges.get_mut(&(org_id, bridge.to_string())) {
-            b.instances.retain(|i| !Arc::ptr_eq(i, instance));
-            if b.instances.is_empty() {
-                bridges.remove(&(org_id, bridge.to_string()));
+        {
+            let mut bridges = self.lock();
+            if let Some(b) = bridges.get_mut(&(org_id, bridge.to_string())) {
+                b.instances.retain(|i| !Arc::ptr_eq(i, instance));
+                if b.instances.is_empty() {
+                    bridges.remove(&(org_id, bridge.to_string()));
+                }
             }
         }
+        let now = Instant::now();
+        let fresh = |(at, _): &Departed| now.duration_since(*at) < RECONNECT_GRACE;
+        let mut departed = self.departed.lock().unwrap_or_else(|e| e.into_inner());
+        // Every bridge's list is pruned as it grows past a few, this bridge's at each
+        // departure: the map holds about the last minute's departures, each bridge's at most
+        // MAX_DEPARTED, however often a token holder reconnects with new names.
+        if departed.len() > 1024 {
+            departed.retain(|_, list| {
+                list.retain(fresh);
+                !list.is_empty()
+            });
+        }
+        let list = departed.entry((org_id, bridge.to_string())).or_default();
+        list.retain(|d| fresh(d) && !instance.resources.contains(&d.1));
+        list.extend(instance.resources.iter().map(|r| (now, r.clone())));
+        let over = list.len().saturating_sub(MAX_DEPARTED);
+        list.drain(..over);
+    }
+
+    /// Whether an instance of `bridge` that declared `kind` `name` went away less than
+    /// [`RECONNECT_GRACE`] ago: the resource is likely back in a moment.
+    pub fn recently_declared(
+        &self,
+        org_id: i64,
+        bridge: &str,
+        kind: tunnel::ResourceKind,
+        name: &str,
+    ) -> bool {
+        let departed = self.departed.lock().unwrap_or_else(|e| e.into_inner());
+        departed
+            .get(&(org_id, bridge.to_string()))
+            .is_some_and(|list| {
+                list.iter().any(|(at, r)| {
+                    at.elapsed() < RECONNECT_GRACE && r.kind == kind && r.name == name
+                })
+            })
     }
 
     /// The live instances of a bridge (draining ones too: they still carry streams).

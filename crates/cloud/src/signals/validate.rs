@@ -141,7 +141,8 @@ impl<'a> Checker<'_, 'a> {
         None
     }
 
-    fn metadata(&mut self) {
+    /// `deployment`: the event is one, whose `commitTimestamp` DORA reads.
+    fn metadata(&mut self, deployment: bool) {
         let Some(&value) = self.members.get("metadata") else {
             return;
         };
@@ -211,10 +212,32 @@ impl<'a> Checker<'_, 'a> {
                     ),
                 };
                 self.fail_path(&format!("metadata/{}", pointer_token(&key.0)), detail);
+            } else if deployment && key.0 == COMMIT_TIMESTAMP {
+                self.commit_timestamp(v);
             }
         }
     }
+
+    /// `metadata.commitTimestamp` is read by DORA's lead time, so it is held to the rule of
+    /// `timestamp` (any time, past or future): one in another form would be left out of the
+    /// figures with nothing said.
+    fn commit_timestamp(&mut self, v: &serde_json::value::RawValue) {
+        let why = match raw::string(v) {
+            Some(text) => match crate::time::parse_rfc3339(&text) {
+                Ok(_) => return,
+                Err(why) => format!("metadata value {COMMIT_TIMESTAMP:?} {text:?} {why}"),
+            },
+            None => format!(
+                "metadata value {COMMIT_TIMESTAMP:?} must be an RFC 3339 time as a string (`git log -1 --format=%cI` prints one), not {}",
+                Kind::of(v).article()
+            ),
+        };
+        self.fail_path(&format!("metadata/{COMMIT_TIMESTAMP}"), why);
+    }
 }
+
+/// The metadata key DORA reads a deployment's commit time from.
+const COMMIT_TIMESTAMP: &str = "commitTimestamp";
 
 fn deployment_synonym(s: &str) -> Option<&'static str> {
     Some(match s {
@@ -283,7 +306,7 @@ pub fn validate<'a>(
         }
     };
     let occurred_at = c.timestamp(now);
-    c.metadata();
+    c.metadata(kind == Some(EventType::Deployment));
     // Fields the server sets on every event it returns: one sent would be silently replaced.
     for key in ["id", "receivedAt"] {
         if members.present(key).is_some() {

@@ -223,9 +223,27 @@ fn a_mapping_where_a_list_belongs_is_one_problem_named_by_its_key() {
     // A wrong value inside a flow mapping is its own problem, not its list's.
     let flow = "name: dc1\ntoken: t\napi_url: https://cloud.example\napis:\n  - {name: a, url: http://a, max_connections: lots}\n";
     let err = failure(flow, &MapEnv::default());
-    assert!(err.contains("bridge.yaml:5:"), "{err}");
-    assert!(err.contains("expected a whole number"), "{err}");
+    assert!(
+        err.contains("bridge.yaml:5:47: apis[0].max_connections: expected a whole number"),
+        "{err}"
+    );
     assert!(!err.contains(": apis: "), "{err}");
+}
+
+/// The docs' own `auth: {…}` and `allow: [{…}]` forms: a wrong value inside them is named by
+/// its whole key path, as one in block form is.
+#[test]
+fn a_wrong_value_inside_a_flow_mapping_is_named_by_its_key_path() {
+    let yaml = "name: dc1\ntoken: t\napis:\n  - {name: a, url: http://a, max_connections: lots}\n  - name: b\n    url: http://b\n    allow: [{method: GET, path: [x]}]\n    auth: {type: basic, username: {u: 1}, password: p}\n";
+    let err = failure(yaml, &MapEnv::default());
+    let expected = [
+        "bridge.yaml:4:47: apis[0].max_connections: expected a whole number",
+        "bridge.yaml:7:33: apis[1].allow[0].path: expected text",
+        "bridge.yaml:8:35: apis[1].auth.username: expected text",
+    ];
+    for want in expected {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
 }
 
 #[test]
@@ -235,7 +253,7 @@ fn a_list_or_mapping_where_text_belongs_is_named_and_the_reading_goes_on() {
     let expected = [
         "bridge.yaml:5:11: apis[0].name: expected text, not a list or a mapping",
         "bridge.yaml:8:5: apis[1].url: expected text, not a list or a mapping",
-        "bridge.yaml:11:20: expected text, not a list or a mapping",
+        "bridge.yaml:11:20: apis[2].url: expected text, not a list or a mapping",
         "bridge.yaml:14:22: apis[3].max_connections: expected a whole number",
     ];
     for want in expected {
@@ -357,4 +375,28 @@ fn an_unquoted_variable_in_a_flow_mapping_is_explained() {
         .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(!err.contains("must be quoted"), "{err}");
+}
+
+#[test]
+fn a_variable_where_a_number_belongs_is_told_it_is_not_expanded_there() {
+    let yaml = "name: dc1\ntoken: t\nmax_connections: ${MAX}\nheartbeat_interval: \"${BEAT}\"\napis:\n  - {name: a, url: http://a, max_connections: lots}\n  - {name: b, url: http://b, max_connections: \"${MAX}\"}\n";
+    let env = MapEnv::new().with("MAX", "10").with("BEAT", "5");
+    let err = failure(yaml, &env);
+    assert!(
+        err.contains("bridge.yaml:3:18: max_connections: expected a whole number (`${NAME}` is expanded in text values only)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("heartbeat_interval: expected a whole number (`${NAME}`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("apis[1].max_connections: expected a whole number (`${NAME}`"),
+        "{err}"
+    );
+    // A plain wrong number gets no word about variables.
+    assert!(
+        err.contains("expected a whole number\n") || err.ends_with("expected a whole number"),
+        "{err}"
+    );
 }

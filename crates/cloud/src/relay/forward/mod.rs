@@ -6,7 +6,8 @@
 //!    declaring the resource);
 //! 2. [`upstream_request`]: the request as the bridge sees it: `/{kind}/{name}/{rest}`, the
 //!    caller's credentials and hop-by-hop headers removed, the request id and principal added;
-//! 3. [`hold_body`]: an idempotent request's small body is held so it can be sent again;
+//! 3. [`hold_body`]: an idempotent request's small body is held so it can be sent again,
+//!    within the memory bound of such bodies ([`crate::body_budget::FORWARDED`]);
 //! 4. [`send`]: the stream, retried once on another instance when its tunnel died (before
 //!    the answer, or while a small answer was held), under the `--forward-timeout` watchdog;
 //!    [`headers::response_filter`] cleans the answer's head and the body streams back ([`body`]).
@@ -56,7 +57,13 @@ async fn run(state: &RelayState, target: &Target, req: Request) -> Result<Respon
             return Err(refusal);
         }
     };
-    let body = hold_body(state, &parts.method, body).await?;
+    let peer = parts
+        .extensions
+        .get::<crate::auth::PeerAddr>()
+        .map(|p| p.0.ip());
+    // The reservation of a held body lasts until the answer's head: the body is not sent again
+    // after that.
+    let (body, _reservation) = hold_body(state.read_timeout, &parts.method, peer, body).await?;
     send(state, target, &principal, &instances, head, body).await
 }
 
@@ -136,6 +143,18 @@ async fn upstream_peers(
             5,
             format!(
                 "the instances of bridge {bridge:?} that declare {} {:?} are shutting down; retry shortly",
+                target.kind.noun(),
+                target.name
+            ),
+        ));
+    }
+    let recently =
+        || (state.registry).recently_declared(principal.org_id, bridge, target.kind, &target.name);
+    if instances.is_empty() && recently() {
+        return Err(Problem::unavailable(
+            5,
+            format!(
+                "no live instance of bridge {bridge:?} declares {} {:?} right now, though one did less than a minute ago (restarting?); retry shortly",
                 target.kind.noun(),
                 target.name
             ),
@@ -238,36 +257,154 @@ enum Outgoing {
 }
 
 /// Phase 3: an idempotent request's body of at most [`REPLAYABLE_BODY`] is read whole, so that
-/// a second instance can be sent the same; anything else streams.
-async fn hold_body(state: &RelayState, method: &Method, body: Body) -> Result<Outgoing, Problem> {
+/// a second instance can be sent the same; anything else streams. A held body takes its room
+/// in the memory bound of such bodies ([`crate::body_budget::FORWARDED`]), given back when the
+/// reservation returned with it
+/// is dropped; when there is none (many slow uploads at once, or many from `peer`), the body
+/// streams instead, sent once, so callers cannot hold the service's memory by uploading slowly.
+async fn hold_body(
+    read_timeout: std::time::Duration,
+    method: &Method,
+    peer: Option<std::net::IpAddr>,
+    body: Body,
+) -> Result<(Outgoing, Option<crate::body_budget::Reservation>), Problem> {
     let idempotent = matches!(
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE
     );
     if !idempotent {
-        return Ok(Outgoing::Streamed(body));
+        return Ok((Outgoing::Streamed(body), None));
     }
     // From the body, not the headers: an HTTP/2 request may stream a body with neither
     // Content-Length nor Transfer-Encoding.
     if body.is_end_stream() {
-        return Ok(Outgoing::Held(Bytes::new()));
+        return Ok((Outgoing::Held(Bytes::new()), None));
     }
-    if body
+    let Some(most) = body
         .size_hint()
         .upper()
-        .is_none_or(|n| n > REPLAYABLE_BODY as u64)
-    {
-        return Ok(Outgoing::Streamed(body));
-    }
+        .filter(|n| *n <= REPLAYABLE_BODY as u64)
+    else {
+        return Ok((Outgoing::Streamed(body), None));
+    };
+    let Some(reservation) = crate::body_budget::FORWARDED.reserve(peer, most as usize) else {
+        return Ok((Outgoing::Streamed(body), None));
+    };
     let mut body = body;
-    match read_whole(&mut body, REPLAYABLE_BODY, state.read_timeout).await {
-        Ok(bytes) => Ok(Outgoing::Held(bytes)),
-        Err(ReadError::Stalled) => Err(Problem::body_stalled(state.read_timeout)),
+    // Each pause is bounded by the read timeout, and the whole body by four of them, as for
+    // every body read whole.
+    let whole = read_timeout * 4;
+    let Ok(read) =
+        tokio::time::timeout(whole, read_whole(&mut body, REPLAYABLE_BODY, read_timeout)).await
+    else {
+        return Err(Problem::request_timeout(format!(
+            "the request body did not arrive whole within {} s (4 x --header-read-timeout); send it faster",
+            whole.as_secs()
+        )));
+    };
+    match read {
+        Ok(bytes) => Ok((Outgoing::Held(bytes), Some(reservation))),
+        Err(ReadError::Stalled) => Err(Problem::body_stalled(read_timeout)),
         Err(ReadError::TooLarge) => Err(Problem::bad_request(
             "the request body is longer than its Content-Length announced",
         )),
         Err(ReadError::Body(e)) => Err(Problem::bad_request(format!(
             "could not read the request body: {e}"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::pin::Pin;
+    use std::task::{Context, Poll, ready};
+    use std::time::Duration;
+
+    use http_body::{Frame, SizeHint};
+
+    use super::*;
+
+    /// A body of `left` bytes that says its length, one byte every `every`.
+    struct Trickle {
+        left: u64,
+        every: Duration,
+        next: Pin<Box<tokio::time::Sleep>>,
+    }
+
+    impl HttpBody for Trickle {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            if self.left == 0 {
+                return Poll::Ready(None);
+            }
+            ready!(self.next.as_mut().poll(cx));
+            let every = self.every;
+            self.next
+                .as_mut()
+                .reset(tokio::time::Instant::now() + every);
+            self.left -= 1;
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))))
+        }
+
+        fn size_hint(&self) -> SizeHint {
+            SizeHint::with_exact(self.left)
+        }
+
+        fn is_end_stream(&self) -> bool {
+            self.left == 0
+        }
+    }
+
+    /// A small PUT is held for a retry while the address has room in the bound of bodies read
+    /// whole; past its share the body streams (sent once) instead of taking more memory.
+    #[tokio::test]
+    async fn a_small_body_is_held_only_within_the_memory_bound() {
+        let peer: std::net::IpAddr = "198.51.100.7".parse().unwrap();
+        let second = std::time::Duration::from_secs(1);
+        let (held, reservation) = hold_body(second, &Method::PUT, Some(peer), Body::from("hello"))
+            .await
+            .unwrap();
+        assert!(matches!(held, Outgoing::Held(b) if b == "hello"));
+        assert!(reservation.is_some());
+        drop(reservation);
+        let _share = crate::body_budget::FORWARDED
+            .reserve(Some(peer), crate::body_budget::PER_CLIENT)
+            .expect("the address's whole share");
+        let (streamed, reservation) =
+            hold_body(second, &Method::PUT, Some(peer), Body::from("hello"))
+                .await
+                .unwrap();
+        assert!(matches!(streamed, Outgoing::Streamed(_)));
+        assert!(reservation.is_none());
+    }
+
+    /// A held body that never pauses for a whole read timeout but takes longer than four in all
+    /// is refused with 408, as every body read whole.
+    #[tokio::test(start_paused = true)]
+    async fn a_trickled_body_is_refused_after_four_read_timeouts() {
+        let every = Duration::from_millis(500);
+        let body = Body::new(Trickle {
+            left: 1000,
+            every,
+            next: Box::pin(tokio::time::sleep(every)),
+        });
+        let started = tokio::time::Instant::now();
+        let refused = hold_body(Duration::from_secs(1), &Method::PUT, None, body)
+            .await
+            .err()
+            .expect("a 408");
+        assert_eq!(refused.status, 408);
+        assert!(
+            refused.detail.contains("4 x --header-read-timeout"),
+            "{}",
+            refused.detail
+        );
+        assert_eq!(started.elapsed(), Duration::from_secs(4));
     }
 }

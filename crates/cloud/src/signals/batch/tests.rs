@@ -169,6 +169,32 @@ fn metadata_limits() {
     }
 }
 
+/// DORA reads `metadata.commitTimestamp`: a value it could not read is refused with the reason,
+/// not stored and left out of the lead time.
+#[test]
+fn a_commit_timestamp_must_be_an_rfc3339_time() {
+    let deployment = |commit: Value| {
+        json!({"type": "deployment", "service": "api", "environment": "production",
+            "version": "v1", "status": "success", "metadata": {"commitTimestamp": commit}})
+    };
+    for (commit, want) in [
+        (json!(1795000000), "must be an RFC 3339 time as a string"),
+        (json!("2026-11-20T09:00:00"), "has no time zone"),
+        (json!("yesterday"), "is not an RFC 3339 time"),
+    ] {
+        let e = errors(deployment(commit));
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].pointer, "/metadata/commitTimestamp");
+        assert!(e[0].detail.contains(want), "{}", e[0].detail);
+    }
+    let good = deployment(json!("2026-11-20T09:00:00+01:00"));
+    assert!(parse(good.to_string().as_bytes(), now()).is_ok());
+    // DORA reads it of deployments only: another event's is its own business.
+    let custom =
+        json!({"type": "custom", "name": "x", "metadata": {"commitTimestamp": 1795000000}});
+    assert!(parse(custom.to_string().as_bytes(), now()).is_ok());
+}
+
 #[test]
 fn resolve_by_dedup_key_needs_no_other_fields() {
     let body = json!({"type": "alert", "status": "resolve", "dedupKey": "disk-full"});
