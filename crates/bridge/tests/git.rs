@@ -18,12 +18,12 @@ fn server() -> GitServer {
     })
 }
 
-/// Three sources on one server: `code` (fetch only), `code-rw` (`allow_push`) and `team`
-/// (only `team/*` repositories).
+/// Four sources on one server: `code` (fetch only), `code-rw` (`allow_push`), `team` (only
+/// `team/*` repositories) and `narrow` (an allow rule for git's `GET` only).
 fn sources(server: &GitServer, token: &str) -> String {
     let url = server.url();
     format!(
-        "sources:\n  - {{type: git, name: code, url: {url}, auth: {{type: token, token: {token}}}}}\n  - {{type: git, name: code-rw, url: {url}, allow_push: true, auth: {{type: token, token: {token}}}}}\n  - {{type: git, name: team, url: {url}, repositories: [\"team/*\"], auth: {{type: token, token: {token}}}}}\n"
+        "sources:\n  - {{type: git, name: code, url: {url}, auth: {{type: token, token: {token}}}}}\n  - {{type: git, name: code-rw, url: {url}, allow_push: true, auth: {{type: token, token: {token}}}}}\n  - {{type: git, name: team, url: {url}, repositories: [\"team/*\"], auth: {{type: token, token: {token}}}}}\n  - {{type: git, name: narrow, url: {url}, allow: [{{method: GET, path: \"/team/*\"}}], auth: {{type: token, token: {token}}}}}\n"
     )
 }
 
@@ -119,6 +119,17 @@ async fn clone_fetch_pull_shallow_partial_and_protocol_v2() {
         &git(work.path(), &["-c", &header, "clone", &bare, "bearer"], &[]),
         "bearer clone",
     );
+    // A key in that form that is not valid is said, not answered with a password prompt.
+    let wrong = "http.extraHeader=Authorization: Bearer sigapi_0000000000000000_wrong";
+    let err = failed(
+        &git(
+            work.path(),
+            &["-c", wrong, "ls-remote", &bare],
+            &[("GIT_TERMINAL_PROMPT", "0")],
+        ),
+        "a wrong Bearer key",
+    );
+    assert!(err.contains("remote: the API key is not valid"), "{err}");
 
     // Protocol v2 went both ways: the server saw the client's Git-Protocol header, and the
     // bridge authenticated as x-access-token.
@@ -272,6 +283,24 @@ async fn what_is_not_reachable_says_why() {
     assert!(err.contains("404") || err.contains("not found"), "{err}");
     assert!(
         err.contains("has no repository \"other/secret.git\""),
+        "{err}"
+    );
+
+    // An allow rule that admits git's first request but not the POST that follows is said on
+    // the first, where git prints it.
+    let err = failed(
+        &git(
+            work.path(),
+            &[
+                "ls-remote",
+                &clone_url(&rig, &key, "narrow", "team/lib.git"),
+            ],
+            &[],
+        ),
+        "a rule for GET only",
+    );
+    assert!(
+        err.contains("remote: POST /team/lib.git/git-upload-pack, which git sends after GET /team/lib.git/info/refs, matches no allow rule"),
         "{err}"
     );
 

@@ -552,10 +552,10 @@ async fn a_token_registry_is_pulled_with_tokens_from_listed_token_hosts_only() {
     assert!(!out.contains("the bridge's log"), "{out}");
 }
 
-/// A registry moved from htpasswd to token auth while the bridge runs: the first pull after
-/// the move learns the new challenge and is sent again with a token, so no pull fails.
+/// A registry moved from htpasswd to token auth while the bridge runs, and back: the first pull
+/// after each move learns the new challenge and is sent again as it asks, so no pull fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_registry_moved_to_token_auth_loses_no_pull() {
+async fn a_registry_moved_to_token_auth_and_back_loses_no_pull() {
     let tokens = TokenService::start().await;
     let mut registry = RegistryServer::start();
     let work = tempfile::tempdir().unwrap();
@@ -582,6 +582,11 @@ async fn a_registry_moved_to_token_auth_loses_no_pull() {
     let status = res.status();
     assert_eq!(status, 200, "{}", res.text().await.unwrap());
     assert!(tokens.requests.load(std::sync::atomic::Ordering::SeqCst) > before);
+    // And back to Basic: the token it would have sent is not what the registry asks for now.
+    registry.switch_to_basic();
+    let res = tags().await.unwrap();
+    let status = res.status();
+    assert_eq!(status, 200, "{}", res.text().await.unwrap());
 }
 
 /// `bridge check` on `yaml` with the rig's token: (exit code, output).

@@ -1,7 +1,9 @@
 // The dashboard's one script, three progressive enhancements. Live updates without a reload:
 // an element with data-live="SECONDS" is fetched again from the same URL every SECONDS and
 // replaced when it changed. Pages read fine without it. Keyboard focus inside the element
-// survives the replacement: the same link or button (by its target) is focused again.
+// survives the replacement: the same link or button (by its target) is focused again. When
+// the answer no longer holds the element (the session ended, and the sign-in page came), the
+// page is loaded again, so it shows that instead of going stale without a word.
 const focusKey = (node) => [
   node.tagName,
   node.getAttribute("href") || "",
@@ -17,6 +19,10 @@ for (const el of document.querySelectorAll("[data-live]")) {
       if (res.ok) {
         const doc = new DOMParser().parseFromString(await res.text(), "text/html");
         const fresh = doc.getElementById(el.id);
+        if (!fresh && res.redirected) {
+          location.reload();
+          return;
+        }
         if (fresh && fresh.innerHTML !== el.innerHTML) {
           const focused = el.contains(document.activeElement) ? focusKey(document.activeElement) : null;
           el.innerHTML = fresh.innerHTML;

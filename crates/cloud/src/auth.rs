@@ -143,7 +143,7 @@ fn presented_key(headers: &HeaderMap) -> Result<Cow<'_, str>, Problem> {
         if password.is_empty() {
             // What a client sends when it was given no credentials (skopeo without --creds).
             return Err(Problem::unauthorized(
-                "the Basic credentials carry no password; give the API key as the password (skopeo: --creds ci:$API_KEY; podman or docker: echo \"$API_KEY\" | podman login -u ci --password-stdin HOST; git: https://x:$API_KEY@HOST/…)",
+                "no API key was given (the Basic credentials carry no password, as a client given no login sends them); give the API key as the password (skopeo: --creds ci:$API_KEY; podman or docker: echo \"$API_KEY\" | podman login -u ci --password-stdin HOST; git: https://x:$API_KEY@HOST/…)",
             ));
         }
         return Ok(Cow::Owned(password.to_string()));

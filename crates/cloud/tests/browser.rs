@@ -275,6 +275,22 @@ async fn an_admin_and_a_member_use_the_dashboard() {
     browser.wait_for_text("bridge_token.revoke").await;
     browser.check_page("audit").await;
 
+    // A live page whose session ends (here its cookie goes) shows the sign-in page by itself,
+    // rather than going stale.
+    browser.goto(&format!("{}/events", cloud.http)).await;
+    browser.wait_for_text("checkout-browser").await;
+    browser.client.delete_all_cookies().await.unwrap();
+    browser.wait_for_text("Sign in").await;
+    assert!(
+        browser.url().await.contains("/sign-in"),
+        "{}",
+        browser.url().await
+    );
+    browser.fill("#email", "ada@example.com").await;
+    browser.fill("#password", PASSWORD).await;
+    browser.click("form button[type=submit]").await;
+    browser.wait_for_text("Signed in as").await;
+
     // A member reads but cannot create keys: no form, and a forged POST is refused.
     browser.click("form.signout button[name=everywhere]").await;
     browser.wait_for_text("Sign in").await;

@@ -760,6 +760,8 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
         page.contains("Suspects") && page.contains(&deployment) && page.contains("same service"),
         "{page}"
     );
+    // Its time in the form of every other time of the dashboard.
+    assert!(page.contains(" UTC</span>"), "{page}");
     let asked = Utc::now();
     let (status, page) = get(
         &browser,
@@ -794,6 +796,11 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
     };
     let (_, figures) = call(&cloud, &t, reqwest::Method::GET, &quoted(&page), None).await;
     assert_eq!(figures["deploymentFrequency"]["count"], 3, "{figures}");
+    // Quoted in the API's precision: whole milliseconds.
+    let until = quoted(&page).split("until=").nth(1).unwrap().to_string();
+    let fraction = until.split('.').nth(1).unwrap_or_default();
+    assert_eq!(fraction.len(), 4, "{until}");
+    assert!(fraction.ends_with('Z'), "{until}");
     // A name a query would split or change is quoted percent-encoded, so it reads back as is.
     let (status, odd) = get(
         &browser,
@@ -947,7 +954,10 @@ async fn webhooks_reach_public_addresses_only_by_default() {
     )
     .await;
     assert_eq!(status, 422, "{page}");
-    assert!(page.contains("127.0.0.1 is not a public address"), "{page}");
+    assert!(
+        page.contains("url: 127.0.0.1 is not a public address"),
+        "{page}"
+    );
     let now = Utc::now();
     cloud.post_event(&t, &json!({"type": "deployment", "service": "api", "environment": "production",
         "status": "success", "version": "v2", "timestamp": (now - Duration::minutes(5)).to_rfc3339()})).await;

@@ -15,6 +15,9 @@ pub(crate) fn causes(e: &dyn std::error::Error) -> String {
     if text.contains("InvalidContentType") {
         text.push_str(" (the server answered in plain text, not TLS: use an http:// URL, or the port where it speaks TLS)");
     }
+    if text.contains("CaUsedAsEndEntity") {
+        text.push_str(" (the server presents a CA certificate as its own, as `openssl req -x509` makes: give it a server certificate signed by that CA, and the CA to the entry's tls_ca_file)");
+    }
     text
 }
 
@@ -92,5 +95,24 @@ mod tests {
             caller_summary("client error (Connect): tcp connect error: deadline has elapsed"),
             "connecting timed out"
         );
+    }
+
+    /// A self-signed CA certificate served as the server's own is said in words, with the fix.
+    #[test]
+    fn a_ca_certificate_as_the_server_s_is_explained() {
+        #[derive(Debug)]
+        struct Rustls;
+        impl std::fmt::Display for Rustls {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("invalid peer certificate: Other(OtherError(CaUsedAsEndEntity))")
+            }
+        }
+        impl std::error::Error for Rustls {}
+        let text = super::causes(&Rustls);
+        assert!(
+            text.contains("presents a CA certificate as its own"),
+            "{text}"
+        );
+        assert_eq!(super::caller_summary(&text), "the TLS handshake failed");
     }
 }

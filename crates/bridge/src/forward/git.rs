@@ -112,7 +112,7 @@ impl Kind for GitSource {
             }
         };
         if !self.allow.is_empty() {
-            return allowed(&self.allow, method.as_str(), path).ok_or_else(|| {
+            let admitted = allowed(&self.allow, method.as_str(), path).ok_or_else(|| {
                 Refusal::forbidden(
                     "no matching allow rule",
                     format!(
@@ -120,7 +120,21 @@ impl Kind for GitSource {
                         self.name
                     ),
                 )
-            });
+            })?;
+            // git prints a refusal's words only for its first request, `GET …/info/refs`: the
+            // `POST` that follows is checked now too, so that a rule admitting only the first
+            // is said where git shows it (protocol v2 lists refs by `POST` as well).
+            let post = format!("{repo}/{service}");
+            if path.ends_with("/info/refs") && allowed(&self.allow, "POST", &post).is_none() {
+                return Err(Refusal::forbidden(
+                    "no matching allow rule",
+                    format!(
+                        "POST {post}, which git sends after {method} {path}, matches no allow rule of the bridge's sources entry {:?}; the bridge's operator can add one",
+                        self.name
+                    ),
+                ));
+            }
+            return Ok(admitted);
         }
         Ok(rule.to_string())
     }

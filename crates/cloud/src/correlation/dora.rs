@@ -318,7 +318,9 @@ pub async fn weekly(
 ) -> Result<(Vec<Value>, Value), StorageError> {
     const DAY: i64 = 86_400_000_000;
     const WEEK: i64 = 7 * DAY;
-    let until = crate::storage::now_micros();
+    // The next whole millisecond, as the API's default `until`: the page's link to
+    // `GET /v1/dora` then quotes the window in the API's own precision.
+    let until = (crate::storage::now_micros() / 1000 + 1) * 1000;
     let today = until.div_euclid(DAY);
     // 1970-01-01 was a Thursday, three days after a Monday.
     let this_monday = (today - (today + 3).rem_euclid(7)) * DAY;

@@ -31,10 +31,12 @@ struct AuditPage<'a> {
     next: Option<i64>,
 }
 
-/// `?before=` (an entry id) from the previous page's link.
+/// `?before=` (an entry id) from the previous page's link; text, so that an edited one is said
+/// in this page's words, not the query parser's.
 #[derive(Deserialize)]
 pub struct Position {
-    before: Option<i64>,
+    #[serde(default)]
+    before: String,
 }
 
 /// `GET /audit`: admins only (a member gets 403).
@@ -52,9 +54,24 @@ pub async fn list(
             "Back to the dashboard",
         );
     }
+    let before = match at.before.trim() {
+        "" => None,
+        id => match id.parse::<i64>() {
+            Ok(id) => Some(id),
+            Err(_) => {
+                return message(
+                    StatusCode::BAD_REQUEST,
+                    "Address not valid",
+                    "before comes from an \"Older entries\" link, an entry's number: this link was edited or cut. Start again from the first page.",
+                    "/audit",
+                    "Back to the audit",
+                );
+            }
+        },
+    };
     let Ok(mut found) = state
         .store
-        .audit_entries(me.session.user.org_id, at.before, PAGE + 1)
+        .audit_entries(me.session.user.org_id, before, PAGE + 1)
         .await
     else {
         return unavailable();

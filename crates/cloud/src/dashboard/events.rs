@@ -13,7 +13,7 @@ use crate::storage::{EventQuery, StoredEvent};
 use super::DashboardState;
 use super::extract::{Path, Query};
 use super::me::Me;
-use super::render::{message, page, unavailable, when_micros};
+use super::render::{message, page, unavailable, when_micros, when_text};
 
 /// Events per page.
 const PAGE: i64 = 50;
@@ -109,7 +109,7 @@ fn commit_rows(answer: &Value) -> Vec<CommitRow> {
                 sha: text(c, "sha").chars().take(12).collect(),
                 subject: text(c, "subject"),
                 author: text(c, "author"),
-                time: text(c, "time"),
+                time: when_text(&text(c, "time")),
                 files: shown,
             }
         })
@@ -137,7 +137,7 @@ fn suspect_rows(answer: &Value) -> Vec<SuspectRow> {
                         id: text(e, "id"),
                         deployment: text(e, "type") == "deployment",
                         what,
-                        time: text(e, "timestamp"),
+                        time: when_text(&text(e, "timestamp")),
                         percent: (s["score"].as_f64().unwrap_or(0.0) * 100.0).round() as i64,
                         reasons: s["reasons"]
                             .as_array()
@@ -170,8 +170,10 @@ pub struct Filters {
     /// Up to and including this day (`YYYY-MM-DD`, UTC).
     #[serde(default)]
     to: String,
-    /// Older than this event (its time in µs and id), from the previous page's link.
-    before_at: Option<i64>,
+    /// Older than this event (its time in µs and id), from the previous page's link; text, so
+    /// that an edited one is said in this page's words, not the query parser's.
+    #[serde(default)]
+    before_at: String,
     #[serde(default)]
     before_id: String,
 }
@@ -246,10 +248,11 @@ pub async fn timeline(
         .transpose();
     // The cursor comes whole from an "Older events" link: an edited or cut one is said, not
     // silently read as the first page.
-    let after = match (f.before_at, some(&f.before_id)) {
+    let before_at = some(&f.before_at).map(|at| at.parse::<i64>().map_err(drop));
+    let after = match (before_at, some(&f.before_id)) {
         (None, None) => Ok(None),
         // Ids are stored hyphenated: another spelling of the same UUID is read as that.
-        (Some(at), Some(id)) if uuid::Uuid::try_parse(&id).is_ok() => {
+        (Some(Ok(at)), Some(id)) if uuid::Uuid::try_parse(&id).is_ok() => {
             let id = uuid::Uuid::try_parse(&id).map_or(id, |u| u.hyphenated().to_string());
             Ok(Some((at, id)))
         }
@@ -325,7 +328,7 @@ pub async fn timeline(
             filter_to: &f.to,
             events: found.into_iter().map(row).collect(),
             next,
-            live: f.before_at.is_none(),
+            live: f.before_at.trim().is_empty(),
         },
     )
 }

@@ -193,7 +193,9 @@ pub async fn set_webhook(
         if state.webhook_allow_private {
             return Ok(url);
         }
-        crate::notify::guard::literal_allowed(&url).map(|()| url)
+        crate::notify::guard::literal_allowed(&url)
+            .map(|()| url)
+            .map_err(|why| format!("url: {why}"))
     });
     let url = match checked {
         Ok(u) => u,

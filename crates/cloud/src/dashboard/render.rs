@@ -153,3 +153,12 @@ pub fn when_micros(micros: i64) -> String {
         .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
         .unwrap_or_default()
 }
+
+/// An RFC 3339 time from an API answer (an event's `timestamp`, a commit's `time`, in any
+/// offset) as pages show times, so that one page does not mix two forms; as given when it is
+/// not one.
+pub fn when_text(rfc3339: &str) -> String {
+    chrono::DateTime::parse_from_rfc3339(rfc3339)
+        .map(|t| t.to_utc().format("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .unwrap_or_else(|_| rfc3339.to_string())
+}

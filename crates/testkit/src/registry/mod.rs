@@ -50,17 +50,21 @@ pub fn run(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The `auth` section of a registry that takes [`USER`] and [`PASSWORD`] as HTTP Basic, its
+/// htpasswd file written into `dir`.
+fn htpasswd_auth(dir: &Path) -> String {
+    let htpasswd = run("htpasswd", &["-Bbn", USER, PASSWORD]);
+    std::fs::write(dir.join("htpasswd"), htpasswd).expect("htpasswd");
+    format!(
+        "auth:\n  htpasswd:\n    realm: test-registry\n    path: {}/htpasswd\n",
+        dir.display()
+    )
+}
+
 impl RegistryServer {
     /// Starts a registry that takes [`USER`] and [`PASSWORD`] as HTTP Basic.
     pub fn start() -> Self {
-        Self::start_with(|dir| {
-            let htpasswd = run("htpasswd", &["-Bbn", USER, PASSWORD]);
-            std::fs::write(dir.join("htpasswd"), htpasswd).expect("htpasswd");
-            format!(
-                "auth:\n  htpasswd:\n    realm: test-registry\n    path: {}/htpasswd\n",
-                dir.display()
-            )
-        })
+        Self::start_with(htpasswd_auth)
     }
 
     /// Starts a registry that asks for no login (as behind a front that redirects).
@@ -72,14 +76,7 @@ impl RegistryServer {
     /// signed: an internal registry on a private CA.
     pub fn start_tls(ca: &crate::tls::TestCa) -> Self {
         let (cert, key) = ca.server_pem("127.0.0.1");
-        Self::start_tls_with(Some((&cert, &key)), |dir| {
-            let htpasswd = run("htpasswd", &["-Bbn", USER, PASSWORD]);
-            std::fs::write(dir.join("htpasswd"), htpasswd).expect("htpasswd");
-            format!(
-                "auth:\n  htpasswd:\n    realm: test-registry\n    path: {}/htpasswd\n",
-                dir.display()
-            )
-        })
+        Self::start_tls_with(Some((&cert, &key)), htpasswd_auth)
     }
 
     /// Pushes `image` as `repository:tag` to a registry without a login.
@@ -105,10 +102,23 @@ impl RegistryServer {
     /// Restarts this registry, on its port and with its images, with token auth from
     /// `tokens`: as an operator moves a registry from htpasswd to a token service.
     pub fn switch_to_token(&mut self, tokens: &TokenService) {
+        let auth = token_auth(self.dir.path(), tokens);
+        self.switch_auth(&auth);
+    }
+
+    /// Restarts this registry, on its port and with its images, with HTTP Basic again: as an
+    /// operator moves a registry back from a token service.
+    pub fn switch_to_basic(&mut self) {
+        let auth = htpasswd_auth(self.dir.path());
+        self.switch_auth(&auth);
+    }
+
+    /// Restarts this registry with `auth` as its configuration's `auth` section.
+    fn switch_auth(&mut self, auth: &str) {
         let config_path = self.dir.path().join("config.yml");
         let config = std::fs::read_to_string(&config_path).expect("config");
         let head = config.split("auth:").next().unwrap_or(&config).to_string();
-        std::fs::write(&config_path, head + &token_auth(self.dir.path(), tokens)).expect("config");
+        std::fs::write(&config_path, head + auth).expect("config");
         let _ = self.child.kill();
         let _ = self.child.wait();
         self.child = serve(&config_path, &self.host)

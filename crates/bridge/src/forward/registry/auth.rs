@@ -122,7 +122,7 @@ impl RegistryKind {
             return Err(self.unavailable(
                 TOKEN_HOSTS_RULE,
                 format!(
-                    "registry {:?} sends its token requests to a service that is neither at its own host and port nor in registries[].token_hosts{https_note}; the bridge does not send the login there{HOST_IN_LOG}",
+                    "registry {:?} sends its token requests to a service that is neither at its own host and port nor in registries[].token_hosts{https_note}; the bridge does not send the login there: its operator can add that host to token_hosts{HOST_IN_LOG}",
                     self.cfg.name
                 ),
             ));
@@ -214,20 +214,24 @@ impl RegistryKind {
         let base = self.cfg.url.path().trim_end_matches('/');
         let path = uri.path().strip_prefix(base).unwrap_or(uri.path());
         let pulling = sent.method == Method::GET || sent.method == Method::HEAD;
+        let challenge = response
+            .headers()
+            .get(header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_challenge);
         if !had_token {
             // The registry wants what the bridge did not send: its authentication changed, or
             // the login is wrong. Its challenge is learnt again; a pull is sent once more when
             // it now asks for a token (else this 401 becomes the 502 that names
             // registries[].auth).
             self.state().scheme = Scheme::Unknown;
-            let challenge = response
-                .headers()
-                .get(header::WWW_AUTHENTICATE)
-                .and_then(|v| v.to_str().ok())
-                .and_then(parse_challenge);
             if !pulling || !matches!(challenge, Some(Scheme::Bearer { .. })) {
                 return Ok(response);
             }
+        } else if matches!(challenge, Some(Scheme::Basic)) {
+            // A token where the registry now asks for Basic: it moved back from a token
+            // service. Its challenge is learnt again, and a pull sent once more with the login.
+            self.state().scheme = Scheme::Unknown;
         }
         {
             let mut state = self.state();

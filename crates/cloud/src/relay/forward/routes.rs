@@ -4,7 +4,7 @@
 
 use axum::Json;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use tunnel::ResourceKind;
@@ -170,12 +170,25 @@ pub async fn forward(
     req: Request,
 ) -> Response {
     let target = Target::new(kind, matched.as_str(), req.uri().path());
+    let bearer = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().get(..7))
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case(b"bearer "));
     match run(&state, &target, req).await {
         Ok(mut response) => {
             if matches!(kind, ResourceKind::Api | ResourceKind::Git) {
                 kinds::location_filter(kind, &target.bridge, &target.name, &mut response);
             }
             response
+        }
+        // git answers any 401 by asking for a user name and password, and prints nothing of
+        // it: a key sent as a header (`http.extraHeader`) that is not valid is a 403, whose
+        // words git prints as `remote: …`.
+        Err(mut problem) if kind == ResourceKind::Git && problem.status == 401 && bearer => {
+            problem.status = 403;
+            problem.challenge = false;
+            kinds::refusal(kind, problem)
         }
         Err(problem) => kinds::refusal(kind, problem),
     }
