@@ -16,7 +16,7 @@ pub(crate) fn causes(e: &dyn std::error::Error) -> String {
         text.push_str(" (the server answered in plain text, not TLS: use an http:// URL, or the port where it speaks TLS)");
     }
     if text.contains("CaUsedAsEndEntity") {
-        text.push_str(" (the server presents a CA certificate as its own, as `openssl req -x509` makes: give it a server certificate signed by that CA, and the CA to the entry's tls_ca_file)");
+        text.push_str(" (the server presents a CA certificate as its own, as `openssl req -x509` makes: give it a server certificate signed by that CA, and give that CA as tls_ca_file)");
     }
     text
 }

@@ -57,7 +57,7 @@ pub async fn forward_api(
     responses((status = 200, description = "The Git server's answer, streamed"),
         (status = 400, description = "A path the bridge refuses (dot segments, encoded slashes, dots or percent signs)", content_type = "text/plain"),
         (status = 401, description = "No API key: a Basic challenge, so git asks for one", content_type = "text/plain"),
-        (status = 403, description = "Refused at the bridge (push to a fetch-only source)", content_type = "text/plain"),
+        (status = 403, description = "Refused at the bridge (push to a fetch-only source), or an API key sent as Bearer that is not valid", content_type = "text/plain"),
         (status = 404, description = "No such bridge, source or repository", content_type = "text/plain")))]
 pub async fn forward_git(
     State(state): State<RelayState>,
