@@ -286,10 +286,16 @@ async fn an_admin_and_a_member_use_the_dashboard() {
         "{}",
         browser.url().await
     );
+    // Signing in again leads back to the events.
     browser.fill("#email", "ada@example.com").await;
     browser.fill("#password", PASSWORD).await;
     browser.click("form button[type=submit]").await;
-    browser.wait_for_text("Signed in as").await;
+    browser.wait_for_text("checkout-browser").await;
+    assert!(
+        browser.url().await.ends_with("/events"),
+        "{}",
+        browser.url().await
+    );
 
     // A member reads but cannot create keys: no form, and a forged POST is refused.
     browser.click("form.signout button[name=everywhere]").await;

@@ -813,6 +813,16 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
     let (status, figures) = call(&cloud, &t, reqwest::Method::GET, &quoted(&odd), None).await;
     assert_eq!(status, 200, "{figures}");
     assert!(page.contains("3 ("), "{page}");
+    // A name no event gives (here in another case) says so, rather than reading as an idle
+    // service; the path in the hint is encoded as a path.
+    assert!(!page.contains("No event names this service"), "{page}");
+    assert!(
+        odd.contains("No event names this service")
+            && odd.contains("/v1/services/c%2B%2B%20a%26b/dependencies"),
+        "{odd}"
+    );
+    let (_, upper) = get(&browser, format!("{}/services/API", cloud.https), &admin).await;
+    assert!(upper.contains("No event names this service"), "{upper}");
     // An admin confirms the cause on the alert's page: the page says so, and the change fail
     // rate counts it (one of the two deployments).
     let (status, _) = form(

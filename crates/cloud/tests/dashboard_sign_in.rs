@@ -381,3 +381,67 @@ fn user_commands_say_what_is_wrong() {
     assert_eq!(out.status.code(), Some(2));
     assert!(!empty.path().join("data").exists());
 }
+
+/// A page asked for without a session is where signing in leads back to; only a path of this
+/// site is ever followed, whatever the link or the form says.
+#[tokio::test]
+async fn signing_in_returns_to_the_page_asked_for() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.admin(&["org", "create", "acme"]);
+    let link = user(&cloud, "acme", "ada@example.com", "member");
+    let client = client(&cloud);
+    set_password(&client, &link).await;
+    let asked = client
+        .get(format!("{}/events?type=alert", cloud.https))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(asked.status(), 303);
+    let to = asked.headers()[LOCATION].to_str().unwrap().to_string();
+    assert_eq!(to, "/sign-in?next=%2Fevents%3Ftype%3Dalert");
+    let sign_in_from = |start: String, posted: Option<&'static str>| {
+        let client = &client;
+        let base = cloud.https.clone();
+        async move {
+            let form = client.get(format!("{base}{start}")).send().await.unwrap();
+            let csrf_cookie = pair(&set_cookie(form.headers(), "signals_csrf").unwrap());
+            let page = form.text().await.unwrap();
+            let csrf = hidden(&page, "csrf");
+            let next = match posted {
+                Some(next) => next.to_string(),
+                None if page.contains("name=\"next\"") => hidden(&page, "next"),
+                None => String::new(),
+            };
+            let res = client
+                .post(format!("{base}/sign-in"))
+                .header("cookie", csrf_cookie)
+                .form(&[
+                    ("csrf", csrf.as_str()),
+                    ("email", "ada@example.com"),
+                    ("password", PASSWORD),
+                    ("next", next.as_str()),
+                ])
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status(), 303, "{start}");
+            res.headers()[LOCATION].to_str().unwrap().to_string()
+        }
+    };
+    assert_eq!(sign_in_from(to, None).await, "/events?type=alert");
+    for other_site in [
+        "/sign-in?next=%2F%2Fevil.example",
+        "/sign-in?next=https%3A%2F%2Fevil.example",
+        "/sign-in?next=%2F%5Cevil.example",
+    ] {
+        assert_eq!(
+            sign_in_from(other_site.into(), None).await,
+            "/",
+            "{other_site}"
+        );
+    }
+    assert_eq!(
+        sign_in_from("/sign-in".into(), Some("//evil.example/x")).await,
+        "/"
+    );
+}

@@ -52,7 +52,16 @@ impl axum::extract::FromRequestParts<DashboardState> for Me {
         parts: &mut axum::http::request::Parts,
         state: &DashboardState,
     ) -> Result<Self, Self::Rejection> {
-        let mut me = me(state, &parts.headers).await?;
+        let mut me = match me(state, &parts.headers).await {
+            // A page asked for without a session comes back after sign-in.
+            Err(answer)
+                if answer.status() == StatusCode::SEE_OTHER
+                    && parts.method == axum::http::Method::GET =>
+            {
+                return Err(super::pages::to_sign_in(&parts.uri));
+            }
+            other => other?,
+        };
         me.section = section(parts.uri.path());
         if let Some(peer) = parts.extensions.get::<PeerAddr>() {
             me.address = peer.0.ip().to_string();

@@ -22,6 +22,41 @@ struct SignInPage<'a> {
     csrf: &'a str,
     email: &'a str,
     error: Option<&'a str>,
+    /// Where to go once signed in (a path of this site; empty: home).
+    next: &'a str,
+}
+
+/// The sign-in page, to come back to `uri` after it (a page asked for without a session).
+pub fn to_sign_in(uri: &axum::http::Uri) -> Response {
+    let back = uri.path_and_query().map_or("/", |p| p.as_str());
+    match local_path(back) {
+        Some(next) if next != "/" => {
+            let query: String = url::form_urlencoded::Serializer::new(String::new())
+                .append_pair("next", next)
+                .finish();
+            Redirect::to(&format!("/sign-in?{query}")).into_response()
+        }
+        _ => Redirect::to("/sign-in").into_response(),
+    }
+}
+
+/// `next` when it is a path of this site to go to after sign-in, never another site's
+/// (`//host`, `/\host`, a scheme) nor the sign-in page itself; at most 2 KiB.
+fn local_path(next: &str) -> Option<&str> {
+    let local = next.starts_with('/')
+        && !next.starts_with("//")
+        && !next.contains('\\')
+        && !next.chars().any(char::is_control)
+        && next.len() <= 2048
+        && !next.starts_with("/sign-in");
+    local.then_some(next)
+}
+
+/// `?next=` of the sign-in page.
+#[derive(Deserialize)]
+pub struct Next {
+    #[serde(default)]
+    next: String,
 }
 
 #[derive(Template)]
@@ -69,12 +104,17 @@ pub async fn home(me: Me) -> Response {
     page(StatusCode::OK, &HomePage { me: &me })
 }
 /// `GET /sign-in`.
-pub async fn sign_in_form(State(state): State<DashboardState>, headers: HeaderMap) -> Response {
+pub async fn sign_in_form(
+    State(state): State<DashboardState>,
+    headers: HeaderMap,
+    super::extract::Query(next): super::extract::Query<Next>,
+) -> Response {
     let (csrf, cookie) = pre_session_csrf(&headers, state.secure);
     let form = SignInPage {
         csrf: &csrf,
         email: "",
         error: None,
+        next: local_path(&next.next).unwrap_or(""),
     };
     with_cookie(page(StatusCode::OK, &form), cookie)
 }
@@ -86,6 +126,8 @@ pub struct SignIn {
     csrf: String,
     email: String,
     password: String,
+    #[serde(default)]
+    next: String,
 }
 
 /// `POST /sign-in`: a session on the right password, else the form again (401), or 429 while
@@ -109,6 +151,7 @@ pub async fn sign_in(
                 csrf: &form.csrf,
                 email: &email,
                 error: Some(error),
+                next: local_path(&form.next).unwrap_or(""),
             },
         )
     };
@@ -150,7 +193,7 @@ pub async fn sign_in(
         Ok(Some(id)) => {
             attempt.succeeded();
             tracing::info!(email = %email, org = %user.org, address = %shown_address, "signed in");
-            signed_in(&id, state.secure)
+            signed_in(&id, state.secure, local_path(&form.next).unwrap_or("/"))
         }
         // The password was set again between the check and the session: the one typed is old.
         Ok(None) => {
@@ -162,9 +205,10 @@ pub async fn sign_in(
     }
 }
 
-/// A redirect home with the new session's cookie.
-fn signed_in(session_id: &str, secure: bool) -> Response {
-    let mut response = Redirect::to("/").into_response();
+/// A redirect to `to` (home, or the page that sent the user to sign in) with the new
+/// session's cookie.
+fn signed_in(session_id: &str, secure: bool, to: &str) -> Response {
+    let mut response = Redirect::to(to).into_response();
     response.headers_mut().append(
         header::SET_COOKIE,
         session::set_cookie(SESSION_COOKIE, session_id, "Lax", session::ABSOLUTE, secure),
@@ -289,7 +333,7 @@ pub async fn set_password(
         Ok(Some(user_id)) => {
             tracing::info!(email = %user.email, org = %user.org, "password set from a link");
             match session::start(&state.store, user_id, &hash).await {
-                Ok(Some(id)) => signed_in(&id, state.secure),
+                Ok(Some(id)) => signed_in(&id, state.secure, "/"),
                 // Set again from another link meanwhile: that one's holder signs in.
                 Ok(None) => link_gone(),
                 Err(_) => unavailable(),

@@ -82,6 +82,9 @@ struct ServicePage<'a> {
     charts: Vec<(&'static str, String)>,
     /// The services this one depends on (declared through the API).
     dependencies: Vec<String>,
+    /// Whether any event names this service (in the environment, when one is given): a name
+    /// typed wrong, or in another case, shows zeros that would read as an idle service.
+    known: bool,
 }
 
 /// `?environment=` of a service's page.
@@ -113,12 +116,19 @@ pub async fn detail(
 ) -> Response {
     let environment = Some(scope.environment.trim()).filter(|e| !e.is_empty());
     let org_id = me.session.user.org_id;
-    let (Some((weeks, whole)), Ok(dependencies)) = (
+    let probe = crate::storage::EventQuery {
+        service: Some(service.clone()),
+        environment: environment.map(str::to_string),
+        limit: 1,
+        ..Default::default()
+    };
+    let (Some((weeks, whole)), Ok(dependencies), Ok(named)) = (
         state
             .insight
             .weekly_dora(org_id, &service, environment, WEEKS)
             .await,
         state.store.dependencies(org_id, &service).await,
+        state.store.list_events(org_id, &probe).await,
     ) else {
         return unavailable();
     };
@@ -208,6 +218,7 @@ pub async fn detail(
             recovery: or_none(p50(&whole, "recoveryTimeSeconds").map(duration)),
             charts,
             dependencies,
+            known: !named.is_empty(),
         },
     )
 }
