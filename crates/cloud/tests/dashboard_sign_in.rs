@@ -4,7 +4,9 @@
 //! are refused; failures are throttled; sign-out ends one session or all of them.
 
 use reqwest::header::LOCATION;
-use testkit::dashboard::{PASSWORD, client, hidden, pair, set_cookie, set_password, sign_in, user};
+use testkit::dashboard::{
+    PASSWORD, client, hidden, pair, set_cookie, set_password, sign_in, sign_in_from, user,
+};
 use testkit::{Backend, Cloud, cloud_bin, on_both_backends};
 
 on_both_backends!(a_link_sets_the_password_and_signs_in);
@@ -399,49 +401,24 @@ async fn signing_in_returns_to_the_page_asked_for() {
     assert_eq!(asked.status(), 303);
     let to = asked.headers()[LOCATION].to_str().unwrap().to_string();
     assert_eq!(to, "/sign-in?next=%2Fevents%3Ftype%3Dalert");
-    let sign_in_from = |start: String, posted: Option<&'static str>| {
-        let client = &client;
-        let base = cloud.https.clone();
+    let lands = |start: String, posted: Option<&'static str>| {
+        let (client, page) = (&client, format!("{}{start}", cloud.https));
         async move {
-            let form = client.get(format!("{base}{start}")).send().await.unwrap();
-            let csrf_cookie = pair(&set_cookie(form.headers(), "signals_csrf").unwrap());
-            let page = form.text().await.unwrap();
-            let csrf = hidden(&page, "csrf");
-            let next = match posted {
-                Some(next) => next.to_string(),
-                None if page.contains("name=\"next\"") => hidden(&page, "next"),
-                None => String::new(),
-            };
-            let res = client
-                .post(format!("{base}/sign-in"))
-                .header("cookie", csrf_cookie)
-                .form(&[
-                    ("csrf", csrf.as_str()),
-                    ("email", "ada@example.com"),
-                    ("password", PASSWORD),
-                    ("next", next.as_str()),
-                ])
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(res.status(), 303, "{start}");
+            let res = sign_in_from(client, &page, "ada@example.com", PASSWORD, posted).await;
+            assert_eq!(res.status(), 303, "{page}");
             res.headers()[LOCATION].to_str().unwrap().to_string()
         }
     };
-    assert_eq!(sign_in_from(to, None).await, "/events?type=alert");
+    assert_eq!(lands(to, None).await, "/events?type=alert");
     for other_site in [
         "/sign-in?next=%2F%2Fevil.example",
         "/sign-in?next=https%3A%2F%2Fevil.example",
         "/sign-in?next=%2F%5Cevil.example",
     ] {
-        assert_eq!(
-            sign_in_from(other_site.into(), None).await,
-            "/",
-            "{other_site}"
-        );
+        assert_eq!(lands(other_site.into(), None).await, "/", "{other_site}");
     }
     assert_eq!(
-        sign_in_from("/sign-in".into(), Some("//evil.example/x")).await,
+        lands("/sign-in".into(), Some("//evil.example/x")).await,
         "/"
     );
 }

@@ -101,17 +101,40 @@ pub async fn set_password(client: &Client, link: &str) -> (Response, String) {
 
 /// Signs in through the form from `base`: the answer.
 pub async fn sign_in(client: &Client, base: &str, email: &str, password: &str) -> Response {
-    let form = client.get(format!("{base}/sign-in")).send().await.unwrap();
+    sign_in_from(client, &format!("{base}/sign-in"), email, password, None).await
+}
+
+/// Signs in through the form at `page` (a sign-in address, `?next=` included): the answer. The
+/// form's own `next` goes with it, or `next` when given (a form edited by hand).
+pub async fn sign_in_from(
+    client: &Client,
+    page: &str,
+    email: &str,
+    password: &str,
+    next: Option<&str>,
+) -> Response {
+    let form = client.get(page).send().await.unwrap();
     let csrf_cookie = pair(&set_cookie(form.headers(), "signals_csrf").unwrap());
-    let csrf = hidden(&form.text().await.unwrap(), "csrf");
+    let html = form.text().await.unwrap();
+    let csrf = hidden(&html, "csrf");
+    let next = match next {
+        Some(next) => next.to_string(),
+        None if html.contains("name=\"next\"") => hidden(&html, "next"),
+        None => String::new(),
+    };
+    let base = page.split("/sign-in").next().unwrap_or(page);
+    let mut fields = vec![
+        ("csrf", csrf.as_str()),
+        ("email", email),
+        ("password", password),
+    ];
+    if !next.is_empty() {
+        fields.push(("next", next.as_str()));
+    }
     client
         .post(format!("{base}/sign-in"))
         .header("cookie", csrf_cookie)
-        .form(&[
-            ("csrf", csrf.as_str()),
-            ("email", email),
-            ("password", password),
-        ])
+        .form(&fields)
         .send()
         .await
         .unwrap()
