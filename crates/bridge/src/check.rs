@@ -125,12 +125,20 @@ async fn probe_http(
         Err(e) => Err(e.to_string()),
         Ok(mut req) => {
             kind.upstream_request_filter(req.headers_mut());
+            // An entry with no `auth` adds nothing: a 401 is then no rejected credential.
+            let credentials = !req.headers().is_empty();
             match tokio::time::timeout(PROBE_TIMEOUT, client.request(req)).await {
                 Err(_) => Err(format!(
                     "no answer to GET within {} s (connecting, TLS or the reply): check that {section}[].url is the server's HTTP address and that it answers",
                     PROBE_TIMEOUT.as_secs()
                 )),
                 Ok(Err(e)) => Err(unreachable(&forward::causes(&e))),
+                Ok(Ok(r)) if matches!(r.status().as_u16(), 401 | 403) && !credentials => {
+                    Err(format!(
+                        "the server asks for credentials (HTTP {}) and the entry has none: set {section}[].auth",
+                        r.status().as_u16(),
+                    ))
+                }
                 Ok(Ok(r)) if matches!(r.status().as_u16(), 401 | 403) => Err(format!(
                     "credentials rejected (HTTP {}): check {section}[].auth",
                     r.status().as_u16(),
@@ -311,7 +319,7 @@ pub fn check(path: Option<&Path>) -> ExitCode {
     if let Some(warning) = crate::memory::limit_warning(cfg.max_memory_mb) {
         crate::say!("warning: {warning}");
     }
-    for warning in cfg.unreachable_limits() {
+    for warning in cfg.warnings() {
         crate::say!("warning: {warning}");
     }
     if let Some(warning) = exposure_warning(

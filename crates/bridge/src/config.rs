@@ -265,10 +265,37 @@ impl Config {
             .collect()
     }
 
+    /// What works, but not as the config's author likely meant: said at start and by `bridge
+    /// check`, not refused.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = self.limits_above_the_bridge();
+        warnings.extend(self.unused_root_certificates());
+        warnings
+    }
+
+    /// Databases whose `sslrootcert` is set under an `sslmode` that checks no certificate
+    /// (`prefer`, the default, `require`, `disable`): the file is not used, and the entry may
+    /// look verified when it is not.
+    fn unused_root_certificates(&self) -> Vec<String> {
+        (self.databases.iter().enumerate())
+            .filter(|(_, d)| {
+                d.sslrootcert.is_some()
+                    && !matches!(d.sslmode, SslMode::VerifyCa | SslMode::VerifyFull)
+            })
+            .map(|(i, d)| {
+                format!(
+                    "databases[{i}].sslrootcert is set ({}), but its sslmode is {}, which checks no certificate: the file is not used. Set sslmode: verify-full (or verify-ca) to check the server with it",
+                    d.name,
+                    d.sslmode.name()
+                )
+            })
+            .collect()
+    }
+
     /// Entries whose own `max_connections` is above the bridge's, which they can never reach
-    /// (the bridge's is shared by every entry): said at start and by `bridge check`, not
-    /// refused, since raising the bridge's later makes it count.
-    pub fn unreachable_limits(&self) -> Vec<String> {
+    /// (the bridge's is shared by every entry); not refused, since raising the bridge's later
+    /// makes it count.
+    fn limits_above_the_bridge(&self) -> Vec<String> {
         let entries = (self.apis.iter().enumerate())
             .map(|(i, r)| (format!("apis[{i}]"), &r.name, r.max_connections))
             .chain(

@@ -18,9 +18,10 @@ pub struct NameLabel {
 }
 
 /// The reasons of `bridge_refused_total`, each a series from the start.
-pub const REFUSAL_REASONS: [&str; 5] = [
+pub const REFUSAL_REASONS: [&str; 6] = [
     "not_declared",
     "not_allowed",
+    "bad_path",
     "overloaded",
     "memory",
     "upstream_auth",

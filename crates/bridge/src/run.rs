@@ -75,11 +75,11 @@ pub fn run(path: Option<&Path>) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    let (identity, audit) = match preflight(&cfg, true) {
+    let opened = match preflight(&cfg, true) {
         Ok(opened) => opened,
         Err(code) => return code,
     };
-    let result = runtime.block_on(serve(cfg, identity, audit));
+    let result = runtime.block_on(serve(cfg, opened));
     // The audit log is flushed by now; a name lookup still blocking a thread (a stuck resolver
     // while the tunnel redialled) must not hold the exit.
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
@@ -87,19 +87,13 @@ pub fn run(path: Option<&Path>) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(cause = %format!("{e:#}"), "bridge failed");
-            if e.downcast_ref::<PortTaken>().is_some() {
-                // Said where the other configuration errors are, as well as in the log.
-                eprintln!("configuration error: {e}");
-                ExitCode::from(2)
-            } else {
-                ExitCode::from(1)
-            }
+            ExitCode::from(1)
         }
     }
 }
 
-/// The operator's port cannot be listened on: a configuration error (exit 2), as the message
-/// says which keys to change.
+/// The operator's port cannot be listened on: a configuration error (exit 2, with the others
+/// [`preflight`] finds), as the message says which keys to change.
 #[derive(Debug, thiserror::Error)]
 #[error(
     "cannot listen on health_check_address {address} health_check_port {port}: {cause}{}",
@@ -127,15 +121,21 @@ fn hint(cause: &std::io::Error) -> &'static str {
     }
 }
 
+/// What [`preflight`] opened for `run`.
+pub(crate) struct Opened {
+    identity: Identity,
+    audit: AuditLog,
+    /// The health port, listened on (`run` only).
+    health: Option<std::net::TcpListener>,
+}
+
 /// Opens what the configuration points at: the CA to trust, the operator's certificate and
-/// key, the audit log. A file that cannot be read or parsed is a configuration error like a bad
-/// value (exit 2, each one named by its key), not a failure found later on every reconnect.
-/// `bridge check` runs it too, so that it passes only a configuration `run` takes, but without
-/// `lock_audit`: the audit file of a bridge that runs is its own to write, and check only opens it.
-pub(crate) fn preflight(
-    cfg: &Arc<Config>,
-    lock_audit: bool,
-) -> Result<(Identity, AuditLog), ExitCode> {
+/// key, the audit log and, for `run`, the health port. A file that cannot be read or parsed, or
+/// a port taken, is a configuration error like a bad value (exit 2, each one named by its key,
+/// all at once), not a failure found later on every reconnect. `bridge check` runs it too, so
+/// that it passes only a configuration `run` takes, but without `running`: the audit file and
+/// the port of a bridge that runs are its own, and check only opens the file.
+pub(crate) fn preflight(cfg: &Arc<Config>, running: bool) -> Result<Opened, ExitCode> {
     let mut problems = Vec::new();
     if let Some(dir) = &cfg.state_dir
         && let Err(e) = crate::state::prepare(dir)
@@ -181,10 +181,22 @@ pub(crate) fn preflight(
         }
     }
     let identity = Identity::new(cfg.clone()).map_err(|e| problems.push(e.to_string()));
-    let audit = AuditLog::for_target(&cfg.audit_log, lock_audit)
+    let audit = AuditLog::for_target(&cfg.audit_log, running)
         .map_err(|e| problems.push(format!("audit_log: {e}")));
+    let health = match running.then(|| listen_for_health(cfg)) {
+        Some(Ok(listener)) => Some(listener),
+        Some(Err(taken)) => {
+            problems.push(taken.to_string());
+            None
+        }
+        None => None,
+    };
     match (identity, audit) {
-        (Ok(identity), Ok(audit)) if problems.is_empty() => Ok((identity, audit)),
+        (Ok(identity), Ok(audit)) if problems.is_empty() => Ok(Opened {
+            identity,
+            audit,
+            health,
+        }),
         _ => {
             for p in &problems {
                 eprintln!("configuration error: {p}");
@@ -229,7 +241,25 @@ fn relative_paths(cfg: &Config) -> Vec<String> {
     .collect()
 }
 
-async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow::Result<()> {
+/// The health port, listened on (non-blocking, for the runtime to take).
+fn listen_for_health(cfg: &Config) -> Result<std::net::TcpListener, PortTaken> {
+    let taken = |cause| PortTaken {
+        address: cfg.health_check_address,
+        port: cfg.health_check_port,
+        cause,
+    };
+    let listener = std::net::TcpListener::bind((cfg.health_check_address, cfg.health_check_port))
+        .map_err(taken)?;
+    listener.set_nonblocking(true).map_err(taken)?;
+    Ok(listener)
+}
+
+async fn serve(cfg: Arc<Config>, opened: Opened) -> anyhow::Result<()> {
+    let Opened {
+        identity,
+        audit,
+        health,
+    } = opened;
     if !cfg.tls_verify {
         tracing::warn!(
             "tls_verify is false: the cloud's certificate is NOT verified; use this for development only"
@@ -238,7 +268,7 @@ async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow:
     if let Some(warning) = crate::memory::limit_warning(cfg.max_memory_mb) {
         tracing::warn!("{warning}");
     }
-    for warning in cfg.unreachable_limits() {
+    for warning in cfg.warnings() {
         tracing::warn!("{warning}");
     }
     let status = Arc::new(Status::new(cfg.heartbeat_interval));
@@ -247,13 +277,10 @@ async fn serve(cfg: Arc<Config>, identity: Identity, audit: AuditLog) -> anyhow:
     let flusher = audit.spawn_flusher();
     let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
     let shutdown = signals(audit.clone(), metrics.in_flight.clone());
-    let listener = tokio::net::TcpListener::bind((cfg.health_check_address, cfg.health_check_port))
-        .await
-        .map_err(|cause| PortTaken {
-            address: cfg.health_check_address,
-            port: cfg.health_check_port,
-            cause,
-        })?;
+    let listener = match health {
+        Some(listener) => tokio::net::TcpListener::from_std(listener)?,
+        None => anyhow::bail!("the health port was not listened on before serving"),
+    };
     // The operator's port answers through the drain (probes, and the in-flight gauge when it
     // matters most), until the agent is done.
     let health_stop = CancellationToken::new();

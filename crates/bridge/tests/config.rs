@@ -215,6 +215,20 @@ async fn check_tries_the_cloud_and_each_resource() {
         out.contains("credentials rejected (HTTP 401): check apis[].auth"),
         "{out}"
     );
+    // An entry with no `auth` sent none: nothing was rejected, the server wants some.
+    let no_auth = good.replace(
+        "\n    auth: {type: basic, username: svc, password: \"${INTERNAL_PW}\"}",
+        "",
+    );
+    assert_ne!(no_auth, good);
+    let (code, out) = check(&no_auth);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(
+            "the server asks for credentials (HTTP 401) and the entry has none: set apis[].auth"
+        ),
+        "{out}"
+    );
     let closed = free_closed_port();
     let unreachable = good.replace(&upstream.url, &format!("http://127.0.0.1:{closed}"));
     let (code, out) = check(&unreachable);
@@ -517,6 +531,20 @@ fn a_taken_health_check_port_is_a_configuration_error() {
     assert!(
         err.contains(&format!("configuration error: cannot listen on health_check_address 127.0.0.1 health_check_port {port}"))
             && err.contains("its own health_check_port"),
+        "{err}"
+    );
+    // Said with the other problems of the same start, all at once, and only there.
+    let file = state.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let both = yaml.replace(
+        &format!("state_dir: {}", state.path().display()),
+        &format!("state_dir: {}/sub", file.display()),
+    );
+    let (code, err) = run(&both, &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("configuration error: state_dir")
+            && err.contains("configuration error: cannot listen on health_check_address"),
         "{err}"
     );
     drop(taken);

@@ -158,14 +158,33 @@ async fn the_bridge_page_shows_instances_makes_tokens_and_revokes() {
     )
     .await;
 
-    // Revoke dc1 on the page: its tunnel closes at once, and the page says so.
-    let res = client
-        .post(format!("{}/integrations/bridge/revoke", cloud.https))
-        .header("cookie", &admin)
-        .form(&[("csrf", csrf.as_str()), ("name", "dc1")])
-        .send()
-        .await
-        .unwrap();
+    // Revoke dc1 on the page: a question first, which revokes nothing yet.
+    let revoke = |confirm: &'static str| {
+        client
+            .post(format!("{}/integrations/bridge/revoke", cloud.https))
+            .header("cookie", &admin)
+            .form(&[
+                ("csrf", csrf.as_str()),
+                ("name", "dc1"),
+                ("confirm", confirm),
+            ])
+            .send()
+    };
+    let res = revoke("").await.unwrap();
+    assert_eq!(res.status(), 200);
+    let question = res.text().await.unwrap();
+    assert!(
+        question.contains("Revoke bridge dc1?")
+            && question.contains("name=\"confirm\" value=\"yes\""),
+        "{question}"
+    );
+    let (_, health) = rig.bridge.health().await.unwrap();
+    assert_eq!(
+        health["connection_status"], "connected",
+        "asked, not revoked"
+    );
+    // Confirmed: its tunnel closes at once, and the page says so.
+    let res = revoke("yes").await.unwrap();
     assert_eq!(res.status(), 303);
     // At once: before the relay's own revocation poll (every 2 s) would have seen it.
     let revoked = Instant::now();

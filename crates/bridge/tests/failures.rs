@@ -135,6 +135,7 @@ async fn a_bridge_at_max_connections_queues_5_s_then_answers_503() {
     for reason in [
         "not_declared",
         "not_allowed",
+        "bad_path",
         "overloaded",
         "memory",
         "upstream_auth",

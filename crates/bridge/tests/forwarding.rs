@@ -456,6 +456,17 @@ async fn allow_rules_and_path_normalisation_refuse_and_audit() {
         .filter(|l| l["decision"] == "denied")
         .count();
     assert_eq!(denied, 6);
+    // Counted by why: the two paths that are not normalised apart from the rules' refusals.
+    let refused = |reason: &'static str| {
+        let bridge = &rig.bridge;
+        async move {
+            bridge
+                .metric(&format!("bridge_refused_total{{reason=\"{reason}\"}}"))
+                .await
+        }
+    };
+    assert_eq!(refused("bad_path").await, 2.0);
+    assert_eq!(refused("not_allowed").await, 4.0);
     assert_eq!(
         rig.upstream
             .stats

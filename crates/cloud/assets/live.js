@@ -1,5 +1,6 @@
 // The dashboard's one script, three progressive enhancements. Live updates without a reload:
-// an element with data-live="SECONDS" is fetched again from the same URL every SECONDS and
+// an element with data-live="SECONDS" is fetched again from its page's URL (data-src, where
+// a refused form's answer stands at the form's address; else the same URL) every SECONDS and
 // replaced when it changed. Pages read fine without it. Keyboard focus inside the element
 // survives the replacement: the same link or button (by its target) is focused again. When
 // the answer no longer holds the element (the session ended, and the sign-in page came), the
@@ -15,7 +16,7 @@ for (const el of document.querySelectorAll("[data-live]")) {
   const every = Math.max(2, Number(el.dataset.live) || 5) * 1000;
   const refresh = async () => {
     try {
-      const res = await fetch(location.href, { credentials: "same-origin" });
+      const res = await fetch(el.dataset.src || location.href, { credentials: "same-origin" });
       if (res.ok) {
         const doc = new DOMParser().parseFromString(await res.text(), "text/html");
         const fresh = doc.getElementById(el.id);

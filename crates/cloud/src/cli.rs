@@ -218,7 +218,7 @@ impl Cli {
 fn parse_typed_first() -> Result<Cli, clap::Error> {
     use clap::parser::ValueSource;
     use clap::{CommandFactory, FromArgMatches};
-    let matches = Cli::command().try_get_matches()?;
+    let matches = without_blank_env(Cli::command()).try_get_matches()?;
     let mut path = Vec::new();
     let mut leaf = &matches;
     while let Some((name, sub)) = leaf.subcommand() {
@@ -240,11 +240,35 @@ fn parse_typed_first() -> Result<Cli, clap::Error> {
     Cli::from_arg_matches(&matches)
 }
 
-/// A hint for an option typed before the subcommand it belongs to (`cloud --data-dir D org
-/// create acme`): clap tips only one level down, and admin commands are two.
-fn misplaced(arg: &str) -> Option<String> {
-    let long = arg.split(['=', ' ']).next()?.strip_prefix("--")?;
-    let mut command = <Cli as clap::CommandFactory>::command();
+/// The command without the environment variables that are set but empty (`CLOUD_ORG=`): an
+/// empty variable is one not set, as a shell's `VAR= cmd` usually means, not an empty value.
+fn without_blank_env(mut command: clap::Command) -> clap::Command {
+    let blank: Vec<clap::Id> = command
+        .get_arguments()
+        .filter(|a| {
+            a.get_env()
+                .and_then(std::env::var_os)
+                .is_some_and(|v| v.is_empty())
+        })
+        .map(|a| a.get_id().clone())
+        .collect();
+    for id in blank {
+        command = command.mut_arg(id, |a| a.env(None::<&str>));
+    }
+    let subcommands: Vec<String> = command
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    for name in subcommands {
+        command = command.mut_subcommand(name, without_blank_env);
+    }
+    command
+}
+
+/// The commands typed, from `cloud` down to the subcommand run (`cloud org create`: three),
+/// with the subcommands' names.
+fn typed_commands() -> (Vec<clap::Command>, Vec<String>) {
+    let mut chain = vec![without_blank_env(<Cli as clap::CommandFactory>::command())];
     let mut path = Vec::new();
     let mut args = std::env::args_os().skip(1);
     while let Some(typed) = args.next() {
@@ -264,12 +288,25 @@ fn misplaced(arg: &str) -> Option<String> {
             }
             continue;
         }
-        let Some(sub) = command.find_subcommand(&typed).cloned() else {
+        let Some(sub) = chain
+            .last()
+            .and_then(|c| c.find_subcommand(&typed))
+            .cloned()
+        else {
             continue;
         };
         path.push(sub.get_name().to_string());
-        command = sub;
+        chain.push(sub);
     }
+    (chain, path)
+}
+
+/// A hint for an option typed before the subcommand it belongs to (`cloud --data-dir D org
+/// create acme`): clap tips only one level down, and admin commands are two.
+fn misplaced(arg: &str) -> Option<String> {
+    let long = arg.split(['=', ' ']).next()?.strip_prefix("--")?;
+    let (chain, path) = typed_commands();
+    let command = chain.last()?;
     let belongs = command.get_arguments().any(|a| a.get_long() == Some(long));
     (belongs && !path.is_empty()).then(|| {
         format!(
@@ -282,7 +319,7 @@ fn misplaced(arg: &str) -> Option<String> {
 /// The environment variable that set the option `arg` (`--log-level <LOG_LEVEL>`), when it is
 /// set and the option is not on the command line.
 fn env_behind(arg: &str) -> Option<String> {
-    let long = arg.split_whitespace().next()?.strip_prefix("--")?;
+    let long = arg.split([' ', '=']).next()?.strip_prefix("--")?;
     let typed = std::env::args_os().any(|a| {
         let a = a.to_string_lossy();
         a == format!("--{long}") || a.starts_with(&format!("--{long}="))
@@ -290,17 +327,39 @@ fn env_behind(arg: &str) -> Option<String> {
     if typed {
         return None;
     }
-    let mut commands = vec![<Cli as clap::CommandFactory>::command()];
-    while let Some(command) = commands.pop() {
-        for found in command.get_arguments() {
-            if found.get_long() == Some(long) {
-                let var = found.get_env()?.to_string_lossy().into_owned();
-                return std::env::var_os(&var).is_some().then_some(var);
-            }
+    // The option of the subcommand typed, or of a command above it (`--log-level`).
+    let (chain, _) = typed_commands();
+    let found = chain.iter().rev().find_map(|c| {
+        c.get_arguments()
+            .find(|a| a.get_long() == Some(long))
+            .cloned()
+    })?;
+    let var = found.get_env()?.to_string_lossy().into_owned();
+    std::env::var_os(&var).is_some().then_some(var)
+}
+
+/// For a refusal found after parsing (`--http-listen "x" is not an address`, `unsupported
+/// --database-url`), a line for each option it names whose value came from its environment
+/// variable: the message names only the option, which the operator may never have typed.
+pub fn env_notes(message: &str) -> Vec<String> {
+    let mut notes = Vec::new();
+    let mut seen = Vec::new();
+    for (at, _) in message.match_indices("--") {
+        let name: String = message[at + 2..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+            .collect();
+        if name.is_empty() || seen.contains(&name) {
+            continue;
         }
-        commands.extend(command.get_subcommands().cloned());
+        seen.push(name.clone());
+        if let Some(var) = env_behind(&format!("--{name}")).filter(|v| !message.contains(v)) {
+            notes.push(format!(
+                "(the value of --{name} comes from the environment variable {var})"
+            ));
+        }
     }
-    None
+    notes
 }
 
 fn public_url(raw: &str) -> Result<String, String> {

@@ -49,6 +49,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(message)) => {
             eprintln!("error: {message}");
+            for note in cloud::cli::env_notes(&message) {
+                eprintln!("{note}");
+            }
             ExitCode::from(2)
         }
         Err(Failure::Other(err)) => {
@@ -354,6 +357,7 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
             | server::ServeError::ClientCa(_)
             | server::ServeError::DataDir(_)
             | server::ServeError::DataDirIsFile(_)
+            | server::ServeError::DataDirOfSqlite(_)
             | server::ServeError::CreateDataDir { .. }) => Failure::Usage(e.to_string()),
             server::ServeError::Storage(e) if e.is_configuration() => Failure::Usage(e.to_string()),
             e => Failure::Other(e.into()),

@@ -44,6 +44,16 @@ pub enum TlsError {
         /// The key's file.
         key: PathBuf,
     },
+    /// `--tls-cert`'s certificate has an RSA key shorter than the 2048 bits TLS accepts.
+    #[error(
+        "--tls-cert {cert}: its key is RSA of {bits} bits, and RSA keys shorter than 2048 bits are refused: make a new key of 2048 bits or more (openssl genrsa 3072), or an ECDSA P-256 one, and a certificate for it"
+    )]
+    ShortRsaKey {
+        /// The certificate chain's file.
+        cert: PathBuf,
+        /// The key's size.
+        bits: usize,
+    },
     /// Certificate generation failed.
     #[error("cannot generate a certificate: {0}")]
     Generate(#[from] rcgen::Error),
@@ -273,14 +283,49 @@ pub fn operator_identity(cert_path: &Path, key_path: &Path) -> Result<Identity, 
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_no_client_auth()
         .with_single_cert(chain.clone(), key.clone_key())
-        .map_err(|e| match e {
-            rustls::Error::InconsistentKeys(_) => TlsError::KeyMismatch {
+        .map_err(|e| match (e, rsa_bits(&chain[0])) {
+            (rustls::Error::InconsistentKeys(_), _) => TlsError::KeyMismatch {
                 cert: cert_path.to_path_buf(),
                 key: key_path.to_path_buf(),
             },
-            e => e.into(),
+            (_, Some(bits)) if bits < 2048 => TlsError::ShortRsaKey {
+                cert: cert_path.to_path_buf(),
+                bits,
+            },
+            (e, _) => e.into(),
         })?;
     Ok(Identity { chain, key })
+}
+
+/// The size of a certificate's RSA key, when it has one.
+fn rsa_bits(cert: &CertificateDer<'_>) -> Option<usize> {
+    let (_, cert) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    match cert.public_key().parsed().ok()? {
+        x509_parser::public_key::PublicKey::RSA(rsa) => Some(rsa.key_size()),
+        _ => None,
+    }
+}
+
+/// What to warn of in the operator's certificate (`--tls-cert`'s first): that it has expired,
+/// or is not valid yet. Clients refuse it then, yet a server may have to start with it (a
+/// renewal on its way), so it is said, not refused.
+pub fn validity_warning(chain: &[CertificateDer<'_>]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(chain.first()?.as_ref()).ok()?;
+    let validity = cert.validity();
+    let now = x509_parser::time::ASN1Time::now();
+    if validity.not_after < now {
+        Some(format!(
+            "the --tls-cert certificate expired on {}: clients refuse it; renew it",
+            validity.not_after
+        ))
+    } else if validity.not_before > now {
+        Some(format!(
+            "the --tls-cert certificate is not valid before {}: clients refuse it until then (is this host's clock right?)",
+            validity.not_before
+        ))
+    } else {
+        None
+    }
 }
 
 /// Checks that the client-certificate verifier takes `cas` (the operator's `--client-ca`), so

@@ -230,11 +230,14 @@ async fn a_database_of_a_newer_release_is_said_as_such() {
     db.close().await.unwrap();
     let out = cloud.admin_output(&["org", "list"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    // The operator's to fix (run the newer release): exit 2, and no word of migrating, which
+    // an admin command never does.
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("migrated by a newer release") && stderr.contains("migration 999"),
         "{stderr}"
     );
+    assert!(!stderr.contains("cannot migrate"), "{stderr}");
     // Each cause said once.
     assert_eq!(stderr.matches("migration 999").count(), 1, "{stderr}");
 }
@@ -306,6 +309,92 @@ fn a_mistyped_log_level_is_refused() {
         stderr.contains("\"inf\" is not a log level")
             && stderr.contains("comes from the environment variable CLOUD_LOG_LEVEL"),
         "{stderr}"
+    );
+}
+
+/// A value refused after parsing that came from a variable is said to, as clap's refusals
+/// are; and a variable set empty is one not set, not an empty value.
+#[test]
+fn values_from_the_environment_are_said_to_be_and_empty_ones_are_not_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = |var: &str, value: &str| {
+        let out = Command::new(cloud_bin())
+            .args(["serve", "--data-dir"])
+            .arg(dir.path())
+            .args(["--listen", "127.0.0.1:0"])
+            .env_remove("CLOUD_DATABASE_URL")
+            .env(var, value)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{var}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = serve("CLOUD_HTTP_LISTEN", "bogus");
+    assert!(
+        stderr.contains("--http-listen \"bogus\"")
+            && stderr.contains(
+                "(the value of --http-listen comes from the environment variable CLOUD_HTTP_LISTEN)"
+            ),
+        "{stderr}"
+    );
+    let stderr = serve("CLOUD_DATABASE_URL", "bogus");
+    assert!(
+        stderr.contains("comes from the environment variable CLOUD_DATABASE_URL"),
+        "{stderr}"
+    );
+    // `--listen` is an option of `db-proxy` too, with a variable of its own.
+    let out = Command::new(cloud_bin())
+        .args(["serve", "--data-dir"])
+        .arg(dir.path())
+        .env("CLOUD_LISTEN", "bogus")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("comes from the environment variable CLOUD_LISTEN"),
+        "{stderr}"
+    );
+    // `CLOUD_ORG=` is no org called "": the option is missing, as clap says.
+    let out = Command::new(cloud_bin())
+        .args(["api-key", "list", "--data-dir"])
+        .arg(dir.path())
+        .env("CLOUD_ORG", "")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("required arguments were not provided") && stderr.contains("--org"),
+        "{stderr}"
+    );
+}
+
+/// A `serve` on PostgreSQL given a SQLite deployment's data directory (the README's `./data`)
+/// refuses it: it would replace the CA that deployment's bridges and clients trust.
+#[test]
+fn a_postgres_serve_leaves_a_sqlite_deployments_ca_alone() {
+    let sqlite = testkit::Cloud::start(testkit::Backend::Sqlite);
+    let ca = std::fs::read(sqlite.ca_path()).unwrap();
+    let schema = PgSchema::create();
+    let out = Command::new(cloud_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .arg("--data-dir")
+        .arg(sqlite.data_dir.path())
+        .args(["--database-url", &schema.url])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("holds a SQLite deployment's database (signals.db)")
+            && stderr.contains("--data-dir DIR"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(sqlite.ca_path()).unwrap(),
+        ca,
+        "the CA changed"
     );
 }
 

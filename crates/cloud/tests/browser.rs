@@ -132,7 +132,13 @@ async fn an_admin_and_a_member_use_the_dashboard() {
         .goto(&format!("{}/integrations/bridge", cloud.http))
         .await;
 
-    // Revoked on the page: the tunnel drops, and the page shows it.
+    // Revoked on the page, once its question is answered: the tunnel drops, and the page
+    // shows it.
+    browser
+        .click("form[action='/integrations/bridge/revoke'] button")
+        .await;
+    browser.wait_for_text("Revoke bridge dc1?").await;
+    browser.check_page("confirm").await;
     browser
         .click("form[action='/integrations/bridge/revoke'] button")
         .await;

@@ -63,7 +63,7 @@ async fn audit(backend: Backend) {
         &cloud,
         &admin,
         "/integrations/signals/revoke",
-        &[("kind", "api-key"), ("id", &public_id)],
+        &[("kind", "api-key"), ("id", &public_id), ("confirm", "yes")],
     )
     .await;
     assert_eq!(status, 303);
@@ -73,7 +73,7 @@ async fn audit(backend: Backend) {
         &cloud,
         &admin,
         "/integrations/signals/revoke",
-        &[("kind", "api-key"), ("id", &public_id)],
+        &[("kind", "api-key"), ("id", &public_id), ("confirm", "yes")],
     )
     .await;
     assert_eq!(status, 404, "{page}");
@@ -96,7 +96,7 @@ async fn audit(backend: Backend) {
         &cloud,
         &admin,
         "/integrations/notifications/webhook/remove",
-        &[],
+        &[("confirm", "yes")],
     )
     .await;
     assert_eq!(status, 303);
@@ -154,6 +154,92 @@ async fn audit(backend: Backend) {
         !cloud.log_text().contains("T0KEN"),
         "a webhook's path in the log"
     );
+}
+
+/// A form refused for its input comes back as its own page with the error above it and what
+/// was typed still in its fields (except a URL that may hold a password); nothing is made.
+#[tokio::test]
+async fn a_refused_form_keeps_what_was_typed() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.admin(&["org", "create", "acme"]);
+    let client = client(&cloud);
+    let admin = session(&cloud, &client, "acme", "ada@example.com", "admin").await;
+    let refused = |action: &'static str, fields: Vec<(&'static str, &'static str)>| {
+        let (client, cloud, admin) = (&client, &cloud, &admin);
+        async move {
+            let (status, page) = post(client, cloud, admin, action, &fields).await;
+            assert_eq!(status, 422, "{action}: {page}");
+            assert!(page.contains("role=\"alert\""), "{action}: {page}");
+            page
+        }
+    };
+
+    let page = refused(
+        "/integrations/repositories",
+        vec![
+            ("repository", "acme/api"),
+            ("bridge", "Dc 1"),
+            ("source", "code"),
+            ("path", "acme/api.git"),
+        ],
+    )
+    .await;
+    assert!(page.contains("bridge: expected"), "{page}");
+    for typed in ["acme/api", "Dc 1", "code", "acme/api.git"] {
+        assert!(
+            page.contains(&format!("value=\"{typed}\"")),
+            "{typed}: {page}"
+        );
+    }
+    assert!(page.contains("No repository is mapped yet."), "{page}");
+
+    let page = refused("/integrations/bridge/create", vec![("name", "DC 1")]).await;
+    assert!(page.contains("Bridge name not valid"), "{page}");
+    assert!(page.contains("value=\"DC 1\""), "{page}");
+    assert!(page.contains("data-src=\"/integrations/bridge\""), "{page}");
+
+    let page = refused(
+        "/integrations/signals/create",
+        vec![("kind", "api-key"), ("name", "a\u{1}b")],
+    )
+    .await;
+    assert!(page.contains("control character"), "{page}");
+    assert!(page.contains("value=\"a\u{1}b\""), "{page}");
+    assert!(page.contains("id=\"api-name-error\""), "{page}");
+    assert!(!page.contains("id=\"signal-name-error\""), "{page}");
+
+    let page = refused(
+        "/integrations/notifications/webhook",
+        vec![("url", "ftp://hooks.example.com/x")],
+    )
+    .await;
+    assert!(page.contains("Webhook URL not valid"), "{page}");
+    assert!(
+        page.contains("value=\"ftp://hooks.example.com/x\""),
+        "{page}"
+    );
+    let page = refused(
+        "/integrations/notifications/webhook",
+        vec![("url", "https://u:s3cret@hooks.example.com/x")],
+    )
+    .await;
+    assert!(!page.contains("s3cret"), "{page}");
+
+    // Nothing was made by the refused forms.
+    let (_, bridges) = get(
+        &client,
+        format!("{}/integrations/bridge", cloud.https),
+        &admin,
+    )
+    .await;
+    assert!(bridges.contains("No bridge yet."), "{bridges}");
+    let (_, keys) = get(
+        &client,
+        format!("{}/integrations/signals", cloud.https),
+        &admin,
+    )
+    .await;
+    assert!(!keys.contains("a\u{1}b"), "{keys}");
 }
 
 #[tokio::test]

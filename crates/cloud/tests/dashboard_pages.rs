@@ -95,12 +95,33 @@ async fn an_admin_makes_keys_that_post_events_the_timeline_shows() {
     .await;
     let public_id: String = api_key.split('_').take(2).collect::<Vec<_>>().join("_");
     assert!(list.contains(&public_id) && !list.contains(&api_key));
-    let (status, _) = post(
+    // Revoking asks first; the question revokes nothing.
+    let (status, question) = post(
         &client,
         &cloud,
         &admin,
         "/integrations/signals/revoke",
         &[("kind", "api-key"), ("id", &public_id)],
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(
+        question.contains(&format!("Revoke API key {public_id}?")),
+        "{question}"
+    );
+    let res = client
+        .get(format!("{}/v1/events", cloud.http))
+        .bearer_auth(&api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200, "asked, not revoked");
+    let (status, _) = post(
+        &client,
+        &cloud,
+        &admin,
+        "/integrations/signals/revoke",
+        &[("kind", "api-key"), ("id", &public_id), ("confirm", "yes")],
     )
     .await;
     assert_eq!(status, 303);

@@ -137,3 +137,26 @@ async fn an_unreadable_row_is_listed_apart_and_the_page_is_served(backend: Backe
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     assert!(problem["detail"].as_str().unwrap().contains(&ids[1]));
 }
+
+/// A database that stops answering is said in the log once, with where it is and why (the
+/// requests themselves see only a pool that timed out), and once again when it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_stops_answering_is_said_with_why_and_when_it_is_back() {
+    let schema = testkit::PgSchema::create();
+    let mut url = url::Url::parse(&schema.url).unwrap();
+    let target = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432));
+    let relay = testkit::freeze::FreezingRelay::start(target.parse().unwrap()).await;
+    url.set_port(Some(relay.addr.port())).unwrap();
+    let cloud = Cloud::start_on_url(url.to_string());
+    relay.freeze(true);
+    let within = std::time::Duration::from_secs(20);
+    let lost = cloud.wait_log_line_within("the database does not answer", within);
+    assert!(
+        lost.contains(&format!("127.0.0.1:{}", relay.addr.port()))
+            && lost.contains("a new connection is not made within 3 s"),
+        "{lost}"
+    );
+    relay.freeze(false);
+    let back = cloud.wait_log_line_within("the database answers again", within);
+    assert!(back.contains(&relay.addr.port().to_string()), "{back}");
+}

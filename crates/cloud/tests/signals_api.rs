@@ -810,6 +810,76 @@ fn unusable_tls_files_are_a_configuration_error() {
     }
 }
 
+/// An RSA key too short for TLS is said to be one (it was "failed to parse private key"); a
+/// certificate that has expired starts the server with a warning that says so.
+#[test]
+fn short_rsa_keys_are_refused_and_expired_certificates_said() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:1024", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=localhost", "-keyout", &path("short.key")])
+        .args(["-out", &path("short.pem")])
+        .output()
+        .expect("openssl");
+    assert!(made.status.success(), "{made:?}");
+    let out = std::process::Command::new(testkit::cloud_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .args(["--data-dir", &path("data")])
+        .args([
+            "--tls-cert",
+            &path("short.pem"),
+            "--tls-key",
+            &path("short.key"),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("its key is RSA of 1024 bits") && stderr.contains("2048"),
+        "{stderr}"
+    );
+
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2020, 2, 1);
+    let cert = params.self_signed(&key).unwrap();
+    std::fs::write(path("old.pem"), cert.pem()).unwrap();
+    std::fs::write(path("old.key"), key.serialize_pem()).unwrap();
+    let mut serve = std::process::Command::new(testkit::cloud_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .args(["--data-dir", &path("data")])
+        .args([
+            "--tls-cert",
+            &path("old.pem"),
+            "--tls-key",
+            &path("old.key"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufReader::new(serve.stdout.take().unwrap()).lines();
+    let mut warned = None;
+    for line in lines.map_while(Result::ok) {
+        if line.contains("expired on") || line.contains("listening") {
+            warned = Some(line);
+            break;
+        }
+    }
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+    let warned = warned.expect("the server said nothing");
+    assert!(
+        warned.contains("the --tls-cert certificate expired on") && warned.contains("2020"),
+        "{warned}"
+    );
+}
+
 async fn a_body_that_stops_arriving_is_a_408(backend: Backend) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let cloud = Cloud::start_with(backend, &["--header-read-timeout", "1"]);

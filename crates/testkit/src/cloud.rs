@@ -81,6 +81,14 @@ impl Cloud {
         cloud
     }
 
+    /// A server on the PostgreSQL database at `url` (a relay in front of a test schema, say).
+    pub fn start_on_url(url: String) -> Self {
+        let mut cloud = Self::unlaunched(Backend::Postgres, Vec::new());
+        cloud.shared_url = Some(url);
+        cloud.launch();
+        cloud
+    }
+
     /// A server not started yet, with a data directory of its own and no storage but SQLite.
     fn unlaunched(backend: Backend, extra_args: Vec<String>) -> Self {
         Cloud {

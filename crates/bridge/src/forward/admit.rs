@@ -28,7 +28,7 @@ impl Forwarder {
         if let Some(what) = path_problem(path) {
             return Err(Refusal {
                 status: StatusCode::BAD_REQUEST,
-                reason: "not_allowed",
+                reason: "bad_path",
                 rule: "path-normalisation".into(),
                 why: format!(
                     "{PATH_REFUSAL}{what}, which could lead out of the resource's base on some servers; send a normalised path without it"

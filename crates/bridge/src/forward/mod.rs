@@ -279,7 +279,7 @@ impl Forwarder {
             Err(why) => {
                 let refusal = Refusal {
                     status: StatusCode::BAD_REQUEST,
-                    reason: "not_allowed",
+                    reason: "bad_path",
                     rule: audit.rule.clone(),
                     why,
                 };

@@ -243,7 +243,25 @@ async fn load(
     org_id: i64,
     service: Option<&str>,
     environment: Option<&str>,
+    window: (i64, i64),
+) -> Result<(Vec<Deployment>, HashSet<String>, i64), StorageError> {
+    load_at_most(
+        store,
+        org_id,
+        (service, environment),
+        window,
+        MAX_DEPLOYMENTS,
+    )
+    .await
+}
+
+/// [`load`], reading at most `max` deployments (a multiple of [`PAGE`]).
+async fn load_at_most(
+    store: &Store,
+    org_id: i64,
+    (service, environment): (Option<&str>, Option<&str>),
     (since, until): (i64, i64),
+    max: i64,
 ) -> Result<(Vec<Deployment>, HashSet<String>, i64), StorageError> {
     // 30 days on each side: rollbacks to versions deployed before the window, and the
     // rollbacks and recoveries that follow its last deployments.
@@ -294,9 +312,16 @@ async fn load(
         if !full {
             break;
         }
-        if deployments.len() as i64 >= MAX_DEPLOYMENTS {
-            // Older ones are left unread; one at this same time may be among them.
-            complete_from = query.after.as_ref().map_or(i64::MIN, |(at, _)| *at);
+        if deployments.len() as i64 >= max {
+            // Older ones are left unread, if there are any; one at this same time may be
+            // among them.
+            let rest = EventQuery {
+                limit: 1,
+                ..query.clone()
+            };
+            if !store.list_events(org_id, &rest).await?.is_empty() {
+                complete_from = query.after.as_ref().map_or(i64::MIN, |(at, _)| *at);
+            }
             break;
         }
     }
@@ -375,6 +400,60 @@ mod tests {
         assert_eq!(window(0, 30 * DAY, 10 * DAY), json!(true));
         assert_eq!(window(12 * DAY, 30 * DAY, 10 * DAY), json!(false));
         assert_eq!(window(0, 30 * DAY, i64::MIN), json!(false));
+    }
+
+    /// A window holding exactly as many deployments as are read is complete; one more makes
+    /// it truncated. Against a real SQLite store.
+    #[tokio::test]
+    async fn truncated_only_when_a_deployment_was_left_unread() {
+        use crate::storage::{Backend, NewEvent, OpenMode, WriteBatch};
+        const DAY: i64 = 86_400_000_000;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(
+            &Backend::Sqlite(dir.path().join("signals.db")),
+            crate::metrics::Metrics::new(),
+            OpenMode::CreateIfMissing,
+        )
+        .await
+        .unwrap();
+        let org = store.create_org("acme").await.unwrap();
+        let deploy = |at: i64| {
+            let (id, seq) = store.new_event_id();
+            let batch = WriteBatch {
+                org_id: org,
+                signal_key: "k".into(),
+                idempotency: None,
+                events: vec![NewEvent {
+                    id,
+                    seq,
+                    kind: "deployment",
+                    service: Some("api".into()),
+                    environment: Some("prod".into()),
+                    status: Some("success".into()),
+                    dedup_key: None,
+                    occurred_at: at,
+                    received_at: at,
+                    body: json!({"type": "deployment", "service": "api", "status": "success"})
+                        .to_string(),
+                }],
+            };
+            store.insert(batch)
+        };
+        let window = (0, 30 * DAY);
+        for i in 0..PAGE {
+            deploy(10 * DAY + i).await.unwrap();
+        }
+        let (read, _, complete_from) = load_at_most(&store, org, (None, None), window, PAGE)
+            .await
+            .unwrap();
+        assert_eq!(read.len() as i64, PAGE);
+        assert_eq!(complete_from, i64::MIN, "every deployment was read");
+        deploy(DAY).await.unwrap();
+        let (read, _, complete_from) = load_at_most(&store, org, (None, None), window, PAGE)
+            .await
+            .unwrap();
+        assert_eq!(read.len() as i64, PAGE);
+        assert_eq!(complete_from, 10 * DAY, "the oldest was left unread");
     }
 
     /// Rates keep three decimals, or three significant digits when small.

@@ -15,6 +15,7 @@ use crate::live::outdated;
 use crate::storage::Credential;
 
 use super::DashboardState;
+use super::confirm::Confirm;
 use super::form::Form;
 use super::me::{Me, refuse_admin_form};
 use super::render::{bridge_origin, message, own_ca_file, page, quoted, unavailable, when_micros};
@@ -45,6 +46,9 @@ struct BridgesPage<'a> {
     me: &'a Me,
     version: &'a str,
     bridges: Vec<BridgeRow>,
+    /// Why the create form was refused, shown above it with the name typed.
+    error: Option<String>,
+    typed: &'a str,
 }
 
 #[derive(Template)]
@@ -76,6 +80,16 @@ fn when(t: DateTime<Utc>) -> String {
 
 /// `GET /integrations/bridge`.
 pub async fn list(State(state): State<DashboardState>, me: Me) -> Response {
+    list_page(&state, &me, None, "").await
+}
+
+/// The page; with `error`, the create form refused (422) and filled with the name `typed`.
+async fn list_page(
+    state: &DashboardState,
+    me: &Me,
+    error: Option<String>,
+    typed: &str,
+) -> Response {
     let org_id = me.session.user.org_id;
     let Ok(tokens) = state
         .store
@@ -163,12 +177,18 @@ pub async fn list(State(state): State<DashboardState>, me: Me) -> Response {
             "; its token was accepted (by `bridge check`, or a bridge starting) but no tunnel has opened yet",
         );
     }
+    let status = match error {
+        Some(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        None => StatusCode::OK,
+    };
     page(
-        StatusCode::OK,
+        status,
         &BridgesPage {
-            me: &me,
+            me,
             version: &state.release,
             bridges,
+            error,
+            typed,
         },
     )
 }
@@ -180,6 +200,9 @@ pub struct BridgeForm {
     csrf: String,
     #[serde(default)]
     name: String,
+    /// `yes` once the revocation's question was answered.
+    #[serde(default)]
+    confirm: String,
 }
 
 /// `POST /integrations/bridge/create`: a new token for a bridge, shown once.
@@ -197,13 +220,8 @@ pub async fn create(
     let token = match admin::create_bridge_token(&state.store, &me.actor(), &me.org, name).await {
         Ok(t) => t,
         Err(admin::AdminError::Usage(why)) => {
-            return message(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Bridge name not valid",
-                &why,
-                "/integrations/bridge",
-                "Back",
-            );
+            let why = format!("Bridge name not valid: {why}");
+            return list_page(&state, &me, Some(why), &form.name).await;
         }
         Err(_) => return unavailable(),
     };
@@ -276,6 +294,17 @@ pub async fn revoke(
 ) -> Response {
     if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
         return answer;
+    }
+    let question = Confirm {
+        heading: &format!("Revoke bridge {}?", form.name),
+        text: "Its tokens stop working and its tunnels close now: every instance of it stops forwarding, and Git, registry, database and API requests through it fail until it runs with a new token. This cannot be undone.",
+        action: "/integrations/bridge/revoke",
+        fields: &[("name", &form.name)],
+        button: "Revoke the bridge's tokens",
+        back: "/integrations/bridge",
+    };
+    if let Some(asked) = question.unless_confirmed(&me, &form.confirm) {
+        return asked;
     }
     match admin::revoke_bridge_tokens(&state.store, &me.actor(), &me.org, &form.name, None).await {
         Ok(_) => {

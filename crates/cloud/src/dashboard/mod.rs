@@ -11,6 +11,7 @@ mod audit;
 mod bridges;
 mod cause;
 mod charts;
+mod confirm;
 mod events;
 mod extract;
 mod form;

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::DashboardState;
+use super::confirm::Confirm;
 use super::form::Form;
 use super::me::{Me, refuse_admin_form};
 use super::render::{csrf_refused, message, page, unavailable, when_micros};
@@ -32,6 +33,10 @@ struct NotificationsPage<'a> {
     subscribed: bool,
     webhook: Option<(String, String)>,
     deliveries: Vec<DeliveryRow>,
+    /// Why the webhook form was refused, shown above it with the URL typed (unless it may
+    /// hold a password).
+    error: Option<String>,
+    typed: &'a str,
 }
 
 #[derive(Template)]
@@ -87,6 +92,16 @@ fn row(d: crate::storage::Delivery) -> DeliveryRow {
 
 /// `GET /integrations/notifications`.
 pub async fn show(State(state): State<DashboardState>, me: Me) -> Response {
+    show_page(&state, &me, None, "").await
+}
+
+/// The page; with `error`, the webhook form refused (422) and filled with the URL `typed`.
+async fn show_page(
+    state: &DashboardState,
+    me: &Me,
+    error: Option<String>,
+    typed: &str,
+) -> Response {
     let org_id = me.session.user.org_id;
     let (Ok(webhook), Ok(deliveries)) = (
         state.store.webhook(org_id).await,
@@ -94,8 +109,12 @@ pub async fn show(State(state): State<DashboardState>, me: Me) -> Response {
     ) else {
         return unavailable();
     };
+    let status = match error {
+        Some(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        None => StatusCode::OK,
+    };
     page(
-        StatusCode::OK,
+        status,
         &NotificationsPage {
             release: &state.release,
             subscribed: me.session.user.release_notices,
@@ -109,7 +128,9 @@ pub async fn show(State(state): State<DashboardState>, me: Me) -> Response {
                 (shown, when_micros(w.created_at))
             }),
             deliveries: deliveries.into_iter().map(row).collect(),
-            me: &me,
+            me,
+            error,
+            typed,
         },
     )
 }
@@ -150,6 +171,9 @@ pub struct WebhookForm {
     csrf: String,
     #[serde(default)]
     url: String,
+    /// `yes` once the removal's question was answered.
+    #[serde(default)]
+    confirm: String,
 }
 
 /// Checks a webhook URL: absolute `https://` or `http://` with a host, no credentials in it.
@@ -200,13 +224,14 @@ pub async fn set_webhook(
     let url = match checked {
         Ok(u) => u,
         Err(why) => {
-            return message(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Webhook URL not valid",
-                &why,
-                "/integrations/notifications",
-                "Back",
-            );
+            // A URL that may hold a password is not put back into the page.
+            let typed = if form.url.contains('@') {
+                ""
+            } else {
+                &form.url
+            };
+            let why = format!("Webhook URL not valid: {why}");
+            return show_page(&state, &me, Some(why), typed).await;
         }
     };
     let secret = crate::secrets::new_webhook_secret();
@@ -249,6 +274,17 @@ pub async fn remove_webhook(
 ) -> Response {
     if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
         return answer;
+    }
+    let question = Confirm {
+        heading: "Remove the org's webhook?",
+        text: "Notifications stop going to it now, and its signing secret is forgotten: setting it again makes a new secret, which the receiver must be given. This cannot be undone.",
+        action: "/integrations/notifications/webhook/remove",
+        fields: &[],
+        button: "Remove the webhook",
+        back: "/integrations/notifications",
+    };
+    if let Some(asked) = question.unless_confirmed(&me, &form.confirm) {
+        return asked;
     }
     let org_id = me.session.user.org_id;
     match state.store.remove_webhook(org_id).await {

@@ -20,18 +20,40 @@ use crate::storage::RepositorySource;
 struct RepositoriesPage<'a> {
     me: &'a Me,
     sources: Vec<RepositorySource>,
+    /// Why the mapping form was refused, shown above it with what was typed.
+    error: Option<String>,
+    typed: &'a MappingForm,
 }
 
 /// `GET /integrations/repositories`.
 pub async fn list(State(state): State<DashboardState>, me: Me) -> Response {
+    list_page(&state, &me, StatusCode::OK, None, &MappingForm::default()).await
+}
+
+/// The page, with the mapping form refused for `error` and filled with what was `typed`.
+async fn list_page(
+    state: &DashboardState,
+    me: &Me,
+    status: StatusCode,
+    error: Option<String>,
+    typed: &MappingForm,
+) -> Response {
     match state.store.repository_sources(me.session.user.org_id).await {
-        Ok(sources) => page(StatusCode::OK, &RepositoriesPage { me: &me, sources }),
+        Ok(sources) => page(
+            status,
+            &RepositoriesPage {
+                me,
+                sources,
+                error,
+                typed,
+            },
+        ),
         Err(_) => unavailable(),
     }
 }
 
 /// The mapping form's fields (removal sends only `repository`).
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 pub struct MappingForm {
     #[serde(default)]
     csrf: String,
@@ -67,13 +89,15 @@ pub async fn set(
             .iter()
             .map(|(field, rule)| format!("{field}: expected {rule}."))
             .collect();
-        return message(
+        let why = format!("Mapping not valid. {}", why.join(" "));
+        return list_page(
+            &state,
+            &me,
             StatusCode::UNPROCESSABLE_ENTITY,
-            "Mapping not valid",
-            &why.join(" "),
-            "/integrations/repositories",
-            "Back",
-        );
+            Some(why),
+            &form,
+        )
+        .await;
     }
     let org_id = me.session.user.org_id;
     let what = format!(

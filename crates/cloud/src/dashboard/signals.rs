@@ -12,6 +12,7 @@ use crate::admin;
 use crate::storage::{Credential, KeyInfo};
 
 use super::DashboardState;
+use super::confirm::Confirm;
 use super::form::Form;
 use super::me::{Me, refuse_admin_form};
 use super::render::{message, origin, own_ca_file, page, quoted, unavailable, when_micros};
@@ -32,6 +33,16 @@ struct SignalsPage<'a> {
     base: &'a str,
     signal_keys: Vec<Row>,
     api_keys: Vec<Row>,
+    /// Each create form's refusal and the name typed into it, shown again.
+    signal_form: Typed,
+    api_form: Typed,
+}
+
+/// A create form as it is shown: empty, or refused with what was typed.
+#[derive(Default)]
+struct Typed {
+    error: Option<String>,
+    name: String,
 }
 
 #[derive(Template)]
@@ -66,6 +77,17 @@ pub async fn list(
     headers: HeaderMap,
     uri: Uri,
 ) -> Response {
+    list_page(&state, &me, (&headers, &uri), None).await
+}
+
+/// The page; with `refused`, the create form of that kind refused with its error and the
+/// name typed into it (422).
+async fn list_page(
+    state: &DashboardState,
+    me: &Me,
+    (headers, uri): (&HeaderMap, &Uri),
+    refused: Option<(Credential, Typed)>,
+) -> Response {
     let org_id = me.session.user.org_id;
     let (Ok(signal_keys), Ok(api_keys)) = (
         state.store.credentials(org_id, Credential::SignalKey).await,
@@ -73,15 +95,27 @@ pub async fn list(
     ) else {
         return unavailable();
     };
-    let base = origin(&state, &headers, &uri, state.secure);
+    let base = origin(state, headers, uri, state.secure);
+    let status = match refused {
+        Some(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        None => StatusCode::OK,
+    };
+    let (mut signal_form, mut api_form) = (Typed::default(), Typed::default());
+    match refused {
+        Some((Credential::SignalKey, typed)) => signal_form = typed,
+        Some((_, typed)) => api_form = typed,
+        None => {}
+    }
     page(
-        StatusCode::OK,
+        status,
         &SignalsPage {
             admin: me.admin,
-            me: &me,
+            me,
             base: &base,
             signal_keys: rows(signal_keys),
             api_keys: rows(api_keys),
+            signal_form,
+            api_form,
         },
     )
 }
@@ -96,6 +130,9 @@ pub struct KeyForm {
     name: String,
     #[serde(default)]
     id: String,
+    /// `yes` once the revocation's question was answered.
+    #[serde(default)]
+    confirm: String,
 }
 
 fn kind(name: &str) -> Option<Credential> {
@@ -140,13 +177,11 @@ pub async fn create(
     let value = match created {
         Ok(value) => value,
         Err(admin::AdminError::Usage(why)) => {
-            return message(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Key name not valid",
-                &why,
-                "/integrations/signals",
-                "Back",
-            );
+            let typed = Typed {
+                error: Some(format!("Key name not valid: {why}")),
+                name: form.name,
+            };
+            return list_page(&state, &me, (&headers, &uri), Some((kind, typed))).await;
         }
         Err(_) => return unavailable(),
     };
@@ -228,6 +263,27 @@ pub async fn revoke(
     let Some(kind) = kind(&form.kind) else {
         return unknown_kind(&form.kind);
     };
+    let (what, stops) = match kind {
+        Credential::SignalKey => (
+            "signal key",
+            "Events posted to it are refused from now on (404, unknown signal key): pipelines and alerting that post to it stop being recorded until they post to another.",
+        ),
+        _ => (
+            "API key",
+            "Requests with it are refused from now on (401): pipelines, tools and git, registry or database clients that use it stop working until they get another.",
+        ),
+    };
+    let question = Confirm {
+        heading: &format!("Revoke {what} {}?", form.id),
+        text: &format!("{stops} This cannot be undone."),
+        action: "/integrations/signals/revoke",
+        fields: &[("kind", &form.kind), ("id", &form.id)],
+        button: &format!("Revoke the {what}"),
+        back: "/integrations/signals",
+    };
+    if let Some(asked) = question.unless_confirmed(&me, &form.confirm) {
+        return asked;
+    }
     match admin::revoke_key(&state.store, &me.actor(), &me.org, kind, &form.id).await {
         Ok(done) => {
             // This process stops accepting the key now; others within about a second. The

@@ -107,7 +107,7 @@ where
                 // broken stream, between two messages is the bridge's side going away.
                 let unexplained = !client_gone.load(Ordering::Acquire)
                     && frames.at_boundary()
-                    && frames.last != b'E';
+                    && !frames.last_was_fatal();
                 let n = match read {
                     Ok(0) | Err(_) if unexplained => return Ok(Down::Lost),
                     read => read?,
@@ -219,12 +219,42 @@ struct Frames {
     passed: u64,
     /// The type byte of the last message begun (0 before the first).
     last: u8,
+    /// The start of the last `ErrorResponse`'s body, where its severity is.
+    error: [u8; ERROR_HEAD],
+    error_len: usize,
 }
+
+/// How much of an `ErrorResponse` is kept to read its severity: the fields `S` (localized) and
+/// `V` (PostgreSQL 9.6 and later, never localized) come first.
+const ERROR_HEAD: usize = 32;
 
 impl Frames {
     /// Whether the bytes passed so far end with a whole message.
     fn at_boundary(&self) -> bool {
         self.have == 0 && self.left == 0
+    }
+
+    /// Whether the last message was an `ErrorResponse` ending the session (`FATAL`, `PANIC`),
+    /// after which PostgreSQL closes: the client has been told why. An `ERROR` leaves the
+    /// session open, so a close after it is unexplained. A severity not found in the kept start
+    /// counts as fatal.
+    fn last_was_fatal(&self) -> bool {
+        if self.last != b'E' {
+            return false;
+        }
+        let mut fields = self.error[..self.error_len].split(|&b| b == 0);
+        let (mut localized, mut severity) = (None, None);
+        for field in fields.by_ref().take(2) {
+            match field.split_first() {
+                Some((b'S', value)) => localized = Some(value),
+                Some((b'V', value)) => severity = Some(value),
+                _ => {}
+            }
+        }
+        match severity.or(localized) {
+            Some(value) => value != b"ERROR",
+            None => true,
+        }
     }
 
     /// Takes the server's next `bytes`; with `stop`, only up to the end of the message in
@@ -235,6 +265,12 @@ impl Frames {
         while i < bytes.len() {
             if self.left > 0 {
                 let n = self.left.min((bytes.len() - i) as u64);
+                if self.last == b'E' && self.error_len < ERROR_HEAD {
+                    let keep = (n as usize).min(ERROR_HEAD - self.error_len);
+                    self.error[self.error_len..self.error_len + keep]
+                        .copy_from_slice(&bytes[i..i + keep]);
+                    self.error_len += keep;
+                }
                 i += n as usize;
                 self.left -= n;
             } else {
@@ -251,6 +287,7 @@ impl Frames {
                     self.left = u64::from(len).saturating_sub(4);
                     self.have = 0;
                     self.last = self.head[0];
+                    self.error_len = 0;
                 }
             }
             if stop && self.at_boundary() {
@@ -350,13 +387,41 @@ mod tests {
         assert!(received.is_empty(), "{received:?}");
     }
 
+    /// An `ERROR` leaves a session open: a close right after it is a loss, told as one, in
+    /// whatever language the server's `S` field is.
+    #[tokio::test]
+    async fn a_server_side_that_ends_after_a_plain_error_is_told_to_the_client() {
+        for body in [
+            &b"SERROR\0VERROR\0C42P01\0Mrelation \"nope\" does not exist\0\0"[..],
+            b"SFEHLER\0VERROR\0C42P01\0MRelation \xc2\xbbnope\xc2\xab existiert nicht\0\0",
+            b"SERROR\0C42P01\0Mrelation does not exist\0\0",
+        ] {
+            let error = [message(b'E', body), message(b'Z', b"I")].concat();
+            let (spliced, received) = server_goes_away_after(error.clone()).await;
+            assert!(matches!(spliced, Spliced::Lost { told: true }));
+            assert!(received.starts_with(&error));
+            let text = String::from_utf8_lossy(&received[error.len()..]).into_owned();
+            assert!(text.contains("08006"), "{text}");
+            // The error alone, with no ReadyForQuery after it yet, is no different.
+            let error = message(b'E', body);
+            let (spliced, _) = server_goes_away_after(error).await;
+            assert!(matches!(spliced, Spliced::Lost { told: true }));
+        }
+    }
+
     /// PostgreSQL's own FATAL before it closes is the whole story: nothing is added.
     #[tokio::test]
     async fn a_server_that_says_why_it_closes_gets_nothing_added() {
-        let fatal = message(b'E', b"SFATAL\0C57P01\0Mterminating connection\0\0");
-        let (spliced, received) = server_goes_away_after(fatal.clone()).await;
-        assert!(matches!(spliced, Spliced::Closed { .. }));
-        assert_eq!(received, fatal);
+        for body in [
+            &b"SFATAL\0VFATAL\0C57P01\0Mterminating connection\0\0"[..],
+            b"SFATAL\0C57P01\0Mterminating connection\0\0",
+            b"SPANIK\0VPANIC\0CXX000\0Mpanic\0\0",
+        ] {
+            let fatal = message(b'E', body);
+            let (spliced, received) = server_goes_away_after(fatal.clone()).await;
+            assert!(matches!(spliced, Spliced::Closed { .. }));
+            assert_eq!(received, fatal);
+        }
     }
 
     #[test]

@@ -82,6 +82,12 @@ pub enum ServeError {
         "--data-dir {0}: a file of that name is there, and it is not a directory; pass a directory (it is made when missing)"
     )]
     DataDirIsFile(String),
+    /// A PostgreSQL `serve` was given a SQLite deployment's data directory, whose CA files it
+    /// would replace with the database's.
+    #[error(
+        "--data-dir {0} holds a SQLite deployment's database (signals.db): a serve on PostgreSQL would replace that directory's CA (ca.pem, ca-key.pem), which the SQLite deployment's bridges and clients trust. Give this one a directory of its own (--data-dir DIR); if that SQLite deployment is retired, move its signals.db away first"
+    )]
+    DataDirOfSqlite(String),
     /// The data directory cannot be created.
     #[error(
         "--data-dir {dir}: cannot create it ({source}); check the parent directory's permissions or pass another --data-dir"
@@ -106,6 +112,11 @@ pub async fn run(
         .map(|(cert, key)| tls::operator_identity(cert, key))
         .transpose()
         .map_err(ServeError::TlsFiles)?;
+    if let Some(warning) =
+        (operator_identity.as_ref()).and_then(|i| tls::validity_warning(&i.chain))
+    {
+        tracing::warn!(cert = %options.tls_files.as_ref().map(|(c, _)| c.display().to_string()).unwrap_or_default(), "{warning}");
+    }
     let operator_cas = (options.client_ca.as_ref())
         .map(|path| {
             let cas = tls::load_certificates(path)?;
@@ -116,6 +127,13 @@ pub async fn run(
         .map_err(ServeError::ClientCa)?;
     if options.data_dir.exists() && !options.data_dir.is_dir() {
         return Err(ServeError::DataDirIsFile(
+            options.data_dir.display().to_string(),
+        ));
+    }
+    if matches!(options.backend, Backend::Postgres(_))
+        && options.data_dir.join("signals.db").exists()
+    {
+        return Err(ServeError::DataDirOfSqlite(
             options.data_dir.display().to_string(),
         ));
     }
@@ -187,6 +205,7 @@ pub async fn run(
         )
         .run(shutdown.clone()),
     );
+    let storage_watch = tokio::spawn(store.clone().watch(shutdown.clone()));
     let lister = tokio::spawn(crate::correlation::lister::keep_listing(
         app.correlation.clone(),
         shutdown.clone(),
@@ -271,6 +290,7 @@ pub async fn run(
     let _ = watcher.await;
     let _ = notifier.await;
     let _ = lister.await;
+    let _ = storage_watch.await;
     store.close().await;
     match drained {
         true => tracing::info!("stopped: in-flight requests drained, storage flushed"),
@@ -299,6 +319,9 @@ async fn shared_ca(store: &Store, data_dir: &std::path::Path) -> Result<tls::Loc
         None => tls::LocalCa::generate()?,
     };
     let (cert, key) = store.ca_get_or_insert(&cert, &key).await?;
+    if tls::LocalCa::read_files(data_dir)?.is_some_and(|(found, _)| found != cert) {
+        tracing::warn!(dir = %data_dir.display(), "the data directory's ca.pem held another CA than the database's; it is replaced by the database's (clients that trusted the old file must trust the new one)");
+    }
     tls::LocalCa::write_files(data_dir, &cert, &key)?;
     Ok(tls::LocalCa::from_pem(&cert, &key)?)
 }

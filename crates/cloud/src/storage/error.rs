@@ -17,9 +17,13 @@ pub enum StorageError {
         /// where the chain is printed).
         cause: sqlx::Error,
     },
-    /// Schema migration failed, said in words (a newer release's database told as such).
+    /// Schema migration failed.
     #[error("cannot migrate the database schema: {0}")]
     Migrate(String),
+    /// A newer release migrated the database: this one neither migrates nor reads it (exit 2:
+    /// the fix is to run that release).
+    #[error("{0}")]
+    Newer(String),
     /// A query failed (connection lost, disk full, …).
     #[error("database query failed: {0}")]
     Query(#[from] sqlx::Error),
@@ -74,6 +78,7 @@ impl StorageError {
             | StorageError::NoSchema(_)
             | StorageError::NotCreated(_)
             | StorageError::Behind(_)
+            | StorageError::Newer(_)
             | StorageError::Foreign(_)
             | StorageError::InUse(_)
             | StorageError::Lock { .. } => true,
@@ -93,13 +98,13 @@ impl StorageError {
 impl From<sqlx::migrate::MigrateError> for StorageError {
     fn from(e: sqlx::migrate::MigrateError) -> Self {
         use sqlx::migrate::MigrateError;
-        StorageError::Migrate(match e {
-            MigrateError::VersionMissing(version) => format!(
+        match e {
+            MigrateError::VersionMissing(version) => StorageError::Newer(format!(
                 "the database was migrated by a newer release of cloud (its migration {version} is unknown to this one, {}): run that release or a later one, or restore the backup taken before the upgrade",
                 env!("CARGO_PKG_VERSION")
-            ),
-            e => e.to_string(),
-        })
+            )),
+            e => StorageError::Migrate(e.to_string()),
+        }
     }
 }
 

@@ -19,6 +19,7 @@ mod records;
 mod repositories;
 mod sqlite_writer;
 mod users;
+mod watch;
 mod webhooks;
 mod writer;
 
@@ -119,7 +120,7 @@ async fn sqlite_created(path: &std::path::Path) -> Result<(), StorageError> {
     match schema {
         Ok((true,)) => Ok(()),
         Ok((false,)) => Err(StorageError::NotCreated(format!(
-            "{shown} holds no signals schema (an empty file, or another program's database): admin commands never create one, only `cloud serve` does; the file was left as it was. {fix}"
+            "{shown} holds no signals schema (an empty file, or another program's database): admin commands never create one, only `cloud serve` does; the file was left as it was. A `cloud serve` started on it a moment ago may still be making it: then run the command again once that serve answers /readyz. {fix}"
         ))),
         // SQLITE_NOTADB: the file is something else. Any other failure (permissions, a lock)
         // is the database's, said as such.
@@ -191,7 +192,7 @@ fn not_behind(
         return Ok(());
     }
     Err(StorageError::Behind(format!(
-        "the database at {shown} is of an earlier release (not applied yet: {}): admin commands never migrate it, only `cloud serve` does, at its start. Start this release's `cloud serve` on it once first (see docs/operations.md, upgrades), then run the command again",
+        "the database at {shown} is of an earlier release (not applied yet: {}): admin commands never migrate it, only `cloud serve` does, at its start. Start this release's `cloud serve` on it once first (see docs/operations.md, upgrades), then run the command again; if it is starting now, it is migrating: run the command again once it answers /readyz",
         pending.join(", ")
     )))
 }
@@ -202,6 +203,8 @@ pub struct Store {
     db: Db,
     writer: writer::WriterHandle,
     ids: std::sync::Arc<ids::EventIds>,
+    /// The database as logs name it: SQLite's file, PostgreSQL's URL without its password.
+    target: std::sync::Arc<str>,
 }
 
 impl Store {
@@ -333,10 +336,15 @@ impl Store {
             Db::Postgres(_) => ids::EventIds::Random,
         };
         let writer = writer::spawn(db.clone(), sqlite_file, metrics);
+        let target = match backend {
+            Backend::Sqlite(path) => path.display().to_string(),
+            Backend::Postgres(url) => redact_url(url),
+        };
         Ok(Store {
             db,
             writer,
             ids: std::sync::Arc::new(ids),
+            target: target.into(),
         })
     }
 

@@ -228,11 +228,24 @@ fn health_check_address() {
 fn an_entry_limit_above_the_bridges_is_said() {
     let yaml = "name: n\ntoken: t\nmax_connections: 10\napis:\n  - {name: a, url: http://a, max_connections: 50}\n  - {name: b, url: http://b, max_connections: 5}\n";
     let config = load(yaml, &MapEnv::new()).unwrap();
-    let warnings = config.unreachable_limits();
+    let warnings = config.warnings();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(
         warnings[0]
             .starts_with("apis[0].max_connections 50 (a) is above the bridge's max_connections 10"),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn a_root_certificate_no_sslmode_uses_is_said() {
+    let yaml = "name: n\ntoken: t\ndatabases:\n  - {name: app, type: postgresql, host: db, database: app, credentials: {username: u, password: p}, sslrootcert: /etc/db-ca.pem}\n  - {name: checked, type: postgresql, host: db, database: app, credentials: {username: u, password: p}, sslmode: verify-ca, sslrootcert: /etc/db-ca.pem}\n";
+    let config = load(yaml, &MapEnv::new()).unwrap();
+    let warnings = config.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("databases[0].sslrootcert is set (app), but its sslmode is prefer")
+            && warnings[0].contains("sslmode: verify-full"),
         "{warnings:?}"
     );
 }

@@ -128,9 +128,9 @@ pub fn audited(text: &str, strict: bool, cut: bool) -> String {
     let lower = text.to_ascii_lowercase();
     // A URL's password (`postgresql://u:secret@h`) is cut as a `password` is, before its
     // literal.
-    let password = match (lower.find("password"), uri_password(&lower)) {
-        (Some(at), Some(uri)) if uri < at => Some((uri, uri)),
-        (Some(at), _) => Some((at, at + "password".len())),
+    let password = match (first_password_word(&lower), uri_password(&lower)) {
+        (Some((at, _)), Some(uri)) if uri < at => Some((uri, uri)),
+        (Some(word), _) => Some(word),
         (None, Some(uri)) => Some((uri, uri)),
         (None, None) => None,
     }
@@ -327,13 +327,20 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool, usi
             name
         };
         at = name_end;
-        if !names_password(&name.to_ascii_lowercase()) {
+        let lower = name.to_ascii_lowercase();
+        if !names_password(&lower) {
             continue;
         }
         named = true;
         // The `password`s this name accounts for, as written (`U&"p\0061ssword"` none).
-        let spelled = raw.to_ascii_lowercase().matches("password").count();
+        let spelled = password_words(&raw.to_ascii_lowercase());
         let mut value = skip_blank(statement, name_end);
+        // A call of pgcrypto's (`crypt('…', gen_salt('bf'))`, `pgp_sym_encrypt(data, '…')`):
+        // its arguments are among the text's literals and numbers, which are all masked.
+        if lower.contains("crypt") && statement[value..].starts_with('(') {
+            values += spelled;
+            continue;
+        }
         // `password = '…'`, and a named argument (`password => '…'`, `password := '…'`).
         let op = ["=>", ":=", "="]
             .into_iter()
@@ -368,7 +375,7 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool, usi
     if depth > 0 {
         let lower = statement.to_ascii_lowercase();
         // A JSON `\u0061` (`json_populate_record`'s keys) spells what this reading cannot see.
-        if lower.matches("password").count() > values
+        if password_words(&lower) > values
             || uri_password(&lower).is_some()
             || lower.contains("\\u")
         {
@@ -411,27 +418,47 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool, usi
     Some((out, named || inside, values))
 }
 
-/// Whether a name (lower-case) is a password's: it ends in `password`, as written or as
-/// PostgreSQL keeps it, cut to 63 bytes (`…password` followed by more is that name too).
+/// Whether a name (lower-case) is a password's: it ends in `password` or `passwd`, as written
+/// or as PostgreSQL keeps it, cut to 63 bytes (`…password` followed by more is that name too),
+/// or it holds `crypt` (pgcrypto's functions, whose arguments are passwords and keys).
 fn names_password(name: &str) -> bool {
     let mut kept = name.len().min(63);
     while !name.is_char_boundary(kept) {
         kept -= 1;
     }
-    name.ends_with("password") || name[..kept].ends_with("password")
+    let ends = |name: &str| name.ends_with("password") || name.ends_with("passwd");
+    ends(name) || ends(&name[..kept]) || name.contains("crypt")
+}
+
+/// The words that name a password in a statement (lower-case): `password`; `passwd`
+/// (`pg_shadow.passwd`, and columns named after it); and `crypt`, in every function of
+/// pgcrypto that takes a password or a key (`crypt`, `encrypt`, `pgp_sym_decrypt`, …).
+const PASSWORD_WORDS: [&str; 3] = ["password", "passwd", "crypt"];
+
+/// How many times `text` (lower-case) spells one of [`PASSWORD_WORDS`].
+fn password_words(text: &str) -> usize {
+    PASSWORD_WORDS.iter().map(|w| text.matches(w).count()).sum()
+}
+
+/// Where the first of [`PASSWORD_WORDS`] in `text` (lower-case) starts and ends.
+fn first_password_word(text: &str) -> Option<(usize, usize)> {
+    PASSWORD_WORDS
+        .iter()
+        .filter_map(|w| text.find(w).map(|at| (at, at + w.len())))
+        .min()
 }
 
 /// Whether a literal's text (lower-case) may hold a password: it names one (a connection
 /// string's `password=`, a statement given to `EXECUTE`) or is a URL with one
 /// (`postgresql://user:secret@host/db`).
 fn holds_password(text: &str) -> bool {
-    text.contains("password")
+    password_words(text) > 0
         || uri_password(text).is_some()
         // SQL run by `EXECUTE`, a JSON document or a libpq value may spell one with escapes of
         // their own (`U&"p\0061ssword"`, `\u0061`, `pass\word`), and a URL with `%77`.
         || text.contains('\\')
         || text.contains("u&")
-        || percent_decoded(text).contains("password")
+        || password_words(&percent_decoded(text)) > 0
 }
 
 /// `text` with its `%XX` escapes decoded (as a URL's query is), lossily.

@@ -430,6 +430,44 @@ fn passwords_never_reach_the_audit() {
             "UPDATE u SET password = $1, pw_set = NULL WHERE id = $2",
             "UPDATE u SET password = $1, pw_set = NULL WHERE id = $2",
         ),
+        // `passwd` (PostgreSQL's `pg_shadow.passwd`, and columns named after it) and
+        // pgcrypto's functions, which take passwords and keys.
+        (
+            "SELECT usename, passwd FROM pg_shadow",
+            "SELECT usename, passwd FROM pg_shadow",
+        ),
+        (
+            "UPDATE accounts SET passwd = 'hunter2' WHERE id = 7",
+            "UPDATE accounts SET passwd = '…' WHERE id = …",
+        ),
+        (
+            "SELECT 1 FROM u WHERE user_passwd = 'hunter2'",
+            "SELECT … FROM u WHERE user_passwd = '…'",
+        ),
+        (
+            "INSERT INTO users (name, pw) VALUES ('ada', crypt('hunter2', gen_salt('bf')))",
+            "INSERT INTO users (name, pw) VALUES ('…', crypt('…', gen_salt('…')))",
+        ),
+        (
+            "SELECT id FROM users WHERE pw = crypt('hunter2', pw)",
+            "SELECT id FROM users WHERE pw = crypt('…', pw)",
+        ),
+        (
+            "SELECT pgp_sym_decrypt(data, 'key material') FROM t",
+            "SELECT pgp_sym_decrypt(data, '…') FROM t",
+        ),
+        (
+            "SELECT encrypt(data, 'k3y', 'aes') FROM t",
+            "SELECT encrypt(data, '…', '…') FROM t",
+        ),
+        (
+            "SELECT id FROM users WHERE pw = public.crypt ('hunter2' || 'x', pw)",
+            "SELECT id FROM users WHERE pw = public.crypt ('…' || '…', pw)",
+        ),
+        (
+            "SELECT dblink_connect('host=db user=u passwd=hunter2')",
+            "SELECT dblink_connect(…",
+        ),
     ] {
         let got = super::audited(statement, false, false);
         if got != audited {
