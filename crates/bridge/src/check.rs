@@ -133,12 +133,12 @@ async fn probe_http(
                     PROBE_TIMEOUT.as_secs()
                 )),
                 Ok(Err(e)) => Err(unreachable(&forward::causes(&e))),
-                Ok(Ok(r)) if matches!(r.status().as_u16(), 401 | 403) && !credentials => {
-                    Err(format!(
-                        "the server asks for credentials (HTTP {}) and the entry has none: set {section}[].auth",
-                        r.status().as_u16(),
-                    ))
-                }
+                Ok(Ok(r)) if r.status().as_u16() == 401 && !credentials => Err(format!(
+                    "the server asks for credentials (HTTP 401) and the entry has none: set {section}[].auth"
+                )),
+                Ok(Ok(r)) if r.status().as_u16() == 403 && !credentials => Err(format!(
+                    "refused (HTTP 403) without credentials: set {section}[].auth if the server needs some, else check what it allows this host (an address allow-list?)"
+                )),
                 Ok(Ok(r)) if matches!(r.status().as_u16(), 401 | 403) => Err(format!(
                     "credentials rejected (HTTP {}): check {section}[].auth",
                     r.status().as_u16(),

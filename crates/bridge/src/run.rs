@@ -75,10 +75,13 @@ pub fn run(path: Option<&Path>) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
+    // In the runtime: the health port is listened on as its socket.
+    let entered = runtime.enter();
     let opened = match preflight(&cfg, true) {
         Ok(opened) => opened,
         Err(code) => return code,
     };
+    drop(entered);
     let result = runtime.block_on(serve(cfg, opened));
     // The audit log is flushed by now; a name lookup still blocking a thread (a stuck resolver
     // while the tunnel redialled) must not hold the exit.
@@ -126,7 +129,7 @@ pub(crate) struct Opened {
     identity: Identity,
     audit: AuditLog,
     /// The health port, listened on (`run` only).
-    health: Option<std::net::TcpListener>,
+    health: Option<tokio::net::TcpListener>,
 }
 
 /// Opens what the configuration points at: the CA to trust, the operator's certificate and
@@ -241,17 +244,25 @@ fn relative_paths(cfg: &Config) -> Vec<String> {
     .collect()
 }
 
-/// The health port, listened on (non-blocking, for the runtime to take).
-fn listen_for_health(cfg: &Config) -> Result<std::net::TcpListener, PortTaken> {
+/// The health port, listened on (in the runtime). On Unix with `SO_REUSEADDR`, as tokio's
+/// own `bind` does: a restarted bridge takes its port back while the last run's connections
+/// wait out TIME_WAIT on it (a scraper's, closed by the bridge).
+fn listen_for_health(cfg: &Config) -> Result<tokio::net::TcpListener, PortTaken> {
     let taken = |cause| PortTaken {
         address: cfg.health_check_address,
         port: cfg.health_check_port,
         cause,
     };
-    let listener = std::net::TcpListener::bind((cfg.health_check_address, cfg.health_check_port))
-        .map_err(taken)?;
-    listener.set_nonblocking(true).map_err(taken)?;
-    Ok(listener)
+    let addr = std::net::SocketAddr::new(cfg.health_check_address, cfg.health_check_port);
+    let socket = match addr {
+        std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    }
+    .map_err(taken)?;
+    #[cfg(unix)]
+    socket.set_reuseaddr(true).map_err(taken)?;
+    socket.bind(addr).map_err(taken)?;
+    socket.listen(1024).map_err(taken)
 }
 
 async fn serve(cfg: Arc<Config>, opened: Opened) -> anyhow::Result<()> {
@@ -277,9 +288,8 @@ async fn serve(cfg: Arc<Config>, opened: Opened) -> anyhow::Result<()> {
     let flusher = audit.spawn_flusher();
     let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
     let shutdown = signals(audit.clone(), metrics.in_flight.clone());
-    let listener = match health {
-        Some(listener) => tokio::net::TcpListener::from_std(listener)?,
-        None => anyhow::bail!("the health port was not listened on before serving"),
+    let Some(listener) = health else {
+        anyhow::bail!("the health port was not listened on before serving");
     };
     // The operator's port answers through the drain (probes, and the in-flight gauge when it
     // matters most), until the agent is done.

@@ -549,3 +549,31 @@ fn a_taken_health_check_port_is_a_configuration_error() {
     );
     drop(taken);
 }
+
+/// A bridge restarted on a fixed health port takes it back at once, though the last run
+/// closed a scraper's connection on it (which then waits out TIME_WAIT on that port).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_bridge_takes_its_health_port_back() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let port = testkit::ports::stable_port();
+    let yaml = format!(
+        "name: dc1\ntoken: x\napi_url: https://127.0.0.1:{}\nhealth_check_address: 127.0.0.1\nhealth_check_port: {port}\n",
+        free_closed_port()
+    );
+    let mut first = testkit::bridge::BridgeProc::start(&yaml, &[]);
+    assert_eq!(first.health_port(), port);
+    let mut scraper = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    scraper
+        .write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    scraper.read_to_end(&mut answer).await.unwrap();
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+    first.signal("TERM");
+    first.wait();
+    let second = testkit::bridge::BridgeProc::start(&yaml, &[]);
+    assert_eq!(second.health_port(), port, "{}", second.log_text());
+}

@@ -242,4 +242,14 @@ async fn members_cannot_make_bridge_tokens() {
         .await
         .unwrap();
     assert_eq!(res.status(), 403);
+    // Nor revoke one: refused before the question a revocation asks.
+    let res = client
+        .post(format!("{}/integrations/bridge/revoke", cloud.https))
+        .header("cookie", &member)
+        .form(&[("csrf", hidden(&listed, "csrf").as_str()), ("name", "dc1")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 403);
+    assert!(!res.text().await.unwrap().contains("Revoke bridge dc1?"));
 }

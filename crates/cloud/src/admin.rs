@@ -265,6 +265,21 @@ pub async fn list_keys(
 /// Where a refused revocation sends the operator for the ids (the dashboard says its own).
 pub const LIST_HINT: &str = "`list` shows the ids";
 
+/// The public part of a credential given with its secret (an API key or a bridge token, whole
+/// or mangled), with its kind.
+fn public_part(given: &str) -> Option<(Kind, String)> {
+    [Kind::ApiKey, Kind::BridgeToken].into_iter().find_map(|k| {
+        let (key_id, _secret) = given.strip_prefix(k.prefix())?.split_once('_')?;
+        Some((k, format!("{}{key_id}", k.prefix())))
+    })
+}
+
+/// A key's id as a page may show it back: a whole credential pasted in its place becomes its
+/// public part, so that its secret is never echoed.
+pub fn shown_id(given: &str) -> String {
+    public_part(given.trim()).map_or_else(|| given.trim().to_string(), |(_, public)| public)
+}
+
 /// `cloud api-key|signal-key revoke --org SLUG ID`: returns what was revoked.
 pub async fn revoke_key(
     store: &Store,
@@ -277,10 +292,7 @@ pub async fn revoke_key(
     // A credential with its secret (whole, or mangled: a space, a digit short) is never
     // echoed nor audited past its public part; a whole API key is revoked by its id.
     let given = id.trim();
-    let public = [Kind::ApiKey, Kind::BridgeToken].into_iter().find_map(|k| {
-        let (key_id, _secret) = given.strip_prefix(k.prefix())?.split_once('_')?;
-        Some((k, format!("{}{key_id}", k.prefix())))
-    });
+    let public = public_part(given);
     let (id, hidden) = match &public {
         Some((Kind::ApiKey, public)) if kind == Credential::ApiKey => (public.as_str(), None),
         Some((other, public)) => (given, Some((*other, public.as_str()))),

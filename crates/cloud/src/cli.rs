@@ -218,7 +218,10 @@ impl Cli {
 fn parse_typed_first() -> Result<Cli, clap::Error> {
     use clap::parser::ValueSource;
     use clap::{CommandFactory, FromArgMatches};
-    let matches = without_blank_env(Cli::command()).try_get_matches()?;
+    if let Some(why) = blank_env() {
+        return Err(Cli::command().error(clap::error::ErrorKind::InvalidValue, why));
+    }
+    let matches = Cli::command().try_get_matches()?;
     let mut path = Vec::new();
     let mut leaf = &matches;
     while let Some((name, sub)) = leaf.subcommand() {
@@ -240,35 +243,31 @@ fn parse_typed_first() -> Result<Cli, clap::Error> {
     Cli::from_arg_matches(&matches)
 }
 
-/// The command without the environment variables that are set but empty (`CLOUD_ORG=`): an
-/// empty variable is one not set, as a shell's `VAR= cmd` usually means, not an empty value.
-fn without_blank_env(mut command: clap::Command) -> clap::Command {
-    let blank: Vec<clap::Id> = command
-        .get_arguments()
-        .filter(|a| {
-            a.get_env()
-                .and_then(std::env::var_os)
-                .is_some_and(|v| v.is_empty())
+/// An environment variable of the command run that is set but empty (`CLOUD_DATABASE_URL=`
+/// from a compose file whose own variable was unset) and not overridden on the command line:
+/// a usage error naming it. Taken as unset it could quietly choose another store or identity
+/// (SQLite in `./data`, the self-signed certificate); taken as a value it reads as `no org ""`.
+fn blank_env() -> Option<String> {
+    let (chain, _) = typed_commands();
+    chain.iter().rev().find_map(|command| {
+        command.get_arguments().find_map(|a| {
+            let var = a.get_env()?;
+            let blank = std::env::var_os(var).is_some_and(|v| v.is_empty());
+            let long = a.get_long()?;
+            (blank && env_behind(&format!("--{long}")).is_some()).then(|| {
+                format!(
+                    "the environment variable {} (--{long}) is set but empty: give it a value, or unset it",
+                    var.to_string_lossy()
+                )
+            })
         })
-        .map(|a| a.get_id().clone())
-        .collect();
-    for id in blank {
-        command = command.mut_arg(id, |a| a.env(None::<&str>));
-    }
-    let subcommands: Vec<String> = command
-        .get_subcommands()
-        .map(|c| c.get_name().to_string())
-        .collect();
-    for name in subcommands {
-        command = command.mut_subcommand(name, without_blank_env);
-    }
-    command
+    })
 }
 
 /// The commands typed, from `cloud` down to the subcommand run (`cloud org create`: three),
 /// with the subcommands' names.
 fn typed_commands() -> (Vec<clap::Command>, Vec<String>) {
-    let mut chain = vec![without_blank_env(<Cli as clap::CommandFactory>::command())];
+    let mut chain = vec![<Cli as clap::CommandFactory>::command()];
     let mut path = Vec::new();
     let mut args = std::env::args_os().skip(1);
     while let Some(typed) = args.next() {

@@ -355,7 +355,8 @@ fn values_from_the_environment_are_said_to_be_and_empty_ones_are_not_values() {
         stderr.contains("comes from the environment variable CLOUD_LISTEN"),
         "{stderr}"
     );
-    // `CLOUD_ORG=` is no org called "": the option is missing, as clap says.
+    // A variable set empty is said to be, not read as an org called "" nor as no database URL
+    // at all (which would quietly start on SQLite in ./data).
     let out = Command::new(cloud_bin())
         .args(["api-key", "list", "--data-dir"])
         .arg(dir.path())
@@ -365,9 +366,24 @@ fn values_from_the_environment_are_said_to_be_and_empty_ones_are_not_values() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("required arguments were not provided") && stderr.contains("--org"),
+        stderr.contains("CLOUD_ORG (--org) is set but empty: give it a value, or unset it"),
         "{stderr}"
     );
+    let stderr = serve("CLOUD_DATABASE_URL", "");
+    assert!(
+        stderr.contains("CLOUD_DATABASE_URL (--database-url) is set but empty"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("signals.db").exists(), "started on SQLite");
+    // Typed on the command line, the option wins over its empty variable.
+    let out = Command::new(cloud_bin())
+        .args(["api-key", "list", "--org", "acme", "--data-dir"])
+        .arg(dir.path())
+        .env("CLOUD_ORG", "")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("set but empty"), "{stderr}");
 }
 
 /// A `serve` on PostgreSQL given a SQLite deployment's data directory (the README's `./data`)

@@ -313,14 +313,14 @@ async fn load_at_most(
             break;
         }
         if deployments.len() as i64 >= max {
-            // Older ones are left unread, if there are any; one at this same time may be
-            // among them.
+            // Older ones are left unread, if there are any: the newest of them says from
+            // when on every deployment was read.
             let rest = EventQuery {
                 limit: 1,
                 ..query.clone()
             };
-            if !store.list_events(org_id, &rest).await?.is_empty() {
-                complete_from = query.after.as_ref().map_or(i64::MIN, |(at, _)| *at);
+            if let Some(unread) = store.list_events(org_id, &rest).await?.first() {
+                complete_from = unread.occurred_at;
             }
             break;
         }
@@ -449,11 +449,18 @@ mod tests {
         assert_eq!(read.len() as i64, PAGE);
         assert_eq!(complete_from, i64::MIN, "every deployment was read");
         deploy(DAY).await.unwrap();
-        let (read, _, complete_from) = load_at_most(&store, org, (None, None), window, PAGE)
+        let (read, none, complete_from) = load_at_most(&store, org, (None, None), window, PAGE)
             .await
             .unwrap();
         assert_eq!(read.len() as i64, PAGE);
-        assert_eq!(complete_from, 10 * DAY, "the oldest was left unread");
+        assert_eq!(complete_from, DAY, "the oldest was left unread");
+        let truncated = |since| {
+            answer(&read, &none, (None, None), (since, 30 * DAY), complete_from)["truncated"]
+                .clone()
+        };
+        assert_eq!(truncated(0), json!(true));
+        // A window that begins after the one left unread is whole.
+        assert_eq!(truncated(2 * DAY), json!(false));
     }
 
     /// Rates keep three decimals, or three significant digits when small.

@@ -273,11 +273,13 @@ pub async fn revoke(
             "Requests with it are refused from now on (401): pipelines, tools and git, registry or database clients that use it stop working until they get another.",
         ),
     };
+    // A whole API key pasted as the id is asked about, and sent again, by its public part.
+    let id = admin::shown_id(&form.id);
     let question = Confirm {
-        heading: &format!("Revoke {what} {}?", form.id),
+        heading: &format!("Revoke {what} {id}?"),
         text: &format!("{stops} This cannot be undone."),
         action: "/integrations/signals/revoke",
-        fields: &[("kind", &form.kind), ("id", &form.id)],
+        fields: &[("kind", &form.kind), ("id", &id)],
         button: &format!("Revoke the {what}"),
         back: "/integrations/signals",
     };

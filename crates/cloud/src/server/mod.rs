@@ -319,7 +319,10 @@ async fn shared_ca(store: &Store, data_dir: &std::path::Path) -> Result<tls::Loc
         None => tls::LocalCa::generate()?,
     };
     let (cert, key) = store.ca_get_or_insert(&cert, &key).await?;
-    if tls::LocalCa::read_files(data_dir)?.is_some_and(|(found, _)| found != cert) {
+    // Compared by what the PEM holds, not its line ends; a `ca.pem` without its key too.
+    let pem = |text: &str| text.split_whitespace().collect::<String>();
+    let found = std::fs::read_to_string(data_dir.join("ca.pem")).ok();
+    if found.is_some_and(|found| pem(&found) != pem(&cert)) {
         tracing::warn!(dir = %data_dir.display(), "the data directory's ca.pem held another CA than the database's; it is replaced by the database's (clients that trusted the old file must trust the new one)");
     }
     tls::LocalCa::write_files(data_dir, &cert, &key)?;

@@ -25,7 +25,11 @@ impl Store {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(EVERY) => {}
             }
-            match (self.question().await, answering) {
+            let answer = tokio::select! {
+                () = stop.cancelled() => return,
+                answer = self.question() => answer,
+            };
+            match (answer, answering) {
                 (Err(cause), true) => {
                     answering = false;
                     tracing::error!(database = %self.target, cause = %cause, "the database does not answer: requests that need it get 503 until it does; check that it runs and that this host reaches it");
@@ -40,7 +44,8 @@ impl Store {
     }
 
     /// One question to the database; on PostgreSQL a pool that times out is asked why by a
-    /// connection of the watch's own.
+    /// connection of the watch's own. A database that takes that connection answers: the
+    /// pool's connections were only busy.
     async fn question(&self) -> Result<(), String> {
         let asked = async {
             on_db!(&self.db, pool => sqlx::query("SELECT 1").execute(pool).await.map(drop))
@@ -57,7 +62,7 @@ impl Store {
         match tokio::time::timeout(WITHIN, sqlx::PgConnection::connect_with(&options)).await {
             Ok(Ok(connection)) => {
                 let _ = connection.close().await;
-                Err(cause)
+                Ok(())
             }
             Ok(Err(e)) => Err(format!("a new connection fails: {e}")),
             Err(_) => Err(format!(

@@ -328,19 +328,22 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool, usi
         };
         at = name_end;
         let lower = name.to_ascii_lowercase();
+        let mut value = skip_blank(statement, name_end);
+        // A call of a function that takes secrets (`crypt('…', gen_salt('bf'))`,
+        // `hmac(data, '…', 'sha256')`): its arguments are among the text's literals and
+        // numbers, which are all masked.
+        if takes_secrets(&lower) && statement[value..].starts_with('(') {
+            named = true;
+            // As [`secret_calls`] counts them: unquoted names only.
+            values += usize::from(!raw.starts_with('"'));
+            continue;
+        }
         if !names_password(&lower) {
             continue;
         }
         named = true;
         // The `password`s this name accounts for, as written (`U&"p\0061ssword"` none).
         let spelled = password_words(&raw.to_ascii_lowercase());
-        let mut value = skip_blank(statement, name_end);
-        // A call of pgcrypto's (`crypt('…', gen_salt('bf'))`, `pgp_sym_encrypt(data, '…')`):
-        // its arguments are among the text's literals and numbers, which are all masked.
-        if lower.contains("crypt") && statement[value..].starts_with('(') {
-            values += spelled;
-            continue;
-        }
         // `password = '…'`, and a named argument (`password => '…'`, `password := '…'`).
         let op = ["=>", ":=", "="]
             .into_iter()
@@ -418,33 +421,79 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool, usi
     Some((out, named || inside, values))
 }
 
-/// Whether a name (lower-case) is a password's: it ends in `password` or `passwd`, as written
-/// or as PostgreSQL keeps it, cut to 63 bytes (`…password` followed by more is that name too),
-/// or it holds `crypt` (pgcrypto's functions, whose arguments are passwords and keys).
+/// Whether a name (lower-case) is a password's: it ends in `password` or `passwd`
+/// (`pg_shadow.passwd`), as written or as PostgreSQL keeps it, cut to 63 bytes (`…password`
+/// followed by more is that name too).
 fn names_password(name: &str) -> bool {
     let mut kept = name.len().min(63);
     while !name.is_char_boundary(kept) {
         kept -= 1;
     }
     let ends = |name: &str| name.ends_with("password") || name.ends_with("passwd");
-    ends(name) || ends(&name[..kept]) || name.contains("crypt")
+    ends(name) || ends(&name[..kept])
 }
 
-/// The words that name a password in a statement (lower-case): `password`; `passwd`
-/// (`pg_shadow.passwd`, and columns named after it); and `crypt`, in every function of
-/// pgcrypto that takes a password or a key (`crypt`, `encrypt`, `pgp_sym_decrypt`, …).
-const PASSWORD_WORDS: [&str; 3] = ["password", "passwd", "crypt"];
+/// Whether a function (its name, lower-case) takes passwords or keys as arguments, or hashes
+/// them: pgcrypto's (`crypt`, `encrypt`, `pgp_sym_decrypt`, `hmac`, `digest`, `dearmor`, …)
+/// and PostgreSQL's own hashes (`md5`, `sha256`, …). Only its calls count, not a column
+/// `encrypted` nor the `ENCRYPTED` of `ENCRYPTED PASSWORD`.
+fn takes_secrets(name: &str) -> bool {
+    name.contains("crypt")
+        || name.starts_with("pgp_")
+        || matches!(
+            name,
+            "hmac"
+                | "digest"
+                | "armor"
+                | "dearmor"
+                | "md5"
+                | "sha224"
+                | "sha256"
+                | "sha384"
+                | "sha512"
+        )
+}
 
-/// How many times `text` (lower-case) spells one of [`PASSWORD_WORDS`].
+/// Where the calls of functions that [take secrets](takes_secrets) are in `text`
+/// (lower-case), found as [`masked`] finds names (however they are quoted or commented, here):
+/// each name's start and end.
+fn secret_calls(text: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        while at < bytes.len() {
+            let starts = is_word(bytes[at])
+                && bytes[at] != b'$'
+                && !bytes[at].is_ascii_digit()
+                && (at == 0 || !is_word(bytes[at - 1]));
+            if !starts {
+                at += 1;
+                continue;
+            }
+            let start = at;
+            at += bytes[at..].iter().take_while(|b| is_word(**b)).count();
+            let called = text[skip_blank(text, at)..].starts_with('(');
+            if called && takes_secrets(&text[start..at]) {
+                return Some((start, at));
+            }
+        }
+        None
+    })
+}
+
+/// How many times `text` (lower-case) names a password: `password`, `passwd`, or a call of a
+/// function that [takes secrets](takes_secrets).
 fn password_words(text: &str) -> usize {
-    PASSWORD_WORDS.iter().map(|w| text.matches(w).count()).sum()
+    text.matches("password").count() + text.matches("passwd").count() + secret_calls(text).count()
 }
 
-/// Where the first of [`PASSWORD_WORDS`] in `text` (lower-case) starts and ends.
+/// Where the first name of a password (as [`password_words`] counts them) in `text`
+/// (lower-case) starts and ends.
 fn first_password_word(text: &str) -> Option<(usize, usize)> {
-    PASSWORD_WORDS
+    ["password", "passwd"]
         .iter()
         .filter_map(|w| text.find(w).map(|at| (at, at + w.len())))
+        .chain(secret_calls(text).next())
         .min()
 }
 

@@ -433,8 +433,46 @@ fn passwords_never_reach_the_audit() {
         // `passwd` (PostgreSQL's `pg_shadow.passwd`, and columns named after it) and
         // pgcrypto's functions, which take passwords and keys.
         (
-            "SELECT usename, passwd FROM pg_shadow",
-            "SELECT usename, passwd FROM pg_shadow",
+            "SELECT usename, passwd FROM pg_shadow WHERE usename = 'ada'",
+            "SELECT usename, passwd FROM pg_shadow WHERE usename = '…'",
+        ),
+        // Only calls of such functions count: a column `encrypted`, the `ENCRYPTED` of
+        // `ENCRYPTED PASSWORD` and a setting's name are read as before.
+        (
+            "ALTER ROLE ada WITH ENCRYPTED PASSWORD 'x'",
+            "ALTER ROLE ada WITH ENCRYPTED PASSWORD '…'",
+        ),
+        (
+            "SELECT * FROM files WHERE encrypted = true AND id = 5",
+            "SELECT * FROM files WHERE encrypted = true AND id = 5",
+        ),
+        (
+            "SET password_encryption = 'scram-sha-256'",
+            "SET password_encryption = 'scram-sha-256'",
+        ),
+        (
+            "SELECT hmac('payload', 'hmac-secret', 'sha256')",
+            "SELECT hmac('…', '…', '…')",
+        ),
+        (
+            "UPDATE u SET h = encode(digest('hunter2' || salt, 'sha256'), 'hex')",
+            "UPDATE u SET h = encode(digest('…' || salt, '…'), '…')",
+        ),
+        (
+            "UPDATE u SET pw = md5('hunter2' || 'ada') WHERE id = 3",
+            "UPDATE u SET pw = md5('…' || '…') WHERE id = …",
+        ),
+        (
+            "SELECT pgp_key_id(dearmor('-----BEGIN PGP PRIVATE KEY BLOCK-----'))",
+            "SELECT pgp_key_id(dearmor('…'))",
+        ),
+        (
+            "SELECT \"crypt\"('hunter2', pw) FROM u",
+            "SELECT \"crypt\"('…', pw) FROM u",
+        ),
+        (
+            "DO $$ BEGIN PERFORM crypt('hunter2', gen_salt('bf')); END $$",
+            "DO $$ BEGIN PERFORM crypt('…', gen_salt('…')); END $$",
         ),
         (
             "UPDATE accounts SET passwd = 'hunter2' WHERE id = 7",
