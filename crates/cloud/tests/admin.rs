@@ -313,23 +313,26 @@ fn a_mistyped_log_level_is_refused() {
 }
 
 /// A value refused after parsing that came from a variable is said to, as clap's refusals
-/// are; and a variable set empty is one not set, not an empty value.
+/// are; and a variable set empty is refused, naming it, unless its option is typed.
 #[test]
-fn values_from_the_environment_are_said_to_be_and_empty_ones_are_not_values() {
+fn values_from_the_environment_are_said_to_be_and_empty_ones_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let serve = |var: &str, value: &str| {
+    // `cloud ARGS --data-dir DIR` with one variable set: its exit code and what it said.
+    let cloud = |args: &[&str], (var, value): (&str, &str)| {
         let out = Command::new(cloud_bin())
-            .args(["serve", "--data-dir"])
+            .args(args)
+            .arg("--data-dir")
             .arg(dir.path())
-            .args(["--listen", "127.0.0.1:0"])
             .env_remove("CLOUD_DATABASE_URL")
             .env(var, value)
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{var}");
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{var}: {stderr}");
+        stderr
     };
-    let stderr = serve("CLOUD_HTTP_LISTEN", "bogus");
+    let serve = ["serve", "--listen", "127.0.0.1:0"];
+    let stderr = cloud(&serve, ("CLOUD_HTTP_LISTEN", "bogus"));
     assert!(
         stderr.contains("--http-listen \"bogus\"")
             && stderr.contains(
@@ -337,53 +340,37 @@ fn values_from_the_environment_are_said_to_be_and_empty_ones_are_not_values() {
             ),
         "{stderr}"
     );
-    let stderr = serve("CLOUD_DATABASE_URL", "bogus");
+    let stderr = cloud(&serve, ("CLOUD_DATABASE_URL", "bogus"));
     assert!(
         stderr.contains("comes from the environment variable CLOUD_DATABASE_URL"),
         "{stderr}"
     );
     // `--listen` is an option of `db-proxy` too, with a variable of its own.
-    let out = Command::new(cloud_bin())
-        .args(["serve", "--data-dir"])
-        .arg(dir.path())
-        .env("CLOUD_LISTEN", "bogus")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let stderr = cloud(&["serve"], ("CLOUD_LISTEN", "bogus"));
     assert!(
         stderr.contains("comes from the environment variable CLOUD_LISTEN"),
         "{stderr}"
     );
     // A variable set empty is said to be, not read as an org called "" nor as no database URL
     // at all (which would quietly start on SQLite in ./data).
-    let out = Command::new(cloud_bin())
-        .args(["api-key", "list", "--data-dir"])
-        .arg(dir.path())
-        .env("CLOUD_ORG", "")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let stderr = cloud(&["api-key", "list"], ("CLOUD_ORG", ""));
     assert!(
         stderr.contains("CLOUD_ORG (--org) is set but empty: give it a value, or unset it"),
         "{stderr}"
     );
-    let stderr = serve("CLOUD_DATABASE_URL", "");
+    let stderr = cloud(&serve, ("CLOUD_DATABASE_URL", ""));
     assert!(
         stderr.contains("CLOUD_DATABASE_URL (--database-url) is set but empty"),
         "{stderr}"
     );
     assert!(!dir.path().join("signals.db").exists(), "started on SQLite");
-    // Typed on the command line, the option wins over its empty variable.
-    let out = Command::new(cloud_bin())
-        .args(["api-key", "list", "--org", "acme", "--data-dir"])
-        .arg(dir.path())
-        .env("CLOUD_ORG", "")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains("set but empty"), "{stderr}");
+    // Typed on the command line, the option wins over its empty variable (and the command
+    // then finds no database here).
+    let stderr = cloud(&["api-key", "list", "--org", "acme"], ("CLOUD_ORG", ""));
+    assert!(
+        !stderr.contains("set but empty") && stderr.contains("no database at"),
+        "{stderr}"
+    );
 }
 
 /// A `serve` on PostgreSQL given a SQLite deployment's data directory (the README's `./data`)
