@@ -2,6 +2,10 @@
 //! `audit_statements`.
 
 use super::frames::Frames;
+use names::{
+    first_password_word, holds_password, names_password, password_words, takes_secrets,
+    uri_password,
+};
 
 /// The longest statement text an audit record keeps.
 const MAX_STATEMENT: usize = 64 * 1024;
@@ -421,129 +425,6 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool, usi
     Some((out, named || inside, values))
 }
 
-/// Whether a name (lower-case) is a password's: it ends in `password` or `passwd`
-/// (`pg_shadow.passwd`), as written or as PostgreSQL keeps it, cut to 63 bytes (`…password`
-/// followed by more is that name too).
-fn names_password(name: &str) -> bool {
-    let mut kept = name.len().min(63);
-    while !name.is_char_boundary(kept) {
-        kept -= 1;
-    }
-    let ends = |name: &str| name.ends_with("password") || name.ends_with("passwd");
-    ends(name) || ends(&name[..kept])
-}
-
-/// Whether a function (its name, lower-case) takes passwords or keys as arguments, or hashes
-/// them: pgcrypto's (`crypt`, `encrypt`, `pgp_sym_decrypt`, `hmac`, `digest`, `dearmor`, …)
-/// and PostgreSQL's own hashes (`md5`, `sha256`, …). Only its calls count, not a column
-/// `encrypted` nor the `ENCRYPTED` of `ENCRYPTED PASSWORD`.
-fn takes_secrets(name: &str) -> bool {
-    name.contains("crypt")
-        || name.starts_with("pgp_")
-        || matches!(
-            name,
-            "hmac"
-                | "digest"
-                | "armor"
-                | "dearmor"
-                | "md5"
-                | "sha224"
-                | "sha256"
-                | "sha384"
-                | "sha512"
-        )
-}
-
-/// Where the calls of functions that [take secrets](takes_secrets) are in `text`
-/// (lower-case), found as [`masked`] finds names (however they are quoted or commented, here):
-/// each name's start and end.
-fn secret_calls(text: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
-    let bytes = text.as_bytes();
-    let mut at = 0;
-    std::iter::from_fn(move || {
-        while at < bytes.len() {
-            let starts = is_word(bytes[at])
-                && bytes[at] != b'$'
-                && !bytes[at].is_ascii_digit()
-                && (at == 0 || !is_word(bytes[at - 1]));
-            if !starts {
-                at += 1;
-                continue;
-            }
-            let start = at;
-            at += bytes[at..].iter().take_while(|b| is_word(**b)).count();
-            let called = text[skip_blank(text, at)..].starts_with('(');
-            if called && takes_secrets(&text[start..at]) {
-                return Some((start, at));
-            }
-        }
-        None
-    })
-}
-
-/// How many times `text` (lower-case) names a password: `password`, `passwd`, or a call of a
-/// function that [takes secrets](takes_secrets).
-fn password_words(text: &str) -> usize {
-    text.matches("password").count() + text.matches("passwd").count() + secret_calls(text).count()
-}
-
-/// Where the first name of a password (as [`password_words`] counts them) in `text`
-/// (lower-case) starts and ends.
-fn first_password_word(text: &str) -> Option<(usize, usize)> {
-    ["password", "passwd"]
-        .iter()
-        .filter_map(|w| text.find(w).map(|at| (at, at + w.len())))
-        .chain(secret_calls(text).next())
-        .min()
-}
-
-/// Whether a literal's text (lower-case) may hold a password: it names one (a connection
-/// string's `password=`, a statement given to `EXECUTE`) or is a URL with one
-/// (`postgresql://user:secret@host/db`).
-fn holds_password(text: &str) -> bool {
-    password_words(text) > 0
-        || uri_password(text).is_some()
-        // SQL run by `EXECUTE`, a JSON document or a libpq value may spell one with escapes of
-        // their own (`U&"p\0061ssword"`, `\u0061`, `pass\word`), and a URL with `%77`.
-        || text.contains('\\')
-        || text.contains("u&")
-        || password_words(&percent_decoded(text)) > 0
-}
-
-/// `text` with its `%XX` escapes decoded (as a URL's query is), lossily.
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let hex = |b: Option<&u8>| b.and_then(|b| (*b as char).to_digit(16));
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match (bytes[i], hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) {
-            (b'%', Some(hi), Some(lo)) => {
-                out.push((hi * 16 + lo) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b.to_ascii_lowercase());
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).to_ascii_lowercase()
-}
-
-/// Where the first URL is whose user information has a password (`scheme://user:pw@`): its
-/// `://`.
-fn uri_password(text: &str) -> Option<usize> {
-    text.match_indices("://").map(|(at, _)| at).find(|&at| {
-        let rest = &text[at + 3..];
-        // libpq reads the user information up to the last `@` before the first `/`.
-        let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
-        authority
-            .rfind('@')
-            .is_some_and(|userinfo| authority[..userinfo].contains(':'))
-    })
-}
-
 /// Whether the literal from `open` to `end` (its prefix, if any, at `at`) may end elsewhere than
 /// this reading says: a backslash in a plain literal (an escape, should the session have
 /// `standard_conforming_strings` off) or after a byte beyond ASCII in any (the second byte of
@@ -746,5 +627,6 @@ fn dollar_quoted_end(statement: &str, at: usize) -> Option<usize> {
 }
 
 mod escapes;
+mod names;
 #[cfg(test)]
 mod tests;
