@@ -233,6 +233,38 @@ async fn failed_sign_ins_are_throttled_and_logged_without_the_password() {
     assert!(log.contains("\"address\":\"127.0.0.1\""), "{log}");
 }
 
+/// A stranger's failed guesses from one address block that address, not the account: its
+/// owner, elsewhere, signs in.
+#[tokio::test]
+async fn a_strangers_guesses_do_not_lock_the_owner_out() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.admin(&["org", "create", "acme"]);
+    let link = user(&cloud, "acme", "ada@example.com", "member");
+    let owner = client(&cloud);
+    set_password(&owner, &link).await;
+    let stranger = testkit::dashboard::client_from(&cloud, Some("127.0.0.2".parse().unwrap()));
+    for _ in 0..5 {
+        let res = sign_in(
+            &stranger,
+            &cloud.https,
+            "ada@example.com",
+            "wrong guess 123",
+        )
+        .await;
+        assert_eq!(res.status(), 401);
+    }
+    let res = sign_in(
+        &stranger,
+        &cloud.https,
+        "ada@example.com",
+        "wrong guess 124",
+    )
+    .await;
+    assert_eq!(res.status(), 429, "the stranger's address is not blocked");
+    let res = sign_in(&owner, &cloud.https, "ada@example.com", PASSWORD).await;
+    assert_eq!(res.status(), 303, "the owner was locked out");
+}
+
 /// What was typed as an email is logged only when it is an account's: a password typed into
 /// the email field stays out of the log.
 #[tokio::test]

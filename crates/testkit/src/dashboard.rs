@@ -11,11 +11,18 @@ pub const PASSWORD: &str = "a long enough passphrase";
 
 /// A client for `cloud` that shows redirects instead of following them (cookies are handled by hand).
 pub fn client(cloud: &Cloud) -> Client {
+    client_from(cloud, None)
+}
+
+/// [`client`], connecting from the loopback address `local` (such as 127.0.0.2): another
+/// client address, as the server sees it.
+pub fn client_from(cloud: &Cloud, local: Option<std::net::IpAddr>) -> Client {
     crate::install_crypto();
     let ca = std::fs::read(cloud.ca_path()).unwrap();
     Client::builder()
         .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
         .redirect(redirect::Policy::none())
+        .local_address(local)
         .build()
         .unwrap()
 }

@@ -1,15 +1,19 @@
-//! Sign-in throttling: after [`MAX_FAILURES`] failed sign-ins within [`WINDOW`] for one
-//! account, or from one address, further attempts are refused until the window passes, so a
-//! password cannot be guessed online. Kept in memory (bounded): a restart forgets it, which
-//! costs an attacker a restart they cannot cause.
+//! Sign-in throttling: after [`ADDRESS_FAILURES`] failed sign-ins within [`WINDOW`] from one
+//! address, or [`ACCOUNT_FAILURES`] for one account from any, further attempts are refused
+//! until the window passes, so a password cannot be guessed online. The account's limit is
+//! the higher one, so that a stranger's guesses from one address cannot lock its owner out:
+//! that takes failures from several addresses. Kept in memory (bounded): a restart forgets
+//! it, which costs an attacker a restart they cannot cause.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Failures allowed per account and per address within [`WINDOW`].
-pub const MAX_FAILURES: usize = 5;
+/// Failures allowed from one address within [`WINDOW`].
+pub const ADDRESS_FAILURES: usize = 5;
+/// Failures allowed for one account within [`WINDOW`], from all addresses together.
+pub const ACCOUNT_FAILURES: usize = 20;
 /// How long failures count.
 pub const WINDOW: Duration = Duration::from_secs(15 * 60);
 /// Most accounts and addresses tracked; a full table drops its oldest entries.
@@ -20,6 +24,16 @@ const MAX_TRACKED: usize = 10_000;
 enum Key {
     Account(String),
     Address(IpAddr),
+}
+
+impl Key {
+    /// The failures it is allowed within [`WINDOW`].
+    fn limit(&self) -> usize {
+        match self {
+            Key::Account(_) => ACCOUNT_FAILURES,
+            Key::Address(_) => ADDRESS_FAILURES,
+        }
+    }
 }
 
 /// An email longer than this (no account can have one) is counted by address only, so the
@@ -61,11 +75,11 @@ impl Throttle {
                 times.len()
             });
             let pending = counts.pending.get(key).copied().unwrap_or(0);
-            if failed + pending >= MAX_FAILURES {
+            if failed + pending >= key.limit() {
                 // Blocked by failures: until the oldest leaves the window; by attempts still
                 // running only: a second, by when they are settled.
                 let until = match counts.failures.get(key) {
-                    Some(times) if failed >= MAX_FAILURES => {
+                    Some(times) if failed >= key.limit() => {
                         WINDOW.saturating_sub(now.duration_since(times[0]))
                     }
                     _ => Duration::from_secs(1),
@@ -113,7 +127,7 @@ impl Attempt<'_> {
                             .iter()
                             .filter(|t| now.duration_since(**t) < WINDOW)
                             .count()
-                            < MAX_FAILURES
+                            < key.limit()
                 })
                 .filter_map(|(key, times)| {
                     let account = matches!(key, Key::Account(_));
@@ -128,7 +142,7 @@ impl Attempt<'_> {
         for key in &self.keys {
             let times = counts.failures.entry(key.clone()).or_default();
             times.push(now);
-            if times.len() > MAX_FAILURES {
+            if times.len() > key.limit() {
                 times.remove(0);
             }
         }
@@ -179,26 +193,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn five_failures_block_the_account_and_the_address() {
+    fn five_failures_block_the_address_not_the_account_elsewhere() {
         let t = Throttle::default();
-        let home: IpAddr = "192.0.2.1".parse().unwrap();
-        for _ in 0..MAX_FAILURES {
-            t.admit("ada@example.com", Some(home)).unwrap().failed();
+        let stranger: IpAddr = "192.0.2.1".parse().unwrap();
+        for _ in 0..ADDRESS_FAILURES {
+            t.admit("ada@example.com", Some(stranger)).unwrap().failed();
         }
-        assert!(t.admit("ada@example.com", None).is_err());
+        assert!(t.admit("ada@example.com", Some(stranger)).is_err());
         // The same address, another account: blocked too.
-        assert!(t.admit("bob@example.com", Some(home)).is_err());
-        // The account from elsewhere: still blocked; another account elsewhere: free.
-        let away: IpAddr = "198.51.100.7".parse().unwrap();
-        assert!(t.admit("ada@example.com", Some(away)).is_err());
-        assert!(t.admit("bob@example.com", Some(away)).is_ok());
+        assert!(t.admit("bob@example.com", Some(stranger)).is_err());
+        // The account's owner, elsewhere: not locked out by a stranger's guesses.
+        let home: IpAddr = "198.51.100.7".parse().unwrap();
+        assert!(t.admit("ada@example.com", Some(home)).is_ok());
+    }
+
+    #[test]
+    fn failures_from_many_addresses_block_the_account() {
+        let t = Throttle::default();
+        for n in 0..ACCOUNT_FAILURES as u32 {
+            let address = IpAddr::from(std::net::Ipv4Addr::from(0xc633_6400 + n));
+            t.admit("ada@example.com", Some(address)).unwrap().failed();
+        }
+        let fresh: IpAddr = "203.0.113.9".parse().unwrap();
+        assert!(t.admit("ada@example.com", Some(fresh)).is_err());
+        assert!(t.admit("bob@example.com", Some(fresh)).is_ok());
     }
 
     #[test]
     fn attempts_at_once_count_before_they_fail() {
         let t = Throttle::default();
         let home: IpAddr = "192.0.2.1".parse().unwrap();
-        let running: Vec<_> = (0..MAX_FAILURES)
+        let running: Vec<_> = (0..ADDRESS_FAILURES)
             .map(|_| t.admit("ada@example.com", Some(home)).unwrap())
             .collect();
         let wait = t.admit("ada@example.com", Some(home)).err();
@@ -212,12 +237,12 @@ mod tests {
     fn a_success_forgets_the_account_but_not_the_address() {
         let t = Throttle::default();
         let home: IpAddr = "192.0.2.1".parse().unwrap();
-        for _ in 0..MAX_FAILURES - 1 {
+        for _ in 0..ADDRESS_FAILURES - 1 {
             t.admit("ada@example.com", Some(home)).unwrap().failed();
         }
         t.admit("ada@example.com", Some(home)).unwrap().succeeded();
         let away: IpAddr = "198.51.100.7".parse().unwrap();
-        for _ in 0..MAX_FAILURES {
+        for _ in 0..ADDRESS_FAILURES {
             t.admit("ada@example.com", Some(away)).unwrap().failed();
         }
         assert!(t.admit("ada@example.com", Some(away)).is_err());
@@ -243,9 +268,9 @@ mod tests {
     #[test]
     fn a_flood_does_not_unblock_an_account() {
         let t = Throttle::default();
-        let home: IpAddr = "192.0.2.1".parse().unwrap();
-        for _ in 0..MAX_FAILURES {
-            t.admit("ada@example.com", Some(home)).unwrap().failed();
+        for n in 0..ACCOUNT_FAILURES as u32 {
+            let address = IpAddr::from(std::net::Ipv4Addr::from(0xc633_6400 + n));
+            t.admit("ada@example.com", Some(address)).unwrap().failed();
         }
         for n in 0..MAX_TRACKED as u32 {
             let address = IpAddr::from(std::net::Ipv6Addr::from(u128::from(n) + 1));
