@@ -67,21 +67,31 @@ async fn audit(backend: Backend) {
     )
     .await;
     assert_eq!(status, 303);
-    // Revoked already: the page points to its own tables for the ids, not to a command.
-    let (status, page) = post(
-        &client,
-        &cloud,
-        &admin,
-        "/integrations/signals/revoke",
-        &[("kind", "api-key"), ("id", &public_id), ("confirm", "yes")],
-    )
-    .await;
-    assert_eq!(status, 404, "{page}");
-    assert!(
-        page.contains("the tables on this page list the ids"),
-        "{page}"
-    );
-    assert!(!page.contains("`list`"), "{page}");
+    // Revoked already (the form sent again): no question, and the page points to the
+    // dashboard's tables for the ids, not to a command; confirmed or not.
+    for confirm in ["", "yes"] {
+        let (status, page) = post(
+            &client,
+            &cloud,
+            &admin,
+            "/integrations/signals/revoke",
+            &[
+                ("kind", "api-key"),
+                ("id", &public_id),
+                ("confirm", confirm),
+            ],
+        )
+        .await;
+        assert_eq!(status, 404, "{page}");
+        assert!(
+            page.contains("the tables on Integrations: Signals list the ids"),
+            "{page}"
+        );
+        assert!(
+            !page.contains("`list`") && !page.contains("Revoke API key"),
+            "{page}"
+        );
+    }
     let (status, _) = post(
         &client,
         &cloud,
@@ -169,7 +179,11 @@ async fn a_refused_form_keeps_what_was_typed() {
         async move {
             let (status, page) = post(client, cloud, admin, action, &fields).await;
             assert_eq!(status, 422, "{action}: {page}");
-            assert!(page.contains("role=\"alert\""), "{action}: {page}");
+            // Said in the page's title too, which a screen reader reads first.
+            assert!(
+                page.contains("role=\"alert\"") && page.contains("<title>Error: "),
+                "{action}: {page}"
+            );
             page
         }
     };
@@ -192,11 +206,55 @@ async fn a_refused_form_keeps_what_was_typed() {
         );
     }
     assert!(page.contains("No repository is mapped yet."), "{page}");
+    // The field named is marked, the others not.
+    assert!(
+        page.contains("value=\"Dc 1\" aria-invalid=\"true\"")
+            && !page.contains("value=\"code\" aria-invalid"),
+        "{page}"
+    );
 
     let page = refused("/integrations/bridge/create", vec![("name", "DC 1")]).await;
     assert!(page.contains("Bridge name not valid"), "{page}");
     assert!(page.contains("value=\"DC 1\""), "{page}");
     assert!(page.contains("data-src=\"/integrations/bridge\""), "{page}");
+    // The rule is on the page before anything is sent, for the browser's own refusal too.
+    assert!(page.contains("id=\"bridge-name-hint\""), "{page}");
+
+    // A form's own address asked for with GET (a bookmark, a reload) leads to its page.
+    for (action, list) in [
+        ("/integrations/bridge/create", "/integrations/bridge"),
+        ("/integrations/bridge/revoke", "/integrations/bridge"),
+        ("/integrations/signals/create", "/integrations/signals"),
+        (
+            "/integrations/notifications/webhook",
+            "/integrations/notifications",
+        ),
+        (
+            "/integrations/repositories/remove",
+            "/integrations/repositories",
+        ),
+        ("/sign-out", "/"),
+    ] {
+        let res = client
+            .get(format!("{}{action}", cloud.https))
+            .header("cookie", &admin)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 303, "{action}");
+        assert_eq!(res.headers()["location"], list, "{action}");
+    }
+    // A type typed in another case is the one the filter shows.
+    let (_, events) = get(
+        &client,
+        format!("{}/events?type=Deployment", cloud.https),
+        &admin,
+    )
+    .await;
+    assert!(
+        events.contains("<option value=\"deployment\" selected>"),
+        "{events}"
+    );
 
     let page = refused(
         "/integrations/signals/create",

@@ -295,6 +295,26 @@ pub async fn revoke(
     if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
         return answer;
     }
+    // Nothing to ask about a bridge with no live token (revoked already, a form sent again).
+    if form.confirm != "yes" {
+        let org_id = me.session.user.org_id;
+        let Ok(tokens) = state
+            .store
+            .credentials(org_id, Credential::BridgeToken)
+            .await
+        else {
+            return unavailable();
+        };
+        if !tokens
+            .iter()
+            .any(|t| t.name.as_deref() == Some(form.name.as_str()))
+        {
+            return no_such_bridge(&format!(
+                "bridge {:?} of org {:?} has no live token to revoke",
+                form.name, me.org
+            ));
+        }
+    }
     let question = Confirm {
         heading: &format!("Revoke bridge {}?", form.name),
         text: "Its tokens stop working and its tunnels close now: every instance of it stops forwarding, and Git, registry, database and API requests through it fail until it runs with a new token. This cannot be undone.",
@@ -312,13 +332,18 @@ pub async fn revoke(
             tracing::info!(email = %me.email, org = %me.org, bridge = %form.name, "bridge token revoked in the dashboard; its tunnels closed");
             Redirect::to("/integrations/bridge").into_response()
         }
-        Err(admin::AdminError::Usage(why)) => message(
-            StatusCode::NOT_FOUND,
-            "No such bridge",
-            &why,
-            "/integrations/bridge",
-            "Back",
-        ),
+        Err(admin::AdminError::Usage(why)) => no_such_bridge(&why),
         Err(_) => unavailable(),
     }
+}
+
+/// 404: the bridge has no live token to revoke.
+fn no_such_bridge(why: &str) -> Response {
+    message(
+        StatusCode::NOT_FOUND,
+        "No such bridge",
+        why,
+        "/integrations/bridge",
+        "Back to Integrations: Bridge",
+    )
 }

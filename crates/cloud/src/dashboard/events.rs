@@ -316,12 +316,14 @@ pub async fn timeline(
         ),
         _ => None,
     };
+    // The type is matched in any case (`Deployment`); the list shows it as it names it.
+    let kind = f.kind.to_ascii_lowercase();
     page(
         StatusCode::OK,
         &EventsPage {
             me: &me,
             types: TYPES,
-            filter_type: &f.kind,
+            filter_type: &kind,
             filter_service: &f.service,
             filter_environment: &f.environment,
             filter_from: &f.from,

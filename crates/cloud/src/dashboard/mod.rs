@@ -32,7 +32,7 @@ use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 
 use crate::auth::KeyCache;
@@ -203,6 +203,17 @@ pub fn problem_page(problem: crate::problem::Problem) -> Response {
     ))
 }
 
+/// A form's own address asked for with GET (a bookmark, a reload after its answer, a
+/// sign-in's `next`): the page the form is on, not a `405` in JSON.
+async fn back(to: &'static str) -> Redirect {
+    Redirect::to(to)
+}
+
+/// An event id as one path segment of a redirect.
+fn urlencoding_path(id: &str) -> String {
+    url::form_urlencoded::byte_serialize(id.as_bytes()).collect()
+}
+
 /// The dashboard's routes.
 pub fn router(state: DashboardState) -> Router {
     Router::new()
@@ -212,45 +223,55 @@ pub fn router(state: DashboardState) -> Router {
             "/set-password",
             get(pages::set_password_form).post(pages::set_password),
         )
-        .route("/sign-out", axum::routing::post(pages::sign_out))
+        .route(
+            "/sign-out",
+            axum::routing::post(pages::sign_out).get(|| back("/")),
+        )
         .route("/events", get(events::timeline))
         .route("/events/{id}", get(events::detail))
         .route(
             "/events/{id}/cause",
-            axum::routing::post(cause::confirm_cause),
+            axum::routing::post(cause::confirm_cause).get(
+                |axum::extract::Path(id): axum::extract::Path<String>| async move {
+                    Redirect::to(&format!("/events/{}", urlencoding_path(&id)))
+                },
+            ),
         )
         .route("/integrations/signals", get(signals::list))
         .route(
             "/integrations/signals/create",
-            axum::routing::post(signals::create),
+            axum::routing::post(signals::create).get(|| back("/integrations/signals")),
         )
         .route(
             "/integrations/signals/revoke",
-            axum::routing::post(signals::revoke),
+            axum::routing::post(signals::revoke).get(|| back("/integrations/signals")),
         )
         .route("/integrations/bridge", get(bridges::list))
         .route(
             "/integrations/bridge/create",
-            axum::routing::post(bridges::create),
+            axum::routing::post(bridges::create).get(|| back("/integrations/bridge")),
         )
         .route(
             "/integrations/bridge/revoke",
-            axum::routing::post(bridges::revoke),
+            axum::routing::post(bridges::revoke).get(|| back("/integrations/bridge")),
         )
         .route("/services", get(services::list))
         .route("/services/{service}", get(services::detail))
         .route("/integrations/notifications", get(notifications::show))
         .route(
             "/integrations/notifications/me",
-            axum::routing::post(notifications::subscribe),
+            axum::routing::post(notifications::subscribe)
+                .get(|| back("/integrations/notifications")),
         )
         .route(
             "/integrations/notifications/webhook",
-            axum::routing::post(notifications::set_webhook),
+            axum::routing::post(notifications::set_webhook)
+                .get(|| back("/integrations/notifications")),
         )
         .route(
             "/integrations/notifications/webhook/remove",
-            axum::routing::post(notifications::remove_webhook),
+            axum::routing::post(notifications::remove_webhook)
+                .get(|| back("/integrations/notifications")),
         )
         .route(
             "/integrations/repositories",
@@ -258,7 +279,7 @@ pub fn router(state: DashboardState) -> Router {
         )
         .route(
             "/integrations/repositories/remove",
-            axum::routing::post(repositories::remove),
+            axum::routing::post(repositories::remove).get(|| back("/integrations/repositories")),
         )
         .route("/audit", get(audit::list))
         .route("/assets/app.css", get(stylesheet))

@@ -180,9 +180,11 @@ pub struct WebhookForm {
 fn webhook_url(raw: &str) -> Result<String, String> {
     let url = raw.trim();
     match url::Url::parse(url) {
+        // `https:///host` reads as `https://host`, but names no host as typed.
         Ok(u)
             if matches!(u.scheme(), "https" | "http")
                 && u.host().is_some()
+                && url.split_once("://").is_some_and(|(_, rest)| !rest.starts_with('/'))
                 && u.username().is_empty()
                 && u.password().is_none() =>
         {
@@ -275,9 +277,23 @@ pub async fn remove_webhook(
     if let Some(answer) = refuse_admin_form(&me, &form.csrf) {
         return answer;
     }
+    // The question names the webhook; there is none to ask about once it is removed.
+    let current = if form.confirm == "yes" {
+        None
+    } else {
+        match state.store.webhook(me.session.user.org_id).await {
+            Ok(Some(w)) => Some(crate::notify::origin_only(&w.url)),
+            Ok(None) => return no_webhook(),
+            Err(_) => return unavailable(),
+        }
+    };
+    let text = format!(
+        "Notifications stop going to {} now, and its signing secret is forgotten: setting it again makes a new secret, which the receiver must be given. This cannot be undone.",
+        current.as_deref().unwrap_or("it")
+    );
     let question = Confirm {
         heading: "Remove the org's webhook?",
-        text: "Notifications stop going to it now, and its signing secret is forgotten: setting it again makes a new secret, which the receiver must be given. This cannot be undone.",
+        text: &text,
         action: "/integrations/notifications/webhook/remove",
         fields: &[],
         button: "Remove the webhook",
@@ -304,15 +320,20 @@ pub async fn remove_webhook(
             }
             Redirect::to("/integrations/notifications").into_response()
         }
-        Ok(None) => message(
-            StatusCode::NOT_FOUND,
-            "No webhook",
-            "Your org has no webhook to remove.",
-            "/integrations/notifications",
-            "Back",
-        ),
+        Ok(None) => no_webhook(),
         Err(_) => unavailable(),
     }
+}
+
+/// 404: the org has no webhook (removed already, a form sent again).
+fn no_webhook() -> Response {
+    message(
+        StatusCode::NOT_FOUND,
+        "No webhook",
+        "Your org has no webhook to remove.",
+        "/integrations/notifications",
+        "Back to Notifications",
+    )
 }
 
 #[cfg(test)]
@@ -321,7 +342,14 @@ mod tests {
     fn webhook_urls_are_checked() {
         assert!(super::webhook_url(" https://hooks.example.com/x ").is_ok());
         assert!(super::webhook_url("http://127.0.0.1:9/x").is_ok());
-        for bad in ["ftp://x/y", "hooks.example.com", "https://u:p@x.com/", ""] {
+        for bad in [
+            "ftp://x/y",
+            "hooks.example.com",
+            "https://u:p@x.com/",
+            "",
+            "https:///nohost",
+            "https:/hooks.example.com/x",
+        ] {
             let why = super::webhook_url(bad).unwrap_err();
             assert!(why.starts_with("url "), "{why}");
         }

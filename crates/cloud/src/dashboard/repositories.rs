@@ -20,24 +20,30 @@ use crate::storage::RepositorySource;
 struct RepositoriesPage<'a> {
     me: &'a Me,
     sources: Vec<RepositorySource>,
-    /// Why the mapping form was refused, shown above it with what was typed.
+    /// Why the mapping form was refused, shown above it with what was typed, and the fields
+    /// it names.
     error: Option<String>,
+    invalid: Vec<&'static str>,
     typed: &'a MappingForm,
 }
 
 /// `GET /integrations/repositories`.
 pub async fn list(State(state): State<DashboardState>, me: Me) -> Response {
-    list_page(&state, &me, StatusCode::OK, None, &MappingForm::default()).await
+    list_page(&state, &me, None, &MappingForm::default()).await
 }
 
 /// The page, with the mapping form refused for `error` and filled with what was `typed`.
 async fn list_page(
     state: &DashboardState,
     me: &Me,
-    status: StatusCode,
-    error: Option<String>,
+    refused: Option<(String, Vec<&'static str>)>,
     typed: &MappingForm,
 ) -> Response {
+    let status = match refused {
+        Some(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        None => StatusCode::OK,
+    };
+    let (error, invalid) = refused.map_or((None, Vec::new()), |(e, i)| (Some(e), i));
     match state.store.repository_sources(me.session.user.org_id).await {
         Ok(sources) => page(
             status,
@@ -45,6 +51,7 @@ async fn list_page(
                 me,
                 sources,
                 error,
+                invalid,
                 typed,
             },
         ),
@@ -90,14 +97,8 @@ pub async fn set(
             .map(|(field, rule)| format!("{field}: expected {rule}."))
             .collect();
         let why = format!("Mapping not valid. {}", why.join(" "));
-        return list_page(
-            &state,
-            &me,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some(why),
-            &form,
-        )
-        .await;
+        let invalid = problems.iter().map(|(field, _)| *field).collect();
+        return list_page(&state, &me, Some((why, invalid)), &form).await;
     }
     let org_id = me.session.user.org_id;
     let what = format!(

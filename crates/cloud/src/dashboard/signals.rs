@@ -275,6 +275,19 @@ pub async fn revoke(
     };
     // A whole API key pasted as the id is asked about, and sent again, by its public part.
     let id = admin::shown_id(&form.id);
+    // Nothing to ask about a key that is not live (revoked already, a form sent again).
+    if form.confirm != "yes" {
+        let Ok(keys) = state.store.credentials(me.session.user.org_id, kind).await else {
+            return unavailable();
+        };
+        if !keys.iter().any(|k| k.id == id) {
+            return no_such_key(&format!(
+                "org {:?} has no live key {id}; {}",
+                me.org,
+                admin::LIST_HINT
+            ));
+        }
+    }
     let question = Confirm {
         heading: &format!("Revoke {what} {id}?"),
         text: &format!("{stops} This cannot be undone."),
@@ -294,13 +307,21 @@ pub async fn revoke(
             tracing::info!(email = %me.email, org = %me.org, what = %done, "key revoked in the dashboard");
             Redirect::to("/integrations/signals").into_response()
         }
-        Err(admin::AdminError::Usage(why)) => message(
-            StatusCode::NOT_FOUND,
-            "No such key",
-            &why.replace(admin::LIST_HINT, "the tables on this page list the ids"),
-            "/integrations/signals",
-            "Back",
-        ),
+        Err(admin::AdminError::Usage(why)) => no_such_key(&why),
         Err(_) => unavailable(),
     }
+}
+
+/// 404: no live key has that id.
+fn no_such_key(why: &str) -> Response {
+    message(
+        StatusCode::NOT_FOUND,
+        "No such key",
+        &why.replace(
+            admin::LIST_HINT,
+            "the tables on Integrations: Signals list the ids",
+        ),
+        "/integrations/signals",
+        "Back to Integrations: Signals",
+    )
 }

@@ -338,8 +338,6 @@ fn masked(statement: &str, cut: bool, depth: usize) -> Option<(String, bool, usi
         // numbers, which are all masked.
         if takes_secrets(&lower) && statement[value..].starts_with('(') {
             named = true;
-            // As [`secret_calls`] counts them: unquoted names only.
-            values += usize::from(!raw.starts_with('"'));
             continue;
         }
         if !names_password(&lower) {

@@ -38,9 +38,9 @@ pub(super) fn takes_secrets(name: &str) -> bool {
 }
 
 /// Where the calls of functions that [take secrets](takes_secrets) are in `text`
-/// (lower-case): each name's start and end. Names are split as [`masked`](super::masked)
-/// splits them, but found inside literals and comments too, which it skips: this count is
-/// never below the one it makes.
+/// (lower-case), by a plain scan for the strict masking and for literals' texts: each name's
+/// start and end. A name counts quoted too (`"public"."crypt"(…)`: a name followed by its
+/// closing quote, then the call's parenthesis), and inside literals and comments.
 fn secret_calls(text: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
     let bytes = text.as_bytes();
     let mut at = 0;
@@ -56,7 +56,8 @@ fn secret_calls(text: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
             }
             let start = at;
             at += bytes[at..].iter().take_while(|b| is_word(**b)).count();
-            let called = text[skip_blank(text, at)..].starts_with('(');
+            let closed = at + usize::from(bytes.get(at) == Some(&b'"'));
+            let called = text[skip_blank(text, closed)..].starts_with('(');
             if called && takes_secrets(&text[start..at]) {
                 return Some((start, at));
             }
@@ -65,14 +66,13 @@ fn secret_calls(text: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
     })
 }
 
-/// How many times `text` (lower-case) names a password: `password`, `passwd`, or a call of a
-/// function that [takes secrets](takes_secrets).
+/// How many times `text` (lower-case) spells `password` or `passwd`.
 pub(super) fn password_words(text: &str) -> usize {
-    text.matches("password").count() + text.matches("passwd").count() + secret_calls(text).count()
+    text.matches("password").count() + text.matches("passwd").count()
 }
 
-/// Where the first name of a password (as [`password_words`] counts them) in `text`
-/// (lower-case) starts and ends.
+/// Where the first word of a password in `text` (lower-case) starts and ends: `password`,
+/// `passwd`, or the name in a call of a function that [takes secrets](takes_secrets).
 pub(super) fn first_password_word(text: &str) -> Option<(usize, usize)> {
     ["password", "passwd"]
         .iter()
@@ -85,13 +85,13 @@ pub(super) fn first_password_word(text: &str) -> Option<(usize, usize)> {
 /// string's `password=`, a statement given to `EXECUTE`) or is a URL with one
 /// (`postgresql://user:secret@host/db`).
 pub(super) fn holds_password(text: &str) -> bool {
-    password_words(text) > 0
+    first_password_word(text).is_some()
         || uri_password(text).is_some()
         // SQL run by `EXECUTE`, a JSON document or a libpq value may spell one with escapes of
         // their own (`U&"p\0061ssword"`, `\u0061`, `pass\word`), and a URL with `%77`.
         || text.contains('\\')
         || text.contains("u&")
-        || password_words(&percent_decoded(text)) > 0
+        || first_password_word(&percent_decoded(text)).is_some()
 }
 
 /// `text` with its `%XX` escapes decoded (as a URL's query is), lossily.
