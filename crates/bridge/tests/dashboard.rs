@@ -186,6 +186,10 @@ async fn the_bridge_page_shows_instances_makes_tokens_and_revokes() {
     // Confirmed: its tunnel closes at once, and the page says so.
     let res = revoke("yes").await.unwrap();
     assert_eq!(res.status(), 303);
+    assert_eq!(
+        res.headers()["location"],
+        "/integrations/bridge?done=bridge-revoked&name=dc1"
+    );
     // Sent again (Back, then the form once more): nothing left to ask about.
     let res = revoke("").await.unwrap();
     assert_eq!(res.status(), 404);

@@ -230,6 +230,18 @@ async fn skopeo_inspects_lists_and_copies_an_image_through_the_cloud() {
         out.contains("login rejected (GET /v2/ with Basic: HTTP 401)"),
         "{out}"
     );
+    // No auth at all on a registry that wants one: said as such, not as a wrong login.
+    let without: String = bridge_yaml(&s.rig)
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("auth:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let (code, out) = check(&s.rig, &without);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("and the entry has none: set registries[].auth"),
+        "{out}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,6 +267,25 @@ async fn unknown_images_other_orgs_and_pushes_get_oci_errors() {
     assert_eq!(res.status(), 404);
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["errors"][0]["code"], "NAME_UNKNOWN", "{body}");
+    // The cloud's own catalog (what `podman search` asks for) points to the registries'.
+    let res = s
+        .rig
+        .cloud
+        .client()
+        .get(format!("{}/v2/_catalog", s.rig.cloud.https))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 404);
+    let body: Value = res.json().await.unwrap();
+    assert!(
+        body["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("/v2/BRIDGE/REGISTRY/_catalog"),
+        "{body}"
+    );
     // Another org does not see this bridge at all.
     let other = s.rig.cloud.tenant("globex");
     let (ok, _, err) = s.skopeo(
@@ -347,16 +378,20 @@ async fn unknown_images_other_orgs_and_pushes_get_oci_errors() {
         })
     })
     .await;
-    // A malformed name is the caller's mistake, said as such: NAME_INVALID, not UNAVAILABLE.
-    let res = client
-        .get(format!("{base}/dc1/reg/team%2Fapp/tags/list"))
-        .bearer_auth(&key)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 400);
-    let body: Value = res.json().await.unwrap();
-    assert_eq!(body["errors"][0]["code"], "NAME_INVALID", "{body}");
+    // A malformed name is the caller's mistake, said as such: NAME_INVALID, not UNAVAILABLE
+    // (an empty component too, which the registry would redirect, and the redirect's 401
+    // would read as a wrong login in the bridge's config).
+    for name in ["team%2Fapp", "team//app"] {
+        let res = client
+            .get(format!("{base}/dc1/reg/{name}/manifests/1.0"))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 400, "{name}");
+        let body: Value = res.json().await.unwrap();
+        assert_eq!(body["errors"][0]["code"], "NAME_INVALID", "{name}: {body}");
+    }
     // A list's next page comes back through the cloud: its Link is rewritten.
     let res = client
         .get(format!("{base}/dc1/reg/_catalog?n=1"))

@@ -178,7 +178,7 @@ impl KeyCache {
                 ))
             }
             _ => Problem::unauthorized(
-                "the API key is not valid; create one with `cloud api-key create --org ORG`",
+                "the API key is not valid (mistyped, cut, or revoked); an admin of your org makes a new one on the dashboard's Integrations: Signals page or with `cloud api-key create --org ORG`",
             ),
         };
         let (id, secret) = secrets::parse(Kind::ApiKey, presented).ok_or_else(invalid)?;

@@ -142,6 +142,8 @@ async fn an_admin_and_a_member_use_the_dashboard() {
     browser
         .click("form[action='/integrations/bridge/revoke'] button")
         .await;
+    browser.wait_for_text("Bridge dc1 revoked").await;
+    browser.check_page("revoked").await;
     bridge
         .wait_status("unauthorized", Duration::from_secs(20))
         .await;

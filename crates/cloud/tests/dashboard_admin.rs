@@ -4,7 +4,7 @@
 //! `serve --public-url` in the commands the pages show.
 
 use serde_json::{Value, json};
-use testkit::dashboard::{client, get, post, session, shown_secret};
+use testkit::dashboard::{client, get, post, post_to, session, shown_secret};
 use testkit::{Backend, Cloud};
 
 fn deployment(service: &str, environment: &str, version: &str, at: &str) -> Value {
@@ -58,7 +58,7 @@ async fn audit(backend: Backend) {
         assert!(page.contains(said), "{page}");
     }
     let public_id: String = api_key.split('_').take(2).collect::<Vec<_>>().join("_");
-    let (status, _) = post(
+    let (status, location) = post_to(
         &client,
         &cloud,
         &admin,
@@ -67,6 +67,19 @@ async fn audit(backend: Backend) {
     )
     .await;
     assert_eq!(status, 303);
+    // The page it leads to says what was revoked (the row's going alone is easy to miss).
+    let (_, page) = get(&client, format!("{}{location}", cloud.https), &admin).await;
+    assert!(
+        page.contains(&format!("role=\"status\">Key {public_id} revoked")),
+        "{location}: {page}"
+    );
+    let (_, page) = get(
+        &client,
+        format!("{}/integrations/signals", cloud.https),
+        &admin,
+    )
+    .await;
+    assert!(!page.contains("revoked:"), "said again: {page}");
     // Revoked already (the form sent again): no question, and the page points to the
     // dashboard's tables for the ids, not to a command; confirmed or not.
     for confirm in ["", "yes"] {
@@ -101,7 +114,7 @@ async fn audit(backend: Backend) {
     )
     .await;
     assert_eq!(status, 200);
-    let (status, _) = post(
+    let (status, location) = post_to(
         &client,
         &cloud,
         &admin,
@@ -110,6 +123,8 @@ async fn audit(backend: Backend) {
     )
     .await;
     assert_eq!(status, 303);
+    let (_, page) = get(&client, format!("{}{location}", cloud.https), &admin).await;
+    assert!(page.contains("Webhook removed"), "{location}: {page}");
 
     let (status, audit) = get(&client, format!("{}/audit", cloud.https), &admin).await;
     assert_eq!(status, 200);
@@ -149,7 +164,12 @@ async fn audit(backend: Backend) {
 
     let (status, page) = get(&client, format!("{}/audit", cloud.https), &member).await;
     assert_eq!(status, 403, "{page}");
-    assert!(page.contains("Admins only"));
+    // With the menu, so the member goes on from it (no Audit entry for a member).
+    assert!(
+        page.contains("Admins only") && page.contains("<nav aria-label=\"Main\">"),
+        "{page}"
+    );
+    assert!(!page.contains("href=\"/audit\""), "{page}");
 
     // The same entries are JSON lines in the server's log, without the secret.
     let line = cloud.wait_log_line("api_key.revoke");
@@ -206,12 +226,14 @@ async fn a_refused_form_keeps_what_was_typed() {
         );
     }
     assert!(page.contains("No repository is mapped yet."), "{page}");
-    // The field named is marked, the others not.
+    // The field named is marked and takes the focus, the others not.
     assert!(
-        page.contains("value=\"Dc 1\" aria-invalid=\"true\"")
-            && !page.contains("value=\"code\" aria-invalid"),
+        page.contains(
+            "value=\"Dc 1\" aria-invalid=\"true\" aria-describedby=\"mapping-error\" autofocus"
+        ) && !page.contains("value=\"code\" aria-invalid"),
         "{page}"
     );
+    assert_eq!(page.matches(" autofocus").count(), 1, "{page}");
 
     let page = refused("/integrations/bridge/create", vec![("name", "DC 1")]).await;
     assert!(page.contains("Bridge name not valid"), "{page}");

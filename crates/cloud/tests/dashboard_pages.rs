@@ -168,7 +168,10 @@ async fn members_read_but_cannot_manage_and_orgs_are_isolated() {
     )
     .await;
     assert_eq!(status, 403);
-    assert!(page.contains("Admins only"));
+    assert!(
+        page.contains("Admins only") && page.contains("<nav aria-label=\"Main\">"),
+        "{page}"
+    );
 
     let posted = client
         .post(format!("{}/v1/signals/{}", cloud.http, acme.signal_key))

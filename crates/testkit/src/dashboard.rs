@@ -173,16 +173,44 @@ pub async fn post(
     action: &str,
     fields: &[(&str, &str)],
 ) -> (u16, String) {
+    let res = send_form(client, cloud, session, action, fields).await;
+    (res.status().as_u16(), res.text().await.unwrap())
+}
+
+/// [`post`], for a form whose answer is a redirect: (status, where it leads; empty without a
+/// `Location`).
+pub async fn post_to(
+    client: &Client,
+    cloud: &Cloud,
+    session: &str,
+    action: &str,
+    fields: &[(&str, &str)],
+) -> (u16, String) {
+    let res = send_form(client, cloud, session, action, fields).await;
+    let location = res
+        .headers()
+        .get("location")
+        .map(|l| l.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (res.status().as_u16(), location)
+}
+
+async fn send_form(
+    client: &Client,
+    cloud: &Cloud,
+    session: &str,
+    action: &str,
+    fields: &[(&str, &str)],
+) -> Response {
     let (_, page) = get(client, format!("{}/", cloud.https), session).await;
     let csrf = hidden(&page, "csrf");
     let mut form = vec![("csrf", csrf.as_str())];
     form.extend_from_slice(fields);
-    let res = client
+    client
         .post(format!("{}{action}", cloud.https))
         .header("cookie", session)
         .form(&form)
         .send()
         .await
-        .unwrap();
-    (res.status().as_u16(), res.text().await.unwrap())
+        .unwrap()
 }

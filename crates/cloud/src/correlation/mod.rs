@@ -28,7 +28,7 @@ use crate::problem::{PathParams, Problem, storage_unavailable};
 use crate::signals::event::FieldError;
 use crate::storage::{Store, StoredEvent, TITLE_LOOKBACK_MICROS};
 use request::{audit, json_body, shown};
-use score::{AFTER_MICROS, BEFORE_MICROS, Fields};
+use score::{AFTER_MICROS, BEFORE_MICROS, Fields, ROLLBACK_MICROS};
 
 /// What correlation's handlers share.
 #[derive(Clone)]
@@ -196,6 +196,21 @@ pub async fn suspects_of(
             Err(problem) => unreadable.push(json!({"id": e.id, "detail": problem.detail})),
         }
     }
+    // Deployments after the window: no suspects, but one may roll a suspect back.
+    let later: Vec<Fields> = state
+        .store
+        .changes_between(
+            org_id,
+            alert.environment.as_deref(),
+            alert.at + AFTER_MICROS + 1,
+            alert.at + ROLLBACK_MICROS,
+        )
+        .await
+        .map_err(|e| storage_unavailable(&e))?
+        .iter()
+        .filter_map(|e| parse(e).ok().map(|(_, fields)| fields))
+        .filter(|f| f.kind == "deployment")
+        .collect();
     let first = first_fired(state, org_id, &alert).await?;
     let dependencies = match &alert.service {
         Some(s) => state
@@ -205,7 +220,7 @@ pub async fn suspects_of(
             .map_err(|e| storage_unavailable(&e))?,
         None => Vec::new(),
     };
-    let ranked = score::rank(&alert, &candidates, first, &dependencies);
+    let ranked = score::rank(&alert, &candidates, &later, first, &dependencies);
     let mut suspects: Vec<Value> = Vec::with_capacity(ranked.len());
     for mut s in ranked {
         let e = readable[s.index];

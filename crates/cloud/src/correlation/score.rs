@@ -15,6 +15,9 @@ pub const TOP: usize = 5;
 pub const BEFORE_MICROS: i64 = 24 * 3_600_000_000;
 /// …to this long after it (clocks disagree a little).
 pub const AFTER_MICROS: i64 = 2 * 60_000_000;
+/// A redeploy of an earlier version up to this long after the alert is its rollback: people
+/// roll back minutes to hours after an alert, well after the candidates' window ends.
+pub const ROLLBACK_MICROS: i64 = 24 * 3_600_000_000;
 
 /// An event's fields that correlation reads.
 #[derive(Debug, Clone, Default)]
@@ -88,24 +91,39 @@ fn same(a: &Option<String>, b: &Option<String>) -> bool {
     matches!((a, b), (Some(x), Some(y)) if x == y)
 }
 
-/// Ranks `candidates` (deployments and changes) as causes of `alert`. `first_fired` is when
-/// an earlier alert with its dedupKey (or service and title) first fired, if one did;
-/// `dependencies` are the services the alert's service depends on.
+/// What scoring one candidate reads besides it: every candidate, the deployments after the
+/// candidates' window (rollbacks only), when each version was first deployed, and the
+/// repository the alert is taken to be of.
+struct Context<'a> {
+    all: &'a [Fields],
+    later: &'a [Fields],
+    earliest: Earliest<'a>,
+    repository: Option<String>,
+}
+
+/// Ranks `candidates` (deployments and changes) as causes of `alert`. `later` holds the
+/// deployments after the candidates' window, up to [`ROLLBACK_MICROS`] after the alert: they
+/// are no suspects, but may roll one back. `first_fired` is when an earlier alert with its
+/// dedupKey (or service and title) first fired, if one did; `dependencies` are the services
+/// the alert's service depends on.
 pub fn rank(
     alert: &Fields,
     candidates: &[Fields],
+    later: &[Fields],
     first_fired: Option<i64>,
     dependencies: &[String],
 ) -> Vec<Suspect> {
-    let earliest = earliest_versions(candidates);
+    let context = Context {
+        all: candidates,
+        later,
+        earliest: earliest_versions(candidates),
+        repository: repository_of(alert, candidates),
+    };
     let mut suspects: Vec<Suspect> = candidates
         .iter()
         .enumerate()
         .filter(|(_, c)| c.kind == "deployment" || c.kind == "change")
-        .map(|(index, c)| {
-            let context = (candidates, &earliest);
-            score(alert, c, context, first_fired, dependencies, index)
-        })
+        .map(|(index, c)| score(alert, c, &context, first_fired, dependencies, index))
         .collect();
     suspects.sort_by(|a, b| {
         b.explicit
@@ -125,6 +143,24 @@ pub fn rank(
 /// telling a rollback costs one lookup per pair of deployments, not a pass over all of them.
 type Earliest<'a> = HashMap<(&'a str, &'a str), i64>;
 
+/// The alert's `repository`; without one, that of its service's newest deployment before it
+/// that names one (a monorepo's alert often names only the service).
+fn repository_of(alert: &Fields, candidates: &[Fields]) -> Option<String> {
+    if alert.repository.is_some() {
+        return alert.repository.clone();
+    }
+    candidates
+        .iter()
+        .filter(|d| {
+            d.kind == "deployment"
+                && d.at <= alert.at
+                && d.repository.is_some()
+                && same(&d.service, &alert.service)
+        })
+        .max_by_key(|d| d.at)
+        .and_then(|d| d.repository.clone())
+}
+
 fn earliest_versions(candidates: &[Fields]) -> Earliest<'_> {
     let mut earliest = Earliest::new();
     for d in candidates.iter().filter(|d| d.kind == "deployment") {
@@ -139,7 +175,7 @@ fn earliest_versions(candidates: &[Fields]) -> Earliest<'_> {
 fn score(
     alert: &Fields,
     c: &Fields,
-    (all, earliest): (&[Fields], &Earliest<'_>),
+    context: &Context<'_>,
     first_fired: Option<i64>,
     dependencies: &[String],
     index: usize,
@@ -196,7 +232,7 @@ fn score(
             "{} depends on {name}",
             alert.service.as_deref().unwrap_or("the alert's service")
         ));
-    } else if same(&alert.repository, &c.repository) {
+    } else if same(&context.repository, &c.repository) {
         s *= 0.4;
         reasons.push(format!(
             "same repository {}",
@@ -227,7 +263,7 @@ fn score(
     }
     // A later deployment replaces a deployment's code; a change (a flag, a setting) outlives
     // deployments, so it is never superseded by one.
-    let superseded = all.iter().find(|o| {
+    let superseded = context.all.iter().find(|o| {
         deployment
             && o.kind == "deployment"
             && o.at > c.at
@@ -257,15 +293,15 @@ fn score(
         reasons.push("the deployment failed".into());
     }
     if deployment && dt >= 0 {
-        // A redeploy of an earlier version soon after the alert: someone rolled it back.
-        let rolled_back = all.iter().find(|o| {
+        // A redeploy of an earlier version after the alert: someone rolled it back.
+        let rolled_back = context.all.iter().chain(context.later).find(|o| {
             o.kind == "deployment"
                 && o.at > alert.at
                 && same(&o.service, &c.service)
                 && same(&o.environment, &c.environment)
                 && o.version != c.version
                 && matches!((&c.service, &o.version), (Some(service), Some(version))
-                    if earliest.get(&(service.as_str(), version.as_str())).is_some_and(|at| *at < c.at))
+                    if context.earliest.get(&(service.as_str(), version.as_str())).is_some_and(|at| *at < c.at))
         });
         if let Some(rollback) = rolled_back {
             s *= 1.2;
@@ -324,7 +360,7 @@ mod tests {
     #[test]
     fn the_closer_deploy_of_the_same_service_wins_and_says_why() {
         let candidates = [deploy("api", "1.0", 0), deploy("api", "1.1", 50 * MIN)];
-        let ranked = rank(&alert(62 * MIN), &candidates, None, &[]);
+        let ranked = rank(&alert(62 * MIN), &candidates, &[], None, &[]);
         assert_eq!(ranked[0].index, 1);
         assert_eq!(ranked[0].reasons[0], "deployed 12 min before the alert");
         assert!(ranked[0].reasons.contains(&"same service".to_string()));
@@ -342,41 +378,90 @@ mod tests {
         let candidates = [deploy("api", "1.0", 0), deploy("api", "1.1", 55 * MIN)];
         let mut a = alert(60 * MIN);
         a.version = Some("1.0".into());
-        let ranked = rank(&a, &candidates, None, &[]);
+        let ranked = rank(&a, &candidates, &[], None, &[]);
         assert_eq!((ranked[0].index, ranked[0].score), (0, 1.0));
         assert_eq!(ranked[0].reasons[0], "version 1.0 is the alert's version");
     }
 
     #[test]
     fn a_redeploy_of_an_earlier_version_after_the_alert_is_a_rollback() {
-        let rollback = |later: &str| {
-            let candidates = [
+        // Within the candidates' window, or later (read apart, as no suspect).
+        let rollback = |version: &str, at: i64| {
+            let mut candidates = vec![
                 deploy("api", "1.0", 0),
                 deploy("web", "3.0", 5 * MIN),
                 deploy("api", "1.1", 50 * MIN),
-                deploy("api", later, 61 * MIN),
             ];
-            let ranked = rank(&alert(60 * MIN), &candidates, None, &[]);
+            let mut later = Vec::new();
+            if at - 150 * MIN <= AFTER_MICROS {
+                candidates.push(deploy("api", version, at));
+            } else {
+                later.push(deploy("api", version, at));
+            }
+            let ranked = rank(&alert(150 * MIN), &candidates, &later, None, &[]);
+            assert!(ranked.iter().all(|s| s.index < candidates.len()));
             let top = ranked.iter().find(|s| s.index == 2).unwrap();
-            top.reasons
+            let said = top
+                .reasons
                 .iter()
                 .find(|r| r.starts_with("rolled back"))
-                .cloned()
+                .cloned();
+            (said, top.score)
         };
+        // 100 min before the alert: a score well under the clamp, so the ×1.2 shows.
+        let (said, within) = rollback("1.0", 151 * MIN);
         assert_eq!(
-            rollback("1.0").as_deref(),
+            said.as_deref(),
             Some("rolled back to 1.0 1 min after the alert")
         );
-        assert_eq!(rollback("1.2"), None, "a version never deployed before");
-        assert_eq!(rollback("3.0"), None, "another service's version");
+        let (said, hours) = rollback("1.0", 330 * MIN);
+        assert_eq!(
+            said.as_deref(),
+            Some("rolled back to 1.0 3.0 h after the alert")
+        );
+        assert_eq!(within, hours, "the same ×1.2, however late");
+        let (said, plain) = rollback("1.2", 330 * MIN);
+        assert_eq!(said, None, "a version never deployed before");
+        assert!((within / plain - 1.2).abs() < 0.01, "{within} {plain}");
+        assert_eq!(
+            rollback("3.0", 151 * MIN).0,
+            None,
+            "another service's version"
+        );
+    }
+
+    #[test]
+    fn an_alert_without_a_repository_takes_its_services() {
+        let mono = |service: &str, at: i64| {
+            let mut d = deploy(service, "x", at);
+            d.repository = Some("org/mono".into());
+            d
+        };
+        let candidates = [mono("mono-a", 0), mono("mono-b", 50 * MIN)];
+        let mut a = alert(60 * MIN);
+        a.service = Some("mono-a".into());
+        let ranked = rank(&a, &candidates, &[], None, &[]);
+        let b = ranked.iter().find(|s| s.index == 1).unwrap();
+        assert!(
+            b.reasons.contains(&"same repository org/mono".to_string()),
+            "{b:?}"
+        );
+        // One the alert names wins over its service's.
+        a.repository = Some("org/other".into());
+        let ranked = rank(&a, &candidates, &[], None, &[]);
+        let b = ranked.iter().find(|s| s.index == 1).unwrap();
+        assert!(
+            b.reasons.contains(&"another service (mono-b)".to_string()),
+            "{b:?}"
+        );
     }
 
     #[test]
     fn scores_stay_in_range_and_rank_deterministically() {
         let candidates: Vec<Fields> = (0..20).map(|i| deploy("api", "x", i * MIN)).collect();
         let a = alert(20 * MIN);
-        let first = rank(&a, &candidates, None, &[]);
-        assert_eq!(first, rank(&a, &candidates, None, &[]));
+        let first = rank(&a, &candidates, &[], None, &[]);
+        assert_eq!(first, rank(&a, &candidates, &[], None, &[]));
         assert_eq!(first.len(), TOP);
         assert!(first.iter().all(|s| (0.0..=1.0).contains(&s.score)));
     }

@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::DashboardState;
 use super::extract::Query;
-use super::me::Me;
+use super::me::{Me, admins_only};
 use super::render::{message, page, unavailable, when_micros};
 
 /// Entries per page.
@@ -46,13 +46,7 @@ pub async fn list(
     Query(at): Query<Position>,
 ) -> Response {
     if !me.admin {
-        return message(
-            StatusCode::FORBIDDEN,
-            "Admins only",
-            "The audit is for the admins of your org.",
-            "/",
-            "Back to the dashboard",
-        );
+        return admins_only(&me, "The audit is for the admins of your org.");
     }
     let before = match at.before.trim() {
         "" => None,

@@ -16,6 +16,7 @@ use crate::storage::Credential;
 
 use super::DashboardState;
 use super::confirm::Confirm;
+use super::done::Done;
 use super::form::Form;
 use super::me::{Me, refuse_admin_form};
 use super::render::{bridge_origin, message, own_ca_file, page, quoted, unavailable, when_micros};
@@ -330,7 +331,8 @@ pub async fn revoke(
         Ok(_) => {
             state.live.close(me.session.user.org_id, &form.name);
             tracing::info!(email = %me.email, org = %me.org, bridge = %form.name, "bridge token revoked in the dashboard; its tunnels closed");
-            Redirect::to("/integrations/bridge").into_response()
+            Redirect::to(&Done::BridgeRevoked.after("/integrations/bridge", &form.name))
+                .into_response()
         }
         Err(admin::AdminError::Usage(why)) => no_such_bridge(&why),
         Err(_) => unavailable(),

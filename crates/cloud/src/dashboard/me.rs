@@ -1,13 +1,14 @@
 //! Who is signed in: the [`Me`] extractor every signed-in page takes (session, role, CSRF
 //! token, the release notice), and the check of an admin's form.
 
+use askama::Template;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 
 use crate::auth::PeerAddr;
 
 use super::DashboardState;
-use super::render::{csrf_refused, message, unavailable};
+use super::render::{csrf_refused, page, unavailable};
 use super::session;
 
 /// The signed-in user, as every signed-in page shows them (and the CSRF token of their forms).
@@ -28,6 +29,8 @@ pub struct Me {
     pub address: String,
     /// The release notice this user asked for, when a connected bridge is outdated.
     pub notice: Option<String>,
+    /// What the form that led here did ([`super::done::Done`]), said once above the page.
+    pub done: Option<String>,
     /// The navigation entry this page belongs to (`/events` for `/events/…`), which the menu
     /// marks as the current page.
     pub section: String,
@@ -63,6 +66,7 @@ impl axum::extract::FromRequestParts<DashboardState> for Me {
             other => other?,
         };
         me.section = section(parts.uri.path());
+        me.done = super::done::Done::said(parts.uri.query());
         if let Some(peer) = parts.extensions.get::<PeerAddr>() {
             me.address = peer.0.ip().to_string();
         }
@@ -115,11 +119,25 @@ pub async fn me(state: &DashboardState, headers: &HeaderMap) -> Result<Me, Respo
             session: s,
             address: "unknown".into(),
             notice: None,
+            done: None,
             section: String::new(),
         }),
         Ok(None) => Err(Redirect::to("/sign-in").into_response()),
         Err(_) => Err(unavailable()),
     }
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/admins_only.html")]
+struct AdminsOnlyPage<'a> {
+    me: &'a Me,
+    text: &'a str,
+}
+
+/// 403 for a member, saying why in `text`: a signed-in page with the menu, so that the member
+/// goes on from it.
+pub fn admins_only(me: &Me, text: &str) -> Response {
+    page(StatusCode::FORBIDDEN, &AdminsOnlyPage { me, text })
 }
 
 /// `None` for an admin with the form's right CSRF token; else the 403 page to answer.
@@ -129,12 +147,9 @@ pub fn refuse_admin_form(me: &Me, csrf: &str) -> Option<Response> {
     }
     if !me.admin {
         tracing::warn!(email = %me.email, org = %me.org, "refused: an admin action by a member");
-        return Some(message(
-            StatusCode::FORBIDDEN,
-            "Admins only",
+        return Some(admins_only(
+            me,
             "Your role is member: members read, admins manage. Ask an admin of your org.",
-            "/",
-            "Back to the dashboard",
         ));
     }
     None

@@ -12,6 +12,7 @@ mod bridges;
 mod cause;
 mod charts;
 mod confirm;
+mod done;
 mod events;
 mod extract;
 mod form;

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::DashboardState;
 use super::confirm::Confirm;
+use super::done::Done;
 use super::form::Form;
 use super::me::{Me, refuse_admin_form};
 use super::render::{csrf_refused, message, page, unavailable, when_micros};
@@ -318,7 +319,8 @@ pub async fn remove_webhook(
             {
                 return unavailable();
             }
-            Redirect::to("/integrations/notifications").into_response()
+            Redirect::to(&Done::WebhookRemoved.after("/integrations/notifications", ""))
+                .into_response()
         }
         Ok(None) => no_webhook(),
         Err(_) => unavailable(),

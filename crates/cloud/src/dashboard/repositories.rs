@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::DashboardState;
+use super::done::Done;
 use super::form::Form;
 use super::me::{Me, refuse_admin_form};
 use super::render::{message, page, unavailable};
@@ -24,8 +25,14 @@ struct RepositoriesPage<'a> {
     /// it names.
     error: Option<String>,
     invalid: Vec<&'static str>,
+    /// The first field in the form's order that `invalid` names: it takes the focus, so that
+    /// a keyboard or screen-reader user lands where the fix is.
+    focus: Option<&'static str>,
     typed: &'a MappingForm,
 }
+
+/// The mapping form's fields, in the order the page shows them.
+const FIELDS: [&str; 4] = ["repository", "bridge", "source", "path"];
 
 /// `GET /integrations/repositories`.
 pub async fn list(State(state): State<DashboardState>, me: Me) -> Response {
@@ -51,6 +58,7 @@ async fn list_page(
                 me,
                 sources,
                 error,
+                focus: FIELDS.into_iter().find(|f| invalid.contains(f)),
                 invalid,
                 typed,
             },
@@ -173,7 +181,10 @@ pub async fn remove(
             {
                 return unavailable();
             }
-            Redirect::to("/integrations/repositories").into_response()
+            Redirect::to(
+                &Done::MappingRemoved.after("/integrations/repositories", &form.repository),
+            )
+            .into_response()
         }
         Ok(false) => message(
             StatusCode::NOT_FOUND,

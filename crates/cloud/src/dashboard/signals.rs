@@ -13,6 +13,7 @@ use crate::storage::{Credential, KeyInfo};
 
 use super::DashboardState;
 use super::confirm::Confirm;
+use super::done::Done;
 use super::form::Form;
 use super::me::{Me, refuse_admin_form};
 use super::render::{message, origin, own_ca_file, page, quoted, unavailable, when_micros};
@@ -305,7 +306,7 @@ pub async fn revoke(
             // form's text may be a whole key: only what was revoked (its id) is logged.
             state.keys.forget_all();
             tracing::info!(email = %me.email, org = %me.org, what = %done, "key revoked in the dashboard");
-            Redirect::to("/integrations/signals").into_response()
+            Redirect::to(&Done::KeyRevoked.after("/integrations/signals", &id)).into_response()
         }
         Err(admin::AdminError::Usage(why)) => no_such_key(&why),
         Err(_) => unavailable(),

@@ -145,10 +145,16 @@ impl RegistryKind {
         }
         let failed = |why: String| {
             tracing::warn!(registry = %self.cfg.name, token_host = %realm_host, why = %why, "token request failed");
+            // Only a refusal is the login's fault; a service that is down or silent is not.
+            let fix = if why.starts_with("refused") {
+                "the bridge's operator must fix registries[].auth"
+            } else {
+                "retry later; if it lasts, the bridge's operator must check that the bridge reaches the token service"
+            };
             self.unavailable(
                 "registry: token",
                 format!(
-                    "the token service of registry {:?} {why}; the bridge's operator must fix registries[].auth{HOST_IN_LOG}",
+                    "the token service of registry {:?} {why}; {fix}{HOST_IN_LOG}",
                     self.cfg.name
                 ),
             )

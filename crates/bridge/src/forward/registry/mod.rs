@@ -121,6 +121,10 @@ pub async fn check_registry(cfg: &Registry) -> Result<String, String> {
         .map_err(|e| format!("GET /v2/ failed: {e}"))?;
     match response.status().as_u16() {
         200 => Ok(format!("ok (GET /v2/ with {scheme}: HTTP 200)")),
+        401 | 403 if cfg.auth.is_none() => Err(format!(
+            "the registry asks for a login (GET /v2/: HTTP {}) and the entry has none: set registries[].auth",
+            response.status().as_u16()
+        )),
         401 | 403 => Err(format!(
             "login rejected (GET /v2/ with {scheme}: HTTP {}): check registries[].auth",
             response.status().as_u16()
@@ -200,6 +204,20 @@ impl Kind for RegistryKind {
                 "registry: /v2/ only",
                 "only the OCI distribution API (/v2/…) passes this bridge",
             ));
+        }
+        // A repository name has no empty component; the registry would redirect `a//b` to
+        // `a/b`, a redirect the bridge follows without the login, and its 401 would then read
+        // as a wrong login.
+        if path["/v2/".len()..].contains("//") {
+            return Err(Refusal {
+                status: StatusCode::BAD_REQUEST,
+                reason: "bad_path",
+                rule: "path-normalisation".into(),
+                why: format!(
+                    "{}an empty segment (//), which no repository name has; send the name without it",
+                    super::admit::PATH_REFUSAL
+                ),
+            });
         }
         let pulling = is_pull(method);
         let pushing = [Method::POST, Method::PUT, Method::PATCH].contains(method);

@@ -109,8 +109,14 @@ pub async fn forward_registry(
     let path = tail.strip_prefix('/').unwrap_or(&tail);
     let mut parts = path.splitn(3, '/');
     let (Some(bridge), Some(name), Some(rest)) = (parts.next(), parts.next(), parts.next()) else {
+        // The cloud has no catalog of its own: each registry's is under its entry.
+        let catalog = if path == "_catalog" {
+            "; each registry lists its repositories at /v2/BRIDGE/REGISTRY/_catalog"
+        } else {
+            ""
+        };
         return kinds::registry_refusal(Problem::not_found(format!(
-            "no image name in {path:?}: pull CLOUD/BRIDGE/REGISTRY/REPOSITORY:TAG, with the bridge's name and its registries entry"
+            "no image name in {path:?}: pull CLOUD/BRIDGE/REGISTRY/REPOSITORY:TAG, with the bridge's name and its registries entry{catalog}"
         )));
     };
     let target = Target {
