@@ -1,9 +1,13 @@
-//! Admin commands: create, list and revoke orgs' signal keys, API keys and bridge tokens.
+//! Admin commands: create, list and revoke orgs' signal keys, API keys and bridge tokens, and
+//! set their webhooks ([`webhook`]).
 //! `create` prints only the new value on stdout, so scripts can capture it; secrets are shown
 //! this once and stored hashed, and `list` shows ids, never secrets. Every change is recorded
 //! in the org's audit with its [`Actor`]: the dashboard's user, or `cli:USER` for a command.
 
 use serde_json::json;
+
+mod webhook;
+pub use webhook::{remove_webhook, set_webhook};
 
 use crate::cli::Output;
 use crate::secrets::{self, Kind};

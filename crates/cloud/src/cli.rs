@@ -80,6 +80,9 @@ pub enum Command {
     /// Manage dashboard users (each gets a one-time set-password link).
     #[command(subcommand)]
     User(UserCommand),
+    /// Set or remove an org's webhook (as an admin does on the dashboard's Notifications page).
+    #[command(subcommand)]
+    Webhook(WebhookCommand),
     /// Serve one database behind a bridge on a loopback port, reached over HTTPS: local
     /// PostgreSQL clients connect without TLS or password. The API key comes from the
     /// environment (CLOUD_API_KEY), never a flag.
@@ -419,6 +422,38 @@ pub enum BridgeTokenCommand {
         name: String,
         /// Only this token (its id, as `list` shows it); without it, every token of the bridge.
         id: Option<String>,
+        /// Storage.
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+}
+
+/// `cloud webhook …`.
+#[derive(Debug, Subcommand)]
+pub enum WebhookCommand {
+    /// Set the org's webhook, replacing any previous one; prints its new signing secret alone,
+    /// this once.
+    Set {
+        /// The org's slug.
+        #[arg(long, env = "CLOUD_ORG")]
+        org: String,
+        /// Where notifications are POSTed: https:// or http://, no user name or password in it
+        /// (from CLOUD_WEBHOOK_URL, a URL with a token in it stays out of `ps`).
+        #[arg(long, env = "CLOUD_WEBHOOK_URL")]
+        url: String,
+        /// Accept a literal non-public address, as `cloud serve --webhook-allow-private`
+        /// delivers to one.
+        #[arg(long, env = "CLOUD_WEBHOOK_ALLOW_PRIVATE", value_parser = clap::builder::BoolishValueParser::new())]
+        webhook_allow_private: bool,
+        /// Storage.
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+    /// Remove the org's webhook; its queued deliveries stop.
+    Remove {
+        /// The org's slug.
+        #[arg(long, env = "CLOUD_ORG")]
+        org: String,
         /// Storage.
         #[command(flatten)]
         storage: StorageArgs,

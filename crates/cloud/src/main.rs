@@ -7,7 +7,7 @@ use std::time::Duration;
 use cloud::admin::{self, AdminError};
 use cloud::cli::{
     BridgeTokenCommand, Cli, Command, DbProxyArgs, KeyCommand, OrgCommand, RoleArg, ServeArgs,
-    StorageArgs, UserCommand,
+    StorageArgs, UserCommand, WebhookCommand,
 };
 use cloud::metrics::Metrics;
 use cloud::server::{self, ServeOptions};
@@ -239,6 +239,21 @@ async fn run(command: Command) -> Result<(), Failure> {
                 &link.listen,
             )
             .await;
+            (store, out)
+        }
+        Command::Webhook(WebhookCommand::Set {
+            org,
+            url,
+            webhook_allow_private,
+            storage,
+        }) => {
+            let store = open(&storage).await?;
+            let out = admin::set_webhook(&store, &actor, &org, &url, webhook_allow_private).await;
+            (store, out)
+        }
+        Command::Webhook(WebhookCommand::Remove { org, storage }) => {
+            let store = open(&storage).await?;
+            let out = admin::remove_webhook(&store, &actor, &org).await;
             (store, out)
         }
         Command::BridgeToken(BridgeTokenCommand::Revoke {

@@ -73,6 +73,45 @@ pub fn is_public(ip: IpAddr) -> bool {
     }
 }
 
+/// Checks a webhook URL as an admin gives it (the dashboard's form, `cloud webhook set`):
+/// absolute `https://` or `http://` with a host, no credentials in it, and unless
+/// `allow_private`, no literal non-public address, which every delivery would refuse.
+pub fn webhook_url(raw: &str, allow_private: bool) -> Result<String, String> {
+    let url = well_formed(raw)?;
+    if !allow_private {
+        literal_allowed(&url).map_err(|why| format!("url: {why}"))?;
+    }
+    Ok(url)
+}
+
+/// [`webhook_url`]'s form check.
+fn well_formed(raw: &str) -> Result<String, String> {
+    let url = raw.trim();
+    match url::Url::parse(url) {
+        // `https:///host` reads as `https://host`, but names no host as typed.
+        Ok(u)
+            if matches!(u.scheme(), "https" | "http")
+                && u.host().is_some()
+                && url.split_once("://").is_some_and(|(_, rest)| !rest.starts_with('/'))
+                && u.username().is_empty()
+                && u.password().is_none() =>
+        {
+            Ok(url.to_string())
+        }
+        // A password in it is not repeated back onto the page.
+        Ok(u) if u.password().is_some() || !u.username().is_empty() => Err(
+            "url holds a user name or password, which would be sent to and logged by every proxy on the way: expected an address such as https://hooks.example.com/signals, authenticated by the signature instead".to_string(),
+        ),
+        // Nor where it may hold one and does not read as a URL.
+        _ if url.contains('@') => Err(
+            "url is not usable (it is not repeated here: it may hold a password): expected an address such as https://hooks.example.com/signals, without a user name or password in it".to_string(),
+        ),
+        _ => Err(format!(
+            "url {url:?} is not usable: expected an address such as https://hooks.example.com/signals, without a user name or password in it"
+        )),
+    }
+}
+
 /// `Err` with the reason when `url`'s host is a literal non-public IP address.
 pub fn literal_allowed(url: &str) -> Result<(), String> {
     let host = url::Url::parse(url).ok().and_then(|u| match u.host() {
@@ -158,5 +197,39 @@ mod tests {
         assert!(literal_allowed("http://[::1]/hook").is_err());
         assert!(literal_allowed("https://hooks.example.com/x").is_ok());
         assert!(literal_allowed("https://1.1.1.1/x").is_ok());
+        // An admin's URL: the form, then the address unless non-public ones are allowed.
+        let why = webhook_url("http://127.0.0.1:9/x", false).unwrap_err();
+        assert!(
+            why.starts_with("url: 127.0.0.1 is not a public address"),
+            "{why}"
+        );
+        assert!(
+            webhook_url(" http://127.0.0.1:9/x ", true).is_ok_and(|u| u == "http://127.0.0.1:9/x")
+        );
+    }
+
+    #[test]
+    fn webhook_urls_are_checked_for_form() {
+        assert!(super::well_formed(" https://hooks.example.com/x ").is_ok());
+        assert!(super::well_formed("http://127.0.0.1:9/x").is_ok());
+        for bad in [
+            "ftp://x/y",
+            "hooks.example.com",
+            "https://u:p@x.com/",
+            "",
+            "https:///nohost",
+            "https:/hooks.example.com/x",
+        ] {
+            let why = super::well_formed(bad).unwrap_err();
+            assert!(why.starts_with("url "), "{why}");
+        }
+        // A password is refused without being repeated onto the page.
+        for with_password in ["https://hook:s3cret@x.com/", "https://hook:s3cret@x:99999/"] {
+            let why = super::well_formed(with_password).unwrap_err();
+            assert!(
+                why.contains("user name or password") && !why.contains("s3cret"),
+                "{why}"
+            );
+        }
     }
 }
