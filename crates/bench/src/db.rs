@@ -5,16 +5,15 @@
 //! sessions. The server is a throwaway cluster that requires SCRAM, as in the tests.
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use testkit::pg_cluster::{
-    DATABASE, PASSWORD, PgCluster, USER, as_server_user, give_to_server_user,
-};
+use testkit::pg_cluster::{DATABASE, PASSWORD, PgCluster, USER};
+use testkit::pgbouncer::Bouncer;
 
-use crate::procs::{bridge_token, free_port, start, start_bridge, status_mb};
+use crate::procs::{bridge_token, start, start_bridge, status_mb};
 use crate::sample::median;
 
 /// Options of `bench db`.
@@ -103,59 +102,6 @@ fn pgbench(arm: &Arm, clients: usize, threads: usize, secs: u64) -> Result<(f64,
     Ok((tps, median(&latencies)))
 }
 
-/// PgBouncer in session mode in front of the cluster, trusting local clients, logging in to
-/// the server with SCRAM; run as `postgres` when root (it refuses root).
-/// A running PgBouncer, stopped on drop: through its pid file, since the `runuser` in front
-/// of it (as root) does not pass signals on.
-struct Bouncer {
-    child: Child,
-    pidfile: std::path::PathBuf,
-}
-
-impl Drop for Bouncer {
-    fn drop(&mut self) {
-        if let Ok(pid) = std::fs::read_to_string(&self.pidfile) {
-            let _ = Command::new("kill").args(["-TERM", pid.trim()]).status();
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn pgbouncer(cluster: &PgCluster, dir: &Path) -> Result<(Bouncer, u16)> {
-    let port = free_port()?;
-    let ini = dir.join("pgbouncer.ini");
-    std::fs::write(dir.join("users.txt"), format!("\"{USER}\" \"\"\n"))?;
-    std::fs::write(
-        &ini,
-        format!(
-            "[databases]\n{DATABASE} = host=127.0.0.1 port={} dbname={DATABASE} user={USER} password={PASSWORD}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\nauth_type = trust\nauth_file = {}\npool_mode = session\nlog_connections = 0\nlog_disconnections = 0\nmax_client_conn = 200\ndefault_pool_size = 40\nlogfile = {}\npidfile = {}\n",
-            cluster.port,
-            dir.join("users.txt").display(),
-            dir.join("pgbouncer.log").display(),
-            dir.join("pgbouncer.pid").display(),
-        ),
-    )?;
-    give_to_server_user(dir);
-    let mut cmd = as_server_user("pgbouncer");
-    let child = cmd
-        .arg(&ini)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .context("pgbouncer (Debian package pgbouncer)")?;
-    let bouncer = Bouncer {
-        child,
-        pidfile: dir.join("pgbouncer.pid"),
-    };
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok((bouncer, port));
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    bail!("pgbouncer did not listen on {port}")
-}
-
 /// Runs the database benchmark.
 pub async fn run(args: Args) -> Result<()> {
     let cluster = PgCluster::start_sized(false, 200);
@@ -180,7 +126,19 @@ pub async fn run(args: Args) -> Result<()> {
         work.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o777),
     )?;
-    let (bouncer, bouncer_port) = pgbouncer(&cluster, work.path())?;
+    // PgBouncer in session mode in front of the cluster, logging in to it with SCRAM.
+    let bouncer = Bouncer::start(
+        work.path(),
+        DATABASE,
+        &format!(
+            "host=127.0.0.1 port={} dbname={DATABASE} user={USER} password={PASSWORD}",
+            cluster.port
+        ),
+        USER,
+        "max_client_conn = 200\ndefault_pool_size = 40\n",
+    )
+    .map_err(anyhow::Error::msg)?;
+    let bouncer_port = bouncer.port;
     let arms = [
         Arm {
             label: "direct",

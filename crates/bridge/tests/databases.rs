@@ -347,7 +347,25 @@ async fn psql_and_a_driver_reach_the_database_with_an_api_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_keys_unknown_databases_and_plain_connections_are_refused_clearly() {
     let cluster = PgCluster::start(false);
-    let rig = DbRig::start(&format!("databases:\n{}", entry(&cluster, "orders", ""))).await;
+    let rig = DbRig::start(&format!(
+        "databases:\n{}{}",
+        entry(&cluster, "orders", ""),
+        entry(&cluster, "rotated", "").replace("${DB_PASSWORD}", "an-old-password")
+    ))
+    .await;
+
+    // The entry's password is stale (rotated on the server): the client is told, and the
+    // bridge counts it where the operator's alert looks.
+    let err = stderr(
+        &rig.psql("rotated", &rig.tenant.api_key, "SELECT 1"),
+        "psql to an entry with a stale password",
+    );
+    assert!(err.contains("fix databases[].credentials"), "{err}");
+    let metrics = rig.bridge.metrics().await;
+    assert!(
+        metrics.contains("bridge_refused_total{reason=\"upstream_auth\"} 1"),
+        "{metrics}"
+    );
 
     let wrong = rig
         .driver("orders", "sigapi_nope.nope", SslNegotiation::Postgres)
@@ -1359,4 +1377,53 @@ fn md5_works_and_a_cleartext_password_goes_only_to_a_verified_server() {
         "{text}"
     );
     assert!(!cluster.log().contains("plain-pw"));
+}
+
+/// PgBouncer in front of the cloud's port, pooling an application's connections as people
+/// pool a managed database's: it logs in with the API key over verified TLS and passes
+/// queries. It refuses a login message that arrives in pieces, so the greeting goes out whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgbouncer_in_front_of_the_cloud_logs_in_and_pools() {
+    let cluster = PgCluster::start(false);
+    let rig = DbRig::start(&format!("databases:\n{}", entry(&cluster, "orders", ""))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("cloud-ca.pem");
+    std::fs::copy(rig.cloud.ca_path(), &ca).unwrap();
+    let bouncer = testkit::pgbouncer::Bouncer::start(
+        dir.path(),
+        "orders",
+        &format!(
+            "host=localhost port={} dbname=dc1/orders user=ci password={}",
+            rig.cloud.tls_port(),
+            rig.tenant.api_key
+        ),
+        "app",
+        &format!(
+            "server_tls_sslmode = verify-full\nserver_tls_ca_file = {}\n",
+            ca.display()
+        ),
+    )
+    .unwrap();
+    let conninfo = format!(
+        "host=127.0.0.1 port={} dbname=orders user=app sslmode=disable",
+        bouncer.port
+    );
+    for _ in 0..2 {
+        let out = Command::new("psql")
+            .args(["-X", "-At", "-v", "ON_ERROR_STOP=1", &conninfo, "-c"])
+            .arg("SELECT current_user, 41 + 1")
+            .env("PGCONNECT_TIMEOUT", "20")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}\npgbouncer's log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(&bouncer.log).unwrap_or_default()
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            format!("{USER}|42")
+        );
+    }
 }

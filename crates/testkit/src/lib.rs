@@ -11,6 +11,7 @@ pub mod freeze;
 pub mod git_server;
 pub mod pg_cluster;
 mod pg_schema;
+pub mod pgbouncer;
 pub mod ports;
 pub mod registry;
 mod requests;

@@ -25,7 +25,7 @@ pub enum LoginError {
     Tls(String),
     /// The server refused the entry's credentials.
     #[error(
-        "authentication: the server refused the bridge's credentials for user {user:?} ({code}: {message}); fix databases[].credentials"
+        "authentication: the server refused the bridge's credentials for user {user:?} ({code}: {message}); fix databases[].credentials, or the server's pg_hba.conf"
     )]
     Auth {
         /// The entry's user.

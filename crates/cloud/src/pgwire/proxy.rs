@@ -383,8 +383,8 @@ async fn refused(
         let _ = client.write_all(&error_response("08006", why)).await;
         return Some(("08006".into(), why.into()));
     }
-    let _ = client.write_all(&head).await;
-    let _ = client.write_all(&body).await;
+    // One write: a pooler in front refuses a login message that arrives in pieces.
+    let _ = client.write_all(&[&head[..], &body].concat()).await;
     Some(tunnel::postgres::error_fields(&body))
 }
 

@@ -299,6 +299,11 @@ async fn relay<S>(
         Spliced::Lost { told } => {
             tracing::info!(peer = %peer, bridge = %bridge, database = %database, told_client = told, "database session lost: the bridge's side ended it without a word (the bridge stopped, or its tunnel or its database connection broke)")
         }
+        // Many clients (pgbench, libpq on exit) close the socket without TLS's close_notify:
+        // that is their way of leaving, not an error.
+        Spliced::Failed(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            tracing::info!(peer = %peer, bridge = %bridge, database = %database, "database session closed (the client left without closing TLS)")
+        }
         Spliced::Failed(e) => {
             tracing::info!(peer = %peer, bridge = %bridge, database = %database, cause = %e, "database session ended with an error")
         }
@@ -321,6 +326,9 @@ where
 {
     let closed = "the bridge closed the session before it was ready; see the bridge's log";
     let mut registered = None;
+    // The greeting goes out whole, in as few TLS records as it fits: a pooler in front
+    // (PgBouncer) refuses a login message that arrives in pieces ("partial pkt in login phase").
+    let mut out = Vec::new();
     loop {
         let mut head = [0u8; 5];
         bridge_io.read_exact(&mut head).await.map_err(|_| closed)?;
@@ -343,14 +351,24 @@ where
             body[4..].copy_from_slice(&key.1.to_be_bytes());
             registered = Some(guard);
         }
-        if client.write_all(&head).await.is_err() || client.write_all(&body).await.is_err() {
-            return Err(closed);
+        out.extend_from_slice(&head);
+        out.extend_from_slice(&body);
+        let last = head[0] == b'Z' || head[0] == b'E';
+        if last || out.len() >= GREETING_HELD {
+            if client.write_all(&out).await.is_err() || client.flush().await.is_err() {
+                return Err(closed);
+            }
+            out.clear();
         }
-        if head[0] == b'Z' || head[0] == b'E' {
+        if last {
             return Ok((registered, head[0] == b'Z'));
         }
     }
 }
+
+/// Most bytes of the greeting held before they are sent on (a server's greeting is a few
+/// hundred bytes; one that talks on is sent in pieces this large).
+const GREETING_HELD: usize = 64 * 1024;
 
 /// Asks for a cleartext password and authenticates it as an API key.
 async fn password<S>(front: &PgState, client: &mut S) -> Result<Principal, (&'static str, String)>

@@ -196,6 +196,10 @@ impl Forwarder {
             Ok(session) => session,
             Err(e) => {
                 tracing::warn!(resource = %name, step = e.step(), cause = %e, "database login failed");
+                // A refused login is a credential to fix, as an API's or registry's 401 is.
+                if matches!(e, postgres::LoginError::Auth { .. }) {
+                    self.metrics.refuse("upstream_auth");
+                }
                 // The client reads the step and the server's own words; internal host names,
                 // addresses and socket errors stay in the bridge's log.
                 let public = e.public();
