@@ -252,33 +252,26 @@ async fn unknown_images_other_orgs_and_pushes_get_oci_errors() {
     let (ok, _, err) = s.skopeo(&key, &["inspect", &s.through_cloud("team/nope:1.0")]);
     assert!(!ok);
     assert!(err.contains("manifest unknown"), "{err}");
-    let res = s
-        .rig
-        .cloud
-        .client()
-        .get(format!(
-            "{}/v2/dc1/reg/team/nope/tags/list",
-            s.rig.cloud.https
-        ))
-        .bearer_auth(&key)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 404);
-    let body: Value = res.json().await.unwrap();
+    // A GET of `path` on the cloud with the key: (status, the OCI error body).
+    let oci = |path: &str| {
+        let request = s
+            .rig
+            .cloud
+            .client()
+            .get(format!("{}{path}", s.rig.cloud.https))
+            .bearer_auth(&key);
+        async move {
+            let res = request.send().await.unwrap();
+            let status = res.status().as_u16();
+            (status, res.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, body) = oci("/v2/dc1/reg/team/nope/tags/list").await;
+    assert_eq!(status, 404);
     assert_eq!(body["errors"][0]["code"], "NAME_UNKNOWN", "{body}");
     // The cloud's own catalog (what `podman search` asks for) points to the registries'.
-    let res = s
-        .rig
-        .cloud
-        .client()
-        .get(format!("{}/v2/_catalog", s.rig.cloud.https))
-        .bearer_auth(&key)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 404);
-    let body: Value = res.json().await.unwrap();
+    let (status, body) = oci("/v2/_catalog").await;
+    assert_eq!(status, 404);
     assert!(
         body["errors"][0]["message"]
             .as_str()
