@@ -18,13 +18,14 @@ pub struct NameLabel {
 }
 
 /// The reasons of `bridge_refused_total`, each a series from the start.
-pub const REFUSAL_REASONS: [&str; 6] = [
+pub const REFUSAL_REASONS: [&str; 7] = [
     "not_declared",
     "not_allowed",
     "bad_path",
     "overloaded",
     "memory",
     "upstream_auth",
+    "upstream_unavailable",
 ];
 
 /// Label of `bridge_refused_total`.

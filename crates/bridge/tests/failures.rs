@@ -139,6 +139,7 @@ async fn a_bridge_at_max_connections_queues_5_s_then_answers_503() {
         "overloaded",
         "memory",
         "upstream_auth",
+        "upstream_unavailable",
     ] {
         let series = format!("bridge_refused_total{{reason=\"{reason}\"}}");
         assert_eq!(rig.bridge.metric(&series).await, 0.0, "{series}");

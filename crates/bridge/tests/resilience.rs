@@ -109,6 +109,35 @@ async fn a_silently_dead_connection_is_detected_by_heartbeats() {
         .await;
 }
 
+/// A frozen instance (`SIGSTOP`: its connection stays open, nothing answers) is dropped by the
+/// cloud's pings within about 30 s, not after three heartbeats of 30 s (two minutes, while the
+/// requests sent to it waited and new ones kept coming).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_instance_is_dropped_within_half_a_minute() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let tenant = cloud.tenant("acme");
+    let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    let upstream = testkit::upstream::Upstream::start().await;
+    let yaml = yaml_for(&cloud, "dc1", &internal_api_yaml(&upstream, ""))
+        .replace("heartbeat_interval: 1\n", "heartbeat_interval: 30\n");
+    let bridge = testkit::bridge::start_connected(&yaml, &token).await;
+    bridge.signal("STOP");
+    let frozen = std::time::Instant::now();
+    loop {
+        let list = cloud.get_json(&tenant.api_key, "/v1/bridges").await;
+        if list["bridges"].as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(
+            frozen.elapsed() < Duration::from_secs(45),
+            "the cloud still lists the frozen instance: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    bridge.signal("CONT");
+    cloud.wait_log_line("the bridge did not answer a ping in time");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_one_of_two_instances_fails_no_idempotent_request() {
     let mut rig = Rig::start("").await;

@@ -7,7 +7,7 @@
 use serde_json::json;
 
 mod webhook;
-pub use webhook::{remove_webhook, set_webhook};
+pub use webhook::{WebhookUrl, remove_webhook, set_webhook};
 
 use crate::cli::Output;
 use crate::secrets::{self, Kind};

@@ -44,7 +44,7 @@ pub struct StorageArgs {
     #[arg(long, env = "CLOUD_DATA_DIR", default_value = "./data")]
     pub data_dir: PathBuf,
     /// PostgreSQL URL (postgres://user@host:port/db); SQLite in --data-dir when absent.
-    #[arg(long, env = "CLOUD_DATABASE_URL")]
+    #[arg(long, env = "CLOUD_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 }
 
@@ -439,12 +439,16 @@ pub enum WebhookCommand {
         org: String,
         /// Where notifications are POSTed: https:// or http://, no user name or password in it
         /// (from CLOUD_WEBHOOK_URL, a URL with a token in it stays out of `ps`).
-        #[arg(long, env = "CLOUD_WEBHOOK_URL")]
+        #[arg(long, env = "CLOUD_WEBHOOK_URL", hide_env_values = true)]
         url: String,
         /// Accept a literal non-public address, as `cloud serve --webhook-allow-private`
         /// delivers to one.
         #[arg(long, env = "CLOUD_WEBHOOK_ALLOW_PRIVATE", value_parser = clap::builder::BoolishValueParser::new())]
         webhook_allow_private: bool,
+        /// The Bridge release the webhook starts from, as the `serve` beside it ships
+        /// (its --bridge-release), so that it is told only of newer ones.
+        #[arg(long, env = "CLOUD_BRIDGE_RELEASE", default_value = crate::live::VERSION, value_parser = crate::live::parse_release)]
+        bridge_release: String,
         /// Storage.
         #[command(flatten)]
         storage: StorageArgs,

@@ -245,10 +245,16 @@ async fn run(command: Command) -> Result<(), Failure> {
             org,
             url,
             webhook_allow_private,
+            bridge_release,
             storage,
         }) => {
             let store = open(&storage).await?;
-            let out = admin::set_webhook(&store, &actor, &org, &url, webhook_allow_private).await;
+            let url = admin::WebhookUrl {
+                url: &url,
+                allow_private: webhook_allow_private,
+                release: &bridge_release,
+            };
+            let out = admin::set_webhook(&store, &actor, &org, url).await;
             (store, out)
         }
         Command::Webhook(WebhookCommand::Remove { org, storage }) => {

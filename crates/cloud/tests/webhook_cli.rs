@@ -26,7 +26,14 @@ async fn a_webhook_set_by_the_cli_receives_signed_notifications() {
     // A loopback address without the flag: refused, saying which flag.
     let err = refused(&[&set[..], &[receiver.url.as_str()]].concat());
     assert!(
-        err.contains("--url") && err.contains("--webhook-allow-private"),
+        err.contains("--url: 127.0.0.1 is not a public address")
+            && err.contains("give this command --webhook-allow-private as well"),
+        "{err}"
+    );
+    // One without its scheme: refused, its token not repeated (stderr ends up in CI logs).
+    let err = refused(&[&set[..], &["hooks.example.com/services/T0/B0/S3CRET"]].concat());
+    assert!(
+        err.contains("--url is not usable") && !err.contains("S3CRET"),
         "{err}"
     );
     // A password in the URL: refused and not repeated.

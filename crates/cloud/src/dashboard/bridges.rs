@@ -331,7 +331,7 @@ pub async fn revoke(
         Ok(_) => {
             state.live.close(me.session.user.org_id, &form.name);
             tracing::info!(email = %me.email, org = %me.org, bridge = %form.name, "bridge token revoked in the dashboard; its tunnels closed");
-            Redirect::to(&Done::BridgeRevoked.after("/integrations/bridge", &form.name))
+            Redirect::to(&Done::BridgeRevoked.after("/integrations/bridge", &form.name, &me.csrf))
                 .into_response()
         }
         Err(admin::AdminError::Usage(why)) => no_such_bridge(&why),

@@ -1,10 +1,26 @@
-//! What a form just did, said once on the page its redirect leads to. A revocation or a
-//! removal otherwise shows only as a row gone from a table, which a screen-reader user is not
-//! told. The redirect carries `?done=WHAT&name=NAME`; a name with characters that no bridge
-//! name, key id or repository the dashboard shows has is left out of the sentence, so that a
-//! crafted link cannot put words of its own on the page.
+//! What a form just did, said on the page its redirect leads to. A revocation or a removal
+//! otherwise shows only as a row gone from a table, which a screen-reader user is not told.
+//! The redirect carries `?done=WHAT&name=NAME&check=…`, the check an HMAC of the two under the
+//! session's CSRF token: a link made by anyone else (who does not know that token) shows
+//! nothing, so no crafted link can put a false "revoked" on the page. A name with characters
+//! that no bridge name or key id has is left out of the sentence.
 
 use url::form_urlencoded;
+
+/// Hex digits of the check kept in the link (64 bits: not guessable in any number of tries a
+/// server would answer).
+const CHECK_LEN: usize = 16;
+
+/// The check of `code` and `name` under the session's `csrf` token.
+fn check(csrf: &str, code: &str, name: &str) -> String {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, csrf.as_bytes());
+    let tag = ring::hmac::sign(&key, format!("{code}\n{name}").as_bytes());
+    tag.as_ref()
+        .iter()
+        .take(CHECK_LEN / 2)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
 
 /// A form's outcome that its page says in a notice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,28 +53,43 @@ impl Done {
     }
 
     /// Where the form's redirect goes: `page`, with the query that says what was done to `name`
-    /// (none when empty).
-    pub fn after(self, page: &str, name: &str) -> String {
+    /// (none when empty), checked under the session's `csrf` token.
+    pub fn after(self, page: &str, name: &str, csrf: &str) -> String {
         let mut query = form_urlencoded::Serializer::new(String::new());
         query.append_pair("done", self.code());
         if !name.is_empty() {
             query.append_pair("name", name);
         }
+        query.append_pair("check", &check(csrf, self.code(), name));
         format!("{page}?{}", query.finish())
     }
 
-    /// The sentence for a page's query, or `None` when it says nothing done.
-    pub fn said(query: Option<&str>) -> Option<String> {
-        let (mut done, mut name) = (None, None);
+    /// The sentence for a page's query, or `None` when it says nothing done, or its check is
+    /// not this session's (`csrf`).
+    pub fn said(query: Option<&str>, csrf: &str) -> Option<String> {
+        let (mut done, mut name, mut checked) = (None, String::new(), String::new());
         for (key, value) in form_urlencoded::parse(query?.as_bytes()) {
             match key.as_ref() {
                 "done" => done = Self::ALL.into_iter().find(|d| d.code() == value),
-                "name" if shown(&value) => name = Some(value.into_owned()),
+                "name" => name = value.into_owned(),
+                "check" => checked = value.into_owned(),
                 _ => {}
             }
         }
-        let name = name.map(|n| format!(" {n}")).unwrap_or_default();
-        Some(match done? {
+        let done = done?;
+        let expected = check(csrf, done.code(), &name);
+        if !bool::from(subtle::ConstantTimeEq::ct_eq(
+            expected.as_bytes(),
+            checked.as_bytes(),
+        )) {
+            return None;
+        }
+        let name = if shown(&name) {
+            format!(" {name}")
+        } else {
+            String::new()
+        };
+        Some(match done {
             Done::BridgeRevoked => format!(
                 "Bridge{name} revoked: its tokens no longer work and its tunnels are closed."
             ),
@@ -76,7 +107,7 @@ impl Done {
     }
 }
 
-/// Whether `name` is one the sentence may repeat: what bridge names, key ids and repository
+/// Whether `name` is one the sentence repeats: what bridge names, key ids and most repository
 /// names are made of, and not too long to be one.
 fn shown(name: &str) -> bool {
     (1..=200).contains(&name.len())
@@ -89,32 +120,55 @@ fn shown(name: &str) -> bool {
 mod tests {
     use super::*;
 
+    const CSRF: &str = "the-session-csrf-token";
+
     fn query(url: &str) -> Option<&str> {
         url.split_once('?').map(|(_, q)| q)
     }
 
     #[test]
     fn a_redirect_says_what_was_done_to_what() {
-        let url = Done::BridgeRevoked.after("/integrations/bridge", "dc1");
-        assert_eq!(url, "/integrations/bridge?done=bridge-revoked&name=dc1");
+        let url = Done::BridgeRevoked.after("/integrations/bridge", "dc1", CSRF);
+        assert!(
+            url.starts_with("/integrations/bridge?done=bridge-revoked&name=dc1&check="),
+            "{url}"
+        );
         assert_eq!(
-            Done::said(query(&url)).unwrap(),
+            Done::said(query(&url), CSRF).unwrap(),
             "Bridge dc1 revoked: its tokens no longer work and its tunnels are closed."
         );
-        let url = Done::MappingRemoved.after("/integrations/repositories", "acme/api");
+        let url = Done::MappingRemoved.after("/integrations/repositories", "acme/api", CSRF);
         assert!(
-            Done::said(query(&url))
+            Done::said(query(&url), CSRF)
                 .unwrap()
                 .starts_with("Mapping of acme/api removed")
+        );
+        let url = Done::WebhookRemoved.after("/integrations/notifications", "", CSRF);
+        assert!(
+            Done::said(query(&url), CSRF)
+                .unwrap()
+                .starts_with("Webhook removed")
         );
     }
 
     #[test]
-    fn a_crafted_name_is_left_out_and_an_unknown_outcome_says_nothing() {
-        let said = Done::said(Some("done=key-revoked&name=Call+0800+now%21")).unwrap();
-        assert_eq!(said, "Key revoked: requests with it are refused.");
-        assert_eq!(Done::said(Some("done=everything-deleted&name=x")), None);
-        assert_eq!(Done::said(Some("name=dc1")), None);
-        assert_eq!(Done::said(None), None);
+    fn a_link_made_elsewhere_says_nothing() {
+        let url = Done::BridgeRevoked.after("/integrations/bridge", "dc1", CSRF);
+        // Another session's link, an edited name, an unchecked one, an unknown outcome.
+        assert_eq!(Done::said(query(&url), "another-session"), None);
+        let edited = url.replace("name=dc1", "name=production");
+        assert_eq!(Done::said(query(&edited), CSRF), None);
+        assert_eq!(Done::said(Some("done=bridge-revoked&name=dc1"), CSRF), None);
+        assert_eq!(
+            Done::said(Some("done=everything-deleted&name=x"), CSRF),
+            None
+        );
+        assert_eq!(Done::said(None, CSRF), None);
+        // A checked name the sentence cannot repeat is left out.
+        let url = Done::KeyRevoked.after("/integrations/signals", "Call 0800 now!", CSRF);
+        assert_eq!(
+            Done::said(query(&url), CSRF).unwrap(),
+            "Key revoked: requests with it are refused."
+        );
     }
 }

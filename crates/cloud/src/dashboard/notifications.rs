@@ -284,7 +284,7 @@ pub async fn remove_webhook(
             {
                 return unavailable();
             }
-            Redirect::to(&Done::WebhookRemoved.after("/integrations/notifications", ""))
+            Redirect::to(&Done::WebhookRemoved.after("/integrations/notifications", "", &me.csrf))
                 .into_response()
         }
         Ok(None) => no_webhook(),

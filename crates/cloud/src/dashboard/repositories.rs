@@ -181,9 +181,11 @@ pub async fn remove(
             {
                 return unavailable();
             }
-            Redirect::to(
-                &Done::MappingRemoved.after("/integrations/repositories", &form.repository),
-            )
+            Redirect::to(&Done::MappingRemoved.after(
+                "/integrations/repositories",
+                &form.repository,
+                &me.csrf,
+            ))
             .into_response()
         }
         Ok(false) => message(

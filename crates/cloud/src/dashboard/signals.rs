@@ -306,7 +306,8 @@ pub async fn revoke(
             // form's text may be a whole key: only what was revoked (its id) is logged.
             state.keys.forget_all();
             tracing::info!(email = %me.email, org = %me.org, what = %done, "key revoked in the dashboard");
-            Redirect::to(&Done::KeyRevoked.after("/integrations/signals", &id)).into_response()
+            Redirect::to(&Done::KeyRevoked.after("/integrations/signals", &id, &me.csrf))
+                .into_response()
         }
         Err(admin::AdminError::Usage(why)) => no_such_key(&why),
         Err(_) => unavailable(),

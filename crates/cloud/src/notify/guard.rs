@@ -102,13 +102,10 @@ fn well_formed(raw: &str) -> Result<String, String> {
         Ok(u) if u.password().is_some() || !u.username().is_empty() => Err(
             "url holds a user name or password, which would be sent to and logged by every proxy on the way: expected an address such as https://hooks.example.com/signals, authenticated by the signature instead".to_string(),
         ),
-        // Nor where it may hold one and does not read as a URL.
-        _ if url.contains('@') => Err(
-            "url is not usable (it is not repeated here: it may hold a password): expected an address such as https://hooks.example.com/signals, without a user name or password in it".to_string(),
+        // Nor one that does not read as a URL: it may hold a password or a token all the same.
+        _ => Err(
+            "url is not usable (it is not repeated here: it may hold a password or a token): expected an absolute address such as https://hooks.example.com/signals, without a user name or password in it".to_string(),
         ),
-        _ => Err(format!(
-            "url {url:?} is not usable: expected an address such as https://hooks.example.com/signals, without a user name or password in it"
-        )),
     }
 }
 

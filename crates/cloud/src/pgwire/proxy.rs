@@ -370,7 +370,7 @@ async fn refused(
         return Some(("08006".into(), why));
     }
     let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
-    if head[0] != b'E' || !(4..=MAX_LOGGED).contains(&len) {
+    if !(4..=MAX_LOGGED).contains(&len) {
         return client
             .write_all(&head)
             .await
@@ -379,12 +379,16 @@ async fn refused(
     }
     let mut body = vec![0; len - 4];
     if upstream.read_exact(&mut body).await.is_err() {
-        let why = "the cloud's error was cut short";
+        let why = "the cloud's answer was cut short";
         let _ = client.write_all(&error_response("08006", why)).await;
         return Some(("08006".into(), why.into()));
     }
-    // One write: a pooler in front refuses a login message that arrives in pieces.
-    let _ = client.write_all(&[&head[..], &body].concat()).await;
+    // The message in one write: a pooler in front (PgBouncer) refuses a login message that
+    // arrives in pieces. The rest of the greeting follows as the cloud sent it, whole.
+    let written = client.write_all(&[&head[..], &body].concat()).await;
+    if head[0] != b'E' {
+        return written.err().map(|e| ("08006".into(), e.to_string()));
+    }
     Some(tunnel::postgres::error_fields(&body))
 }
 

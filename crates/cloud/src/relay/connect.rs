@@ -69,6 +69,12 @@ pub(super) fn log_refusal(
 const REVOCATION_CHECK: Duration = Duration::from_secs(2);
 /// Heartbeats missed in a row before a tunnel is dropped.
 const MAX_MISSED_HEARTBEATS: u32 = 3;
+/// The cloud pings each tunnel at least this often at the HTTP/2 level…
+const PING_EVERY: Duration = Duration::from_secs(10);
+/// …and drops one whose bridge does not answer within this long (or three heartbeat intervals,
+/// when shorter): a frozen or cut-off instance would otherwise hold the requests sent to it
+/// for three whole heartbeats (about two minutes at the default 30 s), and keep getting new ones.
+const PING_ANSWER: Duration = Duration::from_secs(20);
 
 fn refuse(mut problem: Problem, why: &str) -> Response {
     problem.detail = why.to_string();
@@ -229,8 +235,8 @@ struct Tunnel {
 async fn run(state: RelayState, t: Tunnel, io: hyper::upgrade::Upgraded) {
     let handshake = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
-        .keep_alive_interval(t.heartbeat)
-        .keep_alive_timeout(t.heartbeat * MAX_MISSED_HEARTBEATS)
+        .keep_alive_interval(t.heartbeat.min(PING_EVERY))
+        .keep_alive_timeout((t.heartbeat * MAX_MISSED_HEARTBEATS).min(PING_ANSWER))
         .keep_alive_while_idle(true)
         .initial_stream_window_size(tunnel::STREAM_WINDOW)
         .initial_connection_window_size(tunnel::CONNECTION_WINDOW)
@@ -310,7 +316,11 @@ async fn run(state: RelayState, t: Tunnel, io: hyper::upgrade::Upgraded) {
     tokio::select! {
         result = connection => {
             if let Err(e) = result {
-                tracing::info!(bridge = %bridge, instance = %t.instance_id, cause = %e, "bridge tunnel ended");
+                if e.is_timeout() {
+                    tracing::warn!(bridge = %bridge, instance = %t.instance_id, "bridge tunnel dropped: the bridge did not answer a ping in time (the process is frozen or overloaded, or the network path is cut); its requests go to other instances");
+                } else {
+                    tracing::info!(bridge = %bridge, instance = %t.instance_id, cause = %e, "bridge tunnel ended");
+                }
             }
         }
         _ = instance.closed.cancelled() => {}

@@ -119,7 +119,7 @@ impl RegistryKind {
                 _ => "",
             };
             tracing::warn!(registry = %self.cfg.name, token_host = %realm_host, "token service not trusted: if it is the registry's, add this host to token_hosts{https_note}");
-            return Err(self.unavailable(
+            return Err(self.login_refused(
                 TOKEN_HOSTS_RULE,
                 format!(
                     "registry {:?} sends its token requests to a service that is neither at its own host and port nor in registries[].token_hosts{https_note}; the bridge does not send the login there: its operator can add that host to token_hosts{HOST_IN_LOG}",
@@ -146,15 +146,19 @@ impl RegistryKind {
         let failed = |why: String| {
             tracing::warn!(registry = %self.cfg.name, token_host = %realm_host, why = %why, "token request failed");
             // Only a refusal is the login's fault; a service that is down or silent is not.
-            let fix = if why.starts_with("refused") {
-                "the bridge's operator must fix registries[].auth"
-            } else {
-                "retry later; if it lasts, the bridge's operator must check that the bridge reaches the token service"
-            };
+            if why.starts_with("refused") {
+                return self.login_refused(
+                    "registry: token",
+                    format!(
+                        "the token service of registry {:?} {why}; the bridge's operator must fix registries[].auth{HOST_IN_LOG}",
+                        self.cfg.name
+                    ),
+                );
+            }
             self.unavailable(
                 "registry: token",
                 format!(
-                    "the token service of registry {:?} {why}; {fix}{HOST_IN_LOG}",
+                    "the token service of registry {:?} {why}; retry later; if it lasts, the bridge's operator must check that the bridge reaches the token service{HOST_IN_LOG}",
                     self.cfg.name
                 ),
             )
@@ -165,8 +169,11 @@ impl RegistryKind {
                 "cannot be reached".to_string()
             })?;
             let status = response.status();
-            if !status.is_success() {
+            if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
                 return Err(format!("refused the login (HTTP {})", status.as_u16()));
+            }
+            if !status.is_success() {
+                return Err(format!("answered HTTP {}", status.as_u16()));
             }
             http_body_util::Limited::new(response.into_body(), MAX_TOKEN_ANSWER)
                 .collect()

@@ -70,12 +70,23 @@ impl RegistryKind {
         HeaderValue::from_str(&basic_authorization(&login.username, &login.password)).ok()
     }
 
+    /// A `502` for a registry, token service or storage host that cannot be reached, or that
+    /// answered what the bridge cannot use: counted as `upstream_unavailable`.
     fn unavailable(&self, rule: &str, why: String) -> Refusal {
         Refusal {
             status: StatusCode::BAD_GATEWAY,
-            reason: "upstream_auth",
+            reason: "upstream_unavailable",
             rule: rule.to_string(),
             why,
+        }
+    }
+
+    /// A `502` for a login the token service refused, or that the bridge would not send (to
+    /// an untrusted host): `upstream_auth`, where an alert on a rotated credential looks.
+    fn login_refused(&self, rule: &str, why: String) -> Refusal {
+        Refusal {
+            reason: "upstream_auth",
+            ..self.unavailable(rule, why)
         }
     }
 }
