@@ -259,7 +259,10 @@ impl IntoResponse for Problem {
 /// Logs a storage failure and turns it into a 503 for the client.
 pub fn storage_unavailable(err: &crate::storage::StorageError) -> Problem {
     tracing::error!(cause = %err, "storage unavailable");
-    Problem::unavailable(2, "storage is unavailable right now; retry shortly")
+    Problem::unavailable(
+        2,
+        "storage is unavailable right now; retry shortly (with an Idempotency-Key on posted events: one that broke during its commit may have been stored)",
+    )
 }
 
 /// The `detail` of a problem+json body, or the body itself when it is not one (a peer's

@@ -148,6 +148,13 @@ async fn a_database_that_stops_answering_is_said_with_why_and_when_it_is_back() 
     let relay = testkit::freeze::FreezingRelay::start(target.parse().unwrap()).await;
     url.set_port(Some(relay.addr.port())).unwrap();
     let cloud = Cloud::start_on_url(url.to_string());
+    // The first line says which release runs on which database (never its password).
+    let starting = cloud.wait_log_line("cloud starting");
+    assert!(
+        starting.contains(&format!("127.0.0.1:{}", relay.addr.port()))
+            && starting.contains(&format!("\"version\":\"{}\"", env!("CARGO_PKG_VERSION"))),
+        "{starting}"
+    );
     relay.freeze(true);
     let within = std::time::Duration::from_secs(20);
     let lost = cloud.wait_log_line_within("the database does not answer", within);

@@ -144,6 +144,8 @@ pub async fn run(
     let metrics = Metrics::new();
     let _lock = ServeLock::acquire(&options.backend)?;
     let store = Store::open(&options.backend, metrics.clone(), OpenMode::CreateIfMissing).await?;
+    // What an operator reading the log first wants to know: which release, on which database.
+    tracing::info!(version = crate::live::VERSION, database = %store.target(), "cloud starting");
     let ca = shared_ca(&store, &options.data_dir).await?;
     let identity = match operator_identity {
         Some(identity) => identity,

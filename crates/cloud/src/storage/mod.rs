@@ -208,6 +208,11 @@ pub struct Store {
 }
 
 impl Store {
+    /// Where the data is: SQLite's file, or the PostgreSQL URL without its password.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
     /// Opens and migrates the database (creating it only with [`OpenMode::CreateIfMissing`]),
     /// and starts the group-commit writer.
     pub async fn open(
