@@ -68,7 +68,7 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
     let first_sha = server.commit("acme/api.git", "first-deploy.txt", "one\n");
     let url = server.url();
     let mut rig = Rig::start_full(backend, &[], |_| {
-        format!("sources:\n  - {{type: git, name: code, url: {url}, auth: {{type: token, token: {GIT_TOKEN}}}}}\n")
+        format!("sources:\n  - {{type: git, name: code, url: {url}, auth: {{type: token, token: {GIT_TOKEN}}}}}\n  - {{type: git, name: narrow, url: {url}, auth: {{type: token, token: {GIT_TOKEN}}}, allow: [{{method: GET, path: \"/team/*\"}}]}}\n")
     })
     .await;
     let key = rig.tenant.api_key.clone();
@@ -287,6 +287,17 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
     assert_eq!(status, 409, "{problem}");
     let detail = problem["detail"].as_str().unwrap();
     assert!(detail.contains("no Git source \"nosuch\""), "{detail}");
+    // A source whose allow rules refuse the path: the bridge's own reason, not a bare 403.
+    let narrow = json!({"repository": "acme/api", "bridge": "dc1", "source": "narrow", "path": "acme/api.git"});
+    assert_eq!(put_mapping(&rig, &narrow).await.0, 200);
+    let (status, problem) = get(&rig, &key, &format!("/v1/deployments/{made_up}/commits")).await;
+    assert_eq!(status, 409, "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("refuses \"acme/api.git\" through source \"narrow\"")
+            && detail.contains("matches no allow rule"),
+        "{detail}"
+    );
     // Mapped back, the listings (which a new mapping drops) are read again.
     assert_eq!(put_mapping(&rig, &mapping).await.0, 200);
     let (status, answer) = get(&rig, &key, &format!("/v1/deployments/{second}/commits")).await;

@@ -211,7 +211,7 @@ async fn git_problem(
 ) -> Problem {
     let (bridge, name, path) = (&source.bridge, &source.source, &source.path);
     match e {
-        GitError::Http { status: 503 } => Problem::unavailable(
+        GitError::Http { status: 503, .. } => Problem::unavailable(
             5,
             format!(
                 "bridge {bridge:?} has no live tunnel, so the commits cannot be read; start the bridge and retry"
@@ -219,7 +219,7 @@ async fn git_problem(
         ),
         // The relay answers 404 for a bridge the org never had as for a missing source: the
         // mapping's bridge is the first thing to check.
-        GitError::Http { status: 404 }
+        GitError::Http { status: 404, .. }
             if matches!(
                 state.store.bridge_tokens_count(org_id, bridge).await,
                 Ok((0, _))
@@ -232,7 +232,12 @@ async fn git_problem(
         }
         // The mapping or the deployment names what is not there: the caller's data to fix,
         // not a failure of the bridge.
-        GitError::Http { status: 404 } => Problem::conflict(format!(
+        // The bridge refused the path by a rule of the entry: the mapping's, or the entry's, to fix.
+        GitError::Http { status: 403, said } => Problem::conflict(format!(
+            "bridge {bridge:?} refuses {path:?} through source {name:?}: {}; check the mapping (PUT /v1/repository-sources) and the source's allow rules",
+            if said.is_empty() { "403" } else { said }
+        )),
+        GitError::Http { status: 404, .. } => Problem::conflict(format!(
             "bridge {bridge:?} has no Git source {name:?} serving {path:?} (or the source's repositories list leaves that path out); check the mapping (PUT /v1/repository-sources) and the bridge's sources"
         )),
         GitError::MissingCommit(sha) => Problem::mismatch(format!(
@@ -246,7 +251,10 @@ async fn git_problem(
                 GitError::Dir { .. } => {
                     "the cloud cannot keep or read its copy of the repository (its log says why; its operator can fix it)".to_string()
                 }
-                GitError::Http { status } if *status >= 500 => format!(
+                GitError::Http { status, said } if *status >= 500 && !said.is_empty() => {
+                    format!("the relay answered {status}: {said}")
+                }
+                GitError::Http { status, .. } if *status >= 500 => format!(
                     "the bridge answered {status}: it could not reach the Git server, or the server failed (the bridge's log, and `bridge check` on its host, say which)"
                 ),
                 other => other.to_string(),

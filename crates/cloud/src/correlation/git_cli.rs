@@ -26,10 +26,13 @@ pub enum GitError {
         cause: std::io::Error,
     },
     /// The relay answered the fetch with an HTTP error status.
-    #[error("the relay answered {status}")]
+    #[error("the relay answered {status}{}", said_after(.said))]
     Http {
         /// The status git reported.
         status: u16,
+        /// The refusal's own words, which git printed as `remote:` lines (the bridge's reason:
+        /// an allow rule, a time-out); empty when there were none.
+        said: String,
     },
     /// Git failed otherwise; its last error line.
     #[error("git {step} failed: {message}")]
@@ -183,8 +186,41 @@ impl Drop for Group {
     }
 }
 
+/// `: said`, or nothing when `said` is empty.
+fn said_after(said: &str) -> String {
+    if said.is_empty() {
+        String::new()
+    } else {
+        format!(": {said}")
+    }
+}
+
+/// The most of a refusal's words kept from git's `remote:` lines.
+const MAX_SAID: usize = 1024;
+
+/// The `remote:` lines of git's stderr, joined: what the relay's text refusal said.
+fn remote_words(stderr: &str) -> String {
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("remote:"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let mut said = said.join(" ");
+    if said.len() > MAX_SAID {
+        let mut cut = MAX_SAID;
+        while !said.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        said.truncate(cut);
+        said.push('…');
+    }
+    said
+}
+
 /// What git's stderr says went wrong: an HTTP status when the relay refused (git words a 404
-/// and a 401 its own way), else its last line, without the relay's loopback address.
+/// and a 401 its own way), with the refusal's words, else its last line, without the relay's
+/// loopback address.
 fn failure(step: &'static str, stderr: &str) -> GitError {
     let status = stderr
         .split("returned error: ")
@@ -201,7 +237,10 @@ fn failure(step: &'static str, stderr: &str) -> GitError {
             }
         });
     if let Some(status) = status {
-        return GitError::Http { status };
+        return GitError::Http {
+            status,
+            said: remote_words(stderr),
+        };
     }
     let last = stderr
         .lines()
@@ -247,13 +286,22 @@ mod tests {
         let not_found = "remote: x\nfatal: repository 'http://127.0.0.1:41234/v1/bridges/dc1/git/code/a.git/' not found\n";
         assert!(matches!(
             failure("clone", not_found),
-            GitError::Http { status: 404 }
+            GitError::Http { status: 404, .. }
         ));
         let refused = "fatal: unable to access 'http://127.0.0.1:41234/v1/x/': The requested URL returned error: 503\n";
         assert!(matches!(
             failure("fetch", refused),
-            GitError::Http { status: 503 }
+            GitError::Http { status: 503, .. }
         ));
+        // The refusal's words, as git printed them, go with the status.
+        let ruled = "remote: GET /acme/api.git/info/refs matches no allow rule\nremote: of the entry\nfatal: unable to access 'http://127.0.0.1:41234/v1/x/': The requested URL returned error: 403\n";
+        let GitError::Http { status: 403, said } = failure("fetch", ruled) else {
+            panic!("not a 403");
+        };
+        assert_eq!(
+            said,
+            "GET /acme/api.git/info/refs matches no allow rule of the entry"
+        );
         let other = "fatal: unable to access 'http://127.0.0.1:41234/v1/x/': Failed to connect\n";
         let GitError::Failed { message, .. } = failure("fetch", other) else {
             panic!("not a plain failure");

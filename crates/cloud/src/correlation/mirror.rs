@@ -435,6 +435,9 @@ mod tests {
         assert!(!names_a_missing_object(&failed(
             "fatal: unable to access 'http://127.0.0.1/…': The requested URL returned error: 502"
         )));
-        assert!(!names_a_missing_object(&GitError::Http { status: 503 }));
+        assert!(!names_a_missing_object(&GitError::Http {
+            status: 503,
+            said: String::new()
+        }));
     }
 }
