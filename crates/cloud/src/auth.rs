@@ -79,9 +79,7 @@ impl Default for InternalSecret {
 
 impl InternalSecret {
     fn mac(&self, org_id: i64) -> String {
-        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0);
-        let tag = ring::hmac::sign(&key, org_id.to_string().as_bytes());
-        tag.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+        secrets::hmac_hex(&self.0, org_id.to_string().as_bytes())
     }
 
     /// The org an internal key acts for, when it is one of this process's.

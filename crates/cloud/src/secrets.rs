@@ -48,7 +48,19 @@ pub fn named_kind(presented: &str) -> Option<&'static str> {
 fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     rand::rng().fill_bytes(&mut buf);
-    buf.iter().map(|b| format!("{b:02x}")).collect()
+    hex(&buf)
+}
+
+/// `bytes` in lowercase hex: how secrets, digests and MACs are written everywhere in `cloud`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The HMAC-SHA256 of `message` under `key`, in hex: a value only a holder of the key could
+/// have made (internal keys, the dashboard's notices).
+pub fn hmac_hex(key: &[u8], message: &[u8]) -> String {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key);
+    hex(ring::hmac::sign(&key, message).as_ref())
 }
 
 /// A new signal key.

@@ -39,10 +39,7 @@ pub fn key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
 
 /// The SHA-256 of a request body, in hex.
 pub fn digest(body: &[u8]) -> String {
-    Sha256::digest(body)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::secrets::hex(&Sha256::digest(body))
 }
 
 /// What is stored for a key: the answer and the digest of the body it answered.

@@ -230,7 +230,7 @@ impl Mirrors {
         let digest = Sha256::digest(
             format!("{}\0{}\0{}", source.bridge, source.source, source.path).as_bytes(),
         );
-        let name: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+        let name = crate::secrets::hex(&digest[..12]);
         self.client
             .root
             .join(org_id.to_string())

@@ -92,12 +92,9 @@ async fn list_page(
     typed: &str,
 ) -> Response {
     let org_id = me.session.user.org_id;
-    let Ok(tokens) = state
-        .store
-        .credentials(org_id, Credential::BridgeToken)
-        .await
-    else {
-        return unavailable();
+    let tokens = match bridge_tokens(state, org_id).await {
+        Ok(tokens) => tokens,
+        Err(answer) => return answer,
     };
     let live = state.live.instances(org_id);
     // One row per bridge name: its tokens (the newest first seen) and its live instances.
@@ -298,13 +295,9 @@ pub async fn revoke(
     }
     // Nothing to ask about a bridge with no live token (revoked already, a form sent again).
     if form.confirm != "yes" {
-        let org_id = me.session.user.org_id;
-        let Ok(tokens) = state
-            .store
-            .credentials(org_id, Credential::BridgeToken)
-            .await
-        else {
-            return unavailable();
+        let tokens = match bridge_tokens(&state, me.session.user.org_id).await {
+            Ok(tokens) => tokens,
+            Err(answer) => return answer,
         };
         if !tokens
             .iter()
@@ -337,6 +330,18 @@ pub async fn revoke(
         Err(admin::AdminError::Usage(why)) => no_such_bridge(&why),
         Err(_) => unavailable(),
     }
+}
+
+/// The org's live bridge tokens (the bridges the page lists), or the 503 page.
+async fn bridge_tokens(
+    state: &DashboardState,
+    org_id: i64,
+) -> Result<Vec<crate::storage::KeyInfo>, Response> {
+    state
+        .store
+        .credentials(org_id, Credential::BridgeToken)
+        .await
+        .map_err(|_| unavailable())
 }
 
 /// 404: the bridge has no live token to revoke.

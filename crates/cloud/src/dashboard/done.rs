@@ -13,13 +13,9 @@ const CHECK_LEN: usize = 16;
 
 /// The check of `code` and `name` under the session's `csrf` token.
 fn check(csrf: &str, code: &str, name: &str) -> String {
-    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, csrf.as_bytes());
-    let tag = ring::hmac::sign(&key, format!("{code}\n{name}").as_bytes());
-    tag.as_ref()
-        .iter()
-        .take(CHECK_LEN / 2)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    let mut mac = crate::secrets::hmac_hex(csrf.as_bytes(), format!("{code}\n{name}").as_bytes());
+    mac.truncate(CHECK_LEN);
+    mac
 }
 
 /// A form's outcome that its page says in a notice.

@@ -136,7 +136,7 @@ fn asset(
 ) -> Response {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(body.as_bytes());
-    let tag: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let tag = crate::secrets::hex(&digest[..8]);
     let etag = format!("\"{tag}\"");
     let fresh = headers
         .get(header::IF_NONE_MATCH)

@@ -6,7 +6,7 @@ use ring::hmac;
 
 /// The `Signature` header's value for `body` sent at `t` (Unix seconds).
 pub fn signature(secret: &str, t: i64, body: &[u8]) -> String {
-    format!("t={t},v1={}", hex(&mac(secret, t, body)))
+    format!("t={t},v1={}", crate::secrets::hex(&mac(secret, t, body)))
 }
 
 fn mac(secret: &str, t: i64, body: &[u8]) -> Vec<u8> {
@@ -16,10 +16,6 @@ fn mac(secret: &str, t: i64, body: &[u8]) -> Vec<u8> {
     ctx.update(b".");
     ctx.update(body);
     ctx.sign().as_ref().to_vec()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// What a receiver does (docs/notifications.md shows it in other languages): true when the
