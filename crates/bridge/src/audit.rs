@@ -131,12 +131,12 @@ impl AuditLog {
             path: path.to_owned(),
             source,
         };
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(path)
-            .map_err(open_error)?;
+        let mut options = OpenOptions::new();
+        options.read(true).append(true).create(true);
+        // A new file is the service user's only: records name paths, which may hold tokens.
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(path).map_err(open_error)?;
         // A file system without locks (some network ones) is written unlocked.
         #[cfg(unix)]
         if lock && let Err(std::fs::TryLockError::WouldBlock) = file.try_lock() {

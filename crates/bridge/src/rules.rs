@@ -3,7 +3,8 @@
 
 use crate::config::AllowRule;
 
-/// Refuses dot segments (also `..;x`, which Java servers read as `..`), encoded slashes, dots,
+/// Refuses dot segments (also `..;x`, which Java servers read as `..`, and segments other
+/// servers may read as one: see [`reads_as_dots`]), encoded slashes, dots,
 /// backslashes, semicolons and percent signs (a double encoding decoded twice downstream),
 /// NUL, a `%` without two hex digits (`%u002e`, IIS's own escape) and overlong UTF-8
 /// (`%c0%ae`, a `.` to old servers): no way out of the resource's base, whatever the internal
@@ -33,18 +34,27 @@ pub fn path_problem(path: &str) -> Option<&'static str> {
         );
     }
     path.split('/')
-        .any(|seg| {
-            let name = seg.split(';').next().unwrap_or(seg);
-            name == ".." || name == "."
-        })
-        .then_some("a '..' or '.' segment")
+        .any(reads_as_dots)
+        .then_some("a '..' or '.' segment, or one a server may read as one (dots with blanks, an NTFS stream name such as ..::$INDEX_ALLOCATION, full-width dots)")
 }
 
-/// Whether every `%` of `path` (lower case) starts two hex digits, and the bytes they encode
-/// hold no overlong UTF-8 form of a character that matters to a path (`.`, `/`, `\\`, `%`,
-/// `;`, NUL): the 2- to 6-byte forms old decoders read as those characters. Other bytes,
-/// legacy encodings' (`%c0%cc`, EUC-KR) included, pass as sent.
-fn escapes_are_plain(path: &str) -> bool {
+/// Whether a segment is `.` or `..`, or may be read as one by some internal server: only dots
+/// once its escapes are decoded, the part after a `;` (Java's parameters) or a `:` (NTFS's
+/// `::$INDEX_ALLOCATION`) cut off, blanks trimmed (Windows trims trailing dots and spaces, so
+/// `...` and `.. ` are `..` there) and the dot's look-alikes that Unicode normalisation
+/// (NFKC) turns into dots (U+FF0E, U+FE52, U+2024) read as dots.
+fn reads_as_dots(segment: &str) -> bool {
+    let bytes = decode(segment).unwrap_or_default();
+    let text = String::from_utf8_lossy(&bytes);
+    let name = text.split([';', ':']).next().unwrap_or_default().trim();
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| matches!(c, '.' | '\u{FF0E}' | '\u{FE52}' | '\u{2024}'))
+}
+
+/// `path` with its escapes decoded; `None` when a `%` does not start two hex digits.
+fn decode(path: &str) -> Option<Vec<u8>> {
     let mut decoded = Vec::with_capacity(path.len());
     let mut bytes = path.bytes();
     while let Some(b) = bytes.next() {
@@ -57,12 +67,19 @@ fn escapes_are_plain(path: &str) -> bool {
             [Some(h), Some(l)] => (h as char).to_digit(16).zip((l as char).to_digit(16)),
             _ => None,
         };
-        match value {
-            Some((h, l)) => decoded.push((h * 16 + l) as u8),
-            None => return false,
-        }
+        let (h, l) = value?;
+        decoded.push((h * 16 + l) as u8);
     }
-    !(0..decoded.len()).any(|i| overlong_path_char(&decoded[i..]))
+    Some(decoded)
+}
+
+/// Whether every `%` of `path` (lower case) starts two hex digits, and the bytes they encode
+/// hold no overlong UTF-8 form of a character that matters to a path (`.`, `/`, `\\`, `%`,
+/// `;`, NUL): the 2- to 6-byte forms old decoders read as those characters. Other bytes,
+/// legacy encodings' (`%c0%cc`, EUC-KR) included, pass as sent.
+fn escapes_are_plain(path: &str) -> bool {
+    decode(path)
+        .is_some_and(|decoded| !(0..decoded.len()).any(|i| overlong_path_char(&decoded[i..])))
 }
 
 /// Whether `bytes` start with an overlong UTF-8 sequence (a lead byte, then continuation
@@ -138,7 +155,7 @@ mod tests {
     #[test]
     fn dirty_paths_are_refused() {
         assert!(path_is_clean("/v1/items/3"));
-        assert_eq!(path_problem("/a/../b"), Some("a '..' or '.' segment"));
+        assert!(path_problem("/a/../b").is_some_and(|w| w.starts_with("a '..' or '.' segment")));
         assert_eq!(path_problem("/a%2Fb"), Some("an encoded slash (%2F)"));
         assert_eq!(
             path_problem("/a/%c0%ae%c0%ae/b").map(|w| w.starts_with("a '%' without")),
@@ -166,6 +183,14 @@ mod tests {
             "/a%",
             "/a%4",
             "/a%zz",
+            "/public/..%20/admin",
+            "/public/..%09/admin",
+            "/public/%20../admin",
+            "/public/.../admin",
+            "/public/..::$INDEX_ALLOCATION/admin",
+            "/public/..%3a%3a/admin",
+            "/public/%ef%bc%8e%ef%bc%8e/admin",
+            "/public/%e2%80%a4/admin",
         ] {
             assert!(!path_is_clean(bad), "{bad}");
         }
@@ -179,6 +204,11 @@ mod tests {
             "/%C0%CC",
             "/%C0%B4",
             "/%C0",
+            "/v1/a..b",
+            "/v1/..hidden",
+            "/v1/%20",
+            "/v1/time:12",
+            "/v2/team/app/manifests/sha256:abc",
         ] {
             assert!(path_is_clean(good), "{good}");
         }

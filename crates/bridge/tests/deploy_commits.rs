@@ -204,6 +204,18 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
     let (status, page) = dashboard::post(&web, &rig.cloud, &admin, action, &bad).await;
     assert_eq!(status, 422);
     assert!(page.contains("bridge: expected"), "{page}");
+    let typo = [
+        ("repository", "acme/api"),
+        ("bridge", "dc1"),
+        ("source", "cdoe"),
+        ("path", "acme/api.git"),
+    ];
+    let (status, page) = dashboard::post(&web, &rig.cloud, &admin, action, &typo).await;
+    assert_eq!(status, 422);
+    assert!(
+        page.contains("declares the Git sources code, narrow, not &#34;cdoe&#34;"),
+        "{page}"
+    );
     let (status, _) = dashboard::post(&web, &rig.cloud, &admin, action, &form).await;
     assert_eq!(status, 303);
     let (_, page) = dashboard::get(&web, format!("{}{action}", rig.cloud.https), &member).await;
@@ -281,12 +293,19 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
         problem["title"], "Does not match the repository",
         "{problem}"
     );
+    // A source the connected bridge does not declare is refused when mapped, naming those
+    // it does; the mapping in place stays.
     let wrong = json!({"repository": "acme/api", "bridge": "dc1", "source": "nosuch", "path": "acme/api.git"});
-    assert_eq!(put_mapping(&rig, &wrong).await.0, 200);
-    let (status, problem) = get(&rig, &key, &format!("/v1/deployments/{made_up}/commits")).await;
-    assert_eq!(status, 409, "{problem}");
-    let detail = problem["detail"].as_str().unwrap();
-    assert!(detail.contains("no Git source \"nosuch\""), "{detail}");
+    let (status, problem) = put_mapping(&rig, &wrong).await;
+    assert_eq!(status, 422, "{problem}");
+    assert_eq!(problem["errors"][0]["pointer"], "/source", "{problem}");
+    let detail = problem["errors"][0]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("declares the Git sources code, narrow, not \"nosuch\""),
+        "{detail}"
+    );
+    let (_, listed) = get(&rig, &key, "/v1/repository-sources").await;
+    assert_eq!(listed["repositorySources"][0]["source"], "code", "{listed}");
     // A source whose allow rules refuse the path: the bridge's own reason, not a bare 403.
     let narrow = json!({"repository": "acme/api", "bridge": "dc1", "source": "narrow", "path": "acme/api.git"});
     assert_eq!(put_mapping(&rig, &narrow).await.0, 200);

@@ -1,10 +1,15 @@
-// The dashboard's one script, three progressive enhancements. Live updates without a reload:
+// The dashboard's one script, four progressive enhancements. Live updates without a reload:
 // an element with data-live="SECONDS" is fetched again from its page's URL (data-src, where
 // a refused form's answer stands at the form's address; else the same URL) every SECONDS and
 // replaced when it changed. Pages read fine without it. Keyboard focus inside the element
 // survives the replacement: the same link or button (by its target) is focused again. When
 // the answer no longer holds the element (the session ended, and the sign-in page came), the
-// page is loaded again, so it shows that instead of going stale without a word.
+// page is loaded again, so it shows that instead of going stale without a word. A page the
+// browser restores from its back/forward cache is loaded again too: after a sign-out, Back
+// must not show the signed-in page.
+addEventListener("pageshow", (event) => {
+  if (event.persisted) location.reload();
+});
 const focusKey = (node) => [
   node.tagName,
   node.getAttribute("href") || "",

@@ -111,8 +111,12 @@ impl App {
             limits.read_timeout,
         );
         let live: Arc<dyn LiveBridges> = Arc::new(RelayBridges(relay.clone()));
-        let correlation =
-            crate::correlation::CorrelationState::new(store.clone(), keys.clone(), git);
+        let correlation = crate::correlation::CorrelationState::new(
+            store.clone(),
+            keys.clone(),
+            git,
+            live.clone(),
+        );
         let insight: Arc<dyn crate::insight::Insight> =
             Arc::new(CorrelationInsight(correlation.clone()));
         App {

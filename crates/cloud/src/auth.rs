@@ -324,7 +324,10 @@ impl KeyCache {
                     self.forget_all();
                 }
                 Ok(_) => {}
-                Err(e) => tracing::warn!(cause = %e, "cannot check for revoked keys; will retry"),
+                Err(e) if store.answering() => {
+                    tracing::warn!(cause = %e, "cannot check for revoked keys; will retry");
+                }
+                Err(e) => tracing::debug!(cause = %e, "cannot check for revoked keys; will retry"),
             }
         }
     }

@@ -43,7 +43,8 @@ pub struct StorageArgs {
     /// Directory for the SQLite database, the internal CA and the self-signed certificate.
     #[arg(long, env = "CLOUD_DATA_DIR", default_value = "./data")]
     pub data_dir: PathBuf,
-    /// PostgreSQL URL (postgres://user@host:port/db); SQLite in --data-dir when absent.
+    /// PostgreSQL URL (postgres://user@host:port/db); SQLite in --data-dir when absent. A
+    /// password in it shows in `ps` when given as a flag: set CLOUD_DATABASE_URL instead.
     #[arg(long, env = "CLOUD_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 }

@@ -26,7 +26,18 @@ pub struct RefusedInHead;
 /// Refuses a NUL in the path or the query, and a `Content-Encoding`, for routes whose
 /// handlers read the body themselves (the body is read and dropped first: crate::refused_body).
 pub async fn refuse_in_head(request: Request, next: Next) -> Response {
-    match head_problem(&request) {
+    refuse_head(request, next, true).await
+}
+
+/// [`refuse_in_head`] without the query, for `POST /v1/signals/{signal_key}`: webhook senders
+/// append parameters of their own, in whatever encoding, and an event must not be lost to them.
+pub async fn refuse_in_head_but_query(request: Request, next: Next) -> Response {
+    refuse_head(request, next, false).await
+}
+
+/// Answers a head's problem (the query's too, when `query`), or runs the handler.
+async fn refuse_head(request: Request, next: Next, query: bool) -> Response {
+    match head_problem(&request, query) {
         Some(problem) => {
             let (parts, body) = request.into_parts();
             crate::refused_body::drain_unread(&parts.headers, body).await;
@@ -67,7 +78,7 @@ pub async fn refuse_in_whole(
 
 /// The request with its body checked (and a JSON body's byte-order mark dropped), or why not.
 async fn checked_whole(request: Request) -> Result<Request, Problem> {
-    if let Some(problem) = head_problem(&request) {
+    if let Some(problem) = head_problem(&request, true) {
         return Err(problem);
     }
     let (parts, body) = request.into_parts();
@@ -99,20 +110,22 @@ async fn checked_whole(request: Request) -> Result<Request, Problem> {
     Ok(Request::from_parts(parts, Body::from(bytes)))
 }
 
-/// The problem of a request head: NUL in the path or a query parameter, or a body encoding.
-fn head_problem(request: &Request) -> Option<Problem> {
+/// The problem of a request head: NUL in the path or (when `query`) a query parameter, or a
+/// body encoding.
+fn head_problem(request: &Request, query: bool) -> Option<Problem> {
     let uri = request.uri();
     if let Some(problem) = nul_in_path(uri.path()) {
         return Some(problem);
     }
-    if let Some(query) = uri.query()
+    let query = uri.query().filter(|_| query);
+    if let Some(query) = query
         && let Some(name) = form_field_with_nul(query.as_bytes())
     {
         return Some(Problem::bad_request(format!(
             "query parameter {name:?} {NUL}"
         )));
     }
-    if let Some(query) = uri.query()
+    if let Some(query) = query
         && let Some(name) = field_not_utf8(query.as_bytes())
     {
         return Some(Problem::bad_request(format!(

@@ -28,6 +28,46 @@ pub trait LiveBridges: Send + Sync {
     fn close(&self, org_id: i64, bridge: &str);
 }
 
+/// Why a repository mapping to `bridge`'s Git source `source` cannot work, when this process
+/// holds the bridge's tunnel and no connected instance declares that source; `None` when one
+/// does, or when no instance is connected here (it may be down, or on another process, and a
+/// mapping may come before its bridge). Both the API and the dashboard check it, so a typo in a
+/// mapping is refused when it is made rather than found at the first commits lookup.
+pub fn undeclared_git_source(
+    live: &dyn LiveBridges,
+    org_id: i64,
+    bridge: &str,
+    source: &str,
+) -> Option<String> {
+    let instances: Vec<LiveInstance> = live
+        .instances(org_id)
+        .into_iter()
+        .filter(|i| i.bridge == bridge)
+        .collect();
+    if instances.is_empty() {
+        return None;
+    }
+    let mut declared: Vec<&str> = instances
+        .iter()
+        .flat_map(|i| i.resources.iter())
+        .filter(|(kind, _)| *kind == tunnel::ResourceKind::Git.as_str())
+        .map(|(_, name)| name.as_str())
+        .collect();
+    if declared.contains(&source) {
+        return None;
+    }
+    declared.sort_unstable();
+    declared.dedup();
+    let has = if declared.is_empty() {
+        "declares no Git sources".to_string()
+    } else {
+        format!("declares the Git sources {}", declared.join(", "))
+    };
+    Some(format!(
+        "bridge {bridge:?} is connected and {has}, not {source:?}: name one of its sources, or add {source:?} to the bridge's `sources` and restart it"
+    ))
+}
+
 /// This cloud's own release: by default also the bridge release it ships.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 

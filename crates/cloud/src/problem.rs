@@ -30,6 +30,9 @@ pub struct Problem {
     pub challenge: bool,
 }
 
+/// The most field errors a 422 lists; its `detail` gives the whole count.
+pub const MAX_FIELD_ERRORS: usize = 100;
+
 impl Problem {
     fn new(status: StatusCode, slug: &str, title: &'static str, detail: impl Into<String>) -> Self {
         Problem {
@@ -192,12 +195,21 @@ impl Problem {
         )
     }
 
-    /// 422: fields are invalid; `errors` names each.
-    pub fn invalid(errors: Vec<FieldError>) -> Self {
-        let detail = format!(
-            "{} field(s) invalid; nothing was stored. Fix the fields listed in errors and resend",
-            errors.len()
-        );
+    /// 422: fields are invalid; `errors` names each, up to [`MAX_FIELD_ERRORS`] (a batch of
+    /// 500 events can hold over 100,000 bad values: their list would be many times the body).
+    pub fn invalid(mut errors: Vec<FieldError>) -> Self {
+        let detail = if errors.len() > MAX_FIELD_ERRORS {
+            format!(
+                "{} field(s) invalid; nothing was stored. errors lists the first {MAX_FIELD_ERRORS}; fix those, and the same mistakes elsewhere, and resend",
+                errors.len()
+            )
+        } else {
+            format!(
+                "{} field(s) invalid; nothing was stored. Fix the fields listed in errors and resend",
+                errors.len()
+            )
+        };
+        errors.truncate(MAX_FIELD_ERRORS);
         let mut p = Self::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid-fields",

@@ -191,6 +191,59 @@ fn admin_commands_never_create_a_postgres_schema() {
     }
 }
 
+/// `serve` on a PostgreSQL schema that holds another program's tables, or another sqlx
+/// program's migrations, refuses it before migrating (exit 2, naming what it found) and adds
+/// no table to it; an admin command refuses it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_adds_no_tables_to_another_programs_postgres_schema() {
+    use sqlx::Connection;
+    let tables = PgSchema::create();
+    tables.exec("CREATE TABLE users (id int); CREATE TABLE orders (id int)");
+    let migrations = PgSchema::create();
+    migrations.exec(
+        "CREATE TABLE _sqlx_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+         installed_on TIMESTAMPTZ NOT NULL DEFAULT now(), success BOOLEAN NOT NULL, \
+         checksum BYTEA NOT NULL, execution_time BIGINT NOT NULL); \
+         INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (20240101000000, 'theirs', TRUE, '\\x00', 0)",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().display().to_string();
+    let serve = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--http-listen",
+        "off",
+        "--data-dir",
+        &data,
+    ];
+    for (schema, said, count) in [
+        (&tables, "another program's tables (orders, users)", 2),
+        (&migrations, "has version 20240101000000", 1),
+    ] {
+        let (code, stderr) = cloud_on_url(&serve, &schema.url);
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(
+            stderr.contains(said) && stderr.contains("CREATE SCHEMA signals"),
+            "{stderr}"
+        );
+        let mut db = sqlx::PgConnection::connect(&testkit::pg_base_url())
+            .await
+            .unwrap();
+        let found: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_tables WHERE schemaname = $1")
+            .bind(&schema.name)
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
+        assert_eq!(found, count, "tables added to {}", schema.name);
+        db.close().await.unwrap();
+        let (code, stderr) = cloud_on_url(&["org", "list"], &schema.url);
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(stderr.contains(said), "{stderr}");
+    }
+}
+
 /// A `--database-url` naming a database the server does not have is the operator's to fix:
 /// exit 2, with what to do.
 #[test]

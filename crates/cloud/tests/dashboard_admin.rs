@@ -236,7 +236,7 @@ async fn a_refused_form_keeps_what_was_typed() {
     assert_eq!(page.matches(" autofocus").count(), 1, "{page}");
 
     let page = refused("/integrations/bridge/create", vec![("name", "DC 1")]).await;
-    assert!(page.contains("Bridge name not valid"), "{page}");
+    assert!(page.contains("Bridge not created: bridge name"), "{page}");
     assert!(page.contains("value=\"DC 1\""), "{page}");
     assert!(page.contains("data-src=\"/integrations/bridge\""), "{page}");
     // The rule is on the page before anything is sent, for the browser's own refusal too.

@@ -90,6 +90,18 @@ async fn nul_is_refused_where_it_is_found(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(res.status(), 400);
+    // A webhook sender's own query parameters, whatever their encoding, lose no event.
+    let res = client
+        .post(format!(
+            "{}/v1/signals/{}?foo=%FF&token=a%00b",
+            cloud.http, t.signal_key
+        ))
+        .bearer_auth(&t.api_key)
+        .json(&json!({"type": "custom", "name": "with-query"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 202, "{}", res.text().await.unwrap());
 
     // Before sign-in too: a page naming the field, not a storage outage.
     let res = client

@@ -139,7 +139,9 @@ async fn an_unreadable_row_is_listed_apart_and_the_page_is_served(backend: Backe
 }
 
 /// A database that stops answering is said in the log once, with where it is and why (the
-/// requests themselves see only a pool that timed out), and once again when it answers.
+/// requests themselves see only a pool that timed out; the background tasks' own failures are
+/// not repeated at every poll), and once again when it answers. A shutdown while it does not
+/// answer exits within the drain timeout all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_that_stops_answering_is_said_with_why_and_when_it_is_back() {
     let schema = testkit::PgSchema::create();
@@ -147,7 +149,8 @@ async fn a_database_that_stops_answering_is_said_with_why_and_when_it_is_back() 
     let target = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432));
     let relay = testkit::freeze::FreezingRelay::start(target.parse().unwrap()).await;
     url.set_port(Some(relay.addr.port())).unwrap();
-    let cloud = Cloud::start_on_url(url.to_string());
+    let mut cloud = Cloud::start_on_url(url.to_string(), &["--drain-timeout", "2"]);
+    let t = cloud.tenant("acme");
     // The first line says which release runs on which database (never its password).
     let starting = cloud.wait_log_line("cloud starting");
     assert!(
@@ -163,7 +166,30 @@ async fn a_database_that_stops_answering_is_said_with_why_and_when_it_is_back() 
             && lost.contains("a new connection is not made within 3 s"),
         "{lost}"
     );
+    // A request meanwhile waits for a connection, then gets its 503; the revocation poll
+    // (every second) failed all along, and said nothing more than the one line above.
+    let (status, _) = get(&cloud, &t, "/v1/events").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let log = cloud.log_text();
+    let after = &log[log.find("the database does not answer").unwrap()..];
+    assert!(
+        !after.contains("cannot check for revoked keys"),
+        "repeated while the database is known down: {after}"
+    );
     relay.freeze(false);
     let back = cloud.wait_log_line_within("the database answers again", within);
     assert!(back.contains(&relay.addr.port().to_string()), "{back}");
+
+    // Frozen again, with the revocation poll's query stuck on its connection: SIGTERM still
+    // ends the process within the drain timeout, saying what was not flushed.
+    relay.freeze(true);
+    let (status, _) = get(&cloud, &t, "/v1/events").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    cloud.signal("TERM");
+    assert_eq!(cloud.wait(), Some(0), "{}", cloud.log_text());
+    assert!(
+        cloud.log_text().contains("storage was not flushed"),
+        "{}",
+        cloud.log_text()
+    );
 }

@@ -1,5 +1,5 @@
 //! The limits and header rules of docs/api.md, through the real binary: 431 for heads over
-//! 16 KiB, 400 for an HTTP/1.1 request without exactly one `Host`, 422 for more than 500 events and for a malformed `Idempotency-Key`, Basic auth with
+//! 16 KiB, 400 for an HTTP/1.1 request without exactly one `Host`, 422 for more than 500 events (listing at most 100 bad fields) and for a malformed `Idempotency-Key`, Basic auth with
 //! the API key as password, the 408 for a body that takes too long in all, and one org's share
 //! of the database route's sessions.
 
@@ -91,6 +91,30 @@ async fn more_than_500_events_in_one_request_are_422_and_nothing_is_stored() {
         metrics.contains("signals_events_accepted_total{type=\"custom\"} 500"),
         "{metrics}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_with_thousands_of_bad_fields_lists_the_first_hundred() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let t = cloud.tenant("acme");
+    let bad = json!({"type": "deployment", "service": 1, "environment": [], "status": "?"});
+    let res = cloud
+        .post_signal_text(&t, json!(vec![bad; 500]).to_string())
+        .await;
+    assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let problem: Value = res.json().await.unwrap();
+    assert_eq!(
+        problem["errors"].as_array().unwrap().len(),
+        100,
+        "{problem}"
+    );
+    assert_eq!(problem["errors"][0]["pointer"], "/0/service", "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("1500 field(s) invalid") && detail.contains("the first 100"),
+        "{detail}"
+    );
+    assert_eq!(events(&cloud, &t.api_key).await.len(), 0);
 }
 
 async fn events(cloud: &Cloud, key: &str) -> Vec<Value> {

@@ -422,7 +422,8 @@ async fn bad_event_rejects_the_whole_batch(backend: Backend) {
     let alert = json!({"type": "alert", "service": "db", "title": "t", "severity": "info",
         "status": "firing", "links": ["https://runbooks.example.com/db", 1, "not a url",
         {"href": "javascript:alert(1)"}, {"text": "no href"}, {"href": "http://x.example", "text": 5},
-        {"href": "http://x.example", "text": " "}, "https:x.example", "https://ada:pw@x.example/"]});
+        {"href": "http://x.example", "text": " "}, "https:x.example", "https://ada:pw@x.example/",
+        "https://x.example/a b", "https://x.example\u{1}"]});
     let (s, h, b) = post(&cloud, &t, &json!([spoof, alert])).await;
     assert_problem(s, &h, &b, 422);
     let pointers: Vec<&str> = (b["errors"].as_array().unwrap().iter())
@@ -440,7 +441,9 @@ async fn bad_event_rejects_the_whole_batch(backend: Backend) {
             "/1/links/5/text",
             "/1/links/6/text",
             "/1/links/7",
-            "/1/links/8"
+            "/1/links/8",
+            "/1/links/9",
+            "/1/links/10"
         ],
         "{b}"
     );

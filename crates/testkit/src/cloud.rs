@@ -81,9 +81,11 @@ impl Cloud {
         cloud
     }
 
-    /// A server on the PostgreSQL database at `url` (a relay in front of a test schema, say).
-    pub fn start_on_url(url: String) -> Self {
-        let mut cloud = Self::unlaunched(Backend::Postgres, Vec::new());
+    /// A server on the PostgreSQL database at `url` (a relay in front of a test schema, say),
+    /// with extra `serve` arguments.
+    pub fn start_on_url(url: String, extra: &[&str]) -> Self {
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        let mut cloud = Self::unlaunched(Backend::Postgres, extra);
         cloud.shared_url = Some(url);
         cloud.launch();
         cloud

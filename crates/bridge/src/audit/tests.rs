@@ -110,6 +110,15 @@ fn query_values_are_stripped() {
     assert_eq!(strip_query_values("/a#x?y=1"), "/a");
 }
 
+#[cfg(unix)]
+#[test]
+fn a_new_audit_file_is_the_users_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_dir, path, _) = written(1);
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}
+
 #[test]
 fn a_written_chain_verifies() {
     let (_dir, path, _) = written(5);

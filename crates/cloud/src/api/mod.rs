@@ -89,7 +89,9 @@ pub fn router(state: ApiState) -> Router {
         .route(
             "/v1/signals/{signal_key}",
             post(ingest::post_signal)
-                .layer(refuse_in_head())
+                .layer(axum::middleware::from_fn(
+                    crate::inputs::refuse_in_head_but_query,
+                ))
                 .layer(count),
         )
         .with_state(state)

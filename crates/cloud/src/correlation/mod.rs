@@ -36,17 +36,24 @@ pub struct CorrelationState {
     store: Store,
     keys: Arc<KeyCache>,
     mirrors: Arc<mirror::Mirrors>,
+    live: Arc<dyn crate::live::LiveBridges>,
 }
 
 impl CorrelationState {
     /// Correlation over `store`, authenticating with the shared verified-key cache, reading
-    /// commits with `git`.
-    pub fn new(store: Store, keys: Arc<KeyCache>, git: mirror::GitClient) -> Self {
+    /// commits with `git`, and checking new repository mappings against the live tunnels.
+    pub fn new(
+        store: Store,
+        keys: Arc<KeyCache>,
+        git: mirror::GitClient,
+        live: Arc<dyn crate::live::LiveBridges>,
+    ) -> Self {
         let mirrors = Arc::new(mirror::Mirrors::new(git, keys.clone()));
         CorrelationState {
             store,
             keys,
             mirrors,
+            live,
         }
     }
 

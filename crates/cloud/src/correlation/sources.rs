@@ -114,6 +114,18 @@ pub async fn set_source(
         r#"{"repository": "acme/api", "bridge": "dc1", "source": "code", "path": "acme/api.git"}"#,
     )?;
     let source = validate_source(&body).map_err(Problem::invalid)?;
+    let undeclared = crate::live::undeclared_git_source(
+        state.live.as_ref(),
+        principal.org_id,
+        &source.bridge,
+        &source.source,
+    );
+    if let Some(detail) = undeclared {
+        return Err(Problem::invalid(vec![FieldError {
+            pointer: "/source".into(),
+            detail,
+        }]));
+    }
     let earlier = state
         .store
         .repository_source(principal.org_id, &source.repository)

@@ -73,6 +73,8 @@ struct CreatedPage<'a> {
     container: String,
     native: String,
     yaml: String,
+    /// The public ids of the bridge's tokens made before this one, which stay valid.
+    earlier: Vec<String>,
 }
 
 fn when(t: DateTime<Utc>) -> String {
@@ -215,10 +217,18 @@ pub async fn create(
         return answer;
     }
     let name = form.name.trim();
+    let earlier: Vec<String> = match bridge_tokens(&state, me.session.user.org_id).await {
+        Ok(tokens) => tokens
+            .into_iter()
+            .filter(|t| t.name.as_deref() == Some(name))
+            .map(|t| t.id)
+            .collect(),
+        Err(answer) => return answer,
+    };
     let token = match admin::create_bridge_token(&state.store, &me.actor(), &me.org, name).await {
         Ok(t) => t,
         Err(admin::AdminError::Usage(why)) => {
-            let why = format!("Bridge name not valid: {why}");
+            let why = format!("Bridge not created: {why}");
             return list_page(&state, &me, Some(why), &form.name).await;
         }
         Err(_) => return unavailable(),
@@ -280,6 +290,7 @@ pub async fn create(
             container,
             native,
             yaml,
+            earlier,
         },
     )
 }

@@ -1,5 +1,6 @@
 //! Server-rendered SVG bar charts (no script, no inline style: the page's CSP allows neither):
-//! one bar per week, a missing value drawn as no bar, with the values in a text alternative.
+//! one bar per week, a zero drawn as a flat mark on the axis and a missing value as nothing,
+//! with the values in a text alternative.
 
 use std::fmt::Write;
 
@@ -42,8 +43,13 @@ pub fn bars(
     );
     for (i, v) in values.iter().enumerate() {
         let x = i as f64 * slot + slot * 0.15;
-        if let Some(v) = v.filter(|v| *v > 0.0 && max > 0.0) {
-            let h = (H - AXIS - 4.0) * v / max;
+        if let Some(v) = *v {
+            // A zero (no failed deployment that week) is a flat mark, unlike a week with none.
+            let h = if max > 0.0 {
+                ((H - AXIS - 4.0) * v / max).max(2.0)
+            } else {
+                2.0
+            };
             let _ = write!(
                 svg,
                 r##"<rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{h:.1}" fill="#1d4ed8"><title>{}</title></rect>"##,
@@ -56,9 +62,11 @@ pub fn bars(
     if let (Some(first), Some(last)) = (labels.first(), labels.last()) {
         let _ = write!(
             svg,
-            r##"<text x="0" y="{H}" font-size="11" fill="#4b5563">{}</text><text x="{W}" y="{H}" font-size="11" fill="#4b5563" text-anchor="end">{}</text>"##,
+            r##"<text x="0" y="{y}" font-size="11" fill="#4b5563">{}</text><text x="{W}" y="{y}" font-size="11" fill="#4b5563" text-anchor="end">{}</text>"##,
             escape(first),
-            escape(last)
+            escape(last),
+            // The baseline above the bottom edge, which would cut the digits' lowest pixels.
+            y = H - 4.0
         );
     }
     svg.push_str("</svg>");
@@ -69,15 +77,30 @@ pub fn bars(
 mod tests {
     #[test]
     fn bars_scale_to_the_largest_and_describe_every_value() {
-        let labels: Vec<String> = ["w1", "w2", "w3"].iter().map(|s| s.to_string()).collect();
+        let labels: Vec<String> = ["w1", "w2", "w3", "w4"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         let svg = super::bars(
             "Deploys <all>",
             &labels,
-            &[Some(2.0), None, Some(4.0)],
+            &[Some(2.0), None, Some(4.0), Some(0.0)],
             |v| format!("{v}"),
         );
-        assert_eq!(svg.matches("<rect").count(), 2);
+        assert_eq!(
+            svg.matches("<rect").count(),
+            3,
+            "no bar for the missing week"
+        );
         assert!(svg.contains(r#"height="98.0""#), "{svg}");
+        assert!(
+            svg.contains(r#"height="2.0""#),
+            "a zero is a flat mark: {svg}"
+        );
+        assert!(
+            svg.contains(r#"y="116""#),
+            "labels above the bottom edge: {svg}"
+        );
         assert!(svg.contains("w2: none") && svg.contains("Deploys &lt;all&gt;"));
     }
 }

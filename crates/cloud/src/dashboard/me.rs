@@ -56,12 +56,11 @@ impl axum::extract::FromRequestParts<DashboardState> for Me {
         state: &DashboardState,
     ) -> Result<Self, Self::Rejection> {
         let mut me = match me(state, &parts.headers).await {
-            // A page asked for without a session comes back after sign-in.
-            Err(answer)
-                if answer.status() == StatusCode::SEE_OTHER
-                    && parts.method == axum::http::Method::GET =>
-            {
-                return Err(super::pages::to_sign_in(&parts.uri));
+            // A page asked for without a session comes back after sign-in; a form's address
+            // leads back to its page, and sign-in says that the form was not saved.
+            Err(answer) if answer.status() == StatusCode::SEE_OTHER => {
+                let unsaved = parts.method != axum::http::Method::GET;
+                return Err(super::pages::to_sign_in(&parts.uri, unsaved));
             }
             other => other?,
         };
@@ -99,9 +98,14 @@ fn release_notice(state: &DashboardState, org_id: i64) -> Option<String> {
         return None;
     }
     Some(format!(
-        "Bridge release {} is available: {} connected instance(s) run an older release ({}). See Integrations: Bridge to upgrade.",
+        "Bridge release {} is available: {} connected {} an older release ({}). See Integrations: Bridge to upgrade.",
         state.release,
         behind.len(),
+        if behind.len() == 1 {
+            "instance runs"
+        } else {
+            "instances run"
+        },
         behind.join(", ")
     ))
 }

@@ -3,7 +3,7 @@
 
 use askama::Template;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
@@ -22,21 +22,31 @@ struct SignInPage<'a> {
     csrf: &'a str,
     email: &'a str,
     error: Option<&'a str>,
+    /// Why the user is here again, when a form came without a session.
+    notice: Option<&'a str>,
     /// Where to go once signed in (a path of this site; empty: home).
     next: &'a str,
 }
 
-/// The sign-in page, to come back to `uri` after it (a page asked for without a session).
-pub fn to_sign_in(uri: &axum::http::Uri) -> Response {
+/// What the sign-in page says to a user whose form arrived after the session ended.
+const UNSAVED: &str = "Your session ended before your form arrived (it expired, or you signed out), so nothing was saved. Sign in, then send the form again.";
+
+/// The sign-in page, to come back to `uri` after it: a page asked for without a session, or
+/// (`unsaved`) a form sent without one, whose own address leads back to the form's page.
+pub fn to_sign_in(uri: &axum::http::Uri, unsaved: bool) -> Response {
     let back = uri.path_and_query().map_or("/", |p| p.as_str());
-    match local_path(back) {
-        Some(next) if next != "/" => {
-            let query: String = url::form_urlencoded::Serializer::new(String::new())
-                .append_pair("next", next)
-                .finish();
-            Redirect::to(&format!("/sign-in?{query}")).into_response()
-        }
-        _ => Redirect::to("/sign-in").into_response(),
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    if let Some(next) = local_path(back).filter(|next| *next != "/") {
+        query.append_pair("next", next);
+    }
+    if unsaved {
+        query.append_pair("unsaved", "1");
+    }
+    let query = query.finish();
+    if query.is_empty() {
+        Redirect::to("/sign-in").into_response()
+    } else {
+        Redirect::to(&format!("/sign-in?{query}")).into_response()
     }
 }
 
@@ -52,11 +62,13 @@ fn local_path(next: &str) -> Option<&str> {
     local.then_some(next)
 }
 
-/// `?next=` of the sign-in page.
+/// `?next=` of the sign-in page, and `unsaved` when a form arrived without a session.
 #[derive(Deserialize)]
 pub struct Next {
     #[serde(default)]
     next: String,
+    #[serde(default)]
+    unsaved: Option<String>,
 }
 
 #[derive(Template)]
@@ -114,6 +126,7 @@ pub async fn sign_in_form(
         csrf: &csrf,
         email: "",
         error: None,
+        notice: next.unsaved.is_some().then_some(UNSAVED),
         next: local_path(&next.next).unwrap_or(""),
     };
     with_cookie(page(StatusCode::OK, &form), cookie)
@@ -151,6 +164,7 @@ pub async fn sign_in(
                 csrf: &form.csrf,
                 email: &email,
                 error: Some(error),
+                notice: None,
                 next: local_path(&form.next).unwrap_or(""),
             },
         )
@@ -164,7 +178,10 @@ pub async fn sign_in(
             let minutes = wait.as_secs().div_ceil(60).max(1);
             let mut response = again(
                 StatusCode::TOO_MANY_REQUESTS,
-                &format!("Too many failed sign-ins. Try again in {minutes} minute(s)."),
+                &format!(
+                    "Too many failed sign-ins. Try again in {minutes} minute{}.",
+                    if minutes == 1 { "" } else { "s" }
+                ),
             );
             if let Ok(v) = HeaderValue::from_str(&wait.as_secs().max(1).to_string()) {
                 response.headers_mut().insert(header::RETRY_AFTER, v);
@@ -375,6 +392,11 @@ pub async fn sign_out(
         return unavailable();
     }
     let mut response = Redirect::to("/sign-in").into_response();
+    // The browser drops the pages it keeps for Back (its back/forward cache among them).
+    response.headers_mut().insert(
+        HeaderName::from_static("clear-site-data"),
+        HeaderValue::from_static("\"cache\""),
+    );
     response.headers_mut().append(
         header::SET_COOKIE,
         session::set_cookie(

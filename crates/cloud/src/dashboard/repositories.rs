@@ -109,6 +109,16 @@ pub async fn set(
         return list_page(&state, &me, Some((why, invalid)), &form).await;
     }
     let org_id = me.session.user.org_id;
+    let undeclared = crate::live::undeclared_git_source(
+        state.live.as_ref(),
+        org_id,
+        &mapping.bridge,
+        &mapping.source,
+    );
+    if let Some(why) = undeclared {
+        let why = format!("Mapping not valid. source: {why}.");
+        return list_page(&state, &me, Some((why, vec!["source"])), &form).await;
+    }
     let what = format!(
         "{} -> {}/{}/{}",
         mapping.repository, mapping.bridge, mapping.source, mapping.path

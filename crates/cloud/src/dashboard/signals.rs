@@ -179,7 +179,7 @@ pub async fn create(
         Ok(value) => value,
         Err(admin::AdminError::Usage(why)) => {
             let typed = Typed {
-                error: Some(format!("Key name not valid: {why}")),
+                error: Some(format!("Key not created: {why}")),
                 name: form.name,
             };
             return list_page(&state, &me, (&headers, &uri), Some((kind, typed))).await;

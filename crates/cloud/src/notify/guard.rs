@@ -109,15 +109,20 @@ fn well_formed(raw: &str) -> Result<String, String> {
     }
 }
 
-/// `Err` with the reason when `url`'s host is a literal non-public IP address.
+/// `Err` with the reason when `url`'s host is a literal non-public IP address, or `localhost`
+/// or a name under it (which resolve to loopback by definition, RFC 6761).
 pub fn literal_allowed(url: &str) -> Result<(), String> {
     let host = url::Url::parse(url).ok().and_then(|u| match u.host() {
-        Some(url::Host::Ipv4(ip)) => Some(IpAddr::V4(ip)),
-        Some(url::Host::Ipv6(ip)) => Some(IpAddr::V6(ip)),
-        _ => None,
+        Some(url::Host::Ipv4(ip)) => Some(Err(IpAddr::V4(ip))),
+        Some(url::Host::Ipv6(ip)) => Some(Err(IpAddr::V6(ip))),
+        Some(url::Host::Domain(name)) => Some(Ok(name.trim_end_matches('.').to_ascii_lowercase())),
+        None => None,
     });
     match host {
-        Some(ip) if !is_public(ip) => Err(refusal(&ip.to_string())),
+        Some(Err(ip)) if !is_public(ip) => Err(refusal(&ip.to_string())),
+        Some(Ok(name)) if name == "localhost" || name.ends_with(".localhost") => {
+            Err(refusal(&format!("{name} (a loopback name)")))
+        }
         _ => Ok(()),
     }
 }
@@ -194,6 +199,15 @@ mod tests {
         assert!(literal_allowed("http://[::1]/hook").is_err());
         assert!(literal_allowed("https://hooks.example.com/x").is_ok());
         assert!(literal_allowed("https://1.1.1.1/x").is_ok());
+        for loopback in [
+            "https://localhost/x",
+            "http://LOCALHOST.:8080/",
+            "https://a.localhost/",
+        ] {
+            let why = literal_allowed(loopback).unwrap_err();
+            assert!(why.contains("a loopback name"), "{loopback}: {why}");
+        }
+        assert!(literal_allowed("https://localhost.example.com/x").is_ok());
         // An admin's URL: the form, then the address unless non-public ones are allowed.
         let why = webhook_url("http://127.0.0.1:9/x", false).unwrap_err();
         assert!(

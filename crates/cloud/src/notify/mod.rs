@@ -94,11 +94,20 @@ impl Notifier {
     }
 
     async fn round(&mut self) {
+        let said = self.store.answering();
         if let Err(e) = self.watch().await {
-            tracing::warn!(cause = %e, "cannot queue bridge release notifications; retrying in a second");
+            if said {
+                tracing::warn!(cause = %e, "cannot queue bridge release notifications; will retry");
+            } else {
+                tracing::debug!(cause = %e, "cannot queue bridge release notifications; will retry");
+            }
         }
         if let Err(e) = self.send_due().await {
-            tracing::warn!(cause = %e, "cannot deliver webhook notifications; retrying in a second");
+            if said {
+                tracing::warn!(cause = %e, "cannot deliver webhook notifications; will retry");
+            } else {
+                tracing::debug!(cause = %e, "cannot deliver webhook notifications; will retry");
+            }
         }
     }
 }

@@ -289,15 +289,28 @@ pub async fn run(
     }
     let _ = pg_stop.await;
     relay.shutdown.cancel();
-    let _ = watcher.await;
-    let _ = notifier.await;
-    let _ = lister.await;
-    let _ = storage_watch.await;
-    store.close().await;
-    match drained {
-        true => tracing::info!("stopped: in-flight requests drained, storage flushed"),
-        false => tracing::info!(
+    // The background tasks stop at the shutdown signal, but one may be waiting on a database
+    // that stopped answering mid-query (no socket timeout would end that), and so may the
+    // storage's flush: both get what is left of the --drain-timeout (at least a second to
+    // flush), then are cut, so that the process exits whatever the database does.
+    let tasks = [watcher, notifier, lister, storage_watch];
+    let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
+    let background = async {
+        for task in tasks {
+            let _ = task.await;
+        }
+        store.close().await;
+    };
+    let flush_by = deadline.max(tokio::time::Instant::now() + Duration::from_secs(1));
+    let flushed = tokio::time::timeout_at(flush_by, background).await.is_ok();
+    aborts.iter().for_each(tokio::task::AbortHandle::abort);
+    match (drained, flushed) {
+        (true, true) => tracing::info!("stopped: in-flight requests drained, storage flushed"),
+        (false, true) => tracing::info!(
             "stopped: requests still in flight after --drain-timeout were cut, storage flushed"
+        ),
+        (_, false) => tracing::warn!(
+            "stopped: the database did not answer within --drain-timeout, so storage was not flushed; events of requests that got no answer may be missing: their senders retry them (with an Idempotency-Key, never twice)"
         ),
     }
     Ok(())

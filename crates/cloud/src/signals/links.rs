@@ -81,6 +81,14 @@ fn not_a_link(url: &str) -> Option<String> {
     // `https:x` parses (as `https://x/`) but is no URL as written; blanks around one are
     // dropped by the parser, as a browser drops them.
     let trimmed = url.trim();
+    if let Some(c) = trimmed
+        .chars()
+        .find(|c| c.is_control() || c.is_whitespace())
+    {
+        return Some(format!(
+            "holds {c:?}, which no URL holds as written; percent-encode it (a space is %20)"
+        ));
+    }
     let written = ["http://", "https://"].iter().any(|s| {
         trimmed
             .get(..s.len())

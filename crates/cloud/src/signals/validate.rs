@@ -98,6 +98,25 @@ impl<'a> Checker<'_, 'a> {
         }
     }
 
+    /// A name that events are matched by (`service`, `environment`, `repository`, `version`,
+    /// `sha`, `dedupKey`): a string field stored without surrounding whitespace, so that a
+    /// sender's `" api\n"` is the service `api` and correlates with it.
+    fn name(
+        &mut self,
+        key: &'static str,
+        required: bool,
+        overrides: &mut Vec<(&'static str, Override)>,
+    ) -> Option<Cow<'a, str>> {
+        let s = self.string(key, required, MAX_SHORT)?;
+        let trimmed = s.trim();
+        if trimmed.len() == s.len() {
+            return Some(s);
+        }
+        let trimmed = trimmed.to_string();
+        overrides.push((key, Override::Text(trimmed.clone())));
+        Some(Cow::Owned(trimmed))
+    }
+
     /// An enumerated string, with synonyms mapped to their canonical value.
     fn choice(
         &mut self,
@@ -131,6 +150,16 @@ impl<'a> Checker<'_, 'a> {
     /// Parses an RFC 3339 time ([`crate::time::parse_rfc3339`]'s rule); one too far in the
     /// future is refused too.
     fn timestamp(&mut self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        if let Some(raw) = self.members.present("timestamp")
+            && raw::string(raw).is_none()
+        {
+            let kind = Kind::of(raw).article();
+            self.fail(
+                "timestamp",
+                format!("timestamp must be an RFC 3339 string such as 2024-01-15T10:30:00Z, not {kind} (a number of seconds or milliseconds since 1970 is not read: format it as RFC 3339)"),
+            );
+            return None;
+        }
         let raw = self.string("timestamp", false, 64)?;
         let why = match crate::time::parse_rfc3339(&raw) {
             Ok(t) if t <= now + MAX_FUTURE => return Some(t),
@@ -320,18 +349,19 @@ pub fn validate<'a>(
     let mut overrides: Vec<(&'static str, Override)> = Vec::with_capacity(4);
     match kind {
         Some(EventType::Deployment) => {
-            c.string("service", true, MAX_SHORT);
-            c.string("environment", true, MAX_SHORT);
+            c.name("service", true, &mut overrides);
+            c.name("environment", true, &mut overrides);
             if let Some(s) = c.choice("status", true, DEPLOYMENT_STATUSES, deployment_synonym) {
                 overrides.push(("status", Override::Word(s)));
             }
-            for key in ["repository", "version", "sha", "triggeredBy"] {
-                c.string(key, false, MAX_SHORT);
+            for key in ["repository", "version", "sha"] {
+                c.name(key, false, &mut overrides);
             }
+            c.string("triggeredBy", false, MAX_SHORT);
         }
         Some(EventType::Alert) => {
             let status = c.choice("status", true, ALERT_STATUSES, alert_status_synonym);
-            let dedup = c.string("dedupKey", false, MAX_SHORT);
+            let dedup = c.name("dedupKey", false, &mut overrides);
             let missing = ["service", "title", "severity"]
                 .iter()
                 .any(|k| c.missing(k));
@@ -340,7 +370,7 @@ pub fn validate<'a>(
                 inherit_from = dedup.map(Cow::into_owned);
             }
             let required = !resolve_by_key;
-            c.string("service", required, MAX_SHORT);
+            c.name("service", required, &mut overrides);
             c.string("title", required, MAX_TEXT);
             if let Some(s) = c.choice("severity", required, ALERT_SEVERITIES, no_synonym) {
                 overrides.push(("severity", Override::Word(s)));
@@ -349,9 +379,10 @@ pub fn validate<'a>(
                 overrides.push(("status", Override::Word(s)));
             }
             // version, sha and repository link an alert to the deployment it runs (correlation).
-            for key in ["environment", "source", "version", "sha", "repository"] {
-                c.string(key, false, MAX_SHORT);
+            for key in ["environment", "version", "sha", "repository"] {
+                c.name(key, false, &mut overrides);
             }
+            c.string("source", false, MAX_SHORT);
             if let Some(links) = members.present("links") {
                 for (path, detail) in super::links::problems(links) {
                     c.fail_path(&path, detail);
@@ -359,16 +390,19 @@ pub fn validate<'a>(
             }
         }
         Some(EventType::Change) => {
-            c.string("service", true, MAX_SHORT);
+            c.name("service", true, &mut overrides);
             c.string("summary", true, MAX_TEXT);
-            for key in ["environment", "kind", "triggeredBy", "repository", "sha"] {
+            for key in ["environment", "repository", "sha"] {
+                c.name(key, false, &mut overrides);
+            }
+            for key in ["kind", "triggeredBy"] {
                 c.string(key, false, MAX_SHORT);
             }
         }
         Some(EventType::Custom) => {
             c.string("name", true, MAX_SHORT);
             for key in ["service", "environment"] {
-                c.string(key, false, MAX_SHORT);
+                c.name(key, false, &mut overrides);
             }
         }
         None => {}

@@ -42,7 +42,7 @@ pub enum StorageError {
     /// An admin command found a database that this release's `serve` has not migrated yet.
     #[error("{0}")]
     Behind(String),
-    /// `serve` found another program's SQLite database where its own belongs.
+    /// Another program's SQLite database or PostgreSQL schema where the signals one belongs.
     #[error("{0}")]
     Foreign(String),
     /// Another `cloud serve` holds the SQLite database.

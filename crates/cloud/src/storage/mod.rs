@@ -9,6 +9,7 @@
 mod audit;
 mod backend;
 mod change_hours;
+mod checks;
 mod correlation;
 mod credentials;
 mod error;
@@ -47,6 +48,7 @@ pub use writer::{InsertOutcome, WriteBatch};
 
 use crate::metrics::Metrics;
 
+use checks::{APPLIED, not_behind, postgres_not_foreign, sqlite_created, sqlite_not_foreign};
 use migrations::{POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS};
 
 /// The two connection pools, one per backend.
@@ -78,125 +80,6 @@ macro_rules! on_writer {
 }
 pub(crate) use on_writer;
 
-/// True (as SQL) when the signals schema is in a SQLite database: its migrations and tables.
-const SIGNALS_SCHEMA: &str = "(SELECT count(*) = 3 FROM sqlite_master WHERE type = 'table' AND name IN ('_sqlx_migrations', 'orgs', 'events'))";
-
-/// The row of `sql` on the SQLite file at `path`, opened read-only and without a journal
-/// mode, so that looking changes nothing.
-async fn look<T>(path: &std::path::Path, sql: String) -> Result<T, sqlx::Error>
-where
-    T: Send + Unpin + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>,
-{
-    let options = SqliteConnectOptions::new()
-        .filename(path)
-        .read_only(true)
-        .busy_timeout(Duration::from_secs(10));
-    let mut conn = sqlx::ConnectOptions::connect(&options).await?;
-    // The text is this module's own constants.
-    let found = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .fetch_one(&mut conn)
-        .await;
-    sqlx::Connection::close(conn).await.ok();
-    found
-}
-
-/// Refuses, with [`StorageError::NotCreated`] and before anything touches it, a SQLite file
-/// that `cloud serve` did not make: none at all, one that is no database, or a database
-/// without the signals schema (an empty file, another program's database). Admin commands
-/// change only the database of a `serve`.
-async fn sqlite_created(path: &std::path::Path) -> Result<(), StorageError> {
-    let shown = std::path::absolute(path)
-        .unwrap_or_else(|_| path.to_path_buf())
-        .display()
-        .to_string();
-    let fix = "Run the command with the --data-dir (or CLOUD_DATA_DIR) of the `cloud serve` whose database it should change (the default is ./data, relative to the current directory), or with its --database-url";
-    if !path.exists() {
-        return Err(StorageError::NotCreated(format!(
-            "no database at {shown}: admin commands never create one, only `cloud serve` does. {fix}"
-        )));
-    }
-    // Another sqlx program's database has `_sqlx_migrations` too: the signals tables as well.
-    let schema = look::<(bool,)>(path, format!("SELECT {SIGNALS_SCHEMA}")).await;
-    match schema {
-        Ok((true,)) => Ok(()),
-        Ok((false,)) => Err(StorageError::NotCreated(format!(
-            "{shown} holds no signals schema (an empty file, or another program's database): admin commands never create one, only `cloud serve` does; the file was left as it was. A `cloud serve` started on it a moment ago may still be making it: then run the command again once that serve answers /readyz. {fix}"
-        ))),
-        // SQLITE_NOTADB: the file is something else. Any other failure (permissions, a lock)
-        // is the database's, said as such.
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("26") => {
-            Err(StorageError::NotCreated(format!(
-                "{shown} cannot be read as a signals database ({e}); the file was left as it was. {fix}"
-            )))
-        }
-        Err(cause) => Err(StorageError::Open {
-            target: shown,
-            cause,
-        }),
-    }
-}
-
-/// Refuses, with [`StorageError::Foreign`] and before anything touches it, a SQLite file that
-/// holds another program's tables and no signals schema: `serve` makes its own database (in a
-/// new or empty file) and adds no tables to another's. A file with only `_sqlx_migrations` is
-/// a first start that stopped before its first migration, taken up again.
-async fn sqlite_not_foreign(path: &std::path::Path) -> Result<(), StorageError> {
-    if std::fs::metadata(path).map_or(true, |m| m.len() == 0) {
-        return Ok(());
-    }
-    let others = "SELECT group_concat(name, ', ') FROM (SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name <> '_sqlx_migrations' ORDER BY name LIMIT 5)";
-    let tables =
-        look::<(Option<String>, bool)>(path, format!("SELECT ({others}), {SIGNALS_SCHEMA}")).await;
-    let shown = || {
-        std::path::absolute(path)
-            .unwrap_or_else(|_| path.to_path_buf())
-            .display()
-            .to_string()
-    };
-    let fix =
-        "Give `cloud serve` a --data-dir (or CLOUD_DATA_DIR) of its own, or move the file away";
-    match tables {
-        Ok((Some(names), false)) => Err(StorageError::Foreign(format!(
-            "{} is another program's SQLite database (its tables include {names}) with no signals schema: `cloud serve` adds no tables to it; the file was left as it was. {fix}",
-            shown()
-        ))),
-        // SQLITE_NOTADB: a file that is no database at all, refused before its mode changes.
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("26") => {
-            Err(StorageError::Foreign(format!(
-                "{} is not a SQLite database ({e}): `cloud serve` makes its database in a new or empty file; the file was left as it was. {fix}",
-                shown()
-            )))
-        }
-        // The signals schema, a new database, or a failure that opening says (permissions).
-        _ => Ok(()),
-    }
-}
-
-/// The versions of the migrations a database has applied.
-const APPLIED: &str = "SELECT version FROM _sqlx_migrations WHERE success";
-
-/// An admin command of a newer release never migrates a database a running `serve` of the
-/// older one uses underneath it (that `serve` would go on writing what the new schema no longer
-/// expects): it stops, and says to start this release's `serve` first, which migrates.
-fn not_behind(
-    migrator: &sqlx::migrate::Migrator,
-    applied: &[i64],
-    shown: &str,
-) -> Result<(), StorageError> {
-    let pending: Vec<String> = migrator
-        .iter()
-        .filter(|m| !applied.contains(&m.version))
-        .map(|m| format!("{:04} {}", m.version, m.description))
-        .collect();
-    if pending.is_empty() {
-        return Ok(());
-    }
-    Err(StorageError::Behind(format!(
-        "the database at {shown} is of an earlier release (not applied yet: {}): admin commands never migrate it, only `cloud serve` does, at its start. Start this release's `cloud serve` on it once first (see docs/operations.md, upgrades), then run the command again; if it is starting now, it is migrating: run the command again once it answers /readyz",
-        pending.join(", ")
-    )))
-}
-
 /// Handle to the database; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -205,12 +88,21 @@ pub struct Store {
     ids: std::sync::Arc<ids::EventIds>,
     /// The database as logs name it: SQLite's file, PostgreSQL's URL without its password.
     target: std::sync::Arc<str>,
+    /// Whether the database answered [`Store::watch`]'s last question.
+    answering: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Store {
     /// Where the data is: SQLite's file, or the PostgreSQL URL without its password.
     pub fn target(&self) -> &str {
         &self.target
+    }
+
+    /// Whether the database answered the watch's last question. A background task that fails
+    /// while it does not logs at debug level: the watch has said so once, with the cause, and
+    /// the same warning from every task every few seconds would bury it.
+    pub fn answering(&self) -> bool {
+        self.answering.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Opens and migrates the database (creating it only with [`OpenMode::CreateIfMissing`]),
@@ -301,24 +193,14 @@ impl Store {
                     sqlx::query_as("SELECT current_schema(), current_setting('search_path')")
                         .fetch_one(&pool)
                         .await?;
-                if schema.is_none() {
+                let Some(schema) = schema else {
                     return Err(StorageError::NoSchema(format!(
                         "no schema of the search_path {search_path:?} exists in {}: create it (CREATE SCHEMA name;) or set another in --database-url (options=-c search_path=name)",
                         redact_url(url)
                     )));
-                }
-                if mode == OpenMode::MustExist {
-                    let created: bool =
-                        sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
-                            .fetch_one(&pool)
-                            .await?;
-                    if !created {
-                        return Err(StorageError::NotCreated(format!(
-                            "no signals schema in {} (no _sqlx_migrations table on its search_path): admin commands never create one, only `cloud serve` does. Check --database-url (or CLOUD_DATABASE_URL) against the one `cloud serve` uses, or start `cloud serve` with it once",
-                            redact_url(url)
-                        )));
-                    }
-                }
+                };
+                postgres_not_foreign(&pool, &schema, &redact_url(url), mode, &POSTGRES_MIGRATIONS)
+                    .await?;
                 if mode == OpenMode::MustExist {
                     let applied = sqlx::query_scalar(APPLIED).fetch_all(&pool).await?;
                     not_behind(&POSTGRES_MIGRATIONS, &applied, &redact_url(url))?;
@@ -350,6 +232,7 @@ impl Store {
             writer,
             ids: std::sync::Arc::new(ids),
             target: target.into(),
+            answering: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
         })
     }
 

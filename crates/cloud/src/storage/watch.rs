@@ -29,6 +29,8 @@ impl Store {
                 () = stop.cancelled() => return,
                 answer = self.question() => answer,
             };
+            self.answering
+                .store(answer.is_ok(), std::sync::atomic::Ordering::Relaxed);
             match (answer, answering) {
                 (Err(cause), true) => {
                     answering = false;

@@ -96,6 +96,46 @@ fn synonyms_and_offsets_are_normalised() {
 }
 
 #[test]
+fn names_are_stored_without_surrounding_whitespace() {
+    let body = json!([
+        {"type": "deployment", "service": " api\n", "environment": "production ",
+         "status": "success", "version": "1.2\n", "triggeredBy": " ci "},
+        {"type": "alert", "service": "\tapi", "title": " Disk full ", "severity": "critical",
+         "status": "firing", "dedupKey": "disk "},
+    ]);
+    let text = body.to_string();
+    let batch = parse(text.as_bytes(), now()).unwrap();
+    let deployment = &batch.events[0];
+    assert_eq!(deployment.get_str("service").as_deref(), Some("api"));
+    assert_eq!(
+        deployment.get_str("environment").as_deref(),
+        Some("production")
+    );
+    assert_eq!(deployment.get_str("version").as_deref(), Some("1.2"));
+    assert_eq!(
+        deployment.get_str("triggeredBy").as_deref(),
+        Some(" ci "),
+        "free text stays as sent"
+    );
+    let alert = &batch.events[1];
+    assert_eq!(alert.get_str("service").as_deref(), Some("api"));
+    assert_eq!(alert.get_str("dedupKey").as_deref(), Some("disk"));
+    assert_eq!(alert.get_str("title").as_deref(), Some(" Disk full "));
+}
+
+#[test]
+fn an_epoch_timestamp_says_what_to_send() {
+    let e = errors(json!({"type": "custom", "name": "x", "timestamp": 1705314600}));
+    assert_eq!(e[0].pointer, "/timestamp");
+    assert!(
+        e[0].detail
+            .contains("RFC 3339 string such as 2024-01-15T10:30:00Z, not a number"),
+        "{}",
+        e[0].detail
+    );
+}
+
+#[test]
 fn every_bad_field_is_named() {
     let errs = errors(json!([
         {"type": "deployment", "service": "a", "environment": "p", "status": "success"},
