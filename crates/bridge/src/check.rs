@@ -101,8 +101,9 @@ fn connect_hint(causes: &str) -> &'static str {
 }
 
 /// An HTTP GET of `url` with the credentials the forwarder would inject for `kind`: proves
-/// DNS, TCP, TLS and, by a 401 or 403, credentials the resource rejects. Any other answer is
-/// ok (an API's root may well be a 404), except a 404 where `missing` says what it means.
+/// DNS, TCP, TLS and, by a 401 or 403, credentials the resource rejects; a 5xx is a server
+/// that is up but failing (or a proxy in front of it that cannot reach it). Any other answer
+/// is ok (an API's root may well be a 404), except a 404 where `missing` says what it means.
 async fn probe_http(
     label: &'static str,
     name: &str,
@@ -141,6 +142,10 @@ async fn probe_http(
                 )),
                 Ok(Ok(r)) if matches!(r.status().as_u16(), 401 | 403) => Err(format!(
                     "credentials rejected (HTTP {}): check {section}[].auth",
+                    r.status().as_u16(),
+                )),
+                Ok(Ok(r)) if r.status().is_server_error() => Err(format!(
+                    "the server answered HTTP {}: it is reachable but failing (or a proxy in front of it cannot reach what is behind it); check the server's own log",
                     r.status().as_u16(),
                 )),
                 Ok(Ok(r)) => match missing {

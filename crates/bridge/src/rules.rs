@@ -118,8 +118,13 @@ pub fn allowed(rules: &[AllowRule], method: &str, path: &str) -> Option<String> 
     }
     rules
         .iter()
-        // Methods are case-sensitive (RFC 9110 §9.1): a rule for GET admits `GET`, not `get`.
-        .find(|r| (r.method == "*" || r.method == method) && glob(&r.path, path))
+        // Methods are case-sensitive (RFC 9110 §9.1): a rule for GET admits `GET`, not `get`;
+        // and `HEAD`, which asks for GET's answer without its body (RFC 9110 §9.3.2).
+        .find(|r| {
+            let admits =
+                r.method == "*" || r.method == method || (r.method == "GET" && method == "HEAD");
+            admits && glob(&r.path, path)
+        })
         .map(|r| format!("{} {}", r.method, r.path))
 }
 
@@ -225,6 +230,10 @@ mod tests {
         assert!(allowed(&rules, "GET", "/admin").is_none());
         assert!(allowed(&[], "DELETE", "/x").is_some());
         assert!(allowed(&rules, "get", "/v1/items").is_none());
+        assert!(
+            allowed(&rules, "HEAD", "/v1/items").is_some(),
+            "HEAD is GET's"
+        );
         assert!(allowed(&rules, "GeT", "/v1/items").is_none());
     }
 

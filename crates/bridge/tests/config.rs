@@ -215,6 +215,14 @@ async fn check_tries_the_cloud_and_each_resource() {
         out.contains("credentials rejected (HTTP 401): check apis[].auth"),
         "{out}"
     );
+    // A server that answers 5xx is up but failing: not "ok".
+    let failing = good.replace("/protected", "/protected/failing");
+    let (code, out) = check(&failing);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("the server answered HTTP 502: it is reachable but failing"),
+        "{out}"
+    );
     // An entry with no `auth` sent none: nothing was rejected, the server wants some.
     let no_auth = good.replace(
         "\n    auth: {type: basic, username: svc, password: \"${INTERNAL_PW}\"}",

@@ -64,6 +64,7 @@ async fn the_bridge_page_shows_instances_makes_tokens_and_revokes() {
     assert_eq!(res.status(), 200);
     let created = res.text().await.unwrap();
     assert!(created.contains("sigbrt_") && created.contains("podman run"));
+    assert!(!created.contains("already had"), "{created}");
     let marker = "<pre tabindex=\"0\"><code>";
     let yaml_start = created.rfind(marker).unwrap() + marker.len();
     let yaml = created[yaml_start..].split("</code>").next().unwrap();
@@ -95,6 +96,23 @@ async fn the_bridge_page_shows_instances_makes_tokens_and_revokes() {
     );
     let listed = page(&client, url.clone(), &admin).await;
     assert!(listed.contains("<strong>dc2</strong>") && listed.contains("status never seen"));
+    // A second token for dc2 says that the first still works, and how to retire it.
+    let again = client
+        .post(format!("{}/integrations/bridge/create", cloud.https))
+        .header("cookie", &admin)
+        .form(&[("csrf", csrf.as_str()), ("name", "dc2")])
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        again.contains("Bridge dc2 already had 1 live token (sigbrt_")
+            && again.contains("which still works")
+            && again.contains("cloud bridge-token revoke --org acme --name dc2 ID"),
+        "{again}"
+    );
 
     // The command with no file at all, pasted into a shell as the page shows it (`bridge
     // check` in place of `bridge run`): it trusts the cloud's own CA, and the token is good.

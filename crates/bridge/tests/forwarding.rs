@@ -155,6 +155,11 @@ async fn credentials_are_injected_and_the_api_key_is_not_forwarded() {
         .header("client-ip", "10.0.0.1")
         .header("cf-connecting-ip", "10.0.0.1")
         .header("fastly-client-ip", "10.0.0.1")
+        .header("x-originating-ip", "10.0.0.1")
+        .header("x-remote-addr", "10.0.0.1")
+        .header("x-original-forwarded-for", "10.0.0.1")
+        .header("x-envoy-external-address", "10.0.0.1")
+        .header("via", "1.1 10.0.0.1")
         .header("expect", "100-continue")
         .send()
         .await
@@ -188,6 +193,11 @@ async fn credentials_are_injected_and_the_api_key_is_not_forwarded() {
         "client-ip",
         "cf-connecting-ip",
         "fastly-client-ip",
+        "x-originating-ip",
+        "x-remote-addr",
+        "x-original-forwarded-for",
+        "x-envoy-external-address",
+        "via",
         "expect",
     ] {
         assert!(

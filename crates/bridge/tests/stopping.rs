@@ -1,5 +1,6 @@
-//! How streams and the process end: an answer cut midway is audited as cut, and a SIGTERM
-//! stops a bridge at once while it is still waiting on a silent cloud.
+//! How streams and the process end: an answer cut midway is audited as cut, SIGHUP drains as
+//! SIGTERM does, and a SIGTERM stops a bridge at once while it is still waiting on a silent
+//! cloud.
 
 use std::time::{Duration, Instant};
 
@@ -34,6 +35,26 @@ async fn an_answer_cut_midway_is_audited_as_cut() {
     assert!(of("/download").get("ended").is_none(), "{records:?}");
     assert_eq!(of("/stall")["status"], 200);
     assert_eq!(of("/stall")["ended"], "cut", "{records:?}");
+}
+
+/// SIGHUP (a terminal closed on a bridge run in the foreground) stops it as SIGTERM does: the
+/// answer in flight finishes and is audited, and the bridge exits 0, where the signal's default
+/// action ended it at once (exit 129) and lost the last audit records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_drains_as_sigterm_does() {
+    let mut rig = Rig::start("").await;
+    let answer = rig.get("/download?bytes=100000").await;
+    assert_eq!(answer.status(), 200);
+    rig.bridge.signal("HUP");
+    assert_eq!(answer.bytes().await.unwrap().len(), 100_000);
+    testkit::wait_until("the answer's audit record", || {
+        rig.bridge.log_json().iter().any(|l| {
+            l["type"] == "audit" && l["path"].as_str().is_some_and(|p| p.contains("/download"))
+        })
+    })
+    .await;
+    assert_eq!(rig.bridge.wait(), Some(0), "{}", rig.bridge.log_text());
+    assert!(rig.bridge.log_text().contains("bridge stopped"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

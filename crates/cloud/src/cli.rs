@@ -9,9 +9,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::logging::LogFormat;
 
 mod hints;
+mod serve;
 
 pub use hints::env_notes;
 use hints::{blank_env, env_behind, misplaced};
+pub use serve::{ServeArgs, ServeSettings};
 
 /// The Signals API, its storage and the bridge relay.
 #[derive(Debug, Parser)]
@@ -119,76 +121,6 @@ fn api_url(raw: &str) -> Result<url::Url, String> {
             "{raw:?} is not the cloud's address: expected such as https://signals.example.com"
         )),
     }
-}
-
-/// Options of `cloud serve`.
-#[derive(Debug, Args)]
-pub struct ServeArgs {
-    /// Storage.
-    #[command(flatten)]
-    pub storage: StorageArgs,
-    /// TLS 1.3 address: the API and the bridge tunnel.
-    #[arg(long, env = "CLOUD_LISTEN", default_value = "127.0.0.1:8443", value_parser = listen_address)]
-    pub listen: SocketAddr,
-    /// Plain HTTP address (the API only, never the bridge tunnel), or `off`.
-    #[arg(long, env = "CLOUD_HTTP_LISTEN", default_value = "127.0.0.1:8000")]
-    pub http_listen: String,
-    /// Server certificate chain (PEM); a self-signed one is made when absent.
-    #[arg(long, env = "CLOUD_TLS_CERT", requires = "tls_key")]
-    pub tls_cert: Option<PathBuf>,
-    /// Private key of --tls-cert (PEM).
-    #[arg(long, env = "CLOUD_TLS_KEY", requires = "tls_cert")]
-    pub tls_key: Option<PathBuf>,
-    /// More host names (or IP addresses) for the self-signed certificate, comma-separated,
-    /// besides localhost, 127.0.0.1 and ::1: the names bridges and clients dial, such as a
-    /// container's or a Kubernetes Service's name. Ignored with --tls-cert.
-    #[arg(long, env = "CLOUD_TLS_NAMES", value_delimiter = ',', value_parser = tls_name)]
-    pub tls_names: Vec<String>,
-    /// CA certificates (PEM) of an operator's own PKI: bridge client certificates they sign
-    /// may open tunnels too (with a valid token), named `ORG:BRIDGE` (org slug, bridge name).
-    /// Trusted for every org: for a service run by one organisation.
-    #[arg(long, env = "CLOUD_CLIENT_CA")]
-    pub client_ca: Option<PathBuf>,
-    /// Events per second per signal key (bursts of twice that); 0 turns the limit off.
-    #[arg(long, env = "CLOUD_SIGNAL_RATE_LIMIT", default_value_t = 1000)]
-    pub signal_rate_limit: u32,
-    /// MiB of signal request bodies ingested at once (parsed events and their commit take
-    /// about five times that); more requests wait, up to --header-read-timeout, then get 503.
-    /// Keeps memory bounded whatever the number of clients.
-    #[arg(long, env = "CLOUD_INGEST_MEMORY_MB", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=65536))]
-    pub ingest_memory_mb: u32,
-    /// Seconds in-flight requests may take to finish at shutdown.
-    #[arg(long, env = "CLOUD_DRAIN_TIMEOUT", default_value_t = 20)]
-    pub drain_timeout: u64,
-    /// Seconds a client may take to send a request's headers; the longest pause in a signal's,
-    /// a forwarded request's, a dashboard form's or a correlation JSON body (then 408); and how long an HTTP/2 connection may go
-    /// without a new request before it is closed gracefully.
-    #[arg(long, env = "CLOUD_HEADER_READ_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub header_read_timeout: u64,
-    /// Seconds a request forwarded through a bridge may wait for the response's headers
-    /// (a free tunnel stream included) before a 504; also the longest stretch in which its
-    /// upload makes no progress (504), the longest pause in its response body (cut) and the
-    /// longest its caller may leave that body unread (cut, freeing the bridge's slot).
-    #[arg(long, env = "CLOUD_FORWARD_TIMEOUT", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86400))]
-    pub forward_timeout: u64,
-    /// The dashboard's address as people and bridges reach it, such as
-    /// https://signals.example.com: the base of the commands its pages show. Default: the
-    /// address each page was reached at.
-    #[arg(long, env = "CLOUD_PUBLIC_URL", value_parser = public_url)]
-    pub public_url: Option<String>,
-    /// The Bridge release this cloud ships and recommends: instances running an older one are
-    /// marked outdated and notified. Default: this cloud's own version.
-    #[arg(long, env = "CLOUD_BRIDGE_RELEASE", default_value = crate::live::VERSION, value_parser = crate::live::parse_release)]
-    pub bridge_release: String,
-    /// Seconds before a failed webhook delivery is tried again; the wait doubles after each
-    /// failure (at most an hour), 8 attempts in all.
-    #[arg(long, env = "CLOUD_WEBHOOK_FIRST_RETRY", default_value_t = 10.0, value_parser = first_retry)]
-    pub webhook_first_retry: f64,
-    /// Let webhooks reach loopback, private, link-local and other non-public addresses (for
-    /// receivers inside your own network). Off: a service for many orgs must not let an org's
-    /// webhook reach its own network.
-    #[arg(long, env = "CLOUD_WEBHOOK_ALLOW_PRIVATE", value_parser = clap::builder::BoolishValueParser::new())]
-    pub webhook_allow_private: bool,
 }
 
 impl Cli {

@@ -301,36 +301,50 @@ async fn db_proxy(args: DbProxyArgs) -> Result<(), Failure> {
 }
 
 async fn serve(args: ServeArgs) -> Result<(), Failure> {
-    let backend = backend(&args.storage)?;
-    let tls_listener = cloud::server::listen(args.listen)
-        .map_err(|e| Failure::Usage(format!("cannot listen on --listen {}: {e}", args.listen)))?;
-    let http_listener = match args.http_listen.as_str() {
-        "off" => None,
-        addr => {
-            let parsed: std::net::SocketAddr = addr.parse().map_err(|_| {
-                Failure::Usage(format!(
-                    "--http-listen {addr:?} is not an address like 127.0.0.1:8000, nor `off`"
-                ))
-            })?;
-            // The same port on the same address, or under a wildcard that covers the other
-            // (`0.0.0.0` its own family's addresses; `[::]` both families').
-            let covers = |wild: std::net::IpAddr, other: std::net::IpAddr| {
-                wild.is_unspecified() && (wild.is_ipv6() || other.is_ipv4())
-            };
-            let (a, b) = (parsed.ip(), args.listen.ip());
-            let clash = parsed.port() != 0
-                && parsed.port() == args.listen.port()
-                && (a == b || covers(a, b) || covers(b, a));
-            if clash {
-                return Err(Failure::Usage(format!(
-                    "--http-listen {addr} and --listen {} take the same port: give the plain HTTP listener another port, or `--http-listen off`",
-                    args.listen
-                )));
-            }
-            Some(cloud::server::listen(parsed).map_err(|e| {
-                Failure::Usage(format!("cannot listen on --http-listen {addr}: {e}"))
-            })?)
-        }
+    // Every mistake in the options, the files they name and the addresses is said at once.
+    let mut problems: Vec<String> = Vec::new();
+    let settings = args.settings().map_err(|p| problems.extend(p)).ok();
+    let backend = Backend::choose(&args.storage.data_dir, args.storage.database_url.as_deref())
+        .map_err(|e| problems.push(e.to_string()))
+        .ok();
+    let tls_files = args.tls_cert.clone().zip(args.tls_key.clone());
+    let prepared = server::prepare(
+        tls_files.as_ref(),
+        args.client_ca.as_ref(),
+        &args.storage.data_dir,
+        backend.as_ref(),
+    )
+    .map_err(|p| problems.extend(p.iter().map(ToString::to_string)))
+    .ok();
+    let listeners = settings.as_ref().map(|s| {
+        let bind = |flag: &str, addr: std::net::SocketAddr| {
+            cloud::server::listen(addr).map_err(|e| format!("cannot listen on {flag} {addr}: {e}"))
+        };
+        (
+            bind("--listen", s.listen),
+            s.http_listen
+                .map(|addr| bind("--http-listen", addr))
+                .transpose(),
+        )
+    });
+    let (tls_listener, http_listener) = match listeners {
+        Some((tls, plain)) => (
+            tls.map_err(|e| problems.push(e)).ok(),
+            plain.map_err(|e| problems.push(e)).ok(),
+        ),
+        None => (None, None),
+    };
+    let (Some(settings), Some(backend), Some(prepared), Some(tls_listener), Some(http_listener)) =
+        (settings, backend, prepared, tls_listener, http_listener)
+    else {
+        return Err(Failure::Usage(match problems.as_slice() {
+            [one] => one.clone(),
+            all => format!(
+                "{} problems with `cloud serve`'s options; nothing was started:\n  {}",
+                all.len(),
+                all.join("\n  ")
+            ),
+        }));
     };
     // Clients trust the cloud's own CA through this file, unless it serves the operator's.
     let own_ca = (args.tls_cert.is_none()).then(|| {
@@ -343,35 +357,33 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
             names: ["localhost", "127.0.0.1", "::1"]
                 .into_iter()
                 .map(String::from)
-                .chain(args.tls_names.iter().map(|n| n.to_ascii_lowercase()))
+                .chain(settings.tls_names.iter().map(|n| n.to_ascii_lowercase()))
                 .collect(),
         }
     });
     let options = ServeOptions {
         backend,
         data_dir: args.storage.data_dir,
-        tls_files: args.tls_cert.zip(args.tls_key),
-        tls_names: args.tls_names,
-        client_ca: args.client_ca,
-        signal_rate_limit: args.signal_rate_limit,
-        ingest_memory: args.ingest_memory_mb as usize * 1024 * 1024,
-        drain_timeout: Duration::from_secs(args.drain_timeout),
-        header_read_timeout: Duration::from_secs(args.header_read_timeout),
-        forward_timeout: Duration::from_secs(args.forward_timeout),
+        tls_names: settings.tls_names,
+        signal_rate_limit: settings.signal_rate_limit,
+        ingest_memory: settings.ingest_memory_mb as usize * 1024 * 1024,
+        drain_timeout: Duration::from_secs(settings.drain_timeout),
+        header_read_timeout: Duration::from_secs(settings.header_read_timeout),
+        forward_timeout: Duration::from_secs(settings.forward_timeout),
         publishing: cloud::app::Publishing {
-            bridge_release: args.bridge_release,
-            public_url: args.public_url,
+            bridge_release: settings.bridge_release,
+            public_url: settings.public_url,
             tls_port: tls_listener
                 .local_addr()
-                .map_or(args.listen.port(), |a| a.port()),
+                .map_or(settings.listen.port(), |a| a.port()),
             own_ca,
             webhook_allow_private: args.webhook_allow_private,
         },
-        webhook_first_retry: Duration::from_secs_f64(args.webhook_first_retry),
+        webhook_first_retry: Duration::from_secs_f64(settings.webhook_first_retry),
         webhook_allow_private: args.webhook_allow_private,
     };
     let shutdown = cloud::shutdown::on_signal();
-    server::run(options, tls_listener, http_listener, shutdown)
+    server::run(options, prepared, tls_listener, http_listener, shutdown)
         .await
         .map_err(|e| match e {
             e @ (server::ServeError::TlsFiles(_)

@@ -35,6 +35,7 @@ use crate::signals::event::FieldError;
         crate::pgwire::upgrade::upgrade,
         crate::correlation::suspects,
         crate::correlation::confirm_cause,
+        crate::correlation::withdraw_cause,
         crate::correlation::dependencies::dependencies,
         crate::correlation::dependencies::set_dependencies,
         crate::correlation::dora::figures,

@@ -387,7 +387,7 @@ fn values_from_the_environment_are_said_to_be_and_empty_ones_refused() {
     let serve = ["serve", "--listen", "127.0.0.1:0"];
     let stderr = cloud(&serve, ("CLOUD_HTTP_LISTEN", "bogus"));
     assert!(
-        stderr.contains("--http-listen \"bogus\"")
+        stderr.contains("--http-listen: \"bogus\"")
             && stderr.contains(
                 "(the value of --http-listen comes from the environment variable CLOUD_HTTP_LISTEN)"
             ),

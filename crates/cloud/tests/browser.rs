@@ -221,7 +221,7 @@ async fn an_admin_and_a_member_use_the_dashboard() {
     assert_eq!(browser.focused().await, focused);
     browser.check_page("events").await;
     browser.click("#live tbody a").await;
-    browser.wait_for_text("deployment event").await;
+    browser.wait_for_text("Deployment: ").await;
     browser.check_page("event").await;
     browser.goto(&format!("{}/services", cloud.http)).await;
     browser.wait_for_text("checkout-browser").await;

@@ -519,6 +519,26 @@ async fn dora_figures_match_the_hand_computed_example() {
     );
     // Failed: v3 (failure), v4 (rolled back to v3), v5 (confirmed cause): 3 of 7 finished.
     assert_eq!(f["changeFailRate"], json!(0.429), "{f:#}");
+    // A confirmation made by mistake is withdrawn (audited), and counts no more; once only.
+    let cause = format!("/v1/alerts/{alert}/cause");
+    let (status, body) = call(&cloud, &t, reqwest::Method::DELETE, &cause, None).await;
+    assert_eq!(status, 204, "{body}");
+    let line: Value = serde_json::from_str(&cloud.wait_log_line("alert.withdraw_cause")).unwrap();
+    assert_eq!(line["object"], format!("{alert} <- {}", ids[6]), "{line}");
+    let f = figures(base() + Duration::days(7)).await;
+    assert_eq!(f["changeFailRate"], json!(0.286), "{f:#}");
+    let (status, body) = call(&cloud, &t, reqwest::Method::DELETE, &cause, None).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("has no confirmed cause"),
+        "{body}"
+    );
+    let confirm = Some(json!({"deploymentId": ids[6]}));
+    let (status, body) = call(&cloud, &t, reqwest::Method::POST, &cause, confirm).await;
+    assert_eq!(status, 200, "{body}");
     // Recovered: v3 failure -> v3 success 30 min later; v4 -> v3 60 min later; v5 not yet.
     assert_eq!(
         f["recoveryTimeSeconds"],
@@ -645,6 +665,22 @@ async fn dora_counts_deployments_across_pages() {
     assert_eq!(f["truncated"], json!(false), "{f:#}");
     // One failure (v1199, rolled back) of 1,201 finished: small rates keep three digits.
     assert_eq!(f["changeFailRate"], json!(0.000833), "{f:#}");
+}
+
+/// This host's name when it resolves to a loopback address only (as Debian's /etc/hosts has
+/// it), for a webhook name that is refused when a delivery resolves it.
+fn hostname_on_loopback() -> String {
+    use std::net::ToSocketAddrs;
+    let out = std::process::Command::new("hostname").output().unwrap();
+    let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let loopback = (name.as_str(), 80)
+        .to_socket_addrs()
+        .is_ok_and(|mut addrs| addrs.all(|a| a.ip().is_loopback()));
+    assert!(
+        loopback && !name.is_empty(),
+        "this test needs the host name {name:?} to resolve to a loopback address (/etc/hosts)"
+    );
+    name
 }
 
 fn urlencode(s: &str) -> String {
@@ -836,6 +872,25 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
     assert_eq!(status, 303);
     let (_, page) = get(&browser, format!("{}/events/{alert}", cloud.https), &admin).await;
     assert!(page.contains("confirmed cause"), "{page}");
+    assert!(
+        page.contains("<h1>Alert: "),
+        "the alert's title heads its page: {page}"
+    );
+    // Withdrawn on the page (a mis-click), then confirmed again.
+    let withdraw = format!("/events/{alert}/cause/withdraw");
+    let (status, _) = form(&browser, &cloud, &admin, &withdraw, &[]).await;
+    assert_eq!(status, 303);
+    let (_, page) = get(&browser, format!("{}/events/{alert}", cloud.https), &admin).await;
+    assert!(!page.contains("confirmed cause"), "{page}");
+    let (status, _) = form(
+        &browser,
+        &cloud,
+        &admin,
+        &format!("/events/{alert}/cause"),
+        &[("deployment", &deployment)],
+    )
+    .await;
+    assert_eq!(status, 303);
     let (_, dora) = call(
         &cloud,
         &t,
@@ -855,6 +910,8 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
     )
     .await;
     assert_eq!(status, 403, "members read");
+    let (status, _) = form(&browser, &cloud, &member, &withdraw, &[]).await;
+    assert_eq!(status, 403, "members do not withdraw");
     // Declared dependencies are shown on the service's page.
     call(
         &cloud,
@@ -947,6 +1004,8 @@ async fn concurrent_deployments_of_the_same_services_all_commit_postgres() {
 async fn webhooks_reach_public_addresses_only_by_default() {
     use testkit::dashboard::{get, post as form};
 
+    // A name that only resolves to loopback when a delivery looks it up: the host's own.
+    let name = hostname_on_loopback();
     let WebhookOrg {
         cloud,
         tenant: t,
@@ -954,20 +1013,29 @@ async fn webhooks_reach_public_addresses_only_by_default() {
         admin,
         receiver,
         ..
-    } = org_with_webhook_at(&[], |url| url.replace("127.0.0.1", "localhost")).await;
-    let (status, page) = form(
-        &browser,
-        &cloud,
-        &admin,
-        "/integrations/notifications/webhook",
-        &[("url", &receiver.url)],
-    )
-    .await;
-    assert_eq!(status, 422, "{page}");
-    assert!(
-        page.contains("url: 127.0.0.1 is not a public address"),
-        "{page}"
-    );
+    } = org_with_webhook_at(&[], |url| url.replace("127.0.0.1", &name)).await;
+    // A loopback address, or `localhost`, is refused when set.
+    for (url, said) in [
+        (
+            receiver.url.clone(),
+            "url: 127.0.0.1 is not a public address",
+        ),
+        (
+            receiver.url.replace("127.0.0.1", "localhost"),
+            "url: localhost (a loopback name) is not a public address",
+        ),
+    ] {
+        let (status, page) = form(
+            &browser,
+            &cloud,
+            &admin,
+            "/integrations/notifications/webhook",
+            &[("url", &url)],
+        )
+        .await;
+        assert_eq!(status, 422, "{page}");
+        assert!(page.contains(said), "{page}");
+    }
     let now = Utc::now();
     cloud.post_event(&t, &json!({"type": "deployment", "service": "api", "environment": "production",
         "status": "success", "version": "v2", "timestamp": (now - Duration::minutes(5)).to_rfc3339()})).await;

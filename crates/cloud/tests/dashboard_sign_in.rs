@@ -192,6 +192,13 @@ async fn sign_out_everywhere_ends_every_session() {
         .await
         .unwrap();
     assert_eq!(res.status(), 303);
+    // The browser drops the pages it kept for Back.
+    assert_eq!(
+        res.headers()["clear-site-data"],
+        "\"cache\"",
+        "{:?}",
+        res.headers()
+    );
     for session in [&first, &second] {
         let res = client
             .get(format!("{}/", cloud.https))
@@ -214,11 +221,14 @@ async fn failed_sign_ins_are_throttled_and_logged_without_the_password() {
     for _ in 0..5 {
         let res = sign_in(&client, &cloud.https, "ada@example.com", "wrong guess 123").await;
         assert_eq!(res.status(), 401);
+        let page = res.text().await.unwrap();
+        // Said, titled and focused for a screen reader's user, on the field to type again.
         assert!(
-            res.text()
-                .await
-                .unwrap()
-                .contains("Wrong email or password")
+            page.contains("Wrong email or password")
+                && page.contains("<title>Error: Sign in")
+                && page
+                    .contains("aria-invalid=\"true\" aria-describedby=\"sign-in-error\" autofocus"),
+            "{page}"
         );
     }
     // Even the right password waits now.
@@ -453,4 +463,30 @@ async fn signing_in_returns_to_the_page_asked_for() {
         lands("/sign-in".into(), Some("//evil.example/x")).await,
         "/"
     );
+
+    // A form that arrives without a session (it expired while the page was open) is not
+    // saved; sign-in says so, and leads back to the form's page.
+    let res = client
+        .post(format!("{}/integrations/repositories", cloud.https))
+        .form(&[("csrf", "x"), ("repository", "acme/api")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 303);
+    let to = res.headers()[LOCATION].to_str().unwrap().to_string();
+    assert_eq!(to, "/sign-in?next=%2Fintegrations%2Frepositories&unsaved=1");
+    let page = client
+        .get(format!("{}{to}", cloud.https))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("Your session ended before your form arrived")
+            && page.contains("nothing was saved"),
+        "{page}"
+    );
+    assert_eq!(lands(to, None).await, "/integrations/repositories");
 }

@@ -322,3 +322,44 @@ fn a_host_name_to_listen_on_is_refused_with_what_to_give() {
         "{stderr}"
     );
 }
+
+/// `serve` names every mistake in its options and the files they name at once, each with its
+/// flag, and starts nothing: an operator fixes them in one go, not one per attempt.
+#[test]
+fn every_bad_serve_option_is_said_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let missing = dir.path().join("missing.pem");
+    let out = Command::new(cloud_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .args(["--bridge-release", "banana", "--forward-timeout", "0"])
+        .arg("--tls-cert")
+        .arg(&missing)
+        .arg("--tls-key")
+        .arg(&missing)
+        .arg("--client-ca")
+        .arg(&missing)
+        .arg("--data-dir")
+        .arg(&file)
+        .env("CLOUD_DRAIN_TIMEOUT", "soon")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("6 problems with `cloud serve`'s options; nothing was started"),
+        "{stderr}"
+    );
+    for said in [
+        "--drain-timeout: \"soon\" is not a whole number from 0 to 86400",
+        "--forward-timeout: \"0\" is not a whole number from 1 to 86400",
+        "--bridge-release: \"banana\" is not a release number",
+        "--tls-cert/--tls-key: ",
+        "--client-ca: ",
+        "--data-dir ",
+        "(the value of --drain-timeout comes from the environment variable CLOUD_DRAIN_TIMEOUT)",
+    ] {
+        assert!(stderr.contains(said), "{said}: {stderr}");
+    }
+}

@@ -83,6 +83,12 @@ async fn route(req: Request<Incoming>) -> Response<Body> {
             return r;
         }
     }
+    // A server up but failing, as one whose own backend is down answers.
+    if path.ends_with("/failing") {
+        let mut r = Response::new(full("bad gateway"));
+        *r.status_mut() = hyper::StatusCode::BAD_GATEWAY;
+        return r;
+    }
     if let Some(ms) = query(&req, "sleep_ms") {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }

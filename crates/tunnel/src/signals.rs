@@ -1,14 +1,18 @@
-//! SIGTERM and Ctrl-C, as both binaries stop on them: the first signal drains, the second exits
-//! at once. Shared here because the cloud and the bridge must agree on it, like the rest of
-//! this crate.
+//! SIGTERM and Ctrl-C (and SIGHUP, a closed terminal), as both binaries stop on them: the
+//! first signal drains, the second exits at once. Shared here because the cloud and the bridge
+//! must agree on it, like the rest of this crate.
 
-/// SIGTERM and Ctrl-C, listened to from the start: a second signal sent the moment the first
-/// was handled is not lost (a listener made after the first would miss it).
+/// SIGTERM, Ctrl-C and SIGHUP, listened to from the start: a second signal sent the moment the
+/// first was handled is not lost (a listener made after the first would miss it). SIGHUP is a
+/// stop, not a reload: a terminal closed on a process run in the foreground sends it, and its
+/// default action would end the process without draining or its last audit records.
 pub struct Signals {
     #[cfg(unix)]
     term: tokio::signal::unix::Signal,
     #[cfg(unix)]
     interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    hangup: tokio::signal::unix::Signal,
     #[cfg(windows)]
     ctrl_c: tokio::signal::windows::CtrlC,
 }
@@ -22,6 +26,7 @@ impl Signals {
             Ok(Signals {
                 term: signal(SignalKind::terminate())?,
                 interrupt: signal(SignalKind::interrupt())?,
+                hangup: signal(SignalKind::hangup())?,
             })
         }
         #[cfg(windows)]
@@ -32,12 +37,13 @@ impl Signals {
         }
     }
 
-    /// Waits for the next SIGTERM or Ctrl-C.
+    /// Waits for the next SIGTERM, Ctrl-C or SIGHUP.
     pub async fn next(&mut self) {
         #[cfg(unix)]
         tokio::select! {
             _ = self.term.recv() => {}
             _ = self.interrupt.recv() => {}
+            _ = self.hangup.recv() => {}
         }
         #[cfg(windows)]
         self.ctrl_c.recv().await;

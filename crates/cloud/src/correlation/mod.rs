@@ -73,7 +73,10 @@ impl CorrelationState {
 pub fn router(state: CorrelationState) -> Router {
     Router::new()
         .route("/v1/alerts/{id}/suspects", get(suspects))
-        .route("/v1/alerts/{id}/cause", post(confirm_cause))
+        .route(
+            "/v1/alerts/{id}/cause",
+            post(confirm_cause).delete(withdraw_cause),
+        )
         .route(
             "/v1/services/{service}/dependencies",
             get(dependencies::dependencies).put(dependencies::set_dependencies),
@@ -365,6 +368,47 @@ pub async fn confirm_cause(
     )
     .await?;
     Ok(Json(json!({"alertId": id, "deploymentId": deployment_id})))
+}
+
+/// `DELETE /v1/alerts/{id}/cause`: withdraws a confirmation made by mistake; the deployment is
+/// no longer counted as failed for it. 404 when the alert has no confirmed cause.
+#[utoipa::path(delete, path = "/v1/alerts/{id}/cause", tag = "correlation",
+    params(("id" = String, Path, description = "An alert's event id")),
+    responses((status = 204, description = "Withdrawn"),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Storage unavailable (Retry-After)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such alert, or no confirmed cause", body = Problem, content_type = "application/problem+json")))]
+pub async fn withdraw_cause(
+    State(state): State<CorrelationState>,
+    peer: Option<Extension<PeerAddr>>,
+    headers: HeaderMap,
+    PathParams(id): PathParams<String>,
+    uri: axum::http::Uri,
+) -> Result<axum::http::StatusCode, Problem> {
+    let principal = state.keys.authenticate(&state.store, &headers).await?;
+    crate::query::no_query(&uri)?;
+    alert(&state, principal.org_id, &id).await?;
+    let withdrawn = state
+        .store
+        .withdraw_cause(principal.org_id, &id)
+        .await
+        .map_err(|e| storage_unavailable(&e))?;
+    let Some(deployment_id) = withdrawn else {
+        return Err(Problem::not_found(format!(
+            "alert {} has no confirmed cause to withdraw",
+            shown(&id)
+        )));
+    };
+    audit(
+        &state,
+        &principal,
+        peer,
+        "alert.withdraw_cause",
+        &format!("{id} <- {deployment_id}"),
+    )
+    .await?;
+    Ok(axum::http::StatusCode::NO_CONTENT)
 }
 
 /// An event kind with its article, for messages: "an alert", "a deployment".

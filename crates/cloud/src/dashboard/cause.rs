@@ -1,5 +1,5 @@
 //! Confirming an alert's cause from its page: an admin picks the deployment that caused it,
-//! which the change fail rate then counts.
+//! which the change fail rate then counts, and may withdraw a confirmation made by mistake.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -84,6 +84,42 @@ pub async fn confirm_cause(
             .is_err()
     {
         return unavailable();
+    }
+    axum::response::Redirect::to(&format!("/events/{id}")).into_response()
+}
+
+/// The withdraw form's fields.
+#[derive(Deserialize)]
+pub struct WithdrawForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// `POST /events/{id}/cause/withdraw`: an admin withdraws the alert's confirmed cause (a
+/// confirmation made by mistake); the deployment is no longer counted as failed for it.
+pub async fn withdraw_cause(
+    State(state): State<DashboardState>,
+    me: Me,
+    Path(id): Path<String>,
+    super::form::Form(form): super::form::Form<WithdrawForm>,
+) -> Response {
+    if let Some(answer) = super::me::refuse_admin_form(&me, &form.csrf) {
+        return answer;
+    }
+    let org_id = me.session.user.org_id;
+    let Ok(withdrawn) = state.store.withdraw_cause(org_id, &id).await else {
+        return unavailable();
+    };
+    // Withdrawn already (the form sent twice): the page shows that there is none.
+    if let Some(deployment) = withdrawn {
+        let what = format!("{id} <- {deployment}");
+        let audited = state
+            .store
+            .audit(org_id, &me.actor(), "alert.withdraw_cause", &what)
+            .await;
+        if audited.is_err() {
+            return unavailable();
+        }
     }
     axum::response::Redirect::to(&format!("/events/{id}")).into_response()
 }

@@ -62,7 +62,10 @@ struct SuspectRow {
 struct EventPage<'a> {
     me: &'a Me,
     id: &'a str,
-    kind: &'a str,
+    /// "Alert: Disk full", "Deployment: 1.4.2", or the type alone.
+    heading: String,
+    /// The fields a reader looks for first, by label: service, environment, status, ….
+    facts: Vec<(&'static str, String)>,
     json: String,
     /// For an alert: its suspects (`None` when they could not be found).
     suspects: Option<Vec<SuspectRow>>,
@@ -186,13 +189,57 @@ pub(super) fn text(body: &Value, field: &str) -> String {
         .to_string()
 }
 
+/// What names an event in a list or a heading: its title, version, summary or name.
+fn summary_of(body: &Value) -> String {
+    ["title", "version", "summary", "name"]
+        .iter()
+        .map(|f| text(body, f))
+        .find(|s| !s.is_empty())
+        .unwrap_or_default()
+}
+
+/// The event page's heading: its type, capitalised, and what names it.
+fn heading_of(body: &Value) -> String {
+    let kind = text(body, "type");
+    let mut chars = kind.chars();
+    let kind = chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect::<String>())
+        .unwrap_or_else(|| "Event".into());
+    match summary_of(body) {
+        s if s.is_empty() => kind,
+        s => format!("{kind}: {s}"),
+    }
+}
+
+/// The fields a reader of an event page looks for first, those the event has.
+fn facts_of(body: &Value) -> Vec<(&'static str, String)> {
+    [
+        ("Service", "service"),
+        ("Environment", "environment"),
+        ("Status", "status"),
+        ("Severity", "severity"),
+        ("Version", "version"),
+        ("Commit", "sha"),
+        ("Repository", "repository"),
+        ("Time", "timestamp"),
+    ]
+    .into_iter()
+    .filter_map(|(label, field)| {
+        let value = text(body, field);
+        let value = if field == "timestamp" {
+            when_text(&value)
+        } else {
+            value
+        };
+        (!value.is_empty()).then_some((label, value))
+    })
+    .collect()
+}
+
 fn row(e: StoredEvent) -> Row {
     let body: Value = serde_json::from_str(&e.body).unwrap_or(Value::Null);
-    let summary = ["title", "version", "summary", "name"]
-        .iter()
-        .map(|f| text(&body, f))
-        .find(|s| !s.is_empty())
-        .unwrap_or_default();
+    let summary = summary_of(&body);
     Row {
         time: when_micros(e.occurred_at),
         kind: text(&body, "type"),
@@ -347,14 +394,16 @@ pub async fn detail(
             let json = serde_json::to_string_pretty(&body).unwrap_or(e.body.clone());
             let kind = text(&body, "type");
             let (suspects, cause) = if kind == "alert" {
-                let suspects = state
-                    .insight
-                    .suspects(me.session.user.org_id, &e.id)
-                    .await
-                    .map(|answer| suspect_rows(&answer));
                 let Ok(cause) = state.store.cause_of(me.session.user.org_id, &e.id).await else {
                     return unavailable();
                 };
+                // The confirmed cause first, whatever its score.
+                let suspects = (state.insight.suspects(me.session.user.org_id, &e.id).await)
+                    .map(|answer| suspect_rows(&answer))
+                    .map(|mut rows| {
+                        rows.sort_by_key(|r| cause.as_deref() != Some(r.id.as_str()));
+                        rows
+                    });
                 (suspects, cause)
             } else {
                 (None, None)
@@ -370,7 +419,8 @@ pub async fn detail(
                 &EventPage {
                     me: &me,
                     id: &e.id,
-                    kind: &kind,
+                    heading: heading_of(&body),
+                    facts: facts_of(&body),
                     json,
                     suspects,
                     cause,

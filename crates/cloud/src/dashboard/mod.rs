@@ -238,6 +238,14 @@ pub fn router(state: DashboardState) -> Router {
                 },
             ),
         )
+        .route(
+            "/events/{id}/cause/withdraw",
+            axum::routing::post(cause::withdraw_cause).get(
+                |axum::extract::Path(id): axum::extract::Path<String>| async move {
+                    Redirect::to(&format!("/events/{}", urlencoding_path(&id)))
+                },
+            ),
+        )
         .route("/integrations/signals", get(signals::list))
         .route(
             "/integrations/signals/create",

@@ -7,6 +7,7 @@ mod listener;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use rustls_pki_types::CertificateDer;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -27,12 +28,8 @@ pub struct ServeOptions {
     pub backend: Backend,
     /// Holds the CA and the self-signed certificate.
     pub data_dir: PathBuf,
-    /// `--tls-cert` and `--tls-key`, when given.
-    pub tls_files: Option<(PathBuf, PathBuf)>,
     /// `--tls-names`: more names for the self-signed certificate.
     pub tls_names: Vec<String>,
-    /// `--client-ca`: CAs of operators' own PKI, whose bridge certificates are trusted too.
-    pub client_ca: Option<PathBuf>,
     /// Events/s per signal key; 0 turns the limit off.
     pub signal_rate_limit: u32,
     /// Bytes of signal request bodies ingested at once.
@@ -100,43 +97,79 @@ pub enum ServeError {
     },
 }
 
+/// The operator's files, read and checked before anything starts: see [`prepare`].
+pub struct Prepared {
+    /// `--tls-cert`/`--tls-key`'s certificate and key.
+    operator_identity: Option<tls::Identity>,
+    /// `--client-ca`'s file and its CAs.
+    operator_cas: Option<(PathBuf, Vec<CertificateDer<'static>>)>,
+}
+
+/// Reads the operator's files (`--tls-cert`/`--tls-key`, `--client-ca`) and checks the data
+/// directory for `backend`, before any database is touched: every problem found, at once.
+pub fn prepare(
+    tls_files: Option<&(PathBuf, PathBuf)>,
+    client_ca: Option<&PathBuf>,
+    data_dir: &std::path::Path,
+    backend: Option<&Backend>,
+) -> Result<Prepared, Vec<ServeError>> {
+    let mut problems = Vec::new();
+    let operator_identity = match tls_files.map(|(cert, key)| tls::operator_identity(cert, key)) {
+        Some(Ok(identity)) => {
+            if let Some(warning) = tls::validity_warning(&identity.chain) {
+                let cert = tls_files.map(|(c, _)| c.display().to_string());
+                tracing::warn!(cert = %cert.unwrap_or_default(), "{warning}");
+            }
+            Some(identity)
+        }
+        Some(Err(e)) => {
+            problems.push(ServeError::TlsFiles(e));
+            None
+        }
+        None => None,
+    };
+    let cas = client_ca.map(|path| {
+        let cas = tls::load_certificates(path)?;
+        tls::check_client_cas(&cas)?;
+        Ok((path.clone(), cas))
+    });
+    let operator_cas = match cas {
+        Some(Ok(cas)) => Some(cas),
+        Some(Err(e)) => {
+            problems.push(ServeError::ClientCa(e));
+            None
+        }
+        None => None,
+    };
+    if data_dir.exists() && !data_dir.is_dir() {
+        problems.push(ServeError::DataDirIsFile(data_dir.display().to_string()));
+    } else if matches!(backend, Some(Backend::Postgres(_))) && data_dir.join("signals.db").exists()
+    {
+        problems.push(ServeError::DataDirOfSqlite(data_dir.display().to_string()));
+    }
+    if problems.is_empty() {
+        Ok(Prepared {
+            operator_identity,
+            operator_cas,
+        })
+    } else {
+        Err(problems)
+    }
+}
+
 /// Runs the service until `shutdown` is cancelled, then drains and flushes.
 pub async fn run(
     options: ServeOptions,
+    prepared: Prepared,
     tls_listener: TcpListener,
     http_listener: Option<TcpListener>,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
-    // The operator's files first: a mistyped option is said before any database is touched.
-    let operator_identity = (options.tls_files.as_ref())
-        .map(|(cert, key)| tls::operator_identity(cert, key))
-        .transpose()
-        .map_err(ServeError::TlsFiles)?;
-    if let Some(warning) =
-        (operator_identity.as_ref()).and_then(|i| tls::validity_warning(&i.chain))
-    {
-        tracing::warn!(cert = %options.tls_files.as_ref().map(|(c, _)| c.display().to_string()).unwrap_or_default(), "{warning}");
-    }
-    let operator_cas = (options.client_ca.as_ref())
-        .map(|path| {
-            let cas = tls::load_certificates(path)?;
-            tls::check_client_cas(&cas)?;
-            Ok((path, cas))
-        })
-        .transpose()
-        .map_err(ServeError::ClientCa)?;
-    if options.data_dir.exists() && !options.data_dir.is_dir() {
-        return Err(ServeError::DataDirIsFile(
-            options.data_dir.display().to_string(),
-        ));
-    }
-    if matches!(options.backend, Backend::Postgres(_))
-        && options.data_dir.join("signals.db").exists()
-    {
-        return Err(ServeError::DataDirOfSqlite(
-            options.data_dir.display().to_string(),
-        ));
-    }
+    let Prepared {
+        operator_identity,
+        operator_cas,
+    } = prepared;
+    let operator_tls = operator_identity.is_some();
     create_data_dir(&options.data_dir).map_err(|source| ServeError::CreateDataDir {
         dir: options.data_dir.display().to_string(),
         source,
@@ -160,9 +193,9 @@ pub async fn run(
     }
     // A pair rustls refuses is the certificate's and key's; anything else is the client CAs'.
     let main_config =
-        tls::server_config(identity, client_cas).map_err(|e| match (&e, &options.tls_files) {
-            (TlsError::Rustls(_), Some(_)) => ServeError::TlsFiles(e),
-            (TlsError::Rustls(_), None) => ServeError::Tls(e),
+        tls::server_config(identity, client_cas).map_err(|e| match (&e, operator_tls) {
+            (TlsError::Rustls(_), true) => ServeError::TlsFiles(e),
+            (TlsError::Rustls(_), false) => ServeError::Tls(e),
             _ => ServeError::ClientCa(e),
         })?;
     let configs = connection::TlsConfigs {
@@ -208,6 +241,7 @@ pub async fn run(
         .run(shutdown.clone()),
     );
     let storage_watch = tokio::spawn(store.clone().watch(shutdown.clone()));
+    let housekeeping = tokio::spawn(store.clone().keep_tidy(shutdown.clone()));
     let lister = tokio::spawn(crate::correlation::lister::keep_listing(
         app.correlation.clone(),
         shutdown.clone(),
@@ -293,7 +327,7 @@ pub async fn run(
     // that stopped answering mid-query (no socket timeout would end that), and so may the
     // storage's flush: both get what is left of the --drain-timeout (at least a second to
     // flush), then are cut, so that the process exits whatever the database does.
-    let tasks = [watcher, notifier, lister, storage_watch];
+    let tasks = [watcher, notifier, lister, storage_watch, housekeeping];
     let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
     let background = async {
         for task in tasks {

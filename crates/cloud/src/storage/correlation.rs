@@ -159,6 +159,22 @@ impl Store {
         Ok(())
     }
 
+    /// Withdraws the confirmed cause of `alert_id`: the deployment it named, `None` when there
+    /// was none.
+    pub async fn withdraw_cause(
+        &self,
+        org_id: i64,
+        alert_id: &str,
+    ) -> Result<Option<String>, StorageError> {
+        let sql = "DELETE FROM alert_causes WHERE org_id = $1 AND alert_id = $2 \
+                   RETURNING deployment_id";
+        Ok(on_writer!(&self.db, pool => sqlx::query_scalar(sql)
+            .bind(org_id)
+            .bind(alert_id)
+            .fetch_optional(pool)
+            .await?))
+    }
+
     /// The deployment confirmed as the cause of `alert_id`, if any.
     pub async fn cause_of(
         &self,

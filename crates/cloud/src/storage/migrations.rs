@@ -32,6 +32,7 @@ const SQLITE: &[(&str, &str)] = files!("sqlite":
     "0010_change_hours.sql",
     "0011_deploy_head_slots.sql",
     "0012_bridge_token_connected.sql",
+    "0013_idempotency_by_age.sql",
 );
 
 const POSTGRES: &[(&str, &str)] = files!("postgres":
@@ -47,6 +48,7 @@ const POSTGRES: &[(&str, &str)] = files!("postgres":
     "0010_change_hours.sql",
     "0011_deploy_head_slots.sql",
     "0012_bridge_token_connected.sql",
+    "0013_idempotency_by_age.sql",
 );
 
 /// SQLite's migrations.

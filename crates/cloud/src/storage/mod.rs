@@ -13,6 +13,7 @@ mod checks;
 mod correlation;
 mod credentials;
 mod error;
+mod housekeeping;
 mod ids;
 mod keys;
 mod migrations;

@@ -224,3 +224,51 @@ async fn a_session_needs_the_password_it_was_vouched_by() {
     assert!(new.unwrap());
     store.close().await;
 }
+
+/// An `Idempotency-Key`'s first answer is kept for a day, then deleted: a repeat after that is
+/// a new request; younger keys stay.
+#[tokio::test]
+async fn old_idempotency_keys_are_deleted() {
+    for backend in [None, Some(testkit::PgSchema::create())] {
+        let dir = tempfile::tempdir().unwrap();
+        let target = match &backend {
+            Some(schema) => Backend::Postgres(schema.url.clone()),
+            None => Backend::Sqlite(dir.path().join("signals.db")),
+        };
+        let store = Store::open(&target, Metrics::new(), OpenMode::CreateIfMissing)
+            .await
+            .unwrap();
+        on_writer!(&store.db, pool => sqlx::query("INSERT INTO orgs (slug, created_at) VALUES ('acme', 0)")
+            .execute(pool)
+            .await
+            .map(drop)
+            .unwrap());
+        let now = now_micros();
+        for (key, at) in [
+            ("old", now - 25 * 3_600_000_000),
+            ("young", now - 3_600_000_000),
+        ] {
+            let mut batch = custom_event(&uuid::Uuid::now_v7().to_string(), None, at);
+            batch.idempotency = Some((key.to_string(), format!("{{\"{key}\":1}}")));
+            store.insert(batch).await.unwrap();
+            on_writer!(&store.db, pool => sqlx::query("UPDATE idempotency SET created_at = $1 WHERE idem_key = $2")
+                .bind(at)
+                .bind(key)
+                .execute(pool)
+                .await
+                .map(drop)
+                .unwrap());
+        }
+        let before = now - housekeeping::IDEMPOTENCY_KEPT.as_micros() as i64;
+        assert_eq!(store.prune_idempotency(before).await.unwrap(), 1);
+        assert_eq!(store.idempotent_response("k", "old").await.unwrap(), None);
+        assert!(
+            store
+                .idempotent_response("k", "young")
+                .await
+                .unwrap()
+                .is_some()
+        );
+        store.close().await;
+    }
+}

@@ -205,12 +205,18 @@ impl Ctx<'_> {
         None
     }
 
-    /// A resource's `allow` list.
+    /// A resource's `allow` list (its entry at `entry`). An empty list is refused: written out,
+    /// it reads as "nothing", yet no rules means every request.
     pub fn allow_rules(
         &mut self,
         list: Option<&Vec<Spanned<AllowFile>>>,
         key: &str,
+        entry: &Origin,
     ) -> Vec<AllowRule> {
+        if list.is_some_and(Vec::is_empty) {
+            let msg = "an empty list would admit every request, as no `allow` key does: list the rules to admit, or leave the key out to admit everything";
+            self.fail(&format!("{key}.allow"), entry, msg);
+        }
         let mut rules = Vec::new();
         for (i, rule) in list.into_iter().flatten().enumerate() {
             let key = format!("{key}.allow[{i}]");
@@ -228,13 +234,15 @@ impl Ctx<'_> {
                 }
             });
             let path = path.and_then(|p| {
-                if p.value.starts_with('/') || p.value.starts_with('*') {
-                    Some(p.value)
+                let msg = if !(p.value.starts_with('/') || p.value.starts_with('*')) {
+                    "expected a path pattern starting with / or *"
+                } else if p.value.contains('?') {
+                    "expected a path pattern without ?query: rules match the path alone, so this one would match nothing"
                 } else {
-                    let msg = "expected a path pattern starting with / or *";
-                    self.fail(&format!("{key}.path"), &p.origin, msg);
-                    None
-                }
+                    return Some(p.value);
+                };
+                self.fail(&format!("{key}.path"), &p.origin, msg);
+                None
             });
             if let (Some(method), Some(path)) = (method, path) {
                 rules.push(AllowRule { method, path });

@@ -23,7 +23,7 @@ pub(super) fn apis(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Api> {
             .auth
             .as_ref()
             .map(|auth| api_auth(cx, &auth.value, &Origin::at(&auth.referenced), &key));
-        let allow = cx.allow_rules(entry.allow.as_ref(), &key);
+        let allow = cx.allow_rules(entry.allow.as_ref(), &key, &at);
         let max_connections = max_connections(cx, entry.max_connections.as_ref(), &key);
         // Checked before an entry with errors is left out, so that all its errors show at once.
         let tls_ca_file = cx.path(entry.tls_ca_file.as_ref(), &format!("{key}.tls_ca_file"));

@@ -85,7 +85,7 @@ pub(super) fn registries(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Registry> {
             );
             cx.basic_login(login, &auth_key, &at)
         });
-        let allow = cx.allow_rules(entry.allow.as_ref(), &key);
+        let allow = cx.allow_rules(entry.allow.as_ref(), &key, &at);
         let max_connections = max_connections(cx, entry.max_connections.as_ref(), &key);
         let token_hosts = hosts(cx, entry.token_hosts.as_ref(), &key, "token_hosts");
         let redirect_hosts = hosts(cx, entry.redirect_hosts.as_ref(), &key, "redirect_hosts");
