@@ -45,7 +45,7 @@ use crate::signals::event::FieldError;
         crate::correlation::commits::deployment_commits,
         document,
     ),
-    components(schemas(Problem, FieldError, Accepted, AcceptedBatch, EventPage, Unreadable, Bridges,
+    components(schemas(Problem, FieldError, Accepted, AcceptedBatch, AcceptedAnswer, EventPage, Unreadable, Bridges,
         Suspects, CauseBody, CauseConfirmed, Dependencies, Dora, RepositorySourceBody,
         RepositorySources, DeploymentCommits)),
     modifiers(&ApiKeyAuth),
@@ -80,6 +80,16 @@ pub struct Accepted {
     pub status: String,
     /// When the server received it (RFC 3339, UTC, milliseconds).
     pub received_at: String,
+}
+
+/// `202`: [`Accepted`] to one event, [`AcceptedBatch`] to an array.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum AcceptedAnswer {
+    /// One event.
+    One(Accepted),
+    /// An array of events.
+    Batch(AcceptedBatch),
 }
 
 /// `202` to an array of events.
@@ -165,6 +175,14 @@ pub struct Dependencies {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Dora {
+    /// The service the figures are of.
+    pub service: String,
+    /// The environment, or null for all of them.
+    pub environment: Option<String>,
+    /// The window's start, as compared (RFC 3339, UTC).
+    pub since: String,
+    /// The window's end, as compared (RFC 3339, UTC).
+    pub until: String,
     /// `{"count": N, "perDay": x}`: successful deployments.
     pub deployment_frequency: serde_json::Map<String, serde_json::Value>,
     /// `{"p50", "p90", "count"}`: commit to successful deployment, seconds (null without data).

@@ -30,6 +30,7 @@ const PUBLIC: &[(&str, &str)] = &[
     ("get", "/v1/openapi.json"),
     ("get", "/v1/alerts/{id}/suspects"),
     ("post", "/v1/alerts/{id}/cause"),
+    ("delete", "/v1/alerts/{id}/cause"),
     ("get", "/v1/services/{service}/dependencies"),
     ("put", "/v1/services/{service}/dependencies"),
     ("get", "/v1/dora"),
@@ -130,23 +131,80 @@ async fn the_document_and_the_routes_agree() {
         );
     }
 
-    // The documented shape of the 202 is the one the server sends.
-    let res = cloud
+    // The documented shapes of the 202 are the ones the server sends: one of the two, for
+    // one event and for an array.
+    let answer_schema = &paths["/v1/signals/{signalKey}"]["post"]["responses"]["202"]["content"]["application/json"]
+        ["schema"]["$ref"];
+    assert_eq!(
+        answer_schema, "#/components/schemas/AcceptedAnswer",
+        "{doc}"
+    );
+    let one_of: Vec<&str> = doc["components"]["schemas"]["AcceptedAnswer"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["$ref"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        one_of,
+        [
+            "#/components/schemas/Accepted",
+            "#/components/schemas/AcceptedBatch"
+        ]
+    );
+    for (body, name) in [
+        (seed_event(), "Accepted"),
+        (
+            Value::Array(vec![seed_event(), seed_event()]),
+            "AcceptedBatch",
+        ),
+    ] {
+        let res = cloud
+            .client()
+            .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+            .bearer_auth(&t.api_key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::ACCEPTED);
+        let answer: Value = res.json().await.unwrap();
+        let mut sent: Vec<&String> = answer.as_object().unwrap().keys().collect();
+        let schema = &doc["components"]["schemas"][name]["properties"];
+        let mut documented: Vec<&String> = schema.as_object().unwrap().keys().collect();
+        sent.sort();
+        documented.sort();
+        assert_eq!(sent, documented, "{name}");
+    }
+    // The bounds of `limit`, as the server holds them.
+    let limit = paths["/v1/events"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "limit")
+        .unwrap();
+    assert_eq!(limit["schema"]["minimum"], 1, "{limit}");
+    assert_eq!(limit["schema"]["maximum"], 500, "{limit}");
+    // And the DORA answer's fields.
+    let dora: Value = cloud
         .client()
-        .post(format!("{}/v1/signals/{}", cloud.http, t.signal_key))
+        .get(format!("{}/v1/dora?service=api", cloud.http))
         .bearer_auth(&t.api_key)
-        .json(&seed_event())
         .send()
         .await
+        .unwrap()
+        .json()
+        .await
         .unwrap();
-    assert_eq!(res.status(), StatusCode::ACCEPTED);
-    let answer: Value = res.json().await.unwrap();
-    let mut sent: Vec<&String> = answer.as_object().unwrap().keys().collect();
-    let schema = &doc["components"]["schemas"]["Accepted"]["properties"];
-    let mut documented: Vec<&String> = schema.as_object().unwrap().keys().collect();
+    let mut sent: Vec<&String> = dora.as_object().unwrap().keys().collect();
+    let mut documented: Vec<&String> = doc["components"]["schemas"]["Dora"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
     sent.sort();
     documented.sort();
-    assert_eq!(sent, documented);
+    assert_eq!(sent, documented, "{dora}");
     // And so is a problem's.
     let problem: Value = cloud
         .client()

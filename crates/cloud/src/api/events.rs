@@ -73,7 +73,7 @@ fn decode_cursor(cursor: &str) -> Result<(i64, String), Problem> {
         ("service" = Option<String>, Query), ("environment" = Option<String>, Query),
         ("since" = Option<String>, Query, description = "RFC 3339, inclusive"),
         ("until" = Option<String>, Query, description = "RFC 3339, exclusive"),
-        ("limit" = Option<u32>, Query, description = "1 to 500, default 100"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "1 to 500, default 100"),
         ("cursor" = Option<String>, Query, description = "nextCursor of the previous page")),
     responses((status = 200, body = crate::openapi::EventPage),
         (status = 400, body = Problem, content_type = "application/problem+json"),

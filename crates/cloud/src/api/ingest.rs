@@ -26,7 +26,7 @@ use crate::storage::{InsertOutcome, NewEvent, Store, WriteBatch};
     request_body(content = serde_json::Value, content_type = "application/json",
         description = "One event object, or an array of up to 500 (docs/api.md lists the fields of each type)"),
     responses(
-        (status = 202, description = "Stored durably", body = crate::openapi::Accepted),
+        (status = 202, description = "Stored durably: Accepted for one event, AcceptedBatch for an array", body = crate::openapi::AcceptedAnswer),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or wrong API key", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The key is another org's", body = Problem, content_type = "application/problem+json"),
