@@ -28,8 +28,14 @@ struct Row {
 async fn probe_cloud(cfg: &Config) -> Row {
     let host = cfg.api_url.host_str().unwrap_or("").to_string();
     let port = cfg.api_url.port_or_known_default().unwrap_or(443);
+    let proxy = cfg.proxy_for(&host, port);
+    // Said with the ok, so that an operator sees whether the proxy (or no_proxy) took effect.
+    let through = proxy.map_or_else(
+        || ", direct".to_string(),
+        |p| format!(", through the proxy {p}"),
+    );
     let result = async {
-        let tcp = dial::tcp(&host, port, cfg.proxy_for(&host, port))
+        let tcp = dial::tcp(&host, port, proxy)
             .await
             .map_err(|e| e.to_string())?;
         let tls = identity::trust(cfg)
@@ -59,9 +65,9 @@ async fn probe_cloud(cfg: &Config) -> Row {
         };
         match proven {
             Ok(()) if !cfg.tls_verify => Ok(format!(
-                "ok (TLS 1.3, {accepted}; the certificate NOT verified: tls_verify is false)"
+                "ok (TLS 1.3, {accepted}{through}; the certificate NOT verified: tls_verify is false)"
             )),
-            Ok(()) => Ok(format!("ok (TLS 1.3, {accepted})")),
+            Ok(()) => Ok(format!("ok (TLS 1.3, {accepted}{through})")),
             Err(identity::AgentError::Unauthorized(why))
                 if why.starts_with("this token is for bridge") || why.contains("certificate") =>
             {

@@ -23,12 +23,14 @@ const MAX_PROXY_HEAD: usize = 16 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum DialError {
     /// Name resolution failed.
-    #[error("DNS: cannot resolve {host}: {source}. Check the host name and the resolver")]
+    #[error("DNS: cannot resolve {host}: {source}. {hint}")]
     Dns {
         /// The name.
         host: String,
         /// The resolver's error.
         source: std::io::Error,
+        /// Whose name it is, and what to check.
+        hint: &'static str,
     },
     /// TCP connect failed.
     #[error("TCP: cannot connect to {addr}: {source}. {hint}")]
@@ -99,6 +101,8 @@ fn proxy_hint(status: u16) -> &'static str {
 
 /// What to check when the proxy itself cannot be reached.
 const PROXY_UNREACHABLE: &str = "That is the proxy (proxy_url, or HTTPS_PROXY/https_proxy when proxy_url is unset): check that it runs and that this host may connect to it";
+/// What to check when the proxy's name does not resolve.
+const PROXY_UNRESOLVED: &str = "That is the proxy's name (proxy_url, or HTTPS_PROXY/https_proxy when proxy_url is unset): check it and this host's resolver";
 /// What to check when the cloud cannot be reached directly.
 const CLOUD_UNREACHABLE: &str = "Check that this host may connect out to that address and port (a firewall; where outbound traffic must go through a proxy, set proxy_url, and check that no_proxy does not name this host)";
 /// What to check when an internal resource cannot be reached.
@@ -151,6 +155,10 @@ async fn connect(
     .map_err(|source| DialError::Dns {
         host: dial_host.clone(),
         source,
+        hint: match proxy {
+            Some(_) => PROXY_UNRESOLVED,
+            None => "Check the host name and the resolver",
+        },
     })?
     .collect();
     // The step's time shared between the addresses (3 s each at least): a dial inside an

@@ -42,35 +42,24 @@ pub fn path_problem(path: &str) -> Option<&'static str> {
 /// once its escapes are decoded, the part after a `;` (Java's parameters) or a `:` (NTFS's
 /// `::$INDEX_ALLOCATION`) cut off, blanks trimmed (Windows trims trailing dots and spaces, so
 /// `...` and `.. ` are `..` there) and the dot's look-alikes that Unicode normalisation
-/// (NFKC) turns into dots (U+FF0E, U+FE52, U+2024) read as dots.
+/// (NFKC) turns into dots (U+FF0E, U+FE52, U+2024, and U+2025 and U+2026, two and three of
+/// them) read as dots.
 fn reads_as_dots(segment: &str) -> bool {
-    let bytes = decode(segment).unwrap_or_default();
-    let text = String::from_utf8_lossy(&bytes);
+    let text = percent_encoding::percent_decode_str(segment).decode_utf8_lossy();
     let name = text.split([';', ':']).next().unwrap_or_default().trim();
     !name.is_empty()
         && name
             .chars()
-            .all(|c| matches!(c, '.' | '\u{FF0E}' | '\u{FE52}' | '\u{2024}'))
+            .all(|c| matches!(c, '.' | '\u{FF0E}' | '\u{FE52}' | '\u{2024}'..='\u{2026}'))
 }
 
-/// `path` with its escapes decoded; `None` when a `%` does not start two hex digits.
-fn decode(path: &str) -> Option<Vec<u8>> {
-    let mut decoded = Vec::with_capacity(path.len());
-    let mut bytes = path.bytes();
-    while let Some(b) = bytes.next() {
-        if b != b'%' {
-            decoded.push(b);
-            continue;
-        }
-        let hex = [bytes.next(), bytes.next()];
-        let value = match hex {
-            [Some(h), Some(l)] => (h as char).to_digit(16).zip((l as char).to_digit(16)),
-            _ => None,
-        };
-        let (h, l) = value?;
-        decoded.push((h * 16 + l) as u8);
-    }
-    Some(decoded)
+/// Whether every `%` of `path` starts two hex digits.
+fn escapes_complete(path: &str) -> bool {
+    path.match_indices('%').all(|(at, _)| {
+        path.as_bytes()
+            .get(at + 1..at + 3)
+            .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+    })
 }
 
 /// Whether every `%` of `path` (lower case) starts two hex digits, and the bytes they encode
@@ -78,8 +67,11 @@ fn decode(path: &str) -> Option<Vec<u8>> {
 /// `;`, NUL): the 2- to 6-byte forms old decoders read as those characters. Other bytes,
 /// legacy encodings' (`%c0%cc`, EUC-KR) included, pass as sent.
 fn escapes_are_plain(path: &str) -> bool {
-    decode(path)
-        .is_some_and(|decoded| !(0..decoded.len()).any(|i| overlong_path_char(&decoded[i..])))
+    if !escapes_complete(path) {
+        return false;
+    }
+    let decoded: Vec<u8> = percent_encoding::percent_decode_str(path).collect();
+    !(0..decoded.len()).any(|i| overlong_path_char(&decoded[i..]))
 }
 
 /// Whether `bytes` start with an overlong UTF-8 sequence (a lead byte, then continuation
@@ -196,6 +188,8 @@ mod tests {
             "/public/..%3a%3a/admin",
             "/public/%ef%bc%8e%ef%bc%8e/admin",
             "/public/%e2%80%a4/admin",
+            "/public/%e2%80%a5/admin",
+            "/public/%e2%80%a6/admin",
         ] {
             assert!(!path_is_clean(bad), "{bad}");
         }

@@ -158,12 +158,15 @@ async fn check_tries_the_cloud_and_each_resource() {
     );
     let (code, out) = check(&good);
     assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("ok (TLS 1.3, token accepted)"), "{out}");
+    assert!(
+        out.contains("ok (TLS 1.3, token accepted, direct)"),
+        "{out}"
+    );
     // Not verifying the cloud's certificate is said beside the ok.
     let (code, out) = check(&format!("{good}tls_verify: false\n"));
     assert_eq!(code, Some(0), "{out}");
     assert!(
-        out.contains("token accepted; the certificate NOT verified: tls_verify is false"),
+        out.contains("token accepted, direct; the certificate NOT verified: tls_verify is false"),
         "{out}"
     );
     // "ok" means ready to connect: a token of another bridge is not (the cloud would refuse

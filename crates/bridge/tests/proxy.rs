@@ -146,6 +146,26 @@ async fn connects_through_a_proxy_with_basic_auth_from_https_proxy() {
         !bridge.log_text().contains("pr0xy-pass"),
         "the proxy password was logged"
     );
+    // `bridge check` says which way it went, the password masked.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bridge.yaml");
+    std::fs::write(&path, yaml_for(&cloud, "dc1", "")).unwrap();
+    let out = Command::new(testkit::bridge::bridge_bin())
+        .args(["check", "--config"])
+        .arg(&path)
+        .env("SERVICE_BRIDGE_TOKEN", &token)
+        .env("HTTPS_PROXY", &url)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let through = format!(
+        "through the proxy http://squiduser:***@127.0.0.1:{}/",
+        proxy.port
+    );
+    assert!(
+        said.contains(&through) && !said.contains("pr0xy-pass"),
+        "{said}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

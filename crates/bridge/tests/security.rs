@@ -582,7 +582,7 @@ async fn an_operator_certificate_from_a_trusted_ca_opens_the_tunnel() {
     let token = [("SERVICE_BRIDGE_TOKEN", rig.token.as_str())];
     let (_, out) = testkit::bridge::check(&yaml_for(&rig.cloud, "dc1", &own), &token);
     assert!(
-        out.contains("ok (TLS 1.3, token and tls_cert_file accepted)"),
+        out.contains("ok (TLS 1.3, token and tls_cert_file accepted, direct)"),
         "{out}"
     );
     assert!(!rig.cloud.log_text().contains("bridge enrolled"), "{out}");

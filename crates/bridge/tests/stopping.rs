@@ -57,6 +57,29 @@ async fn sighup_drains_as_sigterm_does() {
     assert!(rig.bridge.log_text().contains("bridge stopped"));
 }
 
+/// A bridge started under `nohup` keeps ignoring SIGHUP, as nohup promises: the SIGTERM after
+/// it is the first signal the bridge sees (one drain, exit 0), not a second one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bridge_under_nohup_ignores_sighup() {
+    let rig = Rig::start("").await;
+    let token = rig
+        .cloud
+        .admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    let mut bridge = BridgeProc::start_under_nohup(
+        &testkit::bridge::yaml_for(&rig.cloud, "dc1", ""),
+        &[("SERVICE_BRIDGE_TOKEN", &token)],
+    );
+    bridge
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    bridge.signal("HUP");
+    bridge.signal("TERM");
+    assert_eq!(bridge.wait(), Some(0), "{}", bridge.log_text());
+    let log = bridge.log_text();
+    assert_eq!(log.matches("shutdown requested").count(), 1, "{log}");
+    assert!(!log.contains("second signal"), "{log}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_a_bridge_waiting_on_a_silent_cloud_at_once() {
     // Accepts connections and never says a word: the bridge's TLS handshake waits (15 s).

@@ -8,7 +8,9 @@
 // browser restores from its back/forward cache is loaded again too: after a sign-out, Back
 // must not show the signed-in page.
 addEventListener("pageshow", (event) => {
-  if (event.persisted) location.reload();
+  // A GET of the same address: a form's answer is not sent again (its address leads back to
+  // the form's page).
+  if (event.persisted) location.replace(location.href);
 });
 const focusKey = (node) => [
   node.tagName,

@@ -324,10 +324,7 @@ impl KeyCache {
                     self.forget_all();
                 }
                 Ok(_) => {}
-                Err(e) if store.answering() => {
-                    tracing::warn!(cause = %e, "cannot check for revoked keys; will retry");
-                }
-                Err(e) => tracing::debug!(cause = %e, "cannot check for revoked keys; will retry"),
+                Err(e) => store.background_failure(&e, "cannot check for revoked keys"),
             }
         }
     }

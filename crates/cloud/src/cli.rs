@@ -374,8 +374,8 @@ pub enum WebhookCommand {
         /// (from CLOUD_WEBHOOK_URL, a URL with a token in it stays out of `ps`).
         #[arg(long, env = "CLOUD_WEBHOOK_URL", hide_env_values = true)]
         url: String,
-        /// Accept a literal non-public address, as `cloud serve --webhook-allow-private`
-        /// delivers to one.
+        /// Accept a literal non-public address or a `localhost` name, as `cloud serve
+        /// --webhook-allow-private` delivers to one.
         #[arg(long, env = "CLOUD_WEBHOOK_ALLOW_PRIVATE", value_parser = clap::builder::BoolishValueParser::new())]
         webhook_allow_private: bool,
         /// The Bridge release the webhook starts from, as the `serve` beside it ships

@@ -36,8 +36,8 @@ pub async fn refuse_in_head_but_query(request: Request, next: Next) -> Response 
 }
 
 /// Answers a head's problem (the query's too, when `query`), or runs the handler.
-async fn refuse_head(request: Request, next: Next, query: bool) -> Response {
-    match head_problem(&request, query) {
+async fn refuse_head(request: Request, next: Next, check_query: bool) -> Response {
+    match head_problem(&request, check_query) {
         Some(problem) => {
             let (parts, body) = request.into_parts();
             crate::refused_body::drain_unread(&parts.headers, body).await;
@@ -112,12 +112,12 @@ async fn checked_whole(request: Request) -> Result<Request, Problem> {
 
 /// The problem of a request head: NUL in the path or (when `query`) a query parameter, or a
 /// body encoding.
-fn head_problem(request: &Request, query: bool) -> Option<Problem> {
+fn head_problem(request: &Request, check_query: bool) -> Option<Problem> {
     let uri = request.uri();
     if let Some(problem) = nul_in_path(uri.path()) {
         return Some(problem);
     }
-    let query = uri.query().filter(|_| query);
+    let query = uri.query().filter(|_| check_query);
     if let Some(query) = query
         && let Some(name) = form_field_with_nul(query.as_bytes())
     {

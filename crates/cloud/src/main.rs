@@ -316,15 +316,14 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
     )
     .map_err(|p| problems.extend(p.iter().map(ToString::to_string)))
     .ok();
-    let listeners = settings.as_ref().map(|s| {
+    let listeners = args.listen_addresses().map(|(tls, plain)| {
         let bind = |flag: &str, addr: std::net::SocketAddr| {
-            cloud::server::listen(addr).map_err(|e| format!("cannot listen on {flag} {addr}: {e}"))
+            cloud::server::listen(addr)
+                .map_err(|e| format!("{flag} {addr}: cannot listen there: {e}"))
         };
         (
-            bind("--listen", s.listen),
-            s.http_listen
-                .map(|addr| bind("--http-listen", addr))
-                .transpose(),
+            bind("--listen", tls),
+            plain.map(|addr| bind("--http-listen", addr)).transpose(),
         )
     });
     let (tls_listener, http_listener) = match listeners {

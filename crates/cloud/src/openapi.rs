@@ -34,8 +34,8 @@ use crate::signals::event::FieldError;
         crate::relay::forward::routes::forward_registry,
         crate::pgwire::upgrade::upgrade,
         crate::correlation::suspects,
-        crate::correlation::confirm_cause,
-        crate::correlation::withdraw_cause,
+        crate::correlation::cause::confirm_cause,
+        crate::correlation::cause::withdraw_cause,
         crate::correlation::dependencies::dependencies,
         crate::correlation::dependencies::set_dependencies,
         crate::correlation::dora::figures,
@@ -175,8 +175,8 @@ pub struct Dependencies {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Dora {
-    /// The service the figures are of.
-    pub service: String,
+    /// The service the figures are of, or null for all of them.
+    pub service: Option<String>,
     /// The environment, or null for all of them.
     pub environment: Option<String>,
     /// The window's start, as compared (RFC 3339, UTC).

@@ -62,6 +62,16 @@ pub fn query_problem(
     Problem::bad_request(detail)
 }
 
+/// `service` and `environment` filters without surrounding whitespace, as events store those
+/// names (docs/api.md), so that `service=%20api` finds `api`.
+pub fn trim_names(service: &mut Option<String>, environment: &mut Option<String>) {
+    for name in [service, environment].into_iter().flatten() {
+        if name.trim().len() != name.len() {
+            *name = name.trim().to_string();
+        }
+    }
+}
+
 /// The `service` and `environment` filters of a query, refused when empty: no event has an
 /// empty one, so such a filter is a mistake (an unset variable in a script), said rather than
 /// answered with an empty page or empty figures.

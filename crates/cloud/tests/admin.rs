@@ -207,6 +207,15 @@ async fn serve_adds_no_tables_to_another_programs_postgres_schema() {
          INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
          VALUES (20240101000000, 'theirs', TRUE, '\\x00', 0)",
     );
+    // Another program numbering its migrations as cloud does.
+    let numbered = PgSchema::create();
+    numbered.exec(
+        "CREATE TABLE _sqlx_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+         installed_on TIMESTAMPTZ NOT NULL DEFAULT now(), success BOOLEAN NOT NULL, \
+         checksum BYTEA NOT NULL, execution_time BIGINT NOT NULL); \
+         INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (3, 'add col', TRUE, '\\x00', 0)",
+    );
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().display().to_string();
     let serve = [
@@ -221,6 +230,7 @@ async fn serve_adds_no_tables_to_another_programs_postgres_schema() {
     for (schema, said, count) in [
         (&tables, "another program's tables (orders, users)", 2),
         (&migrations, "has version 20240101000000", 1),
+        (&numbered, "has version 3, \"add col\"", 1),
     ] {
         let (code, stderr) = cloud_on_url(&serve, &schema.url);
         assert_eq!(code, Some(2), "{stderr}");

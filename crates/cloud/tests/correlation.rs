@@ -882,6 +882,32 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
     assert_eq!(status, 303);
     let (_, page) = get(&browser, format!("{}/events/{alert}", cloud.https), &admin).await;
     assert!(!page.contains("confirmed cause"), "{page}");
+    // A cause confirmed through the API that is no suspect (three days before the alert) is
+    // shown apart, and withdrawn there (in staging, so that production's figures stay).
+    deploy["environment"] = json!("staging");
+    deploy["version"] = json!("v0");
+    deploy["timestamp"] = json!(at(-3 * 24 * 60));
+    let far = cloud.post_event(&t, &deploy).await;
+    let (status, body) = call(
+        &cloud,
+        &t,
+        reqwest::Method::POST,
+        &format!("/v1/alerts/{alert}/cause"),
+        Some(json!({"deploymentId": far})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (_, page) = get(&browser, format!("{}/events/{alert}", cloud.https), &admin).await;
+    assert!(
+        page.contains("not among the suspects below")
+            && page.contains(&format!("href=\"/events/{far}\""))
+            && page.contains("Withdraw the confirmation"),
+        "{page}"
+    );
+    let (status, _) = form(&browser, &cloud, &admin, &withdraw, &[]).await;
+    assert_eq!(status, 303);
+    let (_, page) = get(&browser, format!("{}/events/{alert}", cloud.https), &admin).await;
+    assert!(!page.contains("confirmed cause"), "{page}");
     let (status, _) = form(
         &browser,
         &cloud,
@@ -1018,11 +1044,11 @@ async fn webhooks_reach_public_addresses_only_by_default() {
     for (url, said) in [
         (
             receiver.url.clone(),
-            "url: 127.0.0.1 is not a public address",
+            "Webhook URL not valid: 127.0.0.1 is not a public address",
         ),
         (
             receiver.url.replace("127.0.0.1", "localhost"),
-            "url: localhost (a loopback name) is not a public address",
+            "Webhook URL not valid: localhost (a loopback name) is not a public address",
         ),
     ] {
         let (status, page) = form(

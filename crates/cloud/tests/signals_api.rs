@@ -504,7 +504,7 @@ async fn list_filters_and_paginates(backend: Backend) {
             e["environment"] = json!(if i % 2 == 0 { "production" } else { "staging" });
             e
         })
-        .chain([json!({"type": "change", "service": "api", "summary": "flag on"})])
+        .chain([json!({"type": "change", "service": " api\n", "summary": "flag on"})])
         .collect();
     let (s, _, _) = post(&cloud, &t, &json!(events)).await;
     assert_eq!(s, StatusCode::ACCEPTED);
@@ -540,6 +540,15 @@ async fn list_filters_and_paginates(backend: Backend) {
     )
     .await;
     assert_eq!(page["events"].as_array().unwrap().len(), 3);
+    // A name sent with surrounding whitespace is stored without it, and found so, also by a
+    // filter written with it.
+    let (_, page) = get(
+        &cloud,
+        &t.api_key,
+        "/v1/events?type=change&service=%20api%20",
+    )
+    .await;
+    assert_eq!(page["events"][0]["service"], "api", "{page}");
     let (s, b) = get(&cloud, &t.api_key, "/v1/events?limit=501").await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert!(b["detail"].as_str().unwrap().contains("limit"));

@@ -91,10 +91,20 @@ impl BridgeProc {
     /// Writes `yaml` to a file and runs `bridge run --config FILE` with `env` added, and
     /// every proxy variable removed so that only a test's own `proxy_url` or `env` sets one.
     pub fn start(yaml: &str, env: &[(&str, &str)]) -> Self {
+        Self::spawn(Command::new(bridge_bin()), yaml, env)
+    }
+
+    /// [`BridgeProc::start`] under `nohup`: started with SIGHUP ignored.
+    pub fn start_under_nohup(yaml: &str, env: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new("nohup");
+        cmd.arg(bridge_bin());
+        Self::spawn(cmd, yaml, env)
+    }
+
+    fn spawn(mut cmd: Command, yaml: &str, env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("bridge.yaml");
         std::fs::write(&path, yaml).expect("write config");
-        let mut cmd = Command::new(bridge_bin());
         for var in PROXY_VARS {
             cmd.env_remove(var);
         }

@@ -47,6 +47,7 @@ pub(crate) struct SourceFile {
     pub auth: Option<Spanned<GitAuthFile>>,
     pub repositories: Option<Vec<Spanned<String>>>,
     pub allow_push: Option<bool>,
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub allow: Option<Vec<Spanned<AllowFile>>>,
     pub max_connections: Option<Spanned<i64>>,
     pub tls_ca_file: Option<Spanned<String>>,
@@ -96,6 +97,7 @@ pub(crate) struct ApiFile {
     pub name: Option<Spanned<String>>,
     pub url: Option<Spanned<String>>,
     pub auth: Option<Spanned<ApiAuthFile>>,
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub allow: Option<Vec<Spanned<AllowFile>>>,
     pub max_connections: Option<Spanned<i64>>,
     pub tls_ca_file: Option<Spanned<String>>,
@@ -124,9 +126,21 @@ pub(crate) struct RegistryFile {
     pub token_hosts: Option<Vec<Spanned<String>>>,
     pub redirect_hosts: Option<Vec<Spanned<String>>>,
     pub allow_push: Option<bool>,
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub allow: Option<Vec<Spanned<AllowFile>>>,
     pub max_connections: Option<Spanned<i64>>,
     pub tls_ca_file: Option<Spanned<String>>,
+}
+
+/// `allow:` with nothing under it (every rule commented out) read as an empty list, not as no
+/// key: both would admit every request, and validation refuses the empty list.
+fn null_as_empty<'de, D>(d: D) -> Result<Option<Vec<Spanned<AllowFile>>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    Ok(Some(
+        Option::<Vec<Spanned<AllowFile>>>::deserialize(d)?.unwrap_or_default(),
+    ))
 }
 
 /// An entry of an `allow` list.

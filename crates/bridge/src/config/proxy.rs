@@ -56,34 +56,15 @@ impl ProxyUrl {
         if self.0.username().is_empty() {
             return None;
         }
-        let password = self.0.password().map(percent_decode).unwrap_or_default();
-        Some((percent_decode(self.0.username()), Secret::new(password)))
+        // `%XX` escapes decoded (userinfo never uses `+` for a space).
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        let password = self.0.password().map(decode).unwrap_or_default();
+        Some((decode(self.0.username()), Secret::new(password)))
     }
-}
-
-/// Decodes `%XX` escapes (userinfo never uses `+` for a space).
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (
-            bytes[i],
-            bytes.get(i + 1).copied().and_then(hex),
-            bytes.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(hi), Some(lo)) => {
-                out.push((hi * 16 + lo) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl fmt::Display for ProxyUrl {

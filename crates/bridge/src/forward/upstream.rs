@@ -43,6 +43,7 @@ pub(super) const HOP: &[&str] = &[
     "x-remote-addr",
     "x-original-forwarded-for",
     "x-envoy-external-address",
+    "x-proxyuser-ip",
     "via",
     "connection",
     "keep-alive",

@@ -84,7 +84,7 @@ pub async fn list(
     params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
-    let Query(p) = params.map_err(|e| {
+    let Query(mut p) = params.map_err(|e| {
         crate::query::query_problem(
             &e,
             &[
@@ -119,6 +119,7 @@ pub async fn list(
                 ))
             })?,
     };
+    crate::query::trim_names(&mut p.service, &mut p.environment);
     crate::query::filter_params(p.service.as_deref(), p.environment.as_deref())?;
     let since = crate::query::time_param("since", p.since.as_deref())?;
     let until = crate::query::time_param("until", p.until.as_deref())?;

@@ -111,28 +111,40 @@ pub struct ServeSettings {
 }
 
 impl ServeArgs {
+    /// `--listen` and `--http-listen` when both read as addresses and take different ports,
+    /// whatever the other options: `serve` tries them even when another option is wrong, so
+    /// that a port in use is said with the rest.
+    pub fn listen_addresses(&self) -> Option<(SocketAddr, Option<SocketAddr>)> {
+        let tls = super::listen_address(&self.listen).ok()?;
+        let plain = plain_address(&self.http_listen).ok()?;
+        match plain {
+            Some(plain) if same_port(tls, plain) => None,
+            plain => Some((tls, plain)),
+        }
+    }
+
     /// The options checked, or every problem found, each starting with its flag.
     pub fn settings(&self) -> Result<ServeSettings, Vec<String>> {
         let mut problems = Vec::new();
-        let mut take = |flag: &str, checked: Result<u64, String>| {
-            checked
-                .map_err(|why| problems.push(format!("{flag}: {why}")))
-                .ok()
-        };
-        let signal_rate_limit = take(
+        let p = &mut problems;
+        let signal_rate_limit = said(
+            p,
             "--signal-rate-limit",
-            number(&self.signal_rate_limit, 0..=u64::from(u32::MAX)),
+            number(&self.signal_rate_limit, 0..=u32::MAX),
         );
-        let ingest_memory_mb = take(
+        let ingest_memory_mb = said(
+            p,
             "--ingest-memory-mb",
             number(&self.ingest_memory_mb, 1..=65536),
         );
-        let drain_timeout = take("--drain-timeout", number(&self.drain_timeout, 0..=86400));
-        let header_read_timeout = take(
+        let drain_timeout = said(p, "--drain-timeout", number(&self.drain_timeout, 0..=86400));
+        let header_read_timeout = said(
+            p,
             "--header-read-timeout",
             number(&self.header_read_timeout, 1..=3600),
         );
-        let forward_timeout = take(
+        let forward_timeout = said(
+            p,
             "--forward-timeout",
             number(&self.forward_timeout, 1..=86400),
         );
@@ -205,11 +217,11 @@ impl ServeArgs {
             listen,
             http_listen,
             tls_names,
-            signal_rate_limit: signal_rate_limit as u32,
-            ingest_memory_mb: ingest_memory_mb as u32,
-            drain_timeout,
-            header_read_timeout,
-            forward_timeout,
+            signal_rate_limit,
+            ingest_memory_mb,
+            drain_timeout: drain_timeout.into(),
+            header_read_timeout: header_read_timeout.into(),
+            forward_timeout: forward_timeout.into(),
             public_url,
             bridge_release,
             webhook_first_retry,
@@ -225,9 +237,9 @@ fn said<T>(problems: &mut Vec<String>, flag: &str, checked: Result<T, String>) -
 }
 
 /// A whole number within `range`.
-fn number(raw: &str, range: RangeInclusive<u64>) -> Result<u64, String> {
+fn number(raw: &str, range: RangeInclusive<u32>) -> Result<u32, String> {
     raw.trim()
-        .parse::<u64>()
+        .parse::<u32>()
         .ok()
         .filter(|n| range.contains(n))
         .ok_or_else(|| {

@@ -28,7 +28,7 @@ pub async fn dependencies(
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
     crate::query::no_query(&uri)?;
-    service_name(&service)?;
+    let service = service_name(&service)?;
     let list = state
         .store
         .dependencies(principal.org_id, &service)
@@ -60,7 +60,7 @@ pub async fn set_dependencies(
     let principal = state.keys.authenticate(&state.store, &headers).await?;
     crate::query::no_query(&uri)?;
     const SHAPE: &str = r#"{"dependencies": ["service-name", …]}"#;
-    service_name(&service)?;
+    let service = service_name(&service)?;
     let body = json_body(body, SHAPE)?;
     if let Some(problem) = request::not_an_object(&body, SHAPE) {
         return Err(Problem::invalid(vec![problem]));
@@ -122,9 +122,11 @@ pub async fn set_dependencies(
 /// Longest service name, in bytes: as long as an event's `service` may be.
 const MAX_NAME: usize = crate::signals::validate::MAX_SHORT;
 
-/// The path's service, when an event could name it (at most [`MAX_NAME`] bytes).
-fn service_name(service: &str) -> Result<(), Problem> {
-    if service.trim().is_empty() {
+/// The path's service without surrounding whitespace (as events store it), when an event could
+/// name it (at most [`MAX_NAME`] bytes).
+fn service_name(service: &str) -> Result<String, Problem> {
+    let service = service.trim();
+    if service.is_empty() {
         return Err(Problem::bad_request(
             "the service in the path is blank; name a service, as an event's service does",
         ));
@@ -135,7 +137,7 @@ fn service_name(service: &str) -> Result<(), Problem> {
             service.len()
         )));
     }
-    Ok(())
+    Ok(service.to_string())
 }
 
 /// One entry of the list: the name of another service, or what is wrong with it.

@@ -176,9 +176,10 @@ pub async fn figures(
     params: Result<Query<Params>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
-    let Query(p) = params.map_err(|e| {
+    let Query(mut p) = params.map_err(|e| {
         crate::query::query_problem(&e, &["service", "environment", "since", "until"])
     })?;
+    crate::query::trim_names(&mut p.service, &mut p.environment);
     crate::query::filter_params(p.service.as_deref(), p.environment.as_deref())?;
     // By default the window ends at the next whole millisecond: it holds every event received
     // so far and is echoed with three digits, as the server's own times.

@@ -99,12 +99,7 @@ pub async fn keep_listing(state: CorrelationState, shutdown: CancellationToken) 
                 state.mirrors.sweep_partials().await;
             }
             Ok(_) => {}
-            Err(e) if state.store.answering() => {
-                tracing::warn!(cause = %e, "cannot read the repository mappings; will retry");
-            }
-            Err(e) => {
-                tracing::debug!(cause = %e, "cannot read the repository mappings; will retry")
-            }
+            Err(e) => (state.store).background_failure(&e, "cannot read the repository mappings"),
         }
         running.retain(|_, listing| !listing.is_finished());
         let free = ORGS_AT_ONCE.saturating_sub(running.len());

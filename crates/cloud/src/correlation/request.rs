@@ -88,13 +88,17 @@ pub(super) async fn audit(
     action: &str,
     object: &str,
 ) -> Result<(), Problem> {
-    let actor = Actor {
-        who: principal.key_id.clone(),
-        address: peer.map_or_else(|| "unknown".into(), |Extension(p)| p.0.ip().to_string()),
-    };
     state
         .store
-        .audit(principal.org_id, &actor, action, object)
+        .audit(principal.org_id, &actor(principal, peer), action, object)
         .await
         .map_err(|e| storage_unavailable(&e))
+}
+
+/// Who acts through the API, for the audit: the API key's public id, from the peer's address.
+pub(super) fn actor(principal: &Principal, peer: Option<Extension<PeerAddr>>) -> Actor {
+    Actor {
+        who: principal.key_id.clone(),
+        address: peer.map_or_else(|| "unknown".into(), |Extension(p)| p.0.ip().to_string()),
+    }
 }

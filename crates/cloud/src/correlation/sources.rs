@@ -50,7 +50,8 @@ pub fn validate_source(body: &Value) -> Result<RepositorySource, Vec<FieldError>
             .find(|(n, _)| *n == name)
             .map_or("", |r| r.1);
         let detail = match body.get(name) {
-            Some(Value::String(v)) => return v.to_string(),
+            // Stored without surrounding whitespace, as events store the names they match.
+            Some(Value::String(v)) => return v.trim().to_string(),
             None => format!("{name} is required: {rule}"),
             Some(other) => format!(
                 "{name} must be a string, not {}: {rule}",

@@ -67,25 +67,13 @@ pub async fn confirm_cause(
             "Back to the event",
         );
     }
-    if state
-        .store
-        .confirm_cause(org_id, &id, &form.deployment)
-        .await
-        .is_err()
-        || state
-            .store
-            .audit(
-                org_id,
-                &me.actor(),
-                "alert.confirm_cause",
-                &format!("{id} <- {}", form.deployment),
-            )
-            .await
-            .is_err()
-    {
+    let confirmed = (state.store)
+        .confirm_cause(org_id, &id, &form.deployment, &me.actor())
+        .await;
+    if confirmed.is_err() {
         return unavailable();
     }
-    axum::response::Redirect::to(&format!("/events/{id}")).into_response()
+    back_to_event(&id)
 }
 
 /// The withdraw form's fields.
@@ -106,20 +94,19 @@ pub async fn withdraw_cause(
     if let Some(answer) = super::me::refuse_admin_form(&me, &form.csrf) {
         return answer;
     }
-    let org_id = me.session.user.org_id;
-    let Ok(withdrawn) = state.store.withdraw_cause(org_id, &id).await else {
-        return unavailable();
-    };
     // Withdrawn already (the form sent twice): the page shows that there is none.
-    if let Some(deployment) = withdrawn {
-        let what = format!("{id} <- {deployment}");
-        let audited = state
-            .store
-            .audit(org_id, &me.actor(), "alert.withdraw_cause", &what)
-            .await;
-        if audited.is_err() {
-            return unavailable();
-        }
+    let withdrawn = (state.store)
+        .withdraw_cause(me.session.user.org_id, &id, &me.actor())
+        .await;
+    if withdrawn.is_err() {
+        return unavailable();
     }
+    back_to_event(&id)
+}
+
+/// To the event's page (its id percent-encoded, as the path takes it); also the answer to a GET
+/// of a cause form's address.
+pub fn back_to_event(id: &str) -> Response {
+    let id: String = url::form_urlencoded::byte_serialize(id.as_bytes()).collect();
     axum::response::Redirect::to(&format!("/events/{id}")).into_response()
 }

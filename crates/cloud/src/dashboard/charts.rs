@@ -8,6 +8,8 @@ use std::fmt::Write;
 const W: f64 = 360.0;
 const H: f64 = 120.0;
 const AXIS: f64 = 18.0;
+/// Room above the bars for the scale's one label (the highest week's value).
+const TOP: f64 = 14.0;
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -41,18 +43,26 @@ pub fn bars(
         r##"<line x1="0" y1="{y}" x2="{W}" y2="{y}" stroke="#8a93a6" stroke-width="1"/>"##,
         y = H - AXIS
     );
+    if max > 0.0 {
+        let _ = write!(
+            svg,
+            r##"<text x="0" y="11" font-size="11" fill="#4b5563">highest: {}</text>"##,
+            escape(&show(max))
+        );
+    }
     for (i, v) in values.iter().enumerate() {
         let x = i as f64 * slot + slot * 0.15;
         if let Some(v) = *v {
-            // A zero (no failed deployment that week) is a flat mark, unlike a week with none.
-            let h = if max > 0.0 {
-                ((H - AXIS - 4.0) * v / max).max(2.0)
+            // A zero (no failed deployment that week) is a thin grey mark on the axis, unlike
+            // a week with no figure; any other value at least 3 units, in blue.
+            let (h, fill) = if v > 0.0 && max > 0.0 {
+                (((H - AXIS - TOP) * v / max).max(3.0), "#1d4ed8")
             } else {
-                2.0
+                (1.5, "#8a93a6")
             };
             let _ = write!(
                 svg,
-                r##"<rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{h:.1}" fill="#1d4ed8"><title>{}</title></rect>"##,
+                r##"<rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{h:.1}" fill="{fill}"><title>{}</title></rect>"##,
                 H - AXIS - h,
                 slot * 0.7,
                 escape(&described[i])
@@ -92,11 +102,12 @@ mod tests {
             3,
             "no bar for the missing week"
         );
-        assert!(svg.contains(r#"height="98.0""#), "{svg}");
+        assert!(svg.contains(r#"height="88.0""#), "{svg}");
         assert!(
-            svg.contains(r#"height="2.0""#),
+            svg.contains(r##"height="1.5" fill="#8a93a6""##),
             "a zero is a flat mark: {svg}"
         );
+        assert!(svg.contains(">highest: 4<"), "the scale: {svg}");
         assert!(
             svg.contains(r#"y="116""#),
             "labels above the bottom edge: {svg}"

@@ -1,5 +1,5 @@
 //! Events: the org's timeline (newest first, filtered by type, service, environment and days, paged
-//! by keyset so that a page costs the same at any depth) and one event's stored JSON.
+//! by keyset so that a page costs the same at any depth); one event's page is event_page.rs.
 
 use askama::Template;
 use axum::extract::State;
@@ -11,9 +11,9 @@ use serde_json::Value;
 use crate::storage::{EventQuery, StoredEvent};
 
 use super::DashboardState;
-use super::extract::{Path, Query};
+use super::extract::Query;
 use super::me::Me;
-use super::render::{message, page, unavailable, when_micros, when_text};
+use super::render::{message, page, unavailable, when_micros};
 
 /// Events per page.
 const PAGE: i64 = 50;
@@ -44,118 +44,6 @@ struct EventsPage<'a> {
     next: Option<String>,
     /// The newest page refreshes itself (new events appear); older pages stay put.
     live: bool,
-}
-
-/// One suspect of an alert, as its page lists it.
-struct SuspectRow {
-    id: String,
-    /// A deployment (which a person may confirm as the cause).
-    deployment: bool,
-    what: String,
-    time: String,
-    percent: i64,
-    reasons: Vec<String>,
-}
-
-#[derive(Template)]
-#[template(path = "dashboard/event.html")]
-struct EventPage<'a> {
-    me: &'a Me,
-    id: &'a str,
-    /// "Alert: Disk full", "Deployment: 1.4.2", or the type alone.
-    heading: String,
-    /// The fields a reader looks for first, by label: service, environment, status, ….
-    facts: Vec<(&'static str, String)>,
-    json: String,
-    /// For an alert: its suspects (`None` when they could not be found).
-    suspects: Option<Vec<SuspectRow>>,
-    /// For an alert: the deployment confirmed as its cause.
-    cause: Option<String>,
-    /// For a deployment: the commits it brought, or why they cannot be shown.
-    commits: Option<Result<Vec<CommitRow>, String>>,
-}
-
-/// One commit of a deployment, as its page lists it.
-struct CommitRow {
-    sha: String,
-    subject: String,
-    author: String,
-    time: String,
-    /// The first paths it changed, and how many more.
-    files: String,
-}
-
-/// Paths shown per commit.
-const FILES_SHOWN: usize = 5;
-
-fn commit_rows(answer: &Value) -> Vec<CommitRow> {
-    let list = answer["commits"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    list.iter()
-        .map(|c| {
-            let files: Vec<&str> = c["files"]
-                .as_array()
-                .map(|f| f.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            let mut shown = files
-                .iter()
-                .take(FILES_SHOWN)
-                .copied()
-                .collect::<Vec<_>>()
-                .join(", ");
-            if files.len() > FILES_SHOWN {
-                shown.push_str(&format!(" and {} more", files.len() - FILES_SHOWN));
-            }
-            CommitRow {
-                sha: text(c, "sha").chars().take(12).collect(),
-                subject: text(c, "subject"),
-                author: text(c, "author"),
-                time: when_text(&text(c, "time")),
-                files: shown,
-            }
-        })
-        .collect()
-}
-
-fn suspect_rows(answer: &Value) -> Vec<SuspectRow> {
-    answer["suspects"]
-        .as_array()
-        .map(|list| {
-            list.iter()
-                .map(|s| {
-                    let e = &s["event"];
-                    let what = [
-                        text(e, "type"),
-                        text(e, "service"),
-                        text(e, "version"),
-                        text(e, "summary"),
-                    ]
-                    .into_iter()
-                    .filter(|p| !p.is_empty())
-                    .collect::<Vec<_>>()
-                    .join(" · ");
-                    SuspectRow {
-                        id: text(e, "id"),
-                        deployment: text(e, "type") == "deployment",
-                        what,
-                        time: when_text(&text(e, "timestamp")),
-                        percent: (s["score"].as_f64().unwrap_or(0.0) * 100.0).round() as i64,
-                        reasons: s["reasons"]
-                            .as_array()
-                            .map(|r| {
-                                r.iter()
-                                    .filter_map(Value::as_str)
-                                    .map(str::to_string)
-                                    .collect()
-                            })
-                            .unwrap_or_default(),
-                    }
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// The timeline's filters and position.
@@ -190,51 +78,12 @@ pub(super) fn text(body: &Value, field: &str) -> String {
 }
 
 /// What names an event in a list or a heading: its title, version, summary or name.
-fn summary_of(body: &Value) -> String {
+pub(super) fn summary_of(body: &Value) -> String {
     ["title", "version", "summary", "name"]
         .iter()
         .map(|f| text(body, f))
         .find(|s| !s.is_empty())
         .unwrap_or_default()
-}
-
-/// The event page's heading: its type, capitalised, and what names it.
-fn heading_of(body: &Value) -> String {
-    let kind = text(body, "type");
-    let mut chars = kind.chars();
-    let kind = chars
-        .next()
-        .map(|c| c.to_uppercase().chain(chars).collect::<String>())
-        .unwrap_or_else(|| "Event".into());
-    match summary_of(body) {
-        s if s.is_empty() => kind,
-        s => format!("{kind}: {s}"),
-    }
-}
-
-/// The fields a reader of an event page looks for first, those the event has.
-fn facts_of(body: &Value) -> Vec<(&'static str, String)> {
-    [
-        ("Service", "service"),
-        ("Environment", "environment"),
-        ("Status", "status"),
-        ("Severity", "severity"),
-        ("Version", "version"),
-        ("Commit", "sha"),
-        ("Repository", "repository"),
-        ("Time", "timestamp"),
-    ]
-    .into_iter()
-    .filter_map(|(label, field)| {
-        let value = text(body, field);
-        let value = if field == "timestamp" {
-            when_text(&value)
-        } else {
-            value
-        };
-        (!value.is_empty()).then_some((label, value))
-    })
-    .collect()
 }
 
 fn row(e: StoredEvent) -> Row {
@@ -380,61 +229,4 @@ pub async fn timeline(
             live: f.before_at.trim().is_empty(),
         },
     )
-}
-
-/// `GET /events/{id}`: the event as stored, in the caller's org only.
-pub async fn detail(
-    State(state): State<DashboardState>,
-    me: Me,
-    Path(id): Path<String>,
-) -> Response {
-    match state.store.event(me.session.user.org_id, &id).await {
-        Ok(Some(e)) => {
-            let body: Value = serde_json::from_str(&e.body).unwrap_or(Value::Null);
-            let json = serde_json::to_string_pretty(&body).unwrap_or(e.body.clone());
-            let kind = text(&body, "type");
-            let (suspects, cause) = if kind == "alert" {
-                let Ok(cause) = state.store.cause_of(me.session.user.org_id, &e.id).await else {
-                    return unavailable();
-                };
-                // The confirmed cause first, whatever its score.
-                let suspects = (state.insight.suspects(me.session.user.org_id, &e.id).await)
-                    .map(|answer| suspect_rows(&answer))
-                    .map(|mut rows| {
-                        rows.sort_by_key(|r| cause.as_deref() != Some(r.id.as_str()));
-                        rows
-                    });
-                (suspects, cause)
-            } else {
-                (None, None)
-            };
-            let commits = if kind == "deployment" {
-                let answer = state.insight.commits(me.session.user.org_id, &e.id).await;
-                Some(answer.map(|a| commit_rows(&a)))
-            } else {
-                None
-            };
-            page(
-                StatusCode::OK,
-                &EventPage {
-                    me: &me,
-                    id: &e.id,
-                    heading: heading_of(&body),
-                    facts: facts_of(&body),
-                    json,
-                    suspects,
-                    cause,
-                    commits,
-                },
-            )
-        }
-        Ok(None) => message(
-            StatusCode::NOT_FOUND,
-            "No such event",
-            "Your org has no event with this id.",
-            "/events",
-            "Back to events",
-        ),
-        Err(_) => unavailable(),
-    }
 }

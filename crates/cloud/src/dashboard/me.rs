@@ -59,7 +59,8 @@ impl axum::extract::FromRequestParts<DashboardState> for Me {
             // A page asked for without a session comes back after sign-in; a form's address
             // leads back to its page, and sign-in says that the form was not saved.
             Err(answer) if answer.status() == StatusCode::SEE_OTHER => {
-                let unsaved = parts.method != axum::http::Method::GET;
+                use axum::http::Method;
+                let unsaved = !matches!(parts.method, Method::GET | Method::HEAD);
                 return Err(super::pages::to_sign_in(&parts.uri, unsaved));
             }
             other => other?,

@@ -13,6 +13,7 @@ mod cause;
 mod charts;
 mod confirm;
 mod done;
+mod event_page;
 mod events;
 mod extract;
 mod form;
@@ -210,9 +211,9 @@ async fn back(to: &'static str) -> Redirect {
     Redirect::to(to)
 }
 
-/// An event id as one path segment of a redirect.
-fn urlencoding_path(id: &str) -> String {
-    url::form_urlencoded::byte_serialize(id.as_bytes()).collect()
+/// A cause form's address asked for with GET: the event's page.
+async fn back_to_event(axum::extract::Path(id): axum::extract::Path<String>) -> Response {
+    cause::back_to_event(&id)
 }
 
 /// The dashboard's routes.
@@ -229,22 +230,14 @@ pub fn router(state: DashboardState) -> Router {
             axum::routing::post(pages::sign_out).get(|| back("/")),
         )
         .route("/events", get(events::timeline))
-        .route("/events/{id}", get(events::detail))
+        .route("/events/{id}", get(event_page::detail))
         .route(
             "/events/{id}/cause",
-            axum::routing::post(cause::confirm_cause).get(
-                |axum::extract::Path(id): axum::extract::Path<String>| async move {
-                    Redirect::to(&format!("/events/{}", urlencoding_path(&id)))
-                },
-            ),
+            axum::routing::post(cause::confirm_cause).get(back_to_event),
         )
         .route(
             "/events/{id}/cause/withdraw",
-            axum::routing::post(cause::withdraw_cause).get(
-                |axum::extract::Path(id): axum::extract::Path<String>| async move {
-                    Redirect::to(&format!("/events/{}", urlencoding_path(&id)))
-                },
-            ),
+            axum::routing::post(cause::withdraw_cause).get(back_to_event),
         )
         .route("/integrations/signals", get(signals::list))
         .route(

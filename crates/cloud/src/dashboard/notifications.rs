@@ -198,7 +198,11 @@ pub async fn set_webhook(
             } else {
                 &form.url
             };
-            let why = format!("Webhook URL not valid: {why}");
+            // The field is named by the form itself.
+            let why = format!(
+                "Webhook URL not valid: {}",
+                why.strip_prefix("url: ").unwrap_or(&why)
+            );
             return show_page(&state, &me, Some(why), typed).await;
         }
     };

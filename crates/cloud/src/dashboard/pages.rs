@@ -369,6 +369,17 @@ pub struct SignOut {
     everywhere: Option<String>,
 }
 
+/// To sign-in, the browser told to drop the pages it keeps for Back (its back/forward cache
+/// among them): a session that ended already leaves them behind too.
+fn signed_out() -> Response {
+    let mut response = Redirect::to("/sign-in").into_response();
+    response.headers_mut().insert(
+        HeaderName::from_static("clear-site-data"),
+        HeaderValue::from_static("\"cache\""),
+    );
+    response
+}
+
 /// `POST /sign-out`: ends this session, or every session of the user with `everywhere`.
 pub async fn sign_out(
     State(state): State<DashboardState>,
@@ -377,7 +388,7 @@ pub async fn sign_out(
 ) -> Response {
     let (s, id_hash) = match session::current(&state.store, &headers).await {
         Ok(Some(found)) => found,
-        Ok(None) => return Redirect::to("/sign-in").into_response(),
+        Ok(None) => return signed_out(),
         Err(_) => return unavailable(),
     };
     if !session::same(&s.csrf, &form.csrf) {
@@ -391,12 +402,7 @@ pub async fn sign_out(
     if ended.is_err() {
         return unavailable();
     }
-    let mut response = Redirect::to("/sign-in").into_response();
-    // The browser drops the pages it keeps for Back (its back/forward cache among them).
-    response.headers_mut().insert(
-        HeaderName::from_static("clear-site-data"),
-        HeaderValue::from_static("\"cache\""),
-    );
+    let mut response = signed_out();
     response.headers_mut().append(
         header::SET_COOKIE,
         session::set_cookie(

@@ -2,8 +2,8 @@
 //! (`--webhook-allow-private`): an org admin sets the URL, and the cloud must not become their
 //! way into the service's own network (its loopback, metadata endpoints, internal hosts). Names
 //! are resolved by [`PublicOnly`], which drops every non-public address, so a name that points
-//! inside (or rebinds there later) is refused at connection time; literal IP hosts are checked
-//! by [`literal_allowed`].
+//! inside (or rebinds there later) is refused at connection time; literal IP hosts, and
+//! `localhost` names, are checked by [`host_allowed`].
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -75,11 +75,12 @@ pub fn is_public(ip: IpAddr) -> bool {
 
 /// Checks a webhook URL as an admin gives it (the dashboard's form, `cloud webhook set`):
 /// absolute `https://` or `http://` with a host, no credentials in it, and unless
-/// `allow_private`, no literal non-public address, which every delivery would refuse.
+/// `allow_private`, no literal non-public address nor `localhost` name, which every delivery
+/// would refuse.
 pub fn webhook_url(raw: &str, allow_private: bool) -> Result<String, String> {
     let url = well_formed(raw)?;
     if !allow_private {
-        literal_allowed(&url).map_err(|why| format!("url: {why}"))?;
+        host_allowed(&url).map_err(|why| format!("url: {why}"))?;
     }
     Ok(url)
 }
@@ -98,6 +99,10 @@ fn well_formed(raw: &str) -> Result<String, String> {
         {
             Ok(url.to_string())
         }
+        Ok(u) if !matches!(u.scheme(), "https" | "http") => Err(format!(
+            "url must start with https:// or http://, not {}: (webhooks are HTTP POSTs)",
+            u.scheme()
+        )),
         // A password in it is not repeated back onto the page.
         Ok(u) if u.password().is_some() || !u.username().is_empty() => Err(
             "url holds a user name or password, which would be sent to and logged by every proxy on the way: expected an address such as https://hooks.example.com/signals, authenticated by the signature instead".to_string(),
@@ -111,7 +116,7 @@ fn well_formed(raw: &str) -> Result<String, String> {
 
 /// `Err` with the reason when `url`'s host is a literal non-public IP address, or `localhost`
 /// or a name under it (which resolve to loopback by definition, RFC 6761).
-pub fn literal_allowed(url: &str) -> Result<(), String> {
+pub fn host_allowed(url: &str) -> Result<(), String> {
     let host = url::Url::parse(url).ok().and_then(|u| match u.host() {
         Some(url::Host::Ipv4(ip)) => Some(Err(IpAddr::V4(ip))),
         Some(url::Host::Ipv6(ip)) => Some(Err(IpAddr::V6(ip))),
@@ -195,19 +200,19 @@ mod tests {
         for outside in ["1.1.1.1", "8.8.8.8", "2606:4700:4700::1111", "3fff:1000::1"] {
             assert!(is_public(outside.parse().unwrap()), "{outside}");
         }
-        assert!(literal_allowed("http://127.0.0.1:9/hook").is_err());
-        assert!(literal_allowed("http://[::1]/hook").is_err());
-        assert!(literal_allowed("https://hooks.example.com/x").is_ok());
-        assert!(literal_allowed("https://1.1.1.1/x").is_ok());
+        assert!(host_allowed("http://127.0.0.1:9/hook").is_err());
+        assert!(host_allowed("http://[::1]/hook").is_err());
+        assert!(host_allowed("https://hooks.example.com/x").is_ok());
+        assert!(host_allowed("https://1.1.1.1/x").is_ok());
         for loopback in [
             "https://localhost/x",
             "http://LOCALHOST.:8080/",
             "https://a.localhost/",
         ] {
-            let why = literal_allowed(loopback).unwrap_err();
+            let why = host_allowed(loopback).unwrap_err();
             assert!(why.contains("a loopback name"), "{loopback}: {why}");
         }
-        assert!(literal_allowed("https://localhost.example.com/x").is_ok());
+        assert!(host_allowed("https://localhost.example.com/x").is_ok());
         // An admin's URL: the form, then the address unless non-public ones are allowed.
         let why = webhook_url("http://127.0.0.1:9/x", false).unwrap_err();
         assert!(
@@ -234,6 +239,9 @@ mod tests {
             let why = super::well_formed(bad).unwrap_err();
             assert!(why.starts_with("url "), "{why}");
         }
+        // Another scheme is named, as the problem.
+        let why = super::well_formed("ftp://x/y").unwrap_err();
+        assert!(why.contains("https:// or http://, not ftp:"), "{why}");
         // A password is refused without being repeated onto the page.
         for with_password in ["https://hook:s3cret@x.com/", "https://hook:s3cret@x:99999/"] {
             let why = super::well_formed(with_password).unwrap_err();

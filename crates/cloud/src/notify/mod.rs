@@ -94,20 +94,11 @@ impl Notifier {
     }
 
     async fn round(&mut self) {
-        let said = self.store.answering();
         if let Err(e) = self.watch().await {
-            if said {
-                tracing::warn!(cause = %e, "cannot queue bridge release notifications; will retry");
-            } else {
-                tracing::debug!(cause = %e, "cannot queue bridge release notifications; will retry");
-            }
+            (self.store).background_failure(&e, "cannot queue bridge release notifications");
         }
         if let Err(e) = self.send_due().await {
-            if said {
-                tracing::warn!(cause = %e, "cannot deliver webhook notifications; will retry");
-            } else {
-                tracing::debug!(cause = %e, "cannot deliver webhook notifications; will retry");
-            }
+            (self.store).background_failure(&e, "cannot deliver webhook notifications");
         }
     }
 }

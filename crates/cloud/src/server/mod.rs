@@ -85,6 +85,11 @@ pub enum ServeError {
         "--data-dir {0} holds a SQLite deployment's database (signals.db): a serve on PostgreSQL would replace that directory's CA (ca.pem, ca-key.pem), which the SQLite deployment's bridges and clients trust. Give this one a directory of its own (--data-dir DIR); if that SQLite deployment is retired, move its signals.db away first"
     )]
     DataDirOfSqlite(String),
+    /// Shutdown ended before storage was flushed: the database stopped answering.
+    #[error(
+        "stopped: the database did not answer within --drain-timeout, so storage was not flushed; events of requests that got no answer may be missing: their senders retry them (with an Idempotency-Key, never twice)"
+    )]
+    Unflushed,
     /// The data directory cannot be created.
     #[error(
         "--data-dir {dir}: cannot create it ({source}); check the parent directory's permissions or pass another --data-dir"
@@ -343,9 +348,7 @@ pub async fn run(
         (false, true) => tracing::info!(
             "stopped: requests still in flight after --drain-timeout were cut, storage flushed"
         ),
-        (_, false) => tracing::warn!(
-            "stopped: the database did not answer within --drain-timeout, so storage was not flushed; events of requests that got no answer may be missing: their senders retry them (with an Idempotency-Key, never twice)"
-        ),
+        (_, false) => return Err(ServeError::Unflushed),
     }
     Ok(())
 }

@@ -147,7 +147,10 @@ pub(super) async fn postgres_not_foreign(
            coalesce((SELECT array_agg(name ORDER BY name) FROM (SELECT c.relname AS name \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = $1 AND c.relkind IN ('r', 'v', 'm', 'p', 'f') \
-             AND c.relname <> '_sqlx_migrations' ORDER BY c.relname LIMIT 5) t), '{}'), \
+             AND c.relname <> '_sqlx_migrations' \
+             AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass \
+               AND d.objid = c.oid AND d.deptype = 'e') \
+             ORDER BY c.relname LIMIT 5) t), '{}'), \
            (SELECT count(*) = 3 FROM pg_tables WHERE schemaname = $1 \
              AND tablename IN ('_sqlx_migrations', 'orgs', 'events')), \
            EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = $1 AND tablename = '_sqlx_migrations')",
@@ -166,13 +169,20 @@ pub(super) async fn postgres_not_foreign(
         )));
     }
     if migrations {
-        let applied: Vec<i64> = sqlx::query_scalar(APPLIED).fetch_all(pool).await?;
-        if let Some(other) = applied
-            .iter()
-            .find(|v| !ours.iter().any(|m| m.version == **v))
-        {
+        // Another program's migrations may share cloud's numbers (1, 2, 3): a version is
+        // cloud's when its description is too.
+        let applied: Vec<(i64, String)> =
+            sqlx::query_as("SELECT version, description FROM _sqlx_migrations")
+                .fetch_all(pool)
+                .await?;
+        let theirs = applied.iter().find(|(version, description)| {
+            !ours
+                .iter()
+                .any(|m| m.version == *version && m.description == *description)
+        });
+        if let Some((version, description)) = theirs {
             return Err(StorageError::Foreign(format!(
-                "schema {schema:?} of {shown} holds another program's migrations (_sqlx_migrations has version {other}, which is no migration of cloud) and no signals schema: `cloud` adds no tables to it; nothing was changed. {fix}"
+                "schema {schema:?} of {shown} holds another program's migrations (_sqlx_migrations has version {version}, {description:?}, which is no migration of cloud) and no signals schema: `cloud` adds no tables to it; nothing was changed. {fix}"
             )));
         }
     }

@@ -4,7 +4,7 @@
 use sqlx::Row;
 
 use super::records::event_from_row;
-use super::{StorageError, Store, StoredEvent, now_micros, on_db, on_writer};
+use super::{Actor, StorageError, Store, StoredEvent, now_micros, on_db, on_writer};
 
 /// Most candidates read for one alert: the newest win.
 pub const MAX_CANDIDATES: i64 = 2_000;
@@ -138,12 +138,14 @@ impl Store {
         Ok(())
     }
 
-    /// Records that `deployment_id` caused `alert_id` (replacing an earlier confirmation).
+    /// Records that `deployment_id` caused `alert_id` (replacing an earlier confirmation),
+    /// audited as `actor`'s.
     pub async fn confirm_cause(
         &self,
         org_id: i64,
         alert_id: &str,
         deployment_id: &str,
+        actor: &Actor,
     ) -> Result<(), StorageError> {
         let sql = "INSERT INTO alert_causes (org_id, alert_id, deployment_id, confirmed_at) \
                    VALUES ($1, $2, $3, $4) ON CONFLICT (org_id, alert_id) \
@@ -156,23 +158,32 @@ impl Store {
             .execute(pool)
             .await?
             .rows_affected());
-        Ok(())
+        let object = cause_object(alert_id, deployment_id);
+        self.audit(org_id, actor, "alert.confirm_cause", &object)
+            .await
     }
 
-    /// Withdraws the confirmed cause of `alert_id`: the deployment it named, `None` when there
-    /// was none.
+    /// Withdraws the confirmed cause of `alert_id` (audited as `actor`'s): the deployment it
+    /// named, `None` when there was none.
     pub async fn withdraw_cause(
         &self,
         org_id: i64,
         alert_id: &str,
+        actor: &Actor,
     ) -> Result<Option<String>, StorageError> {
         let sql = "DELETE FROM alert_causes WHERE org_id = $1 AND alert_id = $2 \
                    RETURNING deployment_id";
-        Ok(on_writer!(&self.db, pool => sqlx::query_scalar(sql)
+        let withdrawn: Option<String> = on_writer!(&self.db, pool => sqlx::query_scalar(sql)
             .bind(org_id)
             .bind(alert_id)
             .fetch_optional(pool)
-            .await?))
+            .await?);
+        if let Some(deployment_id) = &withdrawn {
+            let object = cause_object(alert_id, deployment_id);
+            self.audit(org_id, actor, "alert.withdraw_cause", &object)
+                .await?;
+        }
+        Ok(withdrawn)
     }
 
     /// The deployment confirmed as the cause of `alert_id`, if any.
@@ -197,4 +208,9 @@ impl Store {
             .fetch_all(pool)
             .await?))
     }
+}
+
+/// How the audit names a confirmed or withdrawn cause: `ALERT_ID <- DEPLOYMENT_ID`.
+fn cause_object(alert_id: &str, deployment_id: &str) -> String {
+    format!("{alert_id} <- {deployment_id}")
 }

@@ -16,13 +16,10 @@ const EVERY: Duration = Duration::from_secs(600);
 const BATCH: i64 = 5_000;
 
 impl Store {
-    /// Deletes old idempotency keys every few minutes until `stop`.
+    /// Deletes old idempotency keys at start, then every few minutes until `stop` (a `serve`
+    /// restarted more often than that still prunes).
     pub async fn keep_tidy(self, stop: CancellationToken) {
         loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(EVERY) => {}
-            }
             let before = now_micros() - IDEMPOTENCY_KEPT.as_micros() as i64;
             let pruned = tokio::select! {
                 () = stop.cancelled() => return,
@@ -31,12 +28,11 @@ impl Store {
             match pruned {
                 Ok(0) => {}
                 Ok(n) => tracing::debug!(keys = n, "old idempotency keys deleted"),
-                Err(e) if self.answering() => {
-                    tracing::warn!(cause = %e, "cannot delete old idempotency keys; will retry");
-                }
-                Err(e) => {
-                    tracing::debug!(cause = %e, "cannot delete old idempotency keys; will retry")
-                }
+                Err(e) => self.background_failure(&e, "cannot delete old idempotency keys"),
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(EVERY) => {}
             }
         }
     }

@@ -99,11 +99,16 @@ impl Store {
         &self.target
     }
 
-    /// Whether the database answered the watch's last question. A background task that fails
-    /// while it does not logs at debug level: the watch has said so once, with the cause, and
-    /// the same warning from every task every few seconds would bury it.
-    pub fn answering(&self) -> bool {
-        self.answering.load(std::sync::atomic::Ordering::Relaxed)
+    /// Logs a background task's failure to use the database (`what` failed; it will retry):
+    /// a warning, or at debug level while the database is known not to answer, since
+    /// [`Store::watch`] has said so once, with the cause, and the same warning from every task
+    /// every few seconds would bury it.
+    pub fn background_failure(&self, cause: &dyn std::fmt::Display, what: &str) {
+        if self.answering.load(std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(cause = %cause, "{what}; will retry");
+        } else {
+            tracing::debug!(cause = %cause, "{what}; will retry");
+        }
     }
 
     /// Opens and migrates the database (creating it only with [`OpenMode::CreateIfMissing`]),

@@ -133,6 +133,10 @@ apis:
   - name: open
     url: https://c.example
     allow: []
+  - name: commented
+    url: https://d.example
+    allow:
+    # - {method: GET, path: /public/*}
 databases:
   - host: db
     port: 0
@@ -157,10 +161,11 @@ databases:
         "bridge.yaml:20:17: apis[1].allow[0].method: expected an HTTP method",
         "bridge.yaml:21:15: apis[1].allow[0].path: expected a path pattern starting with / or *",
         "bridge.yaml:23:15: apis[1].allow[1].path: expected a path pattern without ?query",
-        "bridge.yaml:24:5: apis[2].allow: an empty list would admit every request",
-        "bridge.yaml:28:5: databases[0].database: required",
-        "bridge.yaml:28:5: databases[0].credentials: required",
-        "bridge.yaml:29:11: databases[0].port: expected a port from 1 to 65535, got 0",
+        "bridge.yaml:24:5: apis[2].allow: an empty list (or the key with nothing under it) would admit every request",
+        "bridge.yaml:27:5: apis[3].allow: an empty list (or the key with nothing under it) would admit every request",
+        "bridge.yaml:32:5: databases[0].database: required",
+        "bridge.yaml:32:5: databases[0].credentials: required",
+        "bridge.yaml:33:11: databases[0].port: expected a port from 1 to 65535, got 0",
     ];
     // In file order (problems without a place first), one per line.
     for (got, want) in text.lines().zip(expected) {

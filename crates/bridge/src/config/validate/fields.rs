@@ -214,7 +214,7 @@ impl Ctx<'_> {
         entry: &Origin,
     ) -> Vec<AllowRule> {
         if list.is_some_and(Vec::is_empty) {
-            let msg = "an empty list would admit every request, as no `allow` key does: list the rules to admit, or leave the key out to admit everything";
+            let msg = "an empty list (or the key with nothing under it) would admit every request, as no `allow` key does: list the rules to admit, or leave the key out to admit everything";
             self.fail(&format!("{key}.allow"), entry, msg);
         }
         let mut rules = Vec::new();
@@ -236,8 +236,8 @@ impl Ctx<'_> {
             let path = path.and_then(|p| {
                 let msg = if !(p.value.starts_with('/') || p.value.starts_with('*')) {
                     "expected a path pattern starting with / or *"
-                } else if p.value.contains('?') {
-                    "expected a path pattern without ?query: rules match the path alone, so this one would match nothing"
+                } else if p.value.contains(['?', '#', ' ']) {
+                    "expected a path pattern without ?query, #fragment or spaces: rules match the path as sent (a space is %20, the query is not part of it), so this one would match nothing"
                 } else {
                     return Some(p.value);
                 };

@@ -94,25 +94,11 @@ pub(super) fn holds_password(text: &str) -> bool {
         || first_password_word(&percent_decoded(text)).is_some()
 }
 
-/// `text` with its `%XX` escapes decoded (as a URL's query is), lossily.
+/// `text` with its `%XX` escapes decoded (as a URL's query is), lossily, in lower case.
 fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let hex = |b: Option<&u8>| b.and_then(|b| (*b as char).to_digit(16));
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match (bytes[i], hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) {
-            (b'%', Some(hi), Some(lo)) => {
-                out.push((hi * 16 + lo) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b.to_ascii_lowercase());
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).to_ascii_lowercase()
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .to_ascii_lowercase()
 }
 
 /// Where the first URL is whose user information has a password (`scheme://user:pw@`): its
