@@ -141,8 +141,14 @@ fn heading_of(body: &Value) -> String {
         .next()
         .map(|c| c.to_uppercase().chain(chars).collect::<String>())
         .unwrap_or_else(|| "Event".into());
+    // A change's summary may run to kilobytes: the heading (and the page's title) takes its
+    // start.
+    const LONGEST: usize = 120;
     match summary_of(body) {
         s if s.is_empty() => kind,
+        s if s.chars().count() > LONGEST => {
+            format!("{kind}: {}…", s.chars().take(LONGEST).collect::<String>())
+        }
         s => format!("{kind}: {s}"),
     }
 }
@@ -242,5 +248,23 @@ pub async fn detail(
             "Back to events",
         ),
         Err(_) => unavailable(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn the_heading_names_the_event_and_keeps_a_long_summary_short() {
+        let alert = json!({"type": "alert", "title": "Disk full", "service": "db"});
+        assert_eq!(super::heading_of(&alert), "Alert: Disk full");
+        assert_eq!(super::heading_of(&json!({"type": "custom"})), "Custom");
+        let long = json!({"type": "change", "summary": "x".repeat(8192)});
+        let heading = super::heading_of(&long);
+        assert_eq!(heading.chars().count(), "Change: ".len() + 120 + 1);
+        assert!(heading.ends_with('…'), "{heading}");
+        let facts = super::facts_of(&alert);
+        assert_eq!(facts, [("Service", "db".to_string())]);
     }
 }

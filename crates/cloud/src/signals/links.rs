@@ -86,7 +86,8 @@ fn not_a_link(url: &str) -> Option<String> {
         .find(|c| c.is_control() || c.is_whitespace())
     {
         return Some(format!(
-            "holds {c:?}, which no URL holds as written; percent-encode it (a space is %20)"
+            "holds the character U+{:04X} (a space or a control character), which no URL holds as written; percent-encode it (a space is %20)",
+            c as u32
         ));
     }
     let written = ["http://", "https://"].iter().any(|s| {
