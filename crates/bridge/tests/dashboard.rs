@@ -97,16 +97,14 @@ async fn the_bridge_page_shows_instances_makes_tokens_and_revokes() {
     let listed = page(&client, url.clone(), &admin).await;
     assert!(listed.contains("<strong>dc2</strong>") && listed.contains("status never seen"));
     // A second token for dc2 says that the first still works, and how to retire it.
-    let again = client
-        .post(format!("{}/integrations/bridge/create", cloud.https))
-        .header("cookie", &admin)
-        .form(&[("csrf", csrf.as_str()), ("name", "dc2")])
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let (_, again) = testkit::dashboard::post(
+        &client,
+        cloud,
+        &admin,
+        "/integrations/bridge/create",
+        &[("name", "dc2")],
+    )
+    .await;
     assert!(
         again.contains("Bridge dc2 already had 1 live token (sigbrt_")
             && again.contains("which still works")

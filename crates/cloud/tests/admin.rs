@@ -199,23 +199,21 @@ async fn serve_adds_no_tables_to_another_programs_postgres_schema() {
     use sqlx::Connection;
     let tables = PgSchema::create();
     tables.exec("CREATE TABLE users (id int); CREATE TABLE orders (id int)");
-    let migrations = PgSchema::create();
-    migrations.exec(
-        "CREATE TABLE _sqlx_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
-         installed_on TIMESTAMPTZ NOT NULL DEFAULT now(), success BOOLEAN NOT NULL, \
-         checksum BYTEA NOT NULL, execution_time BIGINT NOT NULL); \
-         INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
-         VALUES (20240101000000, 'theirs', TRUE, '\\x00', 0)",
-    );
+    // Another sqlx program's migrations table, with one migration applied.
+    let migrated = |version: i64, description: &str| {
+        let schema = PgSchema::create();
+        schema.exec(&format!(
+            "CREATE TABLE _sqlx_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+             installed_on TIMESTAMPTZ NOT NULL DEFAULT now(), success BOOLEAN NOT NULL, \
+             checksum BYTEA NOT NULL, execution_time BIGINT NOT NULL); \
+             INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+             VALUES ({version}, '{description}', TRUE, '\\x00', 0)"
+        ));
+        schema
+    };
+    let migrations = migrated(20240101000000, "theirs");
     // Another program numbering its migrations as cloud does.
-    let numbered = PgSchema::create();
-    numbered.exec(
-        "CREATE TABLE _sqlx_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
-         installed_on TIMESTAMPTZ NOT NULL DEFAULT now(), success BOOLEAN NOT NULL, \
-         checksum BYTEA NOT NULL, execution_time BIGINT NOT NULL); \
-         INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
-         VALUES (3, 'add col', TRUE, '\\x00', 0)",
-    );
+    let numbered = migrated(3, "add col");
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().display().to_string();
     let serve = [

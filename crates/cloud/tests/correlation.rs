@@ -878,10 +878,16 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
     );
     // Withdrawn on the page (a mis-click), then confirmed again.
     let withdraw = format!("/events/{alert}/cause/withdraw");
-    let (status, _) = form(&browser, &cloud, &admin, &withdraw, &[]).await;
+    let (status, to) = testkit::dashboard::post_to(&browser, &cloud, &admin, &withdraw, &[]).await;
     assert_eq!(status, 303);
-    let (_, page) = get(&browser, format!("{}/events/{alert}", cloud.https), &admin).await;
+    assert!(to.contains("done=cause-withdrawn"), "{to}");
+    let (_, page) = get(&browser, format!("{}{to}", cloud.https), &admin).await;
     assert!(!page.contains("confirmed cause"), "{page}");
+    // Said on the page it leads back to, for a screen reader too.
+    assert!(
+        page.contains("role=\"status\">Confirmation withdrawn: the deployment no longer counts"),
+        "{page}"
+    );
     // A cause confirmed through the API that is no suspect (three days before the alert) is
     // shown apart, and withdrawn there (in staging, so that production's figures stay).
     deploy["environment"] = json!("staging");

@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::storage::StoredEvent;
 
 use super::DashboardState;
+use super::done::Done;
 use super::events::text;
 use super::extract::Path;
 use super::me::Me;
@@ -73,7 +74,7 @@ pub async fn confirm_cause(
     if confirmed.is_err() {
         return unavailable();
     }
-    back_to_event(&id)
+    said_on_event(&id, Done::CauseConfirmed, &me)
 }
 
 /// The withdraw form's fields.
@@ -98,15 +99,25 @@ pub async fn withdraw_cause(
     let withdrawn = (state.store)
         .withdraw_cause(me.session.user.org_id, &id, &me.actor())
         .await;
-    if withdrawn.is_err() {
-        return unavailable();
+    match withdrawn {
+        Ok(Some(_)) => said_on_event(&id, Done::CauseWithdrawn, &me),
+        Ok(None) => back_to_event(&id),
+        Err(_) => unavailable(),
     }
-    back_to_event(&id)
 }
 
-/// To the event's page (its id percent-encoded, as the path takes it); also the answer to a GET
-/// of a cause form's address.
-pub fn back_to_event(id: &str) -> Response {
+/// The event's page, its id percent-encoded as the path takes it.
+fn event_page(id: &str) -> String {
     let id: String = url::form_urlencoded::byte_serialize(id.as_bytes()).collect();
-    axum::response::Redirect::to(&format!("/events/{id}")).into_response()
+    format!("/events/{id}")
+}
+
+/// To the event's page; also the answer to a GET of a cause form's address.
+pub fn back_to_event(id: &str) -> Response {
+    axum::response::Redirect::to(&event_page(id)).into_response()
+}
+
+/// To the event's page, which says what was `done` (a notice, announced to screen readers).
+fn said_on_event(id: &str, done: Done, me: &Me) -> Response {
+    axum::response::Redirect::to(&done.after(&event_page(id), "", &me.csrf)).into_response()
 }

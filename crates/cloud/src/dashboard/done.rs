@@ -29,14 +29,20 @@ pub enum Done {
     WebhookRemoved,
     /// A repository's mapping to a Git source removed.
     MappingRemoved,
+    /// A deployment confirmed as an alert's cause.
+    CauseConfirmed,
+    /// An alert's confirmed cause withdrawn.
+    CauseWithdrawn,
 }
 
 impl Done {
-    const ALL: [Done; 4] = [
+    const ALL: [Done; 6] = [
         Done::BridgeRevoked,
         Done::KeyRevoked,
         Done::WebhookRemoved,
         Done::MappingRemoved,
+        Done::CauseConfirmed,
+        Done::CauseWithdrawn,
     ];
 
     fn code(self) -> &'static str {
@@ -45,6 +51,8 @@ impl Done {
             Done::KeyRevoked => "key-revoked",
             Done::WebhookRemoved => "webhook-removed",
             Done::MappingRemoved => "mapping-removed",
+            Done::CauseConfirmed => "cause-confirmed",
+            Done::CauseWithdrawn => "cause-withdrawn",
         }
     }
 
@@ -99,6 +107,13 @@ impl Done {
                     &name
                 }
             ),
+            Done::CauseConfirmed => {
+                "Cause confirmed: the deployment counts as failed in the change fail rate.".into()
+            }
+            Done::CauseWithdrawn => {
+                "Confirmation withdrawn: the deployment no longer counts as failed for this alert."
+                    .into()
+            }
         })
     }
 }
