@@ -27,8 +27,9 @@ pub enum AgentError {
     /// The cloud rejected the token.
     #[error("token rejected by the cloud: {0}")]
     Unauthorized(String),
-    /// The cloud refused for another reason (version, name, …).
-    #[error("the cloud refused the tunnel ({status}): {reason}")]
+    /// The cloud refused for another reason (version, name, …), or something in front of it
+    /// answered a 5xx.
+    #[error("{}", refused(*status, reason))]
     Refused {
         /// HTTP status.
         status: u16,
@@ -369,7 +370,22 @@ pub fn problem_detail(body: &[u8]) -> String {
     serde_json::from_slice::<serde_json::Value>(body)
         .ok()
         .and_then(|v| v["detail"].as_str().map(str::to_string))
-        .unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(300).collect())
+        .unwrap_or_else(|| {
+            let text: String = String::from_utf8_lossy(body).chars().take(300).collect();
+            text.split_whitespace().collect::<Vec<_>>().join(" ")
+        })
+}
+
+/// [`AgentError::Refused`] in words: a 5xx is most often a proxy or load balancer in front of
+/// the cloud that cannot reach it, not the cloud's refusal.
+fn refused(status: u16, reason: &str) -> String {
+    if status >= 500 {
+        format!(
+            "api_url answered HTTP {status}, not the cloud's tunnel: a proxy or load balancer in front of the cloud cannot reach it, or the cloud is failing ({reason})"
+        )
+    } else {
+        format!("the cloud refused the tunnel ({status}): {reason}")
+    }
 }
 
 /// How long one enrollment exchange may take.
@@ -449,5 +465,27 @@ mod tests {
         let env = MapEnv::new().with(TLS_CA_FILE_VAR, not_pem.display().to_string());
         let from_env = message(&env);
         assert!(from_env.contains("SERVICE_TLS_CA_FILE "), "{from_env}");
+    }
+
+    #[test]
+    fn a_5xx_is_said_as_what_is_in_front_of_the_cloud() {
+        let gateway = AgentError::Refused {
+            status: 502,
+            reason: problem_detail(b"<html>\n<h1>502 Bad Gateway</h1>\n</html>\n"),
+        };
+        let said = gateway.to_string();
+        assert!(
+            said.starts_with("api_url answered HTTP 502, not the cloud's tunnel: a proxy")
+                && !said.contains('\n'),
+            "{said}"
+        );
+        let refused = AgentError::Refused {
+            status: 426,
+            reason: "upgrade the bridge".into(),
+        };
+        assert_eq!(
+            refused.to_string(),
+            "the cloud refused the tunnel (426): upgrade the bridge"
+        );
     }
 }

@@ -143,6 +143,20 @@ async fn revoking_one_token_by_id_leaves_the_bridges_other_token_working() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("bridge-token list"), "{stderr}");
+    // A live token of another bridge, revoked under the wrong name: said whose it is.
+    let other = rig
+        .cloud
+        .admin(&["bridge-token", "create", "--org", "acme", "--name", "dc2"]);
+    let other_id = other.rsplit_once('_').unwrap().0.to_string();
+    let out = revoke(&other_id);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{other_id} is a token of bridge \"dc2\", not \"dc1\": revoke it with --name dc2"
+        )),
+        "{stderr}"
+    );
     // A token mangled in pasting (a space for its `_`) is refused and not repeated.
     let mangled = new.replacen('_', " ", 2);
     let out = revoke(&mangled);

@@ -161,9 +161,20 @@ pub async fn revoke_bridge_tokens(
     let n = store.revoke_bridge_tokens(org_id, bridge, bare).await?;
     let shown = bare.map(|id| format!("{}{id}", Kind::BridgeToken.prefix()));
     if n == 0 {
-        return Err(AdminError::Usage(match &shown {
-            None => format!("bridge {bridge:?} of org {slug:?} has no live token to revoke"),
-            Some(id) => format!(
+        // A live token of another bridge of the org: said, so that the right --name is clear.
+        let owner = match &shown {
+            Some(id) => (store.credentials(org_id, Credential::BridgeToken).await?)
+                .into_iter()
+                .find(|t| &t.id == id)
+                .and_then(|t| t.name),
+            None => None,
+        };
+        return Err(AdminError::Usage(match (&shown, owner) {
+            (None, _) => format!("bridge {bridge:?} of org {slug:?} has no live token to revoke"),
+            (Some(id), Some(owner)) => format!(
+                "{id} is a token of bridge {owner:?}, not {bridge:?}: revoke it with --name {owner}"
+            ),
+            (Some(id), None) => format!(
                 "bridge {bridge:?} of org {slug:?} has no live token {id:?}; `cloud bridge-token list --org {slug}` shows the ids"
             ),
         }));

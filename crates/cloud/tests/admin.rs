@@ -48,6 +48,19 @@ fn admin_commands_never_create_a_sqlite_database() {
         std::fs::read_dir(dir.path()).unwrap().next().is_none(),
         "an admin command created files"
     );
+    // A --data-dir that is a file is said to be one.
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, "x").unwrap();
+    let out = cloud_on(&file, &["org", "list"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the data directory {} is a file, not a directory",
+            file.display()
+        )),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -92,7 +92,15 @@ pub(crate) fn validate(file: &FileConfig, env: &dyn Env) -> Result<Config, Vec<P
 
     let api_url = cx
         .overridden(file.api_url.as_ref(), "api_url", API_URL_VAR)
-        .and_then(|given| cx.url(&given, "api_url", &["https"], None));
+        .and_then(|given| {
+            let url = cx.url(&given, "api_url", &["https"], None)?;
+            if url.path() != "/" {
+                let msg = "expected the cloud's address without a path, such as https://signals.example.com: the bridge's routes are at the cloud's root, so a path would be ignored";
+                cx.fail("api_url", &given.origin, msg);
+                return None;
+            }
+            Some(url)
+        });
     let api_url = api_url.or_else(|| Url::parse(DEFAULT_API_URL).ok());
 
     let expected = format!("whole seconds from 1 to {MAX_INTERVAL_SECS}");

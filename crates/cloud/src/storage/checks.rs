@@ -43,6 +43,14 @@ pub(super) async fn sqlite_created(path: &std::path::Path) -> Result<(), Storage
         .display()
         .to_string();
     let fix = "Run the command with the --data-dir (or CLOUD_DATA_DIR) of the `cloud serve` whose database it should change (the default is ./data, relative to the current directory), or with its --database-url";
+    if let Some(dir) = path.parent().filter(|d| d.is_file()) {
+        return Err(StorageError::NotCreated(format!(
+            "the data directory {} is a file, not a directory. {fix}",
+            std::path::absolute(dir)
+                .unwrap_or_else(|_| dir.to_path_buf())
+                .display()
+        )));
+    }
     if !path.exists() {
         return Err(StorageError::NotCreated(format!(
             "no database at {shown}: admin commands never create one, only `cloud serve` does. {fix}"

@@ -412,3 +412,15 @@ fn a_variable_where_a_number_belongs_is_told_it_is_not_expanded_there() {
         "{err}"
     );
 }
+
+#[test]
+fn an_api_url_with_a_path_is_refused() {
+    let yaml = "name: dc1\ntoken: t\napi_url: https://cloud.example/signals/\n";
+    let text = load(yaml, &MapEnv::new()).unwrap_err().to_string();
+    assert!(
+        text.starts_with("bridge.yaml:3:10: api_url: expected the cloud's address without a path"),
+        "{text}"
+    );
+    let root = "name: dc1\ntoken: t\napi_url: https://cloud.example/\n";
+    assert!(load(root, &MapEnv::new()).is_ok());
+}
