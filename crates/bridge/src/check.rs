@@ -199,7 +199,7 @@ async fn probe_http(
 /// repository the server does not have; and such a repository must answer with Git's refs.
 fn git_probe(source: &GitSource) -> (String, Option<String>) {
     let base = source.url.as_str().trim_end_matches('/');
-    match source.repositories.iter().find(|r| !r.contains('*')) {
+    match source.first_named_repository() {
         Some(repo) => (
             format!("{base}/{repo}/info/refs?service=git-upload-pack"),
             Some(format!(

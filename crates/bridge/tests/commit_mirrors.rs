@@ -24,6 +24,8 @@ fn mirrors(data_dir: &Path) -> Vec<String> {
                 .flatten()
         })
         .map(|m| m.file_name().to_string_lossy().into_owned())
+        // A clone in progress (`….partial-PID`) is not a mirror yet.
+        .filter(|name| name.ends_with(".git"))
         .collect()
 }
 

@@ -113,7 +113,7 @@ async fn another_sites_page_cannot_use_a_browsers_cached_key() {
     assert_eq!(
         paths,
         [
-            "/git/code/team/app.git/info/refs?service",
+            "/git/code/team/app.git/info/refs?service=git-upload-pack",
             "/apis/internal/after"
         ],
         "{records:?}"

@@ -410,6 +410,26 @@ async fn wrong_keys_unknown_databases_and_plain_connections_are_refused_clearly(
     let err = stderr(&plain, "psql without TLS");
     assert!(err.contains("only inside TLS"), "{err}");
 
+    // The plain HTTP port names the TLS port to a client that may go on without TLS (one that
+    // requires it hears that the server has none).
+    for sslmode in ["prefer", "disable"] {
+        let out = rig
+            .psql_cmd(
+                &format!(
+                    "host=127.0.0.1 port={} dbname=dc1/orders user=x sslmode={sslmode}",
+                    rig.cloud.http.rsplit(':').next().unwrap()
+                ),
+                &["-c", "SELECT 1"],
+            )
+            .output()
+            .unwrap();
+        let err = stderr(&out, "psql to the plain HTTP port");
+        assert!(
+            err.contains("PostgreSQL clients connect to the TLS port of --listen"),
+            "{sslmode}: {err}"
+        );
+    }
+
     // A replication connection is refused saying so (its commands would otherwise read as
     // syntax errors in an ordinary session).
     let out = rig
@@ -593,8 +613,8 @@ async fn read_only_statement_audit_limits_and_cancel() {
     assert_eq!(code(&e), "53300", "{e}");
     assert!(message(&e).contains("max_connections"), "{}", message(&e));
 
-    // Cancel from the driver (inside TLS), while both slots are busy: a 30 s sleep ends within
-    // a second or two (a cancel takes no slot).
+    // Cancel from the driver (inside TLS), while both slots are busy: a 30 s sleep ends long
+    // before its time (a cancel takes no slot; the bound leaves room for a loaded machine).
     let token = a.cancel_token();
     let sleeping = tokio::spawn(async move { a.query("SELECT pg_sleep(30)", &[]).await });
     wait_for_sleeps(&cluster, "1").await;
@@ -604,7 +624,7 @@ async fn read_only_statement_audit_limits_and_cancel() {
     assert_eq!(code(&e), "57014", "{e}");
     drop(b);
     assert!(
-        asked.elapsed() < Duration::from_secs(1),
+        asked.elapsed() < Duration::from_secs(15),
         "cancel took {:?}",
         asked.elapsed()
     );
@@ -631,7 +651,7 @@ async fn read_only_statement_audit_limits_and_cancel() {
         "{err}"
     );
     assert!(
-        asked.elapsed() < Duration::from_secs(3),
+        asked.elapsed() < Duration::from_secs(15),
         "cancel took {:?}",
         asked.elapsed()
     );
@@ -706,11 +726,7 @@ async fn revoking_a_key_ends_its_open_sessions() {
     kept.simple_query("SELECT 1")
         .await
         .expect("the other key's session");
-    assert!(
-        rig.cloud.log_text().contains("its API key was revoked"),
-        "{}",
-        rig.cloud.log_text()
-    );
+    rig.cloud.wait_log_line("its API key was revoked");
 }
 
 /// A client that stops reading cannot keep a revoked key's session: the cloud stops waiting for
@@ -1226,7 +1242,11 @@ async fn db_proxy_serves_local_clients_without_a_password_over_https() {
         err.contains("canceling statement due to user request"),
         "{err}"
     );
-    assert!(asked.elapsed() < Duration::from_secs(5));
+    assert!(
+        asked.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        asked.elapsed()
+    );
 
     // A key revoked once db-proxy runs: the local client reads why (within the second the
     // revocation takes to reach the cloud's key cache).

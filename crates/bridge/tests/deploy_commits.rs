@@ -339,6 +339,7 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
         if status != 200 || std::time::Instant::now() > deadline {
             break (status, problem);
         }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert_eq!(status, 503, "{problem}");
     assert!(

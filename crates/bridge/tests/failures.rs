@@ -123,6 +123,13 @@ async fn an_internal_api_that_never_accepts_is_502_after_10_s() {
     );
     let records = rig.bridge.audit_records(1).await;
     assert_eq!(records[0]["status"], 502, "{records:?}");
+    // Counted where an alert on unreachable internal servers looks.
+    assert_eq!(
+        rig.bridge
+            .metric("bridge_refused_total{reason=\"upstream_unavailable\"}")
+            .await,
+        1.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,10 +181,7 @@ async fn a_bridge_at_max_connections_queues_5_s_then_answers_503() {
     let waiting: Vec<_> = (0..3)
         .map(|i| tokio::spawn(rig.request(reqwest::Method::GET, &format!("/w{i}")).send()))
         .collect();
-    testkit::wait_until_async("three streams waiting for a slot", || async {
-        rig.bridge.metric("bridge_streams_waiting").await == 3.0
-    })
-    .await;
+    rig.bridge.wait_metric("bridge_streams_waiting", 3.0).await;
     let res = rig.get("/one-more").await;
     assert_eq!(res.status(), 503);
     let said = res.text().await.unwrap();
@@ -188,7 +192,7 @@ async fn a_bridge_at_max_connections_queues_5_s_then_answers_503() {
     for w in waiting {
         assert_eq!(w.await.unwrap().unwrap().status(), 503);
     }
-    assert_eq!(rig.bridge.metric("bridge_streams_waiting").await, 0.0);
+    rig.bridge.wait_metric("bridge_streams_waiting", 0.0).await;
 
     // A caller that leaves while its stream waits for a slot is in the audit too (499).
     let quitter = rig
@@ -197,16 +201,15 @@ async fn a_bridge_at_max_connections_queues_5_s_then_answers_503() {
         .send()
         .await;
     assert!(quitter.is_err(), "{quitter:?}");
-    testkit::wait_until_async("the quitter's audit record", || async {
-        rig.bridge.audit_records(0).await.iter().any(|r| {
+    rig.bridge
+        .audit_records_until("the quitter's audit record", |r| {
             r["path"] == "/apis/internal/quitter"
                 && r["status"] == 499
                 && r["rule"].as_str().is_some_and(|rule| {
                     rule.contains("caller left before the stream was forwarded")
                 })
         })
-    })
-    .await;
+        .await;
     busy.abort();
 }
 

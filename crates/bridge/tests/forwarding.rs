@@ -328,6 +328,11 @@ async fn large_bodies_stream_both_ways_intact() {
     assert_eq!(audit[0]["bytes_out"], size);
     assert_eq!(audit[1]["method"], "POST");
     assert_eq!(audit[1]["bytes_in"], 32 * 1024 * 1024);
+    // The org is named by the id `cloud org list` shows beside its slug.
+    let orgs: Value =
+        serde_json::from_str(&rig.cloud.admin(&["org", "list", "--output", "json"])).unwrap();
+    assert_eq!(orgs[0]["slug"], "acme");
+    assert_eq!(audit[0]["org"], orgs[0]["id"], "{orgs}");
 }
 
 /// An HTTP/2 upload streamed without Content-Length reaches the internal API whole, for an
@@ -570,8 +575,13 @@ async fn text_logs_written_to_a_file_carry_no_colour_codes() {
         )
     })
     .await;
+    testkit::wait_until("the connected line", || {
+        rig.bridge
+            .log_text()
+            .contains("Bridge connected successfully")
+    })
+    .await;
     let logs = rig.bridge.log_text();
-    assert!(logs.contains("Bridge connected successfully"), "{logs}");
     assert!(
         !logs.contains('\u{1b}'),
         "ANSI escape codes in a redirected log: {logs:?}"
@@ -740,7 +750,10 @@ async fn an_https_api_signed_by_a_private_ca_is_reached_with_its_tls_ca_file() {
             "{entry}: {problem}"
         );
     }
-    assert!(rig.bridge.log_text().contains("invalid peer certificate"));
+    testkit::wait_until("the bridge's certificate warning", || {
+        rig.bridge.log_text().contains("invalid peer certificate")
+    })
+    .await;
     assert_eq!(
         secure.stats.total.load(std::sync::atomic::Ordering::SeqCst),
         1

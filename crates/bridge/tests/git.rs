@@ -219,11 +219,14 @@ async fn push_refused_by_default_allowed_with_allow_push() {
         "the refusal happens at the bridge, before the server: {}",
         server.access_log()
     );
-    let records = rig.bridge.audit_records(1).await;
-    let denied = records
-        .iter()
-        .find(|r| r["decision"] == "denied")
-        .expect("an audit record of the refused push");
+    // The clone's records came first; the refusal's follows them.
+    let records = rig
+        .bridge
+        .audit_records_until("an audit record of the refused push", |r| {
+            r["decision"] == "denied"
+        })
+        .await;
+    let denied = records.iter().find(|r| r["decision"] == "denied").unwrap();
     assert_eq!(denied["rule"], "git: fetch only");
     assert_eq!(denied["status"], 403);
     // Two service parameters (git's http-backend heeds the last): refused, never read as the
@@ -314,7 +317,29 @@ async fn what_is_not_reachable_says_why() {
         "an unknown source",
     );
     assert!(
-        err.contains("declares no Git source named \"nope\""),
+        err.contains("declares no Git source named \"nope\"")
+            && err.contains("it declares code, code-rw, narrow, team"),
+        "{err}"
+    );
+    // Without a source, git's own `info/refs` is not taken for one; a server root without a
+    // repository is told to name one.
+    let host = rig.cloud.http.trim_start_matches("http://");
+    let no_source = format!("http://x:{key}@{host}/v1/bridges/dc1/git");
+    let err = failed(
+        &git(work.path(), &["ls-remote", &no_source], &[]),
+        "a URL without a source",
+    );
+    assert!(err.contains("remote: the URL names no Git source"), "{err}");
+    let err = failed(
+        &git(
+            work.path(),
+            &["ls-remote", &clone_url(&rig, &key, "team", "")],
+            &[],
+        ),
+        "a server root without a repository",
+    );
+    assert!(
+        err.contains("is a server root: name a repository after it (…/git/team/REPOSITORY)"),
         "{err}"
     );
     // The config's list name where the URL has the kind: git prints the right URL.
@@ -577,6 +602,10 @@ async fn bearer_sources_and_anonymous_servers() {
     );
     let stderr = failed(&out, "a repository moved to another host");
     assert!(!stderr.contains("git.internal.example"), "{stderr}");
+    assert!(
+        stderr.contains("remote: the Git server of source \"anon\" redirected this request outside the source's url"),
+        "{stderr}"
+    );
     assert_secret_absent(&rig, "SECRET-bearer").await;
 
     // A source whose url is one repository is cloned by the source's own URL.

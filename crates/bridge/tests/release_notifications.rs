@@ -74,17 +74,15 @@ async fn an_outdated_bridge_reaches_the_webhook_signed_and_retried_and_the_notic
         "the signature depends on the secret"
     );
 
-    // The page lists the delivery; a member sees the notice once subscribed, not before.
-    let (_, page) = get(
-        &client,
-        format!("{}/integrations/notifications", cloud.https),
-        &member,
-    )
+    // The page lists the delivery (once the cloud has read the receiver's answer, a moment
+    // after the receiver saw the request); a member sees the notice once subscribed, not before.
+    let notifications = format!("{}/integrations/notifications", cloud.https);
+    testkit::wait_until_async("the delivery listed as delivered", || async {
+        let (_, page) = get(&client, notifications.clone(), &member).await;
+        page.contains("bridge.outdated") && page.contains("delivered")
+    })
     .await;
-    assert!(
-        page.contains("bridge.outdated") && page.contains("delivered"),
-        "{page}"
-    );
+    let (_, page) = get(&client, notifications.clone(), &member).await;
     let notice = format!("Bridge release {RELEASE} is available");
     assert!(!page.contains(&notice));
     let (status, _) = post(

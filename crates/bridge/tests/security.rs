@@ -653,8 +653,8 @@ struct SavedCertificate {
     state: tempfile::TempDir,
     /// The saved certificate (PEM).
     cert: String,
-    /// When it was made.
-    made: std::time::Instant,
+    /// When it was made (compared with the time of a log line, not with when the test read it).
+    made: chrono::DateTime<chrono::Utc>,
     bridge: BridgeProc,
 }
 
@@ -664,7 +664,7 @@ impl SavedCertificate {
         cloud.tenant("acme");
         let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
         let state = tempfile::tempdir().unwrap();
-        let made = std::time::Instant::now();
+        let made = chrono::Utc::now();
         let (cert, key) = certificate_for(&cloud, cn, lifetime);
         std::fs::write(state.path().join(bridge::state::CERT_FILE), &cert).unwrap();
         std::fs::write(state.path().join(bridge::state::KEY_FILE), &key).unwrap();
@@ -809,7 +809,13 @@ async fn the_certificate_is_renewed_at_two_thirds_of_its_lifetime_without_a_reco
             .contains("client certificate obtained by enrollment")
     })
     .await;
-    let renewed_after = made.elapsed();
+    let line = bridge
+        .log_json()
+        .into_iter()
+        .find(|l| l["message"] == "client certificate obtained by enrollment")
+        .expect("the renewal's log line");
+    let logged = chrono::DateTime::parse_from_rfc3339(line["timestamp"].as_str().unwrap()).unwrap();
+    let renewed_after = (logged.to_utc() - made).to_std().unwrap();
     assert!(
         renewed_after >= Duration::from_millis(17_500)
             && renewed_after < Duration::from_millis(21_000),

@@ -51,7 +51,9 @@ async fn callers_that_stop_reading_hold_up_no_one_else() {
         res.bytes().await.expect("its whole body");
         answered += 1;
     }
-    assert!(answered > 10, "only {answered} requests in three seconds");
+    // Each answered within the client's 3 s (a blocked one fails above); a loaded machine
+    // answers fewer in the time.
+    assert!(answered >= 3, "only {answered} requests in three seconds");
     drop(stalled);
 }
 
@@ -66,21 +68,15 @@ async fn an_answer_left_unread_is_reset_and_one_read_slowly_is_not() {
         rig.tenant.api_key
     )
     .unwrap();
-    let wait_in_flight = |n: f64, within: Duration| {
-        let bridge = &rig.bridge;
-        async move {
-            let deadline = Instant::now() + within;
-            while bridge.metric("bridge_streams_in_flight").await != n {
-                assert!(Instant::now() < deadline, "never {n} streams in flight");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
-    wait_in_flight(1.0, Duration::from_secs(10)).await;
+    rig.bridge
+        .wait_metric("bridge_streams_in_flight", 1.0)
+        .await;
     // Left unread for the 3 s of --forward-timeout (checked every 2 s), the stream is reset
     // although the caller is still connected: the bridge's slot is free and its record says
     // the answer was cut.
-    wait_in_flight(0.0, Duration::from_secs(15)).await;
+    rig.bridge
+        .wait_metric("bridge_streams_in_flight", 0.0)
+        .await;
     let records = rig.bridge.audit_records(1).await;
     let download = records
         .iter()

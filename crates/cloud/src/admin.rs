@@ -193,20 +193,21 @@ pub async fn revoke_bridge_tokens(
     })
 }
 
-/// `cloud org list`: each org's slug and creation time, as text or JSON.
+/// `cloud org list`: each org's slug, id (what a bridge's audit records call `org`) and
+/// creation time, as text or JSON.
 pub async fn list_orgs(store: &Store, output: Output) -> Result<String, AdminError> {
     let orgs = store.orgs().await?;
     Ok(match output {
         Output::Json => serde_json::Value::Array(
             orgs.iter()
-                .map(|(slug, created)| json!({"slug": slug, "createdAt": time(*created)}))
+                .map(|o| json!({"slug": o.slug, "id": o.id.to_string(), "createdAt": time(o.created_at)}))
                 .collect(),
         )
         .to_string(),
         Output::Text => {
-            let mut out = format!("{:<24} created", "slug");
-            for (slug, created) in &orgs {
-                out.push_str(&format!("\n{slug:<24} {}", time(*created)));
+            let mut out = format!("{:<24} {:<8} created", "slug", "id");
+            for o in &orgs {
+                out.push_str(&format!("\n{:<24} {:<8} {}", o.slug, o.id, time(o.created_at)));
             }
             out
         }

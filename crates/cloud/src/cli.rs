@@ -267,7 +267,7 @@ pub enum OrgCommand {
     },
     /// List the organisations.
     List {
-        /// text (a table) or json (an array of {"slug","createdAt"}).
+        /// text (a table) or json (an array of {"slug","id","createdAt"}).
         #[arg(long, value_enum, default_value_t)]
         output: Output,
         /// Storage.

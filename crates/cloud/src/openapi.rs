@@ -35,6 +35,7 @@ use crate::signals::event::FieldError;
         crate::pgwire::upgrade::upgrade,
         crate::correlation::suspects,
         crate::correlation::cause::confirm_cause,
+        crate::correlation::cause::read_cause,
         crate::correlation::cause::withdraw_cause,
         crate::correlation::dependencies::dependencies,
         crate::correlation::dependencies::set_dependencies,
@@ -152,7 +153,7 @@ pub struct CauseBody {
     pub deployment_id: String,
 }
 
-/// The answer of `POST /v1/alerts/{id}/cause`.
+/// The answer of `POST` and `GET /v1/alerts/{id}/cause`.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CauseConfirmed {

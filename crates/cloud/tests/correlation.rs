@@ -420,6 +420,10 @@ async fn dora_figures_match_the_hand_computed_example() {
     )
     .await;
     assert_eq!(status, 422, "{body}");
+    assert!(
+        body.to_string().contains("is an alert, not a deployment"),
+        "{body}"
+    );
     // An alert that is not there is said first, whatever the body.
     let (status, body) = call(
         &cloud,
@@ -550,6 +554,82 @@ async fn dora_figures_match_the_hand_computed_example() {
     let shown = |at: &str| f[at].as_str().unwrap().to_string();
     assert!(shown("until").ends_with(".000500Z"), "{f}");
     assert!(shown("since").ends_with(".000Z"), "{f}");
+}
+
+/// A deployment confirmed as a cause while its last status said `in_progress` went out: it is
+/// counted as finished and failed. The confirmation reads back until it is withdrawn; a change
+/// is named as one when confirmed.
+#[tokio::test]
+async fn a_cause_confirmed_in_progress_counts_and_reads_back() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let t = cloud.tenant("acme");
+    let deploy = |version: &str, status: &str| {
+        json!({"type": "deployment", "service": "api", "environment": "production",
+        "version": version, "status": status})
+    };
+    post(&cloud, &t, 0, &deploy("v0", "success")).await;
+    let running = post(&cloud, &t, 50, &deploy("v1", "in_progress")).await;
+    let flag = post(
+        &cloud,
+        &t,
+        55,
+        &json!({"type": "change", "service": "api", "environment": "production",
+        "summary": "flag on"}),
+    )
+    .await;
+    let alert = post(
+        &cloud,
+        &t,
+        60,
+        &json!({"type": "alert", "service": "api", "environment": "production",
+        "status": "triggered", "severity": "critical", "title": "Errors"}),
+    )
+    .await;
+    let dora = format!(
+        "/v1/dora?service=api&since={}&until={}",
+        urlencode(&base().to_rfc3339()),
+        urlencode(&(base() + Duration::days(1)).to_rfc3339())
+    );
+    let fail_rate = || async {
+        let (status, f) = call(&cloud, &t, reqwest::Method::GET, &dora, None).await;
+        assert_eq!(status, 200, "{f}");
+        f["changeFailRate"].clone()
+    };
+    assert_eq!(fail_rate().await, json!(0.0));
+    let cause = format!("/v1/alerts/{alert}/cause");
+    let (status, body) = call(&cloud, &t, reqwest::Method::GET, &cause, None).await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = call(
+        &cloud,
+        &t,
+        reqwest::Method::POST,
+        &cause,
+        Some(json!({"deploymentId": flag})),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body.to_string().contains("is a change, not a deployment"),
+        "{body}"
+    );
+    let confirm = Some(json!({"deploymentId": running}));
+    let (status, body) = call(&cloud, &t, reqwest::Method::POST, &cause, confirm).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call(&cloud, &t, reqwest::Method::GET, &cause, None).await;
+    assert_eq!(
+        (status, body),
+        (200, json!({"alertId": alert, "deploymentId": running}))
+    );
+    // v0 and the confirmed v1 finished; v1 failed.
+    assert_eq!(fail_rate().await, json!(0.5));
+    // v1's own success report later is the same deployment: still one of two, not one of three.
+    post(&cloud, &t, 70, &deploy("v1", "success")).await;
+    assert_eq!(fail_rate().await, json!(0.5));
+    let (status, _) = call(&cloud, &t, reqwest::Method::DELETE, &cause, None).await;
+    assert_eq!(status, 204);
+    let (status, body) = call(&cloud, &t, reqwest::Method::GET, &cause, None).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(fail_rate().await, json!(0.0));
 }
 
 /// Deployments that share a timestamp are read in the order they were received: v2 then v1

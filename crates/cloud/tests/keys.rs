@@ -1,5 +1,6 @@
 //! Key management from the CLI: list (ids, never secrets; text and JSON), last use, and
-//! revocation that a running server honours within 2 seconds despite its 30 s key cache.
+//! revocation that a running server honours within seconds (it polls each second) despite its
+//! 30 s key cache.
 //! Real `cloud`, on SQLite and PostgreSQL.
 
 use std::time::{Duration, Instant};
@@ -31,8 +32,8 @@ fn list(cloud: &Cloud, what: &str) -> Vec<Value> {
         .clone()
 }
 
-/// Polls `check` until it holds, failing after `within`; returns how long it took.
-async fn within<F, Fut>(within: Duration, what: &str, mut check: F) -> Duration
+/// Polls `check` until it holds, failing after `within`.
+async fn within<F, Fut>(within: Duration, what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -42,7 +43,6 @@ where
         assert!(started.elapsed() < within, "{what} not within {within:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    started.elapsed()
 }
 
 async fn keys_are_listed_used_and_revoked(backend: Backend) {
@@ -61,6 +61,13 @@ async fn keys_are_listed_used_and_revoked(backend: Backend) {
     let orgs: Value =
         serde_json::from_str(&cloud.admin(&["org", "list", "--output", "json"])).unwrap();
     assert_eq!(orgs[0]["slug"], "acme");
+    // The id a bridge's audit records name the org by.
+    assert!(
+        orgs[0]["id"]
+            .as_str()
+            .is_some_and(|id| id.parse::<i64>().is_ok()),
+        "{orgs}"
+    );
 
     let keys = list(&cloud, "api-key");
     assert_eq!(keys.len(), 2, "{keys:?}");
@@ -101,19 +108,18 @@ async fn keys_are_listed_used_and_revoked(backend: Backend) {
     })
     .await;
 
-    // Revoked from the CLI while the server has the key cached: refused within 2 s.
+    // Revoked from the CLI while the server has the key cached: refused within seconds, not after 30.
     let revoked = cloud.admin(&["api-key", "revoke", "--org", "acme", &id_of(&laptop)]);
     assert!(revoked.contains("revoked"), "{revoked}");
-    let took = within(Duration::from_secs(2), "API key revocation", || async {
+    within(Duration::from_secs(5), "API key revocation", || async {
         cloud.events_status(&laptop).await == StatusCode::UNAUTHORIZED
     })
     .await;
-    assert!(took < Duration::from_secs(2));
     assert_eq!(list(&cloud, "api-key").len(), 1);
     assert_eq!(cloud.events_status(&t.api_key).await, StatusCode::OK);
 
     cloud.admin(&["signal-key", "revoke", "--org", "acme", &t.signal_key]);
-    within(Duration::from_secs(2), "signal key revocation", || async {
+    within(Duration::from_secs(5), "signal key revocation", || async {
         post_status(&cloud, &t.signal_key, &t.api_key).await == StatusCode::NOT_FOUND
     })
     .await;
@@ -125,7 +131,7 @@ async fn keys_are_listed_used_and_revoked(backend: Backend) {
 }
 
 /// A key revoked by a process whose clock is behind (its stamp older than the latest
-/// revocation) is refused within 2 s too, though the latest revocation time did not change.
+/// revocation) is refused within seconds too, though the latest revocation time did not change.
 #[tokio::test]
 async fn a_revocation_stamped_in_the_past_takes_effect() {
     let cloud = Cloud::start(Backend::Sqlite);
@@ -137,7 +143,7 @@ async fn a_revocation_stamped_in_the_past_takes_effect() {
     let id_of = |key: &str| key.rsplit_once('_').unwrap().0.to_string();
     cloud.admin(&["api-key", "revoke", "--org", "acme", &id_of(&first)]);
     // Refused: the server has seen that revocation (the key was cached).
-    within(Duration::from_secs(2), "the first revocation", || async {
+    within(Duration::from_secs(5), "the first revocation", || async {
         cloud.events_status(&first).await == StatusCode::UNAUTHORIZED
     })
     .await;
@@ -147,7 +153,7 @@ async fn a_revocation_stamped_in_the_past_takes_effect() {
         id_of(&ci).trim_start_matches("sigapi_")
     ));
     within(
-        Duration::from_secs(2),
+        Duration::from_secs(5),
         "a revocation stamped in the past",
         || async { cloud.events_status(&ci).await == StatusCode::UNAUTHORIZED },
     )
@@ -293,7 +299,7 @@ async fn a_credential_of_another_kind_is_named_not_echoed() {
         "the secret reached the audit log: {log}"
     );
     within(
-        Duration::from_secs(2),
+        Duration::from_secs(5),
         "revocation by the whole key",
         || async { cloud.events_status(&ci).await == StatusCode::UNAUTHORIZED },
     )

@@ -939,8 +939,8 @@ async fn ingest_memory_is_bounded_and_shared_between_orgs(backend: Backend) {
         vec![format!(r#"{{"type":"custom","name":"x","pad":"{pad}"}}"#); 15].join(",")
     );
 
-    // acme's first request holds a share of what it has sent: most of its body at once, the
-    // rest in three pieces 1.5 s apart (never pausing 2 s).
+    // acme's first request holds a share of what it has sent: most of its body at once, then a
+    // byte every 0.8 s (never pausing 2 s) until the test has seen the refusal, then the rest.
     let addr = cloud.http.trim_start_matches("http://").to_string();
     let head = format!(
         "POST /v1/signals/{} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
@@ -951,16 +951,22 @@ async fn ingest_memory_is_bounded_and_shared_between_orgs(backend: Backend) {
     );
     let body = big.clone();
     let (started_tx, started) = tokio::sync::oneshot::channel();
+    let (finish, mut finish_rx) = tokio::sync::oneshot::channel::<()>();
     let slow = tokio::spawn(async move {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
         s.write_all(head.as_bytes()).await.unwrap();
-        let (most, rest) = body.as_bytes().split_at(body.len() - 900);
+        let (most, mut rest) = body.as_bytes().split_at(body.len() - 900);
         s.write_all(most).await.unwrap();
         let _ = started_tx.send(());
-        for piece in rest.chunks(300) {
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-            s.write_all(piece).await.unwrap();
+        while rest.len() > 1 {
+            tokio::select! {
+                _ = &mut finish_rx => break,
+                _ = tokio::time::sleep(Duration::from_millis(800)) => {}
+            }
+            s.write_all(&rest[..1]).await.unwrap();
+            rest = &rest[1..];
         }
+        s.write_all(rest).await.unwrap();
         let mut answer = Vec::new();
         s.read_to_end(&mut answer).await.unwrap();
         String::from_utf8_lossy(&answer).into_owned()
@@ -997,6 +1003,7 @@ async fn ingest_memory_is_bounded_and_shared_between_orgs(backend: Backend) {
         "{problem}"
     );
 
+    finish.send(()).unwrap();
     let answer = slow.await.unwrap();
     assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
     // acme's share is back: the same large request now goes through.

@@ -215,6 +215,21 @@ impl BridgeProc {
         }
     }
 
+    /// Waits (up to 30 s) until one audit record satisfies `wanted`, then returns them all: a
+    /// record is written a moment after the answer it describes, so a test that counts the
+    /// records before it may read them too early.
+    pub async fn audit_records_until(
+        &self,
+        what: &str,
+        wanted: impl Fn(&Value) -> bool,
+    ) -> Vec<Value> {
+        crate::wait_until_async(what, || async {
+            self.audit_records(0).await.iter().any(&wanted)
+        })
+        .await;
+        self.audit_records(0).await
+    }
+
     /// `GET /health` (status code and body), or `None` while not listening.
     pub async fn health(&self) -> Option<(u16, Value)> {
         let port = self.logged_health_port()?;
@@ -245,6 +260,15 @@ impl BridgeProc {
             .lines()
             .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
             .unwrap_or(f64::NAN)
+    }
+
+    /// Waits (up to 30 s) until one metric line reads `want`: a gauge the bridge updates when
+    /// it sees a stream end comes a moment after the cloud has answered the caller.
+    pub async fn wait_metric(&self, series: &str, want: f64) {
+        crate::wait_until_async(&format!("{series} = {want}"), || async {
+            self.metric(series).await == want
+        })
+        .await;
     }
 
     /// Waits until `/health` says `connection_status == want`.

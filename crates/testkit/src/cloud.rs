@@ -226,10 +226,10 @@ impl Cloud {
         self.logs.lock().unwrap().join("\n")
     }
 
-    /// Waits (up to 5 s) for a log line containing `needle` and returns it: the server's output
+    /// Waits (up to 30 s) for a log line containing `needle` and returns it: the server's output
     /// reaches the test through a pipe and a reader thread, a moment after the server wrote it.
     pub fn wait_log_line(&self, needle: &str) -> String {
-        self.wait_log_line_within(needle, Duration::from_secs(5))
+        self.wait_log_line_within(needle, Duration::from_secs(30))
     }
 
     /// [`Cloud::wait_log_line`] for a line that may take up to `limit` (one written at the end

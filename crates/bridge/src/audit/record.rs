@@ -84,7 +84,8 @@ fn stripped_path<S: Serializer>(path: &str, serializer: S) -> Result<S::Ok, S::E
 }
 
 /// Removes query string values (and any fragment) from `path`, keeping the parameter names:
-/// `/a?token=x&service=y#f` becomes `/a?token&service`; so are the values of a segment's
+/// `/a?token=x&service=y#f` becomes `/a?token&service` (git's `service=git-upload-pack` and
+/// `service=git-receive-pack` are kept whole); so are the values of a segment's
 /// parameters (`/a;jsessionid=x/b` becomes `/a;jsessionid/b`), which servers read as secrets too.
 pub fn strip_query_values(path: &str) -> String {
     // An encoded `;` or `?` (refused by the path rules, but recorded) hides values alike.
@@ -119,7 +120,14 @@ pub fn strip_query_values(path: &str) -> String {
     };
     let names: Vec<&str> = (query.split('&'))
         .filter(|pair| !pair.is_empty())
-        .map(name_of)
+        .map(|pair| {
+            // Git's two services are no secret, and tell a push's first request from a fetch's.
+            if ["service=git-upload-pack", "service=git-receive-pack"].contains(&pair) {
+                pair
+            } else {
+                name_of(pair)
+            }
+        })
         .collect();
     if names.is_empty() {
         base

@@ -68,7 +68,10 @@ fn a_record_is_one_json_line_with_type_and_prev() {
     assert_eq!(first["time"], "2026-11-03T10:00:00.000Z");
     assert_eq!(first["kind"], "git");
     assert_eq!(first["decision"], "allowed");
-    assert_eq!(first["path"], "/repo-0.git/info/refs?service&token");
+    assert_eq!(
+        first["path"],
+        "/repo-0.git/info/refs?service=git-upload-pack&token"
+    );
     assert!(!lines[0].contains("s3cret"));
     for key in [
         "request_id",
@@ -108,6 +111,12 @@ fn query_values_are_stripped() {
         "/a;jsessionid/b?token"
     );
     assert_eq!(strip_query_values("/a#x?y=1"), "/a");
+    // Git's services say what the request does, and are kept.
+    assert_eq!(
+        strip_query_values("/r.git/info/refs?service=git-receive-pack&t=x"),
+        "/r.git/info/refs?service=git-receive-pack&t"
+    );
+    assert_eq!(strip_query_values("/r?service=other"), "/r?service");
 }
 
 #[cfg(unix)]

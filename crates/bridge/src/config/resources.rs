@@ -94,6 +94,17 @@ pub struct GitSource {
     pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
+impl GitSource {
+    /// The first of `repositories` named without a glob: the one `bridge check` fetches and
+    /// messages give as an example.
+    pub fn first_named_repository(&self) -> Option<&str> {
+        self.repositories
+            .iter()
+            .find(|r| !r.contains('*'))
+            .map(String::as_str)
+    }
+}
+
 /// The database engine of a `databases` entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DatabaseEngine {

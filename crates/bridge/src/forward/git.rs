@@ -80,8 +80,11 @@ impl Kind for GitSource {
         if (bare_root && !self.repositories.is_empty()) || !listed(&self.repositories, repo) {
             let said = match repo.trim_start_matches('/') {
                 "" => format!(
-                    "source {:?} is a server root: name the repository after it (…/git/{}/team/lib.git)",
-                    self.name, self.name
+                    "source {:?} is a server root: name a repository after it (…/git/{}/{})",
+                    self.name,
+                    self.name,
+                    self.first_named_repository()
+                        .map_or("REPOSITORY", |r| r.trim_start_matches('/'))
                 ),
                 repo => format!(
                     "source {:?} has no repository {repo:?} reachable through this bridge (see the entry's repositories)",
@@ -144,9 +147,11 @@ impl Kind for GitSource {
     /// no password of theirs can fix.
     fn response_filter(&self, status: StatusCode, headers: &mut HeaderMap) -> Option<Refusal> {
         // A redirect (a forge moving `team/lib` to `team/lib.git`) is followed through the
-        // tunnel: the server's own address becomes the tunnel's path, and any other address is
-        // dropped, never shown to the caller.
-        if let Some(location) = headers.get(header::LOCATION) {
+        // tunnel: the server's own address becomes the tunnel's path. Any other address is
+        // never shown to the caller; git is told, in words, that it leads out of the source.
+        if status.is_redirection()
+            && let Some(location) = headers.get(header::LOCATION)
+        {
             let tunnel_path = location
                 .to_str()
                 .ok()
@@ -155,7 +160,21 @@ impl Kind for GitSource {
                 .and_then(|p| HeaderValue::from_str(&p).ok());
             match tunnel_path {
                 Some(value) => headers.insert(header::LOCATION, value),
-                None => headers.remove(header::LOCATION),
+                None => {
+                    return Some(Refusal {
+                        status: StatusCode::BAD_GATEWAY,
+                        reason: "upstream_unavailable",
+                        rule: format!(
+                            "git server redirected outside the source ({})",
+                            status.as_u16()
+                        ),
+                        why: format!(
+                            "the Git server of source {:?} redirected this request outside the source's url (HTTP {}), where the bridge does not follow; the bridge's operator can point sources[].url at the new address",
+                            self.name,
+                            status.as_u16()
+                        ),
+                    });
+                }
             };
         }
         if status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN {

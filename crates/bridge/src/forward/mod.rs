@@ -371,6 +371,7 @@ impl Forwarder {
             Err(e) if closed_without_answer(&e) => {
                 let cause = causes(&e);
                 tracing::warn!(kind = %kind, resource = %name, cause = %cause, "internal resource closed the connection without answering");
+                self.metrics.refuse("upstream_unavailable");
                 Ok(bad_gateway(
                     finish,
                     resource,
@@ -382,6 +383,7 @@ impl Forwarder {
             Err(e) => {
                 let cause = causes(&e);
                 tracing::warn!(kind = %kind, resource = %name, cause = %cause, "internal resource unreachable");
+                self.metrics.refuse("upstream_unavailable");
                 Ok(bad_gateway(
                     finish,
                     resource,

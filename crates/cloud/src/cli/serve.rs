@@ -17,7 +17,7 @@ pub struct ServeArgs {
     /// Storage.
     #[command(flatten)]
     pub storage: StorageArgs,
-    /// TLS 1.3 address: the API and the bridge tunnel.
+    /// TLS 1.3 address: the API, the dashboard, the bridge tunnel and PostgreSQL clients.
     #[arg(long, env = "CLOUD_LISTEN", default_value = "127.0.0.1:8443")]
     pub listen: String,
     /// Plain HTTP address (the API only, never the bridge tunnel), or `off`.

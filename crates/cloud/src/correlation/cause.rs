@@ -1,5 +1,6 @@
 //! Confirmed causes: `POST /v1/alerts/{id}/cause` records the deployment a person confirmed
-//! as an alert's cause (counted as failed in the change fail rate), `DELETE` withdraws it.
+//! as an alert's cause (counted as failed in the change fail rate), `GET` reads it back,
+//! `DELETE` withdraws it.
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -81,17 +82,26 @@ pub async fn confirm_cause(
         .event(principal.org_id, &deployment_id)
         .await
         .map_err(|e| storage_unavailable(&e))?;
-    let is_deployment = match &deployment {
-        Some(e) => parse(e)?.1.kind == "deployment",
-        None => false,
+    let kind = match &deployment {
+        Some(e) => Some(parse(e)?.1.kind),
+        None => None,
     };
-    if !is_deployment {
-        return Err(Problem::invalid(vec![FieldError {
-            pointer: "/deploymentId".into(),
-            detail: format!(
+    if kind.as_deref() != Some("deployment") {
+        let detail = match kind {
+            Some(kind) => format!(
+                "{} is {}, not a deployment: only a deployment is confirmed as a cause; give \
+                 the id of a deployment, such as one of the alert's suspects",
+                shown(&deployment_id),
+                super::article(&kind)
+            ),
+            None => format!(
                 "{} is not the id of a deployment event of this org",
                 shown(&deployment_id)
             ),
+        };
+        return Err(Problem::invalid(vec![FieldError {
+            pointer: "/deploymentId".into(),
+            detail,
         }]));
     }
     state
@@ -105,6 +115,38 @@ pub async fn confirm_cause(
         .await
         .map_err(|e| storage_unavailable(&e))?;
     Ok(Json(json!({"alertId": id, "deploymentId": deployment_id})))
+}
+
+/// `GET /v1/alerts/{id}/cause`: the deployment confirmed as the alert's cause, read back as
+/// `POST` answered it. 404 when the alert has none.
+#[utoipa::path(get, path = "/v1/alerts/{id}/cause", tag = "correlation",
+    params(("id" = String, Path, description = "An alert's event id")),
+    responses((status = 200, body = crate::openapi::CauseConfirmed),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Storage unavailable (Retry-After)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such alert, or no confirmed cause", body = Problem, content_type = "application/problem+json")))]
+pub async fn read_cause(
+    State(state): State<CorrelationState>,
+    headers: HeaderMap,
+    PathParams(id): PathParams<String>,
+    uri: axum::http::Uri,
+) -> Result<Json<Value>, Problem> {
+    let principal = state.keys.authenticate(&state.store, &headers).await?;
+    crate::query::no_query(&uri)?;
+    alert(&state, principal.org_id, &id).await?;
+    let cause = state
+        .store
+        .cause_of(principal.org_id, &id)
+        .await
+        .map_err(|e| storage_unavailable(&e))?;
+    match cause {
+        Some(deployment_id) => Ok(Json(json!({"alertId": id, "deploymentId": deployment_id}))),
+        None => Err(Problem::not_found(format!(
+            "alert {} has no confirmed cause",
+            shown(&id)
+        ))),
+    }
 }
 
 /// `DELETE /v1/alerts/{id}/cause`: withdraws a confirmation made by mistake; the deployment is

@@ -97,6 +97,25 @@ fn figures_of(
     for i in (0..n).rev() {
         next_same[i] = last.insert(pair(i), i);
     }
+    // A confirmation of an unfinished report passes to the next report of the same deployment
+    // (its service and environment's next, of the same version): one deployment, confirmed
+    // once, counted by its latest report.
+    let unfinished = |i: usize| matches!(status(i), "queued" | "pending" | "in_progress");
+    let mut cause = vec![false; n];
+    let mut passed_on = vec![false; n];
+    for i in 0..n {
+        cause[i] |= confirmed.contains(&deployments[i].id);
+        let version = deployments[i].fields.version.as_deref();
+        if let Some(j) = next_same[i]
+            && cause[i]
+            && unfinished(i)
+            && version.is_some()
+            && deployments[j].fields.version.as_deref() == version
+        {
+            cause[j] = true;
+            passed_on[i] = true;
+        }
+    }
     // Failed: its status, a confirmed cause, or rolled back (the next deployment of its service
     // and environment brings back a version deployed before it); walking forwards once with
     // the versions each pair has seen.
@@ -109,9 +128,8 @@ fn figures_of(
             let next = deployments[j].fields.version.as_deref();
             next.is_some_and(|v| Some(v) != d.fields.version.as_deref() && versions.contains(v))
         });
-        failed[i] = ["failure", "error", "rolled_back"].contains(&status(i))
-            || confirmed.contains(&d.id)
-            || rolled_back;
+        failed[i] =
+            ["failure", "error", "rolled_back"].contains(&status(i)) || cause[i] || rolled_back;
         if let Some(v) = d.fields.version.as_deref() {
             versions.insert(v);
         }
@@ -130,9 +148,13 @@ fn figures_of(
     let success: Vec<usize> = (0..n)
         .filter(|&i| in_window(i) && status(i) == "success")
         .collect();
+    // A deployment confirmed as an alert's cause went out: a person said so, whatever status
+    // was last reported for it (one confirmed while `in_progress` is counted, not lost).
     let finished: Vec<usize> = (0..n)
         .filter(|&i| {
-            in_window(i) && ["success", "failure", "error", "rolled_back"].contains(&status(i))
+            in_window(i)
+                && (["success", "failure", "error", "rolled_back"].contains(&status(i))
+                    || (cause[i] && !passed_on[i]))
         })
         .collect();
     let failures: Vec<usize> = finished.iter().copied().filter(|&i| failed[i]).collect();

@@ -1,7 +1,7 @@
 //! Correlation (docs/correlation.md): which deployment or change probably caused an alert
 //! (`GET /v1/alerts/{id}/suspects`), the services' declared dependencies that scoring uses
 //! (`PUT|GET /v1/services/{service}/dependencies`), confirmed causes
-//! (`POST|DELETE /v1/alerts/{id}/cause`) and the DORA figures (`GET /v1/dora`). A feature with its own
+//! (`GET|POST|DELETE /v1/alerts/{id}/cause`) and the DORA figures (`GET /v1/dora`). A feature with its own
 //! router and state, reading storage only; it never imports the API's handlers.
 
 pub mod cause;
@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{Value, json};
 
@@ -74,7 +74,9 @@ pub fn router(state: CorrelationState) -> Router {
         .route("/v1/alerts/{id}/suspects", get(suspects))
         .route(
             "/v1/alerts/{id}/cause",
-            post(cause::confirm_cause).delete(cause::withdraw_cause),
+            get(cause::read_cause)
+                .post(cause::confirm_cause)
+                .delete(cause::withdraw_cause),
         )
         .route(
             "/v1/services/{service}/dependencies",
@@ -229,7 +231,12 @@ pub async fn suspects_of(
             .map_err(|e| storage_unavailable(&e))?,
         None => Vec::new(),
     };
-    let ranked = score::rank(&alert, &candidates, &later, first, &dependencies);
+    let earlier = earlier_deployments(state, org_id, &alert, &candidates, &later).await?;
+    let around = score::Around {
+        later: &later,
+        earlier: &earlier,
+    };
+    let ranked = score::rank(&alert, &candidates, around, first, &dependencies);
     let mut suspects: Vec<Value> = Vec::with_capacity(ranked.len());
     for mut s in ranked {
         let e = readable[s.index];
@@ -269,6 +276,63 @@ pub async fn suspects(
     let principal = state.keys.authenticate(&state.store, &headers).await?;
     crate::query::no_query(&uri)?;
     Ok(Json(suspects_of(&state, principal.org_id, &id).await?))
+}
+
+/// How far before the candidates' window a version brought back after an alert is looked for
+/// (as far as the DORA figures look for one).
+const EARLIER_MICROS: i64 = 30 * 86_400_000_000;
+
+/// The deployments before the candidates' window (up to [`EARLIER_MICROS`] before it, the
+/// newest [`crate::storage::MAX_CANDIDATES`] of each environment) of the services deployed
+/// after the alert: a rollback often brings back a version deployed days before. Read only
+/// for an environment where a deployment came after the alert and one came before it (what
+/// a rollback needs), from the same record by hour as the candidates.
+async fn earlier_deployments(
+    state: &CorrelationState,
+    org_id: i64,
+    alert: &Fields,
+    candidates: &[Fields],
+    later: &[Fields],
+) -> Result<Vec<Fields>, Problem> {
+    let deployed = |d: &&Fields| d.kind == "deployment" && d.service.is_some();
+    let before: Vec<&Fields> = candidates
+        .iter()
+        .filter(deployed)
+        .filter(|d| d.at <= alert.at)
+        .collect();
+    let mut environments: Vec<&str> = Vec::new();
+    for d in candidates.iter().chain(later).filter(deployed) {
+        if let Some(env) = d.environment.as_deref()
+            && d.at > alert.at
+            && !environments.contains(&env)
+            && before
+                .iter()
+                .any(|b| b.environment.as_deref() == Some(env) && b.service == d.service)
+        {
+            environments.push(env);
+        }
+    }
+    let window_starts = alert.at - BEFORE_MICROS;
+    let mut earlier = Vec::new();
+    for env in environments {
+        let stored = state
+            .store
+            .changes_between(
+                org_id,
+                Some(env),
+                window_starts - EARLIER_MICROS,
+                window_starts - 1,
+            )
+            .await
+            .map_err(|e| storage_unavailable(&e))?;
+        earlier.extend(
+            stored
+                .iter()
+                .filter_map(|e| parse(e).ok().map(|(_, f)| f))
+                .filter(|f| f.kind == "deployment"),
+        );
+    }
+    Ok(earlier)
 }
 
 /// An event kind with its article, for messages: "an alert", "a deployment".

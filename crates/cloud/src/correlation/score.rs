@@ -96,33 +96,49 @@ fn same(a: &Option<String>, b: &Option<String>) -> bool {
 /// repository the alert is taken to be of.
 struct Context<'a> {
     all: &'a [Fields],
+    /// For each of `all`: an unfinished report of a deployment reported again later, before
+    /// the alert ([`reported_again`]): neither a suspect nor what supersedes one.
+    again: Vec<bool>,
     later: &'a [Fields],
     earliest: Earliest<'a>,
     repository: Option<String>,
 }
 
-/// Ranks `candidates` (deployments and changes) as causes of `alert`. `later` holds the
-/// deployments after the candidates' window, up to [`ROLLBACK_MICROS`] after the alert: they
-/// are no suspects, but may roll one back. `first_fired` is when an earlier alert with its
-/// dedupKey (or service and title) first fired, if one did; `dependencies` are the services
-/// the alert's service depends on.
+/// The deployments around an alert that are no suspects but tell a rollback: `later`, those
+/// after the candidates' window up to [`ROLLBACK_MICROS`] after the alert (one may bring an
+/// earlier version back), and `earlier`, those before the window (the version brought back
+/// may have been deployed days before).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Around<'a> {
+    /// Deployments after the candidates' window.
+    pub later: &'a [Fields],
+    /// Deployments before the candidates' window.
+    pub earlier: &'a [Fields],
+}
+
+/// Ranks `candidates` (deployments and changes) as causes of `alert`. `around` holds the
+/// deployments outside the candidates' window that tell a rollback. `first_fired` is when an
+/// earlier alert with its dedupKey (or service and title) first fired, if one did;
+/// `dependencies` are the services the alert's service depends on.
 pub fn rank(
     alert: &Fields,
     candidates: &[Fields],
-    later: &[Fields],
+    around: Around<'_>,
     first_fired: Option<i64>,
     dependencies: &[String],
 ) -> Vec<Suspect> {
     let context = Context {
         all: candidates,
-        later,
-        earliest: earliest_versions(candidates),
+        again: reported_again(alert, candidates),
+        later: around.later,
+        earliest: earliest_versions(candidates.iter().chain(around.earlier)),
         repository: repository_of(alert, candidates),
     };
     let mut suspects: Vec<Suspect> = candidates
         .iter()
         .enumerate()
         .filter(|(_, c)| c.kind == "deployment" || c.kind == "change")
+        .filter(|(index, _)| !context.again[*index])
         .map(|(index, c)| score(alert, c, &context, first_fired, dependencies, index))
         .collect();
     suspects.sort_by(|a, b| {
@@ -139,9 +155,10 @@ pub fn rank(
     suspects
 }
 
-/// When each (service, version) was first deployed among the candidates: read once, so that
-/// telling a rollback costs one lookup per pair of deployments, not a pass over all of them.
-type Earliest<'a> = HashMap<(&'a str, &'a str), i64>;
+/// When each (service, environment, version) was first deployed among the candidates and the
+/// earlier deployments given: read once, so that telling a rollback costs one lookup per pair
+/// of deployments, not a pass over all of them.
+type Earliest<'a> = HashMap<(&'a str, Option<&'a str>, &'a str), i64>;
 
 /// The alert's `repository`; without one, that of its service's newest deployment before it
 /// that names one (a monorepo's alert often names only the service).
@@ -161,15 +178,57 @@ fn repository_of(alert: &Fields, candidates: &[Fields]) -> Option<String> {
         .and_then(|d| d.repository.clone())
 }
 
-fn earliest_versions(candidates: &[Fields]) -> Earliest<'_> {
+fn earliest_versions<'a>(deployments: impl Iterator<Item = &'a Fields>) -> Earliest<'a> {
     let mut earliest = Earliest::new();
-    for d in candidates.iter().filter(|d| d.kind == "deployment") {
+    for d in deployments.filter(|d| d.kind == "deployment") {
         if let (Some(service), Some(version)) = (&d.service, &d.version) {
-            let at = earliest.entry((service, version)).or_insert(d.at);
+            let key = (service.as_str(), d.environment.as_deref(), version.as_str());
+            let at = earliest.entry(key).or_insert(d.at);
             *at = (*at).min(d.at);
         }
     }
     earliest
+}
+
+/// For each candidate, whether it is an unfinished report (`queued`, `pending`,
+/// `in_progress`) of a deployment whose version is reported again later, before the alert, in
+/// the same service and environment (`pending`, then `in_progress`, then `success`): one
+/// deployment, ranked once, by its latest report before the alert. A finished report stays:
+/// a version that ran and was deployed again (and failed) is two deployments.
+fn reported_again<'a>(alert: &Fields, all: &'a [Fields]) -> Vec<bool> {
+    type Key<'a> = (&'a str, Option<&'a str>, &'a str);
+    let key = |d: &'a Fields| -> Option<Key<'a>> {
+        Some((
+            d.service.as_deref()?,
+            d.environment.as_deref(),
+            d.version.as_deref()?,
+        ))
+    };
+    let mut latest: HashMap<Key<'_>, i64> = HashMap::new();
+    for d in all
+        .iter()
+        .filter(|d| d.kind == "deployment" && d.at <= alert.at)
+    {
+        if let Some(k) = key(d) {
+            let at = latest.entry(k).or_insert(d.at);
+            *at = (*at).max(d.at);
+        }
+    }
+    all.iter()
+        .map(|c| {
+            c.kind == "deployment"
+                && matches!(
+                    c.status.as_deref(),
+                    Some("queued" | "pending" | "in_progress")
+                )
+                && key(c).is_some_and(|k| latest.get(&k).is_some_and(|at| *at > c.at))
+        })
+        .collect()
+}
+
+/// A deployment that did not go out (it failed or was cancelled) replaces nothing.
+fn went_out(d: &Fields) -> bool {
+    !matches!(d.status.as_deref(), Some("failure" | "error" | "cancelled"))
 }
 
 fn score(
@@ -263,15 +322,17 @@ fn score(
     }
     // A later deployment replaces a deployment's code; a change (a flag, a setting) outlives
     // deployments, so it is never superseded by one.
-    let superseded = context.all.iter().find(|o| {
+    let superseded = context.all.iter().zip(&context.again).find(|(o, again)| {
         deployment
+            && !**again
             && o.kind == "deployment"
             && o.at > c.at
             && o.at <= alert.at
             && same(&o.service, &c.service)
             && same(&o.environment, &c.environment)
+            && went_out(o)
     });
-    if let Some(later) = superseded {
+    if let Some((later, _)) = superseded {
         s *= 0.5;
         reasons.push(format!(
             "superseded by a later deployment{} before the alert",
@@ -292,6 +353,10 @@ fn score(
         s *= 0.5;
         reasons.push("the deployment failed".into());
     }
+    if deployment && status == "cancelled" {
+        s *= 0.3;
+        reasons.push("the deployment was cancelled".into());
+    }
     if deployment && dt >= 0 {
         // A redeploy of an earlier version after the alert: someone rolled it back.
         let rolled_back = context
@@ -305,7 +370,7 @@ fn score(
                 && same(&o.environment, &c.environment)
                 && o.version != c.version
                 && matches!((&c.service, &o.version), (Some(service), Some(version))
-                    if context.earliest.get(&(service.as_str(), version.as_str())).is_some_and(|at| *at < c.at))
+                    if context.earliest.get(&(service.as_str(), c.environment.as_deref(), version.as_str())).is_some_and(|at| *at < c.at))
         })
             // The first rollback after the alert, whatever order the events were read in.
             .min_by_key(|o| o.at);
@@ -366,7 +431,7 @@ mod tests {
     #[test]
     fn the_closer_deploy_of_the_same_service_wins_and_says_why() {
         let candidates = [deploy("api", "1.0", 0), deploy("api", "1.1", 50 * MIN)];
-        let ranked = rank(&alert(62 * MIN), &candidates, &[], None, &[]);
+        let ranked = rank(&alert(62 * MIN), &candidates, Around::default(), None, &[]);
         assert_eq!(ranked[0].index, 1);
         assert_eq!(ranked[0].reasons[0], "deployed 12 min before the alert");
         assert!(ranked[0].reasons.contains(&"same service".to_string()));
@@ -384,7 +449,7 @@ mod tests {
         let candidates = [deploy("api", "1.0", 0), deploy("api", "1.1", 55 * MIN)];
         let mut a = alert(60 * MIN);
         a.version = Some("1.0".into());
-        let ranked = rank(&a, &candidates, &[], None, &[]);
+        let ranked = rank(&a, &candidates, Around::default(), None, &[]);
         assert_eq!((ranked[0].index, ranked[0].score), (0, 1.0));
         assert_eq!(ranked[0].reasons[0], "version 1.0 is the alert's version");
     }
@@ -404,7 +469,16 @@ mod tests {
             } else {
                 later.push(deploy("api", version, at));
             }
-            let ranked = rank(&alert(150 * MIN), &candidates, &later, None, &[]);
+            let ranked = rank(
+                &alert(150 * MIN),
+                &candidates,
+                Around {
+                    later: &later,
+                    earlier: &[],
+                },
+                None,
+                &[],
+            );
             let top = ranked.iter().find(|s| s.index == 2).unwrap();
             let said = top
                 .reasons
@@ -439,12 +513,130 @@ mod tests {
             deploy("api", "1.0", 1260 * MIN),
             deploy("api", "1.0", 105 * MIN),
         ];
-        let ranked = rank(&alert(60 * MIN), &candidates, &later, None, &[]);
+        let ranked = rank(
+            &alert(60 * MIN),
+            &candidates,
+            Around {
+                later: &later,
+                earlier: &[],
+            },
+            None,
+            &[],
+        );
         let top = ranked.iter().find(|s| s.index == 1).unwrap();
         assert!(
             top.reasons
                 .contains(&"rolled back to 1.0 45 min after the alert".to_string()),
             "{top:?}"
+        );
+    }
+
+    #[test]
+    fn a_rollback_is_to_a_version_of_the_same_environment_deployed_days_before() {
+        let rolled_back = |candidates: &[Fields], earlier: &[Fields], a: &Fields| {
+            let later = [deploy("api", "1.0", 65 * MIN)];
+            let ranked = rank(
+                a,
+                candidates,
+                Around {
+                    later: &later,
+                    earlier,
+                },
+                None,
+                &[],
+            );
+            let suspect = ranked
+                .iter()
+                .find(|s| s.index == candidates.len() - 1)
+                .unwrap();
+            suspect.reasons.iter().any(|r| r.starts_with("rolled back"))
+        };
+        let mut a = alert(60 * MIN);
+        // 1.0 went out three days before (read apart from the candidates).
+        let earlier = [deploy("api", "1.0", -3 * 1440 * MIN)];
+        assert!(rolled_back(&[deploy("api", "1.1", 50 * MIN)], &earlier, &a));
+        assert!(!rolled_back(&[deploy("api", "1.1", 50 * MIN)], &[], &a));
+        // An alert without an environment has candidates of every environment: staging's
+        // 1.0 is no earlier version of production's.
+        a.environment = None;
+        let mut staging = deploy("api", "1.0", 0);
+        staging.environment = Some("staging".into());
+        let candidates = [staging, deploy("api", "1.1", 50 * MIN)];
+        assert!(!rolled_back(&candidates, &[], &a));
+    }
+
+    #[test]
+    fn one_deployment_reported_with_each_status_is_one_suspect() {
+        let with = |status: &str, at: i64| {
+            let mut d = deploy("api", "2.0", at);
+            d.status = Some(status.into());
+            d
+        };
+        let candidates = [
+            deploy("api", "1.0", 0),
+            with("pending", 46 * MIN),
+            with("in_progress", 48 * MIN),
+            with("success", 50 * MIN),
+        ];
+        let ranked = rank(&alert(60 * MIN), &candidates, Around::default(), None, &[]);
+        let indexes: Vec<usize> = ranked.iter().map(|s| s.index).collect();
+        assert_eq!(indexes, [3, 0], "{ranked:?}");
+        assert!(ranked[1].reasons.iter().any(|r| r.contains("(2.0)")));
+    }
+
+    #[test]
+    fn a_deployment_reported_in_progress_then_failed_replaces_nothing() {
+        let with = |version: &str, status: &str, at: i64| {
+            let mut d = deploy("api", version, at);
+            d.status = Some(status.into());
+            d
+        };
+        let candidates = [
+            deploy("api", "1.0", 30 * MIN),
+            with("2.0", "in_progress", 48 * MIN),
+            with("2.0", "failure", 50 * MIN),
+        ];
+        let ranked = rank(&alert(60 * MIN), &candidates, Around::default(), None, &[]);
+        assert_eq!(ranked.len(), 2, "{ranked:?}");
+        let running = ranked.iter().find(|s| s.index == 0).unwrap();
+        assert!(
+            !running.reasons.iter().any(|r| r.starts_with("superseded")),
+            "{running:?}"
+        );
+        // A version that ran, then was deployed again and failed: two deployments.
+        let candidates = [
+            with("2.0", "success", 20 * MIN),
+            with("2.0", "failure", 50 * MIN),
+        ];
+        let ranked = rank(&alert(60 * MIN), &candidates, Around::default(), None, &[]);
+        assert_eq!(ranked.len(), 2, "{ranked:?}");
+    }
+
+    #[test]
+    fn a_failed_or_cancelled_deployment_replaces_nothing() {
+        let with = |version: &str, status: &str, at: i64| {
+            let mut d = deploy("api", version, at);
+            d.status = Some(status.into());
+            d
+        };
+        for status in ["failure", "cancelled"] {
+            let candidates = [
+                deploy("api", "1.0", 30 * MIN),
+                with("2.0", status, 50 * MIN),
+            ];
+            let ranked = rank(&alert(60 * MIN), &candidates, Around::default(), None, &[]);
+            let running = ranked.iter().find(|s| s.index == 0).unwrap();
+            assert!(
+                !running.reasons.iter().any(|r| r.starts_with("superseded")),
+                "{status}: {running:?}"
+            );
+        }
+        let candidates = [with("2.0", "cancelled", 50 * MIN)];
+        let ranked = rank(&alert(60 * MIN), &candidates, Around::default(), None, &[]);
+        assert!(
+            ranked[0]
+                .reasons
+                .contains(&"the deployment was cancelled".to_string())
         );
     }
 
@@ -458,7 +650,7 @@ mod tests {
         let candidates = [mono("mono-a", 0), mono("mono-b", 50 * MIN)];
         let mut a = alert(60 * MIN);
         a.service = Some("mono-a".into());
-        let ranked = rank(&a, &candidates, &[], None, &[]);
+        let ranked = rank(&a, &candidates, Around::default(), None, &[]);
         let b = ranked.iter().find(|s| s.index == 1).unwrap();
         assert!(
             b.reasons.contains(&"same repository org/mono".to_string()),
@@ -466,7 +658,7 @@ mod tests {
         );
         // One the alert names wins over its service's.
         a.repository = Some("org/other".into());
-        let ranked = rank(&a, &candidates, &[], None, &[]);
+        let ranked = rank(&a, &candidates, Around::default(), None, &[]);
         let b = ranked.iter().find(|s| s.index == 1).unwrap();
         assert!(
             b.reasons.contains(&"another service (mono-b)".to_string()),
@@ -476,10 +668,12 @@ mod tests {
 
     #[test]
     fn scores_stay_in_range_and_rank_deterministically() {
-        let candidates: Vec<Fields> = (0..20).map(|i| deploy("api", "x", i * MIN)).collect();
+        let candidates: Vec<Fields> = (0..20)
+            .map(|i| deploy("api", &format!("v{i}"), i * MIN))
+            .collect();
         let a = alert(20 * MIN);
-        let first = rank(&a, &candidates, &[], None, &[]);
-        assert_eq!(first, rank(&a, &candidates, &[], None, &[]));
+        let first = rank(&a, &candidates, Around::default(), None, &[]);
+        assert_eq!(first, rank(&a, &candidates, Around::default(), None, &[]));
         assert_eq!(first.len(), TOP);
         assert!(first.iter().all(|s| (0.0..=1.0).contains(&s.score)));
     }

@@ -407,7 +407,7 @@ where
         .await
         .map_err(|p| {
             if p.status == 401 {
-                ("28P01", "password authentication failed: the password must be an API key of the org that owns the bridge (create one with `cloud api-key create --org ORG`)".to_string())
+                ("28P01", "password authentication failed: the password must be a live API key of the org that owns the bridge (this one is mistyped, cut, revoked or of no org; create one with `cloud api-key create --org ORG`)".to_string())
             } else {
                 ("57P03", p.detail)
             }

@@ -265,6 +265,7 @@ async fn run(state: RelayState, t: Tunnel, io: hyper::upgrade::Upgraded) {
         sender,
         closed: state.shutdown.child_token(),
         draining: std::sync::atomic::AtomicBool::new(false),
+        revoking: std::sync::atomic::AtomicBool::new(false),
     });
     let (org_id, bridge) = (t.credential.org_id, t.credential.bridge_name.clone());
     // Instances of one bridge should serve the same resources; they differ during a rollout,
@@ -373,8 +374,11 @@ async fn watch(state: RelayState, token_id: String, instance: Arc<Instance>, eve
                 if let Ok(Some(row)) = state.store.bridge_token(&token_id).await
                     && row.revoked
                 {
-                    tracing::warn!(instance = %instance.id, "bridge token revoked; closing its tunnel");
-                    instance.close_revoked(&state.store).await;
+                    // Said only when this check found it: a revocation from the dashboard
+                    // closes the tunnel itself, at once.
+                    if instance.close_revoked(&state.store).await {
+                        tracing::warn!(instance = %instance.id, "bridge token revoked; closed its tunnel");
+                    }
                     return;
                 }
             }

@@ -35,6 +35,8 @@ pub struct Instance {
     /// The bridge is shutting down: its tunnel takes no new stream (HTTP/2 `GOAWAY`), though
     /// the streams in flight finish. New requests go to other instances.
     pub draining: AtomicBool,
+    /// [`Instance::close_revoked`] has begun: the bridge is told once, not by each caller.
+    pub revoking: AtomicBool,
 }
 
 impl Instance {
@@ -42,8 +44,11 @@ impl Instance {
     /// (at most a second): the bridge then reports `unauthorized` at once and retries slowly,
     /// instead of reconnecting first to learn it. It takes no new stream meanwhile. A bridge
     /// that heard it is recorded as refused, as one refused at connect is: the dashboard shows
-    /// it as still running with a revoked token.
-    pub async fn close_revoked(&self, store: &crate::storage::Store) {
+    /// it as still running with a revoked token. False when another caller had begun it.
+    pub async fn close_revoked(&self, store: &crate::storage::Store) -> bool {
+        if self.revoking.swap(true, Ordering::Relaxed) {
+            return false;
+        }
         self.draining.store(true, Ordering::Relaxed);
         let notice = axum::http::Request::post(tunnel::REVOKED_PATH)
             .header(
@@ -61,6 +66,7 @@ impl Instance {
             }
         }
         self.closed.cancel();
+        true
     }
 }
 

@@ -191,7 +191,23 @@ pub(super) async fn serve_loop(
             let _slot = slot;
             let http = (&*builder, &stop, header_read_timeout);
             match tls {
-                None => serve_http(stream, app, peer, None, http).await,
+                None => {
+                    // A PostgreSQL client on the plain port is told where to go, where an HTTP
+                    // 400 would reach psql as "invalid response to SSL negotiation: H".
+                    // A shutdown closes a connection that has sent nothing yet, as hyper does.
+                    let mut first = [0u8; 1];
+                    let peeked = tokio::select! {
+                        peeked = tokio::time::timeout(header_read_timeout, stream.peek(&mut first)) => peeked,
+                        () = stop.cancelled() => return,
+                    };
+                    match peeked {
+                        Ok(Ok(1)) if PgFront::starts_postgres(first[0]) => {
+                            refuse_postgres_on_plain(stream).await;
+                        }
+                        Ok(Ok(1)) => serve_http(stream, app, peer, None, http).await,
+                        _ => {}
+                    }
+                }
                 Some((configs, pg)) => {
                     // PostgreSQL shares the port: its packets start with a zero byte.
                     let mut first = [0u8; 1];
@@ -262,19 +278,59 @@ pub(super) async fn serve_loop(
 /// Answers a plain HTTP request on the TLS port (its first byte is a method's letter where a
 /// TLS handshake starts with 22): a `400` saying to use `https://`, where a TLS alert would
 /// reach the client as unreadable bytes ("Received HTTP/0.9").
-async fn refuse_plain_http(mut stream: TcpStream) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    // The request is read first and what follows the answer until the client closes: a socket
-    // closed with unread bytes is reset, and the reset can overtake the answer.
-    let mut request = vec![0u8; 16 * 1024];
-    let _ = tokio::time::timeout(Duration::from_secs(1), stream.read(&mut request)).await;
+async fn refuse_plain_http(stream: TcpStream) {
     let body =
         "this port speaks TLS (HTTPS): use https://, or the plain HTTP port of --http-listen\n";
     let answer = format!(
         "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
-    let _ = tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.write_all(answer.as_bytes())).await;
+    answer_and_close(stream, answer.as_bytes()).await;
+}
+
+/// Answers a PostgreSQL client on the plain HTTP port with an `ErrorResponse` naming the TLS
+/// port. libpq prints no message that answers its `SSLRequest`, so that is declined (`N`, as
+/// is a `GSSENCRequest`): with `sslmode=prefer` or `disable` its startup message follows and
+/// gets the message; with `require` or `verify-full` libpq says the server has no SSL.
+async fn refuse_postgres_on_plain(mut stream: TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let negotiate = async {
+        for _ in 0..2 {
+            let mut head = [0u8; 8];
+            stream.read_exact(&mut head).await?;
+            let code = i32::from_be_bytes([head[4], head[5], head[6], head[7]]);
+            if ![
+                tunnel::postgres::SSL_REQUEST,
+                tunnel::postgres::GSSENC_REQUEST,
+            ]
+            .contains(&code)
+            {
+                break;
+            }
+            stream.write_all(b"N").await?;
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    if !matches!(
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, negotiate).await,
+        Ok(Ok(()))
+    ) {
+        return;
+    }
+    let answer = tunnel::postgres::error_response(
+        "08P01",
+        "this port (--http-listen) speaks plain HTTP only: PostgreSQL clients connect to the TLS port of --listen, with sslmode=verify-full",
+    );
+    answer_and_close(stream, &answer).await;
+}
+
+/// Reads what the client sent, writes `answer`, and reads on until the client closes (at most
+/// a second): a socket closed with unread bytes is reset, and the reset can overtake the answer.
+async fn answer_and_close(mut stream: TcpStream, answer: &[u8]) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut request = vec![0u8; 16 * 1024];
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.read(&mut request)).await;
+    let _ = tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.write_all(answer)).await;
     let _ = stream.shutdown().await;
     let rest = async { while matches!(stream.read(&mut request).await, Ok(n) if n > 0) {} };
     let _ = tokio::time::timeout(Duration::from_secs(1), rest).await;

@@ -55,15 +55,26 @@ impl Credential {
     }
 }
 
+/// An organisation as `cloud org list` shows it.
+#[derive(Debug, Clone)]
+pub struct OrgRow {
+    /// Its slug, which the CLI and the API name it by.
+    pub slug: String,
+    /// Its id: what a bridge's audit records call `org`.
+    pub id: i64,
+    /// When it was made (µs).
+    pub created_at: i64,
+}
+
 impl Store {
-    /// Every organisation's slug and creation time, by slug.
-    pub async fn orgs(&self) -> Result<Vec<(String, i64)>, StorageError> {
-        let sql = "SELECT slug, created_at FROM orgs ORDER BY slug";
+    /// Every organisation, by slug.
+    pub async fn orgs(&self) -> Result<Vec<OrgRow>, StorageError> {
+        let sql = "SELECT slug, id, created_at FROM orgs ORDER BY slug";
         Ok(on_db!(&self.db, pool => sqlx::query(sql)
             .fetch_all(pool)
             .await?
             .into_iter()
-            .map(|r| (r.get(0), r.get(1)))
+            .map(|r| OrgRow { slug: r.get(0), id: r.get(1), created_at: r.get(2) })
             .collect()))
     }
 

@@ -88,19 +88,50 @@ impl Rig {
         let upstream = crate::upstream::Upstream::start().await;
         let yaml = yaml_for(&cloud, "dc1", &resources(&upstream));
         let bridge = start_connected(&yaml, &token).await;
-        Rig {
+        let rig = Rig {
             cloud,
             tenant,
             token,
             upstream,
             bridge,
-        }
+        };
+        rig.wait_listed(1).await;
+        rig
     }
 
-    /// Starts one more instance of the same bridge.
+    /// Starts one more instance of the same bridge, and waits until the cloud lists it.
     pub async fn another_instance(&self) -> BridgeProc {
+        let before = self.instances_listed().await;
         let yaml = yaml_for(&self.cloud, "dc1", &internal_api_yaml(&self.upstream, ""));
-        start_connected(&yaml, &self.token).await
+        let bridge = start_connected(&yaml, &self.token).await;
+        self.wait_listed(before + 1).await;
+        bridge
+    }
+
+    /// How many instances of dc1 `GET /v1/bridges` lists.
+    async fn instances_listed(&self) -> usize {
+        let list = self
+            .cloud
+            .get_json(&self.tenant.api_key, "/v1/bridges")
+            .await;
+        list["bridges"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["name"] == "dc1")
+            .filter_map(|b| b["instances"].as_array())
+            .map(Vec::len)
+            .sum()
+    }
+
+    /// Waits until the cloud lists `n` instances of dc1: a bridge says it is connected when
+    /// the cloud has answered its upgrade, a moment before the cloud has registered its tunnel.
+    pub async fn wait_listed(&self, n: usize) {
+        crate::wait_until_async(
+            &format!("the cloud listing {n} instance(s) of dc1"),
+            || async { self.instances_listed().await == n },
+        )
+        .await;
     }
 
     /// `{cloud}/v1/bridges/dc1/apis/internal{path}`.

@@ -197,8 +197,12 @@ impl Forwarder {
             Err(e) => {
                 tracing::warn!(resource = %name, step = e.step(), cause = %e, "database login failed");
                 // A refused login is a credential to fix, as an API's or registry's 401 is.
-                if matches!(e, postgres::LoginError::Auth { .. }) {
-                    self.metrics.refuse("upstream_auth");
+                match e {
+                    postgres::LoginError::Auth { .. } => self.metrics.refuse("upstream_auth"),
+                    postgres::LoginError::Dns { .. } | postgres::LoginError::Tcp { .. } => {
+                        self.metrics.refuse("upstream_unavailable");
+                    }
+                    _ => {}
                 }
                 // The client reads the step and the server's own words; internal host names,
                 // addresses and socket errors stay in the bridge's log.

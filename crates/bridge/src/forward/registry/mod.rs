@@ -217,15 +217,18 @@ impl Kind for RegistryKind {
             ));
         }
         // A repository name has no empty component; the registry would redirect `a//b` to
-        // `a/b`, a redirect the bridge follows without the login, and its 401 would then read
-        // as a wrong login.
-        if path["/v2/".len()..].contains("//") {
+        // `a/b` (and `//a`, `…/1.0/` alike), a redirect the bridge follows without the login,
+        // and its 401 would then read as a wrong login. Only `/v2/` and an upload's start
+        // (`…/blobs/uploads/`) end in `/`.
+        let under = &path["/v2/".len()..];
+        let trailing = path.ends_with('/') && path != "/v2/" && !path.ends_with("/blobs/uploads/");
+        if under.starts_with('/') || under.contains("//") || trailing {
             return Err(Refusal {
                 status: StatusCode::BAD_REQUEST,
                 reason: "bad_path",
                 rule: "path-normalisation".into(),
                 why: format!(
-                    "{}an empty segment (//), which no repository name has; send the name without it",
+                    "{}an empty segment (a leading, doubled or trailing /), which no repository name or reference has; send the path without it",
                     super::admit::PATH_REFUSAL
                 ),
             });

@@ -124,7 +124,7 @@ async fn upstream_peers(
             _ => Problem::unavailable(
                 5,
                 format!(
-                    "bridge {bridge:?} has no live tunnel to this cloud process right now (it may be reconnecting, or, with several cloud processes, connected to another: docs/bridge.md, \"Not done yet\"); retry shortly"
+                    "bridge {bridge:?} has no live tunnel to this cloud process right now: it may be reconnecting (retry in a few seconds), stopped (ask its operator), or, with several cloud processes, connected to another (docs/bridge.md, \"Not done yet\")"
                 ),
             ),
         });
@@ -136,7 +136,7 @@ async fn upstream_peers(
             .iter()
             .any(|r| r.kind == target.kind && r.name == target.name)
     };
-    let instances: Vec<_> = all.into_iter().filter(|i| declares(i)).collect();
+    let instances: Vec<_> = all.iter().filter(|i| declares(i)).cloned().collect();
     let draining = || (state.registry.instances(principal.org_id, bridge).iter()).any(&declares);
     if instances.is_empty() && draining() {
         return Err(Problem::unavailable(
@@ -161,14 +161,49 @@ async fn upstream_peers(
         ));
     }
     if instances.is_empty() {
-        return Err(Problem::not_found(format!(
-            "bridge {bridge:?} declares no {} named {:?} in its `{}` list",
-            target.kind.noun(),
-            target.name,
-            target.kind.list_key()
-        )));
+        let declared = declared_names(&all, target.kind);
+        return Err(Problem::not_found(not_declared(target, &declared)));
     }
     Ok(instances)
+}
+
+/// The names of the `kind` entries the live instances declare, sorted, each once.
+fn declared_names(instances: &[Arc<Instance>], kind: ResourceKind) -> Vec<String> {
+    let mut names: Vec<String> = instances
+        .iter()
+        .flat_map(|i| i.resources.iter())
+        .filter(|r| r.kind == kind)
+        .map(|r| r.name.clone())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Why no entry of the bridge answers `target`: the names it does declare, and what the URL
+/// probably meant (a Git URL without its source reads git's own `info/refs` as one; a source's
+/// name given with `.git`).
+fn not_declared(target: &Target, declared: &[String]) -> String {
+    let (bridge, kind, name) = (&target.bridge, target.kind, &target.name);
+    let mut said = format!(
+        "bridge {bridge:?} declares no {} named {name:?} in its `{}` list",
+        kind.noun(),
+        kind.list_key()
+    );
+    if kind == ResourceKind::Git && name == "info" && target.rest.starts_with("/refs") {
+        said = format!(
+            "the URL names no Git source: give one after /git/, as /v1/bridges/{bridge}/git/SOURCE/REPOSITORY"
+        );
+    } else if let Some(stem) = name.strip_suffix(".git")
+        && declared.iter().any(|d| d == stem)
+    {
+        said.push_str(&format!(" (did you mean {stem:?}?)"));
+    }
+    match declared {
+        [] => said.push_str(&format!("; its `{}` list is empty", kind.list_key())),
+        names => said.push_str(&format!("; it declares {}", names.join(", "))),
+    }
+    said
 }
 
 /// The head of the stream sent into the tunnel.
@@ -324,6 +359,31 @@ mod tests {
     use http_body::{Frame, SizeHint};
 
     use super::*;
+
+    #[test]
+    fn an_undeclared_entry_is_said_with_the_names_declared_and_what_was_meant() {
+        let git = "/v1/bridges/{bridge}/git/{name}/{*path}";
+        let said = |raw: &str, declared: &[&str]| {
+            let declared: Vec<String> = declared.iter().map(|d| d.to_string()).collect();
+            not_declared(&Target::new(ResourceKind::Git, git, raw), &declared)
+        };
+        assert_eq!(
+            said(
+                "/v1/bridges/dc1/git/nope/team/lib.git/info/refs",
+                &["code", "lib"]
+            ),
+            "bridge \"dc1\" declares no Git source named \"nope\" in its `sources` list; it declares code, lib"
+        );
+        assert!(
+            said("/v1/bridges/dc1/git/lib.git/info/refs", &["lib"])
+                .contains("(did you mean \"lib\"?)")
+        );
+        assert!(
+            said("/v1/bridges/dc1/git/info/refs", &["code"])
+                .starts_with("the URL names no Git source: give one after /git/")
+        );
+        assert!(said("/v1/bridges/dc1/git/code/x", &[]).ends_with("its `sources` list is empty"));
+    }
 
     /// A body of `left` bytes that says its length, one byte every `every`.
     struct Trickle {
