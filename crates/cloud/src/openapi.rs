@@ -47,7 +47,7 @@ use crate::signals::event::FieldError;
         document,
     ),
     components(schemas(Problem, FieldError, Accepted, AcceptedBatch, AcceptedAnswer, EventPage, Unreadable, Bridges,
-        Suspects, CauseBody, CauseConfirmed, Dependencies, Dora, RepositorySourceBody,
+        Suspects, Suspect, CauseBody, CauseConfirmed, Dependencies, Dora, RepositorySourceBody,
         RepositorySources, DeploymentCommits)),
     modifiers(&ApiKeyAuth),
     security(("bearer" = []), ("basic" = []))
@@ -138,11 +138,25 @@ pub struct Bridges {
 pub struct Suspects {
     /// The alert, as `GET /v1/events/{id}` shows it.
     pub alert: serde_json::Map<String, serde_json::Value>,
-    /// At most 5, best first: `{"event": {…}, "score": 0.83, "reasons": ["…"]}`.
-    pub suspects: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// At most 5, best first.
+    pub suspects: Vec<Suspect>,
     /// Deployments and changes of the window that could not be read (storage damage), when
     /// there are any: not ranked.
     pub unreadable: Option<Vec<Unreadable>>,
+}
+
+/// One suspect of an alert.
+#[derive(Serialize, ToSchema)]
+pub struct Suspect {
+    /// The deployment or change, as `GET /v1/events/{id}` shows it.
+    pub event: serde_json::Map<String, serde_json::Value>,
+    /// Why, strongest first (docs/correlation.md).
+    pub reasons: Vec<String>,
+    /// In [0, 1], rounded to 3 decimals.
+    pub score: f64,
+    /// It is the deployment confirmed as the alert's cause (`POST /v1/alerts/{id}/cause`),
+    /// or another report of it (the confirmed `in_progress`, this its `success`).
+    pub confirmed: bool,
 }
 
 /// The body of `POST /v1/alerts/{id}/cause`.

@@ -622,9 +622,27 @@ async fn a_cause_confirmed_in_progress_counts_and_reads_back() {
     );
     // v0 and the confirmed v1 finished; v1 failed.
     assert_eq!(fail_rate().await, json!(0.5));
-    // v1's own success report later is the same deployment: still one of two, not one of three.
-    post(&cloud, &t, 70, &deploy("v1", "success")).await;
+    // v1's own success report later is the same deployment: still one of two, not one of three;
+    // ranked in place of the confirmed report, it is marked as the confirmed cause.
+    let done = post(&cloud, &t, 58, &deploy("v1", "success")).await;
     assert_eq!(fail_rate().await, json!(0.5));
+    let (status, answer) = call(
+        &cloud,
+        &t,
+        reqwest::Method::GET,
+        &format!("/v1/alerts/{alert}/suspects"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let marked: Vec<&Value> = answer["suspects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["confirmed"] == true)
+        .collect();
+    assert_eq!(marked.len(), 1, "{answer:#}");
+    assert_eq!(marked[0]["event"]["id"], done.as_str(), "{answer:#}");
     let (status, _) = call(&cloud, &t, reqwest::Method::DELETE, &cause, None).await;
     assert_eq!(status, 204);
     let (status, body) = call(&cloud, &t, reqwest::Method::GET, &cause, None).await;

@@ -161,6 +161,8 @@ impl Kind for GitSource {
             match tunnel_path {
                 Some(value) => headers.insert(header::LOCATION, value),
                 None => {
+                    // The operator learns where; the caller does not.
+                    tracing::warn!(source = %self.name, location = ?location, "Git server redirected outside the source's url");
                     return Some(Refusal {
                         status: StatusCode::BAD_GATEWAY,
                         reason: "upstream_unavailable",
@@ -169,7 +171,7 @@ impl Kind for GitSource {
                             status.as_u16()
                         ),
                         why: format!(
-                            "the Git server of source {:?} redirected this request outside the source's url (HTTP {}), where the bridge does not follow; the bridge's operator can point sources[].url at the new address",
+                            "the Git server of source {:?} redirected this request outside the source's url (HTTP {}), where the bridge does not follow; the bridge's operator can point sources[].url at the new address (the bridge's log names it)",
                             self.name,
                             status.as_u16()
                         ),

@@ -20,7 +20,8 @@ pub struct ServeArgs {
     /// TLS 1.3 address: the API, the dashboard, the bridge tunnel and PostgreSQL clients.
     #[arg(long, env = "CLOUD_LISTEN", default_value = "127.0.0.1:8443")]
     pub listen: String,
-    /// Plain HTTP address (the API only, never the bridge tunnel), or `off`.
+    /// Plain HTTP address (the API and the dashboard, never the bridge tunnel or PostgreSQL
+    /// clients), or `off`.
     #[arg(long, env = "CLOUD_HTTP_LISTEN", default_value = "127.0.0.1:8000")]
     pub http_listen: String,
     /// Server certificate chain (PEM); a self-signed one is made when absent.

@@ -116,21 +116,31 @@ fn figures_of(
             passed_on[i] = true;
         }
     }
+    // A deployment that failed or was cancelled did not go out: it brings nothing back, and
+    // its version did not run.
+    let went_out = |i: usize| !matches!(status(i), "failure" | "error" | "cancelled");
+    // The next deployment of the same pair that went out (walking backwards once).
+    let mut next_out = vec![None; n];
+    for i in (0..n).rev() {
+        next_out[i] = next_same[i].and_then(|j| if went_out(j) { Some(j) } else { next_out[j] });
+    }
     // Failed: its status, a confirmed cause, or rolled back (the next deployment of its service
-    // and environment brings back a version deployed before it); walking forwards once with
-    // the versions each pair has seen.
+    // and environment that went out brings back a version that ran before it); walking
+    // forwards once with the versions each pair has run.
     let mut failed = vec![false; n];
-    let mut seen: HashMap<(Option<&str>, Option<&str>), HashSet<&str>> = HashMap::new();
+    let mut ran: HashMap<(Option<&str>, Option<&str>), HashSet<&str>> = HashMap::new();
     for i in 0..n {
         let d = &deployments[i];
-        let versions = seen.entry(pair(i)).or_default();
-        let rolled_back = next_same[i].is_some_and(|j| {
+        let versions = ran.entry(pair(i)).or_default();
+        let rolled_back = next_out[i].is_some_and(|j| {
             let next = deployments[j].fields.version.as_deref();
             next.is_some_and(|v| Some(v) != d.fields.version.as_deref() && versions.contains(v))
         });
         failed[i] =
             ["failure", "error", "rolled_back"].contains(&status(i)) || cause[i] || rolled_back;
-        if let Some(v) = d.fields.version.as_deref() {
+        if let Some(v) = d.fields.version.as_deref()
+            && went_out(i)
+        {
             versions.insert(v);
         }
     }
@@ -487,6 +497,45 @@ mod tests {
     }
 
     /// Rates keep three decimals, or three significant digits when small.
+    /// Only a version that ran counts as brought back, and only by a deployment that went out.
+    #[test]
+    fn a_rollback_brings_back_a_version_that_ran_and_goes_out() {
+        let deploy = |version: &str, status: &str, at: i64| {
+            let body = json!({"type": "deployment", "service": "api", "version": version,
+                "status": status});
+            Deployment {
+                id: format!("{version}-{at}"),
+                fields: Fields::of(&body, at),
+                commit_at: None,
+            }
+        };
+        let rate = |deployments: &[Deployment]| {
+            figures_of(deployments, &HashSet::new(), 0, 100)["changeFailRate"].clone()
+        };
+        // v1 failed, v2 ran, v1 went out at last: no rollback of v2 (1 failed of 3 finished).
+        let retried = [
+            deploy("v1", "failure", 1),
+            deploy("v2", "success", 2),
+            deploy("v1", "success", 3),
+        ];
+        assert_eq!(rate(&retried), json!(0.333));
+        // v1 ran, v2 ran, a cancelled v1: v2 was not rolled back.
+        let cancelled = [
+            deploy("v1", "success", 1),
+            deploy("v2", "success", 2),
+            deploy("v1", "cancelled", 3),
+        ];
+        assert_eq!(rate(&cancelled), json!(0.0));
+        // The same with the v1 that went out: v2 was rolled back.
+        let rolled = [
+            deploy("v1", "success", 1),
+            deploy("v2", "success", 2),
+            deploy("v1", "cancelled", 3),
+            deploy("v1", "success", 4),
+        ];
+        assert_eq!(rate(&rolled), json!(0.333));
+    }
+
     #[test]
     fn small_rates_keep_their_digits() {
         assert_eq!(rounded(6.0 / 7.0), 0.857);

@@ -237,6 +237,7 @@ pub async fn suspects_of(
         earlier: &earlier,
     };
     let ranked = score::rank(&alert, &candidates, around, first, &dependencies);
+    let cause = confirmed_cause(state, org_id, id).await?;
     let mut suspects: Vec<Value> = Vec::with_capacity(ranked.len());
     for mut s in ranked {
         let e = readable[s.index];
@@ -250,7 +251,13 @@ pub async fn suspects_of(
                 s.reasons.push(reason);
             }
         }
-        suspects.push(json!({"event": bodies[s.index], "score": s.score, "reasons": s.reasons}));
+        let confirmed = cause.as_ref().is_some_and(|(cause_id, cause)| {
+            *cause_id == e.id || score::one_deployment(cause, &candidates[s.index])
+        });
+        suspects.push(
+            json!({"event": bodies[s.index], "score": s.score, "reasons": s.reasons,
+            "confirmed": confirmed}),
+        );
     }
     let mut answer = json!({"alert": alert_body, "suspects": suspects});
     if !unreadable.is_empty() {
@@ -276,6 +283,34 @@ pub async fn suspects(
     let principal = state.keys.authenticate(&state.store, &headers).await?;
     crate::query::no_query(&uri)?;
     Ok(Json(suspects_of(&state, principal.org_id, &id).await?))
+}
+
+/// The deployment confirmed as the alert's cause, if any: its id and fields (one whose body
+/// cannot be read is matched by id alone).
+async fn confirmed_cause(
+    state: &CorrelationState,
+    org_id: i64,
+    alert_id: &str,
+) -> Result<Option<(String, Fields)>, Problem> {
+    let unavailable = |e: crate::storage::StorageError| storage_unavailable(&e);
+    let Some(cause_id) = state
+        .store
+        .cause_of(org_id, alert_id)
+        .await
+        .map_err(unavailable)?
+    else {
+        return Ok(None);
+    };
+    let stored = state
+        .store
+        .event(org_id, &cause_id)
+        .await
+        .map_err(unavailable)?;
+    let fields = stored
+        .and_then(|e| parse(&e).ok())
+        .map(|(_, fields)| fields)
+        .unwrap_or_default();
+    Ok(Some((cause_id, fields)))
 }
 
 /// How far before the candidates' window a version brought back after an alert is looked for

@@ -180,7 +180,8 @@ fn repository_of(alert: &Fields, candidates: &[Fields]) -> Option<String> {
 
 fn earliest_versions<'a>(deployments: impl Iterator<Item = &'a Fields>) -> Earliest<'a> {
     let mut earliest = Earliest::new();
-    for d in deployments.filter(|d| d.kind == "deployment") {
+    // A version that only failed never ran: bringing it back is no rollback.
+    for d in deployments.filter(|d| d.kind == "deployment" && went_out(d)) {
         if let (Some(service), Some(version)) = (&d.service, &d.version) {
             let key = (service.as_str(), d.environment.as_deref(), version.as_str());
             let at = earliest.entry(key).or_insert(d.at);
@@ -190,40 +191,66 @@ fn earliest_versions<'a>(deployments: impl Iterator<Item = &'a Fields>) -> Earli
     earliest
 }
 
-/// For each candidate, whether it is an unfinished report (`queued`, `pending`,
-/// `in_progress`) of a deployment whose version is reported again later, before the alert, in
-/// the same service and environment (`pending`, then `in_progress`, then `success`): one
-/// deployment, ranked once, by its latest report before the alert. A finished report stays:
-/// a version that ran and was deployed again (and failed) is two deployments.
+/// For each candidate, whether it is another report of a deployment ranked by one report
+/// only: its reports share the service, environment and `version` (`pending`, then
+/// `in_progress`, then `success`). An unfinished report (`queued`, `pending`, `in_progress`)
+/// gives way to a later one before the alert, or to a finished one at the same time; a report
+/// after the alert gives way to an unfinished one before it (the deployment was under way when
+/// the alert fired). A finished report stays: a version that ran, then was deployed again
+/// (and failed, or was a rollback after the alert), is two deployments.
 fn reported_again<'a>(alert: &Fields, all: &'a [Fields]) -> Vec<bool> {
     type Key<'a> = (&'a str, Option<&'a str>, &'a str);
     let key = |d: &'a Fields| -> Option<Key<'a>> {
+        if d.kind != "deployment" {
+            return None;
+        }
         Some((
             d.service.as_deref()?,
             d.environment.as_deref(),
             d.version.as_deref()?,
         ))
     };
-    let mut latest: HashMap<Key<'_>, i64> = HashMap::new();
-    for d in all
-        .iter()
-        .filter(|d| d.kind == "deployment" && d.at <= alert.at)
-    {
+    // Each deployment's report before the alert that represents it: the latest, a finished
+    // one first among reports at the same time, then the first read.
+    let mut chosen: HashMap<Key<'_>, usize> = HashMap::new();
+    for (i, d) in all.iter().enumerate().filter(|(_, d)| d.at <= alert.at) {
         if let Some(k) = key(d) {
-            let at = latest.entry(k).or_insert(d.at);
-            *at = (*at).max(d.at);
+            let rank = |j: usize| (all[j].at, !unfinished(&all[j]));
+            let best = chosen.entry(k).or_insert(i);
+            if rank(i) > rank(*best) {
+                *best = i;
+            }
         }
     }
     all.iter()
-        .map(|c| {
-            c.kind == "deployment"
-                && matches!(
-                    c.status.as_deref(),
-                    Some("queued" | "pending" | "in_progress")
-                )
-                && key(c).is_some_and(|k| latest.get(&k).is_some_and(|at| *at > c.at))
+        .enumerate()
+        .map(|(i, c)| match key(c).and_then(|k| chosen.get(&k)) {
+            Some(&representative) if c.at > alert.at => unfinished(&all[representative]),
+            Some(&representative) => representative != i && unfinished(c),
+            None => false,
         })
         .collect()
+}
+
+/// Whether two reports are of one deployment: the same service, environment and `version`,
+/// one of them unfinished (`pending`, then `success`). A person who confirmed one report as an
+/// alert's cause confirmed the deployment, whichever report is ranked.
+pub fn one_deployment(a: &Fields, b: &Fields) -> bool {
+    a.kind == "deployment"
+        && b.kind == "deployment"
+        && a.version.is_some()
+        && a.version == b.version
+        && same(&a.service, &b.service)
+        && a.environment == b.environment
+        && (unfinished(a) || unfinished(b))
+}
+
+/// A deployment reported as not yet done: `queued`, `pending` or `in_progress`.
+fn unfinished(d: &Fields) -> bool {
+    matches!(
+        d.status.as_deref(),
+        Some("queued" | "pending" | "in_progress")
+    )
 }
 
 /// A deployment that did not go out (it failed or was cancelled) replaces nothing.
@@ -322,16 +349,22 @@ fn score(
     }
     // A later deployment replaces a deployment's code; a change (a flag, a setting) outlives
     // deployments, so it is never superseded by one.
-    let superseded = context.all.iter().zip(&context.again).find(|(o, again)| {
-        deployment
-            && !**again
-            && o.kind == "deployment"
-            && o.at > c.at
-            && o.at <= alert.at
-            && same(&o.service, &c.service)
-            && same(&o.environment, &c.environment)
-            && went_out(o)
-    });
+    // The deployment that came next, whatever order the candidates were read in.
+    let superseded = context
+        .all
+        .iter()
+        .zip(&context.again)
+        .filter(|(o, again)| {
+            deployment
+                && !**again
+                && o.kind == "deployment"
+                && o.at > c.at
+                && o.at <= alert.at
+                && same(&o.service, &c.service)
+                && same(&o.environment, &c.environment)
+                && went_out(o)
+        })
+        .min_by_key(|(o, _)| o.at);
     if let Some((later, _)) = superseded {
         s *= 0.5;
         reasons.push(format!(
@@ -344,8 +377,7 @@ fn score(
         ));
     }
     let status = c.status.as_deref().unwrap_or("");
-    if deployment && superseded.is_none() && ["queued", "pending", "in_progress"].contains(&status)
-    {
+    if deployment && superseded.is_none() && unfinished(c) {
         s *= 1.3;
         reasons.push("in progress at the alert's time".into());
     }
@@ -366,6 +398,7 @@ fn score(
             .filter(|o| {
             o.kind == "deployment"
                 && o.at > alert.at
+                && went_out(o)
                 && same(&o.service, &c.service)
                 && same(&o.environment, &c.environment)
                 && o.version != c.version
@@ -417,6 +450,15 @@ mod tests {
         }
     }
 
+    /// [`rank`] with no earlier deployments, no earlier firing and no dependencies.
+    fn rank_alone(a: &Fields, candidates: &[Fields], later: &[Fields]) -> Vec<Suspect> {
+        let around = Around {
+            later,
+            earlier: &[],
+        };
+        rank(a, candidates, around, None, &[])
+    }
+
     fn alert(at: i64) -> Fields {
         Fields {
             kind: "alert".into(),
@@ -431,7 +473,7 @@ mod tests {
     #[test]
     fn the_closer_deploy_of_the_same_service_wins_and_says_why() {
         let candidates = [deploy("api", "1.0", 0), deploy("api", "1.1", 50 * MIN)];
-        let ranked = rank(&alert(62 * MIN), &candidates, Around::default(), None, &[]);
+        let ranked = rank_alone(&alert(62 * MIN), &candidates, &[]);
         assert_eq!(ranked[0].index, 1);
         assert_eq!(ranked[0].reasons[0], "deployed 12 min before the alert");
         assert!(ranked[0].reasons.contains(&"same service".to_string()));
@@ -449,7 +491,7 @@ mod tests {
         let candidates = [deploy("api", "1.0", 0), deploy("api", "1.1", 55 * MIN)];
         let mut a = alert(60 * MIN);
         a.version = Some("1.0".into());
-        let ranked = rank(&a, &candidates, Around::default(), None, &[]);
+        let ranked = rank_alone(&a, &candidates, &[]);
         assert_eq!((ranked[0].index, ranked[0].score), (0, 1.0));
         assert_eq!(ranked[0].reasons[0], "version 1.0 is the alert's version");
     }
@@ -469,16 +511,7 @@ mod tests {
             } else {
                 later.push(deploy("api", version, at));
             }
-            let ranked = rank(
-                &alert(150 * MIN),
-                &candidates,
-                Around {
-                    later: &later,
-                    earlier: &[],
-                },
-                None,
-                &[],
-            );
+            let ranked = rank_alone(&alert(150 * MIN), &candidates, &later);
             let top = ranked.iter().find(|s| s.index == 2).unwrap();
             let said = top
                 .reasons
@@ -513,16 +546,7 @@ mod tests {
             deploy("api", "1.0", 1260 * MIN),
             deploy("api", "1.0", 105 * MIN),
         ];
-        let ranked = rank(
-            &alert(60 * MIN),
-            &candidates,
-            Around {
-                later: &later,
-                earlier: &[],
-            },
-            None,
-            &[],
-        );
+        let ranked = rank_alone(&alert(60 * MIN), &candidates, &later);
         let top = ranked.iter().find(|s| s.index == 1).unwrap();
         assert!(
             top.reasons
@@ -578,7 +602,7 @@ mod tests {
             with("in_progress", 48 * MIN),
             with("success", 50 * MIN),
         ];
-        let ranked = rank(&alert(60 * MIN), &candidates, Around::default(), None, &[]);
+        let ranked = rank_alone(&alert(60 * MIN), &candidates, &[]);
         let indexes: Vec<usize> = ranked.iter().map(|s| s.index).collect();
         assert_eq!(indexes, [3, 0], "{ranked:?}");
         assert!(ranked[1].reasons.iter().any(|r| r.contains("(2.0)")));
@@ -596,7 +620,7 @@ mod tests {
             with("2.0", "in_progress", 48 * MIN),
             with("2.0", "failure", 50 * MIN),
         ];
-        let ranked = rank(&alert(60 * MIN), &candidates, Around::default(), None, &[]);
+        let ranked = rank_alone(&alert(60 * MIN), &candidates, &[]);
         assert_eq!(ranked.len(), 2, "{ranked:?}");
         let running = ranked.iter().find(|s| s.index == 0).unwrap();
         assert!(
@@ -608,8 +632,79 @@ mod tests {
             with("2.0", "success", 20 * MIN),
             with("2.0", "failure", 50 * MIN),
         ];
-        let ranked = rank(&alert(60 * MIN), &candidates, Around::default(), None, &[]);
+        let ranked = rank_alone(&alert(60 * MIN), &candidates, &[]);
         assert_eq!(ranked.len(), 2, "{ranked:?}");
+    }
+
+    #[test]
+    fn reports_at_one_time_or_across_the_alert_are_one_deployment() {
+        let with = |version: &str, status: &str, at: i64| {
+            let mut d = deploy("api", version, at);
+            d.status = Some(status.into());
+            d
+        };
+        // In progress and done at the same minute: the finished report is ranked.
+        let candidates = [
+            deploy("api", "1.0", 0),
+            with("2.0", "in_progress", 40 * MIN),
+            with("2.0", "success", 40 * MIN),
+        ];
+        let ranked = rank_alone(&alert(60 * MIN), &candidates, &[]);
+        let indexes: Vec<usize> = ranked.iter().map(|s| s.index).collect();
+        assert_eq!(indexes, [2, 0], "{ranked:?}");
+        // In progress at the alert, done a minute after: ranked as in progress.
+        let candidates = [
+            deploy("api", "1.0", 0),
+            with("2.0", "in_progress", 40 * MIN),
+            with("2.0", "success", 61 * MIN),
+        ];
+        let ranked = rank_alone(&alert(60 * MIN), &candidates, &[]);
+        let indexes: Vec<usize> = ranked.iter().map(|s| s.index).collect();
+        assert_eq!(indexes, [1, 0], "{ranked:?}");
+        assert!(
+            ranked[0]
+                .reasons
+                .contains(&"in progress at the alert's time".to_string())
+        );
+    }
+
+    #[test]
+    fn only_a_version_that_ran_is_brought_back_and_only_by_one_that_went_out() {
+        let with = |version: &str, status: &str, at: i64| {
+            let mut d = deploy("api", version, at);
+            d.status = Some(status.into());
+            d
+        };
+        let rolled_back = |candidates: &[Fields], later: &[Fields]| {
+            let ranked = rank_alone(&alert(60 * MIN), candidates, later);
+            let suspect = ranked.iter().find(|s| s.index == 1).unwrap();
+            suspect.reasons.iter().any(|r| r.starts_with("rolled back"))
+        };
+        let failed_before = [with("1.0", "failure", 0), deploy("api", "2.0", 50 * MIN)];
+        assert!(!rolled_back(
+            &failed_before,
+            &[deploy("api", "1.0", 90 * MIN)]
+        ));
+        let ran_before = [deploy("api", "1.0", 0), deploy("api", "2.0", 50 * MIN)];
+        assert!(!rolled_back(
+            &ran_before,
+            &[with("1.0", "cancelled", 90 * MIN)]
+        ));
+        assert!(rolled_back(&ran_before, &[deploy("api", "1.0", 90 * MIN)]));
+        // Superseded by the deployment that came next, not the newest.
+        let candidates = [
+            deploy("api", "1.0", 0),
+            deploy("api", "2.0", 20 * MIN),
+            deploy("api", "3.0", 40 * MIN),
+        ];
+        let ranked = rank_alone(&alert(60 * MIN), &candidates, &[]);
+        let first = ranked.iter().find(|s| s.index == 0).unwrap();
+        assert!(
+            first
+                .reasons
+                .contains(&"superseded by a later deployment (2.0) before the alert".to_string()),
+            "{first:?}"
+        );
     }
 
     #[test]
@@ -624,7 +719,7 @@ mod tests {
                 deploy("api", "1.0", 30 * MIN),
                 with("2.0", status, 50 * MIN),
             ];
-            let ranked = rank(&alert(60 * MIN), &candidates, Around::default(), None, &[]);
+            let ranked = rank_alone(&alert(60 * MIN), &candidates, &[]);
             let running = ranked.iter().find(|s| s.index == 0).unwrap();
             assert!(
                 !running.reasons.iter().any(|r| r.starts_with("superseded")),
@@ -632,7 +727,7 @@ mod tests {
             );
         }
         let candidates = [with("2.0", "cancelled", 50 * MIN)];
-        let ranked = rank(&alert(60 * MIN), &candidates, Around::default(), None, &[]);
+        let ranked = rank_alone(&alert(60 * MIN), &candidates, &[]);
         assert!(
             ranked[0]
                 .reasons
@@ -650,7 +745,7 @@ mod tests {
         let candidates = [mono("mono-a", 0), mono("mono-b", 50 * MIN)];
         let mut a = alert(60 * MIN);
         a.service = Some("mono-a".into());
-        let ranked = rank(&a, &candidates, Around::default(), None, &[]);
+        let ranked = rank_alone(&a, &candidates, &[]);
         let b = ranked.iter().find(|s| s.index == 1).unwrap();
         assert!(
             b.reasons.contains(&"same repository org/mono".to_string()),
@@ -658,7 +753,7 @@ mod tests {
         );
         // One the alert names wins over its service's.
         a.repository = Some("org/other".into());
-        let ranked = rank(&a, &candidates, Around::default(), None, &[]);
+        let ranked = rank_alone(&a, &candidates, &[]);
         let b = ranked.iter().find(|s| s.index == 1).unwrap();
         assert!(
             b.reasons.contains(&"another service (mono-b)".to_string()),
@@ -672,8 +767,8 @@ mod tests {
             .map(|i| deploy("api", &format!("v{i}"), i * MIN))
             .collect();
         let a = alert(20 * MIN);
-        let first = rank(&a, &candidates, Around::default(), None, &[]);
-        assert_eq!(first, rank(&a, &candidates, Around::default(), None, &[]));
+        let first = rank_alone(&a, &candidates, &[]);
+        assert_eq!(first, rank_alone(&a, &candidates, &[]));
         assert_eq!(first.len(), TOP);
         assert!(first.iter().all(|s| (0.0..=1.0).contains(&s.score)));
     }

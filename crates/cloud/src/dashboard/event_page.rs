@@ -17,11 +17,15 @@ use super::render::{message, page, unavailable, when_text};
 /// One suspect of an alert, as its page lists it.
 struct SuspectRow {
     id: String,
+    /// The confirmed cause, or another report of its deployment.
+    confirmed: bool,
     /// A deployment (which a person may confirm as the cause).
     deployment: bool,
     what: String,
     time: String,
-    percent: i64,
+    /// The score in [0, 1] as the API gives it, to 3 decimals: a percentage read as a
+    /// probability, and two capped at 1.0 looked equally certain.
+    score: String,
     reasons: Vec<String>,
 }
 
@@ -37,8 +41,6 @@ struct EventPage<'a> {
     json: String,
     /// For an alert: its suspects (`None` when they could not be found).
     suspects: Option<Vec<SuspectRow>>,
-    /// For an alert: the deployment confirmed as its cause.
-    cause: Option<String>,
     /// The confirmed cause when it is not among the suspects listed: its id and what it is.
     cause_apart: Option<(String, String)>,
     /// For a deployment: the commits it brought, or why they cannot be shown.
@@ -113,10 +115,11 @@ fn suspect_rows(answer: &Value) -> Vec<SuspectRow> {
                     let what = what_of(e);
                     SuspectRow {
                         id: text(e, "id"),
+                        confirmed: s["confirmed"] == true,
                         deployment: text(e, "type") == "deployment",
                         what,
                         time: when_text(&text(e, "timestamp")),
-                        percent: (s["score"].as_f64().unwrap_or(0.0) * 100.0).round() as i64,
+                        score: format!("{:.3}", s["score"].as_f64().unwrap_or(0.0)),
                         reasons: s["reasons"]
                             .as_array()
                             .map(|r| {
@@ -197,7 +200,7 @@ pub async fn detail(
                 let suspects = (state.insight.suspects(me.session.user.org_id, &e.id).await)
                     .map(|answer| suspect_rows(&answer))
                     .map(|mut rows| {
-                        rows.sort_by_key(|r| cause.as_deref() != Some(r.id.as_str()));
+                        rows.sort_by_key(|r| !r.confirmed);
                         rows
                     });
                 (suspects, cause)
@@ -206,8 +209,8 @@ pub async fn detail(
             };
             // A cause confirmed through the API need not be a suspect (outside the window, or
             // behind five others): it is shown apart, so that it can be seen and withdrawn.
-            let listed = |id: &str| (suspects.iter().flatten()).any(|s| s.id == id);
-            let cause_apart = match cause.as_deref().filter(|id| !listed(id)) {
+            let listed = (suspects.iter().flatten()).any(|s| s.confirmed);
+            let cause_apart = match cause.as_deref().filter(|_| !listed) {
                 Some(id) => match state.store.event(me.session.user.org_id, id).await {
                     Ok(found) => Some((
                         id.to_string(),
@@ -234,7 +237,6 @@ pub async fn detail(
                     facts: facts_of(&body),
                     json,
                     suspects,
-                    cause,
                     cause_apart,
                     commits,
                 },

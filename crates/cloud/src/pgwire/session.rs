@@ -247,7 +247,7 @@ async fn relay<S>(
         // The server (or the bridge's login to it) refused the session; its error has reached
         // the client, and the bridge's log and audit say why.
         Ok((_, false)) => {
-            tracing::warn!(peer = %peer, bridge = %bridge, database = %database, principal = %principal.key_id, "database session not opened: the database or the bridge's login to it refused it (the bridge's log says why)");
+            tracing::warn!(peer = %peer, bridge = %bridge, database = %database, principal = %principal.key_id, "database session not opened: the bridge could not reach the database, or the database or the bridge's login to it refused it (the client was told; the bridge's log says why)");
             return;
         }
         Err(why) => {

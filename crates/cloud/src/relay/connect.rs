@@ -377,7 +377,7 @@ async fn watch(state: RelayState, token_id: String, instance: Arc<Instance>, eve
                     // Said only when this check found it: a revocation from the dashboard
                     // closes the tunnel itself, at once.
                     if instance.close_revoked(&state.store).await {
-                        tracing::warn!(instance = %instance.id, "bridge token revoked; closed its tunnel");
+                        tracing::warn!(org_id = row.org_id, bridge = %row.bridge_name, instance = %instance.id, "bridge token revoked; closed its tunnel");
                     }
                     return;
                 }

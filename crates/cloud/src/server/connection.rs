@@ -202,16 +202,21 @@ pub(super) async fn serve_loop(
                     };
                     match peeked {
                         Ok(Ok(1)) if PgFront::starts_postgres(first[0]) => {
-                            refuse_postgres_on_plain(stream).await;
+                            refuse_postgres_on_plain(stream, &stop).await;
                         }
                         Ok(Ok(1)) => serve_http(stream, app, peer, None, http).await,
                         _ => {}
                     }
                 }
                 Some((configs, pg)) => {
-                    // PostgreSQL shares the port: its packets start with a zero byte.
+                    // PostgreSQL shares the port: its packets start with a zero byte. A
+                    // shutdown closes a connection that has not finished its handshake.
                     let mut first = [0u8; 1];
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await {
+                    let peeked = tokio::select! {
+                        peeked = tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)) => peeked,
+                        () = stop.cancelled() => return,
+                    };
+                    match peeked {
                         Ok(Ok(1)) if PgFront::starts_postgres(first[0]) => {
                             pg.serve_plain(stream, peer).await;
                             return;
@@ -238,7 +243,11 @@ pub(super) async fn serve_loop(
                         };
                         hello.into_stream(config).await
                     };
-                    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+                    let handshake = tokio::select! {
+                        done = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake) => done,
+                        () = stop.cancelled() => return,
+                    };
+                    let stream = match handshake {
                         Ok(Ok(s)) => s,
                         Ok(Err(err)) => {
                             tracing::debug!(peer = %peer, cause = %err, "TLS handshake failed");
@@ -288,11 +297,11 @@ async fn refuse_plain_http(stream: TcpStream) {
     answer_and_close(stream, answer.as_bytes()).await;
 }
 
-/// Answers a PostgreSQL client on the plain HTTP port with an `ErrorResponse` naming the TLS
-/// port. libpq prints no message that answers its `SSLRequest`, so that is declined (`N`, as
+/// Answers a PostgreSQL client on the plain HTTP port with an `ErrorResponse` saying to use
+/// the TLS port of `--listen`. libpq prints no message that answers its `SSLRequest`, so that is declined (`N`, as
 /// is a `GSSENCRequest`): with `sslmode=prefer` or `disable` its startup message follows and
 /// gets the message; with `require` or `verify-full` libpq says the server has no SSL.
-async fn refuse_postgres_on_plain(mut stream: TcpStream) {
+async fn refuse_postgres_on_plain(mut stream: TcpStream, stop: &CancellationToken) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let negotiate = async {
         for _ in 0..2 {
@@ -311,10 +320,11 @@ async fn refuse_postgres_on_plain(mut stream: TcpStream) {
         }
         Ok::<_, std::io::Error>(())
     };
-    if !matches!(
-        tokio::time::timeout(HANDSHAKE_TIMEOUT, negotiate).await,
-        Ok(Ok(()))
-    ) {
+    let negotiated = tokio::select! {
+        done = tokio::time::timeout(HANDSHAKE_TIMEOUT, negotiate) => matches!(done, Ok(Ok(()))),
+        () = stop.cancelled() => false,
+    };
+    if !negotiated {
         return;
     }
     let answer = tunnel::postgres::error_response(

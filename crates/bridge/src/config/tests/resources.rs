@@ -128,6 +128,15 @@ fn registry_and_bridge_names_must_fit_an_image_name() {
     assert!(!err.contains("token_hosts[0]"), "{err}");
     // Without registries the bridge name keeps its wider rule.
     assert!(load("name: dc-\n", &env).is_ok());
+    // The API's path pasted into the url: the root is asked for.
+    let err = failure(
+        "name: dc1\nregistries:\n  - {name: reg, url: \"http://127.0.0.1:5000/v2/\"}\n",
+        &env,
+    );
+    assert!(
+        err.contains("registries[0].url") && err.contains("give the registry's root"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -74,6 +74,22 @@ pub(super) fn registries(cx: &mut Ctx<'_>, file: &FileConfig) -> Vec<Registry> {
         let url = cx
             .required(entry.url.as_ref(), &url_key, &at)
             .and_then(|given| cx.url(&given, &url_key, &["http", "https"], Some("https")));
+        // The API's own path, pasted: the bridge adds `/v2/` to the root itself.
+        let url = url.filter(|u| {
+            let api_path = matches!(u.path().trim_end_matches('/').rsplit('/').next(), Some("v2"));
+            if api_path {
+                let origin = entry
+                    .url
+                    .as_ref()
+                    .map_or(at.clone(), |u| Origin::at(&u.referenced));
+                cx.fail(
+                    &url_key,
+                    &origin,
+                    format!("{u} ends in the registry API's /v2/: give the registry's root (the bridge adds /v2/ itself)"),
+                );
+            }
+            !api_path
+        });
         let auth = entry.auth.as_ref().map(|auth| {
             let (at, auth_key) = (Origin::at(&auth.referenced), format!("{key}.auth"));
             let login = cx.credentials(
