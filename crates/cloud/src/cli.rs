@@ -267,7 +267,7 @@ pub enum OrgCommand {
     },
     /// List the organisations.
     List {
-        /// text (a table) or json (an array of {"slug","id","createdAt"}).
+        /// text (a table) or json (an array of {"createdAt","id","slug"}).
         #[arg(long, value_enum, default_value_t)]
         output: Output,
         /// Storage.
@@ -296,7 +296,7 @@ pub enum KeyCommand {
         /// The org's slug.
         #[arg(long, env = "CLOUD_ORG")]
         org: String,
-        /// text (a table) or json (an array of {"id","name","createdAt","lastUsedAt"}).
+        /// text (a table) or json (an array of {"createdAt","id","lastUsedAt","name"}).
         #[arg(long, value_enum, default_value_t)]
         output: Output,
         /// Storage.
@@ -336,7 +336,7 @@ pub enum BridgeTokenCommand {
         /// The org's slug.
         #[arg(long, env = "CLOUD_ORG")]
         org: String,
-        /// text (a table) or json (an array of {"id","name","createdAt","lastUsedAt"}).
+        /// text (a table) or json (an array of {"createdAt","id","lastUsedAt","name"}).
         #[arg(long, value_enum, default_value_t)]
         output: Output,
         /// Storage.

@@ -161,8 +161,20 @@ impl Kind for GitSource {
             match tunnel_path {
                 Some(value) => headers.insert(header::LOCATION, value),
                 None => {
-                    // The operator learns where; the caller does not.
-                    tracing::warn!(source = %self.name, location = ?location, "Git server redirected outside the source's url");
+                    // The operator learns where, without credentials or query values (a
+                    // signed URL's); the caller does not.
+                    let shown = location.to_str().map_or_else(
+                        |_| "(not text)".to_string(),
+                        |l| match Url::parse(l) {
+                            Ok(mut url) => {
+                                let _ = url.set_username("");
+                                let _ = url.set_password(None);
+                                crate::audit::strip_query_values(url.as_str())
+                            }
+                            Err(_) => crate::audit::strip_query_values(l),
+                        },
+                    );
+                    tracing::warn!(source = %self.name, location = %shown, "Git server redirected outside the source's url");
                     return Some(Refusal {
                         status: StatusCode::BAD_GATEWAY,
                         reason: "upstream_unavailable",

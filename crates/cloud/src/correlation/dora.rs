@@ -5,8 +5,8 @@
 //! - Change lead time: from the oldest commit the deployment brought (as listed through its
 //!   repository's Git source), else `metadata.commitTimestamp`, to the successful deployment.
 //! - Change fail rate: failed deployments over finished ones; failed means status `failure`,
-//!   `error` or `rolled_back`, followed by a redeploy of an earlier version (a rollback), or
-//!   confirmed as an alert's cause.
+//!   `error` or `rolled_back`, followed by a deployment that went out and brought back a
+//!   version that ran before (a rollback), or confirmed as an alert's cause.
 //! - Failed deployment recovery time: from a failed deployment to the next successful one of
 //!   the same service and environment.
 
@@ -117,12 +117,23 @@ fn figures_of(
         }
     }
     // A deployment that failed or was cancelled did not go out: it brings nothing back, and
-    // its version did not run.
-    let went_out = |i: usize| !matches!(status(i), "failure" | "error" | "cancelled");
+    // its version did not run. An unfinished report went out as its deployment's next report
+    // says (`pending`, then `cancelled`: it did not); walking backwards once.
+    let same_version = |i: usize, j: usize| {
+        let v = deployments[i].fields.version.as_deref();
+        v.is_some() && v == deployments[j].fields.version.as_deref()
+    };
+    let mut went_out = vec![false; n];
+    for i in (0..n).rev() {
+        went_out[i] = match next_same[i] {
+            Some(j) if unfinished(i) && same_version(i, j) => went_out[j],
+            _ => !matches!(status(i), "failure" | "error" | "cancelled"),
+        };
+    }
     // The next deployment of the same pair that went out (walking backwards once).
     let mut next_out = vec![None; n];
     for i in (0..n).rev() {
-        next_out[i] = next_same[i].and_then(|j| if went_out(j) { Some(j) } else { next_out[j] });
+        next_out[i] = next_same[i].and_then(|j| if went_out[j] { Some(j) } else { next_out[j] });
     }
     // Failed: its status, a confirmed cause, or rolled back (the next deployment of its service
     // and environment that went out brings back a version that ran before it); walking
@@ -139,7 +150,8 @@ fn figures_of(
         failed[i] =
             ["failure", "error", "rolled_back"].contains(&status(i)) || cause[i] || rolled_back;
         if let Some(v) = d.fields.version.as_deref()
-            && went_out(i)
+            && went_out[i]
+            && !unfinished(i)
         {
             versions.insert(v);
         }
@@ -360,7 +372,16 @@ async fn load_at_most(
     }
     // Oldest first, and in the order received where two share a time (the list comes newest
     // first): a rollback then follows the deployment it undoes.
-    deployments.sort_by(|a, b| (a.fields.at, &a.id).cmp(&(b.fields.at, &b.id)));
+    // An unfinished report before a finished one at the same time (one deployment's
+    // `in_progress` and `success`), as the suspects read them.
+    let finished = |d: &Deployment| {
+        !matches!(
+            d.fields.status.as_deref(),
+            Some("queued" | "pending" | "in_progress")
+        )
+    };
+    deployments
+        .sort_by(|a, b| (a.fields.at, finished(a), &a.id).cmp(&(b.fields.at, finished(b), &b.id)));
     Ok((deployments, confirmed, complete_from))
 }
 
@@ -496,7 +517,6 @@ mod tests {
         assert_eq!(truncated(2 * DAY), json!(false));
     }
 
-    /// Rates keep three decimals, or three significant digits when small.
     /// Only a version that ran counts as brought back, and only by a deployment that went out.
     #[test]
     fn a_rollback_brings_back_a_version_that_ran_and_goes_out() {
@@ -536,6 +556,7 @@ mod tests {
         assert_eq!(rate(&rolled), json!(0.333));
     }
 
+    /// Rates keep three decimals, or three significant digits when small.
     #[test]
     fn small_rates_keep_their_digits() {
         assert_eq!(rounded(6.0 / 7.0), 0.857);

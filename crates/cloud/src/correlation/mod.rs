@@ -237,7 +237,17 @@ pub async fn suspects_of(
         earlier: &earlier,
     };
     let ranked = score::rank(&alert, &candidates, around, first, &dependencies);
+    // The suspect marked as the confirmed cause: the confirmed report itself, else the first
+    // ranked later report of its deployment (at most one).
     let cause = confirmed_cause(state, org_id, id).await?;
+    let marked = cause.as_ref().and_then(|(cause_id, cause)| {
+        (ranked.iter().find(|s| readable[s.index].id == *cause_id))
+            .or_else(|| {
+                (ranked.iter())
+                    .find(|s| score::carries_confirmation(cause, &candidates[s.index], &candidates))
+            })
+            .map(|s| s.index)
+    });
     let mut suspects: Vec<Value> = Vec::with_capacity(ranked.len());
     for mut s in ranked {
         let e = readable[s.index];
@@ -251,12 +261,9 @@ pub async fn suspects_of(
                 s.reasons.push(reason);
             }
         }
-        let confirmed = cause.as_ref().is_some_and(|(cause_id, cause)| {
-            *cause_id == e.id || score::one_deployment(cause, &candidates[s.index])
-        });
         suspects.push(
             json!({"event": bodies[s.index], "score": s.score, "reasons": s.reasons,
-            "confirmed": confirmed}),
+            "confirmed": marked == Some(s.index)}),
         );
     }
     let mut answer = json!({"alert": alert_body, "suspects": suspects});

@@ -96,9 +96,12 @@ fn same(a: &Option<String>, b: &Option<String>) -> bool {
 /// repository the alert is taken to be of.
 struct Context<'a> {
     all: &'a [Fields],
-    /// For each of `all`: an unfinished report of a deployment reported again later, before
-    /// the alert ([`reported_again`]): neither a suspect nor what supersedes one.
+    /// For each of `all`: another report of a deployment ranked by one report
+    /// ([`reported_again`]): neither a suspect nor what supersedes one.
     again: Vec<bool>,
+    /// For each of `all`, then of `later`: whether the deployment went out in the end
+    /// ([`went_out_in_the_end`]).
+    out: [Vec<bool>; 2],
     later: &'a [Fields],
     earliest: Earliest<'a>,
     repository: Option<String>,
@@ -130,6 +133,7 @@ pub fn rank(
     let context = Context {
         all: candidates,
         again: reported_again(alert, candidates),
+        out: went_out_in_the_end([candidates, around.later]),
         later: around.later,
         earliest: earliest_versions(candidates.iter().chain(around.earlier)),
         repository: repository_of(alert, candidates),
@@ -180,8 +184,9 @@ fn repository_of(alert: &Fields, candidates: &[Fields]) -> Option<String> {
 
 fn earliest_versions<'a>(deployments: impl Iterator<Item = &'a Fields>) -> Earliest<'a> {
     let mut earliest = Earliest::new();
-    // A version that only failed never ran: bringing it back is no rollback.
-    for d in deployments.filter(|d| d.kind == "deployment" && went_out(d)) {
+    // A version that only failed never ran, nor one still in progress: bringing it back is no
+    // rollback.
+    for d in deployments.filter(|d| d.kind == "deployment" && went_out(d) && !unfinished(d)) {
         if let (Some(service), Some(version)) = (&d.service, &d.version) {
             let key = (service.as_str(), d.environment.as_deref(), version.as_str());
             let at = earliest.entry(key).or_insert(d.at);
@@ -193,11 +198,12 @@ fn earliest_versions<'a>(deployments: impl Iterator<Item = &'a Fields>) -> Earli
 
 /// For each candidate, whether it is another report of a deployment ranked by one report
 /// only: its reports share the service, environment and `version` (`pending`, then
-/// `in_progress`, then `success`). An unfinished report (`queued`, `pending`, `in_progress`)
-/// gives way to a later one before the alert, or to a finished one at the same time; a report
-/// after the alert gives way to an unfinished one before it (the deployment was under way when
-/// the alert fired). A finished report stays: a version that ran, then was deployed again
-/// (and failed, or was a rollback after the alert), is two deployments.
+/// `in_progress`, then `success`). The deployment is ranked by its latest report before the
+/// alert (a finished one first among reports at the same time), or, when it has none, by its
+/// latest after it. An unfinished report (`queued`, `pending`, `in_progress`) gives way to that
+/// one; so does a report after the alert when the one before it is unfinished (the deployment
+/// was under way when the alert fired). A finished report stays: a version that ran, then was
+/// deployed again (and failed, or was a rollback after the alert), is two deployments.
 fn reported_again<'a>(alert: &Fields, all: &'a [Fields]) -> Vec<bool> {
     type Key<'a> = (&'a str, Option<&'a str>, &'a str);
     let key = |d: &'a Fields| -> Option<Key<'a>> {
@@ -210,13 +216,12 @@ fn reported_again<'a>(alert: &Fields, all: &'a [Fields]) -> Vec<bool> {
             d.version.as_deref()?,
         ))
     };
-    // Each deployment's report before the alert that represents it: the latest, a finished
-    // one first among reports at the same time, then the first read.
-    let mut chosen: HashMap<Key<'_>, usize> = HashMap::new();
-    for (i, d) in all.iter().enumerate().filter(|(_, d)| d.at <= alert.at) {
+    // Each deployment's representative before the alert, and after it.
+    let mut chosen: [HashMap<Key<'_>, usize>; 2] = [HashMap::new(), HashMap::new()];
+    for (i, d) in all.iter().enumerate() {
         if let Some(k) = key(d) {
             let rank = |j: usize| (all[j].at, !unfinished(&all[j]));
-            let best = chosen.entry(k).or_insert(i);
+            let best = chosen[usize::from(d.at > alert.at)].entry(k).or_insert(i);
             if rank(i) > rank(*best) {
                 *best = i;
             }
@@ -224,25 +229,70 @@ fn reported_again<'a>(alert: &Fields, all: &'a [Fields]) -> Vec<bool> {
     }
     all.iter()
         .enumerate()
-        .map(|(i, c)| match key(c).and_then(|k| chosen.get(&k)) {
-            Some(&representative) if c.at > alert.at => unfinished(&all[representative]),
-            Some(&representative) => representative != i && unfinished(c),
-            None => false,
+        .map(|(i, c)| {
+            let Some(k) = key(c) else {
+                return false;
+            };
+            match (chosen[0].get(&k), c.at > alert.at) {
+                (Some(&before), true) => unfinished(&all[before]),
+                (Some(&before), false) => before != i && unfinished(c),
+                (None, _) => chosen[1]
+                    .get(&k)
+                    .is_some_and(|&after| after != i && unfinished(c)),
+            }
         })
         .collect()
 }
 
-/// Whether two reports are of one deployment: the same service, environment and `version`,
-/// one of them unfinished (`pending`, then `success`). A person who confirmed one report as an
-/// alert's cause confirmed the deployment, whichever report is ranked.
-pub fn one_deployment(a: &Fields, b: &Fields) -> bool {
-    a.kind == "deployment"
-        && b.kind == "deployment"
-        && a.version.is_some()
-        && a.version == b.version
-        && same(&a.service, &b.service)
-        && a.environment == b.environment
-        && (unfinished(a) || unfinished(b))
+/// For each deployment of each list, whether it went out in the end: a finished report by its
+/// own status (not `failure`, `error` or `cancelled`), an unfinished one by the next report of
+/// its service and environment when that is of the same version (`pending`, then `cancelled`:
+/// it did not), else as going out.
+fn went_out_in_the_end<const N: usize>(lists: [&[Fields]; N]) -> [Vec<bool>; N] {
+    let mut out = lists.map(|list| list.iter().map(went_out).collect::<Vec<bool>>());
+    type Pair<'a> = (Option<&'a str>, Option<&'a str>);
+    let mut by_pair: HashMap<Pair<'_>, Vec<(usize, usize)>> = HashMap::new();
+    for (l, list) in lists.iter().enumerate() {
+        for (i, d) in list
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.kind == "deployment")
+        {
+            let pair = (d.service.as_deref(), d.environment.as_deref());
+            by_pair.entry(pair).or_default().push((l, i));
+        }
+    }
+    for reports in by_pair.values_mut() {
+        reports.sort_by_key(|&(l, i)| (lists[l][i].at, !unfinished(&lists[l][i])));
+        for w in (0..reports.len().saturating_sub(1)).rev() {
+            let ((l, i), (nl, ni)) = (reports[w], reports[w + 1]);
+            let (d, next) = (&lists[l][i], &lists[nl][ni]);
+            if unfinished(d) && d.version.is_some() && d.version == next.version {
+                out[l][i] = out[nl][ni];
+            }
+        }
+    }
+    out
+}
+
+/// Whether `c` is a later report of the deployment whose unfinished report `cause` a person
+/// confirmed as an alert's cause (confirmed `in_progress`, ranked by its `success`): the same
+/// service, environment and `version`, with no other version of that service and environment
+/// deployed between them in `all`.
+pub fn carries_confirmation(cause: &Fields, c: &Fields, all: &[Fields]) -> bool {
+    let pair = |d: &Fields| {
+        d.kind == "deployment"
+            && same(&d.service, &cause.service)
+            && d.environment == cause.environment
+    };
+    unfinished(cause)
+        && pair(c)
+        && cause.version.is_some()
+        && c.version == cause.version
+        && c.at >= cause.at
+        && !all
+            .iter()
+            .any(|o| pair(o) && o.at > cause.at && o.at < c.at && o.version != cause.version)
 }
 
 /// A deployment reported as not yet done: `queued`, `pending` or `in_progress`.
@@ -350,22 +400,20 @@ fn score(
     // A later deployment replaces a deployment's code; a change (a flag, a setting) outlives
     // deployments, so it is never superseded by one.
     // The deployment that came next, whatever order the candidates were read in.
-    let superseded = context
-        .all
-        .iter()
-        .zip(&context.again)
-        .filter(|(o, again)| {
+    let superseded = (context.all.iter().zip(&context.again).zip(&context.out[0]))
+        .map(|((o, again), out)| (o, *again, *out))
+        .filter(|(o, again, out)| {
             deployment
-                && !**again
+                && !again
+                && *out
                 && o.kind == "deployment"
                 && o.at > c.at
                 && o.at <= alert.at
                 && same(&o.service, &c.service)
                 && same(&o.environment, &c.environment)
-                && went_out(o)
         })
-        .min_by_key(|(o, _)| o.at);
-    if let Some((later, _)) = superseded {
+        .min_by_key(|(o, _, _)| o.at);
+    if let Some((later, _, _)) = superseded {
         s *= 0.5;
         reasons.push(format!(
             "superseded by a later deployment{} before the alert",
@@ -377,7 +425,7 @@ fn score(
         ));
     }
     let status = c.status.as_deref().unwrap_or("");
-    if deployment && superseded.is_none() && unfinished(c) {
+    if deployment && superseded.is_none() && unfinished(c) && c.at <= alert.at {
         s *= 1.3;
         reasons.push("in progress at the alert's time".into());
     }
@@ -391,14 +439,12 @@ fn score(
     }
     if deployment && dt >= 0 {
         // A redeploy of an earlier version after the alert: someone rolled it back.
-        let rolled_back = context
-            .all
-            .iter()
-            .chain(context.later)
-            .filter(|o| {
+        let outs = context.out[0].iter().chain(&context.out[1]);
+        let rolled_back = (context.all.iter().chain(context.later).zip(outs))
+            .filter(|(o, out)| {
             o.kind == "deployment"
                 && o.at > alert.at
-                && went_out(o)
+                && **out
                 && same(&o.service, &c.service)
                 && same(&o.environment, &c.environment)
                 && o.version != c.version
@@ -406,8 +452,8 @@ fn score(
                     if context.earliest.get(&(service.as_str(), c.environment.as_deref(), version.as_str())).is_some_and(|at| *at < c.at))
         })
             // The first rollback after the alert, whatever order the events were read in.
-            .min_by_key(|o| o.at);
-        if let Some(rollback) = rolled_back {
+            .min_by_key(|(o, _)| o.at);
+        if let Some((rollback, _)) = rolled_back {
             s *= 1.2;
             reasons.push(format!(
                 "rolled back to {} {} after the alert",
@@ -669,6 +715,24 @@ mod tests {
     }
 
     #[test]
+    fn a_deployment_reported_only_after_the_alert_is_one_suspect() {
+        let with = |version: &str, status: &str, at: i64| {
+            let mut d = deploy("api", version, at);
+            d.status = Some(status.into());
+            d
+        };
+        let candidates = [
+            deploy("api", "1.0", 0),
+            with("2.0", "pending", 61 * MIN),
+            with("2.0", "success", 61 * MIN + MIN / 2),
+        ];
+        let ranked = rank_alone(&alert(60 * MIN), &candidates, &[]);
+        assert!(ranked.iter().all(|s| s.index != 1), "{ranked:?}");
+        let in_progress = "in progress at the alert's time".to_string();
+        assert!(ranked.iter().all(|s| !s.reasons.contains(&in_progress)));
+    }
+
+    #[test]
     fn only_a_version_that_ran_is_brought_back_and_only_by_one_that_went_out() {
         let with = |version: &str, status: &str, at: i64| {
             let mut d = deploy("api", version, at);
@@ -691,11 +755,30 @@ mod tests {
             &[with("1.0", "cancelled", 90 * MIN)]
         ));
         assert!(rolled_back(&ran_before, &[deploy("api", "1.0", 90 * MIN)]));
+        // A rollback reported pending, then cancelled, brought nothing back either.
+        let cancelled_later = [
+            with("1.0", "cancelled", 95 * MIN),
+            with("1.0", "pending", 90 * MIN),
+        ];
+        assert!(!rolled_back(&ran_before, &cancelled_later));
+        // Nor is a version reported in progress, then failed, one that ran.
+        let failed_in_steps = [
+            with("1.0", "in_progress", 0),
+            with("1.0", "failure", MIN),
+            deploy("api", "2.0", 50 * MIN),
+        ];
+        let later = [deploy("api", "1.0", 90 * MIN)];
+        let ranked = rank_alone(&alert(60 * MIN), &failed_in_steps, &later);
+        let suspect = ranked.iter().find(|s| s.index == 2).unwrap();
+        assert!(
+            !suspect.reasons.iter().any(|r| r.starts_with("rolled back")),
+            "{suspect:?}"
+        );
         // Superseded by the deployment that came next, not the newest.
         let candidates = [
             deploy("api", "1.0", 0),
-            deploy("api", "2.0", 20 * MIN),
             deploy("api", "3.0", 40 * MIN),
+            deploy("api", "2.0", 20 * MIN),
         ];
         let ranked = rank_alone(&alert(60 * MIN), &candidates, &[]);
         let first = ranked.iter().find(|s| s.index == 0).unwrap();
@@ -705,6 +788,30 @@ mod tests {
                 .contains(&"superseded by a later deployment (2.0) before the alert".to_string()),
             "{first:?}"
         );
+    }
+
+    #[test]
+    fn a_confirmation_is_carried_by_the_later_report_of_the_same_deployment_only() {
+        let with = |version: &str, status: &str, at: i64| {
+            let mut d = deploy("api", version, at);
+            d.status = Some(status.into());
+            d
+        };
+        let cause = with("2.0", "in_progress", 40 * MIN);
+        let done = with("2.0", "success", 50 * MIN);
+        let earlier = with("2.0", "success", 0);
+        let all = [earlier.clone(), cause.clone(), done.clone()];
+        assert!(carries_confirmation(&cause, &done, &all));
+        assert!(
+            !carries_confirmation(&cause, &earlier, &all),
+            "an earlier deployment"
+        );
+        // Another version between them: the later 2.0 is a redeploy, not the same deployment.
+        let between = [cause.clone(), deploy("api", "3.0", 45 * MIN), done.clone()];
+        assert!(!carries_confirmation(&cause, &done, &between));
+        // A confirmed finished report is matched by its id only.
+        let again = with("2.0", "success", 55 * MIN);
+        assert!(!carries_confirmation(&done, &again, &all));
     }
 
     #[test]

@@ -119,7 +119,7 @@ fn suspect_rows(answer: &Value) -> Vec<SuspectRow> {
                         deployment: text(e, "type") == "deployment",
                         what,
                         time: when_text(&text(e, "timestamp")),
-                        score: format!("{:.3}", s["score"].as_f64().unwrap_or(0.0)),
+                        score: s["score"].to_string(),
                         reasons: s["reasons"]
                             .as_array()
                             .map(|r| {
