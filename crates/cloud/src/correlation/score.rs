@@ -505,6 +505,13 @@ mod tests {
         rank(a, candidates, around, None, &[])
     }
 
+    /// A deployment of `api` in production reported with `status`.
+    fn reported(version: &str, status: &str, at: i64) -> Fields {
+        let mut d = deploy("api", version, at);
+        d.status = Some(status.into());
+        d
+    }
+
     fn alert(at: i64) -> Fields {
         Fields {
             kind: "alert".into(),
@@ -637,16 +644,11 @@ mod tests {
 
     #[test]
     fn one_deployment_reported_with_each_status_is_one_suspect() {
-        let with = |status: &str, at: i64| {
-            let mut d = deploy("api", "2.0", at);
-            d.status = Some(status.into());
-            d
-        };
         let candidates = [
             deploy("api", "1.0", 0),
-            with("pending", 46 * MIN),
-            with("in_progress", 48 * MIN),
-            with("success", 50 * MIN),
+            reported("2.0", "pending", 46 * MIN),
+            reported("2.0", "in_progress", 48 * MIN),
+            reported("2.0", "success", 50 * MIN),
         ];
         let ranked = rank_alone(&alert(60 * MIN), &candidates, &[]);
         let indexes: Vec<usize> = ranked.iter().map(|s| s.index).collect();
@@ -656,15 +658,10 @@ mod tests {
 
     #[test]
     fn a_deployment_reported_in_progress_then_failed_replaces_nothing() {
-        let with = |version: &str, status: &str, at: i64| {
-            let mut d = deploy("api", version, at);
-            d.status = Some(status.into());
-            d
-        };
         let candidates = [
             deploy("api", "1.0", 30 * MIN),
-            with("2.0", "in_progress", 48 * MIN),
-            with("2.0", "failure", 50 * MIN),
+            reported("2.0", "in_progress", 48 * MIN),
+            reported("2.0", "failure", 50 * MIN),
         ];
         let ranked = rank_alone(&alert(60 * MIN), &candidates, &[]);
         assert_eq!(ranked.len(), 2, "{ranked:?}");
@@ -675,8 +672,8 @@ mod tests {
         );
         // A version that ran, then was deployed again and failed: two deployments.
         let candidates = [
-            with("2.0", "success", 20 * MIN),
-            with("2.0", "failure", 50 * MIN),
+            reported("2.0", "success", 20 * MIN),
+            reported("2.0", "failure", 50 * MIN),
         ];
         let ranked = rank_alone(&alert(60 * MIN), &candidates, &[]);
         assert_eq!(ranked.len(), 2, "{ranked:?}");
@@ -684,16 +681,11 @@ mod tests {
 
     #[test]
     fn reports_at_one_time_or_across_the_alert_are_one_deployment() {
-        let with = |version: &str, status: &str, at: i64| {
-            let mut d = deploy("api", version, at);
-            d.status = Some(status.into());
-            d
-        };
         // In progress and done at the same minute: the finished report is ranked.
         let candidates = [
             deploy("api", "1.0", 0),
-            with("2.0", "in_progress", 40 * MIN),
-            with("2.0", "success", 40 * MIN),
+            reported("2.0", "in_progress", 40 * MIN),
+            reported("2.0", "success", 40 * MIN),
         ];
         let ranked = rank_alone(&alert(60 * MIN), &candidates, &[]);
         let indexes: Vec<usize> = ranked.iter().map(|s| s.index).collect();
@@ -701,8 +693,8 @@ mod tests {
         // In progress at the alert, done a minute after: ranked as in progress.
         let candidates = [
             deploy("api", "1.0", 0),
-            with("2.0", "in_progress", 40 * MIN),
-            with("2.0", "success", 61 * MIN),
+            reported("2.0", "in_progress", 40 * MIN),
+            reported("2.0", "success", 61 * MIN),
         ];
         let ranked = rank_alone(&alert(60 * MIN), &candidates, &[]);
         let indexes: Vec<usize> = ranked.iter().map(|s| s.index).collect();
@@ -716,15 +708,10 @@ mod tests {
 
     #[test]
     fn a_deployment_reported_only_after_the_alert_is_one_suspect() {
-        let with = |version: &str, status: &str, at: i64| {
-            let mut d = deploy("api", version, at);
-            d.status = Some(status.into());
-            d
-        };
         let candidates = [
             deploy("api", "1.0", 0),
-            with("2.0", "pending", 61 * MIN),
-            with("2.0", "success", 61 * MIN + MIN / 2),
+            reported("2.0", "pending", 61 * MIN),
+            reported("2.0", "success", 61 * MIN + MIN / 2),
         ];
         let ranked = rank_alone(&alert(60 * MIN), &candidates, &[]);
         assert!(ranked.iter().all(|s| s.index != 1), "{ranked:?}");
@@ -734,17 +721,15 @@ mod tests {
 
     #[test]
     fn only_a_version_that_ran_is_brought_back_and_only_by_one_that_went_out() {
-        let with = |version: &str, status: &str, at: i64| {
-            let mut d = deploy("api", version, at);
-            d.status = Some(status.into());
-            d
-        };
         let rolled_back = |candidates: &[Fields], later: &[Fields]| {
             let ranked = rank_alone(&alert(60 * MIN), candidates, later);
             let suspect = ranked.iter().find(|s| s.index == 1).unwrap();
             suspect.reasons.iter().any(|r| r.starts_with("rolled back"))
         };
-        let failed_before = [with("1.0", "failure", 0), deploy("api", "2.0", 50 * MIN)];
+        let failed_before = [
+            reported("1.0", "failure", 0),
+            deploy("api", "2.0", 50 * MIN),
+        ];
         assert!(!rolled_back(
             &failed_before,
             &[deploy("api", "1.0", 90 * MIN)]
@@ -752,19 +737,19 @@ mod tests {
         let ran_before = [deploy("api", "1.0", 0), deploy("api", "2.0", 50 * MIN)];
         assert!(!rolled_back(
             &ran_before,
-            &[with("1.0", "cancelled", 90 * MIN)]
+            &[reported("1.0", "cancelled", 90 * MIN)]
         ));
         assert!(rolled_back(&ran_before, &[deploy("api", "1.0", 90 * MIN)]));
         // A rollback reported pending, then cancelled, brought nothing back either.
         let cancelled_later = [
-            with("1.0", "cancelled", 95 * MIN),
-            with("1.0", "pending", 90 * MIN),
+            reported("1.0", "cancelled", 95 * MIN),
+            reported("1.0", "pending", 90 * MIN),
         ];
         assert!(!rolled_back(&ran_before, &cancelled_later));
         // Nor is a version reported in progress, then failed, one that ran.
         let failed_in_steps = [
-            with("1.0", "in_progress", 0),
-            with("1.0", "failure", MIN),
+            reported("1.0", "in_progress", 0),
+            reported("1.0", "failure", MIN),
             deploy("api", "2.0", 50 * MIN),
         ];
         let later = [deploy("api", "1.0", 90 * MIN)];
@@ -792,14 +777,9 @@ mod tests {
 
     #[test]
     fn a_confirmation_is_carried_by_the_later_report_of_the_same_deployment_only() {
-        let with = |version: &str, status: &str, at: i64| {
-            let mut d = deploy("api", version, at);
-            d.status = Some(status.into());
-            d
-        };
-        let cause = with("2.0", "in_progress", 40 * MIN);
-        let done = with("2.0", "success", 50 * MIN);
-        let earlier = with("2.0", "success", 0);
+        let cause = reported("2.0", "in_progress", 40 * MIN);
+        let done = reported("2.0", "success", 50 * MIN);
+        let earlier = reported("2.0", "success", 0);
         let all = [earlier.clone(), cause.clone(), done.clone()];
         assert!(carries_confirmation(&cause, &done, &all));
         assert!(
@@ -810,21 +790,16 @@ mod tests {
         let between = [cause.clone(), deploy("api", "3.0", 45 * MIN), done.clone()];
         assert!(!carries_confirmation(&cause, &done, &between));
         // A confirmed finished report is matched by its id only.
-        let again = with("2.0", "success", 55 * MIN);
+        let again = reported("2.0", "success", 55 * MIN);
         assert!(!carries_confirmation(&done, &again, &all));
     }
 
     #[test]
     fn a_failed_or_cancelled_deployment_replaces_nothing() {
-        let with = |version: &str, status: &str, at: i64| {
-            let mut d = deploy("api", version, at);
-            d.status = Some(status.into());
-            d
-        };
         for status in ["failure", "cancelled"] {
             let candidates = [
                 deploy("api", "1.0", 30 * MIN),
-                with("2.0", status, 50 * MIN),
+                reported("2.0", status, 50 * MIN),
             ];
             let ranked = rank_alone(&alert(60 * MIN), &candidates, &[]);
             let running = ranked.iter().find(|s| s.index == 0).unwrap();
@@ -833,7 +808,7 @@ mod tests {
                 "{status}: {running:?}"
             );
         }
-        let candidates = [with("2.0", "cancelled", 50 * MIN)];
+        let candidates = [reported("2.0", "cancelled", 50 * MIN)];
         let ranked = rank_alone(&alert(60 * MIN), &candidates, &[]);
         assert!(
             ranked[0]
