@@ -295,3 +295,32 @@ async fn an_answer_with_too_many_header_fields_is_a_502_saying_so() {
     })
     .await;
 }
+
+/// A caller's upload whose chunked framing is broken is the caller's `400`, said as such: not
+/// a tunnel failure to retry, nor a warning about the tunnel in the cloud's log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_chunked_upload_is_the_callers_400() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rig = Rig::start("").await;
+    let address = rig.cloud.http.trim_start_matches("http://").to_string();
+    let mut tcp = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let request = format!(
+        "POST /v1/bridges/dc1/apis/internal/upload HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+        rig.tenant.api_key
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(
+        answer.contains("could not read the request body") && !answer.contains("retry"),
+        "{answer}"
+    );
+    assert!(
+        !rig.cloud
+            .log_text()
+            .contains("forwarding through tunnel failed"),
+        "{}",
+        rig.cloud.log_text()
+    );
+}

@@ -139,6 +139,8 @@ async fn credentials_are_injected_and_the_api_key_is_not_forwarded() {
         .header("x-bridge-principal", "sigapi_spoofed")
         .header("x-bridge-method", "DELETE")
         .header("x-bridge-anything", "1")
+        .header("x-request-id", "chosen-by-the-caller")
+        .header("x_request_id", "chosen-by-the-caller")
         .header("cookie", "session=abc")
         .header("proxy-authorization", "Basic cHJveHk6cHc=")
         .header("proxy-authenticate", "Basic realm=\"x\"")
@@ -177,6 +179,7 @@ async fn credentials_are_injected_and_the_api_key_is_not_forwarded() {
         "x-bridge-org",
         "x-bridge-method",
         "x-bridge-anything",
+        "x_request_id",
         "cookie",
         "proxy-authorization",
         "proxy-authenticate",
@@ -213,7 +216,7 @@ async fn credentials_are_injected_and_the_api_key_is_not_forwarded() {
         .as_str()
         .unwrap()
         .to_string();
-    assert_eq!(request_id.len(), 36, "{echo}");
+    assert_eq!(request_id.len(), 36, "the caller's id replaced: {echo}");
     let records = rig.bridge.audit_records(1).await;
     assert!(
         records

@@ -56,6 +56,11 @@ pub fn check_label(name: &str) -> Result<(), AdminError> {
 }
 
 async fn org(store: &Store, slug: &str) -> Result<i64, AdminError> {
+    if slug.is_empty() {
+        return Err(AdminError::Usage(
+            "--org is empty: give an org's slug (`cloud org list` shows them)".into(),
+        ));
+    }
     store.org_id(slug).await?.ok_or_else(|| {
         AdminError::Usage(format!(
             "no org {slug:?}; create it first with `cloud org create {slug}`"
@@ -373,12 +378,8 @@ fn link_base(public_url: Option<&str>, listen: &str) -> Result<String, AdminErro
             _ => format!("https://{listen}"),
         },
     };
-    match url::Url::parse(&base) {
-        Ok(u) if crate::cli::usable_base(&u) => Ok(base),
-        _ => Err(AdminError::Usage(format!(
-            "--public-url {base:?} is not usable: expected the dashboard's address, such as https://signals.example.com"
-        ))),
-    }
+    // Checked here, not by clap, which would repeat a password in the value it refuses.
+    crate::cli::public_url(&base).map_err(|e| AdminError::Usage(format!("--public-url: {e}")))
 }
 
 /// A new set-password link for `user_id`.

@@ -28,8 +28,8 @@ pub struct Cli {
         default_value = "json"
     )]
     pub log_format: LogFormat,
-    /// Log level: debug, info, warn or error (or a tracing filter directive). Default: info
-    /// for `serve`; warn for admin commands, which are quiet unless something goes wrong (with
+    /// Log level: trace, debug, info, warn, error or off (or a tracing filter directive).
+    /// Default: info for `serve`; warn for admin commands, which are quiet unless something goes wrong (with
     /// info, their audit entries are JSON lines on stderr too).
     #[arg(long, global = true, env = "CLOUD_LOG_LEVEL", value_parser = crate::logging::parse_level)]
     pub log_level: Option<String>,
@@ -42,7 +42,8 @@ pub struct Cli {
 /// database URL's password.
 #[derive(Clone, Args)]
 pub struct StorageArgs {
-    /// Directory for the SQLite database, the internal CA and the self-signed certificate.
+    /// Directory for the SQLite database and the internal CA (`ca.pem`, `ca-key.pem`), which
+    /// signs the server certificate each start issues.
     #[arg(long, env = "CLOUD_DATA_DIR", default_value = "./data")]
     pub data_dir: PathBuf,
     /// PostgreSQL URL (postgres://user@host:port/db); SQLite in --data-dir when absent. A
@@ -184,11 +185,17 @@ fn parse_typed_first() -> Result<Cli, clap::Error> {
     Cli::from_arg_matches(&matches)
 }
 
-fn public_url(raw: &str) -> Result<String, String> {
+/// The dashboard's address as links start with it (no trailing `/`), or what was expected.
+pub(crate) fn public_url(raw: &str) -> Result<String, String> {
+    let expected = "expected such as https://signals.example.com (http or https, a host, an optional path; no query, fragment or user)";
     match url::Url::parse(raw.trim()) {
         Ok(u) if usable_base(&u) => Ok(raw.trim().trim_end_matches('/').to_string()),
+        // A URL with a user may hold a password: it is not repeated.
+        Ok(u) if !u.username().is_empty() || u.password().is_some() => Err(format!(
+            "the URL given is not the dashboard's address (it is not repeated here: it holds a user name or password): {expected}"
+        )),
         _ => Err(format!(
-            "{raw:?} is not the dashboard's address: expected such as https://signals.example.com (http or https, a host, an optional path; no query, fragment or user)"
+            "{raw:?} is not the dashboard's address: {expected}"
         )),
     }
 }
@@ -308,7 +315,7 @@ pub enum KeyCommand {
         /// The org's slug.
         #[arg(long, env = "CLOUD_ORG")]
         org: String,
-        /// The key's id, as `list` shows it.
+        /// The key's id, as `list` shows it, or the whole key.
         id: String,
         /// Storage.
         #[command(flatten)]
@@ -353,7 +360,8 @@ pub enum BridgeTokenCommand {
         /// The bridge's name.
         #[arg(long, env = "CLOUD_BRIDGE_NAME")]
         name: String,
-        /// Only this token (its id, as `list` shows it); without it, every token of the bridge.
+        /// Only this token (its id, as `list` shows it, or the whole token); without it, every
+        /// token of the bridge.
         id: Option<String>,
         /// Storage.
         #[command(flatten)]
@@ -402,7 +410,7 @@ pub enum WebhookCommand {
 pub struct LinkArgs {
     /// The dashboard's address as users reach it, e.g. https://signals.example.com; links
     /// start with it. Default: https:// and the TLS listen address (--listen).
-    #[arg(long, env = "CLOUD_PUBLIC_URL", value_parser = public_url)]
+    #[arg(long, env = "CLOUD_PUBLIC_URL")]
     pub public_url: Option<String>,
     /// The TLS listen address, for the default --public-url.
     #[arg(long, env = "CLOUD_LISTEN", default_value = "127.0.0.1:8443", value_parser = socket_address)]

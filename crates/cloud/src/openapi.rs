@@ -71,6 +71,44 @@ impl Modify for ApiKeyAuth {
     }
 }
 
+/// The problems every authenticated read can answer with: listed once here, and named in
+/// each operation's `responses(...)` beside its own.
+#[derive(utoipa::IntoResponses)]
+pub enum ReadProblems {
+    /// A query parameter the operation does not take, or a bad value: the problem names it.
+    #[response(status = 400, content_type = "application/problem+json")]
+    BadRequest(Problem),
+    /// No API key, or not a live one.
+    #[response(status = 401, content_type = "application/problem+json")]
+    Unauthorized(Problem),
+}
+
+/// The problems of an operation that reads a JSON body (`PUT`, `POST`), besides its own.
+#[derive(utoipa::IntoResponses)]
+pub enum BodyProblems {
+    /// A query parameter the operation does not take, or JSON that does not parse.
+    #[response(status = 400, content_type = "application/problem+json")]
+    BadRequest(Problem),
+    /// No API key, or not a live one.
+    #[response(status = 401, content_type = "application/problem+json")]
+    Unauthorized(Problem),
+    /// The body stopped arriving.
+    #[response(status = 408, content_type = "application/problem+json")]
+    Timeout(Problem),
+    /// Over 2 MiB.
+    #[response(status = 413, content_type = "application/problem+json")]
+    TooLarge(Problem),
+    /// Not `application/json`.
+    #[response(status = 415, content_type = "application/problem+json")]
+    NotJson(Problem),
+    /// A field missing or invalid: the problem's `errors` name each.
+    #[response(status = 422, content_type = "application/problem+json")]
+    Invalid(Problem),
+    /// Storage unavailable, or bodies being read hold their memory bound (Retry-After).
+    #[response(status = 503, content_type = "application/problem+json")]
+    Unavailable(Problem),
+}
+
 /// `202` to one event.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

@@ -981,6 +981,7 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
     assert!(to.contains("done=cause-withdrawn"), "{to}");
     let (_, page) = get(&browser, format!("{}{to}", cloud.https), &admin).await;
     assert!(!page.contains("confirmed cause"), "{page}");
+    assert!(!page.contains("Confirm as the cause instead"), "{page}");
     // Said on the page it leads back to, for a screen reader too.
     assert!(
         page.contains("role=\"status\">Confirmation withdrawn: the deployment no longer counts"),
@@ -1008,10 +1009,21 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
             && page.contains("Withdraw the confirmation"),
         "{page}"
     );
+    // Confirming a suspect now would replace it: the suspect's button says so, and what.
+    assert!(
+        page.contains("Confirm as the cause instead")
+            && page.contains("<span class=\"hint\">replaces deployment · api · v0"),
+        "{page}"
+    );
     let (status, _) = form(&browser, &cloud, &admin, &withdraw, &[]).await;
     assert_eq!(status, 303);
     let (_, page) = get(&browser, format!("{}/events/{alert}", cloud.https), &admin).await;
     assert!(!page.contains("confirmed cause"), "{page}");
+    // An id that is no event of the org (another org's, or made up) says so.
+    let nowhere = "/events/01a00000-0000-7000-8000-000000000000/cause/withdraw";
+    let (status, page) = form(&browser, &cloud, &admin, nowhere, &[]).await;
+    assert_eq!(status, 404, "{page}");
+    assert!(page.contains("No such alert"), "{page}");
     let (status, _) = form(
         &browser,
         &cloud,

@@ -352,7 +352,7 @@ fn user_commands_say_what_is_wrong() {
     let cloud = Cloud::start(Backend::Sqlite);
     cloud.admin(&["org", "create", "acme"]);
     user(&cloud, "acme", "ada@example.com", "admin");
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (
             &[
                 "user",
@@ -393,6 +393,19 @@ fn user_commands_say_what_is_wrong() {
             "no org \"nope\"",
         ),
         (
+            &[
+                "user",
+                "create",
+                "--org",
+                "",
+                "--email",
+                "bob@example.com",
+                "--role",
+                "member",
+            ],
+            "--org is empty: give an org's slug",
+        ),
+        (
             &["user", "reset-password", "--email", "bob@example.com"],
             "no user \"bob@example.com\"",
         ),
@@ -403,6 +416,21 @@ fn user_commands_say_what_is_wrong() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
+    // A link base holding a password is refused without repeating it.
+    let out = cloud.admin_output(&[
+        "user",
+        "reset-password",
+        "--email",
+        "ada@example.com",
+        "--public-url",
+        "https://u:hunter2@signals.example.com",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("holds a user name or password") && !stderr.contains("hunter2"),
+        "{stderr}"
+    );
     // The default link base is https:// and the TLS listen address.
     let link = cloud.admin(&["user", "reset-password", "--email", "ada@example.com"]);
     assert!(

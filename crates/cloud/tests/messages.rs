@@ -207,6 +207,37 @@ async fn a_path_segment_that_is_not_utf8_is_a_problem_naming_it() {
     }
 }
 
+/// A bridge name or resource kind sent percent-encoded is matched as sent, so the 404 names it
+/// as sent: decoded, `%61pis` read as the `apis` it was then told to use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_percent_encoded_bridge_or_kind_is_named_as_sent() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let t = cloud.tenant("acme");
+    for (path, named) in [
+        ("/v1/bridges/dc1/%FF/api/x", "\"%FF\""),
+        ("/v1/bridges/dc1/%61pis/api/x", "\"%61pis\""),
+        ("/v1/bridges/dc1%2Fapis/api/x", "\"dc1%2Fapis\""),
+        ("/v1/bridges/dc1/sources/%FF", "`sources` entries"),
+    ] {
+        let res = cloud
+            .client()
+            .get(format!("{}{path}", cloud.http))
+            .bearer_auth(&t.api_key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 404, "{path}");
+        assert_eq!(
+            res.headers()["content-type"],
+            "application/problem+json",
+            "{path}"
+        );
+        let problem: serde_json::Value = res.json().await.unwrap();
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains(named), "{path}: {detail}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_admin_commands_log_no_server_notices() {
     let cloud = Cloud::start(Backend::Postgres);

@@ -13,16 +13,29 @@ pub struct ProxyUrl(Url);
 
 impl ProxyUrl {
     /// Parses a proxy URL; a value without a scheme (`proxy.corp:3128`, as `HTTPS_PROXY` often
-    /// holds) is read as `http://`. The error says what was expected without echoing the value.
+    /// holds) is read as `http://`. The user name and password are everything before the last
+    /// `@`, taken as typed: a password from `${PROXY_PASSWORD}` may hold `@`, `#`, `/` or `?`
+    /// (only `%` starts an escape: `%25` is one `%`). The error says what was expected without
+    /// echoing the value, and no part of the password can be read as the host.
     pub fn parse(value: &str) -> Result<Self, String> {
         let value = value.trim();
-        let with_scheme = if value.contains("://") {
-            value.to_owned()
-        } else {
-            format!("http://{value}")
+        let (scheme, rest) = value.split_once("://").unwrap_or(("http", value));
+        let (userinfo, address) = match rest.rsplit_once('@') {
+            Some((userinfo, address)) => (Some(userinfo), address),
+            None => (None, rest),
         };
-        let url = Url::parse(&with_scheme)
+        let mut url = Url::parse(&format!("{scheme}://{address}"))
             .map_err(|err| format!("expected a proxy URL like http://proxy:3128 ({err})"))?;
+        if let Some(userinfo) = userinfo {
+            let (user, password) = match userinfo.split_once(':') {
+                Some((user, password)) => (user, Some(password)),
+                None => (userinfo, None),
+            };
+            // The url crate escapes what a userinfo cannot hold; an escape typed stays one.
+            if url.set_username(user).is_err() || url.set_password(password).is_err() {
+                return Err("expected a proxy URL like http://user:pass@proxy:3128".to_owned());
+            }
+        }
         if url.scheme() != "http" {
             return Err(format!(
                 "expected an http:// proxy URL (the CONNECT and its credentials go in clear to the proxy; TLS to the proxy is not supported), got scheme {:?}",
@@ -172,6 +185,30 @@ mod tests {
         let (user, password) = proxy.credentials().unwrap();
         assert_eq!((user.as_str(), password.expose()), ("alice", "s@cret+x"));
         assert!(!format!("{proxy:?} {proxy}").contains("cret"));
+    }
+
+    /// A password put in from a variable is taken as typed, whatever it holds: no part of it
+    /// becomes the host, the port or a fragment.
+    #[test]
+    fn a_password_with_url_delimiters_stays_the_password() {
+        for password in ["a@SECRET#c", "Pa/ss?x", "p:w@d", "50%25 off"] {
+            let proxy =
+                ProxyUrl::parse(&format!("http://squser:{password}@127.0.0.1:3128")).unwrap();
+            assert_eq!(
+                (proxy.host(), proxy.port()),
+                ("127.0.0.1", 3128),
+                "{password}"
+            );
+            let (user, got) = proxy.credentials().unwrap();
+            let expected = password.replace("%25", "%");
+            assert_eq!((user.as_str(), got.expose()), ("squser", expected.as_str()));
+            assert!(!proxy.to_string().contains("SECRET"), "{proxy}");
+        }
+        let err = ProxyUrl::parse("http://u:SECRET#x@proxy:notaport").unwrap_err();
+        assert!(
+            !err.contains("SECRET") && err.contains("invalid port"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -76,8 +76,7 @@ fn decode_cursor(cursor: &str) -> Result<(i64, String), Problem> {
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "1 to 500, default 100"),
         ("cursor" = Option<String>, Query, description = "nextCursor of the previous page")),
     responses((status = 200, body = crate::openapi::EventPage),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json")))]
+        crate::openapi::ReadProblems))]
 pub async fn list(
     State(state): State<ApiState>,
     headers: HeaderMap,
@@ -167,8 +166,7 @@ pub async fn list(
 #[utoipa::path(get, path = "/v1/events/{id}", tag = "events",
     params(("id" = String, Path, description = "The event's id")),
     responses((status = 200, description = "The event as sent (normalised), with id and receivedAt", body = serde_json::Value),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
+        crate::openapi::ReadProblems,
         (status = 404, body = Problem, content_type = "application/problem+json")))]
 pub async fn get(
     State(state): State<ApiState>,

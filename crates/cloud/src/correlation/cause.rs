@@ -54,14 +54,8 @@ fn deployment_id_of(body: &Value) -> Result<String, Vec<FieldError>> {
     params(("id" = String, Path, description = "An alert's event id")),
     request_body(content = crate::openapi::CauseBody, content_type = "application/json"),
     responses((status = 200, body = crate::openapi::CauseConfirmed),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
-        (status = 408, description = "The body stopped arriving", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Over 2 MiB", body = Problem, content_type = "application/problem+json"),
-        (status = 415, body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Storage unavailable, or bodies being read hold their memory bound (Retry-After)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 422, body = Problem, content_type = "application/problem+json")))]
+        crate::openapi::BodyProblems,
+        (status = 404, body = Problem, content_type = "application/problem+json")))]
 pub async fn confirm_cause(
     State(state): State<CorrelationState>,
     peer: Option<Extension<PeerAddr>>,
@@ -122,8 +116,7 @@ pub async fn confirm_cause(
 #[utoipa::path(get, path = "/v1/alerts/{id}/cause", tag = "correlation",
     params(("id" = String, Path, description = "An alert's event id")),
     responses((status = 200, body = crate::openapi::CauseConfirmed),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
+        crate::openapi::ReadProblems,
         (status = 503, description = "Storage unavailable (Retry-After)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such alert, or no confirmed cause", body = Problem, content_type = "application/problem+json")))]
 pub async fn read_cause(
@@ -154,8 +147,7 @@ pub async fn read_cause(
 #[utoipa::path(delete, path = "/v1/alerts/{id}/cause", tag = "correlation",
     params(("id" = String, Path, description = "An alert's event id")),
     responses((status = 204, description = "Withdrawn"),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
+        crate::openapi::ReadProblems,
         (status = 503, description = "Storage unavailable (Retry-After)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such alert, or no confirmed cause", body = Problem, content_type = "application/problem+json")))]
 pub async fn withdraw_cause(

@@ -18,8 +18,7 @@ const MAX_DEPENDENCIES: usize = 100;
 #[utoipa::path(get, path = "/v1/services/{service}/dependencies", tag = "correlation",
     params(("service" = String, Path)),
     responses((status = 200, body = crate::openapi::Dependencies),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json")))]
+        crate::openapi::ReadProblems))]
 pub async fn dependencies(
     State(state): State<CorrelationState>,
     headers: HeaderMap,
@@ -43,13 +42,7 @@ pub async fn dependencies(
     params(("service" = String, Path)),
     request_body(content = crate::openapi::Dependencies, content_type = "application/json"),
     responses((status = 200, body = crate::openapi::Dependencies),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
-        (status = 408, description = "The body stopped arriving", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Over 2 MiB", body = Problem, content_type = "application/problem+json"),
-        (status = 415, body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Storage unavailable, or bodies being read hold their memory bound (Retry-After)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, body = Problem, content_type = "application/problem+json")))]
+        crate::openapi::BodyProblems))]
 pub async fn set_dependencies(
     State(state): State<CorrelationState>,
     headers: HeaderMap,

@@ -278,8 +278,7 @@ pub async fn suspects_of(
 #[utoipa::path(get, path = "/v1/alerts/{id}/suspects", tag = "correlation",
     params(("id" = String, Path, description = "An alert's event id")),
     responses((status = 200, body = crate::openapi::Suspects),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        crate::openapi::ReadProblems,
         (status = 404, body = Problem, content_type = "application/problem+json")))]
 pub async fn suspects(
     State(state): State<CorrelationState>,

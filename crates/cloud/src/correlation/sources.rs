@@ -18,8 +18,7 @@ use crate::storage::{REPOSITORY_RULES, RepositorySource};
 /// The org's repository mappings.
 #[utoipa::path(get, path = "/v1/repository-sources", tag = "correlation",
     responses((status = 200, body = crate::openapi::RepositorySources),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json")))]
+        crate::openapi::ReadProblems))]
 pub async fn list_sources(
     State(state): State<CorrelationState>,
     headers: HeaderMap,
@@ -94,13 +93,7 @@ pub fn validate_source(body: &Value) -> Result<RepositorySource, Vec<FieldError>
 #[utoipa::path(put, path = "/v1/repository-sources", tag = "correlation",
     request_body(content = crate::openapi::RepositorySourceBody, content_type = "application/json"),
     responses((status = 200, body = crate::openapi::RepositorySourceBody),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
-        (status = 408, description = "The body stopped arriving", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Over 2 MiB", body = Problem, content_type = "application/problem+json"),
-        (status = 415, body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Storage unavailable, or bodies being read hold their memory bound (Retry-After)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, body = Problem, content_type = "application/problem+json")))]
+        crate::openapi::BodyProblems))]
 pub async fn set_source(
     State(state): State<CorrelationState>,
     peer: Option<Extension<PeerAddr>>,

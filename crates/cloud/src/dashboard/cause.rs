@@ -101,7 +101,18 @@ pub async fn withdraw_cause(
         .await;
     match withdrawn {
         Ok(Some(_)) => said_on_event(&id, Done::CauseWithdrawn, &me),
-        Ok(None) => back_to_event(&id),
+        Ok(None) => match state.store.event(me.session.user.org_id, &id).await {
+            Ok(Some(_)) => back_to_event(&id),
+            // Not an event of this org: said here, as confirming says it.
+            Ok(None) => message(
+                StatusCode::NOT_FOUND,
+                "No such alert",
+                "Your org has no alert with this id, so it has no cause to withdraw.",
+                "/events",
+                "Back to events",
+            ),
+            Err(_) => unavailable(),
+        },
         Err(_) => unavailable(),
     }
 }

@@ -50,6 +50,16 @@ pub fn bars(
             escape(&show(max))
         );
     }
+    if values.iter().all(Option::is_none) {
+        // Nothing to draw: say so, rather than leave an empty frame that reads as broken.
+        let _ = write!(
+            svg,
+            r##"<text x="{x}" y="{y}" font-size="12" fill="#4b5563" text-anchor="middle">No figure in these {n} weeks</text>"##,
+            x = W / 2.0,
+            y = (H - AXIS) / 2.0,
+            n = values.len()
+        );
+    }
     for (i, v) in values.iter().enumerate() {
         let x = i as f64 * slot + slot * 0.15;
         if let Some(v) = *v {
@@ -113,5 +123,15 @@ mod tests {
             "labels above the bottom edge: {svg}"
         );
         assert!(svg.contains("w2: none") && svg.contains("Deploys &lt;all&gt;"));
+        assert!(!svg.contains("No figure"), "{svg}");
+    }
+
+    #[test]
+    fn a_chart_without_any_figure_says_so() {
+        let labels: Vec<String> = ["w1", "w2"].iter().map(|s| s.to_string()).collect();
+        let svg = super::bars("Recovery", &labels, &[None, None], |v| format!("{v}"));
+        assert_eq!(svg.matches("<rect").count(), 0, "{svg}");
+        assert!(svg.contains(">No figure in these 2 weeks<"), "{svg}");
+        assert!(!svg.contains("highest"), "{svg}");
     }
 }

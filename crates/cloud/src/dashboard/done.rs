@@ -1,8 +1,9 @@
 //! What a form just did, said on the page its redirect leads to. A revocation or a removal
 //! otherwise shows only as a row gone from a table, which a screen-reader user is not told.
-//! The redirect carries `?done=WHAT&name=NAME&check=…`, the check an HMAC of the two under the
-//! session's CSRF token: a link made by anyone else (who does not know that token) shows
-//! nothing, so no crafted link can put a false "revoked" on the page. A name with characters
+//! The redirect carries `?done=WHAT&name=NAME&check=…`, the check an HMAC of the two and of the
+//! page's path under the session's CSRF token: a link made by anyone else (who does not know
+//! that token) shows nothing, so no crafted link can put a false "revoked" on the page, and a
+//! notice moved to another page (another alert's) shows nothing either. A name with characters
 //! that no bridge name or key id has is left out of the sentence.
 
 use url::form_urlencoded;
@@ -11,9 +12,10 @@ use url::form_urlencoded;
 /// server would answer).
 const CHECK_LEN: usize = 16;
 
-/// The check of `code` and `name` under the session's `csrf` token.
-fn check(csrf: &str, code: &str, name: &str) -> String {
-    let mut mac = crate::secrets::hmac_hex(csrf.as_bytes(), format!("{code}\n{name}").as_bytes());
+/// The check of `code`, `name` and the page's `path` under the session's `csrf` token.
+fn check(csrf: &str, code: &str, name: &str, path: &str) -> String {
+    let said = format!("{code}\n{name}\n{path}");
+    let mut mac = crate::secrets::hmac_hex(csrf.as_bytes(), said.as_bytes());
     mac.truncate(CHECK_LEN);
     mac
 }
@@ -64,13 +66,13 @@ impl Done {
         if !name.is_empty() {
             query.append_pair("name", name);
         }
-        query.append_pair("check", &check(csrf, self.code(), name));
+        query.append_pair("check", &check(csrf, self.code(), name, page));
         format!("{page}?{}", query.finish())
     }
 
-    /// The sentence for a page's query, or `None` when it says nothing done, or its check is
-    /// not this session's (`csrf`).
-    pub fn said(query: Option<&str>, csrf: &str) -> Option<String> {
+    /// The sentence for the query of the page at `path`, or `None` when it says nothing done,
+    /// or its check is not this session's (`csrf`) and this page's.
+    pub fn said(path: &str, query: Option<&str>, csrf: &str) -> Option<String> {
         let (mut done, mut name, mut checked) = (None, String::new(), String::new());
         for (key, value) in form_urlencoded::parse(query?.as_bytes()) {
             match key.as_ref() {
@@ -81,7 +83,7 @@ impl Done {
             }
         }
         let done = done?;
-        let expected = check(csrf, done.code(), &name);
+        let expected = check(csrf, done.code(), &name, path);
         if !bool::from(subtle::ConstantTimeEq::ct_eq(
             expected.as_bytes(),
             checked.as_bytes(),
@@ -133,8 +135,10 @@ mod tests {
 
     const CSRF: &str = "the-session-csrf-token";
 
-    fn query(url: &str) -> Option<&str> {
-        url.split_once('?').map(|(_, q)| q)
+    /// [`Done::said`] on the page a redirect to `url` shows.
+    fn said_at(url: &str, csrf: &str) -> Option<String> {
+        let (path, query) = url.split_once('?').unwrap_or((url, ""));
+        Done::said(path, Some(query), csrf)
     }
 
     #[test]
@@ -145,40 +149,42 @@ mod tests {
             "{url}"
         );
         assert_eq!(
-            Done::said(query(&url), CSRF).unwrap(),
+            said_at(&url, CSRF).unwrap(),
             "Bridge dc1 revoked: its tokens no longer work and its tunnels are closed."
         );
         let url = Done::MappingRemoved.after("/integrations/repositories", "acme/api", CSRF);
         assert!(
-            Done::said(query(&url), CSRF)
+            said_at(&url, CSRF)
                 .unwrap()
                 .starts_with("Mapping of acme/api removed")
         );
         let url = Done::WebhookRemoved.after("/integrations/notifications", "", CSRF);
-        assert!(
-            Done::said(query(&url), CSRF)
-                .unwrap()
-                .starts_with("Webhook removed")
-        );
+        assert!(said_at(&url, CSRF).unwrap().starts_with("Webhook removed"));
     }
 
     #[test]
     fn a_link_made_elsewhere_says_nothing() {
         let url = Done::BridgeRevoked.after("/integrations/bridge", "dc1", CSRF);
         // Another session's link, an edited name, an unchecked one, an unknown outcome.
-        assert_eq!(Done::said(query(&url), "another-session"), None);
+        assert_eq!(said_at(&url, "another-session"), None);
         let edited = url.replace("name=dc1", "name=production");
-        assert_eq!(Done::said(query(&edited), CSRF), None);
-        assert_eq!(Done::said(Some("done=bridge-revoked&name=dc1"), CSRF), None);
+        assert_eq!(said_at(&edited, CSRF), None);
         assert_eq!(
-            Done::said(Some("done=everything-deleted&name=x"), CSRF),
+            said_at("/integrations/bridge?done=bridge-revoked&name=dc1", CSRF),
             None
         );
-        assert_eq!(Done::said(None, CSRF), None);
+        assert_eq!(
+            said_at("/integrations/bridge?done=everything-deleted&name=x", CSRF),
+            None
+        );
+        assert_eq!(Done::said("/integrations/bridge", None, CSRF), None);
+        // The same link's query on another page (another alert's).
+        let on_other = url.replace("/integrations/bridge", "/integrations/signals");
+        assert_eq!(said_at(&on_other, CSRF), None);
         // A checked name the sentence cannot repeat is left out.
         let url = Done::KeyRevoked.after("/integrations/signals", "Call 0800 now!", CSRF);
         assert_eq!(
-            Done::said(query(&url), CSRF).unwrap(),
+            said_at(&url, CSRF).unwrap(),
             "Key revoked: requests with it are refused."
         );
     }

@@ -43,6 +43,9 @@ struct EventPage<'a> {
     suspects: Option<Vec<SuspectRow>>,
     /// The confirmed cause when it is not among the suspects listed: its id and what it is.
     cause_apart: Option<(String, String)>,
+    /// What the confirmed cause is, listed or apart: confirming another suspect replaces it,
+    /// which its button says.
+    replaces: Option<String>,
     /// For a deployment: the commits it brought, or why they cannot be shown.
     commits: Option<Result<Vec<CommitRow>, String>>,
 }
@@ -222,6 +225,10 @@ pub async fn detail(
                 },
                 None => None,
             };
+            let replaces = (suspects.iter().flatten())
+                .find(|s| s.confirmed)
+                .map(|s| s.what.clone())
+                .or_else(|| cause_apart.as_ref().map(|(_, what)| what.clone()));
             let commits = if kind == "deployment" {
                 let answer = state.insight.commits(me.session.user.org_id, &e.id).await;
                 Some(answer.map(|a| commit_rows(&a)))
@@ -238,6 +245,7 @@ pub async fn detail(
                     json,
                     suspects,
                     cause_apart,
+                    replaces,
                     commits,
                 },
             )

@@ -66,7 +66,7 @@ impl axum::extract::FromRequestParts<DashboardState> for Me {
             other => other?,
         };
         me.section = section(parts.uri.path());
-        me.done = super::done::Done::said(parts.uri.query(), &me.csrf);
+        me.done = super::done::Done::said(parts.uri.path(), parts.uri.query(), &me.csrf);
         if let Some(peer) = parts.extensions.get::<PeerAddr>() {
             me.address = peer.0.ip().to_string();
         }

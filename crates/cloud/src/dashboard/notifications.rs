@@ -48,7 +48,10 @@ struct CreatedPage<'a> {
     secret: &'a str,
 }
 
-fn row(d: crate::storage::Delivery) -> DeliveryRow {
+/// A delivery as the page lists it; one to a webhook other than the org's `current` (since
+/// replaced or removed) says so, since the page names only the current one.
+fn row(d: crate::storage::Delivery, current: Option<i64>) -> DeliveryRow {
+    let earlier = Some(d.webhook_id) != current;
     let body: Value = serde_json::from_str(&d.body).unwrap_or(Value::Null);
     let field = |f: &str| {
         body.get(f)
@@ -71,6 +74,11 @@ fn row(d: crate::storage::Delivery) -> DeliveryRow {
             format!("given up: {}", d.last_error.unwrap_or_default()),
             true,
         ),
+    };
+    let state = if earlier {
+        format!("{state} (to an earlier webhook)")
+    } else {
+        state
     };
     let kind = field("type");
     let subject = match kind.as_str() {
@@ -110,6 +118,7 @@ async fn show_page(
     ) else {
         return unavailable();
     };
+    let current = webhook.as_ref().map(|w| w.id);
     let status = match error {
         Some(_) => StatusCode::UNPROCESSABLE_ENTITY,
         None => StatusCode::OK,
@@ -128,7 +137,7 @@ async fn show_page(
                 };
                 (shown, when_micros(w.created_at))
             }),
-            deliveries: deliveries.into_iter().map(row).collect(),
+            deliveries: deliveries.into_iter().map(|d| row(d, current)).collect(),
             me,
             error,
             typed,

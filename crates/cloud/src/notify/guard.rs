@@ -88,6 +88,12 @@ pub fn webhook_url(raw: &str, allow_private: bool) -> Result<String, String> {
 /// [`webhook_url`]'s form check.
 fn well_formed(raw: &str) -> Result<String, String> {
     let url = raw.trim();
+    if url.is_empty() {
+        return Err(
+            "url is required: give the receiver's address, such as https://hooks.example.com/signals"
+                .to_string(),
+        );
+    }
     match url::Url::parse(url) {
         // `https:///host` reads as `https://host`, but names no host as typed.
         Ok(u)
@@ -107,9 +113,9 @@ fn well_formed(raw: &str) -> Result<String, String> {
         Ok(u) if u.password().is_some() || !u.username().is_empty() => Err(
             "url holds a user name or password, which would be sent to and logged by every proxy on the way: expected an address such as https://hooks.example.com/signals, authenticated by the signature instead".to_string(),
         ),
-        // Nor one that does not read as a URL: it may hold a password or a token all the same.
+        // Nor one that does not read as a URL (it may hold a password or a token all the same).
         _ => Err(
-            "url is not usable (it is not repeated here: it may hold a password or a token): expected an absolute address such as https://hooks.example.com/signals, without a user name or password in it".to_string(),
+            "url is not an absolute address: expected such as https://hooks.example.com/signals, without a user name or password in it".to_string(),
         ),
     }
 }

@@ -48,8 +48,9 @@ pub struct Notifier {
     /// Notifications queued by this process (webhook id, dedup key): skips a storage round
     /// trip every tick for what storage would refuse as a duplicate anyway.
     queued: HashSet<(i64, String)>,
-    /// Alerts whose suspects were already looked at.
-    examined: HashSet<String>,
+    /// Alerts whose suspects were already looked at for a webhook (its id, the alert's): one
+    /// set again looks at the last 15 minutes' alerts anew, as a restarted process would.
+    examined: HashSet<(i64, String)>,
 }
 
 impl Notifier {

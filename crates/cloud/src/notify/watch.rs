@@ -88,20 +88,21 @@ impl Notifier {
             self.examined.clear();
         }
         for alert in self.store.list_events(org_id, &recent).await? {
-            if self.examined.contains(&alert.id) {
+            let examined = (webhook_id, alert.id.clone());
+            if self.examined.contains(&examined) {
                 continue;
             }
             let triggered = serde_json::from_str::<serde_json::Value>(&alert.body)
                 .is_ok_and(|b| b["status"] == "triggered");
             if !triggered {
-                self.examined.insert(alert.id.clone());
+                self.examined.insert(examined);
                 continue;
             }
             // Not examined when correlation cannot answer now: the next round tries again.
             let Some(answer) = self.insight.suspects(org_id, &alert.id).await else {
                 continue;
             };
-            self.examined.insert(alert.id.clone());
+            self.examined.insert(examined);
             let top = &answer["suspects"][0];
             let score = top["score"].as_f64().unwrap_or(0.0);
             if score < STRONG_SUSPECT {

@@ -173,7 +173,9 @@ impl Store {
     }
 
     /// Queues a notification for a webhook, due now, unless one with the same `dedup` key was
-    /// queued before; true when queued.
+    /// queued for it before, or delivered to an earlier webhook of its org (a receiver whose
+    /// webhook was set again, to rotate its secret, hears of nothing twice); true when queued.
+    /// One that an earlier webhook never got (it was replaced first) goes to this one.
     pub async fn queue_delivery(
         &self,
         webhook_id: i64,
@@ -181,7 +183,11 @@ impl Store {
         body: &str,
     ) -> Result<bool, StorageError> {
         let sql = "INSERT INTO webhook_deliveries (webhook_id, dedup, body, next_attempt_at, created_at) \
-                   VALUES ($1, $2, $3, $4, $4) ON CONFLICT (webhook_id, dedup) DO NOTHING";
+                   SELECT $1, $2, $3, $4, $4 WHERE NOT EXISTS (SELECT 1 FROM webhook_deliveries d \
+                   JOIN webhooks w ON w.id = d.webhook_id \
+                   WHERE w.org_id = (SELECT org_id FROM webhooks WHERE id = $1) \
+                   AND d.dedup = $2 AND d.delivered_at IS NOT NULL) \
+                   ON CONFLICT (webhook_id, dedup) DO NOTHING";
         let n = on_writer!(&self.db, pool => sqlx::query(sql)
             .bind(webhook_id)
             .bind(dedup)

@@ -5,7 +5,7 @@
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, ready};
 
 use axum::body::Body;
@@ -24,6 +24,9 @@ pub(super) struct Announced {
     pub(super) done: Option<tokio::sync::oneshot::Sender<()>>,
     pub(super) stall: StallTimer,
     pub(super) stalled: Arc<AtomicBool>,
+    /// Why the caller's body could not be read (a malformed chunk, a connection closed before
+    /// the body's end): the caller's fault, which the tunnel must not be blamed for.
+    pub(super) broken: Arc<OnceLock<String>>,
     /// Pieces sent so far: the forward's watchdog sees whether the upload still moves.
     pub(super) moved: Arc<AtomicU64>,
 }
@@ -39,6 +42,9 @@ impl HttpBody for Announced {
         let this = &mut *self;
         let polled = match ready!(this.stall.poll_frame(&mut this.inner, cx)) {
             Ok(frame) => {
+                if let Some(Err(e)) = &frame {
+                    let _ = this.broken.set(e.to_string());
+                }
                 this.moved.fetch_add(1, Ordering::Relaxed);
                 frame.map(|f| f.map_err(Into::into))
             }

@@ -23,13 +23,15 @@ const DROPPED: &[&str] = &[
 ];
 
 /// The caller's headers as the bridge gets them: without [`DROPPED`], those the caller's
-/// `Connection` lists, and any `x-bridge-*` (the tunnel's own, which only this hop sets).
+/// `Connection` lists, any `x-bridge-*` (the tunnel's own, which only this hop sets) and any
+/// `x-request-id`, in every spelling a CGI, WSGI or Rack server joins (`X_Request_Id`): this
+/// hop sets the one the audit record names.
 pub(super) fn request_filter(from: &HeaderMap) -> HeaderMap {
     let listed = tunnel::hop::connection_listed(from);
     let mut headers = HeaderMap::with_capacity(from.len() + 3);
     for (k, v) in from {
         if !tunnel::hop::is_named(k, DROPPED)
-            && !tunnel::hop::is_named(k, &["x-bridge-*"])
+            && !tunnel::hop::is_named(k, &["x-bridge-*", tunnel::HEADER_REQUEST_ID])
             && !listed.contains(k)
         {
             headers.append(k.clone(), v.clone());
@@ -174,6 +176,8 @@ mod tests {
             ("Cookie", "a=b"),
             ("proxy_authorization", "Basic eA=="),
             ("api_key", "kept"),
+            ("x_request_id", "chosen-by-the-caller"),
+            ("x-request-id", "chosen-too"),
         ] {
             from.insert(
                 HeaderName::from_bytes(k.as_bytes()).unwrap(),

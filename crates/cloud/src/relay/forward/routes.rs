@@ -16,8 +16,7 @@ use crate::relay::RelayState;
 /// `GET /v1/bridges`: the org's connected bridges and their instances.
 #[utoipa::path(get, path = "/v1/bridges", tag = "bridges",
     responses((status = 200, body = crate::openapi::Bridges),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json")))]
+        crate::openapi::ReadProblems))]
 pub async fn list(
     State(state): State<RelayState>,
     headers: HeaderMap,
@@ -138,11 +137,18 @@ pub async fn forward_registry(
 /// URL reaches what the caller meant. The likeliest slip is the bridge config's list name
 /// (`sources`, `registries`) where the URL has the kind's own (`git`, or `/v2/` for images).
 /// `text/plain` for git, which prints it as `remote: …`; problem+json for everyone else.
-pub async fn unknown_kind(
-    axum::extract::Path((bridge, kind, _)): axum::extract::Path<(String, String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    let detail = match kind.as_str() {
+pub async fn unknown_kind(uri: axum::http::Uri, headers: HeaderMap) -> Response {
+    // The segments as sent: the route matched them still percent-encoded, so the decoded text
+    // could read as the very kind the caller is then told to use (and need not be UTF-8).
+    let mut segments = uri.path().trim_start_matches("/v1/bridges/").split('/');
+    let (bridge, kind) = (
+        segments.next().unwrap_or_default(),
+        segments.next().unwrap_or_default(),
+    );
+    let detail = match kind {
+        _ if bridge.contains('%') || kind.contains('%') => format!(
+            "the bridge name {bridge:?} or resource kind {kind:?} is percent-encoded, which no bridge name or kind is: send both as plain text, as in /v1/bridges/BRIDGE/apis/{{name}}/… or /v1/bridges/BRIDGE/git/{{name}}/…"
+        ),
         "sources" => format!(
             "a bridge's `sources` entries are reached at /v1/bridges/{bridge}/git/{{name}}/{{repository}}, not /sources/"
         ),

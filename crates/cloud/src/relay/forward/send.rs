@@ -3,8 +3,8 @@
 //! for one a draining tunnel handed back unsent. The answer's head is cleaned
 //! ([`super::headers::response_filter`]) and its body streams back ([`super::body`]).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use axum::body::Body;
 use axum::response::Response;
@@ -38,6 +38,7 @@ pub(super) async fn send(
     let timeout = state.forward_timeout;
     let mut last_error = String::new();
     let upload_stalled = Arc::new(AtomicBool::new(false));
+    let upload_broken = Arc::new(OnceLock::new());
     // Attempts that reached a bridge: a held request may be sent twice, a streamed one once.
     let mut attempts_left = instances.len().min(if retryable { 2 } else { 1 });
     // A request a draining tunnel refused before opening its stream (it never left this
@@ -69,6 +70,7 @@ pub(super) async fn send(
                             done: Some(done),
                             stall: StallTimer::new(state.read_timeout),
                             stalled: upload_stalled.clone(),
+                            broken: upload_broken.clone(),
                             moved: moved.clone(),
                         });
                         (body, Some(uploaded))
@@ -146,6 +148,12 @@ pub(super) async fn send(
             }
             Err(_) if upload_stalled.load(Ordering::Relaxed) => {
                 return Err(Problem::body_stalled(state.read_timeout));
+            }
+            Err(_) if upload_broken.get().is_some() => {
+                let why = upload_broken.get().map_or("", String::as_str);
+                return Err(Problem::bad_request(format!(
+                    "could not read the request body ({why}): a malformed chunked encoding, or the connection closed before the body's end; send it whole"
+                )));
             }
             Err(failed) => {
                 let e = failed.into_error();
