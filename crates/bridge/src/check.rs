@@ -191,6 +191,28 @@ async fn probe_http(
     }
 }
 
+/// A repository path as git puts it in a URL: each segment percent-encoded (a space as `%20`,
+/// UTF-8 bytes as `%XX`), the `/` between them kept; one written encoded is not encoded twice.
+fn path_encoded(repo: &str) -> String {
+    const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+        .add(b' ')
+        .add(b'"')
+        .add(b'#')
+        .add(b'%')
+        .add(b'<')
+        .add(b'>')
+        .add(b'?')
+        .add(b'`')
+        .add(b'{')
+        .add(b'}');
+    let decoded = percent_encoding::percent_decode_str(repo).decode_utf8_lossy();
+    decoded
+        .split('/')
+        .map(|segment| percent_encoding::utf8_percent_encode(segment, SEGMENT).to_string())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
 /// What `bridge check` fetches from a Git source, as `git clone` would: the refs of its first
 /// repository named without a glob; without `repositories`, the refs of the url itself (a
 /// source whose url is one repository answers them; a server root's 404 still proves the
@@ -201,7 +223,10 @@ fn git_probe(source: &GitSource) -> (String, Option<String>) {
     let base = source.url.as_str().trim_end_matches('/');
     match source.first_named_repository() {
         Some(repo) => (
-            format!("{base}/{repo}/info/refs?service=git-upload-pack"),
+            format!(
+                "{base}/{}/info/refs?service=git-upload-pack",
+                path_encoded(repo)
+            ),
             Some(format!(
                 "no repository {repo:?} on the server: check sources[].url and repositories"
             )),
@@ -394,5 +419,16 @@ mod tests {
         assert!(exposure_warning(any, 8080, true).is_none());
         assert!(exposure_warning(local, 8080, false).is_none());
         assert!(exposure_warning("::".parse().unwrap(), 8080, false).is_some());
+    }
+
+    #[test]
+    fn a_repository_path_is_encoded_as_git_sends_it() {
+        assert_eq!(path_encoded("team/with space.git"), "team/with%20space.git");
+        assert_eq!(path_encoded("team/ünï.git"), "team/%C3%BCn%C3%AF.git");
+        assert_eq!(
+            path_encoded("team/with%20space.git"),
+            "team/with%20space.git"
+        );
+        assert_eq!(path_encoded("plain/repo.git"), "plain/repo.git");
     }
 }

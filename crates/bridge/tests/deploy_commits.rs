@@ -186,6 +186,15 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
         page.contains("payments/charge.rs") && page.contains(&second_sha[..12]),
         "{page}"
     );
+    assert!(page.contains("since the previous one"), "{page}");
+    // The first has none: its page says the list is the whole history.
+    let (status, page) = dashboard::get(&web, page_of(&first), &member).await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("so this is the whole history up to its commit")
+            && !page.contains("since the previous one"),
+        "{page}"
+    );
     let form = [
         ("repository", "acme/api"),
         ("bridge", "dc1"),
@@ -317,6 +326,16 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
             && detail.contains("matches no allow rule"),
         "{detail}"
     );
+    // A path the Git server does not have: said as the server's, not as the bridge's sources.
+    let missing = json!({"repository": "acme/api", "bridge": "dc1", "source": "code", "path": "acme/nope.git"});
+    assert_eq!(put_mapping(&rig, &missing).await.0, 200);
+    let (status, problem) = get(&rig, &key, &format!("/v1/deployments/{made_up}/commits")).await;
+    assert_eq!(status, 409, "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("has no repository \"acme/nope.git\""),
+        "{detail}"
+    );
     // Mapped back, the listings (which a new mapping drops) are read again.
     assert_eq!(put_mapping(&rig, &mapping).await.0, 200);
     let (status, answer) = get(&rig, &key, &format!("/v1/deployments/{second}/commits")).await;
@@ -359,13 +378,14 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
         "{detail}"
     );
 
-    // A mapping removed is gone; removing it again is a 404.
+    // A mapping removed is gone; removing it again is a 404. The name is read without the
+    // blanks around it, as a mapping is stored.
     for want in [204, 404] {
         let res = rig
             .cloud
             .client()
             .delete(format!(
-                "{}/v1/repository-sources?repository=acme/api",
+                "{}/v1/repository-sources?repository=%20acme/api%20",
                 rig.cloud.http
             ))
             .bearer_auth(&key)

@@ -254,6 +254,32 @@ async fn bad_input_is_named() {
         (200, json!([])),
         "nothing stored"
     );
+    // Repeats count once: 120 entries of 50 names are 50 dependencies; 101 names are too many.
+    let repeated: Vec<String> = (0..120).map(|i| format!("d{}", i % 50)).collect();
+    let (status, body) = call(
+        &cloud,
+        &t,
+        reqwest::Method::PUT,
+        "/v1/services/checkout/dependencies",
+        Some(json!({ "dependencies": repeated })),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["dependencies"].as_array().unwrap().len(), 50);
+    let many: Vec<String> = (0..101).map(|i| format!("d{i}")).collect();
+    let (status, body) = call(
+        &cloud,
+        &t,
+        reqwest::Method::PUT,
+        "/v1/services/checkout/dependencies",
+        Some(json!({ "dependencies": many })),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        body["errors"][0]["detail"], "at most 100 dependencies, not 101 different names",
+        "{body}"
+    );
     let (status, body) = call(
         &cloud,
         &t,
@@ -648,6 +674,63 @@ async fn a_cause_confirmed_in_progress_counts_and_reads_back() {
     let (status, body) = call(&cloud, &t, reqwest::Method::GET, &cause, None).await;
     assert_eq!(status, 404, "{body}");
     assert_eq!(fail_rate().await, json!(0.0));
+}
+
+/// A resolve's suspects are its incident's: ranked from the firing it resolves, not from when
+/// it was resolved (30 minutes later, which read as a weaker, older suspect).
+#[tokio::test]
+async fn a_resolve_is_ranked_from_the_firing_it_resolves() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let t = cloud.tenant("acme");
+    let deployment = post(
+        &cloud,
+        &t,
+        -20,
+        &json!({"type": "deployment", "service": "rz",
+        "environment": "production", "status": "success", "version": "v1"}),
+    )
+    .await;
+    let fired = post(
+        &cloud,
+        &t,
+        0,
+        &json!({"type": "alert", "service": "rz",
+        "environment": "production", "status": "triggered", "severity": "critical",
+        "title": "rz down", "dedupKey": "rz"}),
+    )
+    .await;
+    let resolved = post(
+        &cloud,
+        &t,
+        30,
+        &json!({"type": "alert", "status": "resolved",
+        "dedupKey": "rz"}),
+    )
+    .await;
+    let suspects = |alert: String| {
+        let (cloud, t) = (&cloud, &t);
+        async move {
+            let path = format!("/v1/alerts/{alert}/suspects");
+            let (status, answer) = call(cloud, t, reqwest::Method::GET, &path, None).await;
+            assert_eq!(status, 200, "{answer}");
+            answer["suspects"][0].clone()
+        }
+    };
+    let (on_firing, on_resolve) = (suspects(fired).await, suspects(resolved).await);
+    assert_eq!(
+        on_resolve["event"]["id"],
+        deployment.as_str(),
+        "{on_resolve}"
+    );
+    assert_eq!(on_resolve["score"], on_firing["score"], "{on_resolve}");
+    assert_eq!(on_resolve["reasons"], on_firing["reasons"], "{on_resolve}");
+    assert!(
+        on_resolve["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("20 min before the alert"),
+        "{on_resolve}"
+    );
 }
 
 /// Deployments that share a timestamp are read in the order they were received: v2 then v1

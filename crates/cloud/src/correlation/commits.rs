@@ -236,8 +236,13 @@ async fn git_problem(
             "bridge {bridge:?} refuses {path:?} through source {name:?}: {}; check the mapping (PUT /v1/repository-sources) and the source's allow rules",
             if said.is_empty() { "403" } else { said }
         )),
-        GitError::Http { status: 404, .. } => Problem::conflict(format!(
-            "bridge {bridge:?} has no Git source {name:?} serving {path:?} (or the source's repositories list leaves that path out); check the mapping (PUT /v1/repository-sources) and the bridge's sources"
+        // The relay and the bridge say why in words git prints; the Git server's own 404 has
+        // none: it has no such repository.
+        GitError::Http { status: 404, said } if said.is_empty() => Problem::conflict(format!(
+            "the Git server behind source {name:?} on bridge {bridge:?} has no repository {path:?}; check the mapping's path (PUT /v1/repository-sources) and the source's url"
+        )),
+        GitError::Http { status: 404, said } => Problem::conflict(format!(
+            "bridge {bridge:?} does not serve {path:?} through source {name:?}: {said}; check the mapping (PUT /v1/repository-sources) and the bridge's sources"
         )),
         GitError::MissingCommit(sha) => Problem::mismatch(format!(
             "commit {sha} is not in {path:?} (source {name:?} on bridge {bridge:?}); check the deployment's sha and the mapping's path"

@@ -13,6 +13,8 @@ use crate::signals::event::FieldError;
 
 /// Most dependencies of one service.
 const MAX_DEPENDENCIES: usize = 100;
+/// Most entries read in one list, repeats included.
+const MAX_ENTRIES: usize = 1_000;
 
 /// The services `service` depends on (declared with PUT).
 #[utoipa::path(get, path = "/v1/services/{service}/dependencies", tag = "correlation",
@@ -72,10 +74,11 @@ pub async fn set_dependencies(
                 request::kind_of(other)
             ),
         }),
-        Some((_, Some(items))) if items.len() > MAX_DEPENDENCIES => errors.push(FieldError {
+        // Repeats count once, but a list far longer than any real one is refused unread.
+        Some((_, Some(items))) if items.len() > MAX_ENTRIES => errors.push(FieldError {
             pointer: "/dependencies".into(),
             detail: format!(
-                "at most {MAX_DEPENDENCIES} dependencies, not {}",
+                "{} entries; at most {MAX_ENTRIES} (of at most {MAX_DEPENDENCIES} different names)",
                 items.len()
             ),
         }),
@@ -89,6 +92,15 @@ pub async fn set_dependencies(
                         detail,
                     }),
                 }
+            }
+            if list.len() > MAX_DEPENDENCIES {
+                errors.push(FieldError {
+                    pointer: "/dependencies".into(),
+                    detail: format!(
+                        "at most {MAX_DEPENDENCIES} dependencies, not {} different names",
+                        list.len()
+                    ),
+                });
             }
         }
     }

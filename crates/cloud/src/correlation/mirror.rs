@@ -73,12 +73,7 @@ pub struct Mirrors {
     gates: Gates,
 }
 
-/// True for what may be a commit id: 7 to 40 hex digits (SHA-1, abbreviated or whole), or 64
-/// (SHA-256); never an option to git. Only whole ids can be fetched by id: an abbreviated one
-/// must be on a branch or tag.
-pub fn is_commit_id(sha: &str) -> bool {
-    ((7..=40).contains(&sha.len()) || sha.len() == 64) && sha.bytes().all(|b| b.is_ascii_hexdigit())
-}
+pub use crate::storage::is_commit_id;
 
 /// What [`is_commit_id`] accepts, for error messages.
 pub const COMMIT_ID_RULE: &str = "a commit id: 7 to 40 hex digits, or 64 (whole ids are best: an abbreviated one is found only on a branch or tag)";

@@ -180,7 +180,14 @@ pub async fn suspects_of(
     org_id: i64,
     id: &str,
 ) -> Result<Value, Problem> {
-    let (alert_body, alert) = alert(state, org_id, id).await?;
+    let (alert_body, mut alert) = alert(state, org_id, id).await?;
+    // A resolve is when the incident ended: it is ranked from the firing it resolves (the
+    // first one of its dedupKey, or service and title, in the week before), if one is stored.
+    if alert.status.as_deref() == Some("resolved")
+        && let Some(fired) = first_fired(state, org_id, &alert).await?
+    {
+        alert.at = fired;
+    }
     let stored = state
         .store
         .changes_between(

@@ -163,19 +163,21 @@ pub async fn remove_source(
 ) -> Result<axum::http::StatusCode, Problem> {
     let principal = state.keys.authenticate(&state.store, &headers).await?;
     let Query(which) = query.map_err(|e| crate::query::query_problem(&e, &["repository"]))?;
-    if which.repository.trim().is_empty() {
+    // Read without surrounding blanks, as `PUT` stores it.
+    let repository = which.repository.trim();
+    if repository.is_empty() {
         return Err(Problem::bad_request(
             "query parameter repository is empty; give the repository whose mapping to remove",
         ));
     }
     let mapped = state
         .store
-        .repository_source(principal.org_id, &which.repository)
+        .repository_source(principal.org_id, repository)
         .await
         .map_err(|e| storage_unavailable(&e))?;
     let removed = state
         .store
-        .remove_repository_source(principal.org_id, &which.repository)
+        .remove_repository_source(principal.org_id, repository)
         .await
         .map_err(|e| storage_unavailable(&e))?;
     if removed {
@@ -187,14 +189,14 @@ pub async fn remove_source(
             &principal,
             peer,
             "repository_source.remove",
-            &which.repository,
+            repository,
         )
         .await?;
         Ok(axum::http::StatusCode::NO_CONTENT)
     } else {
         Err(Problem::not_found(format!(
             "no Git source is mapped for repository {:?}",
-            which.repository
+            repository
         )))
     }
 }

@@ -47,7 +47,7 @@ struct EventPage<'a> {
     /// which its button says.
     replaces: Option<String>,
     /// For a deployment: the commits it brought, or why they cannot be shown.
-    commits: Option<Result<Vec<CommitRow>, String>>,
+    commits: Option<Result<CommitList, String>>,
 }
 
 /// One commit of a deployment, as its page lists it.
@@ -62,6 +62,20 @@ struct CommitRow {
 
 /// Paths shown per commit.
 const FILES_SHOWN: usize = 5;
+
+/// A deployment's commits as its page lists them.
+struct CommitList {
+    rows: Vec<CommitRow>,
+    /// Since the previous deployment (else its whole history: it has none).
+    since_previous: bool,
+}
+
+fn commit_list(answer: &Value) -> CommitList {
+    CommitList {
+        rows: commit_rows(answer),
+        since_previous: !answer["previous"].is_null(),
+    }
+}
 
 fn commit_rows(answer: &Value) -> Vec<CommitRow> {
     let list = answer["commits"]
@@ -231,7 +245,7 @@ pub async fn detail(
                 .or_else(|| cause_apart.as_ref().map(|(_, what)| what.clone()));
             let commits = if kind == "deployment" {
                 let answer = state.insight.commits(me.session.user.org_id, &e.id).await;
-                Some(answer.map(|a| commit_rows(&a)))
+                Some(answer.map(|a| commit_list(&a)))
             } else {
                 None
             };

@@ -42,7 +42,7 @@ pub use credentials::{ApiKeyRow, BridgeTokenRow};
 pub use error::StorageError;
 pub use keys::{Credential, KeyInfo};
 pub use records::{EventQuery, NewEvent, StoredEvent};
-pub use repositories::{ListedCommits, REPOSITORY_RULES, RepositorySource};
+pub use repositories::{ListedCommits, REPOSITORY_RULES, RepositorySource, is_commit_id};
 pub use users::{Role, Session, User};
 pub use webhooks::{Delivery, Webhook};
 pub use writer::{InsertOutcome, WriteBatch};

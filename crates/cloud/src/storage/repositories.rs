@@ -93,6 +93,13 @@ pub struct ListedCommits {
     pub source: String,
 }
 
+/// True for what may be a commit id: 7 to 40 hex digits (SHA-1, abbreviated or whole), or 64
+/// (SHA-256); never an option to git. Only whole ids can be fetched by id: an abbreviated one
+/// must be on a branch or tag.
+pub fn is_commit_id(sha: &str) -> bool {
+    ((7..=40).contains(&sha.len()) || sha.len() == 64) && sha.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 impl Store {
     /// The org's repository mappings, by repository.
     pub async fn repository_sources(
@@ -198,8 +205,9 @@ impl Store {
     }
 
     /// The newest successful (or status-less) deployment of `service` in `environment` before
-    /// `(at, id)` that names a commit of `repository`: where a deployment's commits start.
-    /// Looks at the 200 newest such deployments of the 400 days before it.
+    /// `(at, id)` that names a commit of `repository` (a `sha` that [`is_commit_id`]: one
+    /// that names a branch, such as `main`, cannot start a list): where a deployment's commits
+    /// start. Looks at the 200 newest such deployments of the 400 days before it.
     pub async fn previous_deployment(
         &self,
         org_id: i64,
@@ -209,7 +217,7 @@ impl Store {
         let names_commit = |e: &StoredEvent| {
             let body: serde_json::Value = serde_json::from_str(&e.body).unwrap_or_default();
             let text = |k: &str| body.get(k).and_then(serde_json::Value::as_str);
-            text("sha").is_some() && text("repository") == Some(repository)
+            text("sha").is_some_and(is_commit_id) && text("repository") == Some(repository)
         };
         let scope = (service, environment);
         self.previous_deployment_by_hours(org_id, scope, (at, id), 200, names_commit)

@@ -17,7 +17,7 @@ fn event(kind: &'static str, env: &str, at: i64, seq: i64) -> NewEvent {
         dedup_key: None,
         occurred_at: at,
         received_at: at,
-        body: r#"{"sha":"abc","repository":"acme/api"}"#.into(),
+        body: r#"{"sha":"abc1234","repository":"acme/api"}"#.into(),
     }
 }
 
@@ -179,10 +179,14 @@ async fn the_previous_deployment_is_looked_for_within_400_days() {
     let org = store.create_org("acme").await.unwrap();
     let mut other = event("deployment", "production", 500 * DAY, 3);
     other.service = Some("web".into());
+    // A branch name where the commit goes: it cannot start a list of commits.
+    let mut branch = event("deployment", "production", 550 * DAY, 4);
+    branch.body = r#"{"sha":"main","repository":"acme/api"}"#.into();
     for e in [
         event("deployment", "production", DAY, 1),
         event("deployment", "production", 300 * DAY, 2),
         other,
+        branch,
     ] {
         let batch = WriteBatch {
             org_id: org,
