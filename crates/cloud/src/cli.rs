@@ -231,6 +231,15 @@ fn listen_address(raw: &str) -> Result<SocketAddr, String> {
     })
 }
 
+/// A switch's value, as its environment variable gives it; a refusal lists the words taken.
+pub(crate) fn switch(raw: &str) -> Result<bool, String> {
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "true" | "t" | "1" | "yes" | "y" | "on" => Ok(true),
+        "false" | "f" | "0" | "no" | "n" | "off" => Ok(false),
+        _ => Err("expected true or false (or 1/0, yes/no, on/off)".into()),
+    }
+}
+
 fn socket_address(raw: &str) -> Result<String, String> {
     raw.trim()
         .parse::<SocketAddr>()
@@ -384,7 +393,7 @@ pub enum WebhookCommand {
         url: String,
         /// Accept a literal non-public address or a `localhost` name, as `cloud serve
         /// --webhook-allow-private` delivers to one.
-        #[arg(long, env = "CLOUD_WEBHOOK_ALLOW_PRIVATE", value_parser = clap::builder::BoolishValueParser::new())]
+        #[arg(long, env = "CLOUD_WEBHOOK_ALLOW_PRIVATE", value_parser = switch)]
         webhook_allow_private: bool,
         /// The Bridge release the webhook starts from, as the `serve` beside it ships
         /// (its --bridge-release), so that it is told only of newer ones.

@@ -394,3 +394,22 @@ fn every_bad_serve_option_is_said_at_once() {
         assert!(stderr.contains(said), "{said}: {stderr}");
     }
 }
+
+/// A switch's variable with a word it does not take lists the words it does.
+#[test]
+fn a_switch_variable_with_another_word_lists_those_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(cloud_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("CLOUD_WEBHOOK_ALLOW_PRIVATE", "maybe")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("expected true or false (or 1/0, yes/no, on/off)"),
+        "{stderr}"
+    );
+}

@@ -80,7 +80,7 @@ pub struct ServeArgs {
     /// Let webhooks reach loopback, private, link-local and other non-public addresses (for
     /// receivers inside your own network). Off: a service for many orgs must not let an org's
     /// webhook reach its own network.
-    #[arg(long, env = "CLOUD_WEBHOOK_ALLOW_PRIVATE", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "CLOUD_WEBHOOK_ALLOW_PRIVATE", value_parser = super::switch)]
     pub webhook_allow_private: bool,
 }
 
