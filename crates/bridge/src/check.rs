@@ -205,8 +205,7 @@ fn path_encoded(repo: &str) -> String {
         .add(b'`')
         .add(b'{')
         .add(b'}');
-    let decoded = percent_encoding::percent_decode_str(repo).decode_utf8_lossy();
-    decoded
+    crate::rules::decoded(repo)
         .split('/')
         .map(|segment| percent_encoding::utf8_percent_encode(segment, SEGMENT).to_string())
         .collect::<Vec<_>>()

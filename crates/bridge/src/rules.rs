@@ -38,6 +38,12 @@ pub fn path_problem(path: &str) -> Option<&'static str> {
         .then_some("a '..' or '.' segment, or one a server may read as one (dots with blanks, an NTFS stream name such as ..::$INDEX_ALLOCATION, full-width dots)")
 }
 
+/// `text` with its `%XX` escapes decoded, read as UTF-8 (a byte sequence that is none becomes
+/// U+FFFD): what a path or a URL's user name means to the server that decodes it.
+pub fn decoded(text: &str) -> std::borrow::Cow<'_, str> {
+    percent_encoding::percent_decode_str(text).decode_utf8_lossy()
+}
+
 /// Whether a segment is `.` or `..`, or may be read as one by some internal server: only dots
 /// once its escapes are decoded, the part after a `;` (Java's parameters) or a `:` (NTFS's
 /// `::$INDEX_ALLOCATION`) cut off, blanks trimmed (Windows trims trailing dots and spaces, so
@@ -45,7 +51,7 @@ pub fn path_problem(path: &str) -> Option<&'static str> {
 /// (NFKC) turns into dots (U+FF0E, U+FE52, U+2024, and U+2025 and U+2026, two and three of
 /// them) read as dots.
 fn reads_as_dots(segment: &str) -> bool {
-    let text = percent_encoding::percent_decode_str(segment).decode_utf8_lossy();
+    let text = decoded(segment);
     let name = text.split([';', ':']).next().unwrap_or_default().trim();
     !name.is_empty()
         && name

@@ -361,7 +361,7 @@ pub const LINK_VALIDITY: std::time::Duration = std::time::Duration::from_secs(24
 /// The base of set-password links: `--public-url`, or `https://` and the TLS listen address,
 /// with loopback for an every-interface address (`0.0.0.0:8443`, a container's default), which
 /// no browser can open.
-fn link_base(public_url: Option<&str>, listen: &str) -> Result<String, AdminError> {
+pub fn link_base(public_url: Option<&str>, listen: &str) -> Result<String, AdminError> {
     let base = match public_url {
         Some(u) => u.trim().trim_end_matches('/').to_string(),
         None => match listen.parse::<std::net::SocketAddr>() {

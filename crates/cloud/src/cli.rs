@@ -194,9 +194,14 @@ pub(crate) fn public_url(raw: &str) -> Result<String, String> {
         Ok(u) if !u.username().is_empty() || u.password().is_some() => Err(format!(
             "the URL given is not the dashboard's address (it is not repeated here: it holds a user name or password): {expected}"
         )),
-        _ => Err(format!(
+        Ok(_) => Err(format!(
             "{raw:?} is not the dashboard's address: {expected}"
         )),
+        // One that does not parse may hold a password all the same (`u:p#w@host`).
+        Err(e) if raw.contains('@') => Err(format!(
+            "the URL given does not parse ({e}; it is not repeated here: it may hold a password): {expected}"
+        )),
+        Err(e) => Err(format!("{raw:?} is not a URL ({e}): {expected}")),
     }
 }
 

@@ -208,6 +208,8 @@ async fn run(command: Command) -> Result<(), Failure> {
             link,
             storage,
         }) => {
+            // A bad link base is said before the database is opened (or found missing).
+            admin::link_base(link.public_url.as_deref(), &link.listen)?;
             let store = open(&storage).await?;
             let role = match role {
                 RoleArg::Admin => cloud::storage::Role::Admin,
@@ -230,6 +232,7 @@ async fn run(command: Command) -> Result<(), Failure> {
             link,
             storage,
         }) => {
+            admin::link_base(link.public_url.as_deref(), &link.listen)?;
             let store = open(&storage).await?;
             let out = admin::reset_password(
                 &store,

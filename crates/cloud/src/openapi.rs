@@ -81,6 +81,9 @@ pub enum ReadProblems {
     /// No API key, or not a live one.
     #[response(status = 401, content_type = "application/problem+json")]
     Unauthorized(Problem),
+    /// Storage unavailable (Retry-After).
+    #[response(status = 503, content_type = "application/problem+json")]
+    Unavailable(Problem),
 }
 
 /// The problems of an operation that reads a JSON body (`PUT`, `POST`), besides its own.

@@ -67,6 +67,14 @@ impl Problem {
         )
     }
 
+    /// 400: the caller's body broke off or was framed wrong: the caller's to fix, never a
+    /// failure of the server or a tunnel to retry.
+    pub fn body_unreadable(cause: &dyn std::fmt::Display) -> Self {
+        Self::bad_request(format!(
+            "could not read the request body ({cause}): its chunked framing is malformed, or the connection closed before its end; fix the client's framing and resend"
+        ))
+    }
+
     /// 426: a bridge speaking a tunnel protocol this cloud does not.
     pub fn upgrade_required(detail: impl Into<String>) -> Self {
         Self::new(

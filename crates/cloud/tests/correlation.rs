@@ -677,11 +677,23 @@ async fn a_cause_confirmed_in_progress_counts_and_reads_back() {
 }
 
 /// A resolve's suspects are its incident's: ranked from the firing it resolves, not from when
-/// it was resolved (30 minutes later, which read as a weaker, older suspect).
+/// it was resolved (30 minutes later, which read as a weaker, older suspect), nor from the
+/// same key's incident of the day before.
 #[tokio::test]
 async fn a_resolve_is_ranked_from_the_firing_it_resolves() {
     let cloud = Cloud::start(Backend::Sqlite);
     let t = cloud.tenant("acme");
+    for (minutes, status) in [(-1440, "triggered"), (-1430, "resolved")] {
+        post(
+            &cloud,
+            &t,
+            minutes,
+            &json!({"type": "alert", "service": "rz",
+            "environment": "production", "status": status, "severity": "critical",
+            "title": "rz down", "dedupKey": "rz"}),
+        )
+        .await;
+    }
     let deployment = post(
         &cloud,
         &t,

@@ -416,21 +416,33 @@ fn user_commands_say_what_is_wrong() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
-    // A link base holding a password is refused without repeating it.
-    let out = cloud.admin_output(&[
-        "user",
-        "reset-password",
-        "--email",
-        "ada@example.com",
-        "--public-url",
-        "https://u:hunter2@signals.example.com",
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("holds a user name or password") && !stderr.contains("hunter2"),
-        "{stderr}"
-    );
+    // A link base holding a password is refused without repeating it, parsed or not (a `#`
+    // in the password makes the rest read as a fragment).
+    for (base, said) in [
+        (
+            "https://u:hunter2@signals.example.com",
+            "holds a user name or password",
+        ),
+        (
+            "https://u:hunter2#x@signals.example.com",
+            "it may hold a password",
+        ),
+    ] {
+        let out = cloud.admin_output(&[
+            "user",
+            "reset-password",
+            "--email",
+            "ada@example.com",
+            "--public-url",
+            base,
+        ]);
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(said) && !stderr.contains("hunter2"),
+            "{stderr}"
+        );
+    }
     // The default link base is https:// and the TLS listen address.
     let link = cloud.admin(&["user", "reset-password", "--email", "ada@example.com"]);
     assert!(

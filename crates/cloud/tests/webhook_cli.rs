@@ -118,6 +118,13 @@ async fn strong_suspect(
     receiver: &Receiver,
     service: &str,
 ) -> String {
+    let alert = post_strong_suspect(cloud, t, service).await;
+    receiver.wait_delivered(&alert).await;
+    alert
+}
+
+/// [`strong_suspect`] without waiting for a delivery.
+async fn post_strong_suspect(cloud: &Cloud, t: &testkit::Tenant, service: &str) -> String {
     let now = Utc::now();
     let at = |minutes: i64| (now + Duration::minutes(minutes)).to_rfc3339();
     cloud
@@ -127,16 +134,14 @@ async fn strong_suspect(
                 "version": "v2", "status": "success", "timestamp": at(-10)}),
         )
         .await;
-    let alert = cloud
+    cloud
         .post_event(
             t,
             &json!({"type": "alert", "service": service, "environment": "production",
                 "status": "triggered", "severity": "critical", "title": "Error rate",
                 "timestamp": at(0)}),
         )
-        .await;
-    receiver.wait_delivered(&alert).await;
-    alert
+        .await
 }
 
 /// Setting the webhook again (to rotate its secret) and restarting the cloud re-send nothing
@@ -191,6 +196,47 @@ async fn a_webhook_set_again_hears_of_no_alert_twice(backend: Backend) {
     for id in [&first, &barrier[0], &barrier[1]] {
         assert_eq!(times(id), 1, "{id}: {:?}", receiver.received());
     }
+}
+
+/// What the org's earlier webhook never got (its receiver failed every attempt, and it was
+/// replaced while the retries went on) goes to the new one.
+async fn a_new_webhook_gets_what_the_replaced_one_never_got(backend: Backend) {
+    let cloud = Cloud::start_with(
+        backend,
+        &["--webhook-first-retry", "0.2", "--webhook-allow-private"],
+    );
+    let t = cloud.tenant("acme");
+    let failing = Receiver::start(usize::MAX).await;
+    let working = Receiver::start(0).await;
+    let set = |url: &str| {
+        cloud.admin(&[
+            "webhook",
+            "set",
+            "--org",
+            "acme",
+            "--url",
+            url,
+            "--webhook-allow-private",
+        ]);
+    };
+    set(&failing.url);
+    let alert = post_strong_suspect(&cloud, &t, "api").await;
+    testkit::wait_until("an attempt at the failing receiver", || {
+        failing.received().iter().any(|r| r.body.contains(&alert))
+    })
+    .await;
+    set(&working.url);
+    working.wait_delivered(&alert).await;
+}
+
+#[tokio::test]
+async fn a_new_webhook_gets_what_the_replaced_one_never_got_sqlite() {
+    a_new_webhook_gets_what_the_replaced_one_never_got(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_new_webhook_gets_what_the_replaced_one_never_got_postgres() {
+    a_new_webhook_gets_what_the_replaced_one_never_got(Backend::Postgres).await;
 }
 
 #[tokio::test]

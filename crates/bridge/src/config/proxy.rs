@@ -19,7 +19,17 @@ impl ProxyUrl {
     /// echoing the value, and no part of the password can be read as the host.
     pub fn parse(value: &str) -> Result<Self, String> {
         let value = value.trim();
-        let (scheme, rest) = value.split_once("://").unwrap_or(("http", value));
+        // A scheme is letters, digits, `+`, `-` or `.` (RFC 3986): a `://` inside a password
+        // of a value written without one does not make one.
+        let is_scheme = |s: &str| {
+            s.starts_with(|c: char| c.is_ascii_alphabetic())
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+        };
+        let (scheme, rest) = match value.split_once("://") {
+            Some((scheme, rest)) if is_scheme(scheme) => (scheme, rest),
+            _ => ("http", value),
+        };
         let (userinfo, address) = match rest.rsplit_once('@') {
             Some((userinfo, address)) => (Some(userinfo), address),
             None => (None, rest),
@@ -70,11 +80,7 @@ impl ProxyUrl {
             return None;
         }
         // `%XX` escapes decoded (userinfo never uses `+` for a space).
-        let decode = |s: &str| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8_lossy()
-                .into_owned()
-        };
+        let decode = |s: &str| crate::rules::decoded(s).into_owned();
         let password = self.0.password().map(decode).unwrap_or_default();
         Some((decode(self.0.username()), Secret::new(password)))
     }
@@ -191,6 +197,9 @@ mod tests {
     /// becomes the host, the port or a fragment.
     #[test]
     fn a_password_with_url_delimiters_stays_the_password() {
+        let without_scheme = ProxyUrl::parse("user:a://b@proxy.corp:3128").unwrap();
+        assert_eq!(without_scheme.host(), "proxy.corp");
+        assert_eq!(without_scheme.credentials().unwrap().1.expose(), "a://b");
         for password in ["a@SECRET#c", "Pa/ss?x", "p:w@d", "50%25 off"] {
             let proxy =
                 ProxyUrl::parse(&format!("http://squser:{password}@127.0.0.1:3128")).unwrap();

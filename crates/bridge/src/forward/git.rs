@@ -11,7 +11,7 @@ use url::Url;
 use super::kind::{Kind, Refusal};
 use super::upstream::path_under;
 use crate::config::GitSource;
-use crate::rules::{allowed, glob};
+use crate::rules::{allowed, decoded, glob};
 
 /// Git's fetch service.
 const UPLOAD_PACK: &str = "git-upload-pack";
@@ -48,11 +48,6 @@ fn service<'a>(method: &Method, path: &'a str, query: Option<&str>) -> Option<(&
 /// `team/with space.git` an operator writes. Decoding adds no `/` or dot segment: the path's
 /// checks refuse encoded slashes, dots and percent signs before this.
 fn listed(globs: &[String], repo: &str) -> bool {
-    let decoded = |s: &str| {
-        percent_encoding::percent_decode_str(s)
-            .decode_utf8_lossy()
-            .into_owned()
-    };
     let repo = decoded(repo.trim_start_matches('/'));
     let bare = repo.strip_suffix(".git").unwrap_or(&repo);
     globs.is_empty()

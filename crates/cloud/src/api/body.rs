@@ -52,10 +52,7 @@ pub async fn read(
             Ok(Err(Stalled)) => return Err(("timeout", Problem::body_stalled(pause))),
             Ok(Ok(None)) => break,
             Ok(Ok(Some(Err(e)))) => {
-                return Err((
-                    "malformed",
-                    Problem::bad_request(format!("could not read the request body: {e}")),
-                ));
+                return Err(("malformed", Problem::body_unreadable(&e)));
             }
             Ok(Ok(Some(Ok(frame)))) => frame,
         };

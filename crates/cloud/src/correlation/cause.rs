@@ -117,7 +117,6 @@ pub async fn confirm_cause(
     params(("id" = String, Path, description = "An alert's event id")),
     responses((status = 200, body = crate::openapi::CauseConfirmed),
         crate::openapi::ReadProblems,
-        (status = 503, description = "Storage unavailable (Retry-After)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such alert, or no confirmed cause", body = Problem, content_type = "application/problem+json")))]
 pub async fn read_cause(
     State(state): State<CorrelationState>,
@@ -148,7 +147,6 @@ pub async fn read_cause(
     params(("id" = String, Path, description = "An alert's event id")),
     responses((status = 204, description = "Withdrawn"),
         crate::openapi::ReadProblems,
-        (status = 503, description = "Storage unavailable (Retry-After)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such alert, or no confirmed cause", body = Problem, content_type = "application/problem+json")))]
 pub async fn withdraw_cause(
     State(state): State<CorrelationState>,

@@ -23,7 +23,7 @@ use crate::storage::{ListedCommits, RepositorySource};
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The deployment has no sha or repository, its sha is not a commit id or not in the repository, its repository is not mapped, or it is mapped to a bridge the org has no token for or to a source or path the bridge does not serve", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "The bridge or the Git server failed", body = Problem, content_type = "application/problem+json"),
-        (status = 503, body = Problem, content_type = "application/problem+json")))]
+        (status = 503, description = "Storage unavailable, or the bridge has no live tunnel (Retry-After)", body = Problem, content_type = "application/problem+json")))]
 pub async fn deployment_commits(
     State(state): State<CorrelationState>,
     headers: HeaderMap,
@@ -201,6 +201,13 @@ pub fn summary(listed: &ListedCommits) -> Option<String> {
     Some(format!("{more}{n} commit{many} {since}{touching}"))
 }
 
+/// Whether a `404`'s words are the relay's or the bridge's: the relay's for a source the bridge
+/// does not declare (`bridge "dc1" declares no Git source …`), the bridge's for a path outside
+/// the source's `repositories` (`… reachable through this bridge …`).
+fn refused_by_bridge(said: &str) -> bool {
+    said.contains(" declares no ") || said.contains("reachable through this bridge")
+}
+
 /// A Git failure as the API reports it, naming the bridge and source.
 async fn git_problem(
     state: &CorrelationState,
@@ -236,11 +243,14 @@ async fn git_problem(
             "bridge {bridge:?} refuses {path:?} through source {name:?}: {}; check the mapping (PUT /v1/repository-sources) and the source's allow rules",
             if said.is_empty() { "403" } else { said }
         )),
-        // The relay and the bridge say why in words git prints; the Git server's own 404 has
-        // none: it has no such repository.
-        GitError::Http { status: 404, said } if said.is_empty() => Problem::conflict(format!(
-            "the Git server behind source {name:?} on bridge {bridge:?} has no repository {path:?}; check the mapping's path (PUT /v1/repository-sources) and the source's url"
-        )),
+        // The relay's and the bridge's own refusals (a source not declared, a path outside its
+        // repositories) name the bridge; any other 404 is the Git server's, whatever its words
+        // ("Repository not found."): it has no such repository.
+        GitError::Http { status: 404, said } if !refused_by_bridge(said) => {
+            Problem::conflict(format!(
+                "the Git server behind source {name:?} on bridge {bridge:?} has no repository {path:?}; check the mapping's path (PUT /v1/repository-sources) and the source's url"
+            ))
+        }
         GitError::Http { status: 404, said } => Problem::conflict(format!(
             "bridge {bridge:?} does not serve {path:?} through source {name:?}: {said}; check the mapping (PUT /v1/repository-sources) and the bridge's sources"
         )),
@@ -273,6 +283,23 @@ async fn git_problem(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_forges_404_is_the_servers_and_the_bridges_refusals_are_its_own() {
+        for server in [
+            "",
+            "Repository not found.",
+            "The project you were looking for could not be found",
+        ] {
+            assert!(!refused_by_bridge(server), "{server}");
+        }
+        for bridge in [
+            "bridge \"dc1\" declares no Git source named \"cdoe\" in its `sources` list",
+            "source \"code\" has no repository \"x.git\" reachable through this bridge (see the entry's repositories)",
+        ] {
+            assert!(refused_by_bridge(bridge), "{bridge}");
+        }
+    }
 
     fn listed(previous: Option<&str>, files: &[&str], truncated: bool) -> ListedCommits {
         let commits: Vec<Value> = files.iter().map(|f| json!({"files": [f]})).collect();

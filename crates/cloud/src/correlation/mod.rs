@@ -182,11 +182,19 @@ pub async fn suspects_of(
 ) -> Result<Value, Problem> {
     let (alert_body, mut alert) = alert(state, org_id, id).await?;
     // A resolve is when the incident ended: it is ranked from the firing it resolves (the
-    // first one of its dedupKey, or service and title, in the week before), if one is stored.
+    // first of its dedupKey since the key's previous resolve, in the week before), if stored.
     if alert.status.as_deref() == Some("resolved")
-        && let Some(fired) = first_fired(state, org_id, &alert).await?
+        && let Some(key) = &alert.dedup_key
     {
-        alert.at = fired;
+        let from = alert.at - TITLE_LOOKBACK_MICROS;
+        let started = (state
+            .store
+            .incident_start(org_id, key, from, alert.at)
+            .await)
+            .map_err(|e| storage_unavailable(&e))?;
+        if let Some(started) = started {
+            alert.at = started;
+        }
     }
     let stored = state
         .store

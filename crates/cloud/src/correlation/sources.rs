@@ -152,8 +152,8 @@ pub struct Which {
 #[utoipa::path(delete, path = "/v1/repository-sources", tag = "correlation",
     params(("repository" = String, Query)),
     responses((status = 204, description = "Removed"),
+        crate::openapi::ReadProblems,
         (status = 400, description = "repository missing, empty, repeated, or another parameter", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No API key, or not a live one", body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json")))]
 pub async fn remove_source(
     State(state): State<CorrelationState>,

@@ -103,7 +103,7 @@ pub async fn withdraw_cause(
         Ok(Some(_)) => said_on_event(&id, Done::CauseWithdrawn, &me),
         Ok(None) => match state.store.event(me.session.user.org_id, &id).await {
             Ok(Some(_)) => back_to_event(&id),
-            // Not an event of this org: said here, as confirming says it.
+            // No event of this org: a 404 page, not a redirect to the event's own 404.
             Ok(None) => message(
                 StatusCode::NOT_FOUND,
                 "No such alert",

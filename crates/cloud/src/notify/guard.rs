@@ -113,9 +113,13 @@ fn well_formed(raw: &str) -> Result<String, String> {
         Ok(u) if u.password().is_some() || !u.username().is_empty() => Err(
             "url holds a user name or password, which would be sent to and logged by every proxy on the way: expected an address such as https://hooks.example.com/signals, authenticated by the signature instead".to_string(),
         ),
-        // Nor one that does not read as a URL (it may hold a password or a token all the same).
-        _ => Err(
-            "url is not an absolute address: expected such as https://hooks.example.com/signals, without a user name or password in it".to_string(),
+        // Nor one that does not read as a URL (it may hold a password or a token all the same):
+        // the parser's reason says what is wrong with it.
+        Err(e) => Err(format!(
+            "url is not an absolute address ({e}): expected such as https://hooks.example.com/signals, without a user name or password in it"
+        )),
+        Ok(_) => Err(
+            "url names no host after its scheme (https:///… has a third slash): expected such as https://hooks.example.com/signals".to_string(),
         ),
     }
 }

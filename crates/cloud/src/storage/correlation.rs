@@ -63,6 +63,31 @@ impl Store {
             .get::<Option<i64>, _>(0)))
     }
 
+    /// When the incident of an alert at `before` with `dedup_key` began: the first triggered
+    /// alert of that key in `[from, before)` (µs) after the key's latest resolve there (an
+    /// alert that fires and resolves every day is a new incident each day).
+    pub async fn incident_start(
+        &self,
+        org_id: i64,
+        dedup_key: &str,
+        from: i64,
+        before: i64,
+    ) -> Result<Option<i64>, StorageError> {
+        let sql = "SELECT min(occurred_at) FROM events WHERE org_id = $1 AND dedup_key = $2 \
+                   AND type = 'alert' AND status = 'triggered' AND occurred_at < $4 \
+                   AND occurred_at > COALESCE((SELECT max(occurred_at) FROM events \
+                   WHERE org_id = $1 AND dedup_key = $2 AND type = 'alert' \
+                   AND status = 'resolved' AND occurred_at >= $3 AND occurred_at < $4), $3 - 1)";
+        Ok(on_db!(&self.db, pool => sqlx::query(sql)
+            .bind(org_id)
+            .bind(dedup_key)
+            .bind(from)
+            .bind(before)
+            .fetch_one(pool)
+            .await?
+            .get::<Option<i64>, _>(0)))
+    }
+
     /// Up to `limit` of the org's alerts of `service` in `[from, before)` (µs) after `after`
     /// (the `(occurred_at, id)` of the last one read, or `(from, "")` for the first page),
     /// oldest first: the caller matches titles (alerts without a `dedupKey`) a page at a time.

@@ -343,9 +343,7 @@ async fn hold_body(
         Err(ReadError::TooLarge) => Err(Problem::bad_request(
             "the request body is longer than its Content-Length announced",
         )),
-        Err(ReadError::Body(e)) => Err(Problem::bad_request(format!(
-            "could not read the request body: {e}"
-        ))),
+        Err(ReadError::Body(e)) => Err(Problem::body_unreadable(&e)),
     }
 }
 

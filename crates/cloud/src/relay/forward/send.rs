@@ -151,9 +151,7 @@ pub(super) async fn send(
             }
             Err(_) if upload_broken.get().is_some() => {
                 let why = upload_broken.get().map_or("", String::as_str);
-                return Err(Problem::bad_request(format!(
-                    "could not read the request body ({why}): a malformed chunked encoding, or the connection closed before the body's end; send it whole"
-                )));
+                return Err(Problem::body_unreadable(&why));
             }
             Err(failed) => {
                 let e = failed.into_error();
