@@ -252,22 +252,16 @@ async fn an_answer_framed_twice_arrives_whole() {
 /// compressed bytes that nothing announces: a 502 for an answer, a 400 for a request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transfer_coding_other_than_chunked_is_refused_both_ways() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rig = raw_rig("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\nconnection: close\r\n\r\n2\r\nhi\r\n0\r\n\r\n".into()).await;
     let res = rig.get("/coded").await;
     assert_eq!(res.status(), 502);
     let said = res.text().await.unwrap();
     assert!(said.contains("Transfer-Encoding: gzip, chunked"), "{said}");
 
-    let address = rig.cloud.http.trim_start_matches("http://").to_string();
-    let mut tcp = tokio::net::TcpStream::connect(&address).await.unwrap();
-    let request = format!(
-        "POST /v1/bridges/dc1/apis/internal/upload HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer {}\r\ntransfer-encoding: gzip, chunked\r\nconnection: close\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
-        rig.tenant.api_key
-    );
-    tcp.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    tcp.read_to_string(&mut answer).await.unwrap();
+    let coded = "transfer-encoding: gzip, chunked\r\n";
+    let answer = rig
+        .raw("POST", "/upload", coded, "2\r\nhi\r\n0\r\n\r\n")
+        .await;
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert!(answer.contains("Content-Encoding instead"), "{answer}");
 }
@@ -300,17 +294,10 @@ async fn an_answer_with_too_many_header_fields_is_a_502_saying_so() {
 /// a tunnel failure to retry, nor a warning about the tunnel in the cloud's log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_chunked_upload_is_the_callers_400() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rig = Rig::start("").await;
-    let address = rig.cloud.http.trim_start_matches("http://").to_string();
-    let mut tcp = tokio::net::TcpStream::connect(&address).await.unwrap();
-    let request = format!(
-        "POST /v1/bridges/dc1/apis/internal/upload HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
-        rig.tenant.api_key
-    );
-    tcp.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    tcp.read_to_string(&mut answer).await.unwrap();
+    let chunked = "content-type: application/json\r\ntransfer-encoding: chunked\r\n";
+    let broken = "zz\r\nhello\r\n0\r\n\r\n";
+    let answer = rig.raw("POST", "/upload", chunked, broken).await;
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert!(
         answer.contains("could not read the request body") && !answer.contains("retry"),

@@ -626,19 +626,7 @@ async fn methods_are_case_sensitive_and_connect_is_refused_and_audited() {
     assert_eq!(problem["status"], 403);
     assert!(problem["detail"].as_str().unwrap().contains("allow rule"));
     // As curl -X CONNECT sends it: a path, not an authority (clients like reqwest cannot).
-    let answer = {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let addr = rig.cloud.http.trim_start_matches("http://").to_string();
-        let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        let request = format!(
-            "CONNECT /v1/bridges/dc1/apis/internal/v1/items HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
-            rig.tenant.api_key
-        );
-        tcp.write_all(request.as_bytes()).await.unwrap();
-        let mut answer = Vec::new();
-        tcp.read_to_end(&mut answer).await.unwrap();
-        String::from_utf8_lossy(&answer).into_owned()
-    };
+    let answer = rig.raw("CONNECT", "/v1/items", "", "").await;
     assert!(answer.starts_with("HTTP/1.1 405"), "{answer}");
     assert!(answer.contains("application/problem+json"), "{answer}");
     let records = rig.bridge.audit_records(3).await;

@@ -279,6 +279,24 @@ async fn unknown_images_other_orgs_and_pushes_get_oci_errors() {
             .contains("/v2/BRIDGE/REGISTRY/_catalog"),
         "{body}"
     );
+    // An image name without its repository (`CLOUD/dc1/reg:1.0`), or with the bridge alone
+    // (`CLOUD/dc1:1.0`): the API's own words are no names, so the error says how images are
+    // named (the internal registry is not asked for `/v2/manifests/1.0`).
+    for path in [
+        "/v2/dc1/reg/manifests/1.0",
+        "/v2/dc1/manifests/1.0",
+        "/v2/dc1/reg/tags/list",
+    ] {
+        let (status, body) = oci(path).await;
+        assert_eq!(status, 404, "{path}");
+        assert!(
+            body["errors"][0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("an image is named CLOUD/BRIDGE/REGISTRY/REPOSITORY:TAG"),
+            "{path}: {body}"
+        );
+    }
     // Another org does not see this bridge at all.
     let other = s.rig.cloud.tenant("globex");
     let (ok, _, err) = s.skopeo(

@@ -175,8 +175,30 @@ async fn write_routes_refuse_a_query_and_ingest_ignores_one() {
     assert_eq!(res.status(), 202);
 }
 
+/// A GET of `path` with the tenant's key that answers problem+json: its status and detail.
+async fn problem_at(cloud: &Cloud, key: &str, path: &str) -> (u16, String) {
+    let res = cloud
+        .client()
+        .get(format!("{}{path}", cloud.http))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap();
+    let status = res.status().as_u16();
+    assert_eq!(
+        res.headers()["content-type"],
+        "application/problem+json",
+        "{path}"
+    );
+    let problem: serde_json::Value = res.json().await.unwrap();
+    (status, problem["detail"].as_str().unwrap().to_string())
+}
+
+/// A path segment that is not UTF-8 is a 400 naming the path. A bridge name or resource kind
+/// sent percent-encoded is matched as sent, so its 404 names it as sent: decoded, `%61pis`
+/// read as the `apis` it was then told to use.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_path_segment_that_is_not_utf8_is_a_problem_naming_it() {
+async fn odd_path_segments_are_problems_naming_them_as_sent() {
     let cloud = Cloud::start(Backend::Sqlite);
     let t = cloud.tenant("acme");
     for path in [
@@ -185,55 +207,21 @@ async fn a_path_segment_that_is_not_utf8_is_a_problem_naming_it() {
         "/v1/deployments/%FF/commits",
         "/v1/bridges/dc1/databases/%FF",
     ] {
-        let res = cloud
-            .client()
-            .get(format!("{}{path}", cloud.http))
-            .bearer_auth(&t.api_key)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 400, "{path}");
-        assert_eq!(
-            res.headers()["content-type"],
-            "application/problem+json",
-            "{path}"
-        );
-        let problem: serde_json::Value = res.json().await.unwrap();
-        let detail = problem["detail"].as_str().unwrap();
+        let (status, detail) = problem_at(&cloud, &t.api_key, path).await;
+        assert_eq!(status, 400, "{path}");
         assert!(
             detail.contains(path) && detail.contains("UTF-8"),
             "{detail}"
         );
     }
-}
-
-/// A bridge name or resource kind sent percent-encoded is matched as sent, so the 404 names it
-/// as sent: decoded, `%61pis` read as the `apis` it was then told to use.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_percent_encoded_bridge_or_kind_is_named_as_sent() {
-    let cloud = Cloud::start(Backend::Sqlite);
-    let t = cloud.tenant("acme");
     for (path, named) in [
         ("/v1/bridges/dc1/%FF/api/x", "\"%FF\""),
         ("/v1/bridges/dc1/%61pis/api/x", "\"%61pis\""),
         ("/v1/bridges/dc1%2Fapis/api/x", "\"dc1%2Fapis\""),
         ("/v1/bridges/dc1/sources/%FF", "`sources` entries"),
     ] {
-        let res = cloud
-            .client()
-            .get(format!("{}{path}", cloud.http))
-            .bearer_auth(&t.api_key)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 404, "{path}");
-        assert_eq!(
-            res.headers()["content-type"],
-            "application/problem+json",
-            "{path}"
-        );
-        let problem: serde_json::Value = res.json().await.unwrap();
-        let detail = problem["detail"].as_str().unwrap();
+        let (status, detail) = problem_at(&cloud, &t.api_key, path).await;
+        assert_eq!(status, 404, "{path}");
         assert!(detail.contains(named), "{path}: {detail}");
     }
 }

@@ -10,11 +10,7 @@ use testkit::{Backend, Cloud};
 
 #[tokio::test]
 async fn a_webhook_set_by_the_cli_receives_signed_notifications() {
-    let cloud = Cloud::start_with(
-        Backend::Sqlite,
-        &["--webhook-first-retry", "0.2", "--webhook-allow-private"],
-    );
-    let t = cloud.tenant("acme");
+    let (cloud, t) = cloud_for_webhooks(Backend::Sqlite);
     let receiver = Receiver::start(0).await;
     let refused = |args: &[&str]| {
         let out = cloud.admin_output(args);
@@ -90,14 +86,7 @@ async fn a_webhook_set_by_the_cli_receives_signed_notifications() {
     assert!(signature_valid(&secret, &hook.signature, &hook.body));
 
     // The dashboard shows it, and the audit says the CLI set it.
-    let browser = client(&cloud);
-    let admin = session(&cloud, &browser, "acme", "ada@example.com", "admin").await;
-    let (_, page) = get(
-        &browser,
-        format!("{}/integrations/notifications", cloud.https),
-        &admin,
-    )
-    .await;
+    let (browser, admin, page) = notifications_page(&cloud).await;
     assert!(page.contains("http://127.0.0.1:"), "{page}");
     let removed = cloud.admin(&["webhook", "remove", "--org", "acme"]);
     assert!(removed.contains("http://127.0.0.1:"), "{removed}");
@@ -108,6 +97,42 @@ async fn a_webhook_set_by_the_cli_receives_signed_notifications() {
     );
     let err = refused(&["webhook", "remove", "--org", "acme"]);
     assert!(err.contains("has no webhook"), "{err}");
+}
+
+/// A cloud whose webhooks may reach loopback, retrying after 0.2 s, with org `acme`.
+fn cloud_for_webhooks(backend: Backend) -> (Cloud, testkit::Tenant) {
+    let cloud = Cloud::start_with(
+        backend,
+        &["--webhook-first-retry", "0.2", "--webhook-allow-private"],
+    );
+    let t = cloud.tenant("acme");
+    (cloud, t)
+}
+
+/// `cloud webhook set` of `url` for `acme` (a new signing secret each time).
+fn set_webhook(cloud: &Cloud, url: &str) {
+    cloud.admin(&[
+        "webhook",
+        "set",
+        "--org",
+        "acme",
+        "--url",
+        url,
+        "--webhook-allow-private",
+    ]);
+}
+
+/// An admin's browser and session, and the Notifications page as the admin sees it.
+async fn notifications_page(cloud: &Cloud) -> (reqwest::Client, String, String) {
+    let browser = client(cloud);
+    let admin = session(cloud, &browser, "acme", "ada@example.com", "admin").await;
+    let (_, page) = get(
+        &browser,
+        format!("{}/integrations/notifications", cloud.https),
+        &admin,
+    )
+    .await;
+    (browser, admin, page)
 }
 
 /// Posts a deployment of `service` 10 minutes ago and an alert of it now (a strong suspect);
@@ -149,22 +174,9 @@ async fn post_strong_suspect(cloud: &Cloud, t: &testkit::Tenant, service: &str) 
 /// step are the barrier: the round that would re-send the first alert queues it before it
 /// queues them.
 async fn a_webhook_set_again_hears_of_no_alert_twice(backend: Backend) {
-    let mut cloud = Cloud::start_with(
-        backend,
-        &["--webhook-first-retry", "0.2", "--webhook-allow-private"],
-    );
-    let t = cloud.tenant("acme");
+    let (mut cloud, t) = cloud_for_webhooks(backend);
     let receiver = Receiver::start(0).await;
-    let set = [
-        "webhook",
-        "set",
-        "--org",
-        "acme",
-        "--url",
-        receiver.url.as_str(),
-        "--webhook-allow-private",
-    ];
-    cloud.admin(&set);
+    set_webhook(&cloud, &receiver.url);
     let first = strong_suspect(&cloud, &t, &receiver, "api").await;
     let times = |id: &str| {
         receiver
@@ -173,21 +185,14 @@ async fn a_webhook_set_again_hears_of_no_alert_twice(backend: Backend) {
             .filter(|r| r.body.contains(id))
             .count()
     };
-    cloud.admin(&set);
+    set_webhook(&cloud, &receiver.url);
     let mut barrier = Vec::new();
     for service in ["web1", "web2"] {
         barrier.push(strong_suspect(&cloud, &t, &receiver, service).await);
     }
     assert_eq!(times(&first), 1, "{:?}", receiver.received());
     // The Notifications page names the current webhook: what went to the earlier one says so.
-    let browser = client(&cloud);
-    let admin = session(&cloud, &browser, "acme", "ada@example.com", "admin").await;
-    let (_, page) = get(
-        &browser,
-        format!("{}/integrations/notifications", cloud.https),
-        &admin,
-    )
-    .await;
+    let (_, _, page) = notifications_page(&cloud).await;
     assert_eq!(page.matches("(to an earlier webhook)").count(), 1, "{page}");
     cloud.kill_and_restart();
     for service in ["web3", "web4"] {
@@ -201,31 +206,16 @@ async fn a_webhook_set_again_hears_of_no_alert_twice(backend: Backend) {
 /// What the org's earlier webhook never got (its receiver failed every attempt, and it was
 /// replaced while the retries went on) goes to the new one.
 async fn a_new_webhook_gets_what_the_replaced_one_never_got(backend: Backend) {
-    let cloud = Cloud::start_with(
-        backend,
-        &["--webhook-first-retry", "0.2", "--webhook-allow-private"],
-    );
-    let t = cloud.tenant("acme");
+    let (cloud, t) = cloud_for_webhooks(backend);
     let failing = Receiver::start(usize::MAX).await;
     let working = Receiver::start(0).await;
-    let set = |url: &str| {
-        cloud.admin(&[
-            "webhook",
-            "set",
-            "--org",
-            "acme",
-            "--url",
-            url,
-            "--webhook-allow-private",
-        ]);
-    };
-    set(&failing.url);
+    set_webhook(&cloud, &failing.url);
     let alert = post_strong_suspect(&cloud, &t, "api").await;
     testkit::wait_until("an attempt at the failing receiver", || {
         failing.received().iter().any(|r| r.body.contains(&alert))
     })
     .await;
-    set(&working.url);
+    set_webhook(&cloud, &working.url);
     working.wait_delivered(&alert).await;
 }
 

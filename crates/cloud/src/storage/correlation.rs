@@ -53,6 +53,18 @@ impl Store {
     ) -> Result<Option<i64>, StorageError> {
         let sql = "SELECT min(occurred_at) FROM events WHERE org_id = $1 AND dedup_key = $2 \
                    AND occurred_at >= $3 AND occurred_at < $4 AND type = 'alert'";
+        self.time_by_key(sql, org_id, dedup_key, (from, before))
+            .await
+    }
+
+    /// The one time `sql` selects with `$1` the org, `$2` the dedupKey and `$3`, `$4` the span.
+    async fn time_by_key(
+        &self,
+        sql: &'static str,
+        org_id: i64,
+        dedup_key: &str,
+        (from, before): (i64, i64),
+    ) -> Result<Option<i64>, StorageError> {
         Ok(on_db!(&self.db, pool => sqlx::query(sql)
             .bind(org_id)
             .bind(dedup_key)
@@ -78,14 +90,8 @@ impl Store {
                    AND occurred_at > COALESCE((SELECT max(occurred_at) FROM events \
                    WHERE org_id = $1 AND dedup_key = $2 AND type = 'alert' \
                    AND status = 'resolved' AND occurred_at >= $3 AND occurred_at < $4), $3 - 1)";
-        Ok(on_db!(&self.db, pool => sqlx::query(sql)
-            .bind(org_id)
-            .bind(dedup_key)
-            .bind(from)
-            .bind(before)
-            .fetch_one(pool)
-            .await?
-            .get::<Option<i64>, _>(0)))
+        self.time_by_key(sql, org_id, dedup_key, (from, before))
+            .await
     }
 
     /// Up to `limit` of the org's alerts of `service` in `[from, before)` (µs) after `after`

@@ -155,4 +155,22 @@ impl Rig {
             .request(method, self.api_url(path))
             .bearer_auth(&self.tenant.api_key)
     }
+
+    /// What no HTTP client library sends (a CONNECT with a path, a broken chunked body, a
+    /// transfer coding): `{method} /v1/bridges/dc1/apis/internal{path}` written by hand on the
+    /// cloud's plain port with the org's API key, `more_head` (lines, each ending in CRLF),
+    /// `Connection: close` and `body`; the whole answer as text.
+    pub async fn raw(&self, method: &str, path: &str, more_head: &str, body: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let address = self.cloud.http.trim_start_matches("http://").to_string();
+        let mut tcp = tokio::net::TcpStream::connect(&address).await.unwrap();
+        let request = format!(
+            "{method} /v1/bridges/dc1/apis/internal{path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\n{more_head}Connection: close\r\n\r\n{body}",
+            self.tenant.api_key
+        );
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        tcp.read_to_end(&mut answer).await.unwrap();
+        String::from_utf8_lossy(&answer).into_owned()
+    }
 }

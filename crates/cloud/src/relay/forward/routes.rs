@@ -108,16 +108,16 @@ pub async fn forward_registry(
     let path = tail.strip_prefix('/').unwrap_or(&tail);
     let mut parts = path.splitn(3, '/');
     let (Some(bridge), Some(name), Some(rest)) = (parts.next(), parts.next(), parts.next()) else {
-        // The cloud has no catalog of its own: each registry's is under its entry.
-        let catalog = if path == "_catalog" {
-            "; each registry lists its repositories at /v2/BRIDGE/REGISTRY/_catalog"
-        } else {
-            ""
-        };
-        return kinds::registry_refusal(Problem::not_found(format!(
-            "no image name in {path:?}: pull CLOUD/BRIDGE/REGISTRY/REPOSITORY:TAG, with the bridge's name and its registries entry{catalog}"
-        )));
+        return no_image_name(path);
     };
+    // The registry API's own words where the user's image name goes: `CLOUD/dc1/reg:1.0`
+    // (no repository) asks for `/v2/dc1/reg/manifests/1.0`, and `CLOUD/dc1:1.0` for
+    // `/v2/dc1/manifests/1.0`.
+    let api_word = |s: &str| matches!(s, "manifests" | "blobs" | "tags");
+    let segments: Vec<&str> = rest.split('/').collect();
+    if api_word(name) || segments.iter().rposition(|s| api_word(s)) == Some(0) {
+        return no_image_name(path);
+    }
     let target = Target {
         kind: ResourceKind::Registry,
         bridge: bridge.to_string(),
@@ -131,6 +131,19 @@ pub async fn forward_registry(
         }
         Err(problem) => kinds::registry_refusal(problem),
     }
+}
+
+/// The `404` (OCI `NAME_UNKNOWN`) for a registry path without a whole image name.
+fn no_image_name(path: &str) -> Response {
+    // The cloud has no catalog of its own: each registry's is under its entry.
+    let catalog = if path == "_catalog" {
+        "; each registry lists its repositories at /v2/BRIDGE/REGISTRY/_catalog"
+    } else {
+        ""
+    };
+    kinds::registry_refusal(Problem::not_found(format!(
+        "no image name in {path:?}: an image is named CLOUD/BRIDGE/REGISTRY/REPOSITORY:TAG (the bridge's name, its registries entry, then the repository){catalog}"
+    )))
 }
 
 /// `ANY /v1/bridges/{bridge}/{kind}/…` for a `kind` no route forwards: a 404 that says which
