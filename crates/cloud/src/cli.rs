@@ -198,8 +198,10 @@ pub(crate) fn public_url(raw: &str) -> Result<String, String> {
             "{raw:?} is not the dashboard's address: {expected}"
         )),
         // One that does not parse may hold a password all the same (`u:p#w@host`).
-        Err(e) if raw.contains('@') => Err(format!(
-            "the URL given does not parse ({e}; it is not repeated here: it may hold a password): {expected}"
+        // The parser's reason would mislead (a `#` in a password makes the rest a fragment,
+        // so the password reads as a port).
+        Err(_) if raw.contains('@') => Err(format!(
+            "the URL given does not parse (it is not repeated here: it may hold a password, in which `#`, `/`, `?` and `@` must be percent-encoded): {expected}"
         )),
         Err(e) => Err(format!("{raw:?} is not a URL ({e}): {expected}")),
     }

@@ -120,6 +120,27 @@ impl From<anyhow::Error> for Failure {
     }
 }
 
+/// Warns when the link's default base (`--listen`, no `--public-url`) has nothing answering:
+/// a `serve` on another address gets a link that would not open, and its one-time token would
+/// be spent on nothing.
+fn warn_if_unreachable(link: &cloud::cli::LinkArgs, base: &str) {
+    if link.public_url.is_some() {
+        return;
+    }
+    let address = base.trim_start_matches("https://");
+    let answers = std::net::ToSocketAddrs::to_socket_addrs(address)
+        .ok()
+        .and_then(|mut all| all.next())
+        .is_some_and(|to| {
+            std::net::TcpStream::connect_timeout(&to, std::time::Duration::from_millis(500)).is_ok()
+        });
+    if !answers {
+        eprintln!(
+            "warning: nothing answers at {address}: if `cloud serve` listens elsewhere, give this command the same --listen (or --public-url), or the link below will not open"
+        );
+    }
+}
+
 fn backend(storage: &StorageArgs) -> Result<Backend, Failure> {
     Backend::choose(&storage.data_dir, storage.database_url.as_deref())
         .map_err(|e| Failure::Usage(e.to_string()))
@@ -209,7 +230,10 @@ async fn run(command: Command) -> Result<(), Failure> {
             storage,
         }) => {
             // A bad link base is said before the database is opened (or found missing).
-            admin::link_base(link.public_url.as_deref(), &link.listen)?;
+            warn_if_unreachable(
+                &link,
+                &admin::link_base(link.public_url.as_deref(), &link.listen)?,
+            );
             let store = open(&storage).await?;
             let role = match role {
                 RoleArg::Admin => cloud::storage::Role::Admin,
@@ -232,7 +256,10 @@ async fn run(command: Command) -> Result<(), Failure> {
             link,
             storage,
         }) => {
-            admin::link_base(link.public_url.as_deref(), &link.listen)?;
+            warn_if_unreachable(
+                &link,
+                &admin::link_base(link.public_url.as_deref(), &link.listen)?,
+            );
             let store = open(&storage).await?;
             let out = admin::reset_password(
                 &store,

@@ -449,6 +449,26 @@ fn user_commands_say_what_is_wrong() {
         link.starts_with("https://127.0.0.1:8443/set-password?token="),
         "{link}"
     );
+    // One where nothing answers is warned about (a `serve` elsewhere would get a dead link);
+    // the serve's own address is not.
+    let serving = format!("127.0.0.1:{}", cloud.tls_port());
+    for (listen, warned) in [("127.0.0.1:1", true), (serving.as_str(), false)] {
+        let out = cloud.admin_output(&[
+            "user",
+            "reset-password",
+            "--email",
+            "ada@example.com",
+            "--listen",
+            listen,
+        ]);
+        assert!(out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.contains(&format!("warning: nothing answers at {listen}")),
+            warned,
+            "{listen}: {stderr}"
+        );
+    }
     // Like every admin command, it creates no database where there is none.
     let empty = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(cloud_bin())

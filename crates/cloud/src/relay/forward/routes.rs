@@ -159,8 +159,11 @@ pub async fn unknown_kind(uri: axum::http::Uri, headers: HeaderMap) -> Response 
         segments.next().unwrap_or_default(),
     );
     let detail = match kind {
-        _ if bridge.contains('%') || kind.contains('%') => format!(
-            "the bridge name {bridge:?} or resource kind {kind:?} is percent-encoded, which no bridge name or kind is: send both as plain text, as in /v1/bridges/BRIDGE/apis/{{name}}/… or /v1/bridges/BRIDGE/git/{{name}}/…"
+        _ if kind.contains('%') => format!(
+            "the resource kind {kind:?} is percent-encoded, which no kind is: send it as plain text, as in /v1/bridges/BRIDGE/apis/{{name}}/… or /v1/bridges/BRIDGE/git/{{name}}/…"
+        ),
+        _ if bridge.contains('%') => format!(
+            "the bridge name {bridge:?} is percent-encoded, which no bridge name is: send it as plain text, as in /v1/bridges/BRIDGE/apis/{{name}}/…"
         ),
         "sources" => format!(
             "a bridge's `sources` entries are reached at /v1/bridges/{bridge}/git/{{name}}/{{repository}}, not /sources/"
