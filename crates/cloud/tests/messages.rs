@@ -350,22 +350,24 @@ fn every_bad_serve_option_is_said_at_once() {
     let file = dir.path().join("a-file");
     std::fs::write(&file, "x").unwrap();
     let missing = dir.path().join("missing.pem");
-    let out = Command::new(cloud_bin())
-        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
-        .args(["--bridge-release", "banana", "--forward-timeout", "0"])
-        .arg("--tls-cert")
-        .arg(&missing)
-        .arg("--tls-key")
-        .arg(&missing)
-        .arg("--client-ca")
-        .arg(&missing)
-        .arg("--data-dir")
-        .arg(&file)
-        .env("CLOUD_DRAIN_TIMEOUT", "soon")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let missing = missing.to_str().unwrap();
+    let stderr = refused_serve(
+        &[
+            "--bridge-release",
+            "banana",
+            "--forward-timeout",
+            "0",
+            "--tls-cert",
+            missing,
+            "--tls-key",
+            missing,
+            "--client-ca",
+            missing,
+            "--data-dir",
+            file.to_str().unwrap(),
+        ],
+        ("CLOUD_DRAIN_TIMEOUT", "soon"),
+    );
     assert!(
         stderr.contains("6 problems with `cloud serve`'s options; nothing was started"),
         "{stderr}"
@@ -383,19 +385,29 @@ fn every_bad_serve_option_is_said_at_once() {
     }
 }
 
+/// `cloud serve` on a loopback port of the kernel's choosing without the plain listener, with
+/// `args` and the variable `env` set, which must refuse to start (exit 2); its stderr.
+fn refused_serve(args: &[&str], env: (&str, &str)) -> String {
+    let out = Command::new(cloud_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .args(args)
+        .env(env.0, env.1)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    stderr
+}
+
 /// A switch's variable with a word it does not take lists the words it does.
 #[test]
 fn a_switch_variable_with_another_word_lists_those_taken() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(cloud_bin())
-        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .env("CLOUD_WEBHOOK_ALLOW_PRIVATE", "maybe")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let data_dir = dir.path().to_str().unwrap();
+    let stderr = refused_serve(
+        &["--data-dir", data_dir],
+        ("CLOUD_WEBHOOK_ALLOW_PRIVATE", "maybe"),
+    );
     assert!(
         stderr.contains("expected true or false (or 1/0, yes/no, on/off)"),
         "{stderr}"
