@@ -102,7 +102,7 @@ pub fn start_from(
         dir,
         bin_dir: bin_dir.to_path_buf(),
     };
-    // After `serve`: it creates the database, which admin commands no longer do.
+    // After `serve`: it creates the database; admin commands never do.
     let admin = |args: &[&str]| -> Result<String> {
         let out = Command::new(cloud_bin()?)
             .args(args)

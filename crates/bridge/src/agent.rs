@@ -137,7 +137,7 @@ impl Agent {
                         continue;
                     }
                     self.metrics.connection_errors.inc();
-                    tracing::error!(cause = %e, "cannot connect to the cloud");
+                    tracing::error!(cause = %e, api_url = %self.cfg.api_url, "cannot connect to the cloud: check api_url, that the cloud is up and reachable from here, and proxy_url if this network needs a proxy; retrying");
                     Failure::Transient
                 }
             };

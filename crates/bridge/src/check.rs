@@ -117,7 +117,7 @@ async fn probe_http(
     kind: &dyn forward::Kind,
     missing: Option<&str>,
 ) -> Row {
-    if let Some(Err(e)) = kind.tls_ca_file().map(forward::load_ca) {
+    if let Some(Err(e)) = kind.tls_ca_file().map(crate::ca::load) {
         return Row {
             kind: label,
             name: name.to_string(),

@@ -12,7 +12,10 @@
 //! - [`state`]: the enrolled certificate kept in `state_dir` across restarts.
 //! - [`healthcheck`]: `bridge healthcheck`, a probe of a running bridge's `/health` for
 //!   container images that have no shell or curl.
-//! - [`roots`]: the public CAs trusted without a `tls_ca_file` (system, else embedded).
+//! - [`ca`]: the CA files given for internal servers (`tls_ca_file`, `sslrootcert`); without
+//!   one, the public CAs of [`tunnel::roots`] (system, else embedded).
+//! - [`check`]: `bridge check`, each declared resource reached once with its credentials.
+//! - [`postgres`]: the bridge's PostgreSQL client side (TLS and SCRAM towards a database).
 //! - [`backoff`]: reconnect delays (exponential, full jitter, reset after a minute up, slow
 //!   retry for a rejected token). Pure computation; the connection loop does the sleeping.
 //!
@@ -41,6 +44,7 @@ macro_rules! say {
 pub mod agent;
 pub mod audit;
 pub mod backoff;
+pub mod ca;
 pub mod check;
 pub mod config;
 pub mod dial;

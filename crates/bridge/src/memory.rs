@@ -1,5 +1,5 @@
 //! The bridge's resident memory for `max_memory_mb`, read from `/proc/self/status` at most
-//! every 250 ms: reading it for every stream cost five system calls per request.
+//! every 250 ms rather than for every stream, which would add system calls to every request.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

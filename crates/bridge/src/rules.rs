@@ -1,14 +1,25 @@
 //! Which requests a resource lets through: path hygiene (no way out of the resource's base)
 //! and the entry's `allow` rules.
 
-use crate::config::AllowRule;
+use unicode_normalization::UnicodeNormalization;
+
+/// One `allow` rule: a method (`GET`, or `*` for any) and a path pattern in which `*` matches
+/// any run of characters. The config checks its shape ([`crate::config`]); [`allowed`] matches it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowRule {
+    /// Upper-case method or `*`.
+    pub method: String,
+    /// Path pattern, starting with `/` or `*`.
+    pub path: String,
+}
 
 /// Refuses dot segments (also `..;x`, which Java servers read as `..`, and segments other
 /// servers may read as one: see [`reads_as_dots`]), encoded slashes, dots,
 /// backslashes, semicolons and percent signs (a double encoding decoded twice downstream),
 /// NUL, a `%` without two hex digits (`%u002e`, IIS's own escape) and overlong UTF-8
-/// (`%c0%ae`, a `.` to old servers): no way out of the resource's base, whatever the internal
-/// server's URL rules. Other bytes that are no UTF-8 (`%ff`) pass as sent.
+/// (`%c0%ae`, a `.` to old servers), and what Unicode normalisation (NFKC) makes any of those
+/// (`..／`, full-width dots and a slash): no way out of the resource's base, whatever the
+/// internal server's URL rules. Other bytes that are no UTF-8 (`%ff`) pass as sent.
 pub fn path_is_clean(path: &str) -> bool {
     path_problem(path).is_none()
 }
@@ -33,9 +44,30 @@ pub fn path_problem(path: &str) -> Option<&'static str> {
             "a '%' without two hex digits, or an overlong UTF-8 form of '.', '/', '\\', '%' or ';'",
         );
     }
-    path.split('/')
-        .any(reads_as_dots)
-        .then_some("a '..' or '.' segment, or one a server may read as one (dots with blanks, an NTFS stream name such as ..::$INDEX_ALLOCATION, full-width dots)")
+    // What a server that normalises Unicode (NFKC) reads: full-width and other compatibility
+    // forms become their ASCII letters, so `..／` is `../` and `％２ｅ` an escape there.
+    let text = decoded(path);
+    let normal = if text.is_ascii() {
+        text
+    } else {
+        std::borrow::Cow::Owned(text.nfkc().collect())
+    };
+    if normal.split('/').any(reads_as_dots) {
+        return Some(
+            "a '..' or '.' segment, or one a server may read as one (dots with blanks, an NTFS stream name such as ..::$INDEX_ALLOCATION, or full-width dots and slashes, which Unicode normalisation makes '.' and '/')",
+        );
+    }
+    if normal.contains('\\') || !escapes_absent(&normal) {
+        return Some(
+            "a look-alike of '\\' or of a '%' escape that Unicode normalisation turns into one (a full-width backslash, %EF%BC%BC)",
+        );
+    }
+    None
+}
+
+/// Whether no `%` of `text` starts two hex digits: an escape a server would decode once more.
+fn escapes_absent(text: &str) -> bool {
+    !text.match_indices('%').any(|(at, _)| escape_at(text, at))
 }
 
 /// `text` with its `%XX` escapes decoded, read as UTF-8 (a byte sequence that is none becomes
@@ -44,28 +76,25 @@ pub fn decoded(text: &str) -> std::borrow::Cow<'_, str> {
     percent_encoding::percent_decode_str(text).decode_utf8_lossy()
 }
 
-/// Whether a segment is `.` or `..`, or may be read as one by some internal server: only dots
-/// once its escapes are decoded, the part after a `;` (Java's parameters) or a `:` (NTFS's
-/// `::$INDEX_ALLOCATION`) cut off, blanks trimmed (Windows trims trailing dots and spaces, so
-/// `...` and `.. ` are `..` there) and the dot's look-alikes that Unicode normalisation
-/// (NFKC) turns into dots (U+FF0E, U+FE52, U+2024, and U+2025 and U+2026, two and three of
-/// them) read as dots.
+/// Whether a segment (decoded and normalised) is `.` or `..`, or may be read as one by some
+/// internal server: only dots once the part after a `;` (Java's parameters) or a `:` (NTFS's
+/// `::$INDEX_ALLOCATION`) is cut off and blanks are trimmed (Windows trims trailing dots and
+/// spaces, so `...` and `.. ` are `..` there).
 fn reads_as_dots(segment: &str) -> bool {
-    let text = decoded(segment);
-    let name = text.split([';', ':']).next().unwrap_or_default().trim();
-    !name.is_empty()
-        && name
-            .chars()
-            .all(|c| matches!(c, '.' | '\u{FF0E}' | '\u{FE52}' | '\u{2024}'..='\u{2026}'))
+    let name = segment.split([';', ':']).next().unwrap_or_default().trim();
+    !name.is_empty() && name.chars().all(|c| c == '.')
+}
+
+/// Whether the `%` at byte `at` of `text` starts two hex digits: an escape.
+fn escape_at(text: &str, at: usize) -> bool {
+    text.as_bytes()
+        .get(at + 1..at + 3)
+        .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
 }
 
 /// Whether every `%` of `path` starts two hex digits.
 fn escapes_complete(path: &str) -> bool {
-    path.match_indices('%').all(|(at, _)| {
-        path.as_bytes()
-            .get(at + 1..at + 3)
-            .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
-    })
+    path.match_indices('%').all(|(at, _)| escape_at(path, at))
 }
 
 /// Whether every `%` of `path` (lower case) starts two hex digits, and the bytes they encode
@@ -103,10 +132,13 @@ fn overlong_path_char(bytes: &[u8]) -> bool {
     matches!(value, 0x2e | 0x2f | 0x5c | 0x25 | 0x3b | 0x00)
 }
 
-/// Methods never forwarded, whatever the allow rules: `TRACE` echoes the request, with the
-/// credentials the bridge injected, back to the caller; `CONNECT` would open a raw tunnel.
+/// Methods never forwarded, whatever the allow rules: `TRACE` (and IIS's `TRACK`) echoes the
+/// request, with the credentials the bridge injected, back to the caller; `CONNECT` would
+/// open a raw tunnel.
 pub fn method_is_forbidden(method: &str) -> bool {
-    method.eq_ignore_ascii_case("TRACE") || method.eq_ignore_ascii_case("CONNECT")
+    ["TRACE", "TRACK", "CONNECT"]
+        .iter()
+        .any(|m| method.eq_ignore_ascii_case(m))
 }
 
 /// The first matching rule (`METHOD path-glob`), or everything when no rules are given.
@@ -196,6 +228,14 @@ mod tests {
             "/public/%e2%80%a4/admin",
             "/public/%e2%80%a5/admin",
             "/public/%e2%80%a6/admin",
+            "/pub/%E2%80%A5%EF%BC%8F%E2%80%A5%EF%BC%8Fadmin",
+            "/pub/..%EF%BC%8F..%EF%BC%8Fadmin",
+            "/pub/..%ef%bc%bcadmin",
+            "/pub/%e2%80%a5%ef%bc%9b/admin",
+            "/pub/%EF%BC%85%32%65",
+            "/pub/..\u{FF0F}admin",
+            "/pub/%EF%B8%B0/admin",
+            "/pub/..%CD%BE/admin",
         ] {
             assert!(!path_is_clean(bad), "{bad}");
         }
@@ -204,6 +244,9 @@ mod tests {
             "/v1/blobs/%ff%fe",
             "/v1/caf%c3%a9",
             "/v1/%e2%82%ac",
+            "/v1/%E3%83%AC%EF%BC%9A2024",
+            "/v1/2024%EF%BC%8F01",
+            "/v1/%EF%BC%95%EF%BC%90%EF%BC%85.txt",
             "/v1/%f0%9f%98%80",
             "/files/%C0propos",
             "/%C0%CC",

@@ -28,8 +28,8 @@ pub fn load(path: Option<&Path>) -> Result<Config, ExitCode> {
 }
 
 /// The async runtime. One thread: every stream goes through one tunnel connection, so extra
-/// worker threads mostly wake each other up (measured: ~20% more requests/s and less memory on
-/// one thread; docs/benchmarks.md). One core still forwards >10k requests/s or ~700 MB/s.
+/// worker threads mostly wake each other up (one thread forwards more requests a second, in
+/// less memory: docs/benchmarks.md).
 pub fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -162,7 +162,7 @@ pub(crate) fn preflight(cfg: &Arc<Config>, running: bool) -> Result<Opened, Exit
                 .map(|(i, path)| (format!("registries[{i}]"), path)),
         );
     for (entry, path) in entry_cas {
-        if let Some(Err(e)) = path.as_deref().map(crate::forward::load_ca) {
+        if let Some(Err(e)) = path.as_deref().map(crate::ca::load) {
             problems.push(format!("{entry}.tls_ca_file: {e}"));
         }
     }
@@ -179,7 +179,7 @@ pub(crate) fn preflight(cfg: &Arc<Config>, running: bool) -> Result<Opened, Exit
         .enumerate()
         .filter(|(_, db)| verifying(db))
     {
-        if let Some(Err(e)) = db.sslrootcert.as_deref().map(crate::forward::load_ca) {
+        if let Some(Err(e)) = db.sslrootcert.as_deref().map(crate::ca::load) {
             problems.push(format!("databases[{i}].sslrootcert: {e}"));
         }
     }

@@ -153,6 +153,7 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
     assert_eq!(answer["commits"][1]["files"], json!(["payments/charge.rs"]));
     assert_eq!(answer["previous"]["sha"], first_sha.as_str());
     assert_eq!(answer["truncated"], false);
+    assert_eq!(answer["wholeHistory"], false);
     assert!(
         rig.cloud.data_dir.path().join("git-mirrors").is_dir(),
         "the mirror is kept under the data dir"
@@ -169,6 +170,7 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
     );
     let (_, first_answer) = get(&rig, &key, &format!("/v1/deployments/{first}/commits")).await;
     assert_eq!(first_answer["previous"], Value::Null, "{first_answer}");
+    assert_eq!(first_answer["wholeHistory"], true, "{first_answer}");
     assert_eq!(
         first_answer["commits"].as_array().unwrap().len(),
         3,
@@ -301,6 +303,28 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
     assert_eq!(
         problem["title"], "Does not match the repository",
         "{problem}"
+    );
+    // The next deployment's previous one names that commit, which the repository does not
+    // hold (as after a rewritten history): its list is the whole history, and says so.
+    let after_sha = server.commit("acme/api.git", "after-rewrite.txt", "x\n");
+    let after = rig
+        .cloud
+        .post_event(&rig.tenant, &deployment(&after_sha, Utc::now()))
+        .await;
+    let (status, answer) = get(&rig, &key, &format!("/v1/deployments/{after}/commits")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["previous"]["sha"], "abc123def456", "{answer}");
+    assert_eq!(answer["wholeHistory"], true, "{answer}");
+    assert_eq!(answer["commits"][0]["sha"], after_sha.as_str(), "{answer}");
+    assert!(
+        subjects(&answer).contains(&"first-deploy.txt"),
+        "the whole history: {answer}"
+    );
+    let (_, page) = dashboard::get(&web, page_of(&after), &member).await;
+    assert!(
+        page.contains("names a commit that is no longer in the repository")
+            && !page.contains("since the previous one"),
+        "{page}"
     );
     // A source the connected bridge does not declare is refused when mapped, naming those
     // it does; the mapping in place stays.

@@ -428,6 +428,31 @@ async fn max_connections_bounds_the_instance_across_resources() {
     assert_eq!(stats.total.load(std::sync::atomic::Ordering::SeqCst), 12);
 }
 
+/// An internal system that writes the injected credentials back into its answer's headers
+/// does not hand them to the caller: those headers are removed, and the operator told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_echoing_the_credentials_loses_those_headers() {
+    let rig = Rig::start("").await;
+    let res = rig.get("/v1/debug?echo_auth=1").await;
+    assert_eq!(res.status(), 200);
+    assert!(res.headers().get("x-echo-auth").is_none(), "{res:?}");
+    assert_eq!(res.headers()["x-kept"], "1");
+    // Written as the answer passed; read until it is there (the log is a file).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let log = loop {
+        let log = rig.bridge.log_text();
+        if log.contains("echoed the entry's credentials") || std::time::Instant::now() > deadline {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        log.contains("echoed the entry's credentials") && log.contains("x-echo-auth"),
+        "{log}"
+    );
+    assert!(!log.contains(INTERNAL_PASSWORD));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allow_rules_and_path_normalisation_refuse_and_audit() {
     let rig = Rig::start("    allow:\n      - {method: GET, path: \"/v1/*\"}\n").await;
@@ -466,14 +491,32 @@ async fn allow_rules_and_path_normalisation_refuse_and_audit() {
         .await
         .unwrap();
     assert_eq!(trace.status(), 405);
+    // Nor IIS's TRACK.
+    let track = rig
+        .request(reqwest::Method::from_bytes(b"TRACK").unwrap(), "/v1/ok")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(track.status(), 405);
+    // A full-width slash is a '/' to a server that normalises Unicode: `..／` is `../`.
+    let res = rig.get("/v1/..%EF%BC%8F..%EF%BC%8Fadmin").await;
+    assert_eq!(res.status(), 400);
+    let problem: serde_json::Value = res.json().await.unwrap();
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("full-width dots and slashes"),
+        "{problem}"
+    );
     let denied = rig
         .bridge
-        .audit_records(7)
+        .audit_records(9)
         .await
         .into_iter()
         .filter(|l| l["decision"] == "denied")
         .count();
-    assert_eq!(denied, 6);
+    assert_eq!(denied, 8);
     // Counted by why: the two paths that are not normalised apart from the rules' refusals.
     let refused = |reason: &'static str| {
         let bridge = &rig.bridge;
@@ -483,8 +526,8 @@ async fn allow_rules_and_path_normalisation_refuse_and_audit() {
                 .await
         }
     };
-    assert_eq!(refused("bad_path").await, 2.0);
-    assert_eq!(refused("not_allowed").await, 4.0);
+    assert_eq!(refused("bad_path").await, 3.0);
+    assert_eq!(refused("not_allowed").await, 5.0);
     assert_eq!(
         rig.upstream
             .stats

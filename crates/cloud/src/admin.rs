@@ -9,7 +9,6 @@ use serde_json::json;
 mod webhook;
 pub use webhook::{WebhookUrl, remove_webhook, set_webhook};
 
-use crate::cli::Output;
 use crate::secrets::{self, Kind};
 use crate::storage::{Actor, Credential, StorageError, Store};
 
@@ -36,13 +35,24 @@ pub fn check_name(what: &str, name: &str) -> Result<(), AdminError> {
     }
 }
 
+/// How `list` commands print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
+pub enum Output {
+    /// A table for people.
+    #[default]
+    Text,
+    /// A JSON array for scripts.
+    Json,
+}
+
 /// Checks a key's label: one line of text, at most 200 characters, that `list` and the
 /// dashboard can show in a column without a control character or a text-direction mark
 /// rearranging what is shown around it.
 pub fn check_label(name: &str) -> Result<(), AdminError> {
     if name.chars().any(|c| {
         c.is_control()
-            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+            || matches!(c, '\u{2028}' | '\u{2029}')
+            || crate::signals::links::invisible(c)
     }) {
         Err(AdminError::Usage("the name holds a control character (a line break, a tab, a text-direction mark): give one line of text".into()))
     } else if name.chars().count() > 200 {
@@ -379,12 +389,12 @@ pub fn link_base(public_url: Option<&str>, listen: &str) -> Result<String, Admin
         },
     };
     // Checked here, not by clap, which would repeat a password in the value it refuses.
-    crate::cli::public_url(&base).map_err(|e| AdminError::Usage(format!("--public-url: {e}")))
+    crate::public_url::parse(&base).map_err(|e| AdminError::Usage(format!("--public-url: {e}")))
 }
 
 /// A new set-password link for `user_id`.
 async fn password_link(store: &Store, user_id: i64, base: &str) -> Result<String, AdminError> {
-    let (secret, hash) = crate::dashboard::password::new_secret();
+    let (secret, hash) = crate::secrets::new_secret();
     let expires =
         crate::storage::now_micros() + i64::try_from(LINK_VALIDITY.as_micros()).unwrap_or(i64::MAX);
     store.create_password_link(user_id, &hash, expires).await?;

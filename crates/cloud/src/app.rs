@@ -1,7 +1,10 @@
 //! The application: each feature (the Signals API, the bridge relay, the dashboard) owns its router and its
 //! state; this module builds their states from the shared parts (store, metrics, key cache),
 //! merges their routers, and adds what every route shares: the 404/405 answers, the refusal
-//! of other sites' pages, and the per-route latency metric. Features never import each other.
+//! of other sites' pages, and the per-route latency metric. No two features import each
+//! other: the dashboard sees the relay and correlation only through [`crate::live`] and
+//! [`crate::insight`], and uses `admin`'s key commands and `notify`'s webhook checks one way;
+//! `pgwire` uses the relay's tunnels one way.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +22,7 @@ use crate::metrics::Metrics;
 use crate::problem::Problem;
 use crate::relay::{self, RelayState};
 use crate::storage::Store;
-use crate::tls::LocalCa;
+use crate::tls::{LocalCa, OwnCa};
 
 /// The service's limits, from the command line.
 #[derive(Debug, Clone, Copy)]
@@ -50,16 +53,6 @@ pub struct Publishing {
     /// `--webhook-allow-private`: the dashboard refuses a webhook at a non-public address at
     /// once, rather than letting every delivery fail.
     pub webhook_allow_private: bool,
-}
-
-/// The cloud's own CA as clients meet it: the file to trust, and the names its certificate is
-/// issued for (a page reached by another name is served by a front with its own certificate).
-#[derive(Debug, Clone)]
-pub struct OwnCa {
-    /// `DIR/ca.pem`, absolute.
-    pub file: String,
-    /// localhost, 127.0.0.1, ::1 and `--tls-names`.
-    pub names: Vec<String>,
 }
 
 /// Which listener a router serves.

@@ -45,9 +45,6 @@ const MAX_CACHED: usize = 100_000;
 /// A key row as cached: `None` when the id has no key; and when it was read.
 type Cached = (Option<Arc<ApiKeyRow>>, Instant);
 
-/// Compared against when no row exists, so that an unknown id costs what a wrong secret does.
-const NO_HASH: [u8; 32] = [0; 32];
-
 /// Caches key rows so a busy client does not cost a database read per request. Ids found to
 /// have no row are cached too: an unknown id then costs what a known id with a wrong secret
 /// does (a cache hit and one hash comparison), so timing does not tell which ids exist.
@@ -102,12 +99,7 @@ const REVOCATION_POLL: Duration = Duration::from_secs(1);
 /// Pulls the presented API key out of the headers (borrowed from them for Bearer).
 fn presented_key(headers: &HeaderMap) -> Result<Cow<'_, str>, Problem> {
     // Two could be read differently by a proxy in front and by this service.
-    if headers
-        .get_all(header::AUTHORIZATION)
-        .iter()
-        .nth(1)
-        .is_some()
-    {
+    if tunnel::hop::repeated(headers, header::AUTHORIZATION) {
         return Err(Problem::bad_request(
             "more than one Authorization header; send one",
         ));
@@ -181,7 +173,7 @@ impl KeyCache {
         };
         let (id, secret) = secrets::parse(Kind::ApiKey, presented).ok_or_else(invalid)?;
         let Some(row) = self.api_key_row(store, id, true).await? else {
-            let _ = secrets::verify(secret, &NO_HASH);
+            let _ = secrets::verify(secret, &secrets::NO_HASH);
             return Err(invalid());
         };
         if !secrets::verify(secret, &row.secret_hash) {
@@ -330,8 +322,6 @@ impl KeyCache {
     }
 }
 
-/// Records, without waiting for it, that a credential was used (once per cache load: at most
-/// about every 30 s per key and server).
 /// Makes room for one more entry in a cache of `max`: when full, drops expired entries and
 /// those `keep` rejects, and everything only if that frees nothing.
 fn make_room<V>(cache: &mut HashMap<String, (V, Instant)>, max: usize, keep: impl Fn(&V) -> bool) {
@@ -344,6 +334,8 @@ fn make_room<V>(cache: &mut HashMap<String, (V, Instant)>, max: usize, keep: imp
     }
 }
 
+/// Records, without waiting for it, that a credential was used (once per cache load: at most
+/// about every 30 s per key and server).
 fn touch(store: &Store, kind: Credential, id: &str) {
     let (store, id) = (store.clone(), id.to_string());
     tokio::spawn(async move {

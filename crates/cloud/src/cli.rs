@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::admin::Output;
 use crate::logging::LogFormat;
 
 mod hints;
@@ -185,39 +186,6 @@ fn parse_typed_first() -> Result<Cli, clap::Error> {
     Cli::from_arg_matches(&matches)
 }
 
-/// The dashboard's address as links start with it (no trailing `/`), or what was expected.
-pub(crate) fn public_url(raw: &str) -> Result<String, String> {
-    let expected = "expected such as https://signals.example.com (http or https, a host, an optional path; no query, fragment or user)";
-    match url::Url::parse(raw.trim()) {
-        Ok(u) if usable_base(&u) => Ok(raw.trim().trim_end_matches('/').to_string()),
-        // A URL with a user may hold a password: it is not repeated.
-        Ok(u) if !u.username().is_empty() || u.password().is_some() => Err(format!(
-            "the URL given is not the dashboard's address (it is not repeated here: it holds a user name or password): {expected}"
-        )),
-        Ok(_) => Err(format!(
-            "{raw:?} is not the dashboard's address: {expected}"
-        )),
-        // One that does not parse may hold a password all the same (`u:p#w@host`).
-        // The parser's reason would mislead (a `#` in a password makes the rest a fragment,
-        // so the password reads as a port).
-        Err(_) if raw.contains('@') => Err(format!(
-            "the URL given does not parse (it is not repeated here: it may hold a password, in which `#`, `/`, `?` and `@` must be percent-encoded): {expected}"
-        )),
-        Err(e) => Err(format!("{raw:?} is not a URL ({e}): {expected}")),
-    }
-}
-
-/// Whether `u` can start the links and commands the dashboard builds: paths are appended to
-/// it, so a query, a fragment or credentials in it would swallow or leak them.
-pub fn usable_base(u: &url::Url) -> bool {
-    matches!(u.scheme(), "https" | "http")
-        && u.host().is_some()
-        && u.query().is_none()
-        && u.fragment().is_none()
-        && u.username().is_empty()
-        && u.password().is_none()
-}
-
 /// A key's label: one line of text that `list` can show in its column.
 fn label(raw: &str) -> Result<String, String> {
     let name = raw.trim();
@@ -265,16 +233,6 @@ fn first_retry(raw: &str) -> Result<f64, String> {
             "{raw:?} is not a number of seconds between 0.1 and 3600"
         )),
     }
-}
-
-/// How `list` commands print.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum Output {
-    /// A table for people.
-    #[default]
-    Text,
-    /// A JSON array for scripts.
-    Json,
 }
 
 /// `cloud org …`.

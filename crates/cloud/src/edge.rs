@@ -4,8 +4,8 @@
 //! (`http_request_duration_seconds`).
 //!
 //! A plain tower service rather than two `axum::middleware::from_fn` layers: each of those
-//! boxes a future and a service per request, which cost the forwarding routes about a tenth of
-//! their rate (docs/benchmarks.md, session 27).
+//! boxes a future and a service per request, a cost the forwarding routes feel
+//! (docs/benchmarks.md has the measurement).
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -132,6 +132,11 @@ fn head_problem(request: &Request, check_query: bool) -> Option<Problem> {
             "query parameter {name:?} is not UTF-8 text once percent-decoded (a byte such as %FF alone); send its text as UTF-8, percent-encoded"
         )));
     }
+    if tunnel::hop::repeated(request.headers(), CONTENT_TYPE) {
+        return Some(Problem::unsupported_media(
+            "send one Content-Type header (this request has two or more, which a proxy in front could read differently)",
+        ));
+    }
     // HTTP/1.1 reads `chunked` alone; any other transfer coding (`gzip, chunked`) would reach
     // the handler still encoded.
     if let Some(coding) = tunnel::hop::coded_transfer(request.headers()) {

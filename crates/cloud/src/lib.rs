@@ -5,7 +5,7 @@
 //! tunnels and forwards API consumers' requests through them. Each feature owns its router
 //! and state; `app` merges them, and the two share only `auth` (who is calling), `problem`
 //! (RFC 9457 errors), `query` (query-string mistakes in one wording) and `storage`, never each
-//! other's modules.
+//! other's modules (`openapi` names the handlers of all, and they its answer types).
 //!
 //! `dashboard` serves the pages for people (sign-in, sessions) under `/`; `notify` sends
 //! Bridge release notifications and strong suspects to org webhooks. Both see the relay's
@@ -38,6 +38,7 @@ pub mod notify;
 pub mod openapi;
 pub mod pgwire;
 pub mod problem;
+pub mod public_url;
 pub mod query;
 pub mod refused_body;
 pub mod relay;

@@ -1,6 +1,6 @@
 //! What the relay knows about connected bridges, as the features that are not the relay need
 //! it (the dashboard's Bridge page, the release notifier), and how bridge releases compare.
-//! The application implements [`LiveBridges`] over the relay, so no feature imports another.
+//! The application implements [`LiveBridges`] over the relay, so neither imports the relay.
 
 use chrono::{DateTime, Utc};
 

@@ -13,8 +13,8 @@ use cloud::metrics::Metrics;
 use cloud::server::{self, ServeOptions};
 use cloud::storage::{Backend, Credential, OpenMode, Store};
 
-/// mimalloc: the request path allocates many small, short-lived objects; glibc malloc cost
-/// ~20% of the server's CPU under load (see docs/benchmarks.md).
+/// mimalloc: the request path allocates many small, short-lived objects, which glibc's malloc
+/// serves at a high cost in CPU under load (docs/benchmarks.md has the measurement).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -83,13 +83,12 @@ fn said_once(err: &anyhow::Error) -> String {
 
 /// Async worker threads: one per core but one (at least one), so that the busy threads that are
 /// not workers (the SQLite writer, the kernel's network work for the tunnels' bytes) have a
-/// core rather than competing with a worker on each. On 2 cores, one worker gave 12% more
-/// single events/s at 256 clients, 10-20% more batched events/s and 16-27% more tunnelled
-/// requests/s than two (the relay's HTTP/2 connection task and its streams share a thread:
-/// no lock contention inside h2), for 25% fewer `/livez`/s (docs/benchmarks.md).
-/// `TOKIO_WORKER_THREADS=N` (tokio's own variable) sets it. One worker runs as tokio's
-/// current-thread runtime, as the bridge does: the same one thread, without the work-stealing
-/// scheduler's hand-offs (3–8% more tunnelled requests/s, and as many events/s).
+/// core rather than competing with a worker on each; and the relay's HTTP/2 connection task
+/// and its streams then share a thread, with no lock contention inside h2 (on 2 cores, more
+/// events and tunnelled requests per second than two workers, for fewer `/livez` a second:
+/// docs/benchmarks.md). `TOKIO_WORKER_THREADS=N` (tokio's own variable) sets it. One worker
+/// runs as tokio's current-thread runtime, as the bridge does: the same one thread, without
+/// the work-stealing scheduler's hand-offs.
 fn worker_threads() -> usize {
     std::env::var("TOKIO_WORKER_THREADS")
         .ok()
@@ -378,7 +377,7 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
     // Clients trust the cloud's own CA through this file, unless it serves the operator's.
     let own_ca = (args.tls_cert.is_none()).then(|| {
         let file = args.storage.data_dir.join("ca.pem");
-        cloud::app::OwnCa {
+        cloud::tls::OwnCa {
             file: std::path::absolute(&file)
                 .unwrap_or(file)
                 .display()

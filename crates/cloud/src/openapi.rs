@@ -1,7 +1,9 @@
 //! The public HTTP API as an OpenAPI 3.1 document, generated from the handlers' own
 //! `#[utoipa::path]` annotations and the types they answer with, and served at
 //! `GET /v1/openapi.json`. A test checks every operation it lists against the routes the
-//! server really has.
+//! server really has. The one pair of modules that name each other: this document lists the
+//! handlers, and their annotations name the answer types written here (documentation only;
+//! the handlers build their answers as JSON).
 
 use axum::Router;
 use axum::routing::get;
@@ -279,8 +281,8 @@ pub struct RepositorySources {
 pub struct DeploymentCommits {
     /// The deployment, as `GET /v1/events/{id}` shows it.
     pub deployment: serde_json::Map<String, serde_json::Value>,
-    /// The previous deployment the commits start from (null: none, and the history up to
-    /// 250 commits is listed).
+    /// The newest earlier successful deployment of its service and environment that names a
+    /// commit of the repository (null: none).
     pub previous: Option<serde_json::Map<String, serde_json::Value>>,
     /// Where the commits were read.
     pub repository_source: RepositorySourceBody,
@@ -288,6 +290,10 @@ pub struct DeploymentCommits {
     pub commits: Vec<serde_json::Map<String, serde_json::Value>>,
     /// True when there were more than 250.
     pub truncated: bool,
+    /// True when the list is the history up to the deployment's commit, not the commits since
+    /// the previous one's: there is no previous deployment, or its commit is no longer in the
+    /// repository (a rewritten history). Such a list dates no change lead time.
+    pub whole_history: bool,
 }
 
 /// `GET /v1/openapi.json`: this document.

@@ -5,6 +5,7 @@
 //! stored. The secret has 256 random bits, so a fast hash is enough (no password stretching);
 //! the comparison is constant-time all the same.
 
+use base64::Engine;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -98,9 +99,23 @@ pub fn mint(kind: Kind) -> Minted {
     }
 }
 
-/// SHA-256 of a secret.
+/// SHA-256 of a secret: the stored form of an API key's, a bridge token's, a sign-in link's
+/// or a session's secret.
 pub fn hash(secret: &str) -> Vec<u8> {
     Sha256::digest(secret.as_bytes()).to_vec()
+}
+
+/// The length of a secret [`new_secret`] makes: 32 bytes in unpadded base64url.
+pub const SECRET_CHARS: usize = 43;
+
+/// A new random secret (256 bits, URL-safe base64) and its [`hash`], which is what is stored:
+/// a sign-in or password link's token, a session id, a CSRF token.
+pub fn new_secret() -> (String, Vec<u8>) {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let hash = hash(&secret);
+    (secret, hash)
 }
 
 /// Splits a presented credential into (id, secret) when it is of the expected kind and shape.
@@ -111,6 +126,10 @@ pub fn parse(kind: Kind, token: &str) -> Option<(&str, &str)> {
     (hex(id, 16) && hex(secret, 64)).then_some((id, secret))
 }
 
+/// The hash a presented secret is checked against when its id matches no stored row, so that
+/// an unknown id costs the same work as a wrong secret and the answer's time tells nothing.
+pub const NO_HASH: [u8; 32] = [0; 32];
+
 /// Constant-time check of a presented secret against a stored hash.
 pub fn verify(secret: &str, stored_hash: &[u8]) -> bool {
     hash(secret).ct_eq(stored_hash).into()
@@ -119,6 +138,15 @@ pub fn verify(secret: &str, stored_hash: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_are_random_and_stored_hashed() {
+        let (a, ha) = new_secret();
+        let (b, _) = new_secret();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), SECRET_CHARS);
+        assert_eq!(ha, hash(&a));
+    }
 
     #[test]
     fn minted_tokens_verify_and_others_do_not() {

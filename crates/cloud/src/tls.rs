@@ -409,6 +409,16 @@ pub fn postgres_config(main: &ServerConfig) -> Result<Arc<ServerConfig>, TlsErro
     Ok(Arc::new(config))
 }
 
+/// The cloud's own CA as clients meet it: the file to trust, and the names its certificate is
+/// issued for (a page reached by another name is served by a front with its own certificate).
+#[derive(Debug, Clone)]
+pub struct OwnCa {
+    /// `DIR/ca.pem`, absolute.
+    pub file: String,
+    /// localhost, 127.0.0.1, ::1 and `--tls-names`.
+    pub names: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -231,19 +231,33 @@ async fn a_credential_of_another_kind_is_named_not_echoed() {
     let said = detail(res).await;
     assert!(said.contains("says Bearer but carries no key"), "{said}");
 
-    // The API key as a bridge token.
-    let res = cloud
-        .client()
-        .post(format!("{}/v1/bridge/enroll", cloud.https))
-        .bearer_auth(&t.api_key)
-        .body("not read")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    // The API key as a bridge token, with the scheme's word in any case (as for API keys);
+    // two Authorization headers are refused, as a proxy in front could read the other one.
+    let enroll = |authorizations: &[String]| {
+        let mut request = cloud
+            .client()
+            .post(format!("{}/v1/bridge/enroll", cloud.https))
+            .body("not read");
+        for value in authorizations {
+            request = request.header("authorization", value);
+        }
+        request.send()
+    };
+    for scheme in ["Bearer", "bearer"] {
+        let res = enroll(&[format!("{scheme} {}", t.api_key)]).await.unwrap();
+        assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+        let said = detail(res).await;
+        assert!(
+            said.starts_with("that is an API key, not a bridge token"),
+            "{said}"
+        );
+    }
+    let two = [format!("Bearer {}", t.api_key), "Bearer sigbrt_x".into()];
+    let res = enroll(&two).await.unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     let said = detail(res).await;
     assert!(
-        said.starts_with("that is an API key, not a bridge token"),
+        said.starts_with("more than one Authorization header"),
         "{said}"
     );
 

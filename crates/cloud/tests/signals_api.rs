@@ -243,6 +243,21 @@ async fn every_error_status_has_a_problem_body(backend: Backend) {
             .contains("Content-Type \"text/plain\""),
         "the type sent is named: {b}"
     );
+    // Two Content-Type headers, JSON first: refused, whichever one a proxy would read.
+    let (s, h, b) = send(
+        client
+            .post(&url)
+            .bearer_auth(&t.api_key)
+            .header("content-type", "application/json")
+            .header("content-type", "text/plain")
+            .body(seed_event().to_string()),
+    )
+    .await;
+    assert_problem(s, &h, &b, 415);
+    assert!(
+        b["detail"].as_str().unwrap().contains("has two or more"),
+        "{b}"
+    );
 
     let (s, h, b) = send(
         client
@@ -423,7 +438,7 @@ async fn bad_event_rejects_the_whole_batch(backend: Backend) {
         "status": "firing", "links": ["https://runbooks.example.com/db", 1, "not a url",
         {"href": "javascript:alert(1)"}, {"text": "no href"}, {"href": "http://x.example", "text": 5},
         {"href": "http://x.example", "text": " "}, "https:x.example", "https://ada:pw@x.example/",
-        "https://x.example/a b", "https://x.example\u{1}"]});
+        "https://x.example/a b", "https://x.example\u{1}", "https://x.example/a\u{202E}fdp.exe"]});
     let (s, h, b) = post(&cloud, &t, &json!([spoof, alert])).await;
     assert_problem(s, &h, &b, 422);
     let pointers: Vec<&str> = (b["errors"].as_array().unwrap().iter())
@@ -443,7 +458,8 @@ async fn bad_event_rejects_the_whole_batch(backend: Backend) {
             "/1/links/7",
             "/1/links/8",
             "/1/links/9",
-            "/1/links/10"
+            "/1/links/10",
+            "/1/links/11"
         ],
         "{b}"
     );
@@ -487,6 +503,9 @@ async fn offsets_are_normalised_to_utc(backend: Backend) {
     assert_eq!(event["type"], "deployment");
     assert_eq!(event["timestamp"], "2024-01-15T10:30:00.500Z");
     let (_, listed) = get(&cloud, &t.api_key, "/v1/events?type=DEPLOYMENT").await;
+    assert_eq!(listed["events"].as_array().unwrap().len(), 2, "{listed}");
+    // Blanks around it, as a POST reads them too.
+    let (_, listed) = get(&cloud, &t.api_key, "/v1/events?type=%20deployment%20").await;
     assert_eq!(listed["events"].as_array().unwrap().len(), 2, "{listed}");
     e["timestamp"] = json!("2024-01-15T12:30:00");
     let (s, _, b) = post(&cloud, &t, &e).await;
@@ -604,6 +623,26 @@ async fn resolve_inherits_from_the_alert_it_closes(backend: Backend) {
     .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(b["errors"][0]["pointer"], "/dedupKey");
+    // In a batch, every such resolve is named by its index; nothing is stored.
+    let (s, _, b) = post(
+        &cloud,
+        &t,
+        &json!([
+            {"type": "custom", "name": "a"},
+            {"type": "alert", "status": "resolved", "dedupKey": "never-seen"},
+            {"type": "alert", "status": "resolved", "dedupKey": "disk-1"},
+            {"type": "alert", "status": "resolved", "dedupKey": "never-seen-2"}
+        ]),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    let pointers: Vec<&str> = b["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["pointer"].as_str().unwrap())
+        .collect();
+    assert_eq!(pointers, ["/1/dedupKey", "/3/dedupKey"], "{b}");
 }
 
 async fn unknown_fields_and_escapes_are_kept(backend: Backend) {

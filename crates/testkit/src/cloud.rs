@@ -14,15 +14,20 @@ use crate::{Backend, PgSchema, Tenant, drain};
 
 /// A running `cloud serve`.
 pub struct Cloud {
+    /// The storage it runs on.
     pub backend: Backend,
+    /// Its `--data-dir` (the SQLite file, the CA, Git mirrors), removed when dropped.
     pub data_dir: tempfile::TempDir,
+    /// Its PostgreSQL schema, on PostgreSQL.
     pub pg: Option<PgSchema>,
+    /// Arguments added to `serve`, kept across restarts.
     pub extra_args: Vec<String>,
     child: Option<Child>,
     /// `http://127.0.0.1:PORT`
     pub http: String,
     /// `https://localhost:PORT`
     pub https: String,
+    /// Every line it wrote to stdout and stderr, across restarts.
     pub logs: Arc<Mutex<Vec<String>>>,
     /// The threads copying the current launch's stdout and stderr into `logs`.
     readers: Vec<std::thread::JoinHandle<()>>,

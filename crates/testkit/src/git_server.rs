@@ -18,13 +18,24 @@ use git_cli::{COMMITTER, fast_import, run};
 
 const INSTALL: &str = "apt-get install nginx-light fcgiwrap git";
 
+/// What the server's nginx demands before `git http-backend` runs, as a forge would.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GitAuth {
+    /// Anonymous: everything is served.
     None,
-    Basic { user: String, password: String },
+    /// HTTP Basic with this user and password.
+    Basic {
+        /// The user name.
+        user: String,
+        /// The password.
+        password: String,
+    },
+    /// `Authorization: Bearer` with this token.
     Bearer(String),
 }
 
+/// A real Git server: nginx and fcgiwrap in front of `git http-backend`, on an ephemeral
+/// port, with its repositories in a temporary directory; stopped when dropped.
 pub struct GitServer {
     prefix: tempfile::TempDir,
     repos: PathBuf,
@@ -177,6 +188,7 @@ impl Drop for GitServer {
 }
 
 impl GitServer {
+    /// Starts the server with `auth` and waits until it answers.
     pub fn start(auth: GitAuth) -> GitServer {
         let (nginx, fcgiwrap, backend) = (find_bin("nginx"), find_bin("fcgiwrap"), http_backend());
         let prefix = tempfile::Builder::new().prefix("git-server-").tempdir();
@@ -263,18 +275,22 @@ impl GitServer {
         );
     }
 
+    /// `http://127.0.0.1:PORT`: the server root a bridge's Git source names.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// The server's port.
     pub fn port(&self) -> u16 {
         self.port
     }
 
+    /// Where the bare repositories live (the server's root).
     pub fn repos_dir(&self) -> &Path {
         &self.repos
     }
 
+    /// nginx's error log so far, for a failing test's message.
     pub fn error_log(&self) -> String {
         read(self.prefix.path().join("error.log"))
     }

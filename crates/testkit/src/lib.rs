@@ -1,7 +1,6 @@
 //! Test harness shared by the integration tests of `cloud` and `bridge`: starts the real
 //! `cloud` binary on ephemeral ports, on SQLite or on a fresh PostgreSQL schema, and runs its
 //! admin commands against the same storage. Only ever a dev-dependency.
-#![allow(missing_docs)]
 
 pub mod bridge;
 pub mod browser;
@@ -29,7 +28,9 @@ use serde_json::Value;
 /// Which storage a test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
+    /// A SQLite file in the cloud's data directory.
     Sqlite,
+    /// A fresh schema of the machine's PostgreSQL ([`PgSchema`]).
     Postgres,
 }
 
@@ -94,13 +95,17 @@ pub fn drain(readers: &mut Vec<std::thread::JoinHandle<()>>) {
     readers.clear();
 }
 
+/// Installs ring as rustls' process-wide crypto provider (once; later calls do nothing), as
+/// the binaries do, for tests that make TLS clients of their own.
 pub fn install_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 /// An org's credentials.
 #[derive(Debug, Clone)]
 pub struct Tenant {
+    /// Its signal key (`sigkey_…`), the address events are posted to.
     pub signal_key: String,
+    /// Its API key (`sigapi_…`), for the API's reads and the forwarding routes.
     pub api_key: String,
 }
 

@@ -11,7 +11,9 @@ pub fn pg_base_url() -> String {
 
 /// A PostgreSQL schema of its own, dropped at the end.
 pub struct PgSchema {
+    /// The schema's name (`t_…`).
     pub name: String,
+    /// A URL whose connections use the schema (`options=-c search_path=…`).
     pub url: String,
 }
 
@@ -46,6 +48,7 @@ fn pg_exec(sql: String) {
 }
 
 impl PgSchema {
+    /// Creates a new schema in the test database.
     pub fn create() -> Self {
         let name = format!("t_{}", uuid::Uuid::new_v4().simple());
         pg_exec(format!("CREATE SCHEMA {name}"));

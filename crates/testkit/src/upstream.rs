@@ -199,6 +199,14 @@ async fn route(req: Request<Incoming>) -> Response<Body> {
         "headers": headers,
     });
     let mut response = Response::new(full(echo.to_string()));
+    if query(&req, "echo_auth").is_some()
+        && let Some(auth) = req.headers().get("authorization")
+    {
+        // A debugging endpoint that writes the request's credentials back in its headers.
+        let h = response.headers_mut();
+        h.insert("x-echo-auth", auth.clone());
+        h.insert("x-kept", hyper::header::HeaderValue::from_static("1"));
+    }
     if query(&req, "origin_headers").is_some() {
         // An HTML page with headers that a browser applies to the whole origin (here the
         // cloud's): a cookie, a proxy's challenge, HSTS, another server for the origin, a

@@ -4,12 +4,11 @@
 //! Why it is needed: the `h2` crate writes an encoded frame as soon as a DATA frame of 256
 //! bytes or more is queued (it keeps such a payload aside rather than copying it, then must
 //! flush it before buffering the next frame), and the TLS layer under it sends every write at
-//! once. A bridge answering 32 small requests at a time therefore made one TLS record and one
-//! `writev` per answer. [`Coalesced`] takes those writes into one buffer and sends it when the
-//! connection task flushes, after it has written every frame its streams had queued. Putting a
-//! flush off once more (the task woken again, to gather what other streams queue meanwhile)
-//! made fewer writes but fewer requests/s: the answers waited (docs/benchmarks.md, sessions 14
-//! and 15). Large writes (bulk transfers) pass straight through.
+//! once: without this layer, a bridge answering many small requests at a time makes one TLS
+//! record and one `writev` per answer. [`Coalesced`] takes those writes into one buffer and
+//! sends it when the connection task flushes, after it has written every frame its streams had
+//! queued. It never puts a flush off to gather more (the answers would wait for it; measured in
+//! docs/benchmarks.md). Large writes (bulk transfers) pass straight through.
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;

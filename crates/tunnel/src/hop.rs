@@ -49,6 +49,12 @@ pub fn strip(headers: &mut HeaderMap, names: &[&str]) {
     }
 }
 
+/// Whether `name` is sent more than once: a header meant to be single (`Authorization`,
+/// `Content-Type`) that a proxy in front and this service could each read differently.
+pub fn repeated(headers: &HeaderMap, name: impl http::header::AsHeaderName) -> bool {
+    headers.get_all(name).iter().nth(1).is_some()
+}
+
 /// The message's transfer codings when one is neither `chunked` nor `identity` (`gzip,
 /// chunked`), as sent: HTTP/1.1
 /// libraries remove only the chunking, and `Transfer-Encoding` belongs to one hop, so a body

@@ -12,17 +12,8 @@ pub const DEFAULT_POSTGRES_PORT: u16 = 5432;
 /// The longest name a bridge or a resource may have.
 pub const MAX_NAME_LEN: usize = 63;
 
+pub use crate::rules::AllowRule;
 pub use tunnel::ResourceKind;
-
-/// One `allow` rule: a method (`GET`, or `*` for any) and a path pattern in which `*` matches
-/// any run of characters. Matching is the forwarder's job; validation only checks the shape.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllowRule {
-    /// Upper-case method or `*`.
-    pub method: String,
-    /// Path pattern, starting with `/` or `*`.
-    pub path: String,
-}
 
 /// A user name and password (database login, API basic auth, registry login).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -40,7 +40,7 @@ impl Forwarder {
                 status: StatusCode::METHOD_NOT_ALLOWED,
                 reason: "not_allowed",
                 rule: "forbidden-method".into(),
-                why: "TRACE and CONNECT are never forwarded (TRACE would echo the injected credentials)".into(),
+                why: "TRACE, TRACK and CONNECT are never forwarded (TRACE and TRACK would echo the injected credentials)".into(),
             });
         }
         let rule = resource.kind.admit(req.method(), path, req.uri().query())?;

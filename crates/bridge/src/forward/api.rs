@@ -67,6 +67,10 @@ impl Kind for Api {
         })
     }
 
+    fn injected(&self) -> Option<String> {
+        self.auth.as_ref().map(|auth| auth.header().1)
+    }
+
     fn response_filter(&self, _status: StatusCode, headers: &mut HeaderMap) -> Option<Refusal> {
         let location = headers.get(header::LOCATION)?.to_str().ok()?;
         let tunnel_path = format!("/apis/{}{}", self.name, path_under(&self.url, location)?);

@@ -2,9 +2,9 @@
 //!
 //! Why it is needed: an internal server's body reaches the bridge in the pieces it was written
 //! in, and those can be small: nginx hands `git http-backend`'s pack on in 4 KiB chunks. Each
-//! piece became one HTTP/2 DATA frame, one TLS record and one `writev` on the tunnel, and one
-//! frame to decode and pass on in the cloud: 51,000 of each for a 200 MB clone, although the
-//! bridge had read far more than 4 KiB at once. hyper's HTTP/1 client hands a body on one piece
+//! piece would be one HTTP/2 DATA frame, one TLS record and one `writev` on the tunnel, and
+//! one frame to decode and pass on in the cloud, although the bridge reads far more than
+//! 4 KiB at once. hyper's HTTP/1 client hands a body on one piece
 //! at a time (its connection task decodes the next once this one is taken), so [`Batched`],
 //! having taken a large piece, lets that task run (one turn of the scheduler, no timer) and
 //! joins what it decoded meanwhile, turn after turn, up to [`BATCH`] bytes; the first turn

@@ -219,6 +219,10 @@ impl Kind for GitSource {
         super::kind::text(status, why)
     }
 
+    fn injected(&self) -> Option<String> {
+        self.auth.as_ref().map(|auth| auth.authorization())
+    }
+
     fn upstream_request_filter(&self, headers: &mut HeaderMap) {
         if let Some(auth) = &self.auth
             && let Ok(v) = HeaderValue::from_str(&auth.authorization())

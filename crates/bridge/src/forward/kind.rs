@@ -95,6 +95,13 @@ pub trait Kind: Send + Sync {
     /// Adds the entry's credentials (and any header the kind needs) to the upstream request.
     fn upstream_request_filter(&self, headers: &mut HeaderMap);
 
+    /// The header value of the credentials [`Kind::upstream_request_filter`] adds to every
+    /// request, when they are the same for all: an answer's headers that echo them are
+    /// removed ([`super::echo`]). None by default.
+    fn injected(&self) -> Option<String> {
+        None
+    }
+
     /// An `Authorization` the kind must first obtain for `method` on `path` with `query` (a
     /// registry's token), set after [`Kind::upstream_request_filter`]; none by default.
     fn authorize<'a>(

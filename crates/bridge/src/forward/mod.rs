@@ -7,7 +7,8 @@
 //! 3. **upstream request**: the entry's base URL plus the path, hop-by-hop and spoofing
 //!    headers removed, the kind's credentials injected ([`Kind::upstream_request_filter`]);
 //! 4. **response**: the kind may replace the answer ([`Kind::response_filter`]); otherwise it
-//!    streams back with one hop's headers removed;
+//!    streams back with one hop's headers removed, and any that echo the injected
+//!    credentials ([`echo`]);
 //! 5. **settle**: one audit record and the metrics, however the stream ends ([`Finish`]).
 //!
 //! The phases every kind shares live here (route, upstream request, response), in [`admit`]
@@ -21,6 +22,7 @@ mod batch;
 mod causes;
 mod counted;
 mod database;
+mod echo;
 mod git;
 mod kind;
 mod registry;
@@ -50,8 +52,8 @@ pub use database::audited;
 pub use kind::{Kind, Refusal};
 pub use registry::check_registry;
 use settle::Finish;
+pub use upstream::https_connector;
 use upstream::{HOP, build_upstream, coded_transfer, strip_headers, unforwardable};
-pub use upstream::{https_connector, load_ca};
 
 use crate::audit::{AuditLog, Decision};
 use crate::config::{Config, ResourceKind};
@@ -79,6 +81,8 @@ struct Resource {
     /// The client that reaches it: shared by every entry on the system roots, its own for an
     /// entry with a `tls_ca_file`.
     client: UpstreamClient,
+    /// The forms of its injected credentials that its answers' headers must not carry back.
+    echoes: echo::Echoes,
 }
 
 type UpstreamClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Counted<Arc<AtomicU64>>>;
@@ -151,12 +155,14 @@ impl Forwarder {
                 Some(path) => upstream_client(Some(path)),
                 None => shared.clone(),
             };
+            let echoes = echo::Echoes::of(kind.injected().as_deref());
             resources.insert(
                 (kind_of, name),
                 Resource {
                     kind,
                     slots,
                     client,
+                    echoes,
                 },
             );
         }
@@ -330,6 +336,7 @@ impl Forwarder {
                 {
                     return Ok(self.refused_answer(finish, resource, (kind, &name), refusal));
                 }
+                resource.echoes.strip(&mut parts.headers, &name);
                 // An answer without a body (to HEAD; 204, 304) has no coding to lose.
                 let bodiless =
                     sent.method == http::Method::HEAD || matches!(parts.status.as_u16(), 204 | 304);

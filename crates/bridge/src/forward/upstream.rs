@@ -9,8 +9,6 @@ use std::time::Duration;
 use http::{HeaderMap, Request, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
-use rustls_pki_types::CertificateDer;
-use rustls_pki_types::pem::PemObject;
 use url::Url;
 
 use super::counted::Counted;
@@ -57,42 +55,15 @@ pub(super) const HOP: &[&str] = &[
     "authorization",
 ];
 
-/// The certificates of an entry's `tls_ca_file`; an error names the file and what is wrong.
-pub fn load_ca(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| {
-            format!(
-                "{}: cannot read certificates from it ({e}); give the PEM file of the CA that signs the internal server's certificate",
-                path.display()
-            )
-        })?;
-    if certs.is_empty() {
-        return Err(format!(
-            "{}: no PEM certificate in it (expected the CA that signs the internal server's certificate)",
-            path.display()
-        ));
-    }
-    Ok(certs)
-}
-
 /// HTTP and HTTPS to internal systems, shared by forwarding and `bridge check`. HTTPS trusts
 /// the entry's `tls_ca_file` when it has one, else the system roots. A `tls_ca_file` that
 /// cannot be read (checked at start, so only if it changed since) trusts nothing: the entry's
 /// requests fail rather than fall back to other roots.
 pub fn https_connector(tls_ca_file: Option<&Path>) -> hyper_rustls::HttpsConnector<HttpConnector> {
-    let mut roots = rustls::RootCertStore::empty();
-    match tls_ca_file {
-        None => roots = tunnel::roots::public(),
-        Some(path) => match load_ca(path) {
-            Ok(certs) => {
-                roots.add_parsable_certificates(certs);
-            }
-            Err(e) => {
-                tracing::error!(cause = %e, "cannot read tls_ca_file: HTTPS to this resource will fail")
-            }
-        },
-    }
+    let roots = crate::ca::roots(tls_ca_file).unwrap_or_else(|e| {
+        tracing::error!(cause = %e, "cannot read tls_ca_file: HTTPS to this resource will fail");
+        rustls::RootCertStore::empty()
+    });
     let tls = rustls::ClientConfig::builder_with_provider(tunnel::tls::provider())
         .with_safe_default_protocol_versions()
         .map(|b| b.with_root_certificates(roots).with_no_client_auth())

@@ -22,14 +22,7 @@ pub fn client_config(
         SslMode::Disable => return Ok(None),
         SslMode::Prefer | SslMode::Require => tunnel::tls::unverified_server(),
         SslMode::VerifyCa | SslMode::VerifyFull => {
-            let roots = match sslrootcert {
-                Some(path) => {
-                    let mut roots = rustls::RootCertStore::empty();
-                    roots.add_parsable_certificates(crate::forward::load_ca(path)?);
-                    roots
-                }
-                None => tunnel::roots::public(),
-            };
+            let roots = crate::ca::roots(sslrootcert)?;
             let webpki =
                 WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
                     .build()

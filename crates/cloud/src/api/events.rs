@@ -97,10 +97,10 @@ pub async fn list(
             ],
         )
     })?;
-    // Any case, as at ingest; the stored name is the lower-case one.
+    // Any case and blanks around, as at ingest; the stored name is the lower-case one.
     let kind = match &p.kind {
         None => None,
-        Some(kind) => Some(EventType::parse(kind).map(|t| t.as_str().to_string()).ok_or_else(|| {
+        Some(kind) => Some(EventType::parse(kind.trim()).map(|t| t.as_str().to_string()).ok_or_else(|| {
             Problem::bad_request(format!(
                 "query parameter type={kind:?} is unknown; expected deployment, alert, change or custom"
             ))

@@ -228,7 +228,7 @@ async fn ingest(
     }
     let is_array = batch.is_array;
     let mut events = batch.events;
-    inherit_resolves(state, principal.org_id, &mut events).await?;
+    inherit_resolves(state, principal.org_id, &mut events, is_array).await?;
     let new_events: Vec<NewEvent> = events
         .into_iter()
         .map(|e| to_new_event(&state.store, e, received))
@@ -273,13 +273,16 @@ fn declared_length(headers: &HeaderMap) -> Option<usize> {
 }
 
 /// A resolve sent with only `dedupKey` takes the missing fields from the alert it closes: an
-/// earlier alert of the same batch, else the latest stored one.
+/// earlier alert of the same batch, else the latest stored one. Every resolve that has none
+/// is named (by its index in an array), as the other field errors are.
 async fn inherit_resolves(
     state: &ApiState,
     org_id: i64,
     events: &mut [ValidEvent<'_>],
+    is_array: bool,
 ) -> Result<(), Rejection> {
     const INHERITED: [&str; 5] = ["service", "title", "severity", "environment", "source"];
+    let mut orphans = Vec::new();
     for i in 0..events.len() {
         let Some(key) = events[i].inherit_from.clone() else {
             continue;
@@ -303,16 +306,26 @@ async fn inherit_resolves(
             .map_err(|e| ("unavailable", storage_unavailable(&e)))?;
         let members = stored.as_ref().and_then(|s| raw::members(&s.body).ok());
         let Some(members) = members else {
-            return Err(reject("invalid")(Problem::invalid(vec![FieldError {
-                pointer: "/dedupKey".into(),
+            let at = if is_array {
+                format!("/{i}")
+            } else {
+                String::new()
+            };
+            orphans.push(FieldError {
+                pointer: format!("{at}/dedupKey"),
                 detail: format!(
                     "no earlier alert has dedupKey {key:?}; send service, title and severity with this resolve"
                 ),
-            }])));
+            });
+            continue;
         };
         event.inherit(&INHERITED, |field| member_json(&members, field));
     }
-    Ok(())
+    if orphans.is_empty() {
+        Ok(())
+    } else {
+        Err(reject("invalid")(Problem::invalid(orphans)))
+    }
 }
 
 fn to_new_event(store: &Store, mut e: ValidEvent<'_>, received: DateTime<Utc>) -> NewEvent {

@@ -163,7 +163,9 @@ impl ServeArgs {
             .map(|name| said(&mut problems, "--tls-names", super::tls_name(name)))
             .collect();
         let public_url = match &self.public_url {
-            Some(raw) => said(&mut problems, "--public-url", super::public_url(raw)).map(Some),
+            Some(raw) => {
+                said(&mut problems, "--public-url", crate::public_url::parse(raw)).map(Some)
+            }
             None => Some(None),
         };
         let bridge_release = said(

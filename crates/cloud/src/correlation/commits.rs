@@ -99,8 +99,14 @@ pub async fn commits_of(state: &CorrelationState, org_id: i64, id: &str) -> Resu
         .map_err(failed)?;
     let where_from = source.place();
     let fresh = |l: &ListedCommits| l.previous_sha == previous_sha && l.source == where_from;
-    let commits: Value = match listed.filter(fresh) {
-        Some(l) => serde_json::from_str(&l.commits).unwrap_or_default(),
+    // A list kept before lists said whether they are the whole history is listed again once
+    // when it had a previous commit to start from: it may have been the whole history.
+    let kept = listed
+        .filter(fresh)
+        .and_then(|l| serde_json::from_str::<Value>(&l.commits).ok())
+        .filter(|v| previous_sha.is_none() || v.get("wholeHistory").is_some());
+    let commits: Value = match kept {
+        Some(list) => list,
         None => {
             // Spawned, so that a caller who goes away does not cut a fetch short.
             let (mirrors, place, from, to) = (
@@ -126,11 +132,15 @@ pub async fn commits_of(state: &CorrelationState, org_id: i64, id: &str) -> Resu
             let first = listing
                 .commits
                 .iter()
-                .filter(|_| listing.complete)
+                .filter(|_| listing.complete())
                 .filter_map(|c| DateTime::parse_from_rfc3339(&c.time).ok())
                 .map(|t| t.timestamp_micros())
                 .min();
-            let list = json!({"commits": listing.commits, "truncated": listing.truncated});
+            let list = json!({
+                "commits": listing.commits,
+                "truncated": listing.truncated,
+                "wholeHistory": listing.whole_history,
+            });
             let keep = ListedCommits {
                 previous_sha: previous_sha.clone(),
                 commits: list.to_string(),
@@ -145,19 +155,32 @@ pub async fn commits_of(state: &CorrelationState, org_id: i64, id: &str) -> Resu
             list
         }
     };
+    let whole_history = whole_history(&commits, previous_sha.as_deref());
     Ok(json!({
         "deployment": body,
         "previous": previous.map(|(b, _)| b),
         "repositorySource": source,
         "commits": commits["commits"],
         "truncated": commits["truncated"],
+        "wholeHistory": whole_history,
     }))
+}
+
+/// Whether a kept list is the history up to the deployment's commit, not the commits since
+/// the previous one's. A list kept before lists said so has no `wholeHistory`: taken as whole
+/// when there was no previous commit to start from (the answer lists one with a previous
+/// commit again; a suspect's reason may still read it).
+fn whole_history(list: &Value, previous_sha: Option<&str>) -> bool {
+    list["wholeHistory"]
+        .as_bool()
+        .unwrap_or(previous_sha.is_none())
 }
 
 /// A suspect's reason from the commits listed for it: how many, and the top-level paths
 /// they touched ("3 commits since the previous deployment, touching payments/ and README.md").
-/// A list cut at its limit says "more than"; one without a previous deployment (the whole
-/// history up to the commit) says so instead of "since the previous deployment".
+/// A list cut at its limit says "more than"; a whole history up to the commit (no previous
+/// deployment, or its commit rewritten away) says why instead of "since the previous
+/// deployment".
 pub fn summary(listed: &ListedCommits) -> Option<String> {
     let list: Value = serde_json::from_str(&listed.commits).ok()?;
     let commits = list["commits"].as_array()?;
@@ -186,10 +209,15 @@ pub fn summary(listed: &ListedCommits) -> Option<String> {
     } else {
         ""
     };
-    let since = if listed.previous_sha.is_some() {
-        "since the previous deployment"
-    } else {
-        "in its history (no previous deployment)"
+    let since = match (
+        &listed.previous_sha,
+        whole_history(&list, listed.previous_sha.as_deref()),
+    ) {
+        (_, false) => "since the previous deployment",
+        (None, true) => "in its history (no previous deployment)",
+        (Some(_), true) => {
+            "in its history (the previous deployment's commit is not in the repository)"
+        }
     };
     let touching = match places.as_slice() {
         [] => String::new(),
@@ -331,5 +359,14 @@ mod tests {
             )
         );
         assert_eq!(summary(&listed(Some("abc1234"), &[], false)), None);
+        // The previous deployment's commit was rewritten away: the list is the whole history.
+        let mut rewritten = listed(Some("abc1234"), &two, false);
+        rewritten.commits = json!({"commits": [{"files": ["README.md"]}], "truncated": false, "wholeHistory": true}).to_string();
+        assert_eq!(
+            summary(&rewritten).as_deref(),
+            Some(
+                "1 commit in its history (the previous deployment's commit is not in the repository), touching README.md"
+            )
+        );
     }
 }

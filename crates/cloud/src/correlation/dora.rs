@@ -29,6 +29,11 @@ const YEAR_ZERO_MICROS: i64 = -62_167_219_200_000_000;
 
 /// The window when `since` is not given: 30 days before `until`.
 const DEFAULT_DAYS: i64 = 30;
+
+/// How far before and after a window deployments are read: rollbacks to versions deployed
+/// before it, and the rollbacks and recoveries that follow its last deployments.
+const HORIZON: i64 = DEFAULT_DAYS * 86_400_000_000;
+
 /// Most deployments read for one answer.
 const MAX_DEPLOYMENTS: i64 = 100_000;
 /// Deployments read per query.
@@ -307,14 +312,12 @@ async fn load_at_most(
     (since, until): (i64, i64),
     max: i64,
 ) -> Result<(Vec<Deployment>, HashSet<String>, i64), StorageError> {
-    // 30 days on each side: rollbacks to versions deployed before the window, and the
-    // rollbacks and recoveries that follow its last deployments.
     let mut query = EventQuery {
         kind: Some("deployment".into()),
         service: service.map(str::to_string),
         environment: environment.map(str::to_string),
-        since: Some(since - DEFAULT_DAYS * 86_400_000_000),
-        until: Some(until.saturating_add(DEFAULT_DAYS * 86_400_000_000)),
+        since: Some(since - HORIZON),
+        until: Some(until.saturating_add(HORIZON)),
         after: None,
         limit: PAGE,
     };
@@ -405,14 +408,22 @@ pub async fn weekly(
     let since = this_monday - (i64::from(weeks) - 1) * WEEK;
     let (deployments, confirmed, complete_from) =
         load(store, org_id, Some(service), environment, (since, until)).await?;
+    // Each week reads what `GET /v1/dora` would for that week alone (30 days on each side),
+    // not the whole span's history: a bar and the API's answer for its week agree.
+    let read_for = |from: i64, to: i64| {
+        let first = deployments.partition_point(|d| d.fields.at < from - HORIZON);
+        let end = deployments.partition_point(|d| d.fields.at < to.saturating_add(HORIZON));
+        &deployments[first..end.max(first)]
+    };
     let each = (0..i64::from(weeks))
         .map(|w| {
             let from = since + w * WEEK;
+            let to = (from + WEEK).min(until);
             answer(
-                &deployments,
+                read_for(from, to),
                 &confirmed,
                 (Some(service), environment),
-                (from, (from + WEEK).min(until)),
+                (from, to),
                 complete_from,
             )
         })

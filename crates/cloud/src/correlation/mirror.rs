@@ -55,9 +55,17 @@ pub struct Listing {
     pub commits: Vec<Commit>,
     /// True when there were more than [`MAX_COMMITS`].
     pub truncated: bool,
+    /// True when this is the history up to the commit rather than the commits since `from`:
+    /// none was given, or it is no longer in the repository (a history rewritten since).
+    pub whole_history: bool,
+}
+
+impl Listing {
     /// True when these are exactly the commits since the previous deployment: its commit was
     /// found and nothing was cut. Only then does the oldest one date the change lead time.
-    pub complete: bool,
+    pub fn complete(&self) -> bool {
+        !self.whole_history && !self.truncated
+    }
 }
 
 /// How old a first clone's temporary directory (`*.partial-{pid}`) must be to be deleted as
@@ -184,7 +192,7 @@ impl Mirrors {
         Ok(Listing {
             commits,
             truncated,
-            complete: from.is_some() && !truncated,
+            whole_history: from.is_none(),
         })
     }
 

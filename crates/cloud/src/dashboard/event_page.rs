@@ -66,14 +66,18 @@ const FILES_SHOWN: usize = 5;
 /// A deployment's commits as its page lists them.
 struct CommitList {
     rows: Vec<CommitRow>,
-    /// Since the previous deployment (else its whole history: it has none).
+    /// Since the previous deployment (else its whole history: it has none, or its commit is
+    /// no longer in the repository).
     since_previous: bool,
+    /// There is a previous deployment (so a whole history means its commit was rewritten away).
+    has_previous: bool,
 }
 
 fn commit_list(answer: &Value) -> CommitList {
     CommitList {
         rows: commit_rows(answer),
-        since_previous: !answer["previous"].is_null(),
+        since_previous: answer["wholeHistory"] == false,
+        has_previous: !answer["previous"].is_null(),
     }
 }
 

@@ -61,7 +61,7 @@ impl axum::extract::FromRequestParts<DashboardState> for Me {
             Err(answer) if answer.status() == StatusCode::SEE_OTHER => {
                 use axum::http::Method;
                 let unsaved = !matches!(parts.method, Method::GET | Method::HEAD);
-                return Err(super::pages::to_sign_in(&parts.uri, unsaved));
+                return Err(to_sign_in(&parts.uri, unsaved));
             }
             other => other?,
         };
@@ -75,6 +75,37 @@ impl axum::extract::FromRequestParts<DashboardState> for Me {
         }
         Ok(me)
     }
+}
+
+/// The sign-in page, to come back to `uri` after it: a page asked for without a session, or
+/// (`unsaved`) a form sent without one, whose own address leads back to the form's page.
+pub fn to_sign_in(uri: &axum::http::Uri, unsaved: bool) -> Response {
+    let back = uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    if let Some(next) = local_path(back).filter(|next| *next != "/") {
+        query.append_pair("next", next);
+    }
+    if unsaved {
+        query.append_pair("unsaved", "1");
+    }
+    let query = query.finish();
+    if query.is_empty() {
+        Redirect::to("/sign-in").into_response()
+    } else {
+        Redirect::to(&format!("/sign-in?{query}")).into_response()
+    }
+}
+
+/// `next` when it is a path of this site to go to after sign-in, never another site's
+/// (`//host`, `/\host`, a scheme) nor the sign-in page itself; at most 2 KiB.
+pub fn local_path(next: &str) -> Option<&str> {
+    let local = next.starts_with('/')
+        && !next.starts_with("//")
+        && !next.contains('\\')
+        && !next.chars().any(char::is_control)
+        && next.len() <= 2048
+        && !next.starts_with("/sign-in");
+    local.then_some(next)
 }
 
 /// The navigation entry of `path`: its first segment, or its first two under `/integrations/`.

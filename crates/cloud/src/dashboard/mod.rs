@@ -58,7 +58,7 @@ pub struct DashboardState {
     release: Arc<str>,
     public_url: Option<String>,
     tls_port: u16,
-    own_ca: Option<crate::app::OwnCa>,
+    own_ca: Option<crate::tls::OwnCa>,
     webhook_allow_private: bool,
     secure: bool,
 }
@@ -80,7 +80,7 @@ pub struct DashboardParts {
     /// The TLS listener's port, which bridges dial.
     pub tls_port: u16,
     /// The cloud's own CA file, when its certificate is that CA's (`--cacert` in commands).
-    pub own_ca: Option<crate::app::OwnCa>,
+    pub own_ca: Option<crate::tls::OwnCa>,
     /// `--webhook-allow-private`.
     pub webhook_allow_private: bool,
 }

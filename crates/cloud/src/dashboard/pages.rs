@@ -11,7 +11,7 @@ use crate::auth::PeerAddr;
 
 use super::extract::Query;
 use super::form::Form;
-use super::me::Me;
+use super::me::{Me, local_path};
 use super::render::{csrf_refused, message, page, unavailable};
 use super::session::{self, CSRF_COOKIE, SESSION_COOKIE};
 use super::{DashboardState, password};
@@ -30,37 +30,6 @@ struct SignInPage<'a> {
 
 /// What the sign-in page says to a user whose form arrived after the session ended.
 const UNSAVED: &str = "Your session ended before your form arrived (it expired, or you signed out), so nothing was saved. Sign in, then send the form again.";
-
-/// The sign-in page, to come back to `uri` after it: a page asked for without a session, or
-/// (`unsaved`) a form sent without one, whose own address leads back to the form's page.
-pub fn to_sign_in(uri: &axum::http::Uri, unsaved: bool) -> Response {
-    let back = uri.path_and_query().map_or("/", |p| p.as_str());
-    let mut query = url::form_urlencoded::Serializer::new(String::new());
-    if let Some(next) = local_path(back).filter(|next| *next != "/") {
-        query.append_pair("next", next);
-    }
-    if unsaved {
-        query.append_pair("unsaved", "1");
-    }
-    let query = query.finish();
-    if query.is_empty() {
-        Redirect::to("/sign-in").into_response()
-    } else {
-        Redirect::to(&format!("/sign-in?{query}")).into_response()
-    }
-}
-
-/// `next` when it is a path of this site to go to after sign-in, never another site's
-/// (`//host`, `/\host`, a scheme) nor the sign-in page itself; at most 2 KiB.
-fn local_path(next: &str) -> Option<&str> {
-    let local = next.starts_with('/')
-        && !next.starts_with("//")
-        && !next.contains('\\')
-        && !next.chars().any(char::is_control)
-        && next.len() <= 2048
-        && !next.starts_with("/sign-in");
-    local.then_some(next)
-}
 
 /// `?next=` of the sign-in page, and `unsaved` when a form arrived without a session.
 #[derive(Deserialize)]
@@ -92,7 +61,7 @@ fn pre_session_csrf(headers: &HeaderMap, secure: bool) -> (String, Option<Header
     match session::cookie(headers, CSRF_COOKIE) {
         Some(v) if v.len() == 43 => (v.to_string(), None),
         _ => {
-            let (token, _) = password::new_secret();
+            let (token, _) = crate::secrets::new_secret();
             let cookie =
                 session::set_cookie(CSRF_COOKIE, &token, "Strict", session::ABSOLUTE, secure);
             (token, Some(cookie))
@@ -256,7 +225,7 @@ fn link_incomplete(chars: usize) -> Response {
         "Link incomplete",
         &format!(
             "This set-password link is incomplete: its token has {chars} of its {} characters. Copy the whole link from where it was sent, or ask an admin for a new one (cloud user reset-password --email …).",
-            password::SECRET_CHARS
+            crate::secrets::SECRET_CHARS
         ),
         "/sign-in",
         "Sign in",
@@ -270,12 +239,12 @@ pub async fn set_password_form(
     Query(q): Query<LinkQuery>,
 ) -> Response {
     let token = q.token.unwrap_or_default();
-    if token.len() != password::SECRET_CHARS {
+    if token.len() != crate::secrets::SECRET_CHARS {
         return link_incomplete(token.len());
     }
     let user = match state
         .store
-        .password_link_user(&password::secret_hash(&token))
+        .password_link_user(&crate::secrets::hash(&token))
         .await
     {
         Ok(Some(u)) => u,
@@ -319,7 +288,7 @@ pub async fn set_password(
     if !pre_session_csrf_ok(&headers, &form.csrf) {
         return csrf_refused();
     }
-    let token_hash = password::secret_hash(&form.token);
+    let token_hash = crate::secrets::hash(&form.token);
     let user = match state.store.password_link_user(&token_hash).await {
         Ok(Some(u)) => u,
         Ok(None) => return link_gone(),

@@ -1,13 +1,10 @@
-//! Passwords and the secrets of links and sessions. Passwords are hashed with Argon2id (the
-//! crate's defaults: 19 MiB, 2 passes), verified in constant time by the crate, and an unknown
-//! account costs the same work as a wrong password. Link and session secrets have 256 random
-//! bits, so only their SHA-256 is stored.
+//! Passwords: hashed with Argon2id (the crate's defaults: 19 MiB, 2 passes), verified in
+//! constant time by the crate, and an unknown account costs the same work as a wrong password.
+//! Link and session secrets have 256 random bits, so only their SHA-256 is stored
+//! ([`crate::secrets::new_secret`]).
 
 use argon2::password_hash::{PasswordHasher, PasswordVerifier};
 use argon2::{Argon2, PasswordHash};
-use base64::Engine;
-use rand::RngCore;
-use sha2::{Digest, Sha256};
 
 /// The shortest password accepted.
 pub const MIN_PASSWORD_CHARS: usize = 12;
@@ -88,23 +85,6 @@ pub fn check_new(password: &str, confirm: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The length of a secret [`new_secret`] makes: 32 bytes in unpadded base64url.
-pub const SECRET_CHARS: usize = 43;
-
-/// A new random secret (256 bits, URL-safe base64) and its SHA-256, which is what is stored.
-pub fn new_secret() -> (String, Vec<u8>) {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
-    let hash = secret_hash(&secret);
-    (secret, hash)
-}
-
-/// The stored form of a link or session secret.
-pub fn secret_hash(secret: &str) -> Vec<u8> {
-    Sha256::digest(secret.as_bytes()).to_vec()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,14 +112,5 @@ mod tests {
                 .contains("differ")
         );
         assert!(check_new("long enough pw", "long enough pw").is_ok());
-    }
-
-    #[test]
-    fn secrets_are_random_and_stored_hashed() {
-        let (a, ha) = new_secret();
-        let (b, _) = new_secret();
-        assert_ne!(a, b);
-        assert_eq!(a.len(), 43);
-        assert_eq!(ha, secret_hash(&a));
     }
 }

@@ -11,8 +11,6 @@ use subtle::ConstantTimeEq;
 
 use crate::storage::{Session, StorageError, Store, now_micros};
 
-use super::password;
-
 /// Name of the session cookie.
 pub const SESSION_COOKIE: &str = "signals_session";
 /// Name of the pre-session CSRF cookie.
@@ -64,7 +62,7 @@ pub async fn current(
     let Some(id) = cookie(headers, SESSION_COOKIE) else {
         return Ok(None);
     };
-    let id_hash = password::secret_hash(id);
+    let id_hash = crate::secrets::hash(id);
     let Some(session) = store.session(&id_hash).await? else {
         return Ok(None);
     };
@@ -88,8 +86,8 @@ pub async fn start(
     user_id: i64,
     vouched: &str,
 ) -> Result<Option<String>, StorageError> {
-    let (id, id_hash) = password::new_secret();
-    let (csrf, _) = password::new_secret();
+    let (id, id_hash) = crate::secrets::new_secret();
+    let (csrf, _) = crate::secrets::new_secret();
     let started = store
         .create_session(&id_hash, user_id, &csrf, vouched)
         .await?;

@@ -33,10 +33,17 @@ pub async fn authenticate_bridge(
     state: &RelayState,
     headers: &HeaderMap,
 ) -> Result<BridgeCredential, Problem> {
+    // Two could be read differently by a proxy in front and by this service.
+    if tunnel::hop::repeated(headers, header::AUTHORIZATION) {
+        return Err(Problem::bad_request(
+            "more than one Authorization header; send one: Authorization: Bearer <bridge token>",
+        ));
+    }
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| v.split_once(' '))
+        .and_then(|(scheme, token)| scheme.eq_ignore_ascii_case("bearer").then_some(token))
         .ok_or_else(|| {
             Problem::unauthorized("missing bridge token: send Authorization: Bearer <bridge token>")
         })?;
@@ -55,8 +62,11 @@ pub async fn authenticate_bridge(
         .store
         .bridge_token(id)
         .await
-        .map_err(|e| storage_unavailable(&e))?
-        .ok_or_else(rejected)?;
+        .map_err(|e| storage_unavailable(&e))?;
+    let Some(row) = row else {
+        let _ = secrets::verify(secret, &secrets::NO_HASH);
+        return Err(rejected());
+    };
     if !secrets::verify(secret, &row.secret_hash) {
         return Err(rejected());
     }
@@ -126,7 +136,7 @@ pub async fn enroll(
 ) -> Response {
     let peer = peer.map(|axum::Extension(p)| p);
     let refused = |problem: Problem| {
-        super::connect::log_refusal("enroll", peer, &headers, problem.status, &problem.detail);
+        super::refusals::log_refusal("enroll", peer, &headers, problem.status, &problem.detail);
         problem.into_response()
     };
     // The token first: nobody without one makes the server read a body.

@@ -8,6 +8,7 @@
 pub mod connect;
 pub mod enroll;
 pub mod forward;
+mod refusals;
 pub mod registry;
 
 use std::sync::Arc;

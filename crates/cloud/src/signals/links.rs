@@ -70,6 +70,24 @@ pub(super) fn problems(links: &RawValue) -> Vec<(String, String)> {
     problems
 }
 
+/// Unicode's invisible format characters that make a text read as another: text-direction
+/// marks and overrides (which show a link's characters in another order than they are
+/// followed), zero-width characters, the byte-order mark and the soft hyphen. Refused in
+/// alert links here, and in key labels (`admin::check_label`).
+pub fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}'
+    )
+}
+
 /// Why `url` is no link a person can follow from the dashboard, if it is not.
 fn not_a_link(url: &str) -> Option<String> {
     if url.len() > MAX_LINK {
@@ -83,10 +101,10 @@ fn not_a_link(url: &str) -> Option<String> {
     let trimmed = url.trim();
     if let Some(c) = trimmed
         .chars()
-        .find(|c| c.is_control() || c.is_whitespace())
+        .find(|c| c.is_control() || c.is_whitespace() || invisible(*c))
     {
         return Some(format!(
-            "holds the character U+{:04X} (a space or a control character), which no URL holds as written; percent-encode it (a space is %20)",
+            "holds the character U+{:04X} (a space, a control character, or an invisible one that changes how the link reads, such as a text-direction mark), which no URL holds as written; percent-encode it (a space is %20)",
             c as u32
         ));
     }

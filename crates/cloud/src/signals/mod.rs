@@ -3,7 +3,7 @@
 
 pub mod batch;
 pub mod event;
-mod links;
+pub mod links;
 pub mod ratelimit;
 pub mod raw;
 pub mod validate;

@@ -63,6 +63,18 @@ impl<'a> Checker<'_, 'a> {
 
     /// A string field: required or optional, non-empty, at most `max` bytes.
     fn string(&mut self, key: &str, required: bool, max: usize) -> Option<Cow<'a, str>> {
+        self.string_of(key, required, max, false)
+    }
+
+    /// [`Self::string`], its length counted without surrounding whitespace when `trimmed` (a
+    /// name is stored so).
+    fn string_of(
+        &mut self,
+        key: &str,
+        required: bool,
+        max: usize,
+        trimmed: bool,
+    ) -> Option<Cow<'a, str>> {
         let Some(raw) = self.members.present(key) else {
             if required {
                 self.fail(key, format!("{key} is required (a non-empty string)"));
@@ -74,6 +86,7 @@ impl<'a> Checker<'_, 'a> {
             self.fail(key, format!("{key} must be a string, not {kind}"));
             return None;
         };
+        let counted = |s: &str| if trimmed { s.trim().len() } else { s.len() };
         if s.trim().is_empty() {
             self.fail(
                 key,
@@ -87,11 +100,9 @@ impl<'a> Checker<'_, 'a> {
                 ),
             );
             None
-        } else if s.len() > max {
-            self.fail(
-                key,
-                format!("{key} is {} bytes; at most {max} allowed", s.len()),
-            );
+        } else if counted(&s) > max {
+            let len = counted(&s);
+            self.fail(key, format!("{key} is {len} bytes; at most {max} allowed"));
             None
         } else {
             Some(s)
@@ -107,7 +118,7 @@ impl<'a> Checker<'_, 'a> {
         required: bool,
         overrides: &mut Vec<(&'static str, Override)>,
     ) -> Option<Cow<'a, str>> {
-        let s = self.string(key, required, MAX_SHORT)?;
+        let s = self.string_of(key, required, MAX_SHORT, true)?;
         let trimmed = s.trim();
         if trimmed.len() == s.len() {
             return Some(s);

@@ -13,6 +13,7 @@ mod checks;
 mod correlation;
 mod credentials;
 mod error;
+mod group;
 mod housekeeping;
 mod ids;
 mod keys;
@@ -40,12 +41,12 @@ pub use backend::{Backend, OpenMode, ServeLock, redact_url};
 pub use correlation::{MAX_CANDIDATES, TITLE_LOOKBACK_MICROS};
 pub use credentials::{ApiKeyRow, BridgeTokenRow};
 pub use error::StorageError;
+pub use group::{InsertOutcome, WriteBatch};
 pub use keys::{Credential, KeyInfo};
 pub use records::{EventQuery, NewEvent, StoredEvent};
 pub use repositories::{ListedCommits, REPOSITORY_RULES, RepositorySource, is_commit_id};
 pub use users::{Role, Session, User};
 pub use webhooks::{Delivery, Webhook};
-pub use writer::{InsertOutcome, WriteBatch};
 
 use crate::metrics::Metrics;
 

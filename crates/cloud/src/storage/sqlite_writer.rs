@@ -9,10 +9,13 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::mpsc;
 
+use super::group::{InsertOutcome, Job, answer, group};
 use super::now_micros;
-use super::writer::{InsertOutcome, Job, SQLITE_GROUP_EVENTS, answer, group};
 use crate::metrics::Metrics;
 
+/// Most events one SQLite group takes; more wait for the next group. Large groups amortise
+/// the commit's page writes and fsync.
+const SQLITE_GROUP_EVENTS: usize = 2_500;
 const INSERT_EVENT: &str = "INSERT INTO events (seq, id, org_id, signal_key, type, service, \
     environment, status, dedup_key, occurred_at, received_at, body) \
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
@@ -47,7 +50,7 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 /// Copies committed WAL frames into the database file on its own thread and connection
 /// (a passive checkpoint never blocks the writer), so that the writer's own automatic
 /// checkpoint, when the WAL reaches `wal_autocheckpoint`, finds almost nothing left to copy:
-/// a group commit no longer stalls for a whole checkpoint (batch p99 ~150 ms before).
+/// a group commit never stalls for a whole checkpoint (docs/benchmarks.md has the tail latency).
 /// Returns when `stop` is dropped.
 fn checkpoint_loop(path: &Path, stop: &std::sync::mpsc::Receiver<()>) {
     let Ok(conn) = open(path) else {
@@ -111,7 +114,7 @@ fn write_loop(path: &Path, rx: &mut mpsc::Receiver<Job>, metrics: &Metrics) {
 fn commit(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<InsertOutcome>> {
     let tx = conn.transaction()?;
     let mut fresh = vec![true; jobs.len()];
-    let mut heads = super::writer::Heads::default();
+    let mut heads = super::group::Heads::default();
     let mut hours = super::change_hours::Hours::default();
     {
         let mut insert = tx.prepare_cached(INSERT_EVENT)?;

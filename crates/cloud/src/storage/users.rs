@@ -48,8 +48,8 @@ impl Role {
     }
 }
 
-/// A user as sign-in sees it.
-#[derive(Debug, Clone)]
+/// A user as sign-in sees it. Its `Debug` hides the password hash.
+#[derive(Clone)]
 pub struct User {
     /// Row id.
     pub id: i64,
@@ -67,8 +67,8 @@ pub struct User {
     pub release_notices: bool,
 }
 
-/// A live session and its user.
-#[derive(Debug, Clone)]
+/// A live session and its user. Its `Debug` hides the CSRF token.
+#[derive(Clone)]
 pub struct Session {
     /// The signed-in user.
     pub user: User,
@@ -78,6 +78,31 @@ pub struct Session {
     pub created_at: i64,
     /// When it was last used (µs; written at most once a minute).
     pub last_seen_at: i64,
+}
+
+impl std::fmt::Debug for User {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("User")
+            .field("id", &self.id)
+            .field("org_id", &self.org_id)
+            .field("org", &self.org)
+            .field("email", &self.email)
+            .field("role", &self.role)
+            .field("password_hash", &self.password_hash.as_ref().map(|_| "***"))
+            .field("release_notices", &self.release_notices)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("user", &self.user)
+            .field("csrf", &"***")
+            .field("created_at", &self.created_at)
+            .field("last_seen_at", &self.last_seen_at)
+            .finish()
+    }
 }
 
 impl Store {

@@ -6,8 +6,9 @@ use sqlx::Row;
 
 use super::{StorageError, Store, now_micros, on_db, on_writer};
 
-/// An org's webhook.
-#[derive(Debug, Clone)]
+/// An org's webhook. Its `Debug` hides the signing secret and the URL's path and query (a
+/// chat service's webhook URL is itself a secret).
+#[derive(Clone)]
 pub struct Webhook {
     /// Row id.
     pub id: i64,
@@ -24,6 +25,28 @@ pub struct Webhook {
     pub release_seen: String,
     /// When it was made (µs).
     pub created_at: i64,
+}
+
+impl std::fmt::Debug for Webhook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Webhook")
+            .field("id", &self.id)
+            .field("org_id", &self.org_id)
+            .field("org", &self.org)
+            .field("url", &redacted_url(&self.url))
+            .field("secret", &"***")
+            .field("release_seen", &self.release_seen)
+            .field("created_at", &self.created_at)
+            .finish()
+    }
+}
+
+/// `url`'s scheme and host, the rest shown as `/***`.
+fn redacted_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(u) => format!("{}://{}/***", u.scheme(), u.host_str().unwrap_or_default()),
+        Err(_) => "***".to_string(),
+    }
 }
 
 /// A notification to deliver (or delivered).

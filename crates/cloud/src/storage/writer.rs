@@ -12,12 +12,10 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::change_hours::Key;
+use super::group::{Heads, InsertOutcome, Job, WriteBatch, answer, group};
 use super::{Db, NewEvent, StorageError, now_micros};
 use crate::metrics::Metrics;
 
-/// Most events one SQLite group takes; more wait for the next group. Large groups amortise
-/// the commit's page writes and fsync.
-pub(super) const SQLITE_GROUP_EVENTS: usize = 2_500;
 /// Most events one PostgreSQL group takes: each group is encoded whole (and the connection's
 /// buffers keep that size), so smaller groups bound the memory of a burst of batches.
 const POSTGRES_GROUP_EVENTS: usize = 1_000;
@@ -29,33 +27,6 @@ const POSTGRES_WRITERS: usize = 2;
 const HEAD_SLOTS: i16 = 64;
 /// Queued batches before `submit` waits (back-pressure instead of unbounded memory).
 const QUEUE_DEPTH: usize = 4_096;
-
-/// The events of one request, committed all together or not at all.
-#[derive(Debug)]
-pub struct WriteBatch {
-    /// The org the events belong to.
-    pub org_id: i64,
-    /// The signal key they were posted to.
-    pub signal_key: String,
-    /// `Idempotency-Key` and the answer to store with it.
-    pub idempotency: Option<(String, String)>,
-    /// The events themselves.
-    pub events: Vec<NewEvent>,
-}
-
-/// What became of a batch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum InsertOutcome {
-    /// Committed.
-    Stored,
-    /// Its `Idempotency-Key` had been used: nothing stored; this is the first answer.
-    Duplicate(String),
-}
-
-pub(super) struct Job {
-    pub(super) batch: WriteBatch,
-    pub(super) reply: oneshot::Sender<Result<InsertOutcome, StorageError>>,
-}
 
 /// The submitting side of the writer.
 #[derive(Clone)]
@@ -133,39 +104,6 @@ impl WriterHandle {
     }
 }
 
-/// Answers every request of a group: its outcome, or the commit's error.
-pub(super) fn answer(jobs: Vec<Job>, result: Result<Vec<InsertOutcome>, String>) {
-    match result {
-        Ok(outcomes) => {
-            for (job, outcome) in jobs.into_iter().zip(outcomes) {
-                let _ = job.reply.send(Ok(outcome));
-            }
-        }
-        Err(message) => {
-            tracing::error!(cause = %message, batches = jobs.len(), "group commit failed");
-            for job in jobs {
-                let _ = job.reply.send(Err(StorageError::Commit(message.clone())));
-            }
-        }
-    }
-}
-
-/// `first` plus whatever else is queued already, up to `max` events: one group.
-pub(super) fn group(first: Job, rx: &mut mpsc::Receiver<Job>, max: usize) -> Vec<Job> {
-    let mut count = first.batch.events.len();
-    let mut jobs = vec![first];
-    while count < max {
-        match rx.try_recv() {
-            Ok(job) => {
-                count += job.batch.events.len();
-                jobs.push(job);
-            }
-            Err(_) => break,
-        }
-    }
-    jobs
-}
-
 async fn run(db: Db, rx: Arc<Mutex<mpsc::Receiver<Job>>>, metrics: Metrics, slot: i16) {
     loop {
         let jobs = {
@@ -179,32 +117,6 @@ async fn run(db: Db, rx: Arc<Mutex<mpsc::Receiver<Job>>>, metrics: Metrics, slot
         let result = commit(&db, &jobs, slot).await;
         metrics.observe_commit(started.elapsed(), jobs.len());
         answer(jobs, result.map_err(|e| e.to_string()));
-    }
-}
-
-/// The newest deployment of each (org, service, environment) in a group, for `deploy_heads`:
-/// one upsert per key per commit rather than one per deployment.
-#[derive(Default)]
-pub(super) struct Heads(pub(super) std::collections::HashMap<(i64, String, String), (i64, String)>);
-
-impl Heads {
-    /// Takes `e` into account when it is a deployment with a service and an environment.
-    pub(super) fn offer(&mut self, org_id: i64, e: &NewEvent) {
-        let (Some(service), Some(environment)) = (&e.service, &e.environment) else {
-            return;
-        };
-        if e.kind != "deployment" {
-            return;
-        }
-        let newer = (e.occurred_at, e.id.clone());
-        self.0
-            .entry((org_id, service.clone(), environment.clone()))
-            .and_modify(|head| {
-                if newer > *head {
-                    *head = newer.clone();
-                }
-            })
-            .or_insert(newer);
     }
 }
 

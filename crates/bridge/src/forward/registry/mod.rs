@@ -94,7 +94,7 @@ impl RegistryKind {
 /// What `bridge check` does for a registry: its challenge, a token when it asks for one, and
 /// an authenticated `GET /v2/`, as a pull starts; the error says which step failed.
 pub async fn check_registry(cfg: &Registry) -> Result<String, String> {
-    if let Some(Err(e)) = cfg.tls_ca_file.as_deref().map(super::load_ca) {
+    if let Some(Err(e)) = cfg.tls_ca_file.as_deref().map(crate::ca::load) {
         return Err(format!("tls_ca_file: {e}"));
     }
     let kind = RegistryKind::new(cfg.clone());

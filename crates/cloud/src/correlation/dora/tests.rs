@@ -24,12 +24,10 @@ fn a_window_with_unread_deployments_is_marked_truncated() {
     assert_eq!(window(0, 30 * DAY, i64::MIN), json!(false));
 }
 
-/// A window holding exactly as many deployments as are read is complete; one more makes
-/// it truncated. Against a real SQLite store.
-#[tokio::test]
-async fn truncated_only_when_a_deployment_was_left_unread() {
-    use crate::storage::{Backend, NewEvent, OpenMode, WriteBatch};
-    const DAY: i64 = 86_400_000_000;
+/// A SQLite store in a temporary directory (kept while the directory is), with the org
+/// `acme`.
+async fn store_with_org() -> (tempfile::TempDir, Store, i64) {
+    use crate::storage::{Backend, OpenMode};
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(
         &Backend::Sqlite(dir.path().join("signals.db")),
@@ -39,9 +37,17 @@ async fn truncated_only_when_a_deployment_was_left_unread() {
     .await
     .unwrap();
     let org = store.create_org("acme").await.unwrap();
-    let deploy = |at: i64| {
-        let (id, seq) = store.new_event_id();
-        let batch = WriteBatch {
+    (dir, store, org)
+}
+
+/// Stores a successful deployment of `version` of the service `api` in production at `at`.
+async fn deploy(store: &Store, org: i64, version: &str, at: i64) -> Result<(), StorageError> {
+    use crate::storage::{NewEvent, WriteBatch};
+    let (id, seq) = store.new_event_id();
+    let body = json!({"type": "deployment", "service": "api", "environment": "prod",
+        "version": version, "status": "success"});
+    store
+        .insert(WriteBatch {
             org_id: org,
             signal_key: "k".into(),
             idempotency: None,
@@ -55,12 +61,20 @@ async fn truncated_only_when_a_deployment_was_left_unread() {
                 dedup_key: None,
                 occurred_at: at,
                 received_at: at,
-                body: json!({"type": "deployment", "service": "api", "status": "success"})
-                    .to_string(),
+                body: body.to_string(),
             }],
-        };
-        store.insert(batch)
-    };
+        })
+        .await
+        .map(|_| ())
+}
+
+/// A window holding exactly as many deployments as are read is complete; one more makes
+/// it truncated. Against a real SQLite store.
+#[tokio::test]
+async fn truncated_only_when_a_deployment_was_left_unread() {
+    const DAY: i64 = 86_400_000_000;
+    let (_dir, store, org) = store_with_org().await;
+    let deploy = |at: i64| deploy(&store, org, "v1", at);
     let window = (0, 30 * DAY);
     for i in 0..PAGE {
         deploy(10 * DAY + i).await.unwrap();
@@ -82,6 +96,46 @@ async fn truncated_only_when_a_deployment_was_left_unread() {
     assert_eq!(truncated(0), json!(true));
     // A window that begins after the one left unread is whole.
     assert_eq!(truncated(2 * DAY), json!(false));
+}
+
+/// Each weekly bar of a service's page says what `GET /v1/dora` says for that week: a
+/// rollback to a version older than 30 days before the week is none in either (the bars once
+/// read the whole 12 weeks' history and called it one). Against a real SQLite store.
+#[tokio::test]
+async fn a_weeks_bar_reads_what_the_api_reads_for_that_week() {
+    const DAY: i64 = 86_400_000_000;
+    let (_dir, store, org) = store_with_org().await;
+    let now = crate::storage::now_micros();
+    // v1 seventy days ago; v2, then v1 again, in the last hour.
+    deploy(&store, org, "v1", now - 70 * DAY).await.unwrap();
+    deploy(&store, org, "v2", now - 3_600_000_000)
+        .await
+        .unwrap();
+    deploy(&store, org, "v1", now - 60_000_000).await.unwrap();
+    let (bars, whole) = weekly(&store, org, "api", None, 12).await.unwrap();
+    let mut failed_weeks = 0;
+    for bar in &bars {
+        let bound = |key: &str| {
+            DateTime::parse_from_rfc3339(bar[key].as_str().unwrap())
+                .unwrap()
+                .timestamp_micros()
+        };
+        let window = (bound("since"), bound("until"));
+        let (read, confirmed, complete_from) =
+            load(&store, org, Some("api"), None, window).await.unwrap();
+        let api = answer(
+            &read,
+            &confirmed,
+            (Some("api"), None),
+            window,
+            complete_from,
+        );
+        assert_eq!(bar, &api, "the bar of the week from {}", bar["since"]);
+        failed_weeks += usize::from(bar["changeFailRate"].as_f64().unwrap_or(0.0) > 0.0);
+    }
+    assert_eq!(failed_weeks, 0, "{bars:?}");
+    // The whole 12 weeks hold the first v1: there v2 was rolled back.
+    assert_eq!(whole["changeFailRate"], json!(0.333), "{whole}");
 }
 
 /// Only a version that ran counts as brought back, and only by a deployment that went out.

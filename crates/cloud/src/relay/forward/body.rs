@@ -1,19 +1,20 @@
 //! The bodies of a forwarded exchange: the caller's upload as it goes into the tunnel
 //! ([`Announced`]) and the bridge's answer as it goes back ([`Tracked`]), each cut when it
-//! stops moving (an answer also when its caller stops reading it: [`Watch`]), and the
-//! [`InFlight`] count that picks the least busy instance.
+//! stops moving (an answer also when its caller stops reading it: [`Watch`]). The answer
+//! itself, and its place in the count that picks the least busy instance, are
+//! [`super::answer`]'s.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 
 use axum::body::Body;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
+use super::answer::{Answer, SharedAnswer};
 use super::watch::Watch;
-use crate::relay::Instance;
 use crate::stall::{StallTimer, Stalled};
 
 /// A request body that says when it has been sent whole (or given up), so that the
@@ -78,45 +79,11 @@ impl Drop for Announced {
     }
 }
 
-/// Counts a stream as in flight on its instance until the response body is done.
-pub(super) struct InFlight(Arc<Instance>);
-
-impl InFlight {
-    pub(super) fn new(instance: Arc<Instance>) -> Self {
-        instance.in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlight(instance)
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// The longest answer watched only once it has lasted a while, so that most answers spawn no
 /// task: the bridge is done with one this short even if its caller never reads it, and what
 /// it keeps of the tunnel's 64 MiB connection window is small (the bridge's `max_connections`
 /// streams of it at most).
 pub(super) const SHORT_ANSWER: u64 = 64 * 1024;
-
-/// The bridge's answer, and its place in its instance's in-flight count; dropping it resets
-/// the tunnel stream.
-pub(super) struct Answer {
-    pub(super) inner: hyper::body::Incoming,
-    pub(super) _guard: InFlight,
-}
-
-/// An [`Answer`] shared by its body and its [`Watch`], which may take it (`None` then).
-#[derive(Clone)]
-pub(super) struct SharedAnswer(Arc<Mutex<Option<Answer>>>);
-
-impl SharedAnswer {
-    /// The answer, or `None` once the watch took it; a poisoned lock still holds it.
-    pub(super) fn lock(&self) -> MutexGuard<'_, Option<Answer>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
 
 /// A response body that holds its [`Answer`] until it ends, and fails when the bridge sends
 /// nothing for `--forward-timeout` while the caller waits for more (a hung internal system
@@ -138,7 +105,7 @@ impl Tracked {
             .size_hint()
             .exact()
             .is_some_and(|n| n <= SHORT_ANSWER);
-        let answer = SharedAnswer(Arc::new(Mutex::new(Some(answer))));
+        let answer = SharedAnswer::new(answer);
         if !short {
             watch.start(&answer);
         }

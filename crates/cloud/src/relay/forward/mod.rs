@@ -15,6 +15,7 @@
 //! The routes that run these phases are in [`routes`]. What differs per kind on this side is
 //! only how a refusal is written ([`kinds`]); the bridge does the rest.
 
+mod answer;
 mod body;
 mod headers;
 mod kinds;

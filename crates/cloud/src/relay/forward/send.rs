@@ -10,7 +10,8 @@ use axum::body::Body;
 use axum::response::Response;
 use http_body::Body as HttpBody;
 
-use super::body::{Announced, Answer, InFlight, Tracked};
+use super::answer::{Answer, InFlight};
+use super::body::{Announced, Tracked};
 use super::target::Target;
 use super::watch::Watch;
 use super::{Head, Outgoing, REPLAYABLE_BODY, headers};

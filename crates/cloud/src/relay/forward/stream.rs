@@ -10,7 +10,7 @@ use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tunnel::ResourceKind;
 
-use super::body::InFlight;
+use super::answer::InFlight;
 use super::{Target, upstream_peers};
 use crate::auth::Principal;
 use crate::problem::Problem;

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::task::AtomicWaker;
 
-use super::body::SharedAnswer;
+use super::answer::SharedAnswer;
 use crate::auth::Principal;
 use crate::relay::RelayState;
 

@@ -121,6 +121,16 @@ fn names_are_stored_without_surrounding_whitespace() {
     assert_eq!(alert.get_str("service").as_deref(), Some("api"));
     assert_eq!(alert.get_str("dedupKey").as_deref(), Some("disk"));
     assert_eq!(alert.get_str("title").as_deref(), Some(" Disk full "));
+    // The 1,024-byte limit counts the name as stored, not its padding.
+    let padded = format!("{}\n", "a".repeat(1024));
+    let ok = json!({"type": "deployment", "service": padded, "environment": "production",
+        "status": "success"});
+    assert!(parse(ok.to_string().as_bytes(), now()).is_ok());
+    let long = json!({"type": "deployment", "service": format!(" {}", "a".repeat(1025)),
+        "environment": "production", "status": "success"});
+    let e = errors(long);
+    assert_eq!(e[0].pointer, "/service");
+    assert_eq!(e[0].detail, "service is 1025 bytes; at most 1024 allowed");
 }
 
 #[test]
