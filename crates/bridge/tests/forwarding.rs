@@ -891,7 +891,7 @@ async fn redirects_to_the_api_itself_stay_in_the_tunnel() {
     };
     assert_eq!(
         location("/redirect").await,
-        "/v1/bridges/dc1/apis/internal/target?from=redirect"
+        "/v1/bridges/dc1/apis/internal/target?from=redirect#top"
     );
     assert_eq!(
         location("/redirect-away").await,

@@ -264,6 +264,18 @@ pub async fn list_keys(
                     ]
                 })
                 .collect();
+            if rows.is_empty() {
+                let (what, command) = match kind {
+                    Credential::ApiKey => ("API keys", "api-key create --org"),
+                    Credential::SignalKey => ("signal keys", "signal-key create --org"),
+                    Credential::BridgeToken => {
+                        ("bridge tokens", "bridge-token create --name BRIDGE --org")
+                    }
+                };
+                return Ok(format!(
+                    "no live {what} in org {slug:?}; `cloud {command} {slug}` makes one"
+                ));
+            }
             let header = ["id", "name", "created", "last used"].map(String::from);
             // Columns as wide as their longest cell, so a long name never shifts the next one.
             let width = |c: usize| {

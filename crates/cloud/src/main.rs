@@ -26,7 +26,13 @@ fn main() -> ExitCode {
         .clone()
         .unwrap_or_else(|| if serving { "info" } else { "warn" }.to_string());
     cloud::logging::init(cli.log_format, &level, !serving);
-    let workers = worker_threads();
+    let workers = match worker_threads() {
+        Ok(workers) => workers,
+        Err(why) => {
+            eprintln!("error: {why}");
+            return ExitCode::from(2);
+        }
+    };
     let mut builder = if workers == 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {
@@ -89,14 +95,17 @@ fn said_once(err: &anyhow::Error) -> String {
 /// docs/benchmarks.md). `TOKIO_WORKER_THREADS=N` (tokio's own variable) sets it. One worker
 /// runs as tokio's current-thread runtime, as the bridge does: the same one thread, without
 /// the work-stealing scheduler's hand-offs.
-fn worker_threads() -> usize {
-    std::env::var("TOKIO_WORKER_THREADS")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|n| *n > 0)
-        .unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
-        })
+/// A value that is no whole number from 1 up is refused, not ignored.
+fn worker_threads() -> Result<usize, String> {
+    match std::env::var("TOKIO_WORKER_THREADS") {
+        Err(_) => Ok(std::thread::available_parallelism()
+            .map_or(1, |n| n.get().saturating_sub(1).max(1))),
+        Ok(v) => v.trim().parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+            format!(
+                "the environment variable TOKIO_WORKER_THREADS is {v:?}: give a whole number of async worker threads from 1 up, or unset it for one per core but one"
+            )
+        }),
+    }
 }
 
 enum Failure {

@@ -91,6 +91,14 @@ async fn keys_are_listed_used_and_revoked(backend: Backend) {
         let secret_part = secret.rsplit_once('_').unwrap().1;
         assert!(!text.contains(secret_part) && !keys[0].to_string().contains(secret_part));
     }
+    // An org with none says so, and how to make one, rather than printing a bare header.
+    cloud.admin(&["org", "create", "empty"]);
+    let none = cloud.admin(&["bridge-token", "list", "--org", "empty"]);
+    assert!(
+        none.contains("no live bridge tokens in org \"empty\"")
+            && none.contains("cloud bridge-token create --name BRIDGE --org empty"),
+        "{none}"
+    );
     let tokens = list(&cloud, "bridge-token");
     assert_eq!(tokens[0]["name"], "dc1");
     assert!(tokens[0]["id"].as_str().unwrap().starts_with("sigbrt_"));

@@ -413,3 +413,24 @@ fn a_switch_variable_with_another_word_lists_those_taken() {
         "{stderr}"
     );
 }
+
+/// A `TOKIO_WORKER_THREADS` that is no number of threads is said, not ignored, and nothing is
+/// started or written.
+#[test]
+fn a_worker_count_that_is_no_number_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    for bad in ["two", "0", ""] {
+        let stderr = refused_serve(
+            &["--data-dir", data_dir.to_str().unwrap()],
+            ("TOKIO_WORKER_THREADS", bad),
+        );
+        assert!(
+            stderr.contains(&format!(
+                "TOKIO_WORKER_THREADS is {bad:?}: give a whole number"
+            )),
+            "{stderr}"
+        );
+    }
+    assert!(!data_dir.exists(), "serve went on");
+}

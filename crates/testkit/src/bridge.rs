@@ -301,27 +301,13 @@ impl BridgeProc {
 
     /// Sends a signal.
     pub fn signal(&self, sig: &str) {
-        let pid = self.child.as_ref().expect("running").id();
-        let ok = Command::new("kill")
-            .args(["-s", sig, &pid.to_string()])
-            .status()
-            .expect("kill")
-            .success();
-        assert!(ok);
+        crate::send_signal(self.child.as_ref().expect("running").id(), sig);
     }
 
     /// Waits for exit; returns the code.
     pub fn wait(&mut self) -> Option<i32> {
-        let mut child = self.child.take().expect("running");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                crate::drain(&mut self.readers);
-                return status.code();
-            }
-            assert!(Instant::now() < deadline, "bridge did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let child = self.child.take().expect("running");
+        crate::wait_exit(child, &mut self.readers, "bridge")
     }
 }
 

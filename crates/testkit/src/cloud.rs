@@ -298,25 +298,13 @@ impl Cloud {
 
     /// Sends a signal to the server process.
     pub fn signal(&self, sig: &str) {
-        let status = Command::new("kill")
-            .args(["-s", sig, &self.pid().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
+        crate::send_signal(self.pid(), sig);
     }
 
     /// Waits for the process to exit; returns its exit code.
     pub fn wait(&mut self) -> Option<i32> {
-        let mut child = self.child.take().expect("running");
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                drain(&mut self.readers);
-                return status.code();
-            }
-            assert!(std::time::Instant::now() < deadline, "cloud did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let child = self.child.take().expect("running");
+        crate::wait_exit(child, &mut self.readers, "cloud")
     }
 
     /// Runs `sql` on the cloud's database behind its back (PostgreSQL through its schema,

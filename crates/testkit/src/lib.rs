@@ -95,6 +95,33 @@ pub fn drain(readers: &mut Vec<std::thread::JoinHandle<()>>) {
     readers.clear();
 }
 
+/// Sends signal `sig` (`TERM`, `INT`, `STOP`, …) to process `pid` with `kill`.
+pub fn send_signal(pid: u32, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .args(["-s", sig, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -s {sig} {pid}");
+}
+
+/// Waits (up to 30 s) for `child` (the `what` of the failure message) to exit, then for its
+/// output's copies to end; returns its exit code.
+pub fn wait_exit(
+    mut child: std::process::Child,
+    readers: &mut Vec<std::thread::JoinHandle<()>>,
+    what: &str,
+) -> Option<i32> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            drain(readers);
+            return status.code();
+        }
+        assert!(std::time::Instant::now() < deadline, "{what} did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Installs ring as rustls' process-wide crypto provider (once; later calls do nothing), as
 /// the binaries do, for tests that make TLS clients of their own.
 pub fn install_crypto() {

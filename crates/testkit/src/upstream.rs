@@ -117,7 +117,7 @@ async fn route(req: Request<Incoming>) -> Response<Body> {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default();
         let to = if path.ends_with("/redirect") {
-            format!("http://{host}/target?from=redirect")
+            format!("http://{host}/target?from=redirect#top")
         } else {
             "https://sso.internal.example/login".to_string()
         };

@@ -73,7 +73,12 @@ impl Kind for Api {
 
     fn response_filter(&self, _status: StatusCode, headers: &mut HeaderMap) -> Option<Refusal> {
         let location = headers.get(header::LOCATION)?.to_str().ok()?;
-        let tunnel_path = format!("/apis/{}{}", self.name, path_under(&self.url, location)?);
+        // The fragment is the browser's (a place in the page): kept, as the server wrote it.
+        let fragment = location.split_once('#').map_or("", |(_, f)| f);
+        let mut tunnel_path = format!("/apis/{}{}", self.name, path_under(&self.url, location)?);
+        if !fragment.is_empty() {
+            tunnel_path = format!("{tunnel_path}#{fragment}");
+        }
         if let Ok(value) = HeaderValue::from_str(&tunnel_path) {
             headers.insert(header::LOCATION, value);
         }

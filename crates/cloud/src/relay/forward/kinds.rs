@@ -96,7 +96,7 @@ pub(super) fn location_filter(
     let Some(rest) = location.strip_prefix(&tunnel) else {
         return;
     };
-    if !(rest.is_empty() || rest.starts_with('/') || rest.starts_with('?')) {
+    if !(rest.is_empty() || rest.starts_with(['/', '?', '#'])) {
         return;
     }
     if let Ok(v) = HeaderValue::from_str(&format!("/v1/bridges/{bridge}{tunnel}{rest}")) {
