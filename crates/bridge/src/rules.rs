@@ -57,9 +57,14 @@ pub fn path_problem(path: &str) -> Option<&'static str> {
             "a '..' or '.' segment, or one a server may read as one (dots with blanks, an NTFS stream name such as ..::$INDEX_ALLOCATION, or full-width dots and slashes, which Unicode normalisation makes '.' and '/')",
         );
     }
-    if normal.contains('\\') || !escapes_absent(&normal) {
+    if normal.contains('\\') {
         return Some(
-            "a look-alike of '\\' or of a '%' escape that Unicode normalisation turns into one (a full-width backslash, %EF%BC%BC)",
+            "a look-alike of '\\' that Unicode normalisation turns into one (a full-width backslash, %EF%BC%BC)",
+        );
+    }
+    if !escapes_absent(&normal) {
+        return Some(
+            "a look-alike of '%' that Unicode normalisation turns into an escape (a full-width percent sign, %EF%BC%85)",
         );
     }
     None
@@ -192,6 +197,11 @@ mod tests {
         assert!(path_is_clean("/v1/items/3"));
         assert!(path_problem("/a/../b").is_some_and(|w| w.starts_with("a '..' or '.' segment")));
         assert_eq!(path_problem("/a%2Fb"), Some("an encoded slash (%2F)"));
+        assert!(
+            path_problem("/%EF%BC%852e%EF%BC%852e/etc")
+                .is_some_and(|w| w.contains("full-width percent sign"))
+        );
+        assert!(path_problem("/a%EF%BC%BCb").is_some_and(|w| w.contains("full-width backslash")));
         assert_eq!(
             path_problem("/a/%c0%ae%c0%ae/b").map(|w| w.starts_with("a '%' without")),
             Some(true)

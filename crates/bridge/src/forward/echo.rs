@@ -1,30 +1,45 @@
 //! An internal system that writes the request's headers back into its answer's headers (a
 //! debugging endpoint, a redirect that carries them in its query) would hand the credentials
 //! the bridge injected to the caller. Before an answer goes back, every header holding the
-//! injected credential, whole or in part, is removed, and the operator is told which.
+//! injected credential, whole or in part, is removed (trailers too), and the operator is told
+//! which.
 //! A body cannot be checked without holding it whole: docs/bridge.md says so.
 
-use http::{HeaderMap, HeaderName};
+use std::sync::Arc;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 /// Shorter forms are not looked for: they would turn up in unrelated values by chance.
 const SHORTEST: usize = 8;
 
-/// The forms of an entry's injected credentials to look for in its answers' headers, made once
-/// when the bridge starts.
-pub struct Echoes(Vec<String>);
+/// The forms of an entry's injected credentials to look for in its answers' headers and
+/// trailers, made once when the bridge starts.
+#[derive(Clone)]
+pub struct Echoes(Arc<[String]>);
 
 impl Echoes {
     /// The forms of `injected` (the credentials' header value as the bridge sends it) worth
-    /// looking for: the value, what follows its scheme word (`Basic`, `Bearer`), and for
-    /// `Basic` the password it encodes. None for an entry without credentials.
+    /// looking for, each only when 8 characters or longer: the value; what follows its scheme
+    /// word (`Basic`, `Bearer`), also without base64's `=` padding and in base64url's
+    /// spelling; and for `Basic` the password it encodes. None for an entry without
+    /// credentials.
     pub fn of(injected: Option<&str>) -> Echoes {
         use base64::Engine;
         let Some(injected) = injected else {
-            return Echoes(Vec::new());
+            return Echoes(Arc::from([]));
         };
         let mut forms = vec![injected.to_string()];
         if let Some((scheme, rest)) = injected.split_once(' ') {
-            forms.push(rest.to_string());
+            let unpadded = rest.trim_end_matches('=');
+            let url_safe: String = unpadded
+                .chars()
+                .map(|c| match c {
+                    '+' => '-',
+                    '/' => '_',
+                    c => c,
+                })
+                .collect();
+            forms.extend([rest.to_string(), unpadded.to_string(), url_safe]);
             if scheme.eq_ignore_ascii_case("basic")
                 && let Ok(pair) = base64::engine::general_purpose::STANDARD.decode(rest)
                 && let Ok(pair) = String::from_utf8(pair)
@@ -34,39 +49,57 @@ impl Echoes {
             }
         }
         forms.retain(|f| f.len() >= SHORTEST);
-        Echoes(forms)
+        forms.sort();
+        forms.dedup();
+        Echoes(forms.into())
     }
 
-    /// Removes the headers of an answer from `entry` that hold one of the forms, as sent or
-    /// percent-decoded (a redirect's query), and logs their names.
-    pub fn strip(&self, headers: &mut HeaderMap, entry: &str) {
-        if self.0.is_empty() {
-            return;
-        }
-        let holds = |value: &[u8]| {
+    /// Whether `value` holds one of the forms: as sent, percent-decoded, or decoded as a
+    /// query's value (`+` a space).
+    fn echoed_in(&self, value: &HeaderValue) -> bool {
+        let holds = |text: &[u8]| {
             self.0
                 .iter()
-                .any(|f| value.windows(f.len()).any(|w| w == f.as_bytes()))
+                .any(|f| text.windows(f.len()).any(|w| w == f.as_bytes()))
         };
-        let echoes = |value: &http::HeaderValue| {
-            holds(value.as_bytes())
-                || value
-                    .to_str()
-                    .is_ok_and(|v| holds(crate::rules::decoded(v).as_bytes()))
-        };
-        let echoed: Vec<HeaderName> = headers
-            .iter()
-            .filter(|(_, v)| echoes(v))
-            .map(|(name, _)| name.clone())
-            .collect();
-        if echoed.is_empty() {
+        holds(value.as_bytes())
+            || value.to_str().is_ok_and(|v| {
+                holds(crate::rules::decoded(v).as_bytes())
+                    || (v.contains('+')
+                        && holds(crate::rules::decoded(&v.replace('+', " ")).as_bytes()))
+            })
+    }
+
+    /// Removes the header lines (or trailer lines) of an answer from `entry` that hold one of
+    /// the forms, keeping the others of the same name, and logs the names.
+    pub fn strip(&self, headers: &mut HeaderMap, entry: &str) {
+        if self.0.is_empty() || !headers.values().any(|v| self.echoed_in(v)) {
             return;
         }
-        let names: Vec<&str> = echoed.iter().map(HeaderName::as_str).collect();
-        tracing::warn!(entry, headers = ?names, "the internal system's answer echoed the entry's credentials in these headers; they were removed before it went back");
-        for name in echoed {
-            headers.remove(name);
+        let mut kept = HeaderMap::with_capacity(headers.len());
+        let mut names: Vec<HeaderName> = Vec::new();
+        let mut current: Option<HeaderName> = None;
+        for (name, value) in std::mem::take(headers) {
+            if let Some(name) = name {
+                current = Some(name);
+            }
+            let Some(name) = current.clone() else {
+                continue;
+            };
+            if !self.echoed_in(&value) {
+                kept.append(name, value);
+            } else if !names.contains(&name) {
+                names.push(name);
+            }
         }
+        *headers = kept;
+        let names: Vec<&str> = names.iter().map(HeaderName::as_str).collect();
+        tracing::warn!(entry, headers = ?names, "the internal system's answer echoed the entry's credentials in these header or trailer lines; they were removed before it went back");
+    }
+
+    /// Whether there is nothing to look for (an entry without credentials, or with short ones).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 
@@ -104,6 +137,31 @@ mod tests {
         Echoes::of(Some("Bearer GitTok/Mn4+Vb9")).strip(&mut headers, "code");
         let left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
         assert_eq!(left, ["x-other"], "another case is another token");
+        // svc:S3cretPassw0rdLong, whose base64 ends in `==`: without its padding, and a
+        // password with a space sent in a query (`+`); an innocent line of the same name stays.
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("x-u", "c3ZjOlMzY3JldFBhc3N3MHJkTG9uZw"),
+            ("x-a", "innocent"),
+            ("x-a", "Basic c3ZjOlMzY3JldFBhc3N3MHJkTG9uZw=="),
+        ] {
+            headers.append(name, value.parse().unwrap());
+        }
+        Echoes::of(Some("Basic c3ZjOlMzY3JldFBhc3N3MHJkTG9uZw==")).strip(&mut headers, "api");
+        let left: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(left, [("x-a", "innocent")]);
+        use base64::Engine;
+        let spaced = base64::engine::general_purpose::STANDARD.encode("svc:p@ss/w+rd=Lo ng%x");
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "location",
+            "/n?p=p%40ss%2Fw%2Brd%3DLo+ng%25x".parse().unwrap(),
+        );
+        Echoes::of(Some(&format!("Basic {spaced}"))).strip(&mut headers, "special");
+        assert!(headers.is_empty());
         // Forms too short to tell from chance are not looked for.
         let mut headers = HeaderMap::new();
         headers.insert("x-n", "abc".parse().unwrap());

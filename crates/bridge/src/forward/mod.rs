@@ -358,14 +358,25 @@ impl Forwarder {
                     audit.status = parts.status.as_u16();
                 }
                 finish.streaming = true;
-                Ok(Response::from_parts(
-                    parts,
-                    Batched::new(Counted {
-                        inner: body,
-                        tally: finish,
+                let body = Batched::new(Counted {
+                    inner: body,
+                    tally: finish,
+                });
+                // Trailers are header lines too: an echo of the credentials goes there alike.
+                let body = if resource.echoes.is_empty() {
+                    body.boxed()
+                } else {
+                    let (echoes, name) = (resource.echoes.clone(), name.clone());
+                    body.map_frame(move |frame| match frame.into_trailers() {
+                        Ok(mut trailers) => {
+                            echoes.strip(&mut trailers, &name);
+                            hyper::body::Frame::trailers(trailers)
+                        }
+                        Err(frame) => frame,
                     })
-                    .boxed(),
-                ))
+                    .boxed()
+                };
+                Ok(Response::from_parts(parts, body))
             }
             Err(e) if unreadable_head(&e) => {
                 let why = format!(

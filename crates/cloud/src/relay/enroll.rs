@@ -125,6 +125,20 @@ pub fn certificate_name(org_id: i64, bridge: &str) -> String {
     format!("{org_id}:{bridge}")
 }
 
+/// Logs a refused enrollment and answers `problem`, once the request's unread body is
+/// drained: an HTTP/2 client still sending it would otherwise read a reset stream, not the
+/// answer.
+async fn refused(
+    peer: Option<crate::auth::PeerAddr>,
+    headers: &HeaderMap,
+    body: Body,
+    problem: Problem,
+) -> Response {
+    super::refusals::log_refusal("enroll", peer, headers, problem.status, &problem.detail);
+    crate::refused_body::drain_unread(headers, body).await;
+    problem.into_response()
+}
+
 /// `POST /v1/bridge/enroll`: body is the CSR in PEM; answer `{"certificate","ca"}` in PEM,
 /// or 400 (not a CSR), 401 (token), 403 (`x-bridge-name` is not the token's bridge), 503 (CA
 /// unavailable).
@@ -135,14 +149,10 @@ pub async fn enroll(
     body: Body,
 ) -> Response {
     let peer = peer.map(|axum::Extension(p)| p);
-    let refused = |problem: Problem| {
-        super::refusals::log_refusal("enroll", peer, &headers, problem.status, &problem.detail);
-        problem.into_response()
-    };
-    // The token first: nobody without one makes the server read a body.
+    // The token first: nobody without one makes the server read a body (only drain it).
     let credential = match authenticate_bridge(&state, &headers).await {
         Ok(c) => c,
-        Err(p) => return refused(p),
+        Err(p) => return refused(peer, &headers, body, p).await,
     };
     // Bridges since 0.1 name themselves here too, so `bridge check` finds a mismatch; an
     // older one is caught at connect.
@@ -151,7 +161,7 @@ pub async fn enroll(
         .and_then(|v| v.to_str().ok())
         && let Some(why) = name_mismatch(&credential, name)
     {
-        return refused(Problem::forbidden(why));
+        return refused(peer, &headers, body, Problem::forbidden(why)).await;
     }
     let read = tokio::time::timeout(
         CSR_READ_TIMEOUT,

@@ -72,19 +72,30 @@ pub(super) fn problems(links: &RawValue) -> Vec<(String, String)> {
 
 /// Unicode's invisible format characters that make a text read as another: text-direction
 /// marks and overrides (which show a link's characters in another order than they are
-/// followed), zero-width characters, the byte-order mark and the soft hyphen. Refused in
+/// followed), zero-width characters and fillers, variation selectors, tags, the byte-order mark
+/// and the soft hyphen: Unicode's default-ignorable characters, and the interlinear
+/// annotation marks. Refused in
 /// alert links here, and in key labels (`admin::check_label`).
 pub fn invisible(c: char) -> bool {
     matches!(
         c,
         '\u{00AD}'
+            | '\u{034F}'
             | '\u{061C}'
-            | '\u{180E}'
+            | '\u{115F}'..='\u{1160}'
+            | '\u{17B4}'..='\u{17B5}'
+            | '\u{180B}'..='\u{180F}'
             | '\u{200B}'..='\u{200F}'
             | '\u{202A}'..='\u{202E}'
-            | '\u{2060}'..='\u{2064}'
-            | '\u{2066}'..='\u{206F}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
             | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{FFF0}'..='\u{FFFB}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}'
     )
 }
 
