@@ -46,6 +46,16 @@ async fn post(
     (status, headers, body)
 }
 
+/// The JSON pointers of a 422's `errors`, in order.
+fn pointers(problem: &Value) -> Vec<&str> {
+    problem["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["pointer"].as_str().unwrap())
+        .collect()
+}
+
 async fn post_text(cloud: &Cloud, t: &Tenant, body: String) -> reqwest::Response {
     cloud.post_signal_text(t, body).await
 }
@@ -267,12 +277,7 @@ async fn every_error_status_has_a_problem_body(backend: Backend) {
     )
     .await;
     assert_problem(s, &h, &b, 422);
-    let pointers: Vec<&str> = b["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["pointer"].as_str().unwrap())
-        .collect();
+    let pointers = pointers(&b);
     assert_eq!(pointers, ["/environment", "/status"]);
 
     // A type of the wrong JSON kind is named as such, not as missing.
@@ -441,9 +446,7 @@ async fn bad_event_rejects_the_whole_batch(backend: Backend) {
         "https://x.example/a b", "https://x.example\u{1}", "https://x.example/a\u{202E}fdp.exe"]});
     let (s, h, b) = post(&cloud, &t, &json!([spoof, alert])).await;
     assert_problem(s, &h, &b, 422);
-    let pointers: Vec<&str> = (b["errors"].as_array().unwrap().iter())
-        .map(|e| e["pointer"].as_str().unwrap())
-        .collect();
+    let pointers = pointers(&b);
     assert_eq!(
         pointers,
         [
@@ -636,12 +639,7 @@ async fn resolve_inherits_from_the_alert_it_closes(backend: Backend) {
     )
     .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
-    let pointers: Vec<&str> = b["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["pointer"].as_str().unwrap())
-        .collect();
+    let pointers = pointers(&b);
     assert_eq!(pointers, ["/1/dedupKey", "/3/dedupKey"], "{b}");
 }
 
