@@ -612,6 +612,20 @@ async fn read_only_statement_audit_limits_and_cancel() {
     let e = third.expect_err("a third session is refused");
     assert_eq!(code(&e), "53300", "{e}");
     assert!(message(&e).contains("max_connections"), "{}", message(&e));
+    // A client that gives up while its session waits for a slot (psql's connect_timeout)
+    // leaves nothing behind: the bridge records that it left, and never logs in for it.
+    let out = rig
+        .psql_cmd(&rig.conninfo("orders"), &["-c", "SELECT 1"])
+        .env("PGCONNECT_TIMEOUT", "2")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    rig.bridge
+        .audit_records_until("the record of a session whose client left waiting", |r| {
+            r["resource"] == "orders"
+                && r["rule"] == "the caller left before the stream was forwarded"
+        })
+        .await;
 
     // Cancel from the driver (inside TLS), while both slots are busy: a 30 s sleep ends long
     // before its time (a cancel takes no slot; the bound leaves room for a loaded machine).
@@ -655,6 +669,19 @@ async fn read_only_statement_audit_limits_and_cancel() {
         "cancel took {:?}",
         asked.elapsed()
     );
+
+    // A client that goes away mid-statement without a word (killed: its connection cut, not
+    // closed) leaves no statement running on the server, holding its slot.
+    let mut psql = rig
+        .psql_cmd(&rig.conninfo("orders"), &["-c", "SELECT pg_sleep(30)"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_sleeps(&cluster, "1").await;
+    psql.kill().unwrap();
+    psql.wait().unwrap();
+    wait_for_sleeps(&cluster, "0").await;
 
     // SIGTERM with a session running a statement: the bridge ends the session, cancels the
     // statement on the server, records why, and exits 0 at once.

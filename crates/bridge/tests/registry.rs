@@ -757,6 +757,42 @@ async fn skopeo_pushes_through_the_cloud_only_where_allow_push_is_set() {
         })
         .await;
     assert!(!audit.iter().any(|r| r["method"] == "DELETE"), "{audit:?}");
+    // So does a copy from a repository the client has read through another entry on the
+    // same registry (a pull-only entry beside a push entry; skopeo remembers where it saw each
+    // layer, and names that repository): the layer is mounted, not uploaded again.
+    let pulled = work.path().join("pulled");
+    pull_to_dir(
+        s.certs.path(),
+        &key,
+        &through_cloud(&s.rig, "reg", "team/app:1.0"),
+        &pulled,
+        &s.image,
+    );
+    let out = Command::new("skopeo")
+        .args(["--insecure-policy", "copy"])
+        .args(["--src-creds", &creds, "--src-cert-dir", &certs])
+        .args(["--dest-creds", &creds, "--dest-cert-dir", &certs])
+        .arg(through_cloud(&s.rig, "reg", "team/app:1.0"))
+        .arg(through_cloud(&s.rig, "rw", "team/from-reg:1.0"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let audit = s
+        .rig
+        .bridge
+        .audit_records_until("the record of a blob mounted from the other entry", |r| {
+            r["method"] == "POST"
+                && r["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/v2/team/from-reg/blobs/uploads/?from&mount"))
+                && r["status"] == 201
+        })
+        .await;
+    assert!(!audit.iter().any(|r| r["method"] == "DELETE"), "{audit:?}");
     // An upload's Location names the cloud's path, never the registry's own URL.
     let res = s
         .rig

@@ -17,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use crate::api::{self, ApiState};
 use crate::auth::KeyCache;
 use crate::dashboard::{self, DashboardParts, DashboardState};
+use crate::insight::NoSuspects;
 use crate::live::{LiveBridges, LiveInstance};
 use crate::metrics::Metrics;
 use crate::problem::Problem;
@@ -213,11 +214,14 @@ impl crate::insight::Insight for CorrelationInsight {
         &'a self,
         org_id: i64,
         alert_id: &'a str,
-    ) -> futures_util::future::BoxFuture<'a, Option<serde_json::Value>> {
+    ) -> futures_util::future::BoxFuture<'a, Result<serde_json::Value, NoSuspects>> {
         Box::pin(async move {
             crate::correlation::suspects_of(&self.0, org_id, alert_id)
                 .await
-                .ok()
+                .map_err(|p| match p.status {
+                    404 => NoSuspects::NotAnAlert,
+                    _ => NoSuspects::Unavailable(p.detail),
+                })
         })
     }
 

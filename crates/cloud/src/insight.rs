@@ -7,9 +7,13 @@ use serde_json::Value;
 
 /// Suspects and DORA figures, answered as the API answers them.
 pub trait Insight: Send + Sync {
-    /// `GET /v1/alerts/{id}/suspects`'s answer for the org's alert; `None` when the event is
-    /// not the org's alert or storage failed.
-    fn suspects<'a>(&'a self, org_id: i64, alert_id: &'a str) -> BoxFuture<'a, Option<Value>>;
+    /// `GET /v1/alerts/{id}/suspects`'s answer for the org's alert, or why there is none: a
+    /// page shows no suspects for an event that is not an alert, but says storage failed.
+    fn suspects<'a>(
+        &'a self,
+        org_id: i64,
+        alert_id: &'a str,
+    ) -> BoxFuture<'a, Result<Value, NoSuspects>>;
 
     /// DORA figures of one service (in one environment, or all) for each of `weeks` weeks
     /// ending now, oldest first, then for the whole span: `GET /v1/dora`'s answers.
@@ -33,4 +37,15 @@ pub trait Insight: Send + Sync {
     /// The org's mapping `old` was removed or replaced (by the dashboard): its repository's
     /// mirror is deleted, in the background, once no mapping reads it.
     fn mapping_dropped(&self, org_id: i64, old: crate::storage::RepositorySource);
+}
+
+/// Why [`Insight::suspects`] has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum NoSuspects {
+    /// The event is not one of the org's alerts (or is gone): nothing to rank.
+    #[error("the event is not one of the org's alerts")]
+    NotAnAlert,
+    /// Storage failed; asking again later may answer.
+    #[error("{0}")]
+    Unavailable(String),
 }

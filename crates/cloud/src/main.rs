@@ -130,7 +130,7 @@ impl From<anyhow::Error> for Failure {
 
 /// Warns when the link's default base (`--listen`, no `--public-url`) has nothing answering:
 /// a `serve` on another address gets a link that would not open, and its one-time token would
-/// be spent on nothing.
+/// be spent on nothing. Said only above a link made, not above an error.
 fn warn_if_unreachable(link: &cloud::cli::LinkArgs, base: &str) {
     if link.public_url.is_some() {
         return;
@@ -238,10 +238,7 @@ async fn run(command: Command) -> Result<(), Failure> {
             storage,
         }) => {
             // A bad link base is said before the database is opened (or found missing).
-            warn_if_unreachable(
-                &link,
-                &admin::link_base(link.public_url.as_deref(), &link.listen)?,
-            );
+            let base = admin::link_base(link.public_url.as_deref(), &link.listen)?;
             let store = open(&storage).await?;
             let role = match role {
                 RoleArg::Admin => cloud::storage::Role::Admin,
@@ -257,6 +254,9 @@ async fn run(command: Command) -> Result<(), Failure> {
                 &link.listen,
             )
             .await;
+            if out.is_ok() {
+                warn_if_unreachable(&link, &base);
+            }
             (store, out)
         }
         Command::User(UserCommand::ResetPassword {
@@ -264,10 +264,7 @@ async fn run(command: Command) -> Result<(), Failure> {
             link,
             storage,
         }) => {
-            warn_if_unreachable(
-                &link,
-                &admin::link_base(link.public_url.as_deref(), &link.listen)?,
-            );
+            let base = admin::link_base(link.public_url.as_deref(), &link.listen)?;
             let store = open(&storage).await?;
             let out = admin::reset_password(
                 &store,
@@ -277,6 +274,9 @@ async fn run(command: Command) -> Result<(), Failure> {
                 &link.listen,
             )
             .await;
+            if out.is_ok() {
+                warn_if_unreachable(&link, &base);
+            }
             (store, out)
         }
         Command::Webhook(WebhookCommand::Set {

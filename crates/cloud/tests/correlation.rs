@@ -227,6 +227,20 @@ async fn bad_input_is_named() {
         ],
         "{body}"
     );
+    // A name holding a NUL is named with it written `\u0000`, never as a NUL, which a client
+    // could not store or log.
+    let (status, body) = call(
+        &cloud,
+        &t,
+        reqwest::Method::PUT,
+        "/v1/services/api/dependencies",
+        Some(json!({"dependencies": [], "a\u{0}b": 1})),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["errors"][0]["pointer"], "/a\\u0000b", "{body}");
+    let detail = body["errors"][0]["detail"].as_str().unwrap();
+    assert!(!detail.contains('\0'), "{detail:?}");
     // A wrong type is said as such, not as a missing field.
     let (status, body) = call(
         &cloud,
@@ -1160,6 +1174,16 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
     .await;
     let (_, page) = get(&browser, format!("{}/services/api", cloud.https), &admin).await;
     assert!(page.contains("href=\"/services/payments-api\""), "{page}");
+    // Suspects that cannot be read (storage failing) are a page saying so, not an alert
+    // shown without suspects as if there were none.
+    cloud.exec_sql("ALTER TABLE service_dependencies RENAME TO service_dependencies_gone");
+    let (status, page) = get(&browser, format!("{}/events/{alert}", cloud.https), &admin).await;
+    assert_eq!(status, 503, "{page}");
+    assert!(page.contains("Storage unavailable"), "{page}");
+    cloud.exec_sql("ALTER TABLE service_dependencies_gone RENAME TO service_dependencies");
+    let (status, page) = get(&browser, format!("{}/events/{alert}", cloud.https), &admin).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("Suspects"), "{page}");
 }
 
 /// Many concurrent batches of deployments of the same services (PostgreSQL's two writers

@@ -469,6 +469,21 @@ fn user_commands_say_what_is_wrong() {
             "{listen}: {stderr}"
         );
     }
+    // A command that fails makes no link: no warning about one, only the error.
+    let out = cloud.admin_output(&[
+        "user",
+        "reset-password",
+        "--email",
+        "nobody@example.com",
+        "--listen",
+        "127.0.0.1:1",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("warning") && stderr.contains("nobody@example.com"),
+        "{stderr}"
+    );
     // Like every admin command, it creates no database where there is none.
     let empty = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(cloud_bin())

@@ -1,7 +1,10 @@
 //! What the OCI distribution API fixes for both sides of a registry pull: the error body that
 //! registry clients (skopeo, podman, docker) print, the API version header, and the rule for
 //! the path components that bridge and registry names become in an image name
-//! (`CLOUD/{bridge}/{registry}/{repository}`).
+//! (`CLOUD/{bridge}/{registry}/{repository}`), and how a blob mount's source named so becomes
+//! the registry's own name.
+
+use std::borrow::Cow;
 
 /// The header that marks a registry's answers.
 pub const API_VERSION_HEADER: &str = "docker-distribution-api-version";
@@ -46,9 +49,68 @@ pub fn is_path_component(name: &str) -> bool {
         && bytes.iter().all(|b| alnum(b) || b"._-".contains(b))
 }
 
+/// A cross-repository blob mount (`POST …/blobs/uploads/?mount=D&from=REPO`) names its source
+/// as the client knows it, `{bridge}/{registry}/{repository}`; the registry knows it as
+/// `{repository}`. Returns `query` with a `from` that starts with one of `prefixes`
+/// (`{bridge}/{registry}/`) cut to the repository, borrowed when none does: the cloud cuts its
+/// stream's own entry, the bridge another of its entries on the same registry.
+pub fn mount_source_as_registry_knows<'q>(query: &'q str, prefixes: &[String]) -> Cow<'q, str> {
+    let cut = |key: &str, value: &str| -> Option<usize> {
+        (key == "from")
+            .then(|| prefixes.iter().find(|p| value.starts_with(p.as_str())))
+            .flatten()
+            .map(String::len)
+    };
+    let pairs = url::form_urlencoded::parse(query.as_bytes());
+    if !pairs.clone().any(|(k, v)| cut(&k, &v).is_some()) {
+        return query.into();
+    }
+    let mut out = url::form_urlencoded::Serializer::new(String::new());
+    for (key, value) in pairs {
+        let value = match cut(&key, &value) {
+            Some(len) => &value[len..],
+            None => &value,
+        };
+        out.append_pair(&key, value);
+    }
+    out.finish().into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mount_source_is_named_as_the_registry_knows_it() {
+        let own = ["dc1/rw/".to_string()];
+        for (query, want) in [
+            (
+                "mount=sha256%3Aab&from=dc1%2Frw%2Fteam%2Fapp",
+                "mount=sha256%3Aab&from=team%2Fapp",
+            ),
+            (
+                "mount=sha256:ab&from=dc1/rw/team/app",
+                "mount=sha256%3Aab&from=team%2Fapp",
+            ),
+            (
+                "mount=sha256:ab&from=dc2/rw/team/app",
+                "mount=sha256:ab&from=dc2/rw/team/app",
+            ),
+            ("n=10", "n=10"),
+        ] {
+            assert_eq!(mount_source_as_registry_knows(query, &own), want, "{query}");
+        }
+        // Any of several entries (the bridge's on the same registry).
+        let siblings = ["dc1/rw/".to_string(), "dc1/reg/".to_string()];
+        assert_eq!(
+            mount_source_as_registry_knows("from=dc1/reg/team/app&mount=d", &siblings),
+            "from=team%2Fapp&mount=d"
+        );
+        assert_eq!(
+            mount_source_as_registry_knows("from=dc1/other/team/app", &siblings),
+            "from=dc1/other/team/app"
+        );
+    }
 
     #[test]
     fn path_components() {

@@ -8,14 +8,16 @@
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
+use memchr::memmem::Finder;
 
 /// Shorter forms are not looked for: they would turn up in unrelated values by chance.
 const SHORTEST: usize = 8;
 
 /// The forms of an entry's injected credentials to look for in its answers' headers and
-/// trailers, made once when the bridge starts.
+/// trailers, made once when the bridge starts, each with its searcher ready (every answer
+/// of such an entry is searched, so the search is kept cheap).
 #[derive(Clone)]
-pub struct Echoes(Arc<[String]>);
+pub struct Echoes(Arc<[Finder<'static>]>);
 
 impl Echoes {
     /// The forms of `injected` (the credentials' header value as the bridge sends it) worth
@@ -51,23 +53,40 @@ impl Echoes {
         forms.retain(|f| f.len() >= SHORTEST);
         forms.sort();
         forms.dedup();
-        Echoes(forms.into())
+        // A form that holds another (the value holds its token, a padded token the unpadded
+        // one) is found whenever it is there: only the others are searched for.
+        let needed = forms.iter().filter(|f| {
+            !forms
+                .iter()
+                .any(|other| other != *f && f.contains(other.as_str()))
+        });
+        Echoes(
+            needed
+                .map(|f| Finder::new(f.as_bytes()).into_owned())
+                .collect(),
+        )
+    }
+
+    fn holds(&self, text: &[u8]) -> bool {
+        self.0.iter().any(|form| form.find(text).is_some())
     }
 
     /// Whether `value` holds one of the forms: as sent, percent-decoded, or decoded as a
-    /// query's value (`+` a space).
+    /// query's value (`+` a space). A value with neither `%` nor `+` has no other spelling,
+    /// and is searched once.
     fn echoed_in(&self, value: &HeaderValue) -> bool {
-        let holds = |text: &[u8]| {
-            self.0
-                .iter()
-                .any(|f| text.windows(f.len()).any(|w| w == f.as_bytes()))
-        };
-        holds(value.as_bytes())
-            || value.to_str().is_ok_and(|v| {
-                holds(crate::rules::decoded(v).as_bytes())
-                    || (v.contains('+')
-                        && holds(crate::rules::decoded(&v.replace('+', " ")).as_bytes()))
-            })
+        let raw = value.as_bytes();
+        if self.holds(raw) {
+            return true;
+        }
+        if memchr::memchr2(b'%', b'+', raw).is_none() {
+            return false;
+        }
+        value.to_str().is_ok_and(|v| {
+            self.holds(crate::rules::decoded(v).as_bytes())
+                || (v.contains('+')
+                    && self.holds(crate::rules::decoded(&v.replace('+', " ")).as_bytes()))
+        })
     }
 
     /// Removes the header lines (or trailer lines) of an answer from `entry` that hold one of
@@ -162,6 +181,14 @@ mod tests {
         );
         Echoes::of(Some(&format!("Basic {spaced}"))).strip(&mut headers, "special");
         assert!(headers.is_empty());
+        // The value and the padded token hold the unpadded token: one search finds all three.
+        assert_eq!(
+            Echoes::of(Some("Basic c3ZjOlMzY3JldFBhc3N3MHJkTG9uZw=="))
+                .0
+                .len(),
+            2,
+            "the unpadded token and the password"
+        );
         // Forms too short to tell from chance are not looked for.
         let mut headers = HeaderMap::new();
         headers.insert("x-n", "abc".parse().unwrap());

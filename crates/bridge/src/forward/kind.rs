@@ -82,6 +82,13 @@ pub trait Kind: Send + Sync {
         None
     }
 
+    /// The request's query as the internal system knows what it names, before anything
+    /// checks it (a registry's blob mount from a repository that the client names through
+    /// another entry on the same registry); `query` itself by default.
+    fn local_query<'q>(&self, query: &'q str) -> std::borrow::Cow<'q, str> {
+        query.into()
+    }
+
     /// The rule that admits `method` on `path` (normalised, relative to the entry) with
     /// `query`, or why not.
     fn admit(&self, method: &Method, path: &str, query: Option<&str>) -> Result<String, Refusal>;

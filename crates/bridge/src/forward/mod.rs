@@ -144,7 +144,9 @@ impl Forwarder {
                 (
                     ResourceKind::Registry,
                     r.name.clone(),
-                    Box::new(registry::RegistryKind::new(r.clone())) as Box<dyn Kind>,
+                    Box::new(
+                        registry::RegistryKind::new(r.clone()).among(&cfg.name, &cfg.registries),
+                    ) as Box<dyn Kind>,
                 )
             }));
         for (kind_of, name, kind) in entries {
@@ -209,7 +211,7 @@ impl Forwarder {
     /// Handles one stream from the cloud.
     pub async fn handle(
         self: Arc<Self>,
-        req: Request<Incoming>,
+        mut req: Request<Incoming>,
     ) -> Result<Response<ResBody>, hyper::Error> {
         if req.uri().path() == tunnel::HEARTBEAT_PATH {
             self.status.heartbeat();
@@ -249,6 +251,20 @@ impl Forwarder {
                 Refusal::not_found("not_declared", "this bridge declares no such resource");
             return Ok(self.deny(started, audit, None, refusal));
         };
+        // What the query names, as the internal system knows it: every phase after this one
+        // (checks, credentials, the upstream request) reads that.
+        if let Some(query) = req.uri().query()
+            && let std::borrow::Cow::Owned(local) = resource.kind.local_query(query)
+        {
+            let mut parts = req.uri().clone().into_parts();
+            parts.path_and_query = format!("{path}?{local}").parse().ok();
+            match http::Uri::from_parts(parts) {
+                Ok(uri) => *req.uri_mut() = uri,
+                Err(e) => {
+                    tracing::warn!(resource = %audit.resource, cause = %e, "the query as the internal system knows it is no URI; passed as sent")
+                }
+            }
+        }
         // Phase 2: admit. A stream may wait here for a slot, and in phase 3 for a registry's
         // token; if its caller leaves meanwhile, `Admitting` writes its record.
         let mut admitting = settle::Admitting::new(&self, audit, started);
@@ -344,6 +360,9 @@ impl Forwarder {
                     tracing::warn!(kind = %kind, resource = %name, cause = %why, "internal resource's answer cannot be forwarded");
                     return Ok(bad_gateway(finish, resource, &why));
                 }
+                // Only a chunked HTTP/1.1 answer or an HTTP/2 one can end in trailers.
+                let may_trail = parts.version == http::Version::HTTP_2
+                    || parts.headers.contains_key(hyper::header::TRANSFER_ENCODING);
                 // Both framings: chunked wins (RFC 9112 §6.3), so the length said is not the
                 // body's, and passed on it would break the caller's stream.
                 if parts.headers.contains_key(hyper::header::TRANSFER_ENCODING) {
@@ -363,7 +382,7 @@ impl Forwarder {
                     tally: finish,
                 });
                 // Trailers are header lines too: an echo of the credentials goes there alike.
-                let body = if resource.echoes.is_empty() {
+                let body = if resource.echoes.is_empty() || !may_trail {
                     body.boxed()
                 } else {
                     let (echoes, name) = (resource.echoes.clone(), name.clone());

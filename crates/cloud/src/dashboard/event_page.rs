@@ -13,6 +13,7 @@ use super::events::{summary_of, text};
 use super::extract::Path;
 use super::me::Me;
 use super::render::{message, page, unavailable, when_text};
+use crate::insight::NoSuspects;
 
 /// One suspect of an alert, as its page lists it.
 struct SuspectRow {
@@ -218,12 +219,18 @@ pub async fn detail(
                     return unavailable();
                 };
                 // The confirmed cause first, whatever its score.
-                let suspects = (state.insight.suspects(me.session.user.org_id, &e.id).await)
-                    .map(|answer| suspect_rows(&answer))
-                    .map(|mut rows| {
+                let suspects = match state.insight.suspects(me.session.user.org_id, &e.id).await {
+                    Ok(answer) => {
+                        let mut rows = suspect_rows(&answer);
                         rows.sort_by_key(|r| !r.confirmed);
-                        rows
-                    });
+                        Some(rows)
+                    }
+                    Err(NoSuspects::NotAnAlert) => None,
+                    Err(NoSuspects::Unavailable(why)) => {
+                        tracing::warn!(alert = %e.id, cause = %why, "an alert's suspects could not be read");
+                        return unavailable();
+                    }
+                };
                 (suspects, cause)
             } else {
                 (None, None)

@@ -6,6 +6,7 @@
 use serde_json::json;
 
 use super::Notifier;
+use crate::insight::NoSuspects;
 use crate::live::outdated;
 use crate::storage::{EventQuery, StorageError};
 
@@ -99,8 +100,13 @@ impl Notifier {
                 continue;
             }
             // Not examined when correlation cannot answer now: the next round tries again.
-            let Some(answer) = self.insight.suspects(org_id, &alert.id).await else {
-                continue;
+            let answer = match self.insight.suspects(org_id, &alert.id).await {
+                Ok(answer) => answer,
+                Err(NoSuspects::Unavailable(_)) => continue,
+                Err(NoSuspects::NotAnAlert) => {
+                    self.examined.insert(examined);
+                    continue;
+                }
             };
             self.examined.insert(examined);
             let top = &answer["suspects"][0];

@@ -22,6 +22,7 @@ pub mod proxy;
 mod session;
 mod splice;
 pub(crate) mod upgrade;
+mod waiting;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -205,11 +205,20 @@ async fn relay<S>(
     // One deadline for opening the stream and the greeting: a bridge that stopped answering
     // is said within it, not after the tunnel's own keep-alive gives up.
     let deadline = tokio::time::Instant::now() + GREETING_TIMEOUT;
-    let opened = tokio::time::timeout_at(
-        deadline,
-        crate::relay::open_database(&front.relay, principal, &bridge, &database, false),
-    )
-    .await;
+    // The stream may wait for a slot at the bridge (`max_connections`): a client that gives
+    // up meanwhile drops it, so the bridge records that it left and logs in for no one.
+    let mut early = Vec::new();
+    let opened = tokio::select! {
+        opened = tokio::time::timeout_at(
+            deadline,
+            crate::relay::open_database(&front.relay, principal, &bridge, &database, false),
+        ) => opened,
+        left = super::waiting::client_left(client, &mut early) => {
+            tracing::info!(peer = %peer, bridge = %bridge, database = %database, why = left, "database session not opened");
+            let _ = client.write_all(&error_response("08P01", left)).await;
+            return;
+        }
+    };
     let mut stream = match opened {
         Ok(Ok(stream)) => stream,
         Ok(Err(problem)) => {
@@ -278,10 +287,16 @@ async fn relay<S>(
         }
     };
     spliced_flag.store(true, Ordering::Release);
-    let spliced = splice(client, &mut stream.io, ended).await;
-    // The server would run the statement in progress to its end: cancel it, through the
-    // tunnel, which at shutdown closes only after the sessions have ended.
-    if let (Spliced::Ended { .. }, Some(registered)) = (&spliced, &registered) {
+    let spliced = splice(client, &mut stream.io, &early, ended).await;
+    // The server would run the statement in progress to its end, for a session the cloud
+    // ended or a client that went away mid-statement without a word (its connection cut, or
+    // closed without Terminate): cancel it, through the tunnel, which at shutdown closes only
+    // after the sessions have ended.
+    let running = matches!(
+        spliced,
+        Spliced::Ended { .. } | Spliced::Failed { running: true, .. }
+    );
+    if let (true, Some(registered)) = (running, &registered) {
         let (process_id, secret_key) = registered.key();
         front
             .cancels
@@ -301,10 +316,10 @@ async fn relay<S>(
         }
         // Many clients (pgbench, libpq on exit) close the socket without TLS's close_notify:
         // that is their way of leaving, not an error.
-        Spliced::Failed(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+        Spliced::Failed { error: e, .. } if e.kind() == std::io::ErrorKind::UnexpectedEof => {
             tracing::info!(peer = %peer, bridge = %bridge, database = %database, "database session closed (the client left without closing TLS)")
         }
-        Spliced::Failed(e) => {
+        Spliced::Failed { error: e, .. } => {
             tracing::info!(peer = %peer, bridge = %bridge, database = %database, cause = %e, "database session ended with an error")
         }
     }
@@ -382,8 +397,16 @@ where
     let read = async {
         let tag = client.read_u8().await.map_err(|e| e.to_string())?;
         let len = client.read_i32().await.map_err(|e| e.to_string())?;
-        if tag != b'p' || !(5..=4096).contains(&len) {
-            return Err("expected a password message".to_string());
+        if tag != b'p' {
+            return Err(format!(
+                "expected a password message ('p'), got one of type {:?}: send the API key as the password",
+                tag as char
+            ));
+        }
+        if !(5..=4096).contains(&len) {
+            return Err(format!(
+                "the password message's length field says {len}, expected 5 to 4096 (an API key is short)"
+            ));
         }
         let mut body = vec![0u8; len as usize - 4];
         client

@@ -35,12 +35,19 @@ pub(super) enum Spliced {
     /// The server's side ended without a FATAL of its own while the client was there; whether
     /// the client was told (the cloud's `08006` went out).
     Lost { told: bool },
-    /// Reading or writing failed.
-    Failed(io::Error),
+    /// Reading or writing failed, or the client left mid-statement without a word; whether a
+    /// statement was running then (the client had asked more than the server answered), which
+    /// the server would run to its end.
+    Failed {
+        /// What failed.
+        error: io::Error,
+        /// Whether a statement was running.
+        running: bool,
+    },
 }
 
 /// What the client of a session whose server side went away reads.
-pub(super) const LOST: &str = "the connection to the database through the bridge was lost: the bridge stopped, or its tunnel or its own connection to the database failed (the bridge's log says which); connect again";
+pub(super) const LOST: &str = "the connection to the database through the bridge was lost: the bridge stopped, its tunnel or its own connection to the database failed (the bridge's log says which), or the database closed the session (its own log says why, such as a malformed message); connect again";
 
 /// How the server-to-client half ended.
 enum Down {
@@ -52,13 +59,14 @@ enum Down {
     Lost,
 }
 
-/// Relays bytes both ways until a side closes or `ended` resolves. A client that stops
-/// reading cannot hold a session the cloud ends: `ended` is watched while a write to the
-/// client waits too, and the ending (the rest of the message in progress, the FATAL) has
-/// [`FINISH_MESSAGE`] in all.
+/// Relays bytes both ways, the client's `early` bytes (sent before its session was ready)
+/// first, until a side closes or `ended` resolves. A client that stops reading cannot hold a
+/// session the cloud ends: `ended` is watched while a write to the client waits too, and the
+/// ending (the rest of the message in progress, the FATAL) has [`FINISH_MESSAGE`] in all.
 pub(super) async fn splice<C, S>(
     client: &mut C,
     server: &mut S,
+    early: &[u8],
     ended: impl Future<Output = Ending>,
 ) -> Spliced
 where
@@ -69,7 +77,10 @@ where
     let (mut server_r, mut server_w) = tokio::io::split(server);
     let up_bytes = AtomicU64::new(0);
     let client_gone = AtomicBool::new(false);
-    let mut frames = Frames::default();
+    // Sync points the client sent (each answered with a ReadyForQuery), and the server's
+    // answers passed to it: a statement runs while the first is ahead.
+    let (asked, answered) = (AtomicU64::new(0), AtomicU64::new(0));
+    let mut frames = Frames::counting(b"Z");
     let mut buf = vec![0u8; 16 * 1024];
     let mut ended = std::pin::pin!(ended);
     // The server's bytes read but not yet passed to the client when the cloud ended it.
@@ -77,23 +88,37 @@ where
     let outcome = {
         let up = async {
             let mut buf = vec![0u8; 16 * 1024];
-            // The client's messages, to see its `Terminate` (after which the server closes).
-            let mut sent = Frames::default();
+            // The client's messages, to see its `Terminate` (after which the server closes)
+            // and its sync points (a query, a function call, an extended protocol `Sync`).
+            let mut sent = Frames::counting(b"QFS");
+            let mut early = Some(early).filter(|e| !e.is_empty());
             loop {
-                let n = client_r.read(&mut buf).await?;
-                if n == 0 {
-                    client_gone.store(true, Ordering::Release);
-                    server_w.shutdown().await?;
-                    return Ok::<(), io::Error>(());
-                }
-                sent.take(&buf[..n], false);
+                let bytes = match early.take() {
+                    Some(early) => early,
+                    None => match client_r.read(&mut buf).await? {
+                        0 => break,
+                        n => &buf[..n],
+                    },
+                };
+                sent.take(bytes, false);
                 if sent.last == b'X' {
                     client_gone.store(true, Ordering::Release);
                 }
-                server_w.write_all(&buf[..n]).await?;
+                server_w.write_all(bytes).await?;
                 server_w.flush().await?;
-                up_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                up_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                asked.store(sent.marks, Ordering::Release);
             }
+            // Gone without `Terminate`: no one waits for the statement's answer.
+            if sent.last != b'X' && sent.marks > answered.load(Ordering::Acquire) {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the client closed its connection mid-statement without Terminate",
+                ));
+            }
+            client_gone.store(true, Ordering::Release);
+            server_w.shutdown().await?;
+            Ok::<(), io::Error>(())
         };
         // Server to client. A write returns only what it took, and a pending one took
         // nothing, so `frames` always knows where the bytes the client was given stand.
@@ -130,6 +155,7 @@ where
                         return Err(io::ErrorKind::WriteZero.into());
                     }
                     frames.take(&buf[at..at + written], false);
+                    answered.store(frames.marks, Ordering::Release);
                     at += written;
                 }
                 // TLS holds what it was given until flushed.
@@ -180,7 +206,10 @@ where
             let told = matches!(tokio::time::timeout(FINISH_MESSAGE, tell).await, Ok(Ok(())));
             Spliced::Ended { ending, told }
         }
-        Err(e) => Spliced::Failed(e),
+        Err(error) => Spliced::Failed {
+            error,
+            running: asked.load(Ordering::Acquire) > answered.load(Ordering::Acquire),
+        },
     }
 }
 
@@ -219,6 +248,10 @@ struct Frames {
     passed: u64,
     /// The type byte of the last message begun (0 before the first).
     last: u8,
+    /// The types of message [`Frames::marks`] counts.
+    counted: &'static [u8],
+    /// How many messages of the `counted` types have begun.
+    marks: u64,
     /// The start of the last `ErrorResponse`'s body, where its severity is.
     error: [u8; ERROR_HEAD],
     error_len: usize,
@@ -229,6 +262,14 @@ struct Frames {
 const ERROR_HEAD: usize = 32;
 
 impl Frames {
+    /// Frames that count the messages of the types `counted`.
+    fn counting(counted: &'static [u8]) -> Frames {
+        Frames {
+            counted,
+            ..Frames::default()
+        }
+    }
+
     /// Whether the bytes passed so far end with a whole message.
     fn at_boundary(&self) -> bool {
         self.have == 0 && self.left == 0
@@ -287,6 +328,7 @@ impl Frames {
                     self.left = u64::from(len).saturating_sub(4);
                     self.have = 0;
                     self.last = self.head[0];
+                    self.marks += u64::from(self.counted.contains(&self.last));
                     self.error_len = 0;
                 }
             }
@@ -338,7 +380,7 @@ mod tests {
         let (mut server, mut server_end) = tokio::io::duplex(64 * 1024);
         server_end.write_all(&server_says).await.unwrap();
         drop(server_end);
-        let spliced = splice(&mut client, &mut server, std::future::pending()).await;
+        let spliced = splice(&mut client, &mut server, &[], std::future::pending()).await;
         drop(client);
         let mut received = Vec::new();
         client_end.read_to_end(&mut received).await.unwrap();
@@ -368,7 +410,7 @@ mod tests {
         let (mut client, mut client_end) = tokio::io::duplex(64 * 1024);
         let (mut server, mut server_end) = tokio::io::duplex(64 * 1024);
         let session = async {
-            let spliced = splice(&mut client, &mut server, std::future::pending()).await;
+            let spliced = splice(&mut client, &mut server, &[], std::future::pending()).await;
             drop(client);
             spliced
         };
@@ -385,6 +427,31 @@ mod tests {
         let (spliced, received) = tokio::join!(session, peers);
         assert!(matches!(spliced, Spliced::Closed { .. }));
         assert!(received.is_empty(), "{received:?}");
+    }
+
+    /// A client that leaves without `Terminate` while its query runs: no one waits for the
+    /// answer, so the session ends at once, saying a statement was running (the cloud cancels
+    /// it). Its bytes sent before the session was ready reached the server first.
+    #[tokio::test]
+    async fn a_client_gone_mid_statement_ends_the_session_at_once() {
+        let (mut client, client_end) = tokio::io::duplex(64 * 1024);
+        let (mut server, mut server_end) = tokio::io::duplex(64 * 1024);
+        let early = message(b'Q', b"SELECT pg_sleep(60)\0");
+        let expected = early.clone();
+        let session = splice(&mut client, &mut server, &early, std::future::pending());
+        let peers = async move {
+            let mut got = vec![0u8; expected.len()];
+            server_end.read_exact(&mut got).await.unwrap();
+            assert_eq!(got, expected);
+            drop(client_end);
+            // The server stays, silent, as one running a long statement.
+            server_end
+        };
+        let both = async { tokio::join!(session, peers) };
+        let (spliced, _server) = tokio::time::timeout(std::time::Duration::from_secs(10), both)
+            .await
+            .expect("the session ends without waiting for the statement");
+        assert!(matches!(spliced, Spliced::Failed { running: true, .. }));
     }
 
     /// An `ERROR` leaves a session open: a close right after it is a loss, told as one, in

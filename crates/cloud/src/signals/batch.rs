@@ -25,7 +25,7 @@ pub enum BatchError {
     /// number beyond a 64-bit float, nesting too deep.
     #[error("the value at {pointer} cannot be stored: {reason}")]
     Unreadable {
-        /// JSON pointer of the member.
+        /// JSON pointer of the member (a NUL in a name written `\u0000`).
         pointer: String,
         /// What is wrong with it.
         reason: String,
@@ -139,7 +139,6 @@ fn strict_members<'a>(text: &'a str, pointer: &str) -> Result<Members<'a>, Batch
     let members = raw::members(text).map_err(malformed)?;
     for (key, value) in members.iter() {
         if key.0.contains('\0') {
-            // The pointer names the member as sent; JSON writes its NUL as \u0000.
             let name = super::validate::pointer_token(&key.0);
             return Err(BatchError::Unreadable {
                 pointer: format!("{pointer}/{name}"),

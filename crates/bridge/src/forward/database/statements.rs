@@ -65,8 +65,10 @@ impl<F: FnMut(String)> Statements<F> {
             _ => 0,
         };
         while let Some(tag) = self.frames.next(&mut bytes, keep) {
+            // A message without a body (its length under 5: malformed) runs nothing: the
+            // server answers `08P01` to a length of 4 and closes the session on a shorter one.
             match tag {
-                b'Q' | b'P' | b'F' => self.finish(tag),
+                b'Q' | b'P' | b'F' if !self.frames.body().is_empty() => self.finish(tag),
                 _ => {}
             }
             // The sync points: each is answered with a ReadyForQuery.

@@ -37,6 +37,9 @@ use auth::{AUTH_TIMEOUT, AuthState, Scheme};
 /// authentication.
 pub(super) struct RegistryKind {
     cfg: Registry,
+    /// `{bridge}/{entry}/` for each of the bridge's other entries on this entry's registry
+    /// (the same `url`): how a client names their repositories in a blob mount's `from`.
+    same_registry: Vec<String>,
     client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>,
     auth: std::sync::Mutex<AuthState>,
 }
@@ -48,6 +51,7 @@ impl RegistryKind {
             .build(super::https_connector(cfg.tls_ca_file.as_deref()));
         RegistryKind {
             cfg,
+            same_registry: Vec::new(),
             client,
             auth: std::sync::Mutex::new(AuthState {
                 scheme: Scheme::Unknown,
@@ -55,6 +59,18 @@ impl RegistryKind {
                 unreachable: None,
             }),
         }
+    }
+
+    /// The entry as one of bridge `bridge`'s `registries`: a blob mount may name its source
+    /// through any other of them on the same registry (the cloud has already cut the entry's
+    /// own name).
+    pub(super) fn among(mut self, bridge: &str, registries: &[Registry]) -> Self {
+        self.same_registry = registries
+            .iter()
+            .filter(|other| other.url == self.cfg.url && other.name != self.cfg.name)
+            .map(|other| format!("{bridge}/{}/", other.name))
+            .collect();
+        self
     }
 
     fn url(&self, path: &str) -> String {
@@ -207,6 +223,13 @@ impl Kind for RegistryKind {
 
     fn tls_ca_file(&self) -> Option<&std::path::Path> {
         self.cfg.tls_ca_file.as_deref()
+    }
+
+    /// A mount's source named through another entry on the same registry is the registry's
+    /// repository of that name: checked and mounted as if the client had named it so (the
+    /// cloud already did that for the stream's own entry).
+    fn local_query<'q>(&self, query: &'q str) -> std::borrow::Cow<'q, str> {
+        tunnel::oci::mount_source_as_registry_knows(query, &self.same_registry)
     }
 
     fn admit(&self, method: &Method, path: &str, query: Option<&str>) -> Result<String, Refusal> {

@@ -3,8 +3,6 @@
 //! problem+json; `git` prints a `text/plain` body as `remote: …` lines and asks for credentials
 //! only after a `Basic` challenge; registry clients print the OCI error body's message.
 
-use std::borrow::Cow;
-
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tunnel::ResourceKind;
@@ -50,29 +48,6 @@ pub(super) fn registry_response_filter(bridge: &str, registry: &str, response: &
             response.headers_mut().insert(name, v);
         }
     }
-}
-
-/// A cross-repository blob mount (`POST …/blobs/uploads/?mount=D&from=REPO`) names its source
-/// as the client knows it, `{bridge}/{registry}/{repository}`: the registry knows it as
-/// `{repository}`. A source on another bridge or registry is passed as it is (the registry finds
-/// no such repository and starts a plain upload, which the client then fills).
-pub(super) fn registry_query<'q>(bridge: &str, registry: &str, query: &'q str) -> Cow<'q, str> {
-    let prefix = format!("{bridge}/{registry}/");
-    let pairs = url::form_urlencoded::parse(query.as_bytes());
-    if !pairs
-        .clone()
-        .any(|(k, v)| k == "from" && v.starts_with(&prefix))
-    {
-        return query.into();
-    }
-    let mut out = url::form_urlencoded::Serializer::new(String::new());
-    for (key, value) in pairs {
-        match value.strip_prefix(&prefix) {
-            Some(repository) if key == "from" => out.append_pair(&key, repository),
-            _ => out.append_pair(&key, &value),
-        };
-    }
-    out.finish().into()
 }
 
 /// The bridge gives a redirect to an internal API's or Git server's own address as the
@@ -126,28 +101,4 @@ fn refusal_as(problem: &Problem, content_type: &'static str, body: String) -> Re
         headers.insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
     }
     response
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_mount_source_is_named_as_the_registry_knows_it() {
-        for (query, want) in [
-            (
-                "mount=sha256%3Aab&from=dc1%2Frw%2Fteam%2Fapp",
-                "mount=sha256%3Aab&from=team%2Fapp",
-            ),
-            (
-                "mount=sha256:ab&from=dc1/rw/team/app",
-                "mount=sha256%3Aab&from=team%2Fapp",
-            ),
-            (
-                "mount=sha256:ab&from=dc2/rw/team/app",
-                "mount=sha256:ab&from=dc2/rw/team/app",
-            ),
-            ("n=10", "n=10"),
-        ] {
-            assert_eq!(super::registry_query("dc1", "rw", query), want, "{query}");
-        }
-    }
 }

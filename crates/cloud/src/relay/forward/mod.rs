@@ -224,7 +224,11 @@ fn upstream_request(
         .uri
         .query()
         .map(|q| match target.kind {
-            ResourceKind::Registry => kinds::registry_query(&target.bridge, &target.name, q),
+            // A mount's source on the same entry, named as the registry knows it.
+            ResourceKind::Registry => tunnel::oci::mount_source_as_registry_knows(
+                q,
+                &[format!("{}/{}/", target.bridge, target.name)],
+            ),
             _ => q.into(),
         })
         .map(|q| format!("?{q}"))

@@ -625,6 +625,23 @@ fn texts_that_are_not_utf8_are_masked_strictly() {
     assert_eq!(seen, ["SELECT …"]);
 }
 
+/// A query message whose length is too short to hold a text (malformed: the server answers
+/// `08P01` to a length of 4, and closes the session on a shorter one, running nothing) is no
+/// statement; a whole one after it still is.
+#[test]
+fn a_message_too_short_to_hold_a_text_is_no_statement() {
+    let mut seen = Vec::new();
+    let mut tap = Statements::new(|s| seen.push(s), false);
+    for length in [2i32, -1, 4] {
+        let mut bytes = vec![b'Q'];
+        bytes.extend_from_slice(&length.to_be_bytes());
+        tap.feed(&bytes);
+    }
+    tap.feed(&message(b'Q', b"SELECT 1\0"));
+    drop(tap);
+    assert_eq!(seen, ["SELECT 1"]);
+}
+
 /// A `Parse` whose statement name is long keeps less of its text: a text that does not end
 /// within what is kept is a cut one, marked so, with no literal of it kept.
 #[test]
