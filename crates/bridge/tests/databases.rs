@@ -644,13 +644,7 @@ async fn read_only_statement_audit_limits_and_cancel() {
     );
 
     // Cancel from psql's Ctrl-C, which psql 15 sends without TLS.
-    let mut psql = rig
-        .psql_cmd(&rig.conninfo("orders"), &["-c", "SELECT pg_sleep(30)"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_sleeps(&cluster, "1").await;
+    let mut psql = sleeping_psql(&rig, &cluster).await;
     let asked = Instant::now();
     Command::new("kill")
         .args(["-INT", &psql.id().to_string()])
@@ -672,13 +666,7 @@ async fn read_only_statement_audit_limits_and_cancel() {
 
     // A client that goes away mid-statement without a word (killed: its connection cut, not
     // closed) leaves no statement running on the server, holding its slot.
-    let mut psql = rig
-        .psql_cmd(&rig.conninfo("orders"), &["-c", "SELECT pg_sleep(30)"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_sleeps(&cluster, "1").await;
+    let mut psql = sleeping_psql(&rig, &cluster).await;
     psql.kill().unwrap();
     psql.wait().unwrap();
     wait_for_sleeps(&cluster, "0").await;
@@ -1018,6 +1006,18 @@ async fn a_database_that_never_answers_is_said_to_be_silent() {
 }
 
 /// Waits (up to 20 s) until `count` `pg_sleep` statements run on the cluster.
+/// psql running `SELECT pg_sleep(30)` on `orders`, once the server runs it.
+async fn sleeping_psql(rig: &DbRig, cluster: &PgCluster) -> std::process::Child {
+    let psql = rig
+        .psql_cmd(&rig.conninfo("orders"), &["-c", "SELECT pg_sleep(30)"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_sleeps(cluster, "1").await;
+    psql
+}
+
 async fn wait_for_sleeps(cluster: &PgCluster, count: &str) {
     let start = Instant::now();
     while cluster.psql_local(

@@ -692,6 +692,42 @@ fn push(certs: &std::path::Path, key: &str, image: &OciImage, dest: &str) -> (bo
     )
 }
 
+/// `skopeo copy` of image `from` to `to` (each an entry and an image name) through the cloud,
+/// which must mount a blob in `to`'s repository (its `POST …/blobs/uploads/?from&mount`
+/// answered 201) and leave no upload to cancel (no `DELETE`).
+async fn copy_mounts(s: &Setup, key: &str, from: (&str, &str), to: (&str, &str)) {
+    let certs = s.certs.path().display().to_string();
+    let creds = format!("ci:{key}");
+    let out = Command::new("skopeo")
+        .args(["--insecure-policy", "copy"])
+        .args(["--src-creds", &creds, "--src-cert-dir", &certs])
+        .args(["--dest-creds", &creds, "--dest-cert-dir", &certs])
+        .arg(through_cloud(&s.rig, from.0, from.1))
+        .arg(through_cloud(&s.rig, to.0, to.1))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let repository = to.1.split(':').next().unwrap();
+    let mounted = format!("/v2/{repository}/blobs/uploads/?from&mount");
+    let audit = s
+        .rig
+        .bridge
+        .audit_records_until(
+            &format!("the record of a blob mounted in {repository}"),
+            |r| {
+                r["method"] == "POST"
+                    && r["path"].as_str().is_some_and(|p| p.ends_with(&mounted))
+                    && r["status"] == 201
+            },
+        )
+        .await;
+    assert!(!audit.iter().any(|r| r["method"] == "DELETE"), "{audit:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skopeo_pushes_through_the_cloud_only_where_allow_push_is_set() {
     let s = setup().await;
@@ -730,33 +766,13 @@ async fn skopeo_pushes_through_the_cloud_only_where_allow_push_is_set() {
     // A copy to another repository of the same entry mounts the blobs the registry has
     // (the client names the source by its path through the cloud): nothing is uploaded again,
     // and no upload is left to cancel.
-    let certs = s.certs.path().display().to_string();
-    let creds = format!("ci:{key}");
-    let out = Command::new("skopeo")
-        .args(["--insecure-policy", "copy"])
-        .args(["--src-creds", &creds, "--src-cert-dir", &certs])
-        .args(["--dest-creds", &creds, "--dest-cert-dir", &certs])
-        .arg(through_cloud(&s.rig, "rw", "team/pushed:2.0"))
-        .arg(through_cloud(&s.rig, "rw", "team/mounted:2.0"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let audit = s
-        .rig
-        .bridge
-        .audit_records_until("the record of a mounted blob", |r| {
-            r["method"] == "POST"
-                && r["path"]
-                    .as_str()
-                    .is_some_and(|p| p.ends_with("/v2/team/mounted/blobs/uploads/?from&mount"))
-                && r["status"] == 201
-        })
-        .await;
-    assert!(!audit.iter().any(|r| r["method"] == "DELETE"), "{audit:?}");
+    copy_mounts(
+        &s,
+        &key,
+        ("rw", "team/pushed:2.0"),
+        ("rw", "team/mounted:2.0"),
+    )
+    .await;
     // So does a copy from a repository the client has read through another entry on the
     // same registry (a pull-only entry beside a push entry; skopeo remembers where it saw each
     // layer, and names that repository): the layer is mounted, not uploaded again.
@@ -768,31 +784,13 @@ async fn skopeo_pushes_through_the_cloud_only_where_allow_push_is_set() {
         &pulled,
         &s.image,
     );
-    let out = Command::new("skopeo")
-        .args(["--insecure-policy", "copy"])
-        .args(["--src-creds", &creds, "--src-cert-dir", &certs])
-        .args(["--dest-creds", &creds, "--dest-cert-dir", &certs])
-        .arg(through_cloud(&s.rig, "reg", "team/app:1.0"))
-        .arg(through_cloud(&s.rig, "rw", "team/from-reg:1.0"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let audit = s
-        .rig
-        .bridge
-        .audit_records_until("the record of a blob mounted from the other entry", |r| {
-            r["method"] == "POST"
-                && r["path"]
-                    .as_str()
-                    .is_some_and(|p| p.ends_with("/v2/team/from-reg/blobs/uploads/?from&mount"))
-                && r["status"] == 201
-        })
-        .await;
-    assert!(!audit.iter().any(|r| r["method"] == "DELETE"), "{audit:?}");
+    copy_mounts(
+        &s,
+        &key,
+        ("reg", "team/app:1.0"),
+        ("rw", "team/from-reg:1.0"),
+    )
+    .await;
     // An upload's Location names the cloud's path, never the registry's own URL.
     let res = s
         .rig
