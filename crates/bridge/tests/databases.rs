@@ -1235,7 +1235,11 @@ impl Drop for DbProxy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn db_proxy_serves_local_clients_without_a_password_over_https() {
     let cluster = PgCluster::start(false);
-    let rig = DbRig::start(&format!("databases:\n{}", entry(&cluster, "orders", ""))).await;
+    let rig = DbRig::start(&format!(
+        "databases:\n{}",
+        entry(&cluster, "orders", "    max_connections: 1\n")
+    ))
+    .await;
     let proxy = DbProxy::start(&rig, &rig.tenant.api_key).await;
     let out = proxy.psql("SELECT current_user, current_database()");
     assert_eq!(
@@ -1244,17 +1248,19 @@ async fn db_proxy_serves_local_clients_without_a_password_over_https() {
     );
 
     // Ctrl-C through the proxy cancels the statement.
-    let mut psql = Command::new("psql")
-        .args(["-X", "-w"])
-        .arg(format!(
-            "host=127.0.0.1 port={} dbname=any user=me",
-            proxy.port
-        ))
-        .args(["-c", "SELECT pg_sleep(30)"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let psql_at_proxy = |sql: &str| {
+        let mut cmd = Command::new("psql");
+        cmd.args(["-X", "-w"])
+            .arg(format!(
+                "host=127.0.0.1 port={} dbname=any user=me",
+                proxy.port
+            ))
+            .args(["-c", sql])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    };
+    let mut psql = psql_at_proxy("SELECT pg_sleep(30)").spawn().unwrap();
     wait_for_sleeps(&cluster, "1").await;
     Command::new("kill")
         .args(["-INT", &psql.id().to_string()])
@@ -1274,6 +1280,27 @@ async fn db_proxy_serves_local_clients_without_a_password_over_https() {
         "{:?}",
         asked.elapsed()
     );
+
+    // A client that gives up while its session waits for the one slot ends it: the bridge
+    // records that it left, and never logs in for it. One killed mid-statement leaves nothing
+    // running: db-proxy closes its connection to the cloud without a Terminate, and the cloud
+    // cancels the statement.
+    let mut holder = psql_at_proxy("SELECT pg_sleep(30)").spawn().unwrap();
+    wait_for_sleeps(&cluster, "1").await;
+    let out = psql_at_proxy("SELECT 1")
+        .env("PGCONNECT_TIMEOUT", "2")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    rig.bridge
+        .audit_records_until("the record of a proxy client that left waiting", |r| {
+            r["resource"] == "orders"
+                && r["rule"] == "the caller left before the stream was forwarded"
+        })
+        .await;
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    wait_for_sleeps(&cluster, "0").await;
 
     // A key revoked once db-proxy runs: the local client reads why (within the second the
     // revocation takes to reach the cloud's key cache).

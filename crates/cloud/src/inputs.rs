@@ -100,10 +100,15 @@ async fn checked_whole(request: Request) -> Result<Request, Problem> {
         if let Some(rest) = bytes.strip_prefix("\u{feff}".as_bytes()) {
             bytes = Bytes::copy_from_slice(rest);
         }
-        if let Some(pointer) = json_pointer_to_nul(&bytes) {
+        if let Some((pointer, name)) = json_pointer_to_nul(&bytes) {
+            let what = if name {
+                "the member's name"
+            } else {
+                "the string"
+            };
             return Err(Problem::invalid(vec![FieldError {
                 pointer,
-                detail: format!("the string {NUL}"),
+                detail: format!("{what} {NUL}"),
             }]));
         }
     }
@@ -202,9 +207,18 @@ fn decoded(part: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Where the first string or member name holding a NUL is in a JSON body (a JSON pointer),
-/// if the body is JSON and holds one; the body is parsed only when its text escapes one.
-fn json_pointer_to_nul(body: &[u8]) -> Option<String> {
+/// Escapes a key for use in a JSON pointer, and writes a NUL in it as the six characters
+/// `\u0000`, as JSON does: a message holding a NUL could not be stored or logged by its reader.
+pub fn pointer_token(key: &str) -> String {
+    key.replace('~', "~0")
+        .replace('/', "~1")
+        .replace('\0', "\\u0000")
+}
+
+/// Where the first string or member name holding a NUL is in a JSON body (a JSON pointer,
+/// and whether it is a member's name), if the body is JSON and holds one; the body is parsed
+/// only when its text escapes one.
+fn json_pointer_to_nul(body: &[u8]) -> Option<(String, bool)> {
     if !body.windows(6).any(|w| w.eq_ignore_ascii_case(b"\\u0000")) {
         return None;
     }
@@ -212,22 +226,17 @@ fn json_pointer_to_nul(body: &[u8]) -> Option<String> {
     find_nul(&value, String::new())
 }
 
-fn find_nul(value: &Value, at: String) -> Option<String> {
-    let escape = |key: &str| {
-        key.replace('~', "~0")
-            .replace('/', "~1")
-            .replace('\0', "\\u0000")
-    };
+fn find_nul(value: &Value, at: String) -> Option<(String, bool)> {
     match value {
-        Value::String(s) if s.contains('\0') => Some(at),
+        Value::String(s) if s.contains('\0') => Some((at, false)),
         Value::Array(items) => items
             .iter()
             .enumerate()
             .find_map(|(i, item)| find_nul(item, format!("{at}/{i}"))),
         Value::Object(members) => members.iter().find_map(|(key, item)| {
-            let here = format!("{at}/{}", escape(key));
+            let here = format!("{at}/{}", pointer_token(key));
             if key.contains('\0') {
-                Some(here)
+                Some((here, true))
             } else {
                 find_nul(item, here)
             }
@@ -245,9 +254,13 @@ mod tests {
         let at = |body: &str| json_pointer_to_nul(body.as_bytes());
         assert_eq!(
             at(r#"{"dependencies":["a","b\u0000"]}"#).unwrap(),
-            "/dependencies/1"
+            ("/dependencies/1".to_string(), false)
         );
-        assert_eq!(at(r#"{"a/b":{"c\u0000":1}}"#).unwrap(), "/a~1b/c\\u0000");
+        assert_eq!(
+            at(r#"{"a/b":{"c\u0000":1}}"#).unwrap(),
+            ("/a~1b/c\\u0000".to_string(), true),
+            "a name is said to be one"
+        );
         assert_eq!(
             at(r#"{"a":"\\u0000"}"#),
             None,

@@ -240,7 +240,7 @@ async fn bad_input_is_named() {
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["errors"][0]["pointer"], "/a\\u0000b", "{body}");
     let detail = body["errors"][0]["detail"].as_str().unwrap();
-    assert!(!detail.contains('\0'), "{detail:?}");
+    assert!(detail.starts_with("the member's name holds"), "{detail:?}");
     // A wrong type is said as such, not as a missing field.
     let (status, body) = call(
         &cloud,

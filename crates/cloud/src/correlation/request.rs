@@ -74,7 +74,7 @@ pub(super) fn unknown_fields(
         .flat_map(|obj| obj.keys())
         .filter(|key| !known.contains(&key.as_str()))
         .map(|key| FieldError {
-            pointer: format!("/{}", crate::signals::validate::pointer_token(key)),
+            pointer: format!("/{}", crate::inputs::pointer_token(key)),
             detail: format!("unknown field {key:?}; the body is {shape}"),
         })
         .collect()

@@ -324,9 +324,28 @@ async fn client(mut conn: TcpStream, peer: SocketAddr, dialer: Arc<Dialer>) {
                 if upstream.write_all(&message).await.is_err() {
                     return;
                 }
-                if let Some((code, why)) = refused(&mut conn, &mut upstream).await {
-                    tracing::warn!(peer = %peer, code, why = %why, "session not opened");
-                    return;
+                // The session may wait for a slot at the bridge: a client that gives up meanwhile
+                // ends it (the cloud then drops its stream, and the bridge logs in for no one).
+                // Bytes it sends before its session is ready stay in the socket for the copy.
+                let (mut conn_r, mut conn_w) = conn.split();
+                let left = async {
+                    let mut byte = [0u8; 1];
+                    match conn_r.peek(&mut byte).await {
+                        Ok(0) | Err(_) => {}
+                        Ok(_) => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    refusal = refused(&mut conn_w, &mut upstream) => {
+                        if let Some((code, why)) = refusal {
+                            tracing::warn!(peer = %peer, code, why = %why, "session not opened");
+                            return;
+                        }
+                    }
+                    () = left => {
+                        tracing::info!(peer = %peer, "session not opened: the client left while it waited");
+                        return;
+                    }
                 }
                 match tokio::io::copy_bidirectional(&mut conn, &mut upstream).await {
                     // The first message's 5-byte header was passed on before the copy.
@@ -358,7 +377,7 @@ async fn client(mut conn: TcpStream, peer: SocketAddr, dialer: Arc<Dialer>) {
 /// bridge or database, a failed login), its SQLSTATE and message, for this proxy's log to say
 /// why the session ended, as the client's does. `Some` also when the stream ended early.
 async fn refused(
-    client: &mut TcpStream,
+    client: &mut (impl tokio::io::AsyncWrite + Unpin),
     upstream: &mut TokioIo<Upgraded>,
 ) -> Option<(String, String)> {
     /// Longer error messages are passed on without being read for the log.

@@ -312,7 +312,7 @@ async fn relay<S>(
             tracing::info!(peer = %peer, bridge = %bridge, database = %database, cause = %ending.message, told_client = told, "database session ended by the cloud")
         }
         Spliced::Lost { told } => {
-            tracing::info!(peer = %peer, bridge = %bridge, database = %database, told_client = told, "database session lost: the bridge's side ended it without a word (the bridge stopped, or its tunnel or its database connection broke)")
+            tracing::info!(peer = %peer, bridge = %bridge, database = %database, told_client = told, "database session lost: the bridge's side ended it without a word (the bridge stopped, its tunnel or its database connection broke, or the database closed it: its own log says why)")
         }
         // Many clients (pgbench, libpq on exit) close the socket without TLS's close_notify:
         // that is their way of leaving, not an error.

@@ -90,7 +90,7 @@ where
             let mut buf = vec![0u8; 16 * 1024];
             // The client's messages, to see its `Terminate` (after which the server closes)
             // and its sync points (a query, a function call, an extended protocol `Sync`).
-            let mut sent = Frames::counting(b"QFS");
+            let mut sent = Frames::client();
             let mut early = Some(early).filter(|e| !e.is_empty());
             loop {
                 let bytes = match early.take() {
@@ -252,6 +252,11 @@ struct Frames {
     counted: &'static [u8],
     /// How many messages of the `counted` types have begun.
     marks: u64,
+    /// The client's side: `Sync`s since its last `Execute` or `Query`. PostgreSQL ignores
+    /// those it reads in copy-in mode (a `COPY … FROM STDIN` that `Execute` started, which the
+    /// client's `Sync` may follow before it sees `CopyInResponse`), so its `CopyDone` or
+    /// `CopyFail` takes them back off `marks`.
+    syncs_since_execute: Option<u64>,
     /// The start of the last `ErrorResponse`'s body, where its severity is.
     error: [u8; ERROR_HEAD],
     error_len: usize,
@@ -267,6 +272,15 @@ impl Frames {
         Frames {
             counted,
             ..Frames::default()
+        }
+    }
+
+    /// The client's messages, counting its sync points (a query, a function call, an extended
+    /// protocol `Sync`), each of which the server answers with a `ReadyForQuery`.
+    fn client() -> Frames {
+        Frames {
+            syncs_since_execute: Some(0),
+            ..Frames::counting(b"QFS")
         }
     }
 
@@ -329,6 +343,14 @@ impl Frames {
                     self.have = 0;
                     self.last = self.head[0];
                     self.marks += u64::from(self.counted.contains(&self.last));
+                    if let Some(syncs) = self.syncs_since_execute.as_mut() {
+                        match self.last {
+                            b'E' | b'Q' => *syncs = 0,
+                            b'S' => *syncs += 1,
+                            b'c' | b'f' => self.marks -= std::mem::take(syncs),
+                            _ => {}
+                        }
+                    }
                     self.error_len = 0;
                 }
             }
@@ -452,6 +474,41 @@ mod tests {
             .await
             .expect("the session ends without waiting for the statement");
         assert!(matches!(spliced, Spliced::Failed { running: true, .. }));
+    }
+
+    /// The client's sync points match the server's answers however the client reads COPY:
+    /// the `Sync` an extended protocol `COPY … FROM STDIN` is sent with is ignored (PostgreSQL
+    /// is then in copy-in mode), a simple query's COPY sends none.
+    #[test]
+    fn sync_points_are_counted_as_the_server_answers_them() {
+        let extended = [
+            message(b'P', b"\0COPY t FROM STDIN\0\0\0"),
+            message(b'B', b"\0\0\0\0\0\0\0"),
+            message(b'E', b"\0\0\0\0\0"),
+            message(b'S', b""),
+            message(b'd', b"1\n"),
+            message(b'c', b""),
+            message(b'S', b""),
+        ]
+        .concat();
+        let simple = [
+            message(b'Q', b"COPY t FROM STDIN\0"),
+            message(b'd', b"1\n"),
+            message(b'c', b""),
+        ]
+        .concat();
+        let pipelined = [
+            message(b'Q', b"SELECT 1\0"),
+            message(b'P', b"\0SELECT 2\0\0\0"),
+            message(b'E', b"\0\0\0\0\0"),
+            message(b'S', b""),
+        ]
+        .concat();
+        for (bytes, answers) in [(extended, 1), (simple, 1), (pipelined, 2)] {
+            let mut sent = Frames::client();
+            sent.take(&bytes, false);
+            assert_eq!(sent.marks, answers);
+        }
     }
 
     /// An `ERROR` leaves a session open: a close right after it is a loss, told as one, in

@@ -32,13 +32,7 @@ const DEPLOYMENT_STATUSES: &[&str] = &[
 const ALERT_SEVERITIES: &[&str] = &["critical", "error", "warning", "info"];
 const ALERT_STATUSES: &[&str] = &["triggered", "acknowledged", "resolved"];
 
-/// Escapes a key for use in a JSON pointer, and writes a NUL in it as the six characters
-/// `\u0000`, as JSON does: a message holding a NUL could not be stored or logged by its reader.
-pub fn pointer_token(key: &str) -> String {
-    key.replace('~', "~0")
-        .replace('/', "~1")
-        .replace('\0', "\\u0000")
-}
+pub use crate::inputs::pointer_token;
 
 struct Checker<'e, 'a> {
     prefix: &'e str,

@@ -11,6 +11,8 @@ pub(super) struct Frames {
     tag: u8,
     remaining: usize,
     body: Vec<u8>,
+    /// Whether `body` holds the message's whole body (it was no longer than kept).
+    whole: bool,
 }
 
 impl Frames {
@@ -30,6 +32,7 @@ impl Frames {
                 self.remaining = (h.get_i32().max(4) - 4) as usize;
                 self.header.clear();
                 self.body.clear();
+                self.whole = true;
                 if self.remaining == 0 {
                     return Some(self.tag);
                 }
@@ -37,6 +40,7 @@ impl Frames {
             let take = self.remaining.min(bytes.len());
             let room = keep(self.tag).saturating_sub(self.body.len());
             self.body.extend_from_slice(&bytes[..take.min(room)]);
+            self.whole &= take <= room;
             self.remaining -= take;
             *bytes = &bytes[take..];
             if self.remaining == 0 {
@@ -49,5 +53,10 @@ impl Frames {
     /// The kept start of the body of the message [`Frames::next`] last returned.
     pub(super) fn body(&self) -> &[u8] {
         &self.body
+    }
+
+    /// Whether [`Frames::body`] is the message's whole body.
+    pub(super) fn whole(&self) -> bool {
+        self.whole
     }
 }

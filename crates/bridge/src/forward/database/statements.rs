@@ -65,10 +65,13 @@ impl<F: FnMut(String)> Statements<F> {
             _ => 0,
         };
         while let Some(tag) = self.frames.next(&mut bytes, keep) {
-            // A message without a body (its length under 5: malformed) runs nothing: the
-            // server answers `08P01` to a length of 4 and closes the session on a shorter one.
+            // A message without a body (its length under 5), or a query whose text has no
+            // end, is malformed and runs nothing: the server answers `08P01` (or, to a length
+            // under 4, closes the session).
+            let body = self.frames.body();
+            let unended = tag == b'Q' && self.frames.whole() && body.last() != Some(&0);
             match tag {
-                b'Q' | b'P' | b'F' if !self.frames.body().is_empty() => self.finish(tag),
+                b'Q' | b'P' | b'F' if !body.is_empty() && !unended => self.finish(tag),
                 _ => {}
             }
             // The sync points: each is answered with a ReadyForQuery.

@@ -637,6 +637,8 @@ fn a_message_too_short_to_hold_a_text_is_no_statement() {
         bytes.extend_from_slice(&length.to_be_bytes());
         tap.feed(&bytes);
     }
+    // A text without its ending NUL: the server answers 08P01, running nothing.
+    tap.feed(&message(b'Q', b"SELECT 'unended'"));
     tap.feed(&message(b'Q', b"SELECT 1\0"));
     drop(tap);
     assert_eq!(seen, ["SELECT 1"]);
