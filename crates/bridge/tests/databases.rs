@@ -614,18 +614,11 @@ async fn read_only_statement_audit_limits_and_cancel() {
     assert!(message(&e).contains("max_connections"), "{}", message(&e));
     // A client that gives up while its session waits for a slot (psql's connect_timeout)
     // leaves nothing behind: the bridge records that it left, and never logs in for it.
-    let out = rig
-        .psql_cmd(&rig.conninfo("orders"), &["-c", "SELECT 1"])
-        .env("PGCONNECT_TIMEOUT", "2")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    rig.bridge
-        .audit_records_until("the record of a session whose client left waiting", |r| {
-            r["resource"] == "orders"
-                && r["rule"] == "the caller left before the stream was forwarded"
-        })
-        .await;
+    gives_up_waiting(
+        &rig,
+        rig.psql_cmd(&rig.conninfo("orders"), &["-c", "SELECT 1"]),
+    )
+    .await;
 
     // Cancel from the driver (inside TLS), while both slots are busy: a 30 s sleep ends long
     // before its time (a cancel takes no slot; the bound leaves room for a loaded machine).
@@ -1006,6 +999,20 @@ async fn a_database_that_never_answers_is_said_to_be_silent() {
 }
 
 /// Waits (up to 20 s) until `count` `pg_sleep` statements run on the cluster.
+/// Runs `psql` while every slot of `orders` is held, giving up after 2 s (its
+/// `connect_timeout`): it fails, and the bridge records that the client left before its stream
+/// was forwarded (it never logs in for it).
+async fn gives_up_waiting(rig: &DbRig, mut psql: Command) {
+    let out = psql.env("PGCONNECT_TIMEOUT", "2").output().unwrap();
+    assert!(!out.status.success());
+    rig.bridge
+        .audit_records_until("the record of a session whose client left waiting", |r| {
+            r["resource"] == "orders"
+                && r["rule"] == "the caller left before the stream was forwarded"
+        })
+        .await;
+}
+
 /// psql running `SELECT pg_sleep(30)` on `orders`, once the server runs it.
 async fn sleeping_psql(rig: &DbRig, cluster: &PgCluster) -> std::process::Child {
     let psql = rig
@@ -1287,17 +1294,7 @@ async fn db_proxy_serves_local_clients_without_a_password_over_https() {
     // cancels the statement.
     let mut holder = psql_at_proxy("SELECT pg_sleep(30)").spawn().unwrap();
     wait_for_sleeps(&cluster, "1").await;
-    let out = psql_at_proxy("SELECT 1")
-        .env("PGCONNECT_TIMEOUT", "2")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    rig.bridge
-        .audit_records_until("the record of a proxy client that left waiting", |r| {
-            r["resource"] == "orders"
-                && r["rule"] == "the caller left before the stream was forwarded"
-        })
-        .await;
+    gives_up_waiting(&rig, psql_at_proxy("SELECT 1")).await;
     holder.kill().unwrap();
     holder.wait().unwrap();
     wait_for_sleeps(&cluster, "0").await;
