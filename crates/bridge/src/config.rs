@@ -45,6 +45,11 @@ pub use resources::{
 };
 pub use secret::{Secret, basic_authorization};
 
+/// The shortest injected secret (and form of it) the bridge looks for in an entry's answers
+/// before handing them back: shorter ones would match unrelated text by chance, so a start
+/// warning names each secret below it.
+pub const SHORTEST_SECRET: usize = 8;
+
 /// Default `api_url`: the `cloud` binary's default TLS address.
 pub const DEFAULT_API_URL: &str = "https://127.0.0.1:8443";
 /// Default `heartbeat_interval`, seconds.
@@ -270,7 +275,38 @@ impl Config {
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings = self.limits_above_the_bridge();
         warnings.extend(self.unused_root_certificates());
+        warnings.extend(self.short_secrets());
         warnings
+    }
+
+    /// `apis` and `sources` entries whose injected secret (a token, a password, a header's value) is shorter
+    /// than the bridge looks for in answers (`forward::echo`, 8 characters: shorter would match
+    /// unrelated text): an internal system that writes that secret back alone reaches the
+    /// caller with it, and a secret so short is easy to guess.
+    fn short_secrets(&self) -> Vec<String> {
+        let apis = (self.apis.iter().enumerate()).filter_map(|(i, r)| {
+            let (field, secret) = match r.auth.as_ref()? {
+                ApiAuth::Basic(c) => ("password", &c.password),
+                ApiAuth::Bearer(token) => ("token", token),
+                ApiAuth::Header { value, .. } => ("value", value),
+            };
+            Some((format!("apis[{i}].auth.{field}"), &r.name, secret))
+        });
+        let sources = (self.sources.iter().enumerate()).filter_map(|(i, r)| {
+            let (field, secret) = match r.auth.as_ref()? {
+                GitAuth::Token { token, .. } | GitAuth::Bearer(token) => ("token", token),
+                GitAuth::Basic(c) => ("password", &c.password),
+            };
+            Some((format!("sources[{i}].auth.{field}"), &r.name, secret))
+        });
+        apis.chain(sources)
+            .filter(|(_, _, secret)| (1..SHORTEST_SECRET).contains(&secret.expose().len()))
+            .map(|(key, name, _)| {
+                format!(
+                    "{key} ({name}) is shorter than {SHORTEST_SECRET} characters: the bridge does not look for so short a secret in the entry's answers (it would match unrelated text), so an answer that repeats it reaches the caller, and it is easy to guess; use a longer one"
+                )
+            })
+            .collect()
     }
 
     /// Databases whose `sslrootcert` is set under an `sslmode` that checks no certificate

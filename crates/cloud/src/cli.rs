@@ -161,8 +161,8 @@ impl Cli {
 fn parse_typed_first() -> Result<Cli, clap::Error> {
     use clap::parser::ValueSource;
     use clap::{CommandFactory, FromArgMatches};
-    if let Some(why) = blank_env() {
-        return Err(Cli::command().error(clap::error::ErrorKind::InvalidValue, why));
+    if let Some((why, mut typed)) = blank_env() {
+        return Err(typed.error(clap::error::ErrorKind::InvalidValue, why));
     }
     let matches = Cli::command().try_get_matches()?;
     let mut path = Vec::new();

@@ -319,19 +319,15 @@ async fn run(command: Command) -> Result<(), Failure> {
 async fn db_proxy(args: DbProxyArgs) -> Result<(), Failure> {
     let api_key = std::env::var("CLOUD_API_KEY")
         .ok()
-        .filter(|k| !k.trim().is_empty())
-        .ok_or_else(|| {
-            Failure::Usage(
-                "CLOUD_API_KEY is not set: give db-proxy an API key of the org in the environment (never as a flag, where `ps` would show it)".into(),
-            )
-        })?;
+        .map(|k| k.trim().to_string())
+        .filter(|k| !k.is_empty());
     let options = cloud::pgwire::proxy::ProxyOptions {
         api_url: args.api_url,
         ca_file: args.ca_file,
         bridge: args.bridge,
         database: args.database,
         listen: args.listen,
-        api_key: api_key.trim().to_string(),
+        api_key,
     };
     cloud::pgwire::proxy::run(options, cloud::shutdown::on_signal())
         .await

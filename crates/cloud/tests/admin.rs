@@ -429,8 +429,9 @@ fn values_from_the_environment_are_said_to_be_and_empty_ones_refused() {
     // at all (which would quietly start on SQLite in ./data).
     let stderr = cloud(&["api-key", "list"], ("CLOUD_ORG", ""));
     assert!(
-        stderr.contains("CLOUD_ORG (--org) is set but empty: give it a value, or unset it"),
-        "{stderr}"
+        stderr.contains("CLOUD_ORG (--org) is set but empty: give it a value, or unset it")
+            && stderr.contains("Usage: cloud api-key list"),
+        "the refusal shows the usage of the command typed: {stderr}"
     );
     let stderr = cloud(&serve, ("CLOUD_DATABASE_URL", ""));
     assert!(

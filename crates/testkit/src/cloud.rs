@@ -64,9 +64,9 @@ impl Cloud {
     }
 
     /// Starts a server whose open-file limit, soft and hard, is `open_files` (as a small
-    /// `ulimit -n` would set it), through util-linux's `prlimit`.
-    pub fn start_limited(backend: Backend, open_files: u64) -> Self {
-        Self::start_configured(backend, &[], Some(open_files))
+    /// `ulimit -n` would set it), through util-linux's `prlimit`, with extra `serve` arguments.
+    pub fn start_limited(backend: Backend, open_files: u64, extra: &[&str]) -> Self {
+        Self::start_configured(backend, extra, Some(open_files))
     }
 
     fn start_configured(backend: Backend, extra: &[&str], open_files: Option<u64>) -> Self {

@@ -11,7 +11,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use memchr::memmem::Finder;
 
 /// Shorter forms are not looked for: they would turn up in unrelated values by chance.
-const SHORTEST: usize = 8;
+const SHORTEST: usize = crate::config::SHORTEST_SECRET;
 
 /// The forms of an entry's injected credentials to look for in its answers' headers and
 /// trailers, made once when the bridge starts, each with its searcher ready (every answer

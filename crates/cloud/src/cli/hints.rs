@@ -7,9 +7,10 @@ use super::Cli;
 /// from a compose file whose own variable was unset) and not overridden on the command line:
 /// a usage error naming it. Taken as unset it could quietly choose another store or identity
 /// (SQLite in `./data`, the self-signed certificate); taken as a value it reads as `no org ""`.
-pub(super) fn blank_env() -> Option<String> {
+/// Returned with the subcommand typed, whose usage line the error shows.
+pub(super) fn blank_env() -> Option<(String, clap::Command)> {
     let (chain, _) = typed_commands();
-    chain.iter().rev().find_map(|command| {
+    let why = chain.iter().rev().find_map(|command| {
         command.get_arguments().find_map(|a| {
             let var = a.get_env()?;
             let blank = std::env::var_os(var).is_some_and(|v| v.is_empty());
@@ -21,13 +22,18 @@ pub(super) fn blank_env() -> Option<String> {
                 )
             })
         })
-    })
+    })?;
+    Some((why, chain.last()?.clone()))
 }
 
 /// The commands typed, from `cloud` down to the subcommand run (`cloud org create`: three),
 /// with the subcommands' names.
+/// The root is built first, so that each subcommand knows its whole name (`cloud org create`)
+/// for a usage line.
 fn typed_commands() -> (Vec<clap::Command>, Vec<String>) {
-    let mut chain = vec![<Cli as clap::CommandFactory>::command()];
+    let mut root = <Cli as clap::CommandFactory>::command();
+    root.build();
+    let mut chain = vec![root];
     let mut path = Vec::new();
     let mut args = std::env::args_os().skip(1);
     while let Some(typed) = args.next() {

@@ -40,13 +40,18 @@ pub struct ProxyOptions {
     pub database: String,
     /// Where local clients connect: a loopback address.
     pub listen: SocketAddr,
-    /// The org's API key (from `CLOUD_API_KEY`).
-    pub api_key: String,
+    /// The org's API key (from `CLOUD_API_KEY`); `None` when that is unset or blank.
+    pub api_key: Option<String>,
 }
 
 /// Why `cloud db-proxy` cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
+    /// The key is read from the environment only, never from a flag (`ps` would show it).
+    #[error(
+        "CLOUD_API_KEY is not set: give db-proxy an API key of the org in the environment (never as a flag, where `ps` would show it)"
+    )]
+    NoApiKey,
     /// Clients need no password, so only this machine may reach the port.
     #[error(
         "--listen {0} is not a loopback address: clients of db-proxy need no password, so it listens on 127.0.0.1 or ::1 only"
@@ -67,6 +72,19 @@ pub enum ProxyError {
         "--api-url {0}: expected https://HOST[:PORT] (http:// only to localhost or a loopback address: the API key would cross the network in clear)"
     )]
     Url(String),
+    /// Several of the above, found together at start.
+    #[error("{} problems with `cloud db-proxy`'s options; nothing was started:\n  {}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  "))]
+    Several(Vec<ProxyError>),
+}
+
+impl ProxyError {
+    /// One problem as itself, several as [`ProxyError::Several`].
+    fn all(mut problems: Vec<ProxyError>) -> ProxyError {
+        match problems.len() {
+            1 => problems.remove(0),
+            _ => ProxyError::Several(problems),
+        }
+    }
 }
 
 /// What to do when the port is taken: the default, 5432, is PostgreSQL's own, which a server on
@@ -93,13 +111,8 @@ struct Dialer {
 /// Listens on `opts.listen` and serves each local client until `shutdown`, then lets open
 /// sessions finish.
 pub async fn run(opts: ProxyOptions, shutdown: CancellationToken) -> Result<(), ProxyError> {
-    if !opts.listen.ip().is_loopback() {
-        return Err(ProxyError::NotLoopback(opts.listen));
-    }
-    let dialer = Arc::new(dialer(&opts)?);
-    let listener = TcpListener::bind(opts.listen)
-        .await
-        .map_err(|e| ProxyError::Listen(opts.listen, e))?;
+    let (dialer, listener) = prepare(&opts).map_err(ProxyError::all)?;
+    let dialer = Arc::new(dialer);
     let addr = listener.local_addr().unwrap_or(opts.listen);
     // Clients that connect meanwhile wait in the listen queue.
     tokio::select! {
@@ -145,7 +158,51 @@ pub async fn run(opts: ProxyOptions, shutdown: CancellationToken) -> Result<(), 
     Ok(())
 }
 
-fn dialer(opts: &ProxyOptions) -> Result<Dialer, ProxyError> {
+/// Checks every option (the key, `--listen`, `--api-url`, `--ca-file`) and binds the port,
+/// saying each problem at once rather than the first.
+fn prepare(opts: &ProxyOptions) -> Result<(Dialer, TcpListener), Vec<ProxyError>> {
+    let mut problems = Vec::new();
+    if opts.api_key.is_none() {
+        problems.push(ProxyError::NoApiKey);
+    }
+    let roots = match &opts.ca_file {
+        Some(path) => match crate::tls::load_certificates(path) {
+            Ok(certs) => {
+                let mut roots = rustls::RootCertStore::empty();
+                roots.add_parsable_certificates(certs);
+                Some(roots)
+            }
+            Err(e) => {
+                problems.push(ProxyError::Ca(path.clone(), e.to_string()));
+                None
+            }
+        },
+        None => Some(tunnel::roots::public()),
+    };
+    // `--api-url` is checked even when the CA file is not read.
+    let roots = roots.unwrap_or_else(rustls::RootCertStore::empty);
+    let dialer = dialer(opts, roots).map_err(|e| problems.push(e)).ok();
+    let listener = if opts.listen.ip().is_loopback() {
+        bind(opts.listen).map_err(|e| problems.push(e)).ok()
+    } else {
+        problems.push(ProxyError::NotLoopback(opts.listen));
+        None
+    };
+    match (dialer, listener) {
+        (Some(dialer), Some(listener)) if problems.is_empty() => Ok((dialer, listener)),
+        _ => Err(problems),
+    }
+}
+
+/// The local port, bound at once (so that a taken port is said with the other problems).
+fn bind(addr: SocketAddr) -> Result<TcpListener, ProxyError> {
+    let listener = std::net::TcpListener::bind(addr)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|e| ProxyError::Listen(addr, e))?;
+    TcpListener::from_std(listener).map_err(|e| ProxyError::Listen(addr, e))
+}
+
+fn dialer(opts: &ProxyOptions, roots: rustls::RootCertStore) -> Result<Dialer, ProxyError> {
     let url = &opts.api_url;
     let host = url
         .host_str()
@@ -158,16 +215,6 @@ fn dialer(opts: &ProxyOptions) -> Result<Dialer, ProxyError> {
         .ok_or_else(|| ProxyError::Url(url.to_string()))?;
     let tls = match url.scheme() {
         "https" => {
-            let roots = match &opts.ca_file {
-                Some(path) => {
-                    let mut roots = rustls::RootCertStore::empty();
-                    let certs = crate::tls::load_certificates(path)
-                        .map_err(|e| ProxyError::Ca(path.clone(), e.to_string()))?;
-                    roots.add_parsable_certificates(certs);
-                    roots
-                }
-                None => tunnel::roots::public(),
-            };
             let mut config = rustls::ClientConfig::builder_with_provider(tunnel::tls::provider())
                 .with_safe_default_protocol_versions()
                 .map_err(|e| ProxyError::Url(e.to_string()))?
@@ -189,7 +236,7 @@ fn dialer(opts: &ProxyOptions) -> Result<Dialer, ProxyError> {
             "{base}/v1/bridges/{}/databases/{}",
             opts.bridge, opts.database
         ),
-        authorization: format!("Bearer {}", opts.api_key),
+        authorization: format!("Bearer {}", opts.api_key.as_deref().unwrap_or_default()),
     };
     dialer.request(&dialer.path, true).map_err(|e| {
         ProxyError::Preflight(format!(

@@ -258,3 +258,22 @@ fn a_root_certificate_no_sslmode_uses_is_said() {
         "{warnings:?}"
     );
 }
+
+#[test]
+fn a_secret_too_short_to_be_watched_for_is_said() {
+    let yaml = "name: n\ntoken: t\napis:\n  - {name: a, url: http://a, auth: {type: bearer, token: short}}\n  - {name: b, url: http://b, auth: {username: u, password: long-enough}}\nsources:\n  - {name: g, url: http://g, auth: {token: abc1234}}\n";
+    let config = load(yaml, &MapEnv::new()).unwrap();
+    let warnings = config.warnings();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("apis[0].auth.token (a) is shorter than 8 characters")
+            && warnings[1].starts_with("sources[0].auth.token (g) is shorter than 8 characters"),
+        "{warnings:?}"
+    );
+    assert!(
+        !warnings
+            .iter()
+            .any(|w| w.contains("short,") || w.contains("abc1234")),
+        "a warning must not show the secret: {warnings:?}"
+    );
+}
