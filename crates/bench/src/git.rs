@@ -11,7 +11,7 @@ use anyhow::{Context, Result, bail};
 use testkit::git_server::{GitAuth, GitServer, git};
 
 use crate::cpu::Meter;
-use crate::procs::{bridge_token, start, start_bridge, status_mb};
+use crate::procs::{Bridge, Server, bridge_token, start, start_bridge, start_from, status_mb};
 use crate::sample::{RssSampler, median, print_memory, sync};
 
 /// Options of `bench git`.
@@ -38,6 +38,11 @@ pub struct Args {
     /// Async worker threads of `cloud` (TOKIO_WORKER_THREADS); default its own.
     #[arg(long)]
     pub cloud_threads: Option<usize>,
+    /// A directory holding another build's `cloud` and `bridge`: its tunnel becomes one more
+    /// arm of the same interleaved runs, so two builds are compared in the same minutes (a
+    /// figure from another run is inside the VM's drift).
+    #[arg(long)]
+    pub compare_bin_dir: Option<std::path::PathBuf>,
 }
 
 /// Bytes of the `*.pack` files of a (bare) repository.
@@ -79,21 +84,34 @@ fn clone(url: &str, config: &[&str]) -> Result<(f64, u64)> {
 
 /// One way to reach the repository, and its measured clones.
 struct Arm {
-    label: &'static str,
+    label: String,
     url: String,
     /// `git -c` settings (the cloud's CA for HTTPS).
     config: Vec<String>,
+    /// The tunnel's processes (`cloud`, `bridge`), metered during this arm's clones; none
+    /// for the direct clone.
+    pids: Vec<(&'static str, u32)>,
     secs: Vec<f64>,
+    /// The peak RSS of each of `pids` during this arm's clones.
+    peak: Vec<f64>,
 }
 
 impl Arm {
-    fn new(label: &'static str, url: String, config: Vec<String>) -> Self {
+    fn new(label: impl Into<String>, url: String, config: Vec<String>) -> Self {
         Arm {
-            label,
+            label: label.into(),
             url,
             config,
+            pids: Vec::new(),
             secs: Vec::new(),
+            peak: Vec::new(),
         }
+    }
+
+    fn metering(mut self, pids: Vec<(&'static str, u32)>) -> Self {
+        self.peak = vec![0.0; pids.len()];
+        self.pids = pids;
+        self
     }
 
     fn clone_once(&self) -> Result<(f64, u64)> {
@@ -120,50 +138,38 @@ pub fn run(args: Args) -> Result<()> {
         made.elapsed().as_secs_f64()
     );
 
-    let (cloud, _, api_key) = start(&[], args.cloud_threads)?;
-    let bridge_tok = bridge_token(&cloud)?;
     let sources = format!(
         "sources:\n  - {{name: code, url: {}, auth: {{type: token, token: {token}}}}}\n",
         server.url()
     );
-    let bridge = start_bridge(&cloud, &bridge_tok, &sources, 10)?;
-    let pids = [("cloud", cloud.child.id()), ("bridge", bridge.pid())];
+    let this = Tunnel::start(None, args.cloud_threads, &sources)?;
+    let other = match &args.compare_bin_dir {
+        Some(dir) => Some(Tunnel::start(Some(dir), args.cloud_threads, &sources)?),
+        None => None,
+    };
+    let pids = this.pids();
     let idle: Vec<f64> = pids.iter().map(|p| status_mb(p.1, "VmRSS:")).collect();
 
     let direct = format!(
         "http://x-access-token:{token}@127.0.0.1:{}/big.git",
         server.port()
     );
-    let tunnel = format!(
-        "https://x:{api_key}@localhost:{}/v1/bridges/dc1/git/code/big.git",
-        cloud.tls_port
-    );
-    let ca = format!(
-        "http.sslCAInfo={}",
-        cloud.dir.path().join("ca.pem").display()
-    );
-    let ls = git(cloud.dir.path(), &["-c", &ca, "ls-remote", &tunnel], &[]);
-    if !ls.status.success() {
-        bail!(
-            "git ls-remote through the tunnel failed: {}",
-            String::from_utf8_lossy(&ls.stderr)
-        );
-    }
-
     let mut arms = vec![
         Arm::new("direct (nginx + git)", direct, Vec::new()),
-        Arm::new(
-            "tunnel (HTTPS to cloud)",
-            tunnel,
-            [vec![ca.clone()], args.tunnel_config.clone()].concat(),
-        ),
+        this.arm("tunnel (HTTPS to cloud)", &args.tunnel_config)?,
     ];
+    if let Some(other) = &other {
+        let label = format!("tunnel ({})", other.cloud.bin_dir.display());
+        arms.push(other.arm(label, &args.tunnel_config)?);
+    }
     if args.also_plain {
         let plain = format!(
-            "http://x:{api_key}@{}/v1/bridges/dc1/git/code/big.git",
-            cloud.addr
+            "http://x:{}@{}/v1/bridges/dc1/git/code/big.git",
+            this.api_key, this.cloud.addr
         );
-        arms.push(Arm::new("tunnel (plain HTTP to cloud)", plain, Vec::new()));
+        arms.push(
+            Arm::new("tunnel (plain HTTP to cloud)", plain, Vec::new()).metering(pids.clone()),
+        );
     }
     for _ in 0..args.warmup {
         for arm in &arms {
@@ -174,7 +180,6 @@ pub fn run(args: Args) -> Result<()> {
         "\n== git clone --mirror, {} runs each after {} unmeasured, interleaved (A B …, … B A, …)",
         args.runs, args.warmup
     );
-    let mut peak = vec![0.0f64; pids.len()];
     for i in 0..args.runs {
         let mut order: Vec<usize> = (0..arms.len()).collect();
         if i % 2 == 1 {
@@ -182,19 +187,17 @@ pub fn run(args: Args) -> Result<()> {
         }
         for k in order {
             let arm = &mut arms[k];
-            let sampler = RssSampler::start(pids.iter().map(|p| p.1).collect());
-            let meter = Meter::start(&pids);
+            let sampler = RssSampler::start(arm.pids.iter().map(|p| p.1).collect());
+            let meter = Meter::start(&arm.pids);
             let (secs, bytes) = arm.clone_once()?;
             let usage = meter.stop().per_request(1);
             let rss = sampler.stop();
+            for (p, m) in arm.peak.iter_mut().zip(rss) {
+                *p = p.max(m);
+            }
             let mut cpu = String::new();
-            if k > 0 {
-                for (p, m) in peak.iter_mut().zip(rss) {
-                    *p = p.max(m);
-                }
-                for (name, us) in &usage.per_request_us {
-                    cpu += &format!(", {name} {:.2} s CPU", us / 1e6);
-                }
+            for (name, us) in &usage.per_request_us {
+                cpu += &format!(", {name} {:.2} s CPU", us / 1e6);
             }
             println!(
                 "run {} {:<29} {secs:6.2} s {:7.1} MB/s  host idle {:.0}%{cpu}",
@@ -227,12 +230,73 @@ pub fn run(args: Args) -> Result<()> {
         tm / dm,
         100.0 * (tm / dm - 1.0)
     );
-    print_memory(&pids, &idle, &peak, "clones");
+    if other.is_some() {
+        println!(
+            "this build/the other build {:.3} (clone time; below 1 is faster)",
+            tm / median(&arms[2].secs)
+        );
+    }
+    print_memory(&pids, &idle, &arms[1].peak, "clones");
     println!(
         "(peak RSS: VmRSS sampled every 50 ms during the tunnelled clones; target: each under 100 MB; pack {mb:.1} MB)"
     );
-    drop(bridge);
-    drop(cloud);
+    drop(other);
+    drop(this);
     drop(server);
     Ok(())
+}
+
+/// A `cloud` and a `bridge` (from `bin_dir`, or next to this binary) serving the Git server
+/// as the source `code`.
+struct Tunnel {
+    // Declared first: the bridge stops before its cloud.
+    bridge: Bridge,
+    cloud: Server,
+    api_key: String,
+}
+
+impl Tunnel {
+    fn start(bin_dir: Option<&Path>, threads: Option<usize>, sources: &str) -> Result<Tunnel> {
+        let (cloud, _, api_key) = match bin_dir {
+            Some(dir) => start_from(dir, &[], threads)?,
+            None => start(&[], threads)?,
+        };
+        let bridge_tok = bridge_token(&cloud)?;
+        let bridge = start_bridge(&cloud, &bridge_tok, sources, 10)?;
+        Ok(Tunnel {
+            bridge,
+            cloud,
+            api_key,
+        })
+    }
+
+    fn pids(&self) -> Vec<(&'static str, u32)> {
+        vec![
+            ("cloud", self.cloud.child.id()),
+            ("bridge", self.bridge.pid()),
+        ]
+    }
+
+    /// The arm that clones through this tunnel's HTTPS port, after a `git ls-remote` that
+    /// proves the path works.
+    fn arm(&self, label: impl Into<String>, extra_config: &[String]) -> Result<Arm> {
+        let url = format!(
+            "https://x:{}@localhost:{}/v1/bridges/dc1/git/code/big.git",
+            self.api_key, self.cloud.tls_port
+        );
+        let ca = format!(
+            "http.sslCAInfo={}",
+            self.cloud.dir.path().join("ca.pem").display()
+        );
+        let ls = git(self.cloud.dir.path(), &["-c", &ca, "ls-remote", &url], &[]);
+        if !ls.status.success() {
+            bail!(
+                "git ls-remote through the tunnel ({}) failed: {}",
+                self.cloud.bin_dir.display(),
+                String::from_utf8_lossy(&ls.stderr)
+            );
+        }
+        let config = [vec![ca], extra_config.to_vec()].concat();
+        Ok(Arm::new(label, url, config).metering(self.pids()))
+    }
 }

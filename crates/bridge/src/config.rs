@@ -45,7 +45,7 @@ pub use resources::{
 };
 pub use secret::{Secret, basic_authorization};
 
-/// The shortest injected secret (and form of it) the bridge looks for in an entry's answers
+/// The shortest injected secret (and form of it), in bytes, the bridge looks for in an entry's answers
 /// before handing them back: shorter ones would match unrelated text by chance, so a start
 /// warning names each secret below it.
 pub const SHORTEST_SECRET: usize = 8;
@@ -290,20 +290,29 @@ impl Config {
                 ApiAuth::Bearer(token) => ("token", token),
                 ApiAuth::Header { value, .. } => ("value", value),
             };
-            Some((format!("apis[{i}].auth.{field}"), &r.name, secret))
+            Some((format!("apis[{i}].auth.{field}"), &r.name, secret.expose()))
         });
         let sources = (self.sources.iter().enumerate()).filter_map(|(i, r)| {
             let (field, secret) = match r.auth.as_ref()? {
                 GitAuth::Token { token, .. } | GitAuth::Bearer(token) => ("token", token),
                 GitAuth::Basic(c) => ("password", &c.password),
             };
-            Some((format!("sources[{i}].auth.{field}"), &r.name, secret))
+            Some((
+                format!("sources[{i}].auth.{field}"),
+                &r.name,
+                secret.expose(),
+            ))
         });
         apis.chain(sources)
-            .filter(|(_, _, secret)| (1..SHORTEST_SECRET).contains(&secret.expose().len()))
+            .filter(|(_, _, secret)| {
+                // As the echo check reads a value: what follows its first word (`Token abc`)
+                // is looked for alone too.
+                let token = secret.trim().split_once(' ').map_or(secret.trim(), |(_, t)| t);
+                (1..SHORTEST_SECRET).contains(&token.trim().len())
+            })
             .map(|(key, name, _)| {
                 format!(
-                    "{key} ({name}) is shorter than {SHORTEST_SECRET} characters: the bridge does not look for so short a secret in the entry's answers (it would match unrelated text), so an answer that repeats it reaches the caller, and it is easy to guess; use a longer one"
+                    "{key} ({name}) is shorter than {SHORTEST_SECRET} characters (bytes, in UTF-8), or its part after a space is: the bridge does not look for so short a secret in the entry's answers (it would match unrelated text), so an answer that repeats it reaches the caller, and it is easy to guess; use a longer one"
                 )
             })
             .collect()

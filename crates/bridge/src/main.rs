@@ -10,7 +10,8 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "bridge", version, about)]
 struct Cli {
-    /// Configuration file (YAML) of `run` (the default); environment variables override it.
+    /// Configuration file (YAML) of `run` (the default), `check` and `healthcheck`, as their
+    /// own `--config` is; environment variables override it.
     #[arg(long, env = "SERVICE_BRIDGE_CONFIG")]
     config: Option<PathBuf>,
     #[command(subcommand)]
@@ -49,9 +50,10 @@ enum AuditCommand {
     /// Check the hash chain of an audit log (or of a log file with audit lines in it). Exit 0
     /// when intact (the last record's SHA-256 is printed; an empty file is ok with 0 records); 1
     /// naming the first bad line, when a file of other lines has no audit record, or when the
-    /// --anchor record is gone; 2 for a malformed --anchor.
+    /// --anchor record is gone; 2 for a malformed --anchor or a file that cannot be read
+    /// (missing, a directory, no permission), so a script tells a mistyped path from tampering.
     Verify {
-        /// The file.
+        /// The audit log (the config's `audit_log`), or a log with audit lines in it.
         file: PathBuf,
         /// The SHA-256 of a record, as an earlier verify printed it and kept elsewhere: that
         /// record must still be in the file, unaltered (so must every one before it).
@@ -138,6 +140,10 @@ fn verify_audit(file: &std::path::Path, anchor: Option<String>) -> ExitCode {
                 }
             }
             ExitCode::SUCCESS
+        }
+        Err(e @ bridge::audit::VerifyError::Read { .. }) => {
+            eprintln!("audit log {}: {e}", file.display());
+            ExitCode::from(2)
         }
         Err(e) => {
             eprintln!("audit log {}: {e}", file.display());

@@ -117,6 +117,14 @@ fn audit_verify_reports_tampering() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no audit record in it"));
+    // A path that cannot be read is a usage error (2), not a tampered log (1).
+    let out = Command::new(bridge_bin())
+        .args(["audit", "verify"])
+        .arg(dir.path().join("no-such.log"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
     let out = verify();
     assert_eq!(out.status.code(), Some(1));
     assert!(

@@ -1393,18 +1393,19 @@ async fn db_proxy_serves_local_clients_without_a_password_over_https() {
     }
     // Several mistakes at once are said together, so one run shows them all.
     let out = Command::new(testkit::cloud_bin())
-        .args(["db-proxy", "--bridge", "dc1", "--database", "orders"])
-        .args(["--listen", "0.0.0.0:0", "--api-url", "http://10.1.2.3:8443"])
-        .args(["--ca-file", "/nonexistent/ca.pem"])
-        .env_remove("CLOUD_API_KEY")
+        .args(["db-proxy", "--database", "orders"])
+        .args(["--listen", "0.0.0.0:0", "--api-url", "https://localhost:1"])
+        .args(["--ca-file", "/nonexistent/ca.pem", "--bridge", "dc 1"])
+        .env("CLOUD_API_KEY", " ")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let said = String::from_utf8_lossy(&out.stderr);
     for want in [
         "4 problems with `cloud db-proxy`'s options",
-        "CLOUD_API_KEY is not set",
+        "CLOUD_API_KEY is set but empty",
         "--ca-file /nonexistent/ca.pem",
+        "cannot form the request to the cloud from --bridge \"dc 1\"",
         "not a loopback address",
     ] {
         assert!(said.contains(want), "{want:?} in {said}");

@@ -13,7 +13,7 @@ mod hints;
 mod serve;
 
 pub use hints::env_notes;
-use hints::{blank_env, env_behind, misplaced};
+use hints::{blank_env, env_behind, misplaced, typed_command};
 pub use serve::{ServeArgs, ServeSettings};
 
 /// The Signals API, its storage and the bridge relay.
@@ -30,7 +30,7 @@ pub struct Cli {
     )]
     pub log_format: LogFormat,
     /// Log level: trace, debug, info, warn, error or off (or a tracing filter directive).
-    /// Default: info for `serve`; warn for admin commands, which are quiet unless something goes wrong (with
+    /// Default: info for `serve` and `db-proxy` (logs on stdout); warn for admin commands, which are quiet unless something goes wrong (with
     /// info, their audit entries are JSON lines on stderr too).
     #[arg(long, global = true, env = "CLOUD_LOG_LEVEL", value_parser = crate::logging::parse_level)]
     pub log_level: Option<String>,
@@ -161,10 +161,16 @@ impl Cli {
 fn parse_typed_first() -> Result<Cli, clap::Error> {
     use clap::parser::ValueSource;
     use clap::{CommandFactory, FromArgMatches};
-    if let Some((why, mut typed)) = blank_env() {
-        return Err(typed.error(clap::error::ErrorKind::InvalidValue, why));
+    let parsed = Cli::command().try_get_matches();
+    // Help asked for is given, whatever the environment holds.
+    let asks_help = parsed.as_ref().is_err_and(|e| {
+        use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
+        matches!(e.kind(), DisplayHelp | DisplayVersion)
+    });
+    if !asks_help && let Some(why) = blank_env() {
+        return Err(typed_command().error(clap::error::ErrorKind::InvalidValue, why));
     }
-    let matches = Cli::command().try_get_matches()?;
+    let matches = parsed?;
     let mut path = Vec::new();
     let mut leaf = &matches;
     while let Some((name, sub)) = leaf.subcommand() {
@@ -178,7 +184,7 @@ fn parse_typed_first() -> Result<Cli, clap::Error> {
         && leaf.value_source("data_dir") == Some(ValueSource::CommandLine)
         && leaf.value_source("database_url") == Some(ValueSource::EnvVariable)
     {
-        return Err(Cli::command().error(
+        return Err(typed_command().error(
             clap::error::ErrorKind::ArgumentConflict,
             "--data-dir is typed and CLOUD_DATABASE_URL is set in the environment: they name two different stores. For SQLite in that directory, unset CLOUD_DATABASE_URL; for PostgreSQL, drop --data-dir (or pass --database-url)",
         ));

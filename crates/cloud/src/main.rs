@@ -317,10 +317,11 @@ async fn run(command: Command) -> Result<(), Failure> {
 }
 
 async fn db_proxy(args: DbProxyArgs) -> Result<(), Failure> {
-    let api_key = std::env::var("CLOUD_API_KEY")
-        .ok()
-        .map(|k| k.trim().to_string())
-        .filter(|k| !k.is_empty());
+    let api_key = match std::env::var("CLOUD_API_KEY") {
+        Ok(key) if !key.trim().is_empty() => Ok(key.trim().to_string()),
+        Ok(_) => Err(true),
+        Err(_) => Err(false),
+    };
     let options = cloud::pgwire::proxy::ProxyOptions {
         api_url: args.api_url,
         ca_file: args.ca_file,

@@ -7,10 +7,9 @@ use super::Cli;
 /// from a compose file whose own variable was unset) and not overridden on the command line:
 /// a usage error naming it. Taken as unset it could quietly choose another store or identity
 /// (SQLite in `./data`, the self-signed certificate); taken as a value it reads as `no org ""`.
-/// Returned with the subcommand typed, whose usage line the error shows.
-pub(super) fn blank_env() -> Option<(String, clap::Command)> {
+pub(super) fn blank_env() -> Option<String> {
     let (chain, _) = typed_commands();
-    let why = chain.iter().rev().find_map(|command| {
+    chain.iter().rev().find_map(|command| {
         command.get_arguments().find_map(|a| {
             let var = a.get_env()?;
             let blank = std::env::var_os(var).is_some_and(|v| v.is_empty());
@@ -22,8 +21,16 @@ pub(super) fn blank_env() -> Option<(String, clap::Command)> {
                 )
             })
         })
-    })?;
-    Some((why, chain.last()?.clone()))
+    })
+}
+
+/// The subcommand typed (`cloud api-key list`), for a refusal found outside clap's parse to
+/// show its usage line rather than `cloud`'s own.
+pub(super) fn typed_command() -> clap::Command {
+    let (mut chain, _) = typed_commands();
+    chain
+        .pop()
+        .unwrap_or_else(<Cli as clap::CommandFactory>::command)
 }
 
 /// The commands typed, from `cloud` down to the subcommand run (`cloud org create`: three),
@@ -53,9 +60,11 @@ fn typed_commands() -> (Vec<clap::Command>, Vec<String>) {
             }
             continue;
         }
+        // clap's own `help` (there once the root is built) leads to option-less copies.
         let Some(sub) = chain
             .last()
             .and_then(|c| c.find_subcommand(&typed))
+            .filter(|c| c.get_name() != "help")
             .cloned()
         else {
             continue;

@@ -40,8 +40,9 @@ pub struct ProxyOptions {
     pub database: String,
     /// Where local clients connect: a loopback address.
     pub listen: SocketAddr,
-    /// The org's API key (from `CLOUD_API_KEY`); `None` when that is unset or blank.
-    pub api_key: Option<String>,
+    /// The org's API key (from `CLOUD_API_KEY`, trimmed): `Err(true)` when the variable is
+    /// set but blank, `Err(false)` when unset.
+    pub api_key: Result<String, bool>,
 }
 
 /// Why `cloud db-proxy` cannot start.
@@ -52,6 +53,9 @@ pub enum ProxyError {
         "CLOUD_API_KEY is not set: give db-proxy an API key of the org in the environment (never as a flag, where `ps` would show it)"
     )]
     NoApiKey,
+    /// Set empty (a compose file's unset variable): said as such, like `cloud`'s own.
+    #[error("CLOUD_API_KEY is set but empty: give it an API key of the org, or unset it")]
+    BlankApiKey,
     /// Clients need no password, so only this machine may reach the port.
     #[error(
         "--listen {0} is not a loopback address: clients of db-proxy need no password, so it listens on 127.0.0.1 or ::1 only"
@@ -162,10 +166,17 @@ pub async fn run(opts: ProxyOptions, shutdown: CancellationToken) -> Result<(), 
 /// saying each problem at once rather than the first.
 fn prepare(opts: &ProxyOptions) -> Result<(Dialer, TcpListener), Vec<ProxyError>> {
     let mut problems = Vec::new();
-    if opts.api_key.is_none() {
-        problems.push(ProxyError::NoApiKey);
+    match opts.api_key {
+        Ok(_) => {}
+        Err(true) => problems.push(ProxyError::BlankApiKey),
+        Err(false) => problems.push(ProxyError::NoApiKey),
     }
-    let roots = match &opts.ca_file {
+    // The CA file is read for an `https://` cloud only: plain HTTP to loopback uses none.
+    let roots = match opts
+        .ca_file
+        .as_ref()
+        .filter(|_| opts.api_url.scheme() == "https")
+    {
         Some(path) => match crate::tls::load_certificates(path) {
             Ok(certs) => {
                 let mut roots = rustls::RootCertStore::empty();
@@ -240,7 +251,7 @@ fn dialer(opts: &ProxyOptions, roots: rustls::RootCertStore) -> Result<Dialer, P
     };
     dialer.request(&dialer.path, true).map_err(|e| {
         ProxyError::Preflight(format!(
-            "cannot form the request to the cloud from --bridge {:?}, --database {:?} and CLOUD_API_KEY ({e}): names and the key are printable ASCII without spaces",
+            "cannot form the request to the cloud from --bridge {:?}, --database {:?} and CLOUD_API_KEY ({e}): the names are printable ASCII without spaces, the key printable ASCII",
             opts.bridge, opts.database
         ))
     })?;
