@@ -9,11 +9,12 @@
 //! record says `bridge shutdown`). `/databases/{name}/cancel` carries a `CancelRequest` instead.
 
 mod frames;
+mod masking;
 mod settings;
 mod splice;
 mod statements;
 
-pub use statements::audited;
+pub use masking::audited;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! SQL's escaped spellings read as PostgreSQL reads them, so that a name or a literal spelled
 //! with escapes (`U&"p\0061ssword"`, `E'p\x61ssword=…'`) is recognised by the masking.
 
-use super::{blank_after, continued, is_word, literal_end, skip_blank};
+use super::lex::{blank_after, continued, is_word, literal_end, skip_blank};
 
 /// The text of the literal whose first quote is at `open` (its prefix, if any, at `at`) as
 /// PostgreSQL reads it: its pieces continued on next lines joined (`'pass'⏎'word'`, comments

@@ -2,7 +2,7 @@
 //! `passwd`), the calls of functions that take one (`crypt(…)`, `hmac(…)`), and a literal or
 //! URL that may.
 
-use super::{is_word, skip_blank};
+use super::lex::{is_word, skip_blank};
 
 /// Whether a name (lower-case) is a password's: it ends in `password` or `passwd`
 /// (`pg_shadow.passwd`), as written or as PostgreSQL keeps it, cut to 63 bytes (`…password`
