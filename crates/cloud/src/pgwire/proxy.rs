@@ -10,23 +10,24 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tunnel::postgres::{
     FirstPacket, error_response, negotiation, read_first_packet, send_cancel, startup_message,
 };
 
-use super::UPGRADE;
+use dial::{DIAL_TIMEOUT, Dialer};
+use start::{PREFLIGHT_TIMEOUT, preflight, prepare};
+
+mod dial;
+mod start;
 
 /// How long open sessions may run on after SIGTERM.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long reaching the cloud (TCP, TLS, the upgrade) may take.
-const DIAL_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// What `cloud db-proxy` was asked to do.
 pub struct ProxyOptions {
@@ -103,15 +104,6 @@ fn listen_hint(addr: &SocketAddr, error: &std::io::Error) -> &'static str {
     }
 }
 
-/// How to reach the cloud's upgrade route.
-struct Dialer {
-    host: String,
-    port: u16,
-    tls: Option<tokio_rustls::TlsConnector>,
-    path: String,
-    authorization: String,
-}
-
 /// Listens on `opts.listen` and serves each local client until `shutdown`, then lets open
 /// sessions finish.
 pub async fn run(opts: ProxyOptions, shutdown: CancellationToken) -> Result<(), ProxyError> {
@@ -160,186 +152,6 @@ pub async fn run(opts: ProxyOptions, shutdown: CancellationToken) -> Result<(), 
         );
     }
     Ok(())
-}
-
-/// Checks every option (the key, `--listen`, `--api-url`, `--ca-file`) and binds the port,
-/// saying each problem at once rather than the first.
-fn prepare(opts: &ProxyOptions) -> Result<(Dialer, TcpListener), Vec<ProxyError>> {
-    let mut problems = Vec::new();
-    match opts.api_key {
-        Ok(_) => {}
-        Err(true) => problems.push(ProxyError::BlankApiKey),
-        Err(false) => problems.push(ProxyError::NoApiKey),
-    }
-    // The CA file is read for an `https://` cloud only: plain HTTP to loopback uses none.
-    let roots = match opts
-        .ca_file
-        .as_ref()
-        .filter(|_| opts.api_url.scheme() == "https")
-    {
-        Some(path) => match crate::tls::load_certificates(path) {
-            Ok(certs) => {
-                let mut roots = rustls::RootCertStore::empty();
-                roots.add_parsable_certificates(certs);
-                Some(roots)
-            }
-            Err(e) => {
-                problems.push(ProxyError::Ca(path.clone(), e.to_string()));
-                None
-            }
-        },
-        None => Some(tunnel::roots::public()),
-    };
-    // `--api-url` is checked even when the CA file is not read.
-    let roots = roots.unwrap_or_else(rustls::RootCertStore::empty);
-    let dialer = dialer(opts, roots).map_err(|e| problems.push(e)).ok();
-    let listener = if opts.listen.ip().is_loopback() {
-        bind(opts.listen).map_err(|e| problems.push(e)).ok()
-    } else {
-        problems.push(ProxyError::NotLoopback(opts.listen));
-        None
-    };
-    match (dialer, listener) {
-        (Some(dialer), Some(listener)) if problems.is_empty() => Ok((dialer, listener)),
-        _ => Err(problems),
-    }
-}
-
-/// The local port, bound at once (so that a taken port is said with the other problems).
-fn bind(addr: SocketAddr) -> Result<TcpListener, ProxyError> {
-    let listener = std::net::TcpListener::bind(addr)
-        .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .map_err(|e| ProxyError::Listen(addr, e))?;
-    TcpListener::from_std(listener).map_err(|e| ProxyError::Listen(addr, e))
-}
-
-fn dialer(opts: &ProxyOptions, roots: rustls::RootCertStore) -> Result<Dialer, ProxyError> {
-    let url = &opts.api_url;
-    let host = url
-        .host_str()
-        .ok_or_else(|| ProxyError::Url(url.to_string()))?
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_string();
-    let port = url
-        .port_or_known_default()
-        .ok_or_else(|| ProxyError::Url(url.to_string()))?;
-    let tls = match url.scheme() {
-        "https" => {
-            let mut config = rustls::ClientConfig::builder_with_provider(tunnel::tls::provider())
-                .with_safe_default_protocol_versions()
-                .map_err(|e| ProxyError::Url(e.to_string()))?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            config.alpn_protocols = vec![b"http/1.1".to_vec()];
-            Some(tokio_rustls::TlsConnector::from(Arc::new(config)))
-        }
-        // The API key would cross the network in clear: plain HTTP only to this machine.
-        "http" if is_loopback_host(&host) => None,
-        _ => return Err(ProxyError::Url(url.to_string())),
-    };
-    let base = url.path().trim_end_matches('/');
-    let dialer = Dialer {
-        host,
-        port,
-        tls,
-        path: format!(
-            "{base}/v1/bridges/{}/databases/{}",
-            opts.bridge, opts.database
-        ),
-        authorization: format!("Bearer {}", opts.api_key.as_deref().unwrap_or_default()),
-    };
-    dialer.request(&dialer.path, true).map_err(|e| {
-        ProxyError::Preflight(format!(
-            "cannot form the request to the cloud from --bridge {:?}, --database {:?} and CLOUD_API_KEY ({e}): the names are printable ASCII without spaces, the key printable ASCII",
-            opts.bridge, opts.database
-        ))
-    })?;
-    Ok(dialer)
-}
-
-fn is_loopback_host(host: &str) -> bool {
-    host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
-/// How long the check at start may take in all before db-proxy listens anyway.
-const PREFLIGHT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Asks the cloud, at start, what a session would: whether it vouches for the cloud's
-/// certificate and accepts the key (else db-proxy exits, as for any bad flag), and whether the
-/// bridge is connected and declares the database (a warning: it may connect later). A cloud
-/// that cannot be reached is a warning too: it may be starting.
-async fn preflight(dialer: &Dialer, opts: &ProxyOptions) -> Result<(), ProxyError> {
-    let base = opts.api_url.path().trim_end_matches('/');
-    let request = dialer
-        .request(&format!("{base}/v1/bridges"), false)
-        .map_err(|e| ProxyError::Preflight(format!("cannot form a request to the cloud: {e}")))?;
-    let response = match dialer.exchange(request).await {
-        Err(Unreached::Tls(why)) => {
-            return Err(ProxyError::Preflight(format!(
-                "--api-url {}: TLS to the cloud failed: {why}; give --ca-file the CA that signs the cloud's certificate (data/ca.pem for its self-signed one)",
-                opts.api_url
-            )));
-        }
-        Err(Unreached::Other(why)) => {
-            tracing::warn!(api_url = %opts.api_url, cause = %why, "cannot reach the cloud; listening anyway, sessions fail until it can be reached");
-            return Ok(());
-        }
-        Ok(response) => response,
-    };
-    let status = response.status().as_u16();
-    let body = http_body_util::Limited::new(response.into_body(), 4 << 20)
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    match status {
-        200 => {}
-        401 => {
-            return Err(ProxyError::Preflight(format!(
-                "the cloud at {} refused CLOUD_API_KEY: {} (it must be a key of the org that owns bridge {:?})",
-                opts.api_url,
-                crate::problem::detail_of(&body),
-                opts.bridge
-            )));
-        }
-        _ => {
-            tracing::warn!(api_url = %opts.api_url, status, detail = %crate::problem::detail_of(&body), "the cloud's check at start failed; listening anyway");
-            return Ok(());
-        }
-    }
-    let listed: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-    let bridge = listed["bridges"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|b| b["name"] == opts.bridge.as_str());
-    let Some(bridge) = bridge else {
-        tracing::warn!(bridge = %opts.bridge, "the org has no bridge of this name connected to the cloud right now (not created, not running, or reconnecting); sessions fail until it connects");
-        return Ok(());
-    };
-    let declares = bridge["instances"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|i| i["resources"].as_array().into_iter().flatten())
-        .any(|r| r["kind"] == "database" && r["name"] == opts.database.as_str());
-    if !declares {
-        tracing::warn!(bridge = %opts.bridge, database = %opts.database, "the bridge is connected but declares no such entry in its `databases` list; sessions fail until it does");
-    }
-    Ok(())
-}
-
-/// Why the cloud could not be asked.
-enum Unreached {
-    /// The cloud's certificate is not vouched for (most often: `--ca-file` is not the
-    /// cloud's CA).
-    Tls(String),
-    /// DNS, TCP or HTTP failed.
-    Other(String),
 }
 
 /// One local client: declines TLS and GSS encryption (the port is loopback), then relays its
@@ -467,127 +279,4 @@ async fn refused(
         return written.err().map(|e| ("08006".into(), e.to_string()));
     }
     Some(tunnel::postgres::error_fields(&body))
-}
-
-impl Dialer {
-    /// The upgraded connection, or the SQLSTATE and message to give the client.
-    async fn open(&self) -> Result<TokioIo<Upgraded>, (&'static str, String)> {
-        tokio::time::timeout(DIAL_TIMEOUT, self.open_inner())
-            .await
-            .map_err(|_| {
-                (
-                    "08001",
-                    format!(
-                        "the cloud at {}:{} did not answer within {} s",
-                        self.host,
-                        self.port,
-                        DIAL_TIMEOUT.as_secs()
-                    ),
-                )
-            })?
-    }
-
-    async fn open_inner(&self) -> Result<TokioIo<Upgraded>, (&'static str, String)> {
-        let unreachable = |e: String| {
-            (
-                "08001",
-                format!("cannot reach the cloud at {}:{}: {e}", self.host, self.port),
-            )
-        };
-        let request = self.request(&self.path, true).map_err(unreachable)?;
-        let response = self.exchange(request).await.map_err(|e| match e {
-            Unreached::Tls(e) => unreachable(format!("TLS: {e} (is --ca-file the cloud's CA?)")),
-            Unreached::Other(e) => unreachable(e),
-        })?;
-        let status = response.status().as_u16();
-        if status == 101 {
-            return hyper::upgrade::on(response)
-                .await
-                .map(TokioIo::new)
-                .map_err(|e| unreachable(e.to_string()));
-        }
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        let detail = crate::problem::detail_of(&body);
-        Err(match status {
-            401 => (
-                "28P01",
-                format!("the cloud refused CLOUD_API_KEY: {detail}"),
-            ),
-            404 => ("3D000", detail),
-            _ => ("08001", format!("the cloud answered {status}: {detail}")),
-        })
-    }
-
-    /// `GET path` with the API key; with `upgrade`, asking for the PostgreSQL upgrade.
-    fn request(
-        &self,
-        path: &str,
-        upgrade: bool,
-    ) -> Result<hyper::Request<Empty<bytes::Bytes>>, String> {
-        let mut request = hyper::Request::get(path)
-            .header(hyper::header::HOST, &self.host)
-            .header(hyper::header::AUTHORIZATION, &self.authorization);
-        if upgrade {
-            request = request
-                .header(hyper::header::CONNECTION, "upgrade")
-                .header(hyper::header::UPGRADE, UPGRADE);
-        }
-        request.body(Empty::new()).map_err(|e| e.to_string())
-    }
-
-    /// Sends `request` to the cloud on a new connection.
-    async fn exchange(
-        &self,
-        request: hyper::Request<Empty<bytes::Bytes>>,
-    ) -> Result<hyper::Response<hyper::body::Incoming>, Unreached> {
-        let tcp = TcpStream::connect((self.host.as_str(), self.port))
-            .await
-            .map_err(|e| Unreached::Other(e.to_string()))?;
-        let _ = tcp.set_nodelay(true);
-        match &self.tls {
-            Some(tls) => {
-                let name = rustls::pki_types::ServerName::try_from(self.host.clone())
-                    .map_err(|e| Unreached::Other(e.to_string()))?;
-                let stream = tls.connect(name, tcp).await.map_err(|e| {
-                    let certificate = e
-                        .get_ref()
-                        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-                        .is_some_and(|tls| matches!(tls, rustls::Error::InvalidCertificate(_)));
-                    if certificate {
-                        Unreached::Tls(e.to_string())
-                    } else {
-                        Unreached::Other(format!("TLS: {e}"))
-                    }
-                })?;
-                send(TokioIo::new(stream), request).await
-            }
-            None => send(TokioIo::new(tcp), request).await,
-        }
-        .map_err(Unreached::Other)
-    }
-}
-
-/// Sends `request` on a new HTTP/1.1 connection that may be upgraded.
-async fn send<T>(
-    io: T,
-    request: hyper::Request<Empty<bytes::Bytes>>,
-) -> Result<hyper::Response<hyper::body::Incoming>, String>
-where
-    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-{
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(async move {
-        let _ = conn.with_upgrades().await;
-    });
-    sender
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string())
 }
