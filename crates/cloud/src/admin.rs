@@ -7,7 +7,7 @@
 use serde_json::json;
 
 mod webhook;
-pub use webhook::{WebhookUrl, remove_webhook, set_webhook};
+pub use webhook::{WebhookUrl, remove_webhook, set_webhook, webhook_url};
 
 use crate::secrets::{self, Kind};
 use crate::storage::{Actor, Credential, StorageError, Store};
@@ -414,7 +414,7 @@ async fn password_link(store: &Store, user_id: i64, base: &str) -> Result<String
 }
 
 /// An email address as stored: trimmed and lowercase, with one `@` between non-empty parts.
-fn email(raw: &str) -> Result<String, AdminError> {
+pub fn email(raw: &str) -> Result<String, AdminError> {
     let e = raw.trim().to_lowercase();
     let valid = e.len() <= 254
         && !e.chars().any(|c| c.is_whitespace() || c.is_control())

@@ -163,7 +163,100 @@ async fn open(storage: &StorageArgs) -> Result<Store, Failure> {
         })
 }
 
+/// Mistakes in an admin command's own values (a slug, a name, an email, a link's address, a
+/// webhook URL), found before its storage is opened: a script learns of them on a machine
+/// without a database too, together with its absence, not one run after the other.
+fn value_problems(command: &Command) -> Vec<String> {
+    let found: Vec<Result<(), admin::AdminError>> = match command {
+        Command::Org(OrgCommand::Create { slug, .. }) => vec![admin::check_name("org slug", slug)],
+        Command::SignalKey(KeyCommand::Create {
+            name: Some(name), ..
+        })
+        | Command::ApiKey(KeyCommand::Create {
+            name: Some(name), ..
+        }) => {
+            vec![admin::check_label(name)]
+        }
+        Command::BridgeToken(BridgeTokenCommand::Create { name, .. }) => {
+            vec![admin::check_name("bridge name", name)]
+        }
+        Command::User(
+            UserCommand::Create { email, link, .. }
+            | UserCommand::ResetPassword { email, link, .. },
+        ) => vec![
+            admin::email(email).map(drop),
+            admin::link_base(link.public_url.as_deref(), &link.listen).map(drop),
+        ],
+        Command::Webhook(WebhookCommand::Set {
+            url,
+            webhook_allow_private,
+            bridge_release,
+            ..
+        }) => vec![
+            admin::webhook_url(&admin::WebhookUrl {
+                url,
+                allow_private: *webhook_allow_private,
+                release: bridge_release,
+            })
+            .map(drop),
+        ],
+        _ => Vec::new(),
+    };
+    found
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| e.to_string()))
+        .collect()
+}
+
+/// The storage an admin command works on.
+fn storage_of(command: &Command) -> Option<&StorageArgs> {
+    Some(match command {
+        Command::Serve(_) | Command::DbProxy(_) => return None,
+        Command::Org(OrgCommand::Create { storage, .. } | OrgCommand::List { storage, .. })
+        | Command::SignalKey(
+            KeyCommand::Create { storage, .. }
+            | KeyCommand::List { storage, .. }
+            | KeyCommand::Revoke { storage, .. },
+        )
+        | Command::ApiKey(
+            KeyCommand::Create { storage, .. }
+            | KeyCommand::List { storage, .. }
+            | KeyCommand::Revoke { storage, .. },
+        )
+        | Command::BridgeToken(
+            BridgeTokenCommand::Create { storage, .. }
+            | BridgeTokenCommand::List { storage, .. }
+            | BridgeTokenCommand::Revoke { storage, .. },
+        )
+        | Command::User(
+            UserCommand::Create { storage, .. } | UserCommand::ResetPassword { storage, .. },
+        )
+        | Command::Webhook(
+            WebhookCommand::Set { storage, .. } | WebhookCommand::Remove { storage, .. },
+        ) => storage,
+    })
+}
+
 async fn run(command: Command) -> Result<(), Failure> {
+    let mut problems = value_problems(&command);
+    if !problems.is_empty() {
+        // The storage is looked at too, so that one run says everything that is wrong.
+        if let Some(storage) = storage_of(&command) {
+            match open(storage).await {
+                Ok(store) => store.close().await,
+                Err(Failure::Usage(why)) => problems.push(why),
+                Err(Failure::Other(_)) => {}
+            }
+        }
+        return Err(Failure::Usage(match problems.as_slice() {
+            [one] => one.clone(),
+            all => format!(
+                "{} problems; nothing was done:\n  {}",
+                all.len(),
+                all.join("\n  ")
+            ),
+        }));
+    }
     let actor = cloud::storage::Actor::cli();
     let (store, output) = match command {
         Command::Serve(args) => return serve(args).await,

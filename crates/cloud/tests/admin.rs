@@ -44,6 +44,46 @@ fn admin_commands_never_create_a_sqlite_database() {
             "{stderr}"
         );
     }
+    // A bad value is said with the missing database, in one run, and still nothing is made.
+    for (args, bad) in [
+        (
+            &["org", "create", "Bad Slug"][..],
+            "org slug \"Bad Slug\" is not valid",
+        ),
+        (
+            &[
+                "webhook",
+                "set",
+                "--org",
+                "acme",
+                "--url",
+                "ftp://hooks.example",
+            ],
+            "--url must start with https:// or http://",
+        ),
+        (
+            &[
+                "user", "create", "--org", "acme", "--email", "nope", "--role", "admin",
+            ],
+            "--email \"nope\" is not an email address",
+        ),
+    ] {
+        let out = Command::new(cloud_bin())
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("CLOUD_DATA_DIR")
+            .env_remove("CLOUD_DATABASE_URL")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("2 problems; nothing was done")
+                && stderr.contains(bad)
+                && stderr.contains("no database at"),
+            "{args:?}: {stderr}"
+        );
+    }
     assert!(
         std::fs::read_dir(dir.path()).unwrap().next().is_none(),
         "an admin command created files"

@@ -16,14 +16,10 @@ pub struct WebhookUrl<'a> {
     pub release: &'a str,
 }
 
-/// `cloud webhook set`: returns the new signing secret (shown this once).
-pub async fn set_webhook(
-    store: &Store,
-    actor: &Actor,
-    slug: &str,
-    given: WebhookUrl<'_>,
-) -> Result<String, AdminError> {
-    let url = crate::notify::guard::webhook_url(given.url, given.allow_private).map_err(|why| {
+/// The URL as deliveries will use it, or why they would refuse it (a literal address only: no
+/// name is looked up), said as the option that was given.
+pub fn webhook_url(given: &WebhookUrl<'_>) -> Result<String, AdminError> {
+    crate::notify::guard::webhook_url(given.url, given.allow_private).map_err(|why| {
         let flag = if why.contains("--webhook-allow-private") {
             " (give this command --webhook-allow-private as well)"
         } else {
@@ -32,7 +28,17 @@ pub async fn set_webhook(
         // The check's words start with `url`: said as the option that was given.
         let why = why.strip_prefix("url").unwrap_or(&why);
         AdminError::Usage(format!("--url{why}{flag}"))
-    })?;
+    })
+}
+
+/// `cloud webhook set`: returns the new signing secret (shown this once).
+pub async fn set_webhook(
+    store: &Store,
+    actor: &Actor,
+    slug: &str,
+    given: WebhookUrl<'_>,
+) -> Result<String, AdminError> {
+    let url = webhook_url(&given)?;
     let org_id = org(store, slug).await?;
     let secret = crate::secrets::new_webhook_secret();
     store
