@@ -208,6 +208,15 @@ fn value_problems(command: &Command) -> Vec<String> {
         .collect()
 }
 
+/// Problems found together, said in one message: one as itself, several as `N problems{what}:`
+/// and a line each.
+fn together(problems: &[String], what: &str) -> String {
+    match problems {
+        [one] => one.clone(),
+        all => format!("{} problems{what}:\n  {}", all.len(), all.join("\n  ")),
+    }
+}
+
 /// The storage an admin command works on.
 fn storage_of(command: &Command) -> Option<&StorageArgs> {
     Some(match command {
@@ -248,14 +257,7 @@ async fn run(command: Command) -> Result<(), Failure> {
                 Err(Failure::Other(_)) => {}
             }
         }
-        return Err(Failure::Usage(match problems.as_slice() {
-            [one] => one.clone(),
-            all => format!(
-                "{} problems; nothing was done:\n  {}",
-                all.len(),
-                all.join("\n  ")
-            ),
-        }));
+        return Err(Failure::Usage(together(&problems, "; nothing was done")));
     }
     let actor = cloud::storage::Actor::cli();
     let (store, output) = match command {
@@ -464,14 +466,10 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
     let (Some(settings), Some(backend), Some(prepared), Some(tls_listener), Some(http_listener)) =
         (settings, backend, prepared, tls_listener, http_listener)
     else {
-        return Err(Failure::Usage(match problems.as_slice() {
-            [one] => one.clone(),
-            all => format!(
-                "{} problems with `cloud serve`'s options; nothing was started:\n  {}",
-                all.len(),
-                all.join("\n  ")
-            ),
-        }));
+        return Err(Failure::Usage(together(
+            &problems,
+            " with `cloud serve`'s options; nothing was started",
+        )));
     };
     // Clients trust the cloud's own CA through this file, unless it serves the operator's.
     let own_ca = (args.tls_cert.is_none()).then(|| {

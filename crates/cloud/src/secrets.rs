@@ -130,6 +130,12 @@ pub fn parse(kind: Kind, token: &str) -> Option<(&str, &str)> {
 /// an unknown id costs the same work as a wrong secret and the answer's time tells nothing.
 pub const NO_HASH: [u8; 32] = [0; 32];
 
+/// Equal in constant time (the length aside): a presented token, CSRF value or MAC against
+/// the one expected, so that the answer's time tells nothing of how much of it was right.
+pub fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
+
 /// Constant-time check of a presented secret against a stored hash.
 pub fn verify(secret: &str, stored_hash: &[u8]) -> bool {
     hash(secret).ct_eq(stored_hash).into()

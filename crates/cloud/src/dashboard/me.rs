@@ -178,7 +178,7 @@ pub fn admins_only(me: &Me, text: &str) -> Response {
 
 /// `None` for an admin with the form's right CSRF token; else the 403 page to answer.
 pub fn refuse_admin_form(me: &Me, csrf: &str) -> Option<Response> {
-    if !session::same(&me.csrf, csrf) {
+    if !crate::secrets::same(&me.csrf, csrf) {
         return Some(csrf_refused());
     }
     if !me.admin {

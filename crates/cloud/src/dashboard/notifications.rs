@@ -15,7 +15,6 @@ use super::done::Done;
 use super::form::Form;
 use super::me::{Me, refuse_admin_form};
 use super::render::{csrf_refused, message, page, unavailable, when_micros};
-use super::session;
 
 struct DeliveryRow {
     time: String,
@@ -159,7 +158,7 @@ pub async fn subscribe(
     me: Me,
     Form(form): Form<SubscribeForm>,
 ) -> Response {
-    if !session::same(&me.csrf, &form.csrf) {
+    if !crate::secrets::same(&me.csrf, &form.csrf) {
         return csrf_refused();
     }
     let on = form.on.is_some();

@@ -70,7 +70,7 @@ fn pre_session_csrf(headers: &HeaderMap, secure: bool) -> (String, Option<Header
 }
 
 fn pre_session_csrf_ok(headers: &HeaderMap, sent: &str) -> bool {
-    session::cookie(headers, CSRF_COOKIE).is_some_and(|c| session::same(c, sent))
+    session::cookie(headers, CSRF_COOKIE).is_some_and(|c| crate::secrets::same(c, sent))
 }
 
 fn with_cookie(mut response: Response, cookie: Option<HeaderValue>) -> Response {
@@ -360,7 +360,7 @@ pub async fn sign_out(
         Ok(None) => return signed_out(),
         Err(_) => return unavailable(),
     };
-    if !session::same(&s.csrf, &form.csrf) {
+    if !crate::secrets::same(&s.csrf, &form.csrf) {
         return csrf_refused();
     }
     let ended = if form.everywhere.is_some() {

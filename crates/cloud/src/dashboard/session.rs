@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, header};
-use subtle::ConstantTimeEq;
 
 use crate::storage::{Session, StorageError, Store, now_micros};
 
@@ -47,11 +46,6 @@ pub fn set_cookie(
         max_age.as_secs()
     );
     HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
-}
-
-/// Equal in constant time.
-pub fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
 /// The live session of this request's cookie, if any; expired ones are ended on the way.
