@@ -65,12 +65,18 @@ pub fn check_label(name: &str) -> Result<(), AdminError> {
     }
 }
 
-async fn org(store: &Store, slug: &str) -> Result<i64, AdminError> {
+/// Refuses an empty `--org` (clap takes `--org ''`), which names no org.
+pub fn check_org(slug: &str) -> Result<(), AdminError> {
     if slug.is_empty() {
         return Err(AdminError::Usage(
             "--org is empty: give an org's slug (`cloud org list` shows them)".into(),
         ));
     }
+    Ok(())
+}
+
+async fn org(store: &Store, slug: &str) -> Result<i64, AdminError> {
+    check_org(slug)?;
     store.org_id(slug).await?.ok_or_else(|| {
         AdminError::Usage(format!(
             "no org {slug:?}; create it first with `cloud org create {slug}`"
@@ -147,6 +153,28 @@ pub async fn create_bridge_token(
     Ok(minted.token)
 }
 
+/// The bare id of `bridge-token revoke ID`: given as `list` shows it (`sigbrt_…`) or bare; a
+/// whole token is cut at its secret, which is neither echoed nor audited. Anything but an id's
+/// 16 hex digits (a token mangled in pasting, a secret alone) is refused without being
+/// repeated.
+pub fn bridge_token_id<'a>(
+    slug: &str,
+    only: Option<&'a str>,
+) -> Result<Option<&'a str>, AdminError> {
+    let bare = only.map(|id| {
+        let id = id.trim();
+        let id = id.strip_prefix(Kind::BridgeToken.prefix()).unwrap_or(id);
+        id.split('_').next().unwrap_or(id)
+    });
+    if bare.is_some_and(|id| id.len() != 16 || !id.bytes().all(|b| b.is_ascii_hexdigit())) {
+        return Err(AdminError::Usage(format!(
+            "that is not a bridge token's id: expected {}and 16 hex digits, as `cloud bridge-token list --org {slug}` shows them",
+            Kind::BridgeToken.prefix()
+        )));
+    }
+    Ok(bare)
+}
+
 /// `cloud bridge-token revoke`: every live token of the bridge, or the one whose id is `only`
 /// (`bridge-token list` shows ids); returns what the command prints: the id revoked, or how
 /// many tokens were.
@@ -157,22 +185,8 @@ pub async fn revoke_bridge_tokens(
     bridge: &str,
     only: Option<&str>,
 ) -> Result<String, AdminError> {
+    let bare = bridge_token_id(slug, only)?;
     let org_id = org(store, slug).await?;
-    // The id as `list` shows it (`sigbrt_…`) or bare; a whole token is cut at its secret,
-    // which is neither echoed nor audited.
-    let bare = only.map(|id| {
-        let id = id.trim();
-        let id = id.strip_prefix(Kind::BridgeToken.prefix()).unwrap_or(id);
-        id.split('_').next().unwrap_or(id)
-    });
-    // Anything but an id's 16 hex digits (a token mangled in pasting, a secret alone) is
-    // refused without being repeated.
-    if bare.is_some_and(|id| id.len() != 16 || !id.bytes().all(|b| b.is_ascii_hexdigit())) {
-        return Err(AdminError::Usage(format!(
-            "that is not a bridge token's id: expected {}and 16 hex digits, as `cloud bridge-token list --org {slug}` shows them",
-            Kind::BridgeToken.prefix()
-        )));
-    }
     let n = store.revoke_bridge_tokens(org_id, bridge, bare).await?;
     let shown = bare.map(|id| format!("{}{id}", Kind::BridgeToken.prefix()));
     if n == 0 {

@@ -84,7 +84,7 @@ impl InternalSecret {
         let (org, mac) = presented.strip_prefix(INTERNAL_PREFIX)?.split_once('_')?;
         let org_id: i64 = org.parse().ok()?;
         let expected = self.mac(org_id);
-        crate::secrets::same(&expected, mac).then_some(org_id)
+        secrets::same(&expected, mac).then_some(org_id)
     }
 }
 

@@ -168,31 +168,47 @@ async fn open(storage: &StorageArgs) -> Result<Store, Failure> {
 /// without a database too, together with its absence, not one run after the other.
 fn value_problems(command: &Command) -> Vec<String> {
     let found: Vec<Result<(), admin::AdminError>> = match command {
+        Command::Serve(_) | Command::DbProxy(_) | Command::Org(OrgCommand::List { .. }) => {
+            Vec::new()
+        }
         Command::Org(OrgCommand::Create { slug, .. }) => vec![admin::check_name("org slug", slug)],
-        Command::SignalKey(KeyCommand::Create {
-            name: Some(name), ..
-        })
-        | Command::ApiKey(KeyCommand::Create {
-            name: Some(name), ..
-        }) => {
-            vec![admin::check_label(name)]
-        }
-        Command::BridgeToken(BridgeTokenCommand::Create { name, .. }) => {
-            vec![admin::check_name("bridge name", name)]
-        }
-        Command::User(
-            UserCommand::Create { email, link, .. }
-            | UserCommand::ResetPassword { email, link, .. },
-        ) => vec![
+        Command::SignalKey(KeyCommand::Create { org, name, .. })
+        | Command::ApiKey(KeyCommand::Create { org, name, .. }) => vec![
+            admin::check_org(org),
+            name.as_deref().map_or(Ok(()), admin::check_label),
+        ],
+        Command::SignalKey(KeyCommand::List { org, .. } | KeyCommand::Revoke { org, .. })
+        | Command::ApiKey(KeyCommand::List { org, .. } | KeyCommand::Revoke { org, .. })
+        | Command::BridgeToken(BridgeTokenCommand::List { org, .. })
+        | Command::Webhook(WebhookCommand::Remove { org, .. }) => vec![admin::check_org(org)],
+        Command::BridgeToken(BridgeTokenCommand::Create { org, name, .. }) => vec![
+            admin::check_org(org),
+            admin::check_name("bridge name", name),
+        ],
+        Command::BridgeToken(BridgeTokenCommand::Revoke { org, name, id, .. }) => vec![
+            admin::check_org(org),
+            admin::check_name("bridge name", name),
+            admin::bridge_token_id(org, id.as_deref()).map(drop),
+        ],
+        Command::User(UserCommand::Create {
+            org, email, link, ..
+        }) => vec![
+            admin::check_org(org),
+            admin::email(email).map(drop),
+            admin::link_base(link.public_url.as_deref(), &link.listen).map(drop),
+        ],
+        Command::User(UserCommand::ResetPassword { email, link, .. }) => vec![
             admin::email(email).map(drop),
             admin::link_base(link.public_url.as_deref(), &link.listen).map(drop),
         ],
         Command::Webhook(WebhookCommand::Set {
+            org,
             url,
             webhook_allow_private,
             bridge_release,
             ..
         }) => vec![
+            admin::check_org(org),
             admin::webhook_url(&admin::WebhookUrl {
                 url,
                 allow_private: *webhook_allow_private,
@@ -200,7 +216,6 @@ fn value_problems(command: &Command) -> Vec<String> {
             })
             .map(drop),
         ],
-        _ => Vec::new(),
     };
     found
         .into_iter()
@@ -332,7 +347,6 @@ async fn run(command: Command) -> Result<(), Failure> {
             link,
             storage,
         }) => {
-            // A bad link base is said before the database is opened (or found missing).
             let base = admin::link_base(link.public_url.as_deref(), &link.listen)?;
             let store = open(&storage).await?;
             let role = match role {

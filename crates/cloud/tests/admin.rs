@@ -67,6 +67,19 @@ fn admin_commands_never_create_a_sqlite_database() {
             ],
             "--email \"nope\" is not an email address",
         ),
+        (
+            &[
+                "bridge-token",
+                "revoke",
+                "--org",
+                "acme",
+                "--name",
+                "dc1",
+                "nothex",
+            ],
+            "that is not a bridge token's id",
+        ),
+        (&["api-key", "list", "--org", ""], "--org is empty"),
     ] {
         let out = Command::new(cloud_bin())
             .args(args)

@@ -32,9 +32,10 @@ pub fn verify(secret: &str, header: &str, body: &[u8], now: i64, tolerance: i64)
     }
     let Some(t) = t else { return false };
     // Any `t` parses, `i64::MIN` too: the difference is taken without overflow.
+    let tolerance = u64::try_from(tolerance).unwrap_or(0);
     if now
         .checked_sub(t)
-        .is_none_or(|d| d.unsigned_abs() > tolerance.unsigned_abs())
+        .is_none_or(|d| d.unsigned_abs() > tolerance)
     {
         return false;
     }

@@ -20,12 +20,15 @@ use tunnel::postgres::{
     FirstPacket, error_response, negotiation, read_first_packet, send_cancel, startup_message,
 };
 
-use dial::{DIAL_TIMEOUT, Dialer};
+use dial::Dialer;
 use start::{PREFLIGHT_TIMEOUT, preflight, prepare};
 
 mod dial;
 mod start;
 
+/// How long a local client may take to send its first packet (the startup message, or a
+/// request for TLS).
+const FIRST_PACKET: Duration = Duration::from_secs(20);
 /// How long open sessions may run on after SIGTERM.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -158,9 +161,11 @@ pub async fn run(opts: ProxyOptions, shutdown: CancellationToken) -> Result<(), 
 /// session, or its cancel, through the cloud.
 async fn client(mut conn: TcpStream, peer: SocketAddr, dialer: Arc<Dialer>) {
     loop {
-        let packet = tokio::time::timeout(DIAL_TIMEOUT, read_first_packet(&mut conn))
+        let packet = tokio::time::timeout(FIRST_PACKET, read_first_packet(&mut conn))
             .await
-            .unwrap_or_else(|_| Err("no packet within 20 s".into()));
+            .unwrap_or_else(|_| {
+                Err(format!("no packet within {} s", FIRST_PACKET.as_secs()).into())
+            });
         let packet = match packet {
             Ok(packet) => packet,
             Err(why) => {

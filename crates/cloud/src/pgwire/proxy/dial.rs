@@ -13,7 +13,7 @@ use super::super::UPGRADE;
 use super::{ProxyError, ProxyOptions};
 
 /// How long reaching the cloud (TCP, TLS, the upgrade) may take.
-pub(super) const DIAL_TIMEOUT: Duration = Duration::from_secs(20);
+const DIAL_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// How to reach the cloud's upgrade route.
 pub(super) struct Dialer {

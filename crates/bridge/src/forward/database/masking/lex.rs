@@ -1,6 +1,6 @@
 //! The lexical pieces the masking reads a statement with, as PostgreSQL's scanner reads them:
 //! blanks and comments, quoted names, string literals (continued ones, dollar-quoted bodies)
-//! and the words around them.
+//! and the words around them; and what may follow a name that ends in `password`.
 
 /// Whether the literal from `open` to `end` (its prefix, if any, at `at`) may end elsewhere than
 /// this reading says: a backslash in a plain literal (an escape, should the session have
@@ -48,7 +48,7 @@ pub(super) fn no_value_follows(rest: &str, operator: bool, in_body: bool) -> boo
 }
 
 /// Whether `rest` starts with the keywords `words` (one blank between them), as whole words.
-pub(super) fn keyword_at(rest: &str, words: &str) -> bool {
+fn keyword_at(rest: &str, words: &str) -> bool {
     rest.get(..words.len())
         .is_some_and(|w| w.eq_ignore_ascii_case(words))
         && !rest
@@ -182,7 +182,7 @@ pub(super) fn block_comment_len(text: &[u8]) -> Option<usize> {
 
 /// Where the dollar-quoted literal (`$$…$$`, `$tag$…$tag$`) that starts at byte `at` ends (past
 /// its closing tag, or the end of the text when it is not closed); `None` when none starts there.
-pub(super) fn dollar_quoted_end(statement: &str, at: usize) -> Option<usize> {
+fn dollar_quoted_end(statement: &str, at: usize) -> Option<usize> {
     let rest = statement.get(at..)?.strip_prefix('$')?;
     let tag_len = rest.find('$')?;
     let tag = &rest[..tag_len];
