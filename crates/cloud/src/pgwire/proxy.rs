@@ -163,9 +163,7 @@ async fn client(mut conn: TcpStream, peer: SocketAddr, dialer: Arc<Dialer>) {
     loop {
         let packet = tokio::time::timeout(FIRST_PACKET, read_first_packet(&mut conn))
             .await
-            .unwrap_or_else(|_| {
-                Err(format!("no packet within {} s", FIRST_PACKET.as_secs()).into())
-            });
+            .unwrap_or_else(|_| Err(format!("no packet within {} s", FIRST_PACKET.as_secs())));
         let packet = match packet {
             Ok(packet) => packet,
             Err(why) => {
