@@ -276,7 +276,17 @@ async fn run(command: Command) -> Result<(), Failure> {
     }
     let actor = cloud::storage::Actor::cli();
     let (store, output) = match command {
-        Command::Serve(args) => return serve(args).await,
+        Command::Serve(args) => {
+            // A data directory this start made and left empty (it failed before writing
+            // anything: an unreachable database, say) is removed again; one with files stays.
+            let dir = args.storage.data_dir.clone();
+            let existed = dir.exists();
+            let served = serve(args).await;
+            if served.is_err() && !existed {
+                let _ = std::fs::remove_dir(&dir);
+            }
+            return served;
+        }
         Command::DbProxy(args) => return db_proxy(args).await,
         Command::Org(OrgCommand::Create { slug, storage }) => {
             let store = open(&storage).await?;

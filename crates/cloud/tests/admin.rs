@@ -564,6 +564,43 @@ fn a_typed_data_dir_with_a_database_url_is_refused_by_admin_commands() {
     assert!(!both.contains("--data-dir is typed"), "{both}");
 }
 
+/// `serve` on a PostgreSQL it cannot reach fails, and leaves no empty data directory behind
+/// (it made one for its files); a directory that was there before stays.
+#[test]
+fn a_failed_serve_leaves_no_data_directory_it_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = |data: &std::path::Path| {
+        Command::new(cloud_bin())
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--http-listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--database-url", "postgres://postgres@127.0.0.1:1/test"])
+            .arg("--data-dir")
+            .arg(data)
+            .output()
+            .unwrap()
+    };
+    let made = dir.path().join("data");
+    let out = serve(&made);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("127.0.0.1:1"),
+        "{out:?}"
+    );
+    assert!(!made.exists(), "an empty data directory was left behind");
+    let kept = dir.path().join("kept");
+    std::fs::create_dir(&kept).unwrap();
+    assert!(!serve(&kept).status.success());
+    assert!(
+        kept.is_dir(),
+        "a data directory that was there before was removed"
+    );
+}
+
 #[test]
 fn a_storage_option_before_the_subcommand_is_said_where_it_goes() {
     let dir = tempfile::tempdir().unwrap();
