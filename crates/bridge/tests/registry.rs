@@ -390,8 +390,7 @@ async fn unknown_images_other_orgs_and_pushes_get_oci_errors() {
     })
     .await;
     // A malformed name is the caller's mistake, said as such: NAME_INVALID, not UNAVAILABLE
-    // (an empty component too, which the registry would redirect, and the redirect's 401
-    // would read as a wrong login in the bridge's config).
+    // (an empty component too, which the registry would only redirect).
     for name in [
         "team%2Fapp/manifests/1.0",
         "team//app/manifests/1.0",
@@ -972,6 +971,53 @@ async fn redirects_are_followed_at_the_bridge_to_listed_hosts_only() {
         rig.bridge.log_text().contains(&storage.host)
     })
     .await;
+}
+
+/// A registry behind a login that redirects to its own host (a path moved, a front that
+/// normalises): the bridge follows with the entry's login, so the pull works instead of
+/// failing as if the login were wrong; a `redirect_hosts` entry on another host never gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_to_the_registry_itself_keep_the_login() {
+    let registry = RegistryServer::start();
+    let work = tempfile::tempdir().unwrap();
+    let image = oci_image(work.path(), "blob.txt", b"two hops behind a login\n");
+    registry.push(&image, "team/app", "1.0");
+    let hops = front(registry.url.clone(), "", false).await;
+    let storage = redirecting_front(registry.url.clone()).await;
+    let registry_host = registry.host.clone();
+    let rig = Rig::start_with(move |_| {
+        format!(
+            "registries:\n  - name: moved\n    url: http://{hops}/hop/2\n    auth: {{username: {USER}, password: {PASSWORD}}}\n  - name: stored\n    url: http://{storage}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    redirect_hosts: [\"{registry_host}\"]\n"
+        )
+    })
+    .await;
+    let key = rig.tenant.api_key.clone();
+    let blob = |entry: &str| {
+        format!(
+            "{}/v2/dc1/{entry}/team/app/blobs/{}",
+            rig.cloud.https, image.layer_digest
+        )
+    };
+    let res = rig
+        .cloud
+        .client()
+        .get(blob("moved"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(digest_of(&res.bytes().await.unwrap()), image.layer_digest);
+    // The storage host is another origin: it gets no login, and this registry wants one.
+    let res = rig
+        .cloud
+        .client()
+        .get(blob("stored"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 502);
 }
 
 /// A chain of redirects on the registry's own host is followed up to five long; a sixth

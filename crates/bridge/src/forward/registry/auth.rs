@@ -222,10 +222,7 @@ impl RegistryKind {
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("Bearer "));
-        // The scope is named by the path under the entry's URL (a registry may sit under a base
-        // path, as Artifactory's do), the path the first token was asked for.
-        let base = self.cfg.url.path().trim_end_matches('/');
-        let path = uri.path().strip_prefix(base).unwrap_or(uri.path());
+        let path = self.under_base(uri);
         let pulling = sent.method == Method::GET || sent.method == Method::HEAD;
         let challenge = response
             .headers()
@@ -284,6 +281,13 @@ impl RegistryKind {
             Ok(Ok(response)) => Ok(response),
             _ => Err(failed()),
         }
+    }
+
+    /// The path of `uri` under the entry's URL (a registry may sit under a base path, as
+    /// Artifactory's do): the path a token's scope is named by.
+    pub(super) fn under_base<'u>(&self, uri: &'u http::Uri) -> &'u str {
+        let base = self.cfg.url.path().trim_end_matches('/');
+        uri.path().strip_prefix(base).unwrap_or(uri.path())
     }
 
     pub(super) async fn authorization(

@@ -15,9 +15,10 @@ const MAX_REDIRECTS: usize = 5;
 
 impl RegistryKind {
     /// Follows the registry's redirects (blob downloads from S3-like storage) itself, to the
-    /// registry's own host or a `redirect_hosts` entry only, and without the entry's login (a
-    /// storage URL carries its own signature); a redirect elsewhere is refused, so no internal
-    /// URL reaches the client.
+    /// registry's own host or a `redirect_hosts` entry only; a redirect elsewhere is refused,
+    /// so no internal URL reaches the client. The entry's login goes along to the registry's
+    /// own origin (the same server, which would otherwise answer 401 and make a right login
+    /// read as a wrong one), never to another host (a storage URL carries its own signature).
     pub(super) async fn follow_redirects(
         &self,
         sent: &Sent,
@@ -76,6 +77,17 @@ impl RegistryKind {
                     for value in headers.get_all(&name) {
                         req.headers_mut().append(name.clone(), value.clone());
                     }
+                }
+            }
+            if target.scheme() == self.cfg.url.scheme() && host == host_port(&self.cfg.url) {
+                // The token of the request first sent (its scope named by that path), fetched
+                // again in case the 401 retry replaced it.
+                let path = sent
+                    .head
+                    .as_ref()
+                    .map_or("/v2/", |(uri, _)| self.under_base(uri));
+                if let Some(login) = self.authorization(method, path).await? {
+                    req.headers_mut().insert(header::AUTHORIZATION, login);
                 }
             }
             response = self.client.request(req).await.map_err(|e| {
