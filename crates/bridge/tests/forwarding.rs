@@ -453,6 +453,94 @@ async fn an_answer_echoing_the_credentials_loses_those_headers() {
     assert!(!log.contains(INTERNAL_PASSWORD));
 }
 
+/// Trailers are header lines too: an internal system that writes the injected credentials
+/// into a chunked answer's trailers (a raw server here: hyper sends none unless asked) loses
+/// those lines, and a caller that asks for trailers (`TE: trailers`) gets the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trailers_echoing_the_credentials_lose_those_lines() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let internal = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(answer_with_trailers(tcp));
+        }
+    });
+    let rig = Rig::start_with(move |_| {
+        format!(
+            "apis:\n  - name: internal\n    url: http://{internal}\n    auth: {{type: basic, username: svc, password: \"${{INTERNAL_PW}}\"}}\n"
+        )
+    })
+    .await;
+    let answer = rig.raw("GET", "/trailing", "TE: trailers\r\n", "").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // The head still declares both names; the trailer section after the last chunk holds
+    // only the harmless one.
+    let (_, trailers) = answer.split_once("the body\r\n0\r\n").expect(&answer);
+    let trailers = trailers.to_lowercase();
+    assert!(trailers.contains("x-kept: 1"), "{answer}");
+    assert!(!trailers.contains("x-echo-auth"), "{answer}");
+    assert!(!trailers.contains("basic"), "{answer}");
+    // Over HTTP/2 (the TLS listener's ALPN), trailers need no declaration.
+    let res = rig
+        .cloud
+        .client()
+        .get(format!(
+            "{}/v1/bridges/dc1/apis/internal/trailing",
+            rig.cloud.https
+        ))
+        .bearer_auth(&rig.tenant.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.version(), reqwest::Version::HTTP_2);
+    let body = http_body_util::BodyExt::collect(reqwest::Body::from(res))
+        .await
+        .unwrap();
+    let trailers = body.trailers().cloned().unwrap_or_default();
+    assert_eq!(trailers.get("x-kept").unwrap(), "1", "{trailers:?}");
+    assert!(!trailers.contains_key("x-echo-auth"), "{trailers:?}");
+    assert_eq!(body.to_bytes(), "the body");
+    testkit::wait_until("the log line naming the echoing trailer", || {
+        let log = rig.bridge.log_text();
+        log.contains("echoed the entry's credentials") && log.contains("x-echo-auth")
+    })
+    .await;
+    assert!(!rig.bridge.log_text().contains(INTERNAL_PASSWORD));
+}
+
+/// Answers every request on `tcp` with a chunked body whose trailers repeat the request's
+/// `Authorization` (`x-echo-auth`) beside a harmless `x-kept`.
+async fn answer_with_trailers(mut tcp: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") else {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+            continue;
+        };
+        let head = String::from_utf8_lossy(&seen[..end]).into_owned();
+        seen.drain(..end + 4);
+        let auth = head
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("authorization")
+                    .then(|| value.trim().to_string())
+            })
+            .unwrap_or_default();
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\ntrailer: x-echo-auth, x-kept\r\n\r\n8\r\nthe body\r\n0\r\nx-echo-auth: {auth}\r\nx-kept: 1\r\n\r\n"
+        );
+        if tcp.write_all(answer.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allow_rules_and_path_normalisation_refuse_and_audit() {
     let rig = Rig::start("    allow:\n      - {method: GET, path: \"/v1/*\"}\n").await;

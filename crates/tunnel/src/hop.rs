@@ -3,7 +3,7 @@
 //! caller cannot make the internal system see a header it marked as its own hop's, nor the
 //! reverse.
 
-use http::{HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName, HeaderValue, header};
 
 /// The names the message's `Connection` header lists (`Connection: close, x-secret` names
 /// `x-secret`; `close` and `keep-alive` are options, not headers, and are harmless to list).
@@ -49,6 +49,21 @@ pub fn strip(headers: &mut HeaderMap, names: &[&str]) {
     }
 }
 
+/// [`strip`] for an answer's head, which keeps its `Trailer` (unless its `Connection` lists
+/// it): that header names the trailer fields the answer ends with, and an HTTP/1.1 server
+/// sends a caller that asked for trailers (`TE: trailers`) only the fields it names.
+pub fn strip_answer(headers: &mut HeaderMap, names: &[&str]) {
+    let declared: Vec<HeaderValue> = if connection_listed(headers).contains(&header::TRAILER) {
+        Vec::new()
+    } else {
+        headers.get_all(header::TRAILER).iter().cloned().collect()
+    };
+    strip(headers, names);
+    for value in declared {
+        headers.append(header::TRAILER, value);
+    }
+}
+
 /// Whether `name` is sent more than once: a header meant to be single (`Authorization`,
 /// `Content-Type`) that a proxy in front and this service could each read differently.
 pub fn repeated(headers: &HeaderMap, name: impl http::header::AsHeaderName) -> bool {
@@ -80,6 +95,21 @@ pub fn coded_transfer(headers: &HeaderMap) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_keeps_its_trailer_declaration_unless_connection_lists_it() {
+        let mut h = HeaderMap::new();
+        h.append("trailer", "x-a".parse().unwrap());
+        h.append("trailer", "x-b".parse().unwrap());
+        h.insert("te", "trailers".parse().unwrap());
+        strip_answer(&mut h, &["te", "trailer"]);
+        let kept: Vec<_> = h.get_all("trailer").iter().collect();
+        assert_eq!(kept, ["x-a", "x-b"]);
+        assert!(!h.contains_key("te"));
+        h.insert("connection", "trailer".parse().unwrap());
+        strip_answer(&mut h, &["connection", "trailer"]);
+        assert!(h.is_empty(), "{h:?}");
+    }
 
     #[test]
     fn connection_named_headers_go_with_the_listed_ones() {

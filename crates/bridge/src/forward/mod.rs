@@ -53,7 +53,7 @@ pub use kind::{Kind, Refusal};
 pub use registry::check_registry;
 use settle::Finish;
 pub use upstream::https_connector;
-use upstream::{HOP, build_upstream, coded_transfer, strip_headers, unforwardable};
+use upstream::{HOP, build_upstream, coded_transfer, unforwardable};
 
 use crate::audit::{AuditLog, Decision};
 use crate::config::{Config, ResourceKind};
@@ -368,7 +368,7 @@ impl Forwarder {
                 if parts.headers.contains_key(hyper::header::TRANSFER_ENCODING) {
                     parts.headers.remove(hyper::header::CONTENT_LENGTH);
                 }
-                strip_headers(&mut parts.headers, HOP);
+                tunnel::hop::strip_answer(&mut parts.headers, HOP);
                 if let Some(why) = unforwardable(&name, parts.status, &parts.headers) {
                     tracing::warn!(kind = %kind, resource = %name, cause = %why, "internal resource's answer cannot be forwarded");
                     return Ok(bad_gateway(finish, resource, &why));

@@ -47,7 +47,7 @@ pub(super) fn request_filter(from: &HeaderMap) -> HeaderMap {
 /// of it can read the dashboard or act with a signed-in user's session), and `nosniff` keeps
 /// a browser from reading an answer as another type than the one it says.
 pub(super) fn response_filter(headers: &mut HeaderMap) {
-    tunnel::hop::strip(headers, DROPPED);
+    tunnel::hop::strip_answer(headers, DROPPED);
     for name in ORIGIN_WIDE {
         headers.remove(*name);
     }
