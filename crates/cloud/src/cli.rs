@@ -9,9 +9,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::admin::Output;
 use crate::logging::LogFormat;
 
+mod checks;
 mod hints;
 mod serve;
 
+pub use checks::together;
 pub use hints::env_notes;
 use hints::{blank_env, env_behind, misplaced, typed_command};
 pub use serve::{ServeArgs, ServeSettings};

@@ -6,6 +6,10 @@ use std::process::Command;
 use testkit::{PgSchema, cloud_bin};
 
 /// Runs `cloud ARGS --data-dir DIR` on SQLite (whatever the environment names).
+/// `cloud serve` on an ephemeral TLS port and no plain one: for the starts these tests expect to
+/// be refused, so that a start that is not binds nothing fixed.
+const SERVE: [&str; 5] = ["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"];
+
 fn cloud_on(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     Command::new(cloud_bin())
         .args(args)
@@ -184,10 +188,7 @@ fn serve_adds_no_tables_to_another_programs_database() {
     });
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
     let bytes = std::fs::read(&file).unwrap();
-    let out = cloud_on(
-        dir.path(),
-        &["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"],
-    );
+    let out = cloud_on(dir.path(), &SERVE);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
@@ -209,10 +210,7 @@ fn serve_adds_no_tables_to_another_programs_database() {
     // A file that is no database at all: refused the same way, its mode untouched.
     std::fs::write(&file, "garbage\n").unwrap();
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let out = cloud_on(
-        dir.path(),
-        &["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"],
-    );
+    let out = cloud_on(dir.path(), &SERVE);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("is not a SQLite database"), "{stderr}");
@@ -279,15 +277,7 @@ async fn serve_adds_no_tables_to_another_programs_postgres_schema() {
     let numbered = migrated(3, "add col");
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().display().to_string();
-    let serve = [
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--http-listen",
-        "off",
-        "--data-dir",
-        &data,
-    ];
+    let serve = [&SERVE[..], &["--data-dir", &data]].concat();
     for (schema, said, count) in [
         (&tables, "another program's tables (orders, users)", 2),
         (&migrations, "has version 20240101000000", 1),
@@ -421,9 +411,9 @@ fn a_mistyped_log_level_is_refused() {
         "{stderr}"
     );
     let out = Command::new(cloud_bin())
-        .args(["serve", "--data-dir"])
+        .args(SERVE)
+        .arg("--data-dir")
         .arg(dir.path())
-        .args(["--listen", "127.0.0.1:0", "--http-listen", "off"])
         .env("CLOUD_LOG_LEVEL", "inf")
         .output()
         .unwrap();
@@ -506,7 +496,7 @@ fn a_postgres_serve_leaves_a_sqlite_deployments_ca_alone() {
     let ca = std::fs::read(sqlite.ca_path()).unwrap();
     let schema = PgSchema::create();
     let out = Command::new(cloud_bin())
-        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .args(SERVE)
         .arg("--data-dir")
         .arg(sqlite.data_dir.path())
         .args(["--database-url", &schema.url])
@@ -568,13 +558,7 @@ fn a_failed_serve_leaves_no_data_directory_it_made() {
     let dir = tempfile::tempdir().unwrap();
     let serve = |data: &std::path::Path| {
         Command::new(cloud_bin())
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--http-listen",
-                "127.0.0.1:0",
-            ])
+            .args(SERVE)
             .args(["--database-url", "postgres://postgres@127.0.0.1:1/test"])
             .arg("--data-dir")
             .arg(data)
@@ -632,7 +616,7 @@ fn a_data_dir_that_is_a_file_is_said_as_such() {
     let file = dir.path().join("notes.txt");
     std::fs::write(&file, "mine\n").unwrap();
     let out = Command::new(cloud_bin())
-        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .args(SERVE)
         .arg("--data-dir")
         .arg(&file)
         .env_remove("CLOUD_DATABASE_URL")
