@@ -240,9 +240,8 @@ impl Kind for RegistryKind {
             ));
         }
         // A repository name has no empty component; the registry would redirect `a//b` to
-        // `a/b` (and `//a`, `…/1.0/` alike), a redirect the bridge follows without the login,
-        // and its 401 would then read as a wrong login. Only `/v2/` and an upload's start
-        // (`…/blobs/uploads/`) end in `/`.
+        // `a/b` (and `//a`, `…/1.0/` alike), so such a path is the caller's mistake, said as
+        // one. Only `/v2/` and an upload's start (`…/blobs/uploads/`) end in `/`.
         let under = &path["/v2/".len()..];
         let trailing = path.ends_with('/') && path != "/v2/" && !path.ends_with("/blobs/uploads/");
         if under.starts_with('/') || under.contains("//") || trailing {
@@ -432,40 +431,4 @@ impl Kind for RegistryKind {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// An entry without login or extra hosts.
-    pub(super) fn registry() -> RegistryKind {
-        RegistryKind::new(Registry {
-            name: "reg".into(),
-            url: "https://registry.internal".parse().unwrap(),
-            auth: None,
-            token_hosts: Vec::new(),
-            redirect_hosts: Vec::new(),
-            allow_push: false,
-            allow: Vec::new(),
-            max_connections: None,
-            tls_ca_file: None,
-        })
-    }
-
-    #[test]
-    fn pulls_pass_and_everything_else_is_refused() {
-        let r = registry();
-        assert!(
-            r.admit(&Method::GET, "/v2/team/app/manifests/1.0", None)
-                .is_ok()
-        );
-        assert!(
-            r.admit(&Method::HEAD, "/v2/team/app/blobs/sha256:ab", None)
-                .is_ok()
-        );
-        let push = r
-            .admit(&Method::PUT, "/v2/team/app/manifests/1.0", None)
-            .unwrap_err();
-        assert_eq!(push.status, StatusCode::FORBIDDEN);
-        let outside = r.admit(&Method::GET, "/metrics", None).unwrap_err();
-        assert_eq!(outside.status, StatusCode::NOT_FOUND);
-    }
-}
+mod tests;
