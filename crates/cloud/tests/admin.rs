@@ -5,11 +5,11 @@ use std::process::Command;
 
 use testkit::{PgSchema, cloud_bin};
 
-/// Runs `cloud ARGS --data-dir DIR` on SQLite (whatever the environment names).
 /// `cloud serve` on an ephemeral TLS port and no plain one: for the starts these tests expect to
 /// be refused, so that a start that is not binds nothing fixed.
 const SERVE: [&str; 5] = ["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"];
 
+/// Runs `cloud ARGS --data-dir DIR` on SQLite (whatever the environment names).
 fn cloud_on(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     Command::new(cloud_bin())
         .args(args)

@@ -1,7 +1,7 @@
 //! Headers that belong to one hop (RFC 9110 §7.6.1): the standard ones, and whatever a
 //! message's own `Connection` header names. Both ends of the tunnel remove them, both ways, so a
 //! caller cannot make the internal system see a header it marked as its own hop's, nor the
-//! reverse.
+//! reverse; only an answer's `Trailer` passes ([`strip_answer`]).
 
 use http::{HeaderMap, HeaderName, HeaderValue, header};
 
@@ -59,6 +59,7 @@ pub fn strip_answer(headers: &mut HeaderMap, names: &[&str]) {
         headers.get_all(header::TRAILER).iter().cloned().collect()
     };
     strip(headers, names);
+    headers.remove(header::TRAILER);
     for value in declared {
         headers.append(header::TRAILER, value);
     }

@@ -115,11 +115,6 @@ impl Echoes {
         let names: Vec<&str> = names.iter().map(HeaderName::as_str).collect();
         tracing::warn!(entry, headers = ?names, "the internal system's answer echoed the entry's credentials in these header or trailer lines; they were removed before it went back");
     }
-
-    /// Whether there is nothing to look for (an entry without credentials, or with short ones).
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 #[cfg(test)]

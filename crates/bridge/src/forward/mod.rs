@@ -53,7 +53,7 @@ pub use kind::{Kind, Refusal};
 pub use registry::check_registry;
 use settle::Finish;
 pub use upstream::https_connector;
-use upstream::{HOP, build_upstream, coded_transfer, unforwardable};
+use upstream::{HOP, build_upstream, coded_transfer, strip_headers, unforwardable};
 
 use crate::audit::{AuditLog, Decision};
 use crate::config::{Config, ResourceKind};
@@ -381,13 +381,15 @@ impl Forwarder {
                     inner: body,
                     tally: finish,
                 });
-                // Trailers are header lines too: an echo of the credentials goes there alike.
-                let body = if resource.echoes.is_empty() || !may_trail {
+                // Trailers are header lines too: one hop's go (HTTP/2 refuses to send a
+                // `connection` trailer), and an echo of the credentials goes there alike.
+                let body = if !may_trail {
                     body.boxed()
                 } else {
                     let (echoes, name) = (resource.echoes.clone(), name.clone());
                     body.map_frame(move |frame| match frame.into_trailers() {
                         Ok(mut trailers) => {
+                            strip_headers(&mut trailers, HOP);
                             echoes.strip(&mut trailers, &name);
                             hyper::body::Frame::trailers(trailers)
                         }

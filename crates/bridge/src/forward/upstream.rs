@@ -19,7 +19,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Headers never passed on: those of one hop, the caller's credentials, and those with which a
 /// caller could make the internal server see another method, path or client address than the
-/// allow rules checked.
+/// allow rules checked. An answer keeps its `Trailer` ([`tunnel::hop::strip_answer`]); its
+/// trailer fields lose these names too.
 pub(super) const HOP: &[&str] = &[
     "x-http-method-override",
     "x-http-method",

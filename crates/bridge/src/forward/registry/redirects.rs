@@ -79,7 +79,9 @@ impl RegistryKind {
                     }
                 }
             }
-            if target.scheme() == self.cfg.url.scheme() && host == host_port(&self.cfg.url) {
+            // Only a redirect the registry itself gave: a storage host that sends the request
+            // back to the registry's origin chooses its path, and gets no login to spend there.
+            if self.own_origin(&at) && self.own_origin(&target) {
                 // The token of the request first sent (its scope named by that path), fetched
                 // again in case the 401 retry replaced it.
                 let path = sent
@@ -95,7 +97,7 @@ impl RegistryKind {
                 self.unavailable(
                     "registry: redirect",
                     format!(
-                        "the bridge cannot reach the storage registry {:?} redirected to (the bridge's log says which and why)",
+                        "the bridge cannot reach the address registry {:?} redirected to (the bridge's log says which and why)",
                         self.cfg.name
                     ),
                 )
@@ -109,6 +111,11 @@ impl RegistryKind {
                 self.cfg.name
             ),
         ))
+    }
+
+    /// Whether `url` is on the registry's own scheme, host and port.
+    fn own_origin(&self, url: &Url) -> bool {
+        url.scheme() == self.cfg.url.scheme() && host_port(url) == host_port(&self.cfg.url)
     }
 
     /// Whether the bridge may send a request to `url`, which a registry answer named: on the

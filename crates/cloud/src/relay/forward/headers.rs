@@ -3,7 +3,8 @@
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 
-/// Headers that belong to one hop, or to the caller's credentials, and are never forwarded.
+/// Headers that belong to one hop, or to the caller's credentials, and are never forwarded
+/// (but an answer's `Trailer`, which [`response_filter`] keeps).
 const DROPPED: &[&str] = &[
     "authorization",
     "proxy-authorization",
