@@ -11,8 +11,8 @@
 //!    credentials ([`echo`]);
 //! 5. **settle**: one audit record and the metrics, however the stream ends ([`Finish`]).
 //!
-//! The phases every kind shares live here (route, upstream request, response), in [`admit`]
-//! and in [`settle`]. Each HTTP kind is one module ([`api`], [`git`], [`registry`])
+//! The phases every kind shares live here (route, upstream request), in [`admit`],
+//! [`respond`] and [`settle`]. Each HTTP kind is one module ([`api`], [`git`], [`registry`])
 //! implementing [`Kind`]; databases ([`database`]) are byte streams that share the route,
 //! admit and settle phases.
 
@@ -26,6 +26,7 @@ mod echo;
 mod git;
 mod kind;
 mod registry;
+mod respond;
 mod settle;
 mod upstream;
 
@@ -36,7 +37,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
-use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
@@ -44,16 +44,14 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::Semaphore;
 
-use batch::Batched;
 pub(crate) use causes::{caller_summary, causes};
-use causes::{closed_without_answer, unreadable_head};
 pub use counted::{Counted, Tally};
 pub use database::audited;
 pub use kind::{Kind, Refusal};
 pub use registry::check_registry;
 use settle::Finish;
+use upstream::build_upstream;
 pub use upstream::https_connector;
-use upstream::{HOP, build_upstream, coded_transfer, strip_headers, unforwardable};
 
 use crate::audit::{AuditLog, Decision};
 use crate::config::{Config, ResourceKind};
@@ -315,7 +313,7 @@ impl Forwarder {
         audit.status = 499;
         self.metrics.in_flight.inc();
         let (kind, name) = (audit.kind, audit.resource.clone());
-        let mut finish = Finish {
+        let finish = Finish {
             forwarder: self.clone(),
             audit: Some(audit),
             started,
@@ -343,107 +341,8 @@ impl Forwarder {
                 return Ok(self.refused_answer(finish, resource, (kind, &name), refusal));
             }
         };
-        match answer {
-            Ok(response) => {
-                let (mut parts, body) = response.into_parts();
-                if let Some(refusal) = resource
-                    .kind
-                    .response_filter(parts.status, &mut parts.headers)
-                {
-                    return Ok(self.refused_answer(finish, resource, (kind, &name), refusal));
-                }
-                resource.echoes.strip(&mut parts.headers, &name);
-                // An answer without a body (to HEAD; 204, 304) has no coding to lose.
-                let bodiless =
-                    sent.method == http::Method::HEAD || matches!(parts.status.as_u16(), 204 | 304);
-                if !bodiless && let Some(why) = coded_transfer(&name, &parts.headers) {
-                    tracing::warn!(kind = %kind, resource = %name, cause = %why, "internal resource's answer cannot be forwarded");
-                    return Ok(bad_gateway(finish, resource, &why));
-                }
-                // Only a chunked HTTP/1.1 answer or an HTTP/2 one can end in trailers.
-                let may_trail = parts.version == http::Version::HTTP_2
-                    || parts.headers.contains_key(hyper::header::TRANSFER_ENCODING);
-                // Both framings: chunked wins (RFC 9112 §6.3), so the length said is not the
-                // body's, and passed on it would break the caller's stream.
-                if parts.headers.contains_key(hyper::header::TRANSFER_ENCODING) {
-                    parts.headers.remove(hyper::header::CONTENT_LENGTH);
-                }
-                tunnel::hop::strip_answer(&mut parts.headers, HOP);
-                if let Some(why) = unforwardable(&name, parts.status, &parts.headers) {
-                    tracing::warn!(kind = %kind, resource = %name, cause = %why, "internal resource's answer cannot be forwarded");
-                    return Ok(bad_gateway(finish, resource, &why));
-                }
-                if let Some(audit) = finish.audit.as_mut() {
-                    audit.status = parts.status.as_u16();
-                }
-                finish.streaming = true;
-                let body = Batched::new(Counted {
-                    inner: body,
-                    tally: finish,
-                });
-                // Trailers are header lines too: one hop's go (HTTP/2 refuses to send a
-                // `connection` trailer), and an echo of the credentials goes there alike.
-                let body = if !may_trail {
-                    body.boxed()
-                } else {
-                    let (echoes, name) = (resource.echoes.clone(), name.clone());
-                    body.map_frame(move |frame| match frame.into_trailers() {
-                        Ok(mut trailers) => {
-                            strip_headers(&mut trailers, HOP);
-                            echoes.strip(&mut trailers, &name);
-                            hyper::body::Frame::trailers(trailers)
-                        }
-                        Err(frame) => frame,
-                    })
-                    .boxed()
-                };
-                Ok(Response::from_parts(parts, body))
-            }
-            Err(e) if unreadable_head(&e) => {
-                let why = format!(
-                    "resource {name:?} answered with a head the bridge cannot read: more than 100 header fields, too large, or malformed HTTP/1.1 ({})",
-                    causes(&e)
-                );
-                tracing::warn!(kind = %kind, resource = %name, cause = %why, "internal resource's answer cannot be forwarded");
-                Ok(bad_gateway(finish, resource, &why))
-            }
-            Err(e) if closed_without_answer(&e) => {
-                let cause = causes(&e);
-                tracing::warn!(kind = %kind, resource = %name, cause = %cause, "internal resource closed the connection without answering");
-                self.metrics.refuse("upstream_unavailable");
-                Ok(bad_gateway(
-                    finish,
-                    resource,
-                    &format!(
-                        "resource {name:?} took the bridge's connection and closed or reset it without answering (the bridge's log says more). Check its own log, and that its url's port serves HTTP"
-                    ),
-                ))
-            }
-            Err(e) => {
-                let cause = causes(&e);
-                tracing::warn!(kind = %kind, resource = %name, cause = %cause, "internal resource unreachable");
-                self.metrics.refuse("upstream_unavailable");
-                Ok(bad_gateway(
-                    finish,
-                    resource,
-                    &format!(
-                        "the bridge cannot reach resource {name:?}: {} (the bridge's log says more). Check that the bridge host can connect to it (and, for HTTPS, that the entry's tls_ca_file or the system roots vouch for its certificate)",
-                        caller_summary(&cause)
-                    ),
-                ))
-            }
-        }
+        Ok(self.respond(resource, &sent, finish, (kind, &name), answer))
     }
-}
-
-/// The bridge's own `502` for an allowed request whose answer it could not get or pass on,
-/// audited as 502 (the stream's metrics settle as `finish` drops).
-fn bad_gateway(mut finish: Finish, resource: &Resource, why: &str) -> Response<ResBody> {
-    if let Some(audit) = finish.audit.as_mut() {
-        audit.status = 502;
-    }
-    drop(finish);
-    resource.kind.refusal(StatusCode::BAD_GATEWAY, why)
 }
 
 /// The caller's method: the stream's own, or the one the cloud names when HTTP/2 could not
