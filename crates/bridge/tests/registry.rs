@@ -975,7 +975,8 @@ async fn redirects_are_followed_at_the_bridge_to_listed_hosts_only() {
 
 /// A registry behind a login that redirects to its own host (a path moved, a front that
 /// normalises): the bridge follows with the entry's login, so the pull works instead of
-/// failing as if the login were wrong; a `redirect_hosts` entry on another host never gets it.
+/// failing as if the login were wrong. A `redirect_hosts` entry on another host never gets it,
+/// nor does the registry's origin when such a host sends the request back there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redirects_to_the_registry_itself_keep_the_login() {
     let registry = RegistryServer::start();
@@ -985,9 +986,27 @@ async fn redirects_to_the_registry_itself_keep_the_login() {
     let hops = front(registry.url.clone(), "", false).await;
     let storage = redirecting_front(registry.url.clone()).await;
     let registry_host = registry.host.clone();
+    // A registry (by hand: `/v2/` answers 200 to any login, 401 without) whose downloads go
+    // to a storage host that sends them back to the registry's origin, to a path of its
+    // choosing (`/v2/`).
+    let (bounced, bouncer) = (listener().await, listener().await);
+    let (bounced_host, bouncer_host) = (host_of(&bounced), host_of(&bouncer));
+    let to_storage = format!("http://{bouncer_host}/b");
+    serve_heads(bounced, move |head| {
+        if head.lines().next().unwrap_or_default().contains("/blobs/") {
+            redirect(&to_storage)
+        } else if head.to_lowercase().contains("\r\nauthorization:") {
+            "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}".into()
+        } else {
+            "HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Basic realm=\"r\"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".into()
+        }
+    });
+    let back = format!("http://{bounced_host}/v2/");
+    serve_heads(bouncer, move |_| redirect(&back));
+    let bounced = bounced_host;
     let rig = Rig::start_with(move |_| {
         format!(
-            "registries:\n  - name: moved\n    url: http://{hops}/hop/2\n    auth: {{username: {USER}, password: {PASSWORD}}}\n  - name: stored\n    url: http://{storage}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    redirect_hosts: [\"{registry_host}\"]\n"
+            "registries:\n  - name: moved\n    url: http://{hops}/hop/2\n    auth: {{username: {USER}, password: {PASSWORD}}}\n  - name: stored\n    url: http://{storage}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    redirect_hosts: [\"{registry_host}\"]\n  - name: bounced\n    url: http://{bounced}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    redirect_hosts: [\"{bouncer_host}\"]\n"
         )
     })
     .await;
@@ -1008,16 +1027,61 @@ async fn redirects_to_the_registry_itself_keep_the_login() {
         .unwrap();
     assert_eq!(res.status(), 200);
     assert_eq!(digest_of(&res.bytes().await.unwrap()), image.layer_digest);
-    // The storage host is another origin: it gets no login, and this registry wants one.
-    let res = rig
-        .cloud
-        .client()
-        .get(blob("stored"))
-        .bearer_auth(&key)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 502);
+    // The storage host is another origin: it gets no login, and this registry wants one; nor
+    // does the registry's origin when the storage host chose the path.
+    for entry in ["stored", "bounced"] {
+        let res = rig
+            .cloud
+            .client()
+            .get(blob(entry))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 502, "{entry}");
+    }
+}
+
+async fn listener() -> tokio::net::TcpListener {
+    tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()
+}
+
+fn host_of(listener: &tokio::net::TcpListener) -> String {
+    listener.local_addr().unwrap().to_string()
+}
+
+/// A `307` to `location`, closing the connection.
+fn redirect(location: &str) -> String {
+    format!(
+        "HTTP/1.1 307 Temporary Redirect\r\nlocation: {location}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+    )
+}
+
+/// Serves `listener` by hand: each connection's first request head goes to `answer`, whose
+/// whole answer is written back before the connection closes.
+fn serve_heads(
+    listener: tokio::net::TcpListener,
+    answer: impl Fn(&str) -> String + Send + Sync + 'static,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let answer = std::sync::Arc::new(answer);
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let reply = answer(&String::from_utf8_lossy(&head));
+                let _ = tcp.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
 }
 
 /// A chain of redirects on the registry's own host is followed up to five long; a sixth
