@@ -455,8 +455,8 @@ async fn an_answer_echoing_the_credentials_loses_those_headers() {
 
 /// Trailers are header lines too: an internal system that writes the injected credentials
 /// into a chunked answer's trailers (a raw server here: hyper sends none unless asked) loses
-/// those lines, and one hop's, and a caller that asks for trailers (`TE: trailers`), or speaks
-/// HTTP/2, gets the others.
+/// those lines, one hop's and a cookie for the cloud's origin (as its head would), and a
+/// caller that asks for trailers (`TE: trailers`), or speaks HTTP/2, gets the others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trailers_echoing_the_credentials_lose_those_lines() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -501,6 +501,7 @@ async fn trailers_echoing_the_credentials_lose_those_lines() {
     assert_eq!(trailers.get("x-kept").unwrap(), "1", "{trailers:?}");
     assert!(!trailers.contains_key("x-echo-auth"), "{trailers:?}");
     assert!(!trailers.contains_key("keep-alive"), "{trailers:?}");
+    assert!(!trailers.contains_key("set-cookie"), "{trailers:?}");
     assert_eq!(body.to_bytes(), "the body");
     testkit::wait_until("the log line naming the echoing trailer", || {
         let log = rig.bridge.log_text();
@@ -511,7 +512,8 @@ async fn trailers_echoing_the_credentials_lose_those_lines() {
 }
 
 /// Answers every request on `tcp` with a chunked body whose trailers repeat the request's
-/// `Authorization` (`x-echo-auth`) beside one hop's `keep-alive` and a harmless `x-kept`.
+/// `Authorization` (`x-echo-auth`) beside one hop's `keep-alive`, a cookie for the cloud's
+/// origin and a harmless `x-kept`.
 async fn answer_with_trailers(mut tcp: tokio::net::TcpStream) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut seen = Vec::new();
@@ -535,7 +537,7 @@ async fn answer_with_trailers(mut tcp: tokio::net::TcpStream) {
             })
             .unwrap_or_default();
         let answer = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\ntrailer: x-echo-auth, x-kept\r\n\r\n8\r\nthe body\r\n0\r\nx-echo-auth: {auth}\r\nkeep-alive: timeout=5\r\nx-kept: 1\r\n\r\n"
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\ntrailer: x-echo-auth, x-kept\r\n\r\n8\r\nthe body\r\n0\r\nx-echo-auth: {auth}\r\nkeep-alive: timeout=5\r\nset-cookie: session=1\r\nx-kept: 1\r\n\r\n"
         );
         if tcp.write_all(answer.as_bytes()).await.is_err() {
             return;

@@ -156,12 +156,18 @@ impl HttpBody for Tracked {
             return Poll::Ready(Some(Err(Cut::Unread(this.watch.unread_limit()).into())));
         };
         Poll::Ready(match ready!(this.stall.poll_frame(&mut answer.inner, cx)) {
-            Ok(Some(Ok(frame))) => {
-                if frame.is_data() {
-                    this.watch.handed();
+            Ok(Some(Ok(frame))) => match frame.into_trailers() {
+                Ok(mut trailers) => {
+                    super::headers::trailer_filter(&mut trailers);
+                    Some(Ok(Frame::trailers(trailers)))
                 }
-                Some(Ok(frame))
-            }
+                Err(frame) => {
+                    if frame.is_data() {
+                        this.watch.handed();
+                    }
+                    Some(Ok(frame))
+                }
+            },
             Ok(frame) => frame.map(|f| f.map_err(Into::into)),
             Err(Stalled) => {
                 tracing::warn!(stall = ?this.stall.limit(), "forwarded response stalled; resetting its stream");

@@ -71,6 +71,28 @@ pub(super) fn response_filter(headers: &mut HeaderMap) {
     );
 }
 
+/// Fields that may not end an answer (RFC 9110 §6.5.1: framing, routing, authentication,
+/// content metadata, caching), which hyper already keeps from HTTP/1.1 callers; HTTP/2 callers
+/// would get them.
+const NOT_TRAILERS: &[&str] = &[
+    "cache-control",
+    "content-encoding",
+    "content-length",
+    "content-range",
+    "content-type",
+    "max-forwards",
+    "trailer",
+];
+
+/// The trailer fields of an answer as the caller gets them: what its head would lose, and
+/// what no trailer may carry, go (over HTTP/2 a caller gets trailers without asking).
+pub(super) fn trailer_filter(trailers: &mut HeaderMap) {
+    tunnel::hop::strip(trailers, DROPPED);
+    tunnel::hop::strip(trailers, ORIGIN_WIDE);
+    tunnel::hop::strip(trailers, NOT_TRAILERS);
+    tunnel::hop::strip(trailers, &["access-control-*"]);
+}
+
 /// Answer headers that a browser applies to the whole origin, here the cloud's (the
 /// dashboard's): a cookie (the caller's own never reach the internal system either), HSTS
 /// (which would pin the cloud's host, and with `includeSubDomains` its siblings, to HTTPS),
