@@ -639,6 +639,57 @@ async fn a_registry_moved_to_token_auth_and_back_loses_no_pull() {
     assert_eq!(status, 200, "{}", res.text().await.unwrap());
 }
 
+/// A token registry behind redirects on its own host (a path moved): its `/v2/` says nothing
+/// (a redirect), so the challenge is learnt from the `401` at the end of the redirects, and a
+/// token refused there before its end is replaced, as on the first request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_registry_behind_its_own_redirects_is_pulled() {
+    let tokens = TokenService::start().await;
+    let registry = RegistryServer::start_token(&tokens);
+    let work = tempfile::tempdir().unwrap();
+    let image = oci_image(work.path(), "blob.txt", b"a token behind two hops\n");
+    registry.push(&image, "team/app", "1.0");
+    registry.push(&image, "team/other", "1.0");
+    let hops = front(registry.url.clone(), "", false).await;
+    let token_host = tokens.host.clone();
+    let rig = Rig::start_with(move |_| {
+        format!(
+            "registries:\n  - name: moved\n    url: http://{hops}/hop/2\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    token_hosts: [\"{token_host}\"]\n"
+        )
+    })
+    .await;
+    let count = || tokens.requests.load(std::sync::atomic::Ordering::SeqCst);
+    let get = |path: String| {
+        rig.cloud
+            .client()
+            .get(format!("{}/v2/dc1/moved/{path}", rig.cloud.https))
+            .bearer_auth(&rig.tenant.api_key)
+            .send()
+    };
+    let before = count();
+    let res = get(format!("team/app/blobs/{}", image.layer_digest))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(digest_of(&res.bytes().await.unwrap()), image.layer_digest);
+    assert_eq!(count(), before + 1, "one token, asked for once");
+    // The next token the registry refuses at once: dropped at the last hop, and a new one
+    // fetched.
+    tokens
+        .expire_next
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let res = get(format!("team/other/blobs/{}", image.layer_digest))
+        .await
+        .unwrap();
+    let status = res.status();
+    assert_eq!(status, 200, "{}", res.text().await.unwrap());
+    assert_eq!(
+        count(),
+        before + 3,
+        "the refused token, then one that works"
+    );
+}
+
 /// `bridge check` on `yaml` with the rig's token: (exit code, output).
 fn check(rig: &Rig, yaml: &str) -> (Option<i32>, String) {
     let path = rig.bridge.dir.path().join("check.yaml");

@@ -203,10 +203,8 @@ impl RegistryKind {
         Ok((value, Instant::now() + life.mul_f64(0.9)))
     }
 
-    /// A token refused (`401` to a `GET` or `HEAD` that carried one: it expired early, or the
-    /// registry restarted with new keys) is dropped, and the request sent once more with a new
-    /// one; so is a pull that carried none when the registry now asks for a token (it moved
-    /// from Basic to token auth).
+    /// A `401` to the request first sent: when [`Self::login_again`] has a login that can
+    /// help, a pull is sent once more with it (a push's body is gone: its client retries).
     pub(super) async fn retry_unauthorized(
         &self,
         sent: &Sent,
@@ -218,44 +216,18 @@ impl RegistryKind {
         if response.status() != StatusCode::UNAUTHORIZED {
             return Ok(response);
         }
-        let had_token = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("Bearer "));
         let path = self.under_base(uri);
-        let pulling = sent.method == Method::GET || sent.method == Method::HEAD;
-        let challenge = response
-            .headers()
-            .get(header::WWW_AUTHENTICATE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_challenge);
-        if !had_token {
-            // The registry wants what the bridge did not send: its authentication changed, or
-            // the login is wrong. Its challenge is learnt again; a pull is sent once more when
-            // it now asks for a token (else this 401 becomes the 502 that names
-            // registries[].auth).
-            self.state().scheme = Scheme::Unknown;
-            if !pulling || !matches!(challenge, Some(Scheme::Bearer { .. })) {
-                return Ok(response);
-            }
-        } else if matches!(challenge, Some(Scheme::Basic)) {
-            // A token where the registry now asks for Basic: it moved back from a token
-            // service. Its challenge is learnt again, and a pull sent once more with the login.
-            self.state().scheme = Scheme::Unknown;
-        }
-        {
-            let mut state = self.state();
-            state
-                .tokens
-                .remove(&scope_of(path, false).unwrap_or_default());
-            state
-                .tokens
-                .remove(&scope_of(path, true).unwrap_or_default());
-        }
-        if !pulling {
+        let login = self
+            .login_again(
+                &sent.method,
+                path,
+                headers.get(header::AUTHORIZATION),
+                &response,
+            )
+            .await?;
+        let Some(login) = login else {
             return Ok(response);
-        }
-        let authorization = self.authorization(&sent.method, path).await?;
+        };
         let mut again = http::Request::builder()
             .method(sent.method.clone())
             .uri(uri.clone())
@@ -264,23 +236,60 @@ impl RegistryKind {
         *again.headers_mut() = headers.clone();
         again.headers_mut().remove(header::CONTENT_LENGTH);
         again.headers_mut().remove(header::TRANSFER_ENCODING);
-        match authorization {
-            Some(value) => again.headers_mut().insert(header::AUTHORIZATION, value),
-            None => again.headers_mut().remove(header::AUTHORIZATION),
-        };
-        let failed = || {
-            self.unavailable(
+        again.headers_mut().insert(header::AUTHORIZATION, login);
+        match tokio::time::timeout(AUTH_TIMEOUT, self.client.request(again)).await {
+            Ok(Ok(response)) => Ok(response),
+            _ => Err(self.unavailable(
                 "registry: token",
                 format!(
                     "registry {:?} did not answer the request sent again with a new token",
                     self.cfg.name
                 ),
-            )
-        };
-        match tokio::time::timeout(AUTH_TIMEOUT, self.client.request(again)).await {
-            Ok(Ok(response)) => Ok(response),
-            _ => Err(failed()),
+            )),
         }
+    }
+
+    /// What a pull that the registry answered `401` (having carried `sent`, or nothing) is
+    /// sent once more with, or `None` when that cannot help. A token refused before its end
+    /// (expired early, or the registry restarted with new keys) is dropped and a new one
+    /// fetched; a registry that moved between Basic and token auth is answered as its
+    /// challenge now asks. A Basic login refused is the entry's fault: `None`, and the `401`
+    /// becomes the `502` that names `registries[].auth`. Pushes only drop the token: their
+    /// body is gone.
+    pub(super) async fn login_again(
+        &self,
+        method: &Method,
+        path: &str,
+        sent: Option<&HeaderValue>,
+        response: &Response<Incoming>,
+    ) -> Result<Option<HeaderValue>, Refusal> {
+        let had_token = sent
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("Bearer "));
+        let challenge = response
+            .headers()
+            .get(header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_challenge);
+        {
+            let mut state = self.state();
+            match challenge {
+                Some(bearer @ Scheme::Bearer { .. }) => state.scheme = bearer,
+                Some(Scheme::Basic) if had_token => state.scheme = Scheme::Basic,
+                // A challenge the bridge cannot answer, or the Basic login it sent refused.
+                _ if !had_token => return Ok(None),
+                _ => {}
+            }
+            for push in [false, true] {
+                state
+                    .tokens
+                    .remove(&scope_of(path, push).unwrap_or_default());
+            }
+        }
+        if !is_pull(method) {
+            return Ok(None);
+        }
+        self.authorization(method, path).await
     }
 
     /// The path of `uri` under the entry's URL (a registry may sit under a base path, as

@@ -66,42 +66,30 @@ impl RegistryKind {
                     ),
                 ));
             }
-            let mut req = http::Request::builder()
-                .method(method.clone())
-                .uri(target.as_str())
-                .body(Empty::new())
-                .map_err(|e| self.unavailable("registry: redirect", e.to_string()))?;
-            // What the answer depends on goes along: a resumed pull's range, the formats asked.
-            if let Some((_, headers)) = &sent.head {
-                for name in [header::RANGE, header::ACCEPT, header::IF_NONE_MATCH] {
-                    for value in headers.get_all(&name) {
-                        req.headers_mut().append(name.clone(), value.clone());
-                    }
-                }
-            }
             // Only a redirect the registry itself gave: a storage host that sends the request
             // back to the registry's origin chooses its path, and gets no login to spend there.
-            if self.own_origin(&at) && self.own_origin(&target) {
-                // The token of the request first sent (its scope named by that path), fetched
-                // again in case the 401 retry replaced it.
-                let path = sent
-                    .head
-                    .as_ref()
-                    .map_or("/v2/", |(uri, _)| self.under_base(uri));
-                if let Some(login) = self.authorization(method, path).await? {
-                    req.headers_mut().insert(header::AUTHORIZATION, login);
+            let own = self.own_origin(&at) && self.own_origin(&target);
+            // The scope of a token is named by the path first asked for.
+            let path = sent
+                .head
+                .as_ref()
+                .map_or("/v2/", |(uri, _)| self.under_base(uri));
+            let login = match own {
+                // Fetched again in case the 401 retry replaced it.
+                true => self.authorization(method, path).await?,
+                false => None,
+            };
+            response = self.hop(sent, &target, login.clone()).await?;
+            // The registry behind its own redirect may want another login than its `/v2/`
+            // said, or refuse a token before its end: answered as the first request is.
+            if own && response.status() == StatusCode::UNAUTHORIZED {
+                let again = self
+                    .login_again(method, path, login.as_ref(), &response)
+                    .await?;
+                if let Some(again) = again {
+                    response = self.hop(sent, &target, Some(again)).await?;
                 }
             }
-            response = self.client.request(req).await.map_err(|e| {
-                tracing::warn!(registry = %self.cfg.name, redirect_host = %host, cause = %e, "redirect target unreachable");
-                self.unavailable(
-                    "registry: redirect",
-                    format!(
-                        "the bridge cannot reach the address registry {:?} redirected to (the bridge's log says which and why)",
-                        self.cfg.name
-                    ),
-                )
-            })?;
             at = target;
         }
         Err(self.unavailable(
@@ -111,6 +99,42 @@ impl RegistryKind {
                 self.cfg.name
             ),
         ))
+    }
+
+    /// One redirect followed: `sent`'s method to `target`, with what its answer depends on (a
+    /// resumed pull's range, the formats asked) and `login`.
+    async fn hop(
+        &self,
+        sent: &Sent,
+        target: &Url,
+        login: Option<http::HeaderValue>,
+    ) -> Result<Response<Incoming>, Refusal> {
+        let mut req = http::Request::builder()
+            .method(sent.method.clone())
+            .uri(target.as_str())
+            .body(Empty::new())
+            .map_err(|e| self.unavailable("registry: redirect", e.to_string()))?;
+        if let Some((_, headers)) = &sent.head {
+            for name in [header::RANGE, header::ACCEPT, header::IF_NONE_MATCH] {
+                for value in headers.get_all(&name) {
+                    req.headers_mut().append(name.clone(), value.clone());
+                }
+            }
+        }
+        if let Some(login) = login {
+            req.headers_mut().insert(header::AUTHORIZATION, login);
+        }
+        let host = host_port(target);
+        self.client.request(req).await.map_err(|e| {
+            tracing::warn!(registry = %self.cfg.name, redirect_host = %host, cause = %e, "redirect target unreachable");
+            self.unavailable(
+                "registry: redirect",
+                format!(
+                    "the bridge cannot reach the address registry {:?} redirected to (the bridge's log says which and why)",
+                    self.cfg.name
+                ),
+            )
+        })
     }
 
     /// Whether `url` is on the registry's own scheme, host and port.
