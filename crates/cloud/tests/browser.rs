@@ -5,7 +5,8 @@
 //! reload, and a member cannot create keys. The cloud ships a newer bridge release than the
 //! bridge runs: the page marks it outdated, the webhook the admin sets on the page receives a
 //! signed notification, and the admin's notice shows. Every page passes axe-core (no serious
-//! or critical violation) and is saved as screenshots under `target/screenshots/`.
+//! or critical violation) and is saved as screenshots under `target/screenshots/`; so does
+//! every page in a browser on a dark system theme, which gets the dark colours.
 
 use std::time::Duration;
 
@@ -345,4 +346,40 @@ async fn an_admin_and_a_member_use_the_dashboard() {
         .await
         .unwrap();
     assert_eq!(status, 403);
+    let (background, _) = browser.body_colours().await;
+    assert!(background.iter().all(|c| *c > 200), "{background:?}");
+
+    // A browser on a dark system theme gets the dark colours on every page, each passing the
+    // same checks (contrast included).
+    let dark = Browser::start_dark().await;
+    dark.goto(&format!("{}/sign-in", cloud.http)).await;
+    dark.check_page("sign-in-dark").await;
+    dark.fill("#email", "ada@example.com").await;
+    dark.fill("#password", PASSWORD).await;
+    dark.click("form button[type=submit]").await;
+    dark.wait_for_text("Signed in as").await;
+    for (page, path) in [
+        ("home", "/".to_string()),
+        ("events", "/events".to_string()),
+        ("alert", format!("/events/{alert}")),
+        ("services", "/services".to_string()),
+        (
+            "service",
+            "/services/checkout-browser?environment=production".to_string(),
+        ),
+        ("bridges", "/integrations/bridge".to_string()),
+        ("signals", "/integrations/signals".to_string()),
+        ("notifications", "/integrations/notifications".to_string()),
+        ("repositories", "/integrations/repositories".to_string()),
+        ("audit", "/audit".to_string()),
+    ] {
+        dark.goto(&format!("{}{path}", cloud.http)).await;
+        dark.wait_for_text("Sign out everywhere").await;
+        let (background, text) = dark.body_colours().await;
+        assert!(
+            background.iter().all(|c| *c < 60) && text.iter().all(|c| *c > 180),
+            "{page}: background {background:?}, text {text:?}"
+        );
+        dark.check_page(&format!("{page}-dark")).await;
+    }
 }

@@ -57,6 +57,16 @@ impl Drop for Browser {
 impl Browser {
     /// Starts ChromeDriver on a free port and a headless Chromium with a fresh profile.
     pub async fn start() -> Browser {
+        Self::launch(&[]).await
+    }
+
+    /// [`Browser::start`] as on a system whose theme is dark: pages see
+    /// `prefers-color-scheme: dark`.
+    pub async fn start_dark() -> Browser {
+        Self::launch(&["--force-dark-mode"]).await
+    }
+
+    async fn launch(extra: &[&str]) -> Browser {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -70,17 +80,25 @@ impl Browser {
             .spawn()
             .expect("chromedriver (Debian package chromium-driver; scripts/test installs it)");
         let profile = tempfile::tempdir().expect("profile dir");
+        let mut args: Vec<String> = [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1280,900",
+        ]
+        .iter()
+        .chain(extra)
+        .map(|a| a.to_string())
+        .collect();
+        args.push(format!("--user-data-dir={}", profile.path().display()));
         let caps = json!({
-            "goog:chromeOptions": {
-                "binary": "/usr/bin/chromium",
-                "args": [
-                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                    "--disable-quic", "--no-first-run", "--disable-background-networking",
-                    "--disable-component-update", "--disable-sync",
-                    format!("--user-data-dir={}", profile.path().display()),
-                    "--window-size=1280,900",
-                ]
-            }
+            "goog:chromeOptions": { "binary": "/usr/bin/chromium", "args": args }
         });
         let caps = match caps {
             Value::Object(map) => map,
@@ -236,6 +254,32 @@ impl Browser {
             .filter(|v| matches!(v["impact"].as_str(), Some("serious" | "critical")))
             .map(|v| format!("{}: {} {}", v["id"], v["help"], v["nodes"]))
             .collect()
+    }
+
+    /// The page's background and text colours as the browser computes them for its body,
+    /// each as `[r, g, b]`.
+    pub async fn body_colours(&self) -> ([u8; 3], [u8; 3]) {
+        let value = self
+            .client
+            .execute(
+                "const s = getComputedStyle(document.body); return [s.backgroundColor, s.color];",
+                vec![],
+            )
+            .await
+            .expect("read the body's colours");
+        let rgb = |v: &Value| -> [u8; 3] {
+            let text = v.as_str().unwrap_or_default();
+            let parts: Vec<u8> = text
+                .trim_start_matches("rgba(")
+                .trim_start_matches("rgb(")
+                .trim_end_matches(')')
+                .split(',')
+                .filter_map(|p| p.trim().parse().ok())
+                .collect();
+            assert!(parts.len() >= 3, "a colour the test cannot read: {text}");
+            [parts[0], parts[1], parts[2]]
+        };
+        (rgb(&value[0]), rgb(&value[1]))
     }
 
     /// Screenshots and an accessibility check of the page, which must have no serious or

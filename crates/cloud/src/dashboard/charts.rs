@@ -1,6 +1,7 @@
 //! Server-rendered SVG bar charts (no script, no inline style: the page's CSP allows neither):
 //! one bar per week, a zero drawn as a flat mark on the axis and a missing value as nothing,
-//! with the values in a text alternative.
+//! with the values in a text alternative. Each part has a class that the stylesheet colours
+//! for the light or dark theme; the attributes' colours serve an SVG seen without it.
 
 use std::fmt::Write;
 
@@ -40,7 +41,7 @@ pub fn bars(
     );
     let _ = write!(
         svg,
-        r##"<line x1="0" y1="{y}" x2="{W}" y2="{y}" stroke="#8a93a6" stroke-width="1"/>"##,
+        r##"<line x1="0" y1="{y}" x2="{W}" y2="{y}" stroke="#8a93a6" stroke-width="1" class="axis"/>"##,
         y = H - AXIS
     );
     if max > 0.0 {
@@ -65,14 +66,14 @@ pub fn bars(
         if let Some(v) = *v {
             // A zero (no failed deployment that week) is a thin grey mark on the axis, unlike
             // a week with no figure; any other value at least 3 units, in blue.
-            let (h, fill) = if v > 0.0 && max > 0.0 {
-                (((H - AXIS - TOP) * v / max).max(3.0), "#1d4ed8")
+            let (h, fill, class) = if v > 0.0 && max > 0.0 {
+                (((H - AXIS - TOP) * v / max).max(3.0), "#1d4ed8", "bar")
             } else {
-                (1.5, "#8a93a6")
+                (1.5, "#8a93a6", "zero")
             };
             let _ = write!(
                 svg,
-                r##"<rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{h:.1}" fill="{fill}"><title>{}</title></rect>"##,
+                r##"<rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{h:.1}" fill="{fill}" class="{class}"><title>{}</title></rect>"##,
                 H - AXIS - h,
                 slot * 0.7,
                 escape(&described[i])
