@@ -688,6 +688,12 @@ async fn a_token_registry_behind_its_own_redirects_is_pulled() {
         before + 3,
         "the refused token, then one that works"
     );
+    // Learnt: the next pull asks for no token it has.
+    let res = get(format!("team/app/blobs/{}", image.layer_digest))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(count(), before + 3, "the cached token");
 }
 
 /// `bridge check` on `yaml` with the rig's token: (exit code, output).
@@ -1039,20 +1045,23 @@ async fn redirects_to_the_registry_itself_keep_the_login() {
     let registry_host = registry.host.clone();
     // A registry (by hand: `/v2/` answers 200 to any login, 401 without) whose downloads go
     // to a storage host that sends them back to the registry's origin, to a path of its
-    // choosing (`/v2/`).
+    // choosing (`/moved`), which the registry redirects on to `/v2/`.
     let (bounced, bouncer) = (listener().await, listener().await);
     let (bounced_host, bouncer_host) = (host_of(&bounced), host_of(&bouncer));
     let to_storage = format!("http://{bouncer_host}/b");
     serve_heads(bounced, move |head| {
-        if head.lines().next().unwrap_or_default().contains("/blobs/") {
+        let first = head.lines().next().unwrap_or_default();
+        if first.contains("/blobs/") {
             redirect(&to_storage)
+        } else if first.contains("/moved") {
+            redirect("/v2/")
         } else if head.to_lowercase().contains("\r\nauthorization:") {
             "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}".into()
         } else {
             "HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Basic realm=\"r\"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".into()
         }
     });
-    let back = format!("http://{bounced_host}/v2/");
+    let back = format!("http://{bounced_host}/moved");
     serve_heads(bouncer, move |_| redirect(&back));
     let bounced = bounced_host;
     let rig = Rig::start_with(move |_| {
@@ -1079,7 +1088,8 @@ async fn redirects_to_the_registry_itself_keep_the_login() {
     assert_eq!(res.status(), 200);
     assert_eq!(digest_of(&res.bytes().await.unwrap()), image.layer_digest);
     // The storage host is another origin: it gets no login, and this registry wants one; nor
-    // does the registry's origin when the storage host chose the path.
+    // does the registry's origin when the storage host chose the path, nor on the registry's
+    // own redirect after that.
     for entry in ["stored", "bounced"] {
         let res = rig
             .cloud

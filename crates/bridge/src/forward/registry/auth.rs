@@ -1,5 +1,6 @@
-//! A registry's authentication: the challenge of its `/v2/`, learnt once, and the tokens of
-//! the Docker token flow, fetched per scope and cached until they expire.
+//! A registry's authentication: the challenge of its `/v2/`, learnt once (again when an answer
+//! says it changed), and the tokens of the Docker token flow, fetched per scope and cached
+//! until they expire.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -10,7 +11,7 @@ use hyper::body::Incoming;
 use url::Url;
 
 use super::super::kind::{Refusal, Sent};
-use super::{RegistryKind, host_port, is_pull, scope_of};
+use super::{RegistryKind, host_port, is_pull, request_scope, scope_of};
 
 /// How long a token or challenge request may take.
 pub(super) const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -24,7 +25,8 @@ pub(super) const HOST_IN_LOG: &str = " (the bridge's log names the host)";
 /// The largest token answer read.
 const MAX_TOKEN_ANSWER: usize = 64 * 1024;
 
-/// How the registry wants to be authenticated, learnt from its `/v2/` challenge.
+/// How the registry wants to be authenticated, learnt from its `/v2/` challenge (or, when `/v2/`
+/// says nothing, from a `401` on the registry's own redirects).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Scheme {
     /// No answer yet.
@@ -203,31 +205,59 @@ impl RegistryKind {
         Ok((value, Instant::now() + life.mul_f64(0.9)))
     }
 
-    /// A `401` to the request first sent: when [`Self::login_again`] has a login that can
-    /// help, a pull is sent once more with it (a push's body is gone: its client retries).
+    /// A token refused (`401` to a `GET` or `HEAD` that carried one: it expired early, or the
+    /// registry restarted with new keys) is dropped, and the request sent once more with a new
+    /// one; so is a pull that carried none when the registry now asks for a token (it moved
+    /// from Basic to token auth). Says whether it sent the request again: a request gets one
+    /// such retry at most, redirects included.
     pub(super) async fn retry_unauthorized(
         &self,
         sent: &Sent,
         response: Response<Incoming>,
-    ) -> Result<Response<Incoming>, Refusal> {
+    ) -> Result<(Response<Incoming>, bool), Refusal> {
         let Some((uri, headers)) = &sent.head else {
-            return Ok(response);
+            return Ok((response, false));
         };
         if response.status() != StatusCode::UNAUTHORIZED {
-            return Ok(response);
+            return Ok((response, false));
         }
+        let had_token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("Bearer "));
         let path = self.under_base(uri);
-        let login = self
-            .login_again(
-                &sent.method,
-                path,
-                headers.get(header::AUTHORIZATION),
-                &response,
-            )
-            .await?;
-        let Some(login) = login else {
-            return Ok(response);
-        };
+        let pulling = sent.method == Method::GET || sent.method == Method::HEAD;
+        let challenge = response
+            .headers()
+            .get(header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_challenge);
+        if !had_token {
+            // The registry wants what the bridge did not send: its authentication changed, or
+            // the login is wrong. Its challenge is learnt again; a pull is sent once more when
+            // it now asks for a token (else this 401 becomes the 502 that names
+            // registries[].auth).
+            self.state().scheme = Scheme::Unknown;
+            if !pulling || !matches!(challenge, Some(Scheme::Bearer { .. })) {
+                return Ok((response, false));
+            }
+        } else if matches!(challenge, Some(Scheme::Basic)) {
+            // A token where the registry now asks for Basic: it moved back from a token
+            // service. Its challenge is learnt again, and a pull sent once more with the login.
+            self.state().scheme = Scheme::Unknown;
+        }
+        {
+            let mut state = self.state();
+            // A cross-repository mount's token is kept under both repositories' scopes.
+            let mount = request_scope(&sent.method, path, uri.query());
+            for scope in [scope_of(path, false), scope_of(path, true), mount] {
+                state.tokens.remove(&scope.unwrap_or_default());
+            }
+        }
+        if !pulling {
+            return Ok((response, false));
+        }
+        let authorization = self.authorization(&sent.method, path).await?;
         let mut again = http::Request::builder()
             .method(sent.method.clone())
             .uri(uri.clone())
@@ -236,27 +266,31 @@ impl RegistryKind {
         *again.headers_mut() = headers.clone();
         again.headers_mut().remove(header::CONTENT_LENGTH);
         again.headers_mut().remove(header::TRANSFER_ENCODING);
-        again.headers_mut().insert(header::AUTHORIZATION, login);
-        match tokio::time::timeout(AUTH_TIMEOUT, self.client.request(again)).await {
-            Ok(Ok(response)) => Ok(response),
-            _ => Err(self.unavailable(
+        match authorization {
+            Some(value) => again.headers_mut().insert(header::AUTHORIZATION, value),
+            None => again.headers_mut().remove(header::AUTHORIZATION),
+        };
+        let failed = || {
+            self.unavailable(
                 "registry: token",
                 format!(
                     "registry {:?} did not answer the request sent again with a new token",
                     self.cfg.name
                 ),
-            )),
+            )
+        };
+        match tokio::time::timeout(AUTH_TIMEOUT, self.client.request(again)).await {
+            Ok(Ok(response)) => Ok((response, true)),
+            _ => Err(failed()),
         }
     }
 
-    /// What a pull that the registry answered `401` (having carried `sent`, or nothing) is
-    /// sent once more with, or `None` when that cannot help. A token refused before its end
-    /// (expired early, or the registry restarted with new keys) is dropped and a new one
-    /// fetched; a registry that moved between Basic and token auth is answered as its
-    /// challenge now asks. A Basic login refused is the entry's fault: `None`, and the `401`
-    /// becomes the `502` that names `registries[].auth`. Pushes only drop the token: their
-    /// body is gone.
-    pub(super) async fn login_again(
+    /// A `401` on one of the registry's own redirects, whose hop carried `sent`: the login to
+    /// send that hop once more with, or `None`. A token refused there before its end is
+    /// replaced; a registry whose `/v2/` said nothing (it redirects too) learns its token flow
+    /// from this challenge. Any other challenge is that path's own and changes nothing: a
+    /// scheme learnt from `/v2/` stands.
+    pub(super) async fn relogin_hop(
         &self,
         method: &Method,
         path: &str,
@@ -274,11 +308,11 @@ impl RegistryKind {
         {
             let mut state = self.state();
             match challenge {
-                Some(bearer @ Scheme::Bearer { .. }) => state.scheme = bearer,
-                Some(Scheme::Basic) if had_token => state.scheme = Scheme::Basic,
-                // A challenge the bridge cannot answer, or the Basic login it sent refused.
-                _ if !had_token => return Ok(None),
-                _ => {}
+                Some(bearer @ Scheme::Bearer { .. }) if state.scheme == Scheme::Unknown => {
+                    state.scheme = bearer
+                }
+                Some(Scheme::Bearer { .. }) | None if had_token => {}
+                _ => return Ok(None),
             }
             for push in [false, true] {
                 state
@@ -286,10 +320,9 @@ impl RegistryKind {
                     .remove(&scope_of(path, push).unwrap_or_default());
             }
         }
-        if !is_pull(method) {
-            return Ok(None);
-        }
-        self.authorization(method, path).await
+        let login = self.authorization(method, path).await?;
+        // The same login again would be refused again.
+        Ok(login.filter(|login| Some(login) != sent))
     }
 
     /// The path of `uri` under the entry's URL (a registry may sit under a base path, as

@@ -1,6 +1,7 @@
 //! `registries` (OCI distribution API): pulls pass, `GET` and `HEAD` under `/v2/`, checked here
 //! before anything reaches the registry. The entry's login answers the registry's challenge,
-//! learnt once from an unauthenticated `GET /v2/` as registry clients do:
+//! learnt once from an unauthenticated `GET /v2/` as registry clients do (auth.rs says when
+//! it is learnt again):
 //! - `Basic` (Distribution with htpasswd, Nexus, Artifactory): sent with every request;
 //! - `Bearer` (the Docker token flow: Harbor, GitLab, Quay, Distribution with token auth): the
 //!   bridge asks the challenge's `realm` for a token for the request's scope, with the login as
@@ -196,6 +197,15 @@ fn mount_source(query: Option<&str>) -> Option<String> {
 /// for `/v2/`. NAME ends at the last marker: a repository may itself have a component named
 /// `tags` or `blobs` (`team/tags/app`); what follows the marker never has one (a tag, a
 /// digest, an upload id, `list`).
+/// The token scope a request needs: its repository's, and for a cross-repository mount the
+/// source repository's too (a mount reads it).
+fn request_scope(method: &Method, path: &str, query: Option<&str>) -> Option<String> {
+    scope_of(path, !is_pull(method)).map(|scope| match mount_source(query) {
+        Some(from) => format!("{scope} repository:{from}:pull"),
+        None => scope,
+    })
+}
+
 fn scope_of(path: &str, pushing: bool) -> Option<String> {
     let rest = path.strip_prefix("/v2/")?;
     if rest.is_empty() {
@@ -343,14 +353,8 @@ impl Kind for RegistryKind {
         query: Option<&'a str>,
     ) -> Authorize<'a> {
         Box::pin(async move {
-            let scope = scope_of(path, !is_pull(method)).map(|scope| {
-                match mount_source(query) {
-                    // A cross-repository mount reads the source repository too.
-                    Some(from) => format!("{scope} repository:{from}:pull"),
-                    None => scope,
-                }
-            });
-            self.authorization_for(scope).await
+            self.authorization_for(request_scope(method, path, query))
+                .await
         })
     }
 
@@ -360,8 +364,8 @@ impl Kind for RegistryKind {
 
     fn follow<'a>(&'a self, sent: &'a Sent, response: Response<Incoming>) -> Follow<'a> {
         Box::pin(async move {
-            let response = self.retry_unauthorized(sent, response).await?;
-            self.follow_redirects(sent, response).await
+            let (response, retried) = self.retry_unauthorized(sent, response).await?;
+            self.follow_redirects(sent, response, retried).await
         })
     }
 

@@ -19,10 +19,12 @@ impl RegistryKind {
     /// so no internal URL reaches the client. The entry's login goes along to the registry's
     /// own origin (the same server, which would otherwise answer 401 and make a right login
     /// read as a wrong one), never to another host (a storage URL carries its own signature).
+    /// `relogged`: the request was already sent once more after a `401`, which it may be once.
     pub(super) async fn follow_redirects(
         &self,
         sent: &Sent,
         mut response: Response<Incoming>,
+        mut relogged: bool,
     ) -> Result<Response<Incoming>, Refusal> {
         let method = &sent.method;
         let mut at = sent
@@ -30,6 +32,8 @@ impl RegistryKind {
             .as_ref()
             .and_then(|(uri, _)| Url::parse(&uri.to_string()).ok())
             .unwrap_or_else(|| self.cfg.url.clone());
+        // Whether every hop so far stayed on the registry's own origin.
+        let mut own = true;
         for followed in 0..=MAX_REDIRECTS {
             if !response.status().is_redirection() || response.status() == StatusCode::NOT_MODIFIED
             {
@@ -66,9 +70,10 @@ impl RegistryKind {
                     ),
                 ));
             }
-            // Only a redirect the registry itself gave: a storage host that sends the request
-            // back to the registry's origin chooses its path, and gets no login to spend there.
-            let own = self.own_origin(&at) && self.own_origin(&target);
+            // Only redirects the registry itself gave: a storage host that sends the request
+            // back to the registry's origin chooses its path, and no login is spent there nor
+            // on any hop after it.
+            own &= self.own_origin(&at) && self.own_origin(&target);
             // The scope of a token is named by the path first asked for.
             let path = sent
                 .head
@@ -80,11 +85,12 @@ impl RegistryKind {
                 false => None,
             };
             response = self.hop(sent, &target, login.clone()).await?;
-            // The registry behind its own redirect may want another login than its `/v2/`
-            // said, or refuse a token before its end: answered as the first request is.
-            if own && response.status() == StatusCode::UNAUTHORIZED {
+            // A token refused before its end, or a registry whose `/v2/` did not say it wants
+            // tokens: the hop is sent once more (once per request).
+            if own && !relogged && response.status() == StatusCode::UNAUTHORIZED {
+                relogged = true;
                 let again = self
-                    .login_again(method, path, login.as_ref(), &response)
+                    .relogin_hop(method, path, login.as_ref(), &response)
                     .await?;
                 if let Some(again) = again {
                     response = self.hop(sent, &target, Some(again)).await?;
