@@ -641,31 +641,52 @@ async fn a_registry_moved_to_token_auth_and_back_loses_no_pull() {
 
 /// A token registry behind redirects on its own host (a path moved): its `/v2/` says nothing
 /// (a redirect), so the challenge is learnt from the `401` at the end of the redirects, and a
-/// token refused there before its end is replaced, as on the first request.
+/// token refused there before its end is replaced, as on the first request. Moved back to
+/// Basic and to tokens again, and an open registry that starts asking for a login, it loses
+/// one pull at most.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_registry_behind_its_own_redirects_is_pulled() {
     let tokens = TokenService::start().await;
-    let registry = RegistryServer::start_token(&tokens);
+    let mut registry = RegistryServer::start_token(&tokens);
     let work = tempfile::tempdir().unwrap();
     let image = oci_image(work.path(), "blob.txt", b"a token behind two hops\n");
     registry.push(&image, "team/app", "1.0");
     registry.push(&image, "team/other", "1.0");
     let hops = front(registry.url.clone(), "", false).await;
+    // A registry (by hand) whose `/v2/` answers itself and whose tags are redirected on its
+    // own host (a front that asks for no login); open until `locked`, then behind a Basic
+    // login.
+    let locked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (opened, lock) = (listener().await, locked.clone());
+    let open_host = host_of(&opened);
+    serve_heads(opened, move |head| {
+        let first = head.lines().next().unwrap_or_default();
+        let asks = lock.load(std::sync::atomic::Ordering::SeqCst)
+            && !head.to_lowercase().contains("\r\nauthorization: basic ");
+        if first.contains("/v2/team/") {
+            redirect("/moved/tags")
+        } else if asks {
+            "HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Basic realm=\"r\"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".into()
+        } else {
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}".into()
+        }
+    });
     let token_host = tokens.host.clone();
     let rig = Rig::start_with(move |_| {
         format!(
-            "registries:\n  - name: moved\n    url: http://{hops}/hop/2\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    token_hosts: [\"{token_host}\"]\n"
+            "registries:\n  - name: moved\n    url: http://{hops}/hop/2\n    auth: {{username: {USER}, password: {PASSWORD}}}\n    token_hosts: [\"{token_host}\"]\n  - name: opened\n    url: http://{open_host}\n    auth: {{username: {USER}, password: {PASSWORD}}}\n"
         )
     })
     .await;
     let count = || tokens.requests.load(std::sync::atomic::Ordering::SeqCst);
-    let get = |path: String| {
+    let get_from = |entry: &str, path: String| {
         rig.cloud
             .client()
-            .get(format!("{}/v2/dc1/moved/{path}", rig.cloud.https))
+            .get(format!("{}/v2/dc1/{entry}/{path}", rig.cloud.https))
             .bearer_auth(&rig.tenant.api_key)
             .send()
     };
+    let get = |path: String| get_from("moved", path);
     let before = count();
     let res = get(format!("team/app/blobs/{}", image.layer_digest))
         .await
@@ -694,6 +715,28 @@ async fn a_token_registry_behind_its_own_redirects_is_pulled() {
         .unwrap();
     assert_eq!(res.status(), 200);
     assert_eq!(count(), before + 3, "the cached token");
+
+    // Moved back to Basic: the token is answered with a Basic challenge, and the pull goes on
+    // with the login; then to tokens again.
+    registry.switch_to_basic();
+    let blob = format!("team/app/blobs/{}", image.layer_digest);
+    let res = get(blob.clone()).await.unwrap();
+    let status = res.status();
+    assert_eq!(status, 200, "{}", res.text().await.unwrap());
+    registry.switch_to_token(&tokens);
+    let res = get(blob.clone()).await.unwrap();
+    let status = res.status();
+    assert_eq!(status, 200, "{}", res.text().await.unwrap());
+    assert_eq!(count(), before + 4, "a token once more");
+
+    // An open registry that starts asking for a login on a redirect: learnt again from its
+    // `/v2/`, and the redirect sent once more with the login.
+    let tags = || get_from("opened", "team/app/tags/list".to_string());
+    assert_eq!(tags().await.unwrap().status(), 200);
+    locked.store(true, std::sync::atomic::Ordering::SeqCst);
+    let res = tags().await.unwrap();
+    let status = res.status();
+    assert_eq!(status, 200, "{}", res.text().await.unwrap());
 }
 
 /// `bridge check` on `yaml` with the rig's token: (exit code, output).

@@ -43,6 +43,9 @@ pub(super) enum Scheme {
 /// slow registry or token service delays only the requests that wait for it.
 pub(super) struct AuthState {
     pub(super) scheme: Scheme,
+    /// The scheme is a token flow learnt from a `401` on the registry's own redirects, its
+    /// `/v2/` having given no challenge: a later challenge there may change it back.
+    pub(super) learnt_on_redirect: bool,
     pub(super) tokens: HashMap<String, (HeaderValue, Instant)>,
     /// Why the registry could not be reached last, in full: for `bridge check` and the log,
     /// never for callers (the words can name internal hosts).
@@ -287,9 +290,11 @@ impl RegistryKind {
 
     /// A `401` on one of the registry's own redirects, whose hop carried `sent`: the login to
     /// send that hop once more with, or `None`. A token refused there before its end is
-    /// replaced; a registry whose `/v2/` said nothing (it redirects too) learns its token flow
-    /// from this challenge. Any other challenge is that path's own and changes nothing: a
-    /// scheme learnt from `/v2/` stands.
+    /// replaced; an open registry that now asks is learnt again from `/v2/`. A registry whose
+    /// `/v2/` gives no challenge (it redirects too) is learnt from the redirects' challenges
+    /// instead: a token flow, kept only once a token is had, and given up when a token is
+    /// answered with a Basic challenge. Any other challenge is that path's own and changes
+    /// nothing: a scheme learnt from `/v2/` stands.
     pub(super) async fn relogin_hop(
         &self,
         method: &Method,
@@ -305,24 +310,43 @@ impl RegistryKind {
             .get(header::WWW_AUTHENTICATE)
             .and_then(|v| v.to_str().ok())
             .and_then(parse_challenge);
-        {
+        let learning = {
             let mut state = self.state();
-            match challenge {
+            let learning = match challenge {
                 Some(bearer @ Scheme::Bearer { .. }) if state.scheme == Scheme::Unknown => {
-                    state.scheme = bearer
+                    state.scheme = bearer;
+                    true
                 }
-                Some(Scheme::Bearer { .. }) | None if had_token => {}
+                Some(Scheme::Basic) if had_token && state.learnt_on_redirect => {
+                    state.scheme = Scheme::Unknown;
+                    state.learnt_on_redirect = false;
+                    false
+                }
+                Some(Scheme::Bearer { .. }) | None if had_token => false,
+                _ if sent.is_none() && state.scheme == Scheme::Open => {
+                    state.scheme = Scheme::Unknown;
+                    false
+                }
                 _ => return Ok(None),
-            }
+            };
             for push in [false, true] {
                 state
                     .tokens
                     .remove(&scope_of(path, push).unwrap_or_default());
             }
+            learning
+        };
+        let login = self.authorization(method, path).await;
+        if learning {
+            // One path's token service that gives no token does not become the registry's.
+            let mut state = self.state();
+            match login {
+                Ok(_) => state.learnt_on_redirect = true,
+                Err(_) => state.scheme = Scheme::Unknown,
+            }
         }
-        let login = self.authorization(method, path).await?;
         // The same login again would be refused again.
-        Ok(login.filter(|login| Some(login) != sent))
+        Ok(login?.filter(|login| Some(login) != sent))
     }
 
     /// The path of `uri` under the entry's URL (a registry may sit under a base path, as
@@ -350,7 +374,9 @@ impl RegistryKind {
         if scheme == Scheme::Unknown {
             scheme = self.learn_scheme().await?;
             if scheme != Scheme::Unknown {
-                self.state().scheme = scheme.clone();
+                let mut state = self.state();
+                state.scheme = scheme.clone();
+                state.learnt_on_redirect = false;
             }
         }
         let (realm, service) = match scheme {

@@ -56,6 +56,7 @@ impl RegistryKind {
             client,
             auth: std::sync::Mutex::new(AuthState {
                 scheme: Scheme::Unknown,
+                learnt_on_redirect: false,
                 tokens: HashMap::new(),
                 unreachable: None,
             }),
@@ -192,12 +193,7 @@ fn mount_source(query: Option<&str>) -> Option<String> {
     valid.then_some(from)
 }
 
-/// The token scope a request needs: `repository:NAME:pull` (`pull,push` when `pushing`) for
-/// `/v2/NAME/{manifests,blobs,tags,referrers}/…`, `registry:catalog:*` for the catalog, none
-/// for `/v2/`. NAME ends at the last marker: a repository may itself have a component named
-/// `tags` or `blobs` (`team/tags/app`); what follows the marker never has one (a tag, a
-/// digest, an upload id, `list`).
-/// The token scope a request needs: its repository's, and for a cross-repository mount the
+/// The token scope of a request: its repository's, and for a cross-repository mount the
 /// source repository's too (a mount reads it).
 fn request_scope(method: &Method, path: &str, query: Option<&str>) -> Option<String> {
     scope_of(path, !is_pull(method)).map(|scope| match mount_source(query) {
@@ -206,6 +202,11 @@ fn request_scope(method: &Method, path: &str, query: Option<&str>) -> Option<Str
     })
 }
 
+/// The token scope a request needs: `repository:NAME:pull` (`pull,push` when `pushing`) for
+/// `/v2/NAME/{manifests,blobs,tags,referrers}/…`, `registry:catalog:*` for the catalog, none
+/// for `/v2/`. NAME ends at the last marker: a repository may itself have a component named
+/// `tags` or `blobs` (`team/tags/app`); what follows the marker never has one (a tag, a
+/// digest, an upload id, `list`).
 fn scope_of(path: &str, pushing: bool) -> Option<String> {
     let rest = path.strip_prefix("/v2/")?;
     if rest.is_empty() {
