@@ -1364,6 +1364,16 @@ async fn db_proxy_serves_local_clients_without_a_password_over_https() {
                 "--listen",
                 "127.0.0.1:0",
                 "--api-url",
+                "https://localhost:1",
+            ],
+            Some("sigapi_a\u{7f}b"),
+            "CLOUD_API_KEY holds characters an HTTP header cannot carry",
+        ),
+        (
+            vec![
+                "--listen",
+                "127.0.0.1:0",
+                "--api-url",
                 &cloud_url,
                 "--ca-file",
                 &ca,
@@ -1393,8 +1403,8 @@ async fn db_proxy_serves_local_clients_without_a_password_over_https() {
     }
     // Several mistakes at once are said together, so one run shows them all.
     let out = Command::new(testkit::cloud_bin())
-        .args(["db-proxy", "--database", "orders"])
-        .args(["--listen", "0.0.0.0:0", "--api-url", "https://localhost:1"])
+        .args(["db-proxy", "--database", "team/orders"])
+        .args(["--listen", "0.0.0.0:0", "--api-url", "http://10.0.0.1:8000"])
         .args(["--ca-file", "/nonexistent/ca.pem", "--bridge", "dc 1"])
         .env("CLOUD_API_KEY", " ")
         .output()
@@ -1402,10 +1412,11 @@ async fn db_proxy_serves_local_clients_without_a_password_over_https() {
     assert_eq!(out.status.code(), Some(2));
     let said = String::from_utf8_lossy(&out.stderr);
     for want in [
-        "4 problems with `cloud db-proxy`'s options",
+        "5 problems with `cloud db-proxy`'s options",
         "CLOUD_API_KEY is set but empty",
-        "--ca-file /nonexistent/ca.pem",
-        "cannot form the request to the cloud from --bridge \"dc 1\"",
+        "--bridge \"dc 1\" is not a valid name: expected 1 to 63 lowercase letters",
+        "--database \"team/orders\" is not a valid name: expected 1-63 characters of letters",
+        "--api-url http://10.0.0.1:8000/: expected https://",
         "not a loopback address",
     ] {
         assert!(said.contains(want), "{want:?} in {said}");

@@ -67,12 +67,24 @@ pub fn check_label(name: &str) -> Result<(), AdminError> {
     }
 }
 
-/// Refuses an empty `--org` (clap takes `--org ''`), which names no org.
+/// Refuses an `--org` that no org can have: empty (clap takes `--org ''`), or outside the
+/// slug rule (`ACME` for `acme`), before any storage is opened.
 pub fn check_org(slug: &str) -> Result<(), AdminError> {
     if slug.is_empty() {
         return Err(AdminError::Usage(
             "--org is empty: give an org's slug (`cloud org list` shows them)".into(),
         ));
+    }
+    if !tunnel::is_valid_bridge_name(slug) {
+        let lower = slug.to_ascii_lowercase();
+        let guess = match tunnel::is_valid_bridge_name(&lower) {
+            true => format!("; slugs are lowercase: did you mean {lower:?}?"),
+            false => String::new(),
+        };
+        return Err(AdminError::Usage(format!(
+            "--org {slug:?} is not an org slug: slugs are {}{guess} (`cloud org list` shows them)",
+            tunnel::BRIDGE_NAME_RULE
+        )));
     }
     Ok(())
 }
@@ -81,7 +93,7 @@ async fn org(store: &Store, slug: &str) -> Result<i64, AdminError> {
     check_org(slug)?;
     store.org_id(slug).await?.ok_or_else(|| {
         AdminError::Usage(format!(
-            "no org {slug:?}; create it first with `cloud org create {slug}`"
+            "no org {slug:?}: `cloud org list` shows the orgs there are, `cloud org create {slug}` makes it"
         ))
     })
 }
@@ -170,7 +182,7 @@ pub fn bridge_token_id<'a>(
     });
     if bare.is_some_and(|id| id.len() != 16 || !id.bytes().all(|b| b.is_ascii_hexdigit())) {
         return Err(AdminError::Usage(format!(
-            "that is not a bridge token's id: expected {}and 16 hex digits, as `cloud bridge-token list --org {slug}` shows them",
+            "that is not a bridge token's id: expected {} and 16 hex digits (or the 16 hex digits alone), as `cloud bridge-token list --org {slug}` shows them",
             Kind::BridgeToken.prefix()
         )));
     }

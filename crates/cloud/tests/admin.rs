@@ -89,6 +89,14 @@ fn admin_commands_never_create_a_sqlite_database() {
             "that is not a bridge token's id",
         ),
         (&["api-key", "list", "--org", ""], "--org is empty"),
+        (
+            &["api-key", "list", "--org", "ACME"],
+            "--org \"ACME\" is not an org slug: slugs are 1 to 63 lowercase letters, digits, '-', '_' or '.', starting with a letter or digit; slugs are lowercase: did you mean \"acme\"?",
+        ),
+        (
+            &["signal-key", "create", "--org", "Bad!"],
+            "--org \"Bad!\" is not an org slug: slugs are 1 to 63",
+        ),
     ] {
         let (_, stderr) = run(args);
         assert!(

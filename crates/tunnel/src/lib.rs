@@ -17,4 +17,6 @@ pub mod signals;
 pub mod tls;
 
 pub use handshake::*;
-pub use resource::{ResourceInfo, ResourceKind};
+pub use resource::{
+    MAX_RESOURCE_NAME_LEN, RESOURCE_NAME_RULE, ResourceInfo, ResourceKind, is_valid_resource_name,
+};

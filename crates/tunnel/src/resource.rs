@@ -3,6 +3,24 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The longest name of a resource entry.
+pub const MAX_RESOURCE_NAME_LEN: usize = 63;
+
+/// What [`is_valid_resource_name`] accepts, for error messages on both sides.
+pub const RESOURCE_NAME_RULE: &str =
+    "1-63 characters of letters, digits, '-', '_' or '.' (not only dots)";
+
+/// A resource entry's name (a source, database, API or registry): the bridge refuses a config
+/// with another, and the cloud refuses to route to one, so a name that one side takes the
+/// other does too. It is a URL path segment, hence no `/`, and not `.` or `..`.
+pub fn is_valid_resource_name(name: &str) -> bool {
+    (1..=MAX_RESOURCE_NAME_LEN).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && !name.bytes().all(|b| b == b'.')
+}
+
 /// The four kinds of resource a bridge can expose. One vocabulary everywhere: the bridge's
 /// configuration lists, the cloud's routes, audit records, metric labels and `/v1/bridges`
 /// all name a kind through this type (`api`, `git`, `registry`, `database`).

@@ -10,7 +10,9 @@ use super::Secret;
 /// PostgreSQL's default port, used when a database entry gives none.
 pub const DEFAULT_POSTGRES_PORT: u16 = 5432;
 /// The longest name a bridge or a resource may have.
-pub const MAX_NAME_LEN: usize = 63;
+pub use tunnel::MAX_RESOURCE_NAME_LEN as MAX_NAME_LEN;
+/// A resource's name: the cloud checks it by the same rule (`tunnel`).
+pub use tunnel::is_valid_resource_name as is_valid_name;
 
 pub use crate::rules::AllowRule;
 pub use tunnel::ResourceKind;
@@ -250,19 +252,8 @@ pub struct Registry {
     pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
-/// True when `name` is 1-63 characters of `[A-Za-z0-9._-]` and not just dots (a name is a URL
-/// path segment, so `.` and `..` would be dangerous).
-pub fn is_valid_name(name: &str) -> bool {
-    (1..=MAX_NAME_LEN).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        && !name.bytes().all(|b| b == b'.')
-}
-
 /// What the error messages say a valid name is.
-pub(crate) const NAME_RULE: &str =
-    "1-63 characters of letters, digits, '-', '_' or '.' (not only dots)";
+pub(crate) use tunnel::RESOURCE_NAME_RULE as NAME_RULE;
 
 /// Turns `raw` (a host, a database name) into a valid name: invalid characters become `-`,
 /// the result is cut to [`MAX_NAME_LEN`], and `fallback` is used when nothing is left.

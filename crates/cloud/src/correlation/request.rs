@@ -21,10 +21,22 @@ pub(super) fn json_body<T>(
         Err(JsonRejection::MissingJsonContentType(_)) => Err(Problem::unsupported_media(format!(
             "send the body as Content-Type: application/json, such as {expected}"
         ))),
-        Err(e) => Err(Problem::bad_request(format!(
-            "{}; expected {expected}",
-            e.body_text()
-        ))),
+        Err(e) => {
+            // axum's text leads with its own sentence ("Failed to parse the request body as
+            // JSON: …"); what serde found is after it, said as the ingest routes say it.
+            let text = e.body_text();
+            let found = text
+                .split_once(": ")
+                .map_or(text.as_str(), |(_, found)| found);
+            let what = match e {
+                JsonRejection::JsonSyntaxError(_) => "the body is not valid JSON",
+                JsonRejection::JsonDataError(_) => "the body is not of the expected shape",
+                _ => "the body cannot be read",
+            };
+            Err(Problem::bad_request(format!(
+                "{what}: {found}; expected {expected}"
+            )))
+        }
     }
 }
 

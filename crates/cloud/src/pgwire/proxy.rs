@@ -75,6 +75,15 @@ pub enum ProxyError {
     /// open, so db-proxy does not start.
     #[error("{0}")]
     Preflight(String),
+    /// `--bridge` or `--database` is no name the cloud could route to: said at start rather
+    /// than as every session's failure.
+    #[error("{0} {1:?} is not a valid name: expected {2}")]
+    Name(&'static str, String, &'static str),
+    /// The key holds characters an HTTP header cannot carry (a paste gone wrong).
+    #[error(
+        "CLOUD_API_KEY holds characters an HTTP header cannot carry: give the key as `cloud api-key create` printed it"
+    )]
+    ApiKeyChars,
     /// `--api-url` has no host, an unknown scheme, or `http://` to another machine.
     #[error(
         "--api-url {0}: expected https://HOST[:PORT] (http:// only to localhost or a loopback address: the API key would cross the network in clear)"

@@ -239,11 +239,11 @@ impl<'a> Checker<'_, 'a> {
             if !ok {
                 let detail = match Kind::of(v) {
                     Kind::String => format!(
-                        "metadata value {:?} is longer than {MAX_SHORT} bytes; shorten it, or send the text as a top-level field",
+                        "the value of metadata key {:?} is longer than {MAX_SHORT} bytes; shorten it, or send the text as a top-level field",
                         key.0
                     ),
                     other => format!(
-                        "metadata value {:?} must be a string (at most {MAX_SHORT} bytes), number or boolean, not {}",
+                        "the value of metadata key {:?} must be a string (at most {MAX_SHORT} bytes), number or boolean, not {}",
                         key.0,
                         other.article()
                     ),

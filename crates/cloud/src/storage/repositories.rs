@@ -48,7 +48,7 @@ impl RepositorySource {
             !self.repository.trim().is_empty()
                 && self.repository.len() <= crate::signals::validate::MAX_SHORT,
             tunnel::is_valid_bridge_name(&self.bridge),
-            is_resource_name(&self.source),
+            tunnel::is_valid_resource_name(&self.source),
             is_repository_path(&self.path),
         ];
         REPOSITORY_RULES
@@ -58,14 +58,6 @@ impl RepositorySource {
             .map(|(rule, _)| rule)
             .collect()
     }
-}
-
-fn is_resource_name(name: &str) -> bool {
-    (1..=63).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        && !name.bytes().all(|b| b == b'.')
 }
 
 fn is_repository_path(path: &str) -> bool {

@@ -14,7 +14,10 @@ use super::{ProxyError, ProxyOptions};
 /// saying each problem at once rather than the first.
 pub(super) fn prepare(opts: &ProxyOptions) -> Result<(Dialer, TcpListener), Vec<ProxyError>> {
     let mut problems = Vec::new();
-    match opts.api_key {
+    match &opts.api_key {
+        Ok(key) if hyper::header::HeaderValue::from_str(key).is_err() => {
+            problems.push(ProxyError::ApiKeyChars)
+        }
         Ok(_) => {}
         Err(true) => problems.push(ProxyError::BlankApiKey),
         Err(false) => problems.push(ProxyError::NoApiKey),
@@ -38,6 +41,18 @@ pub(super) fn prepare(opts: &ProxyOptions) -> Result<(Dialer, TcpListener), Vec<
         },
         None => Some(tunnel::roots::public()),
     };
+    if !tunnel::is_valid_bridge_name(&opts.bridge) {
+        let name = opts.bridge.clone();
+        problems.push(ProxyError::Name("--bridge", name, tunnel::BRIDGE_NAME_RULE));
+    }
+    if !tunnel::is_valid_resource_name(&opts.database) {
+        let name = opts.database.clone();
+        problems.push(ProxyError::Name(
+            "--database",
+            name,
+            tunnel::RESOURCE_NAME_RULE,
+        ));
+    }
     // `--api-url` is checked even when the CA file is not read.
     let roots = roots.unwrap_or_else(rustls::RootCertStore::empty);
     let dialer = dialer(opts, roots).map_err(|e| problems.push(e)).ok();
