@@ -31,9 +31,19 @@ pub fn check_name(what: &str, name: &str) -> Result<(), AdminError> {
         Ok(())
     } else {
         Err(AdminError::Usage(format!(
-            "{what} {name:?} is not valid: use {}",
-            tunnel::BRIDGE_NAME_RULE
+            "{what} {name:?} is not valid: use {}{}",
+            tunnel::BRIDGE_NAME_RULE,
+            lowercase_guess(name)
         )))
+    }
+}
+
+/// `; did you mean "acme"?` for `ACME` (or ` acme `), when that form is a valid name.
+fn lowercase_guess(name: &str) -> String {
+    let guess = name.trim().to_ascii_lowercase();
+    match tunnel::is_valid_bridge_name(&guess) {
+        true => format!("; did you mean {guess:?}?"),
+        false => String::new(),
     }
 }
 
@@ -76,14 +86,10 @@ pub fn check_org(slug: &str) -> Result<(), AdminError> {
         ));
     }
     if !tunnel::is_valid_bridge_name(slug) {
-        let lower = slug.to_ascii_lowercase();
-        let guess = match tunnel::is_valid_bridge_name(&lower) {
-            true => format!("; slugs are lowercase: did you mean {lower:?}?"),
-            false => String::new(),
-        };
         return Err(AdminError::Usage(format!(
-            "--org {slug:?} is not an org slug: slugs are {}{guess} (`cloud org list` shows them)",
-            tunnel::BRIDGE_NAME_RULE
+            "--org {slug:?} is not an org slug: expected {}{} (`cloud org list` shows the orgs)",
+            tunnel::BRIDGE_NAME_RULE,
+            lowercase_guess(slug)
         )));
     }
     Ok(())

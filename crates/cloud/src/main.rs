@@ -344,7 +344,9 @@ async fn db_proxy(args: DbProxyArgs) -> Result<(), Failure> {
     let api_key = match std::env::var("CLOUD_API_KEY") {
         Ok(key) if !key.trim().is_empty() => Ok(key.trim().to_string()),
         Ok(_) => Err(true),
-        Err(_) => Err(false),
+        // Bytes that are no text: kept (as U+FFFD) for the check that names them.
+        Err(std::env::VarError::NotUnicode(raw)) => Ok(raw.to_string_lossy().trim().to_string()),
+        Err(std::env::VarError::NotPresent) => Err(false),
     };
     let options = cloud::pgwire::proxy::ProxyOptions {
         api_url: args.api_url,

@@ -34,7 +34,7 @@ pub(super) fn json_body<T>(
                 _ => "the body cannot be read",
             };
             Err(Problem::bad_request(format!(
-                "{what}: {found}; expected {expected}"
+                "{what}: {found}; send {expected}"
             )))
         }
     }

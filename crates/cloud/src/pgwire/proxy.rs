@@ -79,9 +79,9 @@ pub enum ProxyError {
     /// than as every session's failure.
     #[error("{0} {1:?} is not a valid name: expected {2}")]
     Name(&'static str, String, &'static str),
-    /// The key holds characters an HTTP header cannot carry (a paste gone wrong).
+    /// The key holds more than printable ASCII (a paste gone wrong).
     #[error(
-        "CLOUD_API_KEY holds characters an HTTP header cannot carry: give the key as `cloud api-key create` printed it"
+        "CLOUD_API_KEY holds characters other than printable ASCII (a space or an invisible character pasted with it?): give the key as `cloud api-key create` printed it"
     )]
     ApiKeyChars,
     /// `--api-url` has no host, an unknown scheme, or `http://` to another machine.

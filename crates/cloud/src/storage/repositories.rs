@@ -27,7 +27,7 @@ pub const REPOSITORY_RULES: [(&str, &str); 4] = [
     ("bridge", tunnel::BRIDGE_NAME_RULE),
     (
         "source",
-        "the name of a sources entry of the bridge's config (1 to 63 letters, digits, '-', '_' or '.')",
+        "the name of a sources entry of the bridge's config (1-63 characters of letters, digits, '-', '_' or '.', not only dots)",
     ),
     (
         "path",

@@ -5,13 +5,12 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use http::{HeaderValue, Method, Response, StatusCode, header};
+use http::{HeaderValue, Method, StatusCode, header};
 use http_body_util::{BodyExt, Empty};
-use hyper::body::Incoming;
 use url::Url;
 
-use super::super::kind::{Refusal, Sent};
-use super::{RegistryKind, host_port, is_pull, request_scope, scope_of};
+use super::super::kind::Refusal;
+use super::{RegistryKind, host_port, is_pull, scope_of};
 
 /// How long a token or challenge request may take.
 pub(super) const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -108,7 +107,7 @@ impl RegistryKind {
     }
 
     /// A token for `scope` from `realm`, asked with the entry's login.
-    async fn fetch_token(
+    pub(super) async fn fetch_token(
         &self,
         realm: &Url,
         service: Option<&str>,
@@ -208,147 +207,6 @@ impl RegistryKind {
         Ok((value, Instant::now() + life.mul_f64(0.9)))
     }
 
-    /// A token refused (`401` to a `GET` or `HEAD` that carried one: it expired early, or the
-    /// registry restarted with new keys) is dropped, and the request sent once more with a new
-    /// one; so is a pull that carried none when the registry now asks for a token (it moved
-    /// from Basic to token auth). Says whether it sent the request again: a request gets one
-    /// such retry at most, redirects included.
-    pub(super) async fn retry_unauthorized(
-        &self,
-        sent: &Sent,
-        response: Response<Incoming>,
-    ) -> Result<(Response<Incoming>, bool), Refusal> {
-        let Some((uri, headers)) = &sent.head else {
-            return Ok((response, false));
-        };
-        if response.status() != StatusCode::UNAUTHORIZED {
-            return Ok((response, false));
-        }
-        let had_token = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("Bearer "));
-        let path = self.under_base(uri);
-        let pulling = sent.method == Method::GET || sent.method == Method::HEAD;
-        let challenge = response
-            .headers()
-            .get(header::WWW_AUTHENTICATE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_challenge);
-        if !had_token {
-            // The registry wants what the bridge did not send: its authentication changed, or
-            // the login is wrong. Its challenge is learnt again; a pull is sent once more when
-            // it now asks for a token (else this 401 becomes the 502 that names
-            // registries[].auth).
-            self.state().scheme = Scheme::Unknown;
-            if !pulling || !matches!(challenge, Some(Scheme::Bearer { .. })) {
-                return Ok((response, false));
-            }
-        } else if matches!(challenge, Some(Scheme::Basic)) {
-            // A token where the registry now asks for Basic: it moved back from a token
-            // service. Its challenge is learnt again, and a pull sent once more with the login.
-            self.state().scheme = Scheme::Unknown;
-        }
-        {
-            let mut state = self.state();
-            // A cross-repository mount's token is kept under both repositories' scopes.
-            let mount = request_scope(&sent.method, path, uri.query());
-            for scope in [scope_of(path, false), scope_of(path, true), mount] {
-                state.tokens.remove(&scope.unwrap_or_default());
-            }
-        }
-        if !pulling {
-            return Ok((response, false));
-        }
-        let authorization = self.authorization(&sent.method, path).await?;
-        let mut again = http::Request::builder()
-            .method(sent.method.clone())
-            .uri(uri.clone())
-            .body(Empty::new())
-            .map_err(|e| self.unavailable("registry: token", e.to_string()))?;
-        *again.headers_mut() = headers.clone();
-        again.headers_mut().remove(header::CONTENT_LENGTH);
-        again.headers_mut().remove(header::TRANSFER_ENCODING);
-        match authorization {
-            Some(value) => again.headers_mut().insert(header::AUTHORIZATION, value),
-            None => again.headers_mut().remove(header::AUTHORIZATION),
-        };
-        let failed = || {
-            self.unavailable(
-                "registry: token",
-                format!(
-                    "registry {:?} did not answer the request sent again with a new token",
-                    self.cfg.name
-                ),
-            )
-        };
-        match tokio::time::timeout(AUTH_TIMEOUT, self.client.request(again)).await {
-            Ok(Ok(response)) => Ok((response, true)),
-            _ => Err(failed()),
-        }
-    }
-
-    /// A `401` on one of the registry's own redirects, whose hop carried `sent`: the login to
-    /// send that hop once more with, or `None`. A token refused there before its end is
-    /// replaced; an open registry that now asks is learnt again from `/v2/`. A registry whose
-    /// `/v2/` gives no challenge (it redirects too) is learnt from the redirects' challenges
-    /// instead: a token flow, kept only once a token is had, and given up when a token is
-    /// answered with a Basic challenge. Any other challenge is that path's own and changes
-    /// nothing: a scheme learnt from `/v2/` stands.
-    pub(super) async fn relogin_hop(
-        &self,
-        method: &Method,
-        path: &str,
-        sent: Option<&HeaderValue>,
-        response: &Response<Incoming>,
-    ) -> Result<Option<HeaderValue>, Refusal> {
-        let had_token = sent
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("Bearer "));
-        let challenge = response
-            .headers()
-            .get(header::WWW_AUTHENTICATE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_challenge);
-        let learning = {
-            let mut state = self.state();
-            let learning = match challenge {
-                Some(bearer @ Scheme::Bearer { .. }) if state.scheme == Scheme::Unknown => {
-                    state.scheme = bearer;
-                    true
-                }
-                Some(Scheme::Basic) if had_token && state.learnt_on_redirect => {
-                    state.scheme = Scheme::Unknown;
-                    state.learnt_on_redirect = false;
-                    false
-                }
-                Some(Scheme::Bearer { .. }) | None if had_token => false,
-                _ if sent.is_none() && state.scheme == Scheme::Open => {
-                    state.scheme = Scheme::Unknown;
-                    false
-                }
-                _ => return Ok(None),
-            };
-            for push in [false, true] {
-                state
-                    .tokens
-                    .remove(&scope_of(path, push).unwrap_or_default());
-            }
-            learning
-        };
-        let login = self.authorization(method, path).await;
-        if learning {
-            // One path's token service that gives no token does not become the registry's.
-            let mut state = self.state();
-            match login {
-                Ok(_) => state.learnt_on_redirect = true,
-                Err(_) => state.scheme = Scheme::Unknown,
-            }
-        }
-        // The same login again would be refused again.
-        Ok(login?.filter(|login| Some(login) != sent))
-    }
-
     /// The path of `uri` under the entry's URL (a registry may sit under a base path, as
     /// Artifactory's do): the path a token's scope is named by.
     pub(super) fn under_base<'u>(&self, uri: &'u http::Uri) -> &'u str {
@@ -361,8 +219,8 @@ impl RegistryKind {
         method: &Method,
         path: &str,
     ) -> Result<Option<HeaderValue>, Refusal> {
-        self.authorization_for(scope_of(path, !is_pull(method)))
-            .await
+        let scope = scope_of(path, !is_pull(method));
+        Ok(self.authorization_under(scope).await?.0)
     }
 
     /// The `Authorization` for a request needing `scope` (scopes separated by spaces).
@@ -370,6 +228,15 @@ impl RegistryKind {
         &self,
         scope: Option<String>,
     ) -> Result<Option<HeaderValue>, Refusal> {
+        Ok(self.authorization_under(scope).await?.0)
+    }
+
+    /// [`Self::authorization_for`], with the scheme it was chosen under: a `401` to it is read
+    /// against that scheme, which another request may have changed meanwhile.
+    pub(super) async fn authorization_under(
+        &self,
+        scope: Option<String>,
+    ) -> Result<(Option<HeaderValue>, Scheme), Refusal> {
         let mut scheme = self.state().scheme.clone();
         if scheme == Scheme::Unknown {
             scheme = self.learn_scheme().await?;
@@ -379,35 +246,40 @@ impl RegistryKind {
                 state.learnt_on_redirect = false;
             }
         }
-        let (realm, service) = match scheme {
-            Scheme::Open => return Ok(None),
+        let (realm, service) = match &scheme {
+            Scheme::Open => return Ok((None, scheme)),
             // Not learnt yet (the registry answered neither 200 nor 401): the login, if any.
-            Scheme::Unknown | Scheme::Basic => return Ok(self.basic()),
+            Scheme::Unknown | Scheme::Basic => return Ok((self.basic(), scheme)),
             Scheme::Bearer { realm, service } => (realm, service),
         };
         let key = scope.clone().unwrap_or_default();
         if let Some((token, until)) = self.state().tokens.get(&key)
             && Instant::now() < *until
         {
-            return Ok(Some(token.clone()));
+            return Ok((Some(token.clone()), scheme));
         }
         let (token, until) = self
-            .fetch_token(&realm, service.as_deref(), scope.as_deref())
+            .fetch_token(realm, service.as_deref(), scope.as_deref())
             .await?;
+        self.keep_token(key, token.clone(), until);
+        Ok((Some(token), scheme))
+    }
+
+    /// Caches a token for its scope, `key`.
+    pub(super) fn keep_token(&self, key: String, token: HeaderValue, until: Instant) {
         let mut state = self.state();
         let now = Instant::now();
         state.tokens.retain(|_, (_, until)| now < *until);
         if state.tokens.len() >= MAX_TOKENS {
             state.tokens.clear();
         }
-        state.tokens.insert(key, (token.clone(), until));
-        Ok(Some(token))
+        state.tokens.insert(key, (token, until));
     }
 }
 
 /// The scheme a `WWW-Authenticate` value asks for; `None` when it is neither Basic nor a
 /// usable Bearer challenge.
-fn parse_challenge(value: &str) -> Option<Scheme> {
+pub(super) fn parse_challenge(value: &str) -> Option<Scheme> {
     let (scheme, params) = value.trim().split_once(' ').unwrap_or((value.trim(), ""));
     if scheme.eq_ignore_ascii_case("basic") {
         return Some(Scheme::Basic);

@@ -16,6 +16,7 @@
 
 mod auth;
 mod redirects;
+mod relogin;
 
 use std::collections::HashMap;
 

@@ -8,6 +8,7 @@ use url::Url;
 
 use super::super::kind::{Refusal, Sent};
 use super::super::upstream::path_under;
+use super::auth::Scheme;
 use super::{RegistryKind, host_port};
 
 /// Redirects followed for one request at most.
@@ -79,10 +80,13 @@ impl RegistryKind {
                 .head
                 .as_ref()
                 .map_or("/v2/", |(uri, _)| self.under_base(uri));
-            let login = match own {
+            let (login, seen) = match own {
                 // Fetched again in case the 401 retry replaced it.
-                true => self.authorization(method, path).await?,
-                false => None,
+                true => {
+                    let scope = super::scope_of(path, false);
+                    self.authorization_under(scope).await?
+                }
+                false => (None, Scheme::Unknown),
             };
             response = self.hop(sent, &target, login.clone()).await?;
             // A token refused before its end, or a registry whose `/v2/` did not say it wants
@@ -90,7 +94,7 @@ impl RegistryKind {
             if own && !relogged && response.status() == StatusCode::UNAUTHORIZED {
                 relogged = true;
                 let again = self
-                    .relogin_hop(method, path, login.as_ref(), &response)
+                    .relogin_hop(method, path, (login.as_ref(), &seen), &response)
                     .await?;
                 if let Some(again) = again {
                     response = self.hop(sent, &target, Some(again)).await?;

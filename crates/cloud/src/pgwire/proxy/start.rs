@@ -15,7 +15,9 @@ use super::{ProxyError, ProxyOptions};
 pub(super) fn prepare(opts: &ProxyOptions) -> Result<(Dialer, TcpListener), Vec<ProxyError>> {
     let mut problems = Vec::new();
     match &opts.api_key {
-        Ok(key) if hyper::header::HeaderValue::from_str(key).is_err() => {
+        // Keys are printable ASCII: anything else is a paste gone wrong (a space inside, a
+        // zero-width or no-break space), which the cloud would refuse at every session.
+        Ok(key) if !key.bytes().all(|b| b.is_ascii_graphic()) => {
             problems.push(ProxyError::ApiKeyChars)
         }
         Ok(_) => {}

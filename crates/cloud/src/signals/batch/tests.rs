@@ -203,7 +203,7 @@ fn metadata_limits() {
     assert_eq!(e[0].pointer, "/metadata/k");
     assert!(
         e[0].detail
-            .starts_with("metadata value \"k\" is longer than 1024 bytes"),
+            .starts_with("the value of metadata key \"k\" is longer than 1024 bytes"),
         "{}",
         e[0].detail
     );
