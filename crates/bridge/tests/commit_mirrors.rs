@@ -96,6 +96,16 @@ async fn mirrors_hold_no_file_contents_and_leave_with_their_mapping() {
         "{problem}"
     );
     assert_eq!(mirrors(rig.cloud.data_dir.path()), Vec::<String>::new());
+    // The cloud's operator reads whose repository failed, and where.
+    testkit::wait_until("the failure in the cloud's log", || {
+        rig.cloud.log_text().lines().any(|line| {
+            line.contains("cannot list a deployment's commits")
+                && line.contains("\"repository\":\"acme/plain\"")
+                && line.contains("\"path\":\"team/plain.git\"")
+                && line.contains("\"org_id\":")
+        })
+    })
+    .await;
 
     // Two mappings reading one repository share a mirror; it leaves with the last of them.
     for repository in ["acme/lib", "acme/lib-again"] {

@@ -942,6 +942,64 @@ async fn org_with_webhook_at(extra: &[&str], address: impl Fn(&str) -> String) -
     }
 }
 
+/// A receiver that takes the connection and never answers, in one org, holds up no other
+/// org's notification: the other org's arrives while that attempt still waits for its answer.
+#[tokio::test]
+async fn a_receiver_that_never_answers_holds_up_no_other_org() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::io::AsyncReadExt;
+    let WebhookOrg {
+        cloud,
+        tenant: acme,
+        receiver,
+        ..
+    } = org_with_webhook(&["--webhook-allow-private"]).await;
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_url = format!("http://{}/hook", silent.local_addr().unwrap());
+    // Set once a request came in; `closed` once the cloud gave up on it (its time-out).
+    let (asked, closed) = (
+        std::sync::Arc::new(AtomicBool::new(false)),
+        std::sync::Arc::new(AtomicBool::new(false)),
+    );
+    let (asked_by, closed_by) = (asked.clone(), closed.clone());
+    let _silent = tokio::spawn(async move {
+        let (mut tcp, _) = silent.accept().await.unwrap();
+        let mut buf = [0u8; 4096];
+        while tcp.read(&mut buf).await.is_ok_and(|n| n > 0) {
+            asked_by.store(true, Ordering::SeqCst);
+        }
+        closed_by.store(true, Ordering::SeqCst);
+    });
+    let quiet = cloud.tenant("quiet");
+    cloud.admin(&[
+        "webhook",
+        "set",
+        "--org",
+        "quiet",
+        "--url",
+        &silent_url,
+        "--webhook-allow-private",
+    ]);
+    // A deployment 10 minutes before an alert of the same service: a strong suspect.
+    async fn strong_suspect(cloud: &Cloud, t: &Tenant) {
+        let at = |minutes: i64| (Utc::now() + Duration::minutes(minutes)).to_rfc3339();
+        let deploy = json!({"type": "deployment", "service": "api", "environment": "production",
+            "version": "v2", "status": "success", "timestamp": at(-10)});
+        let alert = json!({"type": "alert", "service": "api", "environment": "production",
+            "status": "triggered", "severity": "critical", "title": "Error rate", "timestamp": at(0)});
+        cloud.post_event(t, &deploy).await;
+        cloud.post_event(t, &alert).await;
+    }
+    strong_suspect(&cloud, &quiet).await;
+    testkit::wait_until("the silent receiver asked", || asked.load(Ordering::SeqCst)).await;
+    strong_suspect(&cloud, &acme).await;
+    receiver.wait_delivered("alert.suspect").await;
+    assert!(
+        !closed.load(Ordering::SeqCst),
+        "the other org's notification waited for the silent receiver's time-out"
+    );
+}
+
 /// A new alert whose top suspect scores at least 0.7 reaches the org's webhook, signed, with
 /// the reasons; the dashboard shows the alert's suspects and the service's DORA figures.
 #[tokio::test]

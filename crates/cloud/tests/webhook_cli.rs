@@ -33,6 +33,8 @@ async fn a_webhook_set_by_the_cli_receives_signed_notifications() {
         err.contains("--url is not an absolute address") && !err.contains("S3CRET"),
         "{err}"
     );
+    let err = refused(&[&set[..], &["http://exa mple.com/hook"]].concat());
+    assert!(err.contains("--url's host is not valid"), "{err}");
     let err = refused(&[&set[..], &[""]].concat());
     assert!(err.contains("--url is required"), "{err}");
     // A password in the URL: refused and not repeated.

@@ -286,7 +286,7 @@ async fn git_problem(
             "commit {sha} is not in {path:?} (source {name:?} on bridge {bridge:?}); check the deployment's sha and the mapping's path"
         )),
         other => {
-            tracing::warn!(bridge = %bridge, source = %name, cause = %other, "cannot list a deployment's commits");
+            tracing::warn!(org_id, repository = %source.repository, bridge = %bridge, source = %name, path = %path, cause = %other, "cannot list a deployment's commits");
             // The cloud's own directories are its operator's, in its log: the caller is told
             // no internal path.
             let why = match other {

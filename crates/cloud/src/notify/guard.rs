@@ -115,9 +115,24 @@ fn well_formed(raw: &str) -> Result<String, String> {
         ),
         // Nor one that does not read as a URL (it may hold a password or a token all the same):
         // the parser's reason says what is wrong with it.
-        Err(e) => Err(format!(
-            "url is not an absolute address ({e}): expected such as https://hooks.example.com/signals, without a user name or password in it"
-        )),
+        Err(e) => {
+            use url::ParseError as P;
+            let what = match e {
+                P::RelativeUrlWithoutBase | P::RelativeUrlWithCannotBeABaseBase => {
+                    "url is not an absolute address"
+                }
+                P::EmptyHost
+                | P::IdnaError
+                | P::InvalidDomainCharacter
+                | P::InvalidIpv4Address
+                | P::InvalidIpv6Address => "url's host is not valid",
+                P::InvalidPort => "url's port is not valid",
+                _ => "url cannot be read",
+            };
+            Err(format!(
+                "{what} ({e}): expected such as https://hooks.example.com/signals, without a user name or password in it"
+            ))
+        }
         Ok(_) => Err(
             "url names no host after its scheme (https:///… has a third slash): expected such as https://hooks.example.com/signals".to_string(),
         ),

@@ -5,8 +5,9 @@
 //! are queued in storage and delivered with retries and back-off, so a receiver that is down,
 //! or a restart of the cloud, loses none.
 //!
-//! One task does both halves every [`TICK`]: [`watch`] queues what is new, [`send`] delivers
-//! what is due. It reads the live tunnels through [`LiveBridges`] and correlation's answers
+//! One task does both halves every [`TICK`]: [`watch`] queues what is new, [`send`] starts
+//! the attempts that are due, each recording its own outcome as it ends (an attempt outlives
+//! the round, so a receiver that does not answer holds up nothing else). It reads the live tunnels through [`LiveBridges`] and correlation's answers
 //! through [`Insight`], and never imports those features.
 
 pub mod guard;
@@ -45,6 +46,8 @@ pub struct Notifier {
     first_retry: Duration,
     allow_private: bool,
     client: reqwest::Client,
+    /// Attempts under way, each recording its own outcome.
+    in_flight: send::InFlight,
     /// Notifications queued by this process (webhook id, dedup key): skips a storage round
     /// trip every tick for what storage would refuse as a duplicate anyway.
     queued: HashSet<(i64, String)>,
@@ -72,13 +75,15 @@ impl Notifier {
             first_retry,
             allow_private,
             client: send::client(allow_private),
+            in_flight: tokio::task::JoinSet::new(),
             queued: HashSet::new(),
             examined: HashSet::new(),
         }
     }
 
-    /// Runs until `shutdown`. A delivery cut short by shutdown stays queued and is retried by
-    /// the next start.
+    /// Runs until `shutdown`. A delivery cut short by shutdown (an attempt under way, or one
+    /// whose outcome was not recorded yet) stays queued and is retried by the next start, with
+    /// the same id.
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

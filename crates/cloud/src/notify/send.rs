@@ -5,7 +5,12 @@
 use std::time::Duration;
 
 use super::{Notifier, sign};
-use crate::storage::{Delivery, StorageError, now_micros};
+use crate::storage::{Delivery, StorageError, Store, Webhook, now_micros};
+
+/// Attempts under way, each recording its own outcome as it ends.
+pub(super) type InFlight = tokio::task::JoinSet<()>;
+/// Attempts under way at most; more due ones wait for the next rounds.
+const MAX_IN_FLIGHT: usize = 64;
 
 /// How long one attempt may take.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -48,9 +53,18 @@ pub fn backoff(first: Duration, attempts: i64) -> Duration {
 }
 
 impl Notifier {
-    /// Attempts every due delivery once.
+    /// Starts an attempt for every due delivery. Attempts run side by side and outlive the
+    /// round, each recording its outcome as it ends (a notification delivered reads as such at
+    /// once, so a webhook set again meanwhile does not get it twice): one org's receiver that
+    /// does not answer (for up to [`ATTEMPT_TIMEOUT`]) delays no other org's, nor the queueing
+    /// of new notifications.
     pub(super) async fn send_due(&mut self) -> Result<(), StorageError> {
-        let due = self.store.due_deliveries(32).await?;
+        while self.in_flight.try_join_next().is_some() {}
+        let room = MAX_IN_FLIGHT.saturating_sub(self.in_flight.len()).min(32);
+        if room == 0 {
+            return Ok(());
+        }
+        let due = self.store.due_deliveries(room as i64).await?;
         if due.is_empty() {
             return Ok(());
         }
@@ -70,59 +84,61 @@ impl Notifier {
                 claimed.push((hook.clone(), delivery));
             }
         }
-        // Side by side (at most 32 due at once): one org's receiver that does not answer
-        // delays no other org's.
-        let mut attempts = tokio::task::JoinSet::new();
         for (hook, delivery) in claimed {
             let (client, allow_private) = (self.client.clone(), self.allow_private);
-            attempts.spawn(async move {
+            let (store, first_retry) = (self.store.clone(), self.first_retry);
+            self.in_flight.spawn(async move {
                 let outcome =
                     attempt(&client, allow_private, &hook.url, &hook.secret, &delivery).await;
-                (hook, delivery, outcome)
+                // Not recorded, it is attempted again once its claim runs out, with its id.
+                if let Err(e) = record(&store, first_retry, &hook, &delivery, outcome).await {
+                    store.background_failure(&e, "cannot record a webhook delivery's outcome");
+                }
             });
-        }
-        let mut outcomes = Vec::new();
-        while let Some(done) = attempts.join_next().await {
-            if let Ok(done) = done {
-                outcomes.push(done);
-            }
-        }
-        for (hook, delivery, outcome) in outcomes {
-            let attempts = delivery.attempts + 1;
-            match outcome {
-                Ok(()) => {
-                    tracing::info!(
-                        webhook_id = hook.id,
-                        delivery = delivery.id,
-                        attempts,
-                        "webhook notification delivered"
-                    );
-                    self.store
-                        .delivery_attempted(delivery.id, None, None)
-                        .await?;
-                }
-                Err(why) => {
-                    let retry_at = (attempts < MAX_ATTEMPTS).then(|| {
-                        now_micros()
-                            + i64::try_from(backoff(self.first_retry, attempts).as_micros())
-                                .unwrap_or(i64::MAX / 2)
-                    });
-                    match retry_at {
-                        Some(_) => {
-                            tracing::warn!(webhook_id = hook.id, delivery = delivery.id, attempts, cause = %why, "webhook delivery failed; it will be retried")
-                        }
-                        None => {
-                            tracing::error!(webhook_id = hook.id, delivery = delivery.id, attempts, cause = %why, "webhook delivery failed {MAX_ATTEMPTS} times; given up (the dashboard's Notifications page shows it)")
-                        }
-                    }
-                    self.store
-                        .delivery_attempted(delivery.id, Some(&why), retry_at)
-                        .await?;
-                }
-            }
         }
         Ok(())
     }
+}
+
+/// Stores how an attempt ended: delivered, to be retried after the back-off, or given up.
+async fn record(
+    store: &Store,
+    first_retry: Duration,
+    hook: &Webhook,
+    delivery: &Delivery,
+    outcome: Result<(), String>,
+) -> Result<(), StorageError> {
+    let attempts = delivery.attempts + 1;
+    match outcome {
+        Ok(()) => {
+            tracing::info!(
+                webhook_id = hook.id,
+                delivery = delivery.id,
+                attempts,
+                "webhook notification delivered"
+            );
+            store.delivery_attempted(delivery.id, None, None).await?;
+        }
+        Err(why) => {
+            let retry_at = (attempts < MAX_ATTEMPTS).then(|| {
+                now_micros()
+                    + i64::try_from(backoff(first_retry, attempts).as_micros())
+                        .unwrap_or(i64::MAX / 2)
+            });
+            match retry_at {
+                Some(_) => {
+                    tracing::warn!(webhook_id = hook.id, delivery = delivery.id, attempts, cause = %why, "webhook delivery failed; it will be retried")
+                }
+                None => {
+                    tracing::error!(webhook_id = hook.id, delivery = delivery.id, attempts, cause = %why, "webhook delivery failed {MAX_ATTEMPTS} times; given up (the dashboard's Notifications page shows it)")
+                }
+            }
+            store
+                .delivery_attempted(delivery.id, Some(&why), retry_at)
+                .await?;
+        }
+    }
+    Ok(())
 }
 
 /// One attempt: the signed POST, `Ok` on a 2xx answer.
@@ -162,6 +178,9 @@ async fn attempt(
                 }
                 text.push_str(&format!(": {c}"));
                 cause = c.source();
+            }
+            if text.contains("UnknownIssuer") {
+                text.push_str(" (the receiver's certificate is signed by no CA this cloud trusts: the system's, or the set compiled into cloud; give the receiver a certificate from a public CA)");
             }
             text
         })?;
