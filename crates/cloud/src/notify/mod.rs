@@ -7,8 +7,9 @@
 //!
 //! One task does both halves every [`TICK`]: [`watch`] queues what is new, [`send`] starts
 //! the attempts that are due, each recording its own outcome as it ends (an attempt outlives
-//! the round, so a receiver that does not answer holds up nothing else). It reads the live tunnels through [`LiveBridges`] and correlation's answers
-//! through [`Insight`], and never imports those features.
+//! the round, so a receiver that does not answer holds up nothing else). It reads the live
+//! tunnels through [`LiveBridges`] and correlation's answers through [`Insight`], and never
+//! imports those features.
 
 pub mod guard;
 mod send;
@@ -48,6 +49,8 @@ pub struct Notifier {
     client: reqwest::Client,
     /// Attempts under way, each recording its own outcome.
     in_flight: send::InFlight,
+    /// Which org and webhook each attempt under way is for.
+    busy: send::Busy,
     /// Notifications queued by this process (webhook id, dedup key): skips a storage round
     /// trip every tick for what storage would refuse as a duplicate anyway.
     queued: HashSet<(i64, String)>,
@@ -76,6 +79,7 @@ impl Notifier {
             allow_private,
             client: send::client(allow_private),
             in_flight: tokio::task::JoinSet::new(),
+            busy: Default::default(),
             queued: HashSet::new(),
             examined: HashSet::new(),
         }

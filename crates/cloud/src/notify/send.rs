@@ -9,8 +9,42 @@ use crate::storage::{Delivery, StorageError, Store, Webhook, now_micros};
 
 /// Attempts under way, each recording its own outcome as it ends.
 pub(super) type InFlight = tokio::task::JoinSet<()>;
+/// The (org, webhook) of each attempt under way, shared with the attempts' tasks.
+pub(super) type Busy = std::sync::Arc<std::sync::Mutex<Vec<(i64, i64)>>>;
 /// Attempts under way at most; more due ones wait for the next rounds.
 const MAX_IN_FLIGHT: usize = 64;
+/// Attempts under way to one webhook at most: one receiver's backlog leaves room for others'.
+const MAX_PER_WEBHOOK: usize = 8;
+
+/// One attempt's entry in [`Busy`], removed when the attempt ends, however it ends.
+struct Slot {
+    busy: Busy,
+    entry: (i64, i64),
+}
+
+impl Slot {
+    fn take(busy: &Busy, entry: (i64, i64)) -> Slot {
+        lock(busy).push(entry);
+        Slot {
+            busy: busy.clone(),
+            entry,
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut busy = lock(&self.busy);
+        if let Some(i) = busy.iter().position(|e| *e == self.entry) {
+            busy.swap_remove(i);
+        }
+    }
+}
+
+fn lock(busy: &Busy) -> std::sync::MutexGuard<'_, Vec<(i64, i64)>> {
+    busy.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// How long one attempt may take.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -59,12 +93,26 @@ impl Notifier {
     /// does not answer (for up to [`ATTEMPT_TIMEOUT`]) delays no other org's, nor the queueing
     /// of new notifications.
     pub(super) async fn send_due(&mut self) -> Result<(), StorageError> {
-        while self.in_flight.try_join_next().is_some() {}
+        while let Some(ended) = self.in_flight.try_join_next() {
+            if let Err(e) = ended
+                && e.is_panic()
+            {
+                tracing::error!(cause = %e, "a webhook delivery attempt failed unexpectedly; it is attempted again once its claim runs out");
+            }
+        }
         let room = MAX_IN_FLIGHT.saturating_sub(self.in_flight.len()).min(32);
         if room == 0 {
             return Ok(());
         }
-        let due = self.store.due_deliveries(room as i64).await?;
+        let mut per_webhook: std::collections::HashMap<i64, usize> = Default::default();
+        for (_, webhook) in lock(&self.busy).iter() {
+            *per_webhook.entry(*webhook).or_default() += 1;
+        }
+        let full: Vec<i64> = (per_webhook.iter())
+            .filter(|(_, n)| **n >= MAX_PER_WEBHOOK)
+            .map(|(id, _)| *id)
+            .collect();
+        let due = self.store.due_deliveries(room as i64, &full).await?;
         if due.is_empty() {
             return Ok(());
         }
@@ -77,17 +125,24 @@ impl Notifier {
                     .await?;
                 continue;
             };
+            let under_way = per_webhook.entry(hook.id).or_default();
+            if *under_way >= MAX_PER_WEBHOOK {
+                continue;
+            }
             // Another process on the same database may have taken it: skip it then.
             let lease = i64::try_from((ATTEMPT_TIMEOUT * 3).as_micros()).unwrap_or(i64::MAX);
             let due = delivery.next_attempt_at.unwrap_or_default();
             if self.store.claim_delivery(delivery.id, due, lease).await? {
+                *under_way += 1;
                 claimed.push((hook.clone(), delivery));
             }
         }
         for (hook, delivery) in claimed {
             let (client, allow_private) = (self.client.clone(), self.allow_private);
             let (store, first_retry) = (self.store.clone(), self.first_retry);
+            let slot = Slot::take(&self.busy, (hook.org_id, hook.id));
             self.in_flight.spawn(async move {
+                let _slot = slot;
                 let outcome =
                     attempt(&client, allow_private, &hook.url, &hook.secret, &delivery).await;
                 // Not recorded, it is attempted again once its claim runs out, with its id.
@@ -97,6 +152,15 @@ impl Notifier {
             });
         }
         Ok(())
+    }
+
+    /// Whether an attempt to another webhook of `org_id` than `webhook_id` is under way: one
+    /// set again (replaced) while its predecessor's attempt waits for an answer. Until that
+    /// attempt is recorded, what it carries reads as not delivered.
+    pub(super) fn attempting_elsewhere(&self, org_id: i64, webhook_id: i64) -> bool {
+        lock(&self.busy)
+            .iter()
+            .any(|(org, webhook)| *org == org_id && *webhook != webhook_id)
     }
 }
 
@@ -179,7 +243,7 @@ async fn attempt(
                 text.push_str(&format!(": {c}"));
                 cause = c.source();
             }
-            if text.contains("UnknownIssuer") {
+            if text.contains("UnknownIssuer") || text.contains("CaUsedAsEndEntity") {
                 text.push_str(" (the receiver's certificate is signed by no CA this cloud trusts: the system's, or the set compiled into cloud; give the receiver a certificate from a public CA)");
             }
             text

@@ -19,6 +19,11 @@ impl Notifier {
     /// Queues the notifications that are new since the last round.
     pub(super) async fn watch(&mut self) -> Result<(), StorageError> {
         for hook in self.store.webhooks().await? {
+            // Set again while its predecessor's attempt is under way: what that attempt
+            // carries would read as undelivered and be queued twice. The next round looks.
+            if self.attempting_elsewhere(hook.org_id, hook.id) {
+                continue;
+            }
             if outdated(&hook.release_seen, &self.release) {
                 let body = json!({
                     "type": "bridge.release",

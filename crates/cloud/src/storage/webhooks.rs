@@ -223,10 +223,21 @@ impl Store {
     }
 
     /// Deliveries due now, oldest first.
-    pub async fn due_deliveries(&self, limit: i64) -> Result<Vec<Delivery>, StorageError> {
+    /// `skip`: webhooks whose deliveries wait (the notifier has enough attempts to them under
+    /// way), so that one webhook's backlog does not fill `limit`.
+    pub async fn due_deliveries(
+        &self,
+        limit: i64,
+        skip: &[i64],
+    ) -> Result<Vec<Delivery>, StorageError> {
+        // Row ids, numbers the notifier holds: nothing a caller wrote goes into the text.
+        let skipped: String = skip
+            .iter()
+            .map(|id| format!(" AND webhook_id <> {id}"))
+            .collect();
         let sql = format!(
             "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries \
-             WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= $1 \
+             WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= $1{skipped} \
              ORDER BY next_attempt_at LIMIT $2"
         );
         Ok(
@@ -281,9 +292,13 @@ impl Store {
                     .await?
                     .rows_affected());
             }
+            // A delivery stopped meanwhile (its webhook removed or replaced: no next attempt)
+            // keeps that reason and stays stopped.
             Some(error) => {
                 let sql = "UPDATE webhook_deliveries SET attempts = attempts + 1, \
-                           next_attempt_at = $1, last_error = $2 WHERE id = $3";
+                           next_attempt_at = CASE WHEN next_attempt_at IS NULL THEN NULL ELSE $1 END, \
+                           last_error = CASE WHEN next_attempt_at IS NULL THEN last_error ELSE $2 END \
+                           WHERE id = $3";
                 on_writer!(&self.db, pool => sqlx::query(sql)
                     .bind(retry_at)
                     .bind(error)
