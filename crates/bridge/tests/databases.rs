@@ -376,6 +376,15 @@ async fn wrong_keys_unknown_databases_and_plain_connections_are_refused_clearly(
         "psql with a wrong key",
     );
     assert!(err.contains("API key"), "{err}");
+    // The org's signal key in place of an API key: said as such.
+    let err = stderr(
+        &rig.psql("orders", &rig.tenant.signal_key, "SELECT 1"),
+        "psql with a signal key",
+    );
+    assert!(
+        err.contains("the password is a signal key, not an API key"),
+        "{err}"
+    );
     // The operator sees failed logins (a password being guessed), never what was sent.
     let refused = rig.cloud.wait_log_line("database login refused");
     assert!(refused.contains("28P01"), "{refused}");
@@ -1413,7 +1422,7 @@ async fn db_proxy_serves_local_clients_without_a_password_over_https() {
     let said = String::from_utf8_lossy(&out.stderr);
     for want in [
         "5 problems with `cloud db-proxy`'s options",
-        "CLOUD_API_KEY is set but empty",
+        "CLOUD_API_KEY is set but blank (empty or only spaces)",
         "--bridge \"dc 1\" is not a valid name: expected 1 to 63 lowercase letters",
         "--database \"team/orders\" is not a valid name: expected 1-63 characters of letters",
         "--api-url http://10.0.0.1:8000/: expected https://",

@@ -123,6 +123,20 @@ async fn an_internal_api_that_never_accepts_is_502_after_10_s() {
     );
     let records = rig.bridge.audit_records(1).await;
     assert_eq!(records[0]["status"], 502, "{records:?}");
+    // The caller is not told the internal address; the operator's log names it.
+    assert!(
+        !problem.to_string().contains(&format!(":{port}")),
+        "{problem}"
+    );
+    let target = format!("127.0.0.1:{port}");
+    testkit::wait_until("a warning naming the host that was not reached", || {
+        rig.bridge.log_json().iter().any(|l| {
+            l["message"] == "internal resource unreachable"
+                && l["resource"] == "internal"
+                && l["target"] == target.as_str()
+        })
+    })
+    .await;
     // Counted where an alert on unreachable internal servers looks.
     assert_eq!(
         rig.bridge

@@ -1230,6 +1230,49 @@ async fn five_redirects_are_followed_and_a_sixth_is_refused() {
     assert!(message.contains("more than 5 times"), "{message}");
 }
 
+/// A registry that cannot be reached is a `502` that names neither its host nor its port; the
+/// bridge's log names them, for its operator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_registry_is_named_in_the_log_not_to_the_caller() {
+    // Bound but not listening: the port refuses connections and stays ours.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
+    let rig = Rig::start_with(move |_| {
+        format!("registries:\n  - name: gone\n    url: http://127.0.0.1:{port}\n")
+    })
+    .await;
+    let res = rig
+        .cloud
+        .client()
+        .get(format!(
+            "{}/v2/dc1/gone/team/app/manifests/1.0",
+            rig.cloud.https
+        ))
+        .bearer_auth(&rig.tenant.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 502);
+    let body: Value = res.json().await.unwrap();
+    let message = body["errors"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("cannot reach registry \"gone\""),
+        "{message}"
+    );
+    assert!(!message.contains(&port.to_string()), "{message}");
+    let target = format!("127.0.0.1:{port}");
+    testkit::wait_until("a warning naming the registry's host and port", || {
+        rig.bridge.log_json().iter().any(|l| {
+            l["message"] == "registry unreachable"
+                && l["registry"] == "gone"
+                && l["target"] == target.as_str()
+        })
+    })
+    .await;
+    drop(socket);
+}
+
 /// What passes unchanged: a multi-arch index (inspected raw and copied whole), `HEAD` on a
 /// manifest with its digest, and a ranged blob fetch (a resumed pull).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

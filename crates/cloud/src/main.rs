@@ -131,10 +131,13 @@ impl From<anyhow::Error> for Failure {
 /// Warns when the link's default base (`--listen`, no `--public-url`) has nothing answering:
 /// a `serve` on another address gets a link that would not open, and its one-time token would
 /// be spent on nothing. Said only above a link made, not above an error.
-fn warn_if_unreachable(link: &cloud::cli::LinkArgs, base: &str) {
-    if link.public_url.is_some() {
+fn warn_if_unreachable(link: &cloud::cli::LinkArgs, made: &Result<String, AdminError>) {
+    if link.public_url.is_some() || made.is_err() {
         return;
     }
+    let Ok(base) = admin::link_base(None, &link.listen) else {
+        return;
+    };
     let address = base.trim_start_matches("https://");
     let answers = std::net::ToSocketAddrs::to_socket_addrs(address)
         .ok()
@@ -179,165 +182,109 @@ async fn run(command: Command) -> Result<(), Failure> {
             "; nothing was done",
         )));
     }
-    let actor = cloud::storage::Actor::cli();
-    let (store, output) = match command {
-        Command::Serve(args) => {
-            // A data directory this start made and left empty (it failed before writing
-            // anything: an unreachable database, say) is removed again; one with files stays.
-            let dir = args.storage.data_dir.clone();
-            let existed = dir.exists();
-            let served = serve(args).await;
-            if served.is_err() && !existed {
-                let _ = std::fs::remove_dir(&dir);
-            }
-            return served;
-        }
+    let command = match command {
+        Command::Serve(args) => return serve(args).await,
         Command::DbProxy(args) => return db_proxy(args).await,
-        Command::Org(OrgCommand::Create { slug, storage }) => {
-            let store = open(&storage).await?;
-            let out = admin::create_org(&store, &actor, &slug).await;
-            (store, out)
+        admin => admin,
+    };
+    // Every admin command names its storage (`Command::storage`); the links of the user
+    // commands are checked before it is opened.
+    let Some(storage) = command.storage().cloned() else {
+        return Err(Failure::Usage("this command takes no storage".into()));
+    };
+    if let Command::User(
+        UserCommand::Create { link, .. } | UserCommand::ResetPassword { link, .. },
+    ) = &command
+    {
+        admin::link_base(link.public_url.as_deref(), &link.listen)?;
+    }
+    let store = open(&storage).await?;
+    let output = admin_command(&store, command).await;
+    store.close().await;
+    println!("{}", output?);
+    Ok(())
+}
+
+/// Runs one admin command on the opened `store`: what it prints, or why it failed.
+async fn admin_command(store: &Store, command: Command) -> Result<String, AdminError> {
+    let actor = cloud::storage::Actor::cli();
+    let actor = &actor;
+    match command {
+        Command::Serve(_) | Command::DbProxy(_) => {
+            unreachable!("serve and db-proxy return before any admin command")
         }
-        Command::Org(OrgCommand::List { output, storage }) => {
-            let store = open(&storage).await?;
-            let out = admin::list_orgs(&store, output).await;
-            (store, out)
+        Command::Org(OrgCommand::Create { slug, .. }) => {
+            admin::create_org(store, actor, &slug).await
         }
-        Command::SignalKey(KeyCommand::Create { org, name, storage }) => {
-            let store = open(&storage).await?;
-            let out = admin::create_signal_key(&store, &actor, &org, name.as_deref()).await;
-            (store, out)
+        Command::Org(OrgCommand::List { output, .. }) => admin::list_orgs(store, output).await,
+        Command::SignalKey(KeyCommand::Create { org, name, .. }) => {
+            admin::create_signal_key(store, actor, &org, name.as_deref()).await
         }
-        Command::ApiKey(KeyCommand::Create { org, name, storage }) => {
-            let store = open(&storage).await?;
-            let out = admin::create_api_key(&store, &actor, &org, name.as_deref()).await;
-            (store, out)
+        Command::ApiKey(KeyCommand::Create { org, name, .. }) => {
+            admin::create_api_key(store, actor, &org, name.as_deref()).await
         }
-        Command::SignalKey(KeyCommand::List {
-            org,
-            output,
-            storage,
-        }) => {
-            let store = open(&storage).await?;
-            let out = admin::list_keys(&store, &org, Credential::SignalKey, output).await;
-            (store, out)
+        Command::SignalKey(KeyCommand::List { org, output, .. }) => {
+            admin::list_keys(store, &org, Credential::SignalKey, output).await
         }
-        Command::ApiKey(KeyCommand::List {
-            org,
-            output,
-            storage,
-        }) => {
-            let store = open(&storage).await?;
-            let out = admin::list_keys(&store, &org, Credential::ApiKey, output).await;
-            (store, out)
+        Command::ApiKey(KeyCommand::List { org, output, .. }) => {
+            admin::list_keys(store, &org, Credential::ApiKey, output).await
         }
-        Command::BridgeToken(BridgeTokenCommand::List {
-            org,
-            output,
-            storage,
-        }) => {
-            let store = open(&storage).await?;
-            let out = admin::list_keys(&store, &org, Credential::BridgeToken, output).await;
-            (store, out)
+        Command::BridgeToken(BridgeTokenCommand::List { org, output, .. }) => {
+            admin::list_keys(store, &org, Credential::BridgeToken, output).await
         }
-        Command::SignalKey(KeyCommand::Revoke { org, id, storage }) => {
-            let store = open(&storage).await?;
-            let out = admin::revoke_key(&store, &actor, &org, Credential::SignalKey, &id).await;
-            (store, out)
+        Command::SignalKey(KeyCommand::Revoke { org, id, .. }) => {
+            admin::revoke_key(store, actor, &org, Credential::SignalKey, &id).await
         }
-        Command::ApiKey(KeyCommand::Revoke { org, id, storage }) => {
-            let store = open(&storage).await?;
-            let out = admin::revoke_key(&store, &actor, &org, Credential::ApiKey, &id).await;
-            (store, out)
+        Command::ApiKey(KeyCommand::Revoke { org, id, .. }) => {
+            admin::revoke_key(store, actor, &org, Credential::ApiKey, &id).await
         }
-        Command::BridgeToken(BridgeTokenCommand::Create { org, name, storage }) => {
-            let store = open(&storage).await?;
-            let out = admin::create_bridge_token(&store, &actor, &org, &name).await;
-            (store, out)
+        Command::BridgeToken(BridgeTokenCommand::Create { org, name, .. }) => {
+            admin::create_bridge_token(store, actor, &org, &name).await
+        }
+        Command::BridgeToken(BridgeTokenCommand::Revoke { org, name, id, .. }) => {
+            admin::revoke_bridge_tokens(store, actor, &org, &name, id.as_deref()).await
         }
         Command::User(UserCommand::Create {
             org,
             email,
             role,
             link,
-            storage,
+            ..
         }) => {
-            let base = admin::link_base(link.public_url.as_deref(), &link.listen)?;
-            let store = open(&storage).await?;
             let role = match role {
                 RoleArg::Admin => cloud::storage::Role::Admin,
                 RoleArg::Member => cloud::storage::Role::Member,
             };
-            let out = admin::create_user(
-                &store,
-                &actor,
-                &org,
-                &email,
-                role,
-                link.public_url.as_deref(),
-                &link.listen,
-            )
-            .await;
-            if out.is_ok() {
-                warn_if_unreachable(&link, &base);
-            }
-            (store, out)
+            let (public_url, listen) = (link.public_url.as_deref(), &link.listen);
+            let out =
+                admin::create_user(store, actor, &org, &email, role, public_url, listen).await;
+            warn_if_unreachable(&link, &out);
+            out
         }
-        Command::User(UserCommand::ResetPassword {
-            email,
-            link,
-            storage,
-        }) => {
-            let base = admin::link_base(link.public_url.as_deref(), &link.listen)?;
-            let store = open(&storage).await?;
-            let out = admin::reset_password(
-                &store,
-                &actor,
-                &email,
-                link.public_url.as_deref(),
-                &link.listen,
-            )
-            .await;
-            if out.is_ok() {
-                warn_if_unreachable(&link, &base);
-            }
-            (store, out)
+        Command::User(UserCommand::ResetPassword { email, link, .. }) => {
+            let (public_url, listen) = (link.public_url.as_deref(), &link.listen);
+            let out = admin::reset_password(store, actor, &email, public_url, listen).await;
+            warn_if_unreachable(&link, &out);
+            out
         }
         Command::Webhook(WebhookCommand::Set {
             org,
             url,
             webhook_allow_private,
             bridge_release,
-            storage,
+            ..
         }) => {
-            let store = open(&storage).await?;
             let url = admin::WebhookUrl {
                 url: &url,
                 allow_private: webhook_allow_private,
                 release: &bridge_release,
             };
-            let out = admin::set_webhook(&store, &actor, &org, url).await;
-            (store, out)
+            admin::set_webhook(store, actor, &org, url).await
         }
-        Command::Webhook(WebhookCommand::Remove { org, storage }) => {
-            let store = open(&storage).await?;
-            let out = admin::remove_webhook(&store, &actor, &org).await;
-            (store, out)
+        Command::Webhook(WebhookCommand::Remove { org, .. }) => {
+            admin::remove_webhook(store, actor, &org).await
         }
-        Command::BridgeToken(BridgeTokenCommand::Revoke {
-            org,
-            name,
-            id,
-            storage,
-        }) => {
-            let store = open(&storage).await?;
-            let out = admin::revoke_bridge_tokens(&store, &actor, &org, &name, id.as_deref()).await;
-            (store, out)
-        }
-    };
-    store.close().await;
-    println!("{}", output?);
-    Ok(())
+    }
 }
 
 async fn db_proxy(args: DbProxyArgs) -> Result<(), Failure> {
@@ -361,7 +308,19 @@ async fn db_proxy(args: DbProxyArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::Usage(e.to_string()))
 }
 
+/// `cloud serve`. A data directory this start made and left empty (it failed before writing
+/// anything: an unreachable database, say) is removed again; one with files stays.
 async fn serve(args: ServeArgs) -> Result<(), Failure> {
+    let dir = args.storage.data_dir.clone();
+    let existed = dir.exists();
+    let served = serve_with(args).await;
+    if served.is_err() && !existed {
+        let _ = std::fs::remove_dir(&dir);
+    }
+    served
+}
+
+async fn serve_with(args: ServeArgs) -> Result<(), Failure> {
     // Every mistake in the options, the files they name and the addresses is said at once.
     let mut problems: Vec<String> = Vec::new();
     let settings = args.settings().map_err(|p| problems.extend(p)).ok();

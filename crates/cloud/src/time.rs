@@ -13,6 +13,9 @@ pub enum TimeError {
     /// Not RFC 3339 at all.
     #[error("is not an RFC 3339 time; expected e.g. 2024-01-15T10:30:00Z")]
     NotRfc3339,
+    /// An offset written `+0100`, as `date +%z` prints it: RFC 3339 writes `+01:00`.
+    #[error("has its offset without a colon ({0}); RFC 3339 writes it {1}")]
+    OffsetWithoutColon(String, String),
     /// A date and time without `Z` or an offset.
     #[error("has no time zone; add Z (UTC) or an offset such as +02:00")]
     NoZone,
@@ -45,6 +48,8 @@ pub fn parse_rfc3339(raw: &str) -> Result<DateTime<Utc>, TimeError> {
     let t = DateTime::parse_from_rfc3339(raw).map_err(|_| {
         if NaiveDateTime::parse_from_str(raw, "%Y-%m-%dT%H:%M:%S%.f").is_ok() {
             TimeError::NoZone
+        } else if let Some((zone, fixed)) = offset_without_colon(raw) {
+            TimeError::OffsetWithoutColon(zone, fixed)
         } else {
             TimeError::NotRfc3339
         }
@@ -69,6 +74,20 @@ pub fn parse_rfc3339(raw: &str) -> Result<DateTime<Utc>, TimeError> {
         return Err(TimeError::AfterYear9999(shown()));
     }
     Ok(t)
+}
+
+/// `raw`'s offset and how RFC 3339 writes it, when `raw` is a valid time but for the colon its
+/// offset lacks (`…+0100`).
+fn offset_without_colon(raw: &str) -> Option<(String, String)> {
+    let (head, zone) = raw.split_at_checked(raw.len().checked_sub(5)?)?;
+    let (sign, digits) = zone.split_at_checked(1)?;
+    if !matches!(sign, "+" | "-") || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let fixed = format!("{sign}{}:{}", &digits[..2], &digits[2..]);
+    DateTime::parse_from_rfc3339(&format!("{head}{fixed}"))
+        .is_ok()
+        .then(|| (zone.to_string(), fixed))
 }
 
 /// A query's bound, `micros` since the epoch, as an answer echoes it: to the microsecond it
@@ -102,6 +121,13 @@ mod tests {
     fn client_times_are_held_to_one_rule() {
         let refused = |raw: &str| parse_rfc3339(raw).unwrap_err().to_string();
         assert!(refused("2026-11-26T14:03:07").contains("no time zone"));
+        assert_eq!(
+            refused("2024-01-15T10:30:00+0100"),
+            "has its offset without a colon (+0100); RFC 3339 writes it +01:00"
+        );
+        assert!(refused("2024-01-15T10:30:00.5-0530").ends_with("writes it -05:30"));
+        assert!(refused("2024-01-15+0100").contains("not an RFC 3339"));
+        assert!(refused("2024-01-15T10:30:00é100").contains("not an RFC 3339"));
         assert!(refused("yesterday").contains("not an RFC 3339"));
         assert!(refused("2026-11-26T14:03:07.1234567891Z").contains("10 fractional"));
         assert!(refused("2016-12-31T23:59:60Z").contains("leap second"));

@@ -219,7 +219,11 @@ fn yaml_problem(err: &serde_saphyr::Error, text: &str) -> (Problem, Option<(u64,
                 Problem::new(
                     "",
                     origin,
-                    format!("{message}{}", flow_variable_hint(text, line)),
+                    format!(
+                        "{message}{}{}",
+                        flow_variable_hint(text, line),
+                        duplicate_hint(&message)
+                    ),
                 ),
                 None,
             );
@@ -292,6 +296,23 @@ fn yaml_problem(err: &serde_saphyr::Error, text: &str) -> (Problem, Option<(u64,
             )),
         ),
         None => (Problem::new("", origin, expected), Some((line, column))),
+    }
+}
+
+/// A hint for a key given twice in one mapping: a second `sources:` does not add to the
+/// first, so its entries go under one key.
+fn duplicate_hint(message: &str) -> String {
+    let Some(key) = message
+        .split_once("duplicate mapping key `")
+        .and_then(|(_, rest)| rest.split_once('`'))
+        .map(|(key, _)| key)
+    else {
+        return String::new();
+    };
+    if ["sources", "databases", "apis", "registries"].contains(&key) {
+        format!("; list every entry under one `{key}:` (each entry a `- name: …` item)")
+    } else {
+        format!("; give `{key}` once in this mapping")
     }
 }
 

@@ -347,6 +347,16 @@ impl Forwarder {
 
 /// The caller's method: the stream's own, or the one the cloud names when HTTP/2 could not
 /// carry it ([`tunnel::HEADER_METHOD`]).
+/// `host:port` of a URL (the port its scheme implies when it names none): what the bridge's
+/// log names when an internal system cannot be reached, and no caller is told.
+fn host_port(url: &url::Url) -> String {
+    format!(
+        "{}:{}",
+        url.host_str().unwrap_or_default(),
+        url.port_or_known_default().unwrap_or(0)
+    )
+}
+
 fn method_of(req: &Request<Incoming>) -> &str {
     req.headers()
         .get(tunnel::HEADER_METHOD)

@@ -13,7 +13,7 @@ use super::causes::{closed_without_answer, unreadable_head};
 use super::kind::Sent;
 use super::settle::Finish;
 use super::upstream::{HOP, coded_transfer, strip_headers, unforwardable};
-use super::{Counted, Forwarder, ResBody, Resource, caller_summary, causes};
+use super::{Counted, Forwarder, ResBody, Resource, caller_summary, causes, host_port};
 use crate::config::ResourceKind;
 
 impl Forwarder {
@@ -94,7 +94,7 @@ impl Forwarder {
             }
             Err(e) if closed_without_answer(&e) => {
                 let cause = causes(&e);
-                tracing::warn!(kind = %kind, resource = %name, cause = %cause, "internal resource closed the connection without answering");
+                tracing::warn!(kind = %kind, resource = %name, target = %host_port(resource.kind.base_url()), cause = %cause, "internal resource closed the connection without answering");
                 self.metrics.refuse("upstream_unavailable");
                 bad_gateway(
                     finish,
@@ -106,7 +106,7 @@ impl Forwarder {
             }
             Err(e) => {
                 let cause = causes(&e);
-                tracing::warn!(kind = %kind, resource = %name, cause = %cause, "internal resource unreachable");
+                tracing::warn!(kind = %kind, resource = %name, target = %host_port(resource.kind.base_url()), cause = %cause, "internal resource unreachable");
                 self.metrics.refuse("upstream_unavailable");
                 bad_gateway(
                     finish,

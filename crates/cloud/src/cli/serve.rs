@@ -160,7 +160,7 @@ impl ServeArgs {
             plain_address(&self.http_listen),
         );
         let tls_names: Vec<Option<String>> = (self.tls_names.iter())
-            .map(|name| said(&mut problems, "--tls-names", super::tls_name(name)))
+            .map(|name| said(&mut problems, "--tls-names", tls_name(name)))
             .collect();
         let public_url = match &self.public_url {
             Some(raw) => {
@@ -176,7 +176,7 @@ impl ServeArgs {
         let webhook_first_retry = said(
             &mut problems,
             "--webhook-first-retry",
-            super::first_retry(&self.webhook_first_retry),
+            first_retry(&self.webhook_first_retry),
         );
         if let (Some(tls), Some(Some(plain))) = (listen, http_listen)
             && same_port(tls, plain)
@@ -347,4 +347,21 @@ mod tests {
         .unwrap_err();
         assert!(clash[0].contains("take the same port"), "{clash:?}");
     }
+}
+
+fn first_retry(raw: &str) -> Result<f64, String> {
+    match raw.trim().parse::<f64>() {
+        Ok(s) if (0.1..=3600.0).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "{raw:?} is not a number of seconds between 0.1 and 3600"
+        )),
+    }
+}
+
+/// A `--tls-names` entry: a DNS name or an IP address, as a certificate can hold it.
+fn tls_name(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    rustls_pki_types::ServerName::try_from(s)
+        .map(|_| s.to_string())
+        .map_err(|_| format!("expected a DNS name or an IP address, got {s:?}"))
 }

@@ -308,6 +308,8 @@ fn went_out(d: &Fields) -> bool {
     !matches!(d.status.as_deref(), Some("failure" | "error" | "cancelled"))
 }
 
+/// One candidate's score and reasons: an explicit link, or the time decay times every factor
+/// that applies (each in [`factors`], with the reason a person reads).
 fn score(
     alert: &Fields,
     c: &Fields,
@@ -316,33 +318,7 @@ fn score(
     dependencies: &[String],
     index: usize,
 ) -> Suspect {
-    let mut reasons = Vec::new();
-    let deployment = c.kind == "deployment";
-    let what = if deployment { "deployed" } else { "changed" };
-    let name = c
-        .service
-        .clone()
-        .unwrap_or_else(|| "an unnamed service".into());
-
-    // Explicit links: the alert names the version or commit it runs, of the same service or
-    // repository (another service's "1.4.0" is not this one's).
-    let related = same(&alert.service, &c.service) || same(&alert.repository, &c.repository);
-    let version_link = deployment && related && same(&alert.version, &c.version);
-    let sha_link = deployment && related && same(&alert.sha, &c.sha);
-    if version_link || sha_link {
-        if version_link {
-            reasons.push(format!(
-                "version {} is the alert's version",
-                c.version.as_deref().unwrap_or_default()
-            ));
-        }
-        if sha_link {
-            reasons.push(format!(
-                "commit {} is the alert's commit",
-                c.sha.as_deref().unwrap_or_default()
-            ));
-        }
-        reasons.push(format!("{what} {} {}", when(alert.at - c.at), "the alert"));
+    if let Some(reasons) = factors::explicit_link(alert, c) {
         return Suspect {
             index,
             score: 1.0,
@@ -350,117 +326,22 @@ fn score(
             explicit: true,
         };
     }
-
     let dt = alert.at - c.at;
+    let superseded = factors::superseded(alert, c, context);
+    let applied = [
+        factors::after_the_alert(dt),
+        Some(factors::scope(alert, c, context, dependencies)),
+        Some(factors::history(c, first_fired)),
+        superseded.clone(),
+        factors::in_progress(alert, c, superseded.is_none()),
+        factors::outcome(c),
+        factors::rolled_back(alert, c, context),
+    ];
     let mut s = (-(dt.max(0) as f64) / 3_600_000_000.0).exp();
-    reasons.push(format!("{what} {} the alert", when(dt)));
-    if dt < 0 {
-        s *= 0.5;
-        reasons.push("it came after the alert: only clock skew would make it the cause".into());
-    }
-
-    // Scope: how close the changed service is to the alerting one.
-    if same(&alert.service, &c.service) {
-        reasons.push("same service".into());
-    } else if c.service.as_ref().is_some_and(|s| dependencies.contains(s)) {
-        s *= 0.6;
-        reasons.push(format!(
-            "{} depends on {name}",
-            alert.service.as_deref().unwrap_or("the alert's service")
-        ));
-    } else if same(&context.repository, &c.repository) {
-        s *= 0.4;
-        reasons.push(format!(
-            "same repository {}",
-            c.repository.as_deref().unwrap_or_default()
-        ));
-    } else {
-        s *= 0.15;
-        reasons.push(format!("another service ({name})"));
-    }
-
-    // Modifiers.
-    match first_fired {
-        Some(first) if first < c.at => {
-            s *= 0.3;
-            reasons.push(format!(
-                "this alert fired before the {} too ({} earlier)",
-                if deployment { "deployment" } else { "change" },
-                minutes(c.at - first)
-            ));
-        }
-        _ => {
-            s *= 1.5;
-            reasons.push(format!(
-                "the alert never fired before the {}",
-                if deployment { "deployment" } else { "change" }
-            ));
-        }
-    }
-    // A later deployment replaces a deployment's code; a change (a flag, a setting) outlives
-    // deployments, so it is never superseded by one.
-    // The deployment that came next, whatever order the candidates were read in.
-    let superseded = (context.all.iter().zip(&context.again).zip(&context.out[0]))
-        .map(|((o, again), out)| (o, *again, *out))
-        .filter(|(o, again, out)| {
-            deployment
-                && !again
-                && *out
-                && o.kind == "deployment"
-                && o.at > c.at
-                && o.at <= alert.at
-                && same(&o.service, &c.service)
-                && same(&o.environment, &c.environment)
-        })
-        .min_by_key(|(o, _, _)| o.at);
-    if let Some((later, _, _)) = superseded {
-        s *= 0.5;
-        reasons.push(format!(
-            "superseded by a later deployment{} before the alert",
-            later
-                .version
-                .as_deref()
-                .map(|v| format!(" ({v})"))
-                .unwrap_or_default()
-        ));
-    }
-    let status = c.status.as_deref().unwrap_or("");
-    if deployment && superseded.is_none() && unfinished(c) && c.at <= alert.at {
-        s *= 1.3;
-        reasons.push("in progress at the alert's time".into());
-    }
-    if deployment && ["failure", "error"].contains(&status) {
-        s *= 0.5;
-        reasons.push("the deployment failed".into());
-    }
-    if deployment && status == "cancelled" {
-        s *= 0.3;
-        reasons.push("the deployment was cancelled".into());
-    }
-    if deployment && dt >= 0 {
-        // A redeploy of an earlier version after the alert: someone rolled it back.
-        let outs = context.out[0].iter().chain(&context.out[1]);
-        let rolled_back = (context.all.iter().chain(context.later).zip(outs))
-            .filter(|(o, out)| {
-            o.kind == "deployment"
-                && o.at > alert.at
-                && **out
-                && same(&o.service, &c.service)
-                && same(&o.environment, &c.environment)
-                && o.version != c.version
-                && matches!((&c.service, &o.version), (Some(service), Some(version))
-                    if context.earliest.get(&(service.as_str(), c.environment.as_deref(), version.as_str())).is_some_and(|at| *at < c.at))
-        })
-            // The first rollback after the alert, whatever order the events were read in.
-            .min_by_key(|(o, _)| o.at);
-        if let Some((rollback, _)) = rolled_back {
-            s *= 1.2;
-            reasons.push(format!(
-                "rolled back to {} {} after the alert",
-                rollback.version.as_deref().unwrap_or_default(),
-                minutes(rollback.at - alert.at)
-            ));
-        }
+    let mut reasons = vec![format!("{} {} the alert", factors::what(c), when(dt))];
+    for (factor, reason) in applied.into_iter().flatten() {
+        s *= factor;
+        reasons.push(reason);
     }
     Suspect {
         index,
@@ -478,5 +359,6 @@ fn when(dt: i64) -> String {
     }
 }
 
+mod factors;
 #[cfg(test)]
 mod tests;

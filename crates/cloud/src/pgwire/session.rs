@@ -429,10 +429,14 @@ where
         .authenticate_key(&front.relay.store, &key)
         .await
         .map_err(|p| {
-            if p.status == 401 {
-                ("28P01", "password authentication failed: the password must be a live API key of the org that owns the bridge (this one is mistyped, cut, revoked or of no org; create one with `cloud api-key create --org ORG`)".to_string())
-            } else {
+            if p.status != 401 {
                 ("57P03", p.detail)
+            } else if let Some(other) = crate::secrets::named_kind(&key)
+                .filter(|_| !key.starts_with(crate::secrets::Kind::ApiKey.prefix()))
+            {
+                ("28P01", format!("password authentication failed: the password is {other}, not an API key (sigapi_…); create one with `cloud api-key create --org ORG`"))
+            } else {
+                ("28P01", "password authentication failed: the password must be a live API key of the org that owns the bridge (this one is mistyped, cut, revoked or of no org; create one with `cloud api-key create --org ORG`)".to_string())
             }
         })
 }

@@ -53,6 +53,26 @@ impl<'a> Checker<'_, 'a> {
         });
     }
 
+    /// ` (the event has "serivce": did you mean service?)` when a member the event has is
+    /// the missing field `key` misspelt, in another case or with `_`/`-` (`Service`,
+    /// `dedup_key`): such a member is kept as an extra field, so without this hint the
+    /// sender would read only that `key` is required.
+    fn misspelt(&self, key: &str) -> String {
+        let fold = |s: &str| -> String {
+            (s.chars().filter(|c| !matches!(c, '_' | '-')))
+                .flat_map(char::to_lowercase)
+                .collect()
+        };
+        let most = if key.len() > 5 { 2 } else { 1 };
+        self.members
+            .iter()
+            .map(|(k, _)| std::borrow::Borrow::<str>::borrow(k))
+            .filter(|k| *k != key)
+            .find(|k| fold(k) == fold(key) || strsim::damerau_levenshtein(k, key) <= most)
+            .map(|k| format!(" (the event has {k:?}: did you mean {key}?)"))
+            .unwrap_or_default()
+    }
+
     /// Whether a member is absent or null.
     fn missing(&self, key: &str) -> bool {
         self.members.present(key).is_none()
@@ -74,7 +94,8 @@ impl<'a> Checker<'_, 'a> {
     ) -> Option<Cow<'a, str>> {
         let Some(raw) = self.members.present(key) else {
             if required {
-                self.fail(key, format!("{key} is required (a non-empty string)"));
+                let hint = self.misspelt(key);
+                self.fail(key, format!("{key} is required (a non-empty string){hint}"));
             }
             return None;
         };
@@ -335,9 +356,10 @@ pub fn validate<'a>(
             }
         },
         None => {
+            let hint = c.misspelt("type");
             c.fail(
                 "type",
-                "type is required: one of deployment, alert, change, custom",
+                format!("type is required: one of deployment, alert, change, custom{hint}"),
             );
             None
         }

@@ -21,6 +21,26 @@ fn unknown_keys_are_errors_with_line_and_column() {
     assert!(!text.contains('\n'), "one line: {text}");
 }
 
+/// A second `sources:` does not add to the first: the error says to put every entry under one.
+#[test]
+fn a_resource_list_given_twice_says_to_list_its_entries_once() {
+    let yaml = "token: t\nname: n\nsources:\n  - name: a\n    url: https://a\nsources:\n  - name: b\n    url: https://b\n";
+    let text = failure(yaml, &MapEnv::new());
+    assert!(
+        text.starts_with("bridge.yaml:6:1: duplicate mapping key `sources`"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("; list every entry under one `sources:` (each entry a `- name: …` item)"),
+        "{text}"
+    );
+    let text = failure("token: t\nname: n\nname: m\n", &MapEnv::new());
+    assert!(
+        text.ends_with("; give `name` once in this mapping"),
+        "{text}"
+    );
+}
+
 /// An item whose only key is unknown is said so, with what the item then lacks, not as an item
 /// that is no mapping.
 #[test]

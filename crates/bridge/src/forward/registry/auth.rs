@@ -9,8 +9,9 @@ use http::{HeaderValue, Method, StatusCode, header};
 use http_body_util::{BodyExt, Empty};
 use url::Url;
 
+use super::super::host_port;
 use super::super::kind::Refusal;
-use super::{RegistryKind, host_port, is_pull, scope_of};
+use super::{RegistryKind, is_pull, scope_of};
 
 /// How long a token or challenge request may take.
 pub(super) const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -68,7 +69,7 @@ impl RegistryKind {
             Ok(Ok(response)) => response,
             Ok(Err(e)) => {
                 let cause = crate::forward::causes(&e);
-                tracing::warn!(registry = %self.cfg.name, cause = %cause, "registry unreachable");
+                tracing::warn!(registry = %self.cfg.name, target = %host_port(&self.cfg.url), cause = %cause, "registry unreachable");
                 let check = "Check that the bridge host can connect to it (and, for HTTPS, that the entry's tls_ca_file or the system roots vouch for its certificate)";
                 let name = &self.cfg.name;
                 self.state().unreachable = Some(format!(
@@ -169,7 +170,7 @@ impl RegistryKind {
         };
         let answer = tokio::time::timeout(AUTH_TIMEOUT, async {
             let response = self.client.request(req).await.map_err(|e| {
-                tracing::warn!(registry = %self.cfg.name, cause = %e, "token service unreachable");
+                tracing::warn!(registry = %self.cfg.name, token_host = %realm_host, cause = %e, "token service unreachable");
                 "cannot be reached".to_string()
             })?;
             let status = response.status();

@@ -162,14 +162,6 @@ pub async fn check_registry(cfg: &Registry) -> Result<String, String> {
         other => Err(format!("GET /v2/ answered HTTP {other}")),
     }
 }
-/// `host:port` of a URL (the port its scheme implies when it names none).
-fn host_port(url: &Url) -> String {
-    format!(
-        "{}:{}",
-        url.host_str().unwrap_or_default(),
-        url.port_or_known_default().unwrap_or(0)
-    )
-}
 
 fn is_pull(method: &Method) -> bool {
     method == Method::GET || method == Method::HEAD

@@ -6,10 +6,11 @@ use http_body_util::Empty;
 use hyper::body::Incoming;
 use url::Url;
 
+use super::super::host_port;
 use super::super::kind::{Refusal, Sent};
 use super::super::upstream::path_under;
+use super::RegistryKind;
 use super::auth::Scheme;
-use super::{RegistryKind, host_port};
 
 /// Redirects followed for one request at most.
 const MAX_REDIRECTS: usize = 5;

@@ -7,7 +7,7 @@ use http_body_util::Empty;
 use hyper::body::Incoming;
 
 use super::super::kind::{Refusal, Sent};
-use super::auth::{AUTH_TIMEOUT, Scheme, parse_challenge};
+use super::auth::{AUTH_TIMEOUT, AuthState, Scheme, parse_challenge};
 use super::{RegistryKind, request_scope, scope_of};
 
 impl RegistryKind {
@@ -27,17 +27,10 @@ impl RegistryKind {
         if response.status() != StatusCode::UNAUTHORIZED {
             return Ok((response, false));
         }
-        let had_token = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("Bearer "));
+        let had_token = is_token(headers.get(header::AUTHORIZATION));
         let path = self.under_base(uri);
         let pulling = sent.method == Method::GET || sent.method == Method::HEAD;
-        let challenge = response
-            .headers()
-            .get(header::WWW_AUTHENTICATE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_challenge);
+        let challenge = challenge_of(&response);
         if !had_token {
             // The registry wants what the bridge did not send: its authentication changed, or
             // the login is wrong. Its challenge is learnt again; a pull is sent once more when
@@ -52,14 +45,9 @@ impl RegistryKind {
             // service. Its challenge is learnt again, and a pull sent once more with the login.
             self.state().scheme = Scheme::Unknown;
         }
-        {
-            let mut state = self.state();
-            // A cross-repository mount's token is kept under both repositories' scopes.
-            let mount = request_scope(&sent.method, path, uri.query());
-            for scope in [scope_of(path, false), scope_of(path, true), mount] {
-                state.tokens.remove(&scope.unwrap_or_default());
-            }
-        }
+        // A cross-repository mount's token is kept under both repositories' scopes.
+        let mount = request_scope(&sent.method, path, uri.query());
+        drop_tokens(&mut self.state(), path, mount);
         if !pulling {
             return Ok((response, false));
         }
@@ -108,14 +96,8 @@ impl RegistryKind {
         (sent, seen): (Option<&HeaderValue>, &Scheme),
         response: &Response<Incoming>,
     ) -> Result<Option<HeaderValue>, Refusal> {
-        let had_token = sent
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("Bearer "));
-        let challenge = response
-            .headers()
-            .get(header::WWW_AUTHENTICATE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_challenge);
+        let had_token = is_token(sent);
+        let challenge = challenge_of(response);
         let learn = {
             let mut state = self.state();
             if state.scheme != *seen {
@@ -131,11 +113,7 @@ impl RegistryKind {
                         None
                     }
                     Some(Scheme::Bearer { .. }) | None if had_token => {
-                        for push in [false, true] {
-                            state
-                                .tokens
-                                .remove(&scope_of(path, push).unwrap_or_default());
-                        }
+                        drop_tokens(&mut state, path, None);
                         None
                     }
                     _ if sent.is_none() && state.scheme == Scheme::Open => {
@@ -168,5 +146,29 @@ impl RegistryKind {
         };
         // The same login again would be refused again.
         Ok(login.filter(|login| Some(login) != sent))
+    }
+}
+
+/// Whether `authorization` is a token (not Basic, not none).
+fn is_token(authorization: Option<&HeaderValue>) -> bool {
+    authorization
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("Bearer "))
+}
+
+/// The scheme a `401` asks for, when its challenge is one the bridge knows.
+fn challenge_of(response: &Response<Incoming>) -> Option<Scheme> {
+    response
+        .headers()
+        .get(header::WWW_AUTHENTICATE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_challenge)
+}
+
+/// Forgets the tokens kept for `path` (pull and push scopes) and for `extra`, a mount's scope:
+/// the registry refused one of them.
+fn drop_tokens(state: &mut AuthState, path: &str, extra: Option<String>) {
+    for scope in [scope_of(path, false), scope_of(path, true), extra] {
+        state.tokens.remove(&scope.unwrap_or_default());
     }
 }

@@ -221,6 +221,37 @@ fn metadata_limits() {
 
 /// DORA reads `metadata.commitTimestamp`: a value it could not read is refused with the reason,
 /// not stored and left out of the lead time.
+/// A required field sent misspelt (or in another case, or snake_case) is kept as an extra field;
+/// the error about the missing one names it.
+#[test]
+fn a_missing_field_sent_misspelt_is_named() {
+    let e = errors(
+        json!({"type": "deployment", "serivce": "api", "environment": "production",
+        "status": "success"}),
+    );
+    assert_eq!(e.len(), 1);
+    assert_eq!(e[0].pointer, "/service");
+    assert!(
+        e[0].detail
+            .ends_with("(the event has \"serivce\": did you mean service?)"),
+        "{}",
+        e[0].detail
+    );
+    let e = errors(json!({"Type": "change", "service": "api", "summary": "x"}));
+    assert!(
+        e[0].detail
+            .ends_with("(the event has \"Type\": did you mean type?)"),
+        "{}",
+        e[0].detail
+    );
+    // A null field is missing, not misspelt; an unrelated extra field is no hint.
+    let e = errors(
+        json!({"type": "deployment", "service": null, "environment": "production",
+        "status": "success", "team": "core"}),
+    );
+    assert_eq!(e[0].detail, "service is required (a non-empty string)");
+}
+
 #[test]
 fn a_commit_timestamp_must_be_an_rfc3339_time() {
     let deployment = |commit: Value| {
