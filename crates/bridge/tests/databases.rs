@@ -1422,7 +1422,7 @@ async fn db_proxy_serves_local_clients_without_a_password_over_https() {
     let said = String::from_utf8_lossy(&out.stderr);
     for want in [
         "5 problems with `cloud db-proxy`'s options",
-        "CLOUD_API_KEY is set but blank (empty or only spaces)",
+        "CLOUD_API_KEY is set but blank (empty or only whitespace)",
         "--bridge \"dc 1\" is not a valid name: expected 1 to 63 lowercase letters",
         "--database \"team/orders\" is not a valid name: expected 1-63 characters of letters",
         "--api-url http://10.0.0.1:8000/: expected https://",

@@ -620,6 +620,20 @@ async fn bearer_sources_and_anonymous_servers() {
     );
     ok(&out, "a source whose url is one repository");
     assert_eq!(count_commits(&work.path().join("one")), 1);
+    // Its repository's path after it, as under a server root: git shows why nothing is there.
+    let out = git(
+        work.path(),
+        &[
+            "ls-remote",
+            &clone_url(&rig, &rig.tenant.api_key, "one", "away/pub.git"),
+        ],
+        &[],
+    );
+    let stderr = failed(&out, "a path under a source that is one repository");
+    assert!(
+        stderr.contains("remote: source \"one\" is one repository (its url ends in .git): clone …/git/one itself"),
+        "{stderr}"
+    );
     let yaml = format!("{}token: unused\n{listed}", yaml_for(&rig.cloud, "dc1", ""));
     let (_, row) = check_row(yaml, "one");
     assert!(

@@ -186,6 +186,9 @@ pub struct Suspects {
     /// Deployments and changes of the window that could not be read (storage damage), when
     /// there are any: not ranked.
     pub unreadable: Option<Vec<Unreadable>>,
+    /// When no deployment or change was a candidate: why the list is empty, and that
+    /// environments match exactly.
+    pub note: Option<String>,
 }
 
 /// One suspect of an alert.
@@ -252,6 +255,9 @@ pub struct Dora {
     /// True when the window holds deployments older than the newest 100,000 read: the figures
     /// leave those out.
     pub truncated: bool,
+    /// When no deployment falls in the window: that the figures are empty, and that services
+    /// and environments match exactly.
+    pub note: Option<String>,
 }
 
 /// A repository mapped to the Git source that holds it (`PUT /v1/repository-sources`).

@@ -49,7 +49,12 @@ pub fn parse_rfc3339(raw: &str) -> Result<DateTime<Utc>, TimeError> {
         if NaiveDateTime::parse_from_str(raw, "%Y-%m-%dT%H:%M:%S%.f").is_ok() {
             TimeError::NoZone
         } else if let Some((zone, fixed)) = offset_without_colon(raw) {
-            TimeError::OffsetWithoutColon(zone, fixed)
+            // Said only when the colon is all it lacks: a leap second stays a leap second.
+            let whole = format!("{}{fixed}", &raw[..raw.len() - zone.len()]);
+            match parse_rfc3339(&whole) {
+                Ok(_) => TimeError::OffsetWithoutColon(zone, fixed),
+                Err(other) => other,
+            }
         } else {
             TimeError::NotRfc3339
         }
@@ -126,6 +131,7 @@ mod tests {
             "has its offset without a colon (+0100); RFC 3339 writes it +01:00"
         );
         assert!(refused("2024-01-15T10:30:00.5-0530").ends_with("writes it -05:30"));
+        assert!(refused("2016-12-31T23:59:60+0100").contains("leap second"));
         assert!(refused("2024-01-15+0100").contains("not an RFC 3339"));
         assert!(refused("2024-01-15T10:30:00é100").contains("not an RFC 3339"));
         assert!(refused("yesterday").contains("not an RFC 3339"));

@@ -786,6 +786,59 @@ async fn deployments_with_one_timestamp_are_read_in_the_order_received() {
     assert_eq!(f["changeFailRate"], json!(0.333), "{f:#}");
 }
 
+/// A name spelt otherwise than the events spell it finds nothing, and the answer says why:
+/// an alert's `prod` against deployments to `production`, a DORA query's misspelt service.
+#[tokio::test]
+async fn an_empty_answer_says_that_names_match_exactly() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let t = cloud.tenant("acme");
+    post(
+        &cloud,
+        &t,
+        0,
+        &json!({"type": "deployment", "service": "api",
+        "environment": "production", "version": "v1", "status": "success"}),
+    )
+    .await;
+    let alert = |environment: &str| {
+        json!({"type": "alert", "service": "api", "environment": environment,
+            "title": "5xx", "severity": "critical", "status": "triggered"})
+    };
+    let wrong = post(&cloud, &t, 10, &alert("prod")).await;
+    let right = post(&cloud, &t, 11, &alert("production")).await;
+    let (_, answer) = ranking(&cloud, &t, &wrong, &HashMap::new()).await;
+    assert_eq!(answer["suspects"], json!([]), "{answer}");
+    let note = answer["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("no deployment or change in environment \"prod\" from 24 h before"),
+        "{note}"
+    );
+    let (ranked, answer) = ranking(&cloud, &t, &right, &HashMap::new()).await;
+    assert_eq!(ranked.len(), 1, "{answer}");
+    assert!(answer.get("note").is_none(), "{answer}");
+
+    let dora = |service: &str| {
+        format!(
+            "/v1/dora?service={service}&environment=production&since={}&until={}",
+            urlencode(&base().to_rfc3339()),
+            urlencode(&(base() + Duration::days(1)).to_rfc3339())
+        )
+    };
+    let (status, f) = call(&cloud, &t, reqwest::Method::GET, &dora("apii"), None).await;
+    assert_eq!(status, 200, "{f}");
+    assert_eq!(f["deploymentFrequency"]["count"], 0, "{f}");
+    let note = f["note"].as_str().unwrap();
+    assert!(
+        note.starts_with(
+            "no deployment of service \"apii\" in environment \"production\" in this window"
+        ),
+        "{note}"
+    );
+    let (_, f) = call(&cloud, &t, reqwest::Method::GET, &dora("api"), None).await;
+    assert_eq!(f["deploymentFrequency"]["count"], 1, "{f}");
+    assert!(f.get("note").is_none(), "{f}");
+}
+
 /// A noisy alert of the service (over 10,000 firings in the week) does not hide an earlier
 /// firing of the alert asked about: it fired before the deployment, so the deployment is a
 /// weak suspect.

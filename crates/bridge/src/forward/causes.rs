@@ -25,19 +25,36 @@ pub(crate) fn causes(e: &dyn std::error::Error) -> String {
 /// can name internal hosts (a certificate "only valid for" its names) and addresses. The
 /// bridge's log keeps the whole chain.
 pub(crate) fn caller_summary(causes: &str) -> &'static str {
+    caller_words(causes).0
+}
+
+/// What the caller is told to check for the failure [`caller_summary`] names: the advice that
+/// fits it, not every one.
+pub(crate) fn caller_advice(causes: &str) -> &'static str {
+    caller_words(causes).1
+}
+
+fn caller_words(causes: &str) -> (&'static str, &'static str) {
+    const CONNECT: &str = "Check that the bridge host can connect to it";
     let has = |needle: &str| causes.contains(needle);
     if has("answered in plain text, not TLS") {
-        "it answered in plain text, not TLS"
+        (
+            "it answered in plain text, not TLS",
+            "Its port serves plain HTTP: give the entry an http:// url, or the port where it speaks TLS",
+        )
     } else if has("certificate") || has("Certificate") || has("tls") || has("TLS") {
-        "the TLS handshake failed"
+        (
+            "the TLS handshake failed",
+            "Check that the entry's tls_ca_file (or the system roots) vouches for its certificate, and that the certificate names the url's host",
+        )
     } else if has("dns error") {
-        "its name did not resolve"
+        ("its name did not resolve", CONNECT)
     } else if has("Connection refused") {
-        "the connection was refused"
+        ("the connection was refused", CONNECT)
     } else if has("timed out") || has("deadline") {
-        "connecting timed out"
+        ("connecting timed out", CONNECT)
     } else {
-        "the connection failed"
+        ("the connection failed", CONNECT)
     }
 }
 
@@ -94,6 +111,22 @@ mod tests {
         assert_eq!(
             caller_summary("client error (Connect): tcp connect error: deadline has elapsed"),
             "connecting timed out"
+        );
+    }
+
+    /// Each kind of failure gets the advice that fits it, not every advice at once.
+    #[test]
+    fn callers_are_told_what_to_check_for_that_failure() {
+        let advice = super::caller_advice;
+        let plain = "client error (Connect): received corrupt message of type InvalidContentType (the server answered in plain text, not TLS: use an http:// URL, or the port where it speaks TLS)";
+        assert!(advice(plain).contains("http:// url"), "{}", advice(plain));
+        assert!(!advice(plain).contains("tls_ca_file"));
+        let tls = "client error (Connect): invalid peer certificate: UnknownIssuer";
+        assert!(advice(tls).contains("tls_ca_file"), "{}", advice(tls));
+        let refused = "client error (Connect): tcp connect error: Connection refused";
+        assert_eq!(
+            advice(refused),
+            "Check that the bridge host can connect to it"
         );
     }
 

@@ -80,6 +80,19 @@ impl Kind for GitSource {
         // An empty path names the url itself: a source whose url is one repository. Under
         // `repositories` globs the url is a server root, and a path must name a repository.
         let bare_root = repo.trim_start_matches('/').is_empty();
+        // A url ending in `.git` is one repository: a path after it names nothing there (a
+        // caller who took the source for a server root).
+        let one_repository =
+            self.repositories.is_empty() && self.url.path().trim_end_matches('/').ends_with(".git");
+        if one_repository && !bare_root {
+            return Err(Refusal::not_found(
+                "git: repositories",
+                format!(
+                    "source {:?} is one repository (its url ends in .git): clone …/git/{} itself, with no path after it",
+                    self.name, self.name
+                ),
+            ));
+        }
         if (bare_root && !self.repositories.is_empty()) || !listed(&self.repositories, repo) {
             let said = match repo.trim_start_matches('/') {
                 "" => format!(

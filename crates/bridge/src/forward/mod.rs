@@ -44,7 +44,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::Semaphore;
 
-pub(crate) use causes::{caller_summary, causes};
+pub(crate) use causes::{caller_advice, caller_summary, causes};
 pub use counted::{Counted, Tally};
 pub use database::audited;
 pub use kind::{Kind, Refusal};
@@ -345,8 +345,6 @@ impl Forwarder {
     }
 }
 
-/// The caller's method: the stream's own, or the one the cloud names when HTTP/2 could not
-/// carry it ([`tunnel::HEADER_METHOD`]).
 /// `host:port` of a URL (the port its scheme implies when it names none): what the bridge's
 /// log names when an internal system cannot be reached, and no caller is told.
 fn host_port(url: &url::Url) -> String {
@@ -357,6 +355,8 @@ fn host_port(url: &url::Url) -> String {
     )
 }
 
+/// The caller's method: the stream's own, or the one the cloud names when HTTP/2 could not
+/// carry it ([`tunnel::HEADER_METHOD`]).
 fn method_of(req: &Request<Incoming>) -> &str {
     req.headers()
         .get(tunnel::HEADER_METHOD)

@@ -13,7 +13,9 @@ use super::causes::{closed_without_answer, unreadable_head};
 use super::kind::Sent;
 use super::settle::Finish;
 use super::upstream::{HOP, coded_transfer, strip_headers, unforwardable};
-use super::{Counted, Forwarder, ResBody, Resource, caller_summary, causes, host_port};
+use super::{
+    Counted, Forwarder, ResBody, Resource, caller_advice, caller_summary, causes, host_port,
+};
 use crate::config::ResourceKind;
 
 impl Forwarder {
@@ -112,8 +114,9 @@ impl Forwarder {
                     finish,
                     resource,
                     &format!(
-                        "the bridge cannot reach resource {name:?}: {} (the bridge's log says more). Check that the bridge host can connect to it (and, for HTTPS, that the entry's tls_ca_file or the system roots vouch for its certificate)",
-                        caller_summary(&cause)
+                        "the bridge cannot reach resource {name:?}: {} (the bridge's log says more). {}",
+                        caller_summary(&cause),
+                        caller_advice(&cause)
                     ),
                 )
             }

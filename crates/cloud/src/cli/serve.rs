@@ -274,6 +274,24 @@ fn same_port(a: SocketAddr, b: SocketAddr) -> bool {
     a.port() != 0 && a.port() == b.port() && (x == y || covers(x, y) || covers(y, x))
 }
 
+/// `--webhook-first-retry`: seconds before a failed webhook delivery is first tried again.
+fn first_retry(raw: &str) -> Result<f64, String> {
+    match raw.trim().parse::<f64>() {
+        Ok(s) if (0.1..=3600.0).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "{raw:?} is not a number of seconds between 0.1 and 3600"
+        )),
+    }
+}
+
+/// A `--tls-names` entry: a DNS name or an IP address, as a certificate can hold it.
+fn tls_name(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    rustls_pki_types::ServerName::try_from(s)
+        .map(|_| s.to_string())
+        .map_err(|_| format!("expected a DNS name or an IP address, got {s:?}"))
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -347,21 +365,4 @@ mod tests {
         .unwrap_err();
         assert!(clash[0].contains("take the same port"), "{clash:?}");
     }
-}
-
-fn first_retry(raw: &str) -> Result<f64, String> {
-    match raw.trim().parse::<f64>() {
-        Ok(s) if (0.1..=3600.0).contains(&s) => Ok(s),
-        _ => Err(format!(
-            "{raw:?} is not a number of seconds between 0.1 and 3600"
-        )),
-    }
-}
-
-/// A `--tls-names` entry: a DNS name or an IP address, as a certificate can hold it.
-fn tls_name(s: &str) -> Result<String, String> {
-    let s = s.trim();
-    rustls_pki_types::ServerName::try_from(s)
-        .map(|_| s.to_string())
-        .map_err(|_| format!("expected a DNS name or an IP address, got {s:?}"))
 }

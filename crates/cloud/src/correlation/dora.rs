@@ -281,7 +281,23 @@ fn answer(
     answer["since"] = json!(crate::time::format_bound(since));
     answer["until"] = json!(crate::time::format_bound(until));
     answer["truncated"] = json!(complete_from >= since);
+    let none = !deployments
+        .iter()
+        .any(|d| d.fields.at >= since && d.fields.at < until);
+    if none {
+        answer["note"] = json!(no_deployment_note(service, environment));
+    }
     answer
+}
+
+/// Why every figure is empty, when no deployment falls in the window: most often a service or
+/// environment spelt otherwise than the events spell it.
+fn no_deployment_note(service: Option<&str>, environment: Option<&str>) -> String {
+    let of = service.map_or(String::new(), |s| format!(" of service {s:?}"));
+    let in_env = environment.map_or(String::new(), |e| format!(" in environment {e:?}"));
+    format!(
+        "no deployment{of}{in_env} in this window; services and environments match exactly as the events name them (GET /v1/events?type=deployment lists them)"
+    )
 }
 
 /// The org's deployments from 30 days before `since` to 30 days after `until`, oldest first

@@ -59,7 +59,7 @@ pub enum ProxyError {
     NoApiKey,
     /// Set empty (a compose file's unset variable): said as such, like `cloud`'s own.
     #[error(
-        "CLOUD_API_KEY is set but blank (empty or only spaces): give it an API key of the org, or unset it"
+        "CLOUD_API_KEY is set but blank (empty or only whitespace): give it an API key of the org, or unset it"
     )]
     BlankApiKey,
     /// Clients need no password, so only this machine may reach the port.

@@ -54,9 +54,9 @@ impl<'a> Checker<'_, 'a> {
     }
 
     /// ` (the event has "serivce": did you mean service?)` when a member the event has is
-    /// the missing field `key` misspelt, in another case or with `_`/`-` (`Service`,
-    /// `dedup_key`): such a member is kept as an extra field, so without this hint the
-    /// sender would read only that `key` is required.
+    /// the missing field `key` misspelt or in another case (`serivce`, `Service`): such a
+    /// member is kept as an extra field, so without this hint the sender would read only that
+    /// `key` is required.
     fn misspelt(&self, key: &str) -> String {
         let fold = |s: &str| -> String {
             (s.chars().filter(|c| !matches!(c, '_' | '-')))

@@ -70,11 +70,16 @@ impl RegistryKind {
             Ok(Err(e)) => {
                 let cause = crate::forward::causes(&e);
                 tracing::warn!(registry = %self.cfg.name, target = %host_port(&self.cfg.url), cause = %cause, "registry unreachable");
-                let check = "Check that the bridge host can connect to it (and, for HTTPS, that the entry's tls_ca_file or the system roots vouch for its certificate)";
+                let check = crate::forward::caller_advice(&cause);
                 let name = &self.cfg.name;
-                self.state().unreachable = Some(format!(
-                    "the bridge cannot reach registry {name:?}: {cause}. {check}"
-                ));
+                // A cause that ends in its own advice (`causes`' "(the server …)") is not
+                // given a second one.
+                self.state().unreachable =
+                    Some(if cause.ends_with(')') && cause.contains(" (the server ") {
+                        format!("the bridge cannot reach registry {name:?}: {cause}")
+                    } else {
+                        format!("the bridge cannot reach registry {name:?}: {cause}. {check}")
+                    });
                 return Err(self.unavailable(
                     "registry: challenge",
                     format!(

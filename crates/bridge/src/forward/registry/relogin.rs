@@ -47,7 +47,10 @@ impl RegistryKind {
         }
         // A cross-repository mount's token is kept under both repositories' scopes.
         let mount = request_scope(&sent.method, path, uri.query());
-        drop_tokens(&mut self.state(), path, mount);
+        drop_tokens(
+            &mut self.state(),
+            [scope_of(path, false), scope_of(path, true), mount],
+        );
         if !pulling {
             return Ok((response, false));
         }
@@ -113,7 +116,7 @@ impl RegistryKind {
                         None
                     }
                     Some(Scheme::Bearer { .. }) | None if had_token => {
-                        drop_tokens(&mut state, path, None);
+                        drop_tokens(&mut state, [scope_of(path, false), scope_of(path, true)]);
                         None
                     }
                     _ if sent.is_none() && state.scheme == Scheme::Open => {
@@ -165,10 +168,10 @@ fn challenge_of(response: &Response<Incoming>) -> Option<Scheme> {
         .and_then(parse_challenge)
 }
 
-/// Forgets the tokens kept for `path` (pull and push scopes) and for `extra`, a mount's scope:
-/// the registry refused one of them.
-fn drop_tokens(state: &mut AuthState, path: &str, extra: Option<String>) {
-    for scope in [scope_of(path, false), scope_of(path, true), extra] {
+/// Forgets the tokens kept under `scopes` (`None`: the registry-wide one): the registry
+/// refused one of them.
+fn drop_tokens(state: &mut AuthState, scopes: impl IntoIterator<Item = Option<String>>) {
+    for scope in scopes {
         state.tokens.remove(&scope.unwrap_or_default());
     }
 }

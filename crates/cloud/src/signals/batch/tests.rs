@@ -219,9 +219,7 @@ fn metadata_limits() {
     }
 }
 
-/// DORA reads `metadata.commitTimestamp`: a value it could not read is refused with the reason,
-/// not stored and left out of the lead time.
-/// A required field sent misspelt (or in another case, or snake_case) is kept as an extra field;
+/// A required field sent misspelt (or in another case) is kept as an extra field;
 /// the error about the missing one names it.
 #[test]
 fn a_missing_field_sent_misspelt_is_named() {
@@ -252,6 +250,8 @@ fn a_missing_field_sent_misspelt_is_named() {
     assert_eq!(e[0].detail, "service is required (a non-empty string)");
 }
 
+/// DORA reads `metadata.commitTimestamp`: a value it could not read is refused with the reason,
+/// not stored and left out of the lead time.
 #[test]
 fn a_commit_timestamp_must_be_an_rfc3339_time() {
     let deployment = |commit: Value| {
