@@ -389,6 +389,17 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
         problem["detail"].as_str().unwrap().contains("dc1"),
         "{problem}"
     );
+    // Its tokens revoked, starting it again cannot help: a 409 that says what to do.
+    rig.cloud
+        .admin(&["bridge-token", "revoke", "--org", "acme", "--name", "dc1"]);
+    let (status, problem) = get(&rig, &key, &format!("/v1/deployments/{fourth}/commits")).await;
+    assert_eq!(status, 409, "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail
+            .contains("bridge \"dc1\", whose tokens are all revoked; give the bridge a new token"),
+        "{detail}"
+    );
 
     // Mapped to a bridge the org never had: a 409 that says so (the relay's 404 alone would
     // read as a missing source).

@@ -451,6 +451,17 @@ async fn dora_figures_match_the_hand_computed_example() {
         line["actor"].as_str().unwrap().starts_with("sigapi_"),
         "{line}"
     );
+    // The same confirmation again changes nothing: answered alike, not audited again.
+    let (status, body) = call(
+        &cloud,
+        &t,
+        reqwest::Method::POST,
+        &format!("/v1/alerts/{alert}/cause"),
+        Some(json!({"deploymentId": ids[6]})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["deploymentId"], json!(ids[6]), "{body}");
     let (status, body) = call(
         &cloud,
         &t,
@@ -572,6 +583,12 @@ async fn dora_figures_match_the_hand_computed_example() {
     assert_eq!(status, 204, "{body}");
     let line: Value = serde_json::from_str(&cloud.wait_log_line("alert.withdraw_cause")).unwrap();
     assert_eq!(line["object"], format!("{alert} <- {}", ids[6]), "{line}");
+    // Logged in order: the withdrawal's line follows any second confirmation's.
+    assert_eq!(
+        cloud.log_text().matches("\"alert.confirm_cause\"").count(),
+        1,
+        "the same confirmation twice is audited once"
+    );
     let f = figures(base() + Duration::days(7)).await;
     assert_eq!(f["changeFailRate"], json!(0.286), "{f:#}");
     let (status, body) = call(&cloud, &t, reqwest::Method::DELETE, &cause, None).await;
@@ -1055,6 +1072,56 @@ async fn a_receiver_that_never_answers_holds_up_no_other_org() {
 
 /// A new alert whose top suspect scores at least 0.7 reaches the org's webhook, signed, with
 /// the reasons; the dashboard shows the alert's suspects and the service's DORA figures.
+/// In an alert storm, a strong suspect of an older alert of the window is still sent: 600
+/// newer alerts (more than a page of the notifier's reads) do not hide it.
+#[tokio::test]
+async fn a_strong_suspect_behind_an_alert_storm_is_sent() {
+    let WebhookOrg {
+        cloud,
+        tenant: t,
+        receiver,
+        ..
+    } = org_with_webhook(&["--webhook-allow-private"]).await;
+    let now = Utc::now();
+    let at = |seconds: i64| (now + Duration::seconds(seconds)).to_rfc3339();
+    let noise = |i: usize| {
+        json!({"type": "alert", "service": "noise", "environment": "production",
+            "status": "resolved", "severity": "info", "title": format!("Noise {i}"),
+            "timestamp": at(-60)})
+    };
+    // The storm first, so that the notifier has seen it fill the window before the alert.
+    for batch in [0..300, 300..600] {
+        let events: Vec<Value> = batch.map(noise).collect();
+        let res = cloud
+            .post_signal_text(&t, Value::Array(events).to_string())
+            .await;
+        assert_eq!(res.status(), 202);
+    }
+    let deployment = cloud
+        .post_event(
+            &t,
+            &json!({"type": "deployment", "service": "storm", "environment": "production",
+                "version": "z1", "status": "success", "timestamp": at(-480)}),
+        )
+        .await;
+    let alert = cloud
+        .post_event(
+            &t,
+            &json!({"type": "alert", "service": "storm", "environment": "production",
+                "status": "triggered", "severity": "critical", "title": "Storm",
+                "timestamp": at(-120)}),
+        )
+        .await;
+    let received = receiver.wait_delivered("alert.suspect").await;
+    let hook = received
+        .iter()
+        .find(|r| r.body.contains("alert.suspect"))
+        .unwrap();
+    let body: Value = serde_json::from_str(&hook.body).unwrap();
+    assert_eq!(body["alert"]["id"], alert.as_str());
+    assert_eq!(body["suspect"]["event"]["id"], deployment.as_str());
+}
+
 #[tokio::test]
 async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
     use testkit::dashboard::{get, post as form, session, shown_secret};
@@ -1180,6 +1247,20 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
     );
     let (_, upper) = get(&browser, format!("{}/services/API", cloud.https), &admin).await;
     assert!(upper.contains("No event names this service"), "{upper}");
+    // An alert chosen as the cause is said as such.
+    let (status, said) = form(
+        &browser,
+        &cloud,
+        &admin,
+        &format!("/events/{alert}/cause"),
+        &[("deployment", &alert)],
+    )
+    .await;
+    assert_eq!(status, 422);
+    assert!(
+        said.contains("The event chosen as the cause is an alert, not a deployment."),
+        "{said}"
+    );
     // An admin confirms the cause on the alert's page: the page says so, and the change fail
     // rate counts it (one of the two deployments).
     let (status, _) = form(

@@ -28,6 +28,28 @@ async fn a_link_sets_the_password_and_signs_in(backend: Backend) {
         said.contains("is incomplete: its token has 33 of its 43 characters"),
         "{said}"
     );
+    // So does the form posted with a cut token (a hand-made post).
+    let form = client.get(&link).send().await.unwrap();
+    let csrf_cookie =
+        testkit::dashboard::pair(&set_cookie(form.headers(), "signals_csrf").unwrap());
+    let page = form.text().await.unwrap();
+    let token = testkit::dashboard::hidden(&page, "token");
+    let csrf = testkit::dashboard::hidden(&page, "csrf");
+    let cut = client
+        .post(link.split('?').next().unwrap())
+        .header("cookie", &csrf_cookie)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("token", &token[..33]),
+            ("password", PASSWORD),
+            ("confirm", PASSWORD),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cut.status(), 400);
+    let said = cut.text().await.unwrap();
+    assert!(said.contains("33 of its 43 characters"), "{said}");
 
     let (res, session) = set_password(&client, &link).await;
     assert_eq!(res.status(), 303);

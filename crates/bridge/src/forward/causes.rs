@@ -40,7 +40,12 @@ fn caller_words(causes: &str) -> (&'static str, &'static str) {
     if has("answered in plain text, not TLS") {
         (
             "it answered in plain text, not TLS",
-            "Its port serves plain HTTP: give the entry an http:// url, or the port where it speaks TLS",
+            "Its port does not speak TLS: give the entry an http:// url if it serves plain HTTP, or the port where it speaks TLS",
+        )
+    } else if has("handshake eof") || (has("tls handshake") && has("reset")) {
+        (
+            "it closed the connection during the TLS handshake",
+            "Check that the url's port speaks TLS (a plain-HTTP or other service closes it so)",
         )
     } else if has("certificate") || has("Certificate") || has("tls") || has("TLS") {
         (
@@ -123,6 +128,12 @@ mod tests {
         assert!(!advice(plain).contains("tls_ca_file"));
         let tls = "client error (Connect): invalid peer certificate: UnknownIssuer";
         assert!(advice(tls).contains("tls_ca_file"), "{}", advice(tls));
+        let eof = "client error (Connect): tls handshake eof";
+        assert_eq!(
+            super::caller_summary(eof),
+            "it closed the connection during the TLS handshake"
+        );
+        assert!(advice(eof).contains("speaks TLS"), "{}", advice(eof));
         let refused = "client error (Connect): tcp connect error: Connection refused";
         assert_eq!(
             advice(refused),

@@ -197,7 +197,7 @@ pub enum UserCommand {
         /// The user's email, unique across the service.
         #[arg(long)]
         email: String,
-        /// admin (manages keys, tokens and users) or member (reads).
+        /// admin (manages keys, bridge tokens, webhooks and repository mappings) or member (reads).
         #[arg(long, value_enum)]
         role: RoleArg,
         /// Where the link points.

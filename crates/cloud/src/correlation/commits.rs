@@ -21,7 +21,7 @@ use crate::storage::{ListedCommits, RepositorySource};
     responses((status = 200, body = crate::openapi::DeploymentCommits),
         crate::openapi::ReadProblems,
         (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The deployment has no sha or repository, its sha is not a commit id or not in the repository, its repository is not mapped, or it is mapped to a bridge the org has no token for or to a source or path the bridge does not serve", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The deployment has no sha or repository, its sha is not a commit id or not in the repository, its repository is not mapped, or it is mapped to a bridge the org has no (live) token for or to a source or path the bridge does not serve", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "The bridge or the Git server failed", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Storage unavailable, or the bridge has no live tunnel (Retry-After)", body = Problem, content_type = "application/problem+json")))]
 pub async fn deployment_commits(
@@ -245,6 +245,18 @@ async fn git_problem(
 ) -> Problem {
     let (bridge, name, path) = (&source.bridge, &source.source, &source.path);
     match e {
+        // No tunnel because every token of the bridge was revoked: starting it cannot help.
+        GitError::Http { status: 503, .. }
+            if matches!(
+                state.store.bridge_tokens_count(org_id, bridge).await,
+                Ok((all, 0)) if all > 0
+            ) =>
+        {
+            Problem::conflict(format!(
+                "repository {:?} is mapped to bridge {bridge:?}, whose tokens are all revoked; give the bridge a new token (`cloud bridge-token create --org ORG --name {bridge}`) or fix the mapping (PUT /v1/repository-sources)",
+                source.repository
+            ))
+        }
         GitError::Http { status: 503, .. } => Problem::unavailable(
             5,
             format!(

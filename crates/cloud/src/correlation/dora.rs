@@ -281,10 +281,11 @@ fn answer(
     answer["since"] = json!(crate::time::format_bound(since));
     answer["until"] = json!(crate::time::format_bound(until));
     answer["truncated"] = json!(complete_from >= since);
+    // Not said when deployments of the window were left unread (`truncated`).
     let none = !deployments
         .iter()
         .any(|d| d.fields.at >= since && d.fields.at < until);
-    if none {
+    if none && complete_from < since {
         answer["note"] = json!(no_deployment_note(service, environment));
     }
     answer
@@ -295,9 +296,13 @@ fn answer(
 fn no_deployment_note(service: Option<&str>, environment: Option<&str>) -> String {
     let of = service.map_or(String::new(), |s| format!(" of service {s:?}"));
     let in_env = environment.map_or(String::new(), |e| format!(" in environment {e:?}"));
-    format!(
-        "no deployment{of}{in_env} in this window; services and environments match exactly as the events name them (GET /v1/events?type=deployment lists them)"
-    )
+    let exactly = match (service, environment) {
+        (None, None) => "",
+        _ => {
+            "; services and environments match exactly as the events name them (GET /v1/events?type=deployment lists them)"
+        }
+    };
+    format!("no deployment{of}{in_env} in this window{exactly}")
 }
 
 /// The org's deployments from 30 days before `since` to 30 days after `until`, oldest first

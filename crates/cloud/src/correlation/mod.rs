@@ -283,12 +283,15 @@ pub async fn suspects_of(
     }
     let mut answer = json!({"alert": alert_body, "suspects": suspects});
     if stored.is_empty() {
-        let in_env = alert.environment.as_deref().map_or_else(
-            || " in any environment".to_string(),
-            |e| format!(" in environment {e:?}"),
-        );
+        let (in_env, exactly) = match alert.environment.as_deref() {
+            Some(e) => (
+                format!(" in environment {e:?}"),
+                "; environments match exactly as the events name them",
+            ),
+            None => (" in any environment".to_string(), ""),
+        };
         answer["note"] = json!(format!(
-            "no deployment or change{in_env} from 24 h before the alert to 2 min after it; environments match exactly as the events name them"
+            "no deployment or change{in_env} from 24 h before the alert to 2 min after it{exactly}"
         ));
     }
     if !unreadable.is_empty() {

@@ -57,13 +57,30 @@ pub async fn confirm_cause(
     ) else {
         return unavailable();
     };
-    if kind_of(&alert).as_deref() != Some("alert")
-        || kind_of(&deployment).as_deref() != Some("deployment")
-    {
+    let (alert_kind, deployment_kind) = (kind_of(&alert), kind_of(&deployment));
+    if alert_kind.as_deref() != Some("alert") || deployment_kind.as_deref() != Some("deployment") {
+        // Which of the two is wrong, and what it is instead.
+        let what = |kind: &Option<String>| match kind.as_deref() {
+            None => "no event of your org",
+            Some("alert") => "an alert",
+            Some("deployment") => "a deployment",
+            Some("change") => "a change",
+            Some(_) => "a custom event",
+        };
+        let why = if alert_kind.as_deref() != Some("alert") {
+            format!("This page's event is {}, not an alert.", what(&alert_kind))
+        } else {
+            format!(
+                "The event chosen as the cause is {}, not a deployment.",
+                what(&deployment_kind)
+            )
+        };
         return message(
             StatusCode::UNPROCESSABLE_ENTITY,
             "Not an alert and a deployment",
-            "A cause is a deployment of your org, confirmed for an alert of your org.",
+            &format!(
+                "{why} A cause is a deployment of your org, confirmed for an alert of your org."
+            ),
             &format!("/events/{id}"),
             "Back to the event",
         );

@@ -288,6 +288,10 @@ pub async fn set_password(
     if !pre_session_csrf_ok(&headers, &form.csrf) {
         return csrf_refused();
     }
+    // A token cut short (a hand-made post, or a form whose link was cut) is said as on `GET`.
+    if form.token.len() != crate::secrets::SECRET_CHARS {
+        return link_incomplete(form.token.len());
+    }
     let token_hash = crate::secrets::hash(&form.token);
     let user = match state.store.password_link_user(&token_hash).await {
         Ok(Some(u)) => u,

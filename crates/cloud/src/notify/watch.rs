@@ -14,6 +14,8 @@ use crate::storage::{EventQuery, StorageError};
 pub const STRONG_SUSPECT: f64 = 0.7;
 /// Alerts that happened this long before the notifier sees them are not examined.
 const RECENT_MICROS: i64 = 15 * 60_000_000;
+/// Alerts read at once while looking through that window.
+const PAGE: i64 = 500;
 
 impl Notifier {
     /// Queues the notifications that are new since the last round.
@@ -83,17 +85,40 @@ impl Notifier {
         org_id: i64,
         org: &str,
     ) -> Result<(), StorageError> {
-        let recent = EventQuery {
-            kind: Some("alert".into()),
-            since: Some(crate::storage::now_micros() - RECENT_MICROS),
-            limit: 200,
-            ..EventQuery::default()
-        };
         if self.examined.len() > 100_000 {
             // Older alerts are out of the window; the queue's dedup keys stop any repeat.
             self.examined.clear();
         }
-        for alert in self.store.list_events(org_id, &recent).await? {
+        // The whole window, page by page: in an alert storm the newest page alone would hold
+        // the same alerts every round, and an older strong suspect would never be looked at.
+        let mut recent = EventQuery {
+            kind: Some("alert".into()),
+            since: Some(crate::storage::now_micros() - RECENT_MICROS),
+            limit: PAGE,
+            ..EventQuery::default()
+        };
+        loop {
+            let page = self.store.list_events(org_id, &recent).await?;
+            let last = page.last().map(|e| (e.occurred_at, e.id.clone()));
+            let whole = page.len() as i64 == PAGE;
+            self.examine(webhook_id, org_id, org, page).await?;
+            match last {
+                Some(last) if whole => recent.after = Some(last),
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Queues, of a page of the org's recent alerts, each one not examined before whose top
+    /// suspect is strong.
+    async fn examine(
+        &mut self,
+        webhook_id: i64,
+        org_id: i64,
+        org: &str,
+        page: Vec<crate::storage::StoredEvent>,
+    ) -> Result<(), StorageError> {
+        for alert in page {
             let examined = (webhook_id, alert.id.clone());
             if self.examined.contains(&examined) {
                 continue;

@@ -170,7 +170,7 @@ impl Store {
     }
 
     /// Records that `deployment_id` caused `alert_id` (replacing an earlier confirmation),
-    /// audited as `actor`'s.
+    /// audited as `actor`'s; the same confirmation again changes and audits nothing.
     pub async fn confirm_cause(
         &self,
         org_id: i64,
@@ -180,8 +180,9 @@ impl Store {
     ) -> Result<(), StorageError> {
         let sql = "INSERT INTO alert_causes (org_id, alert_id, deployment_id, confirmed_at) \
                    VALUES ($1, $2, $3, $4) ON CONFLICT (org_id, alert_id) \
-                   DO UPDATE SET deployment_id = excluded.deployment_id, confirmed_at = excluded.confirmed_at";
-        on_writer!(&self.db, pool => sqlx::query(sql)
+                   DO UPDATE SET deployment_id = excluded.deployment_id, confirmed_at = excluded.confirmed_at \
+                   WHERE alert_causes.deployment_id <> excluded.deployment_id";
+        let changed = on_writer!(&self.db, pool => sqlx::query(sql)
             .bind(org_id)
             .bind(alert_id)
             .bind(deployment_id)
@@ -189,6 +190,10 @@ impl Store {
             .execute(pool)
             .await?
             .rows_affected());
+        // The same confirmation again changes nothing, and is not audited again.
+        if changed == 0 {
+            return Ok(());
+        }
         let object = cause_object(alert_id, deployment_id);
         self.audit(org_id, actor, "alert.confirm_cause", &object)
             .await

@@ -72,14 +72,10 @@ impl RegistryKind {
                 tracing::warn!(registry = %self.cfg.name, target = %host_port(&self.cfg.url), cause = %cause, "registry unreachable");
                 let check = crate::forward::caller_advice(&cause);
                 let name = &self.cfg.name;
-                // A cause that ends in its own advice (`causes`' "(the server …)") is not
-                // given a second one.
-                self.state().unreachable =
-                    Some(if cause.ends_with(')') && cause.contains(" (the server ") {
-                        format!("the bridge cannot reach registry {name:?}: {cause}")
-                    } else {
-                        format!("the bridge cannot reach registry {name:?}: {cause}. {check}")
-                    });
+                // `bridge check` adds its own hint to these words.
+                self.state().unreachable = Some(format!(
+                    "the bridge cannot reach registry {name:?}: {cause}"
+                ));
                 return Err(self.unavailable(
                     "registry: challenge",
                     format!(
