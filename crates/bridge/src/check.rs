@@ -93,9 +93,11 @@ fn unreachable(causes: &str) -> String {
     format!("unreachable: {causes}{}", connect_hint(causes))
 }
 
-/// What a refused or unresolved connection most likely means, or nothing.
-fn connect_hint(causes: &str) -> &'static str {
-    if causes.contains("Connection refused") {
+/// What a failed connection most likely means, or nothing: a refused or unresolved one, an
+/// unknown CA, else a TLS failure's advice as callers through the cloud get it. A cause that
+/// already carries its own (`(the server …)`) gets none.
+fn connect_hint(causes: &str) -> String {
+    let hint = if causes.contains("Connection refused") {
         " (nothing accepts connections there: is the server running, and is the url's port right?)"
     } else if causes.contains("dns error") {
         " (the url's host name does not resolve from this host)"
@@ -103,6 +105,15 @@ fn connect_hint(causes: &str) -> &'static str {
         " (the server's certificate is signed by a CA this host does not trust: set the entry's tls_ca_file to that CA's certificate)"
     } else {
         ""
+    };
+    let tls = matches!(
+        forward::caller_summary(causes),
+        "the TLS handshake failed" | "it closed the connection during the TLS handshake"
+    );
+    if hint.is_empty() && tls && !causes.contains(" (the server ") {
+        format!(". {}", forward::caller_advice(causes))
+    } else {
+        hint.to_string()
     }
 }
 

@@ -269,6 +269,25 @@ async fn check_tries_the_cloud_and_each_resource() {
             && out.contains("is the server running"),
         "{out}"
     );
+    // One hint, not the forwarding's advice as well.
+    assert_eq!(out.matches("Check that").count(), 0, "{out}");
+    // https:// to a port that takes the connection and closes it during the handshake: said
+    // so, with what to check.
+    let closing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closing_port = closing.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in closing.incoming() {
+            drop(stream);
+        }
+    });
+    let registry =
+        format!("{good}registries:\n  - name: reg\n    url: https://127.0.0.1:{closing_port}\n");
+    let (code, out) = check(&registry);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("tls handshake eof. Check that the url's port speaks TLS"),
+        "{out}"
+    );
     // A server that takes the connection and never answers: the wait and what to check.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let quiet = good.replace(

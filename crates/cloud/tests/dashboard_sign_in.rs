@@ -28,6 +28,14 @@ async fn a_link_sets_the_password_and_signs_in(backend: Backend) {
         said.contains("is incomplete: its token has 33 of its 43 characters"),
         "{said}"
     );
+    // A full stop copied after it: too long, not incomplete.
+    let long = client.get(format!("{link}.")).send().await.unwrap();
+    assert_eq!(long.status(), 400);
+    let said = long.text().await.unwrap();
+    assert!(
+        said.contains("is too long: its token has 44 characters, not 43"),
+        "{said}"
+    );
     // So does the form posted with a cut token (a hand-made post).
     let form = client.get(&link).send().await.unwrap();
     let csrf_cookie =

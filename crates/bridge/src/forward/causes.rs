@@ -42,7 +42,7 @@ fn caller_words(causes: &str) -> (&'static str, &'static str) {
             "it answered in plain text, not TLS",
             "Its port does not speak TLS: give the entry an http:// url if it serves plain HTTP, or the port where it speaks TLS",
         )
-    } else if has("handshake eof") || (has("tls handshake") && has("reset")) {
+    } else if has("handshake eof") {
         (
             "it closed the connection during the TLS handshake",
             "Check that the url's port speaks TLS (a plain-HTTP or other service closes it so)",

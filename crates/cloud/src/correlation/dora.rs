@@ -296,11 +296,18 @@ fn answer(
 fn no_deployment_note(service: Option<&str>, environment: Option<&str>) -> String {
     let of = service.map_or(String::new(), |s| format!(" of service {s:?}"));
     let in_env = environment.map_or(String::new(), |e| format!(" in environment {e:?}"));
-    let exactly = match (service, environment) {
+    let names = match (service, environment) {
         (None, None) => "",
-        _ => {
-            "; services and environments match exactly as the events name them (GET /v1/events?type=deployment lists them)"
-        }
+        (Some(_), None) => "; services match",
+        (None, Some(_)) => "; environments match",
+        (Some(_), Some(_)) => "; services and environments match",
+    };
+    let exactly = if names.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "{names} exactly as the events name them (GET /v1/events?type=deployment lists them)"
+        )
     };
     format!("no deployment{of}{in_env} in this window{exactly}")
 }
@@ -340,6 +347,7 @@ async fn load_at_most(
         since: Some(since - HORIZON),
         until: Some(until.saturating_add(HORIZON)),
         after: None,
+        received_since: None,
         limit: PAGE,
     };
     let confirmed: HashSet<String> = store.confirmed_causes(org_id).await?.into_iter().collect();

@@ -61,19 +61,21 @@ pub async fn confirm_cause(
     if alert_kind.as_deref() != Some("alert") || deployment_kind.as_deref() != Some("deployment") {
         // Which of the two is wrong, and what it is instead.
         let what = |kind: &Option<String>| match kind.as_deref() {
-            None => "no event of your org",
             Some("alert") => "an alert",
             Some("deployment") => "a deployment",
             Some("change") => "a change",
-            Some(_) => "a custom event",
+            _ => "a custom event",
         };
-        let why = if alert_kind.as_deref() != Some("alert") {
-            format!("This page's event is {}, not an alert.", what(&alert_kind))
-        } else {
-            format!(
+        let why = match (&alert_kind, &deployment_kind) {
+            (None, _) => "Your org has no event with this page's id.".to_string(),
+            (Some(kind), _) if kind != "alert" => {
+                format!("This page's event is {}, not an alert.", what(&alert_kind))
+            }
+            (_, None) => "Your org has no event with the id chosen as the cause.".to_string(),
+            _ => format!(
                 "The event chosen as the cause is {}, not a deployment.",
                 what(&deployment_kind)
-            )
+            ),
         };
         return message(
             StatusCode::UNPROCESSABLE_ENTITY,

@@ -187,6 +187,7 @@ pub async fn timeline(
         since,
         until,
         after,
+        received_since: None,
         limit: PAGE + 1,
     };
     let Ok(mut found) = state

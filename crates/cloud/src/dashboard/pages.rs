@@ -220,12 +220,25 @@ fn link_gone() -> Response {
 
 /// A link whose token is not whole: cut when copied, most likely, not used or expired.
 fn link_incomplete(chars: usize) -> Response {
+    let want = crate::secrets::SECRET_CHARS;
+    let (heading, what) = if chars > want {
+        (
+            "Link too long",
+            format!(
+                "is too long: its token has {chars} characters, not {want} (a character copied after it, such as a full stop?)"
+            ),
+        )
+    } else {
+        (
+            "Link incomplete",
+            format!("is incomplete: its token has {chars} of its {want} characters"),
+        )
+    };
     message(
         StatusCode::BAD_REQUEST,
-        "Link incomplete",
+        heading,
         &format!(
-            "This set-password link is incomplete: its token has {chars} of its {} characters. Copy the whole link from where it was sent, or ask an admin for a new one (cloud user reset-password --email …).",
-            crate::secrets::SECRET_CHARS
+            "This set-password link {what}. Copy the whole link from where it was sent, or ask an admin for a new one (cloud user reset-password --email …)."
         ),
         "/sign-in",
         "Sign in",
@@ -240,7 +253,7 @@ pub async fn set_password_form(
 ) -> Response {
     let token = q.token.unwrap_or_default();
     if token.len() != crate::secrets::SECRET_CHARS {
-        return link_incomplete(token.len());
+        return link_incomplete(token.chars().count());
     }
     let user = match state
         .store
@@ -290,7 +303,7 @@ pub async fn set_password(
     }
     // A token cut short (a hand-made post, or a form whose link was cut) is said as on `GET`.
     if form.token.len() != crate::secrets::SECRET_CHARS {
-        return link_incomplete(form.token.len());
+        return link_incomplete(form.token.chars().count());
     }
     let token_hash = crate::secrets::hash(&form.token);
     let user = match state.store.password_link_user(&token_hash).await {

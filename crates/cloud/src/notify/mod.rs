@@ -16,7 +16,7 @@ mod send;
 pub mod sign;
 mod watch;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,9 +54,13 @@ pub struct Notifier {
     /// Notifications queued by this process (webhook id, dedup key): skips a storage round
     /// trip every tick for what storage would refuse as a duplicate anyway.
     queued: HashSet<(i64, String)>,
-    /// Alerts whose suspects were already looked at for a webhook (its id, the alert's): one
-    /// set again looks at the last 15 minutes' alerts anew, as a restarted process would.
-    examined: HashSet<(i64, String)>,
+    /// Alerts whose suspects were already looked at for a webhook (its id, the alert's), with
+    /// the alert's time, to forget them once out of the window: one set again looks at the
+    /// last 15 minutes' alerts anew, as a restarted process would.
+    examined: HashMap<(i64, String), i64>,
+    /// For each webhook, when the last round that looked through its whole window began: the
+    /// next round reads only the alerts received since (less [`watch::RECEIVED_SLACK`]).
+    passed: HashMap<i64, i64>,
 }
 
 impl Notifier {
@@ -81,7 +85,8 @@ impl Notifier {
             in_flight: tokio::task::JoinSet::new(),
             busy: Default::default(),
             queued: HashSet::new(),
-            examined: HashSet::new(),
+            examined: HashMap::new(),
+            passed: HashMap::new(),
         }
     }
 

@@ -16,6 +16,13 @@ pub const STRONG_SUSPECT: f64 = 0.7;
 const RECENT_MICROS: i64 = 15 * 60_000_000;
 /// Alerts read at once while looking through that window.
 const PAGE: i64 = 500;
+/// Alerts whose suspects are read in one round, per webhook: an alert storm delays the other
+/// orgs' deliveries by a round at most, and its own alerts are reached over the next rounds.
+const BUDGET: usize = 200;
+/// How far before the last whole pass a round reads again: an alert whose transaction took
+/// its receive time earlier but committed after that pass began (several writers) is not
+/// missed.
+pub(super) const RECEIVED_SLACK: i64 = 60_000_000;
 
 impl Notifier {
     /// Queues the notifications that are new since the last round.
@@ -85,60 +92,81 @@ impl Notifier {
         org_id: i64,
         org: &str,
     ) -> Result<(), StorageError> {
-        if self.examined.len() > 100_000 {
-            // Older alerts are out of the window; the queue's dedup keys stop any repeat.
-            self.examined.clear();
-        }
-        // The whole window, page by page: in an alert storm the newest page alone would hold
-        // the same alerts every round, and an older strong suspect would never be looked at.
+        let started = crate::storage::now_micros();
+        let since = started - RECENT_MICROS;
+        // Alerts out of the window are never read again; the queue's dedup keys stop a repeat.
+        self.examined.retain(|_, at| *at >= since);
+        // The window page by page (in an alert storm the newest page alone would hold the same
+        // alerts every round, and an older strong suspect would never be looked at), but only
+        // what was received since the last whole pass: a late alert with an older time is
+        // received late too. At most `BUDGET` alerts' suspects are read a round; the next
+        // round goes on where this one stopped.
         let mut recent = EventQuery {
             kind: Some("alert".into()),
-            since: Some(crate::storage::now_micros() - RECENT_MICROS),
+            since: Some(since),
+            received_since: self.passed.get(&webhook_id).map(|t| t - RECEIVED_SLACK),
             limit: PAGE,
             ..EventQuery::default()
         };
+        let mut budget = BUDGET;
         loop {
             let page = self.store.list_events(org_id, &recent).await?;
             let last = page.last().map(|e| (e.occurred_at, e.id.clone()));
             let whole = page.len() as i64 == PAGE;
-            self.examine(webhook_id, org_id, org, page).await?;
+            if !self
+                .examine(webhook_id, org_id, org, page, &mut budget)
+                .await?
+            {
+                return Ok(());
+            }
             match last {
                 Some(last) if whole => recent.after = Some(last),
-                _ => return Ok(()),
+                _ => break,
             }
         }
+        self.passed.insert(webhook_id, started);
+        Ok(())
     }
 
     /// Queues, of a page of the org's recent alerts, each one not examined before whose top
-    /// suspect is strong.
+    /// suspect is strong, while `budget` lasts. Says whether the whole page was examined: not
+    /// when the budget ran out or correlation could not answer (the next round tries again).
     async fn examine(
         &mut self,
         webhook_id: i64,
         org_id: i64,
         org: &str,
         page: Vec<crate::storage::StoredEvent>,
-    ) -> Result<(), StorageError> {
+        budget: &mut usize,
+    ) -> Result<bool, StorageError> {
+        let mut whole = true;
         for alert in page {
             let examined = (webhook_id, alert.id.clone());
-            if self.examined.contains(&examined) {
+            if self.examined.contains_key(&examined) {
                 continue;
             }
             let triggered = serde_json::from_str::<serde_json::Value>(&alert.body)
                 .is_ok_and(|b| b["status"] == "triggered");
             if !triggered {
-                self.examined.insert(examined);
+                self.examined.insert(examined, alert.occurred_at);
                 continue;
             }
-            // Not examined when correlation cannot answer now: the next round tries again.
+            if *budget == 0 {
+                return Ok(false);
+            }
+            *budget -= 1;
             let answer = match self.insight.suspects(org_id, &alert.id).await {
                 Ok(answer) => answer,
-                Err(NoSuspects::Unavailable(_)) => continue,
+                Err(NoSuspects::Unavailable(_)) => {
+                    whole = false;
+                    continue;
+                }
                 Err(NoSuspects::NotAnAlert) => {
-                    self.examined.insert(examined);
+                    self.examined.insert(examined, alert.occurred_at);
                     continue;
                 }
             };
-            self.examined.insert(examined);
+            self.examined.insert(examined, alert.occurred_at);
             let top = &answer["suspects"][0];
             let score = top["score"].as_f64().unwrap_or(0.0);
             if score < STRONG_SUSPECT {
@@ -161,7 +189,7 @@ impl Notifier {
             let dedup = format!("suspect:{incident}:{}", text(&top["event"], "id"));
             self.queue(webhook_id, dedup, body).await?;
         }
-        Ok(())
+        Ok(whole)
     }
 
     /// Queues one notification unless it was queued before (here or by an earlier process).

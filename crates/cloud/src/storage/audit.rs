@@ -46,6 +46,16 @@ pub struct AuditEntry {
     pub target: String,
 }
 
+/// The insert of one audit entry: `(org_id, at, actor, address, action, target)`; also run
+/// inside a transaction with the change it records ([`Store::confirm_cause`]).
+pub(super) const AUDIT_INSERT: &str = "INSERT INTO audit_log (org_id, at, actor, address, action, target) \
+                                       VALUES ($1, $2, $3, $4, $5, $6)";
+
+/// The log line of an audit entry, written as it is stored.
+pub(super) fn log_audit(org_id: i64, actor: &Actor, action: &str, target: &str) {
+    tracing::info!(target: "audit", org_id, actor = %actor.who, address = %actor.address, action, object = target, "audit");
+}
+
 impl Store {
     /// Records that `actor` did `action` to `target` in org `org_id`, and logs it as a JSON
     /// line with the target `audit`.
@@ -56,10 +66,8 @@ impl Store {
         action: &str,
         target: &str,
     ) -> Result<(), StorageError> {
-        tracing::info!(target: "audit", org_id, actor = %actor.who, address = %actor.address, action, object = target, "audit");
-        let sql = "INSERT INTO audit_log (org_id, at, actor, address, action, target) \
-                   VALUES ($1, $2, $3, $4, $5, $6)";
-        on_writer!(&self.db, pool => sqlx::query(sql)
+        log_audit(org_id, actor, action, target);
+        on_writer!(&self.db, pool => sqlx::query(AUDIT_INSERT)
             .bind(org_id)
             .bind(now_micros())
             .bind(&actor.who)

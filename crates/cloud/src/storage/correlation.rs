@@ -182,21 +182,39 @@ impl Store {
                    VALUES ($1, $2, $3, $4) ON CONFLICT (org_id, alert_id) \
                    DO UPDATE SET deployment_id = excluded.deployment_id, confirmed_at = excluded.confirmed_at \
                    WHERE alert_causes.deployment_id <> excluded.deployment_id";
-        let changed = on_writer!(&self.db, pool => sqlx::query(sql)
-            .bind(org_id)
-            .bind(alert_id)
-            .bind(deployment_id)
-            .bind(now_micros())
-            .execute(pool)
-            .await?
-            .rows_affected());
-        // The same confirmation again changes nothing, and is not audited again.
-        if changed == 0 {
-            return Ok(());
-        }
         let object = cause_object(alert_id, deployment_id);
-        self.audit(org_id, actor, "alert.confirm_cause", &object)
-            .await
+        let action = "alert.confirm_cause";
+        // The change and its audit entry commit together: the same confirmation again changes
+        // nothing and is not audited again, so a retry must not find the one without the other.
+        let changed = on_writer!(&self.db, pool => {
+            let mut tx = pool.begin().await?;
+            let at = now_micros();
+            let changed = sqlx::query(sql)
+                .bind(org_id)
+                .bind(alert_id)
+                .bind(deployment_id)
+                .bind(at)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if changed > 0 {
+                sqlx::query(super::audit::AUDIT_INSERT)
+                    .bind(org_id)
+                    .bind(at)
+                    .bind(&actor.who)
+                    .bind(&actor.address)
+                    .bind(action)
+                    .bind(&object)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            changed
+        });
+        if changed > 0 {
+            super::audit::log_audit(org_id, actor, action, &object);
+        }
+        Ok(())
     }
 
     /// Withdraws the confirmed cause of `alert_id` (audited as `actor`'s): the deployment it
