@@ -106,10 +106,12 @@ fn connect_hint(causes: &str) -> String {
     } else {
         ""
     };
-    let tls = matches!(
-        forward::caller_summary(causes),
-        "the TLS handshake failed" | "it closed the connection during the TLS handshake"
-    );
+    // A connection's failure only: not a `tls_ca_file` that cannot be read, say.
+    let tls = causes.contains("(Connect)")
+        && matches!(
+            forward::caller_summary(causes),
+            "the TLS handshake failed" | "it closed the connection during the TLS handshake"
+        );
     if hint.is_empty() && tls && !causes.contains(" (the server ") {
         format!(". {}", forward::caller_advice(causes))
     } else {

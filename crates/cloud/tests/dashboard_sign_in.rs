@@ -36,6 +36,15 @@ async fn a_link_sets_the_password_and_signs_in(backend: Backend) {
         said.contains("is too long: its token has 44 characters, not 43"),
         "{said}"
     );
+    // A character no token has in place of its last: damaged.
+    let damaged = client
+        .get(format!("{}%7E", &link[..link.len() - 1]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(damaged.status(), 400);
+    let said = damaged.text().await.unwrap();
+    assert!(said.contains("is damaged"), "{said}");
     // So does the form posted with a cut token (a hand-made post).
     let form = client.get(&link).send().await.unwrap();
     let csrf_cookie =

@@ -127,7 +127,6 @@ pub async fn list(
         since,
         until,
         after: p.cursor.as_deref().map(decode_cursor).transpose()?,
-        received_since: None,
         kind,
         service: p.service,
         environment: p.environment,

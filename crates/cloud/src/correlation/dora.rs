@@ -347,7 +347,6 @@ async fn load_at_most(
         since: Some(since - HORIZON),
         until: Some(until.saturating_add(HORIZON)),
         after: None,
-        received_since: None,
         limit: PAGE,
     };
     let confirmed: HashSet<String> = store.confirmed_causes(org_id).await?.into_iter().collect();

@@ -140,7 +140,6 @@ async fn list_org(state: &CorrelationState, org_id: i64, failed: &Failed) {
         since: Some(now_micros() - LOOKBACK_MICROS),
         until: None,
         after: None,
-        received_since: None,
         limit: PER_ROUND,
     };
     let Ok(mut deployments) = state.store.list_events(org_id, &query).await else {

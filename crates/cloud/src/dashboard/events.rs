@@ -187,7 +187,6 @@ pub async fn timeline(
         since,
         until,
         after,
-        received_since: None,
         limit: PAGE + 1,
     };
     let Ok(mut found) = state

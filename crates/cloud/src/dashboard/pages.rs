@@ -218,10 +218,21 @@ fn link_gone() -> Response {
     )
 }
 
-/// A link whose token is not whole: cut when copied, most likely, not used or expired.
-fn link_incomplete(chars: usize) -> Response {
+/// The page for a link whose token is not whole (cut when copied, most likely, not used or
+/// expired; or with characters after it or in it), or `None` for a token of the right shape.
+fn link_incomplete(token: &str) -> Option<Response> {
     let want = crate::secrets::SECRET_CHARS;
-    let (heading, what) = if chars > want {
+    let whole = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
+    if token.len() == want && token.bytes().all(whole) {
+        return None;
+    }
+    let chars = token.chars().count();
+    let (heading, what) = if chars == want {
+        (
+            "Link damaged",
+            "is damaged: its token holds characters a link's token never has".to_string(),
+        )
+    } else if chars > want {
         (
             "Link too long",
             format!(
@@ -234,7 +245,7 @@ fn link_incomplete(chars: usize) -> Response {
             format!("is incomplete: its token has {chars} of its {want} characters"),
         )
     };
-    message(
+    Some(message(
         StatusCode::BAD_REQUEST,
         heading,
         &format!(
@@ -242,7 +253,7 @@ fn link_incomplete(chars: usize) -> Response {
         ),
         "/sign-in",
         "Sign in",
-    )
+    ))
 }
 
 /// `GET /set-password?token=…`: the form, while the link is valid.
@@ -252,8 +263,8 @@ pub async fn set_password_form(
     Query(q): Query<LinkQuery>,
 ) -> Response {
     let token = q.token.unwrap_or_default();
-    if token.len() != crate::secrets::SECRET_CHARS {
-        return link_incomplete(token.chars().count());
+    if let Some(refused) = link_incomplete(&token) {
+        return refused;
     }
     let user = match state
         .store
@@ -302,8 +313,8 @@ pub async fn set_password(
         return csrf_refused();
     }
     // A token cut short (a hand-made post, or a form whose link was cut) is said as on `GET`.
-    if form.token.len() != crate::secrets::SECRET_CHARS {
-        return link_incomplete(form.token.chars().count());
+    if let Some(refused) = link_incomplete(&form.token) {
+        return refused;
     }
     let token_hash = crate::secrets::hash(&form.token);
     let user = match state.store.password_link_user(&token_hash).await {

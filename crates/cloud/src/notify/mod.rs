@@ -55,12 +55,9 @@ pub struct Notifier {
     /// trip every tick for what storage would refuse as a duplicate anyway.
     queued: HashSet<(i64, String)>,
     /// Alerts whose suspects were already looked at for a webhook (its id, the alert's), with
-    /// the alert's time, to forget them once out of the window: one set again looks at the
-    /// last 15 minutes' alerts anew, as a restarted process would.
+    /// the alert's time, to forget them once out of the window. A webhook set again (a new
+    /// id) looks at the last 15 minutes' alerts anew, as a restarted process would.
     examined: HashMap<(i64, String), i64>,
-    /// For each webhook, when the last round that looked through its whole window began: the
-    /// next round reads only the alerts received since (less [`watch::RECEIVED_SLACK`]).
-    passed: HashMap<i64, i64>,
 }
 
 impl Notifier {
@@ -86,7 +83,6 @@ impl Notifier {
             busy: Default::default(),
             queued: HashSet::new(),
             examined: HashMap::new(),
-            passed: HashMap::new(),
         }
     }
 

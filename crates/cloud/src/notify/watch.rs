@@ -16,17 +16,24 @@ pub const STRONG_SUSPECT: f64 = 0.7;
 const RECENT_MICROS: i64 = 15 * 60_000_000;
 /// Alerts read at once while looking through that window.
 const PAGE: i64 = 500;
-/// Alerts whose suspects are read in one round, per webhook: an alert storm delays the other
-/// orgs' deliveries by a round at most, and its own alerts are reached over the next rounds.
+/// Alerts whose suspects are read in one round, per webhook: an alert storm in one org holds a
+/// round up by this many correlations at most, and its own alerts are reached over the next
+/// rounds (newest first: one that fires more than this many new alerts a second for minutes
+/// reaches its older ones only as the storm ebbs).
 const BUDGET: usize = 200;
-/// How far before the last whole pass a round reads again: an alert whose transaction took
-/// its receive time earlier but committed after that pass began (several writers) is not
-/// missed.
-pub(super) const RECEIVED_SLACK: i64 = 60_000_000;
+/// Alerts remembered as examined, at most: beyond it the oldest are forgotten (examined again
+/// later, and stopped from a repeat by the queue's dedup keys).
+const MAX_EXAMINED: usize = 200_000;
 
 impl Notifier {
     /// Queues the notifications that are new since the last round.
     pub(super) async fn watch(&mut self) -> Result<(), StorageError> {
+        // Alerts out of the window are never read again.
+        let since = crate::storage::now_micros() - RECENT_MICROS;
+        self.examined.retain(|_, at| *at >= since);
+        if self.examined.len() > MAX_EXAMINED {
+            self.examined.clear();
+        }
         for hook in self.store.webhooks().await? {
             // Set again while its predecessor's attempt is under way: what that attempt
             // carries would read as undelivered and be queued twice. The next round looks.
@@ -92,19 +99,14 @@ impl Notifier {
         org_id: i64,
         org: &str,
     ) -> Result<(), StorageError> {
-        let started = crate::storage::now_micros();
-        let since = started - RECENT_MICROS;
-        // Alerts out of the window are never read again; the queue's dedup keys stop a repeat.
-        self.examined.retain(|_, at| *at >= since);
-        // The window page by page (in an alert storm the newest page alone would hold the same
-        // alerts every round, and an older strong suspect would never be looked at), but only
-        // what was received since the last whole pass: a late alert with an older time is
-        // received late too. At most `BUDGET` alerts' suspects are read a round; the next
-        // round goes on where this one stopped.
+        let since = crate::storage::now_micros() - RECENT_MICROS;
+        // The whole window, page by page: in an alert storm the newest page alone would hold
+        // the same alerts every round, and an older strong suspect would never be looked at.
+        // At most `BUDGET` alerts' suspects are read a round; the next round goes on past what
+        // this one examined.
         let mut recent = EventQuery {
             kind: Some("alert".into()),
             since: Some(since),
-            received_since: self.passed.get(&webhook_id).map(|t| t - RECEIVED_SLACK),
             limit: PAGE,
             ..EventQuery::default()
         };
@@ -121,16 +123,14 @@ impl Notifier {
             }
             match last {
                 Some(last) if whole => recent.after = Some(last),
-                _ => break,
+                _ => return Ok(()),
             }
         }
-        self.passed.insert(webhook_id, started);
-        Ok(())
     }
 
     /// Queues, of a page of the org's recent alerts, each one not examined before whose top
-    /// suspect is strong, while `budget` lasts. Says whether the whole page was examined: not
-    /// when the budget ran out or correlation could not answer (the next round tries again).
+    /// suspect is strong, while `budget` lasts. Says whether to read on: not once the budget
+    /// ran out. An alert correlation cannot answer for now is left for the next round.
     async fn examine(
         &mut self,
         webhook_id: i64,
@@ -139,7 +139,6 @@ impl Notifier {
         page: Vec<crate::storage::StoredEvent>,
         budget: &mut usize,
     ) -> Result<bool, StorageError> {
-        let mut whole = true;
         for alert in page {
             let examined = (webhook_id, alert.id.clone());
             if self.examined.contains_key(&examined) {
@@ -157,10 +156,7 @@ impl Notifier {
             *budget -= 1;
             let answer = match self.insight.suspects(org_id, &alert.id).await {
                 Ok(answer) => answer,
-                Err(NoSuspects::Unavailable(_)) => {
-                    whole = false;
-                    continue;
-                }
+                Err(NoSuspects::Unavailable(_)) => continue,
                 Err(NoSuspects::NotAnAlert) => {
                     self.examined.insert(examined, alert.occurred_at);
                     continue;
@@ -189,7 +185,7 @@ impl Notifier {
             let dedup = format!("suspect:{incident}:{}", text(&top["event"], "id"));
             self.queue(webhook_id, dedup, body).await?;
         }
-        Ok(whole)
+        Ok(true)
     }
 
     /// Queues one notification unless it was queued before (here or by an earlier process).

@@ -73,8 +73,6 @@ pub struct EventQuery {
     pub until: Option<i64>,
     /// Continue after this (occurred_at, id), exclusive.
     pub after: Option<(i64, String)>,
-    /// Received at or after (µs): what arrived since a reader last looked.
-    pub received_since: Option<i64>,
     /// Page size.
     pub limit: i64,
 }
@@ -185,9 +183,6 @@ impl Store {
         }
         if let Some(until) = q.until {
             push(&mut sql, " AND occurred_at < ?", Arg::Int(until));
-        }
-        if let Some(received) = q.received_since {
-            push(&mut sql, " AND received_at >= ?", Arg::Int(received));
         }
         if let Some((at, id)) = &q.after {
             // Row-value comparison: strictly older than the last event of the previous page.
