@@ -1234,10 +1234,7 @@ async fn five_redirects_are_followed_and_a_sixth_is_refused() {
 /// bridge's log names them, for its operator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_registry_is_named_in_the_log_not_to_the_caller() {
-    // Bound but not listening: the port refuses connections and stays ours.
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let port = socket.local_addr().unwrap().port();
+    let (socket, port) = testkit::refusing_port();
     let rig = Rig::start_with(move |_| {
         format!("registries:\n  - name: gone\n    url: http://127.0.0.1:{port}\n")
     })

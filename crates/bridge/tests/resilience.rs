@@ -300,11 +300,8 @@ async fn cloud_sigterm_lets_a_forwarded_request_finish() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_resource_makes_health_degraded_until_it_answers() {
-    // Bound but not listening: the port is ours for the whole test and refuses connections
-    // until `listen` is called.
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let port = socket.local_addr().unwrap().port();
+    // The port is ours for the whole test and refuses connections until `listen` is called.
+    let (socket, port) = testkit::refusing_port();
     let rig = Rig::start(&format!(
         "  - name: dead\n    url: http://127.0.0.1:{port}\n"
     ))

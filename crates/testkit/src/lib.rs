@@ -152,6 +152,15 @@ pub fn seed_event() -> Value {
     })
 }
 
+/// A loopback port that refuses connections and stays the caller's while the socket lives
+/// (bound, not listening): an internal system that is down. `listen` on the socket brings it up.
+pub fn refusing_port() -> (tokio::net::TcpSocket, u16) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
+    (socket, port)
+}
+
 /// A listener whose accept queue is full: the kernel drops further SYNs, so a connection to it
 /// neither succeeds nor fails, as with a firewall that drops packets.
 pub async fn black_hole() -> (tokio::net::TcpListener, Vec<tokio::net::TcpStream>) {

@@ -21,8 +21,8 @@ const PAGE: i64 = 500;
 /// rounds (newest first: one that fires more than this many new alerts a second for minutes
 /// reaches its older ones only as the storm ebbs).
 const BUDGET: usize = 200;
-/// Alerts remembered as examined, at most: beyond it the oldest are forgotten (examined again
-/// later, and stopped from a repeat by the queue's dedup keys).
+/// Alerts remembered as examined, at most: beyond it all are forgotten (examined again later,
+/// and stopped from a repeat by the queue's dedup keys).
 const MAX_EXAMINED: usize = 200_000;
 
 impl Notifier {
