@@ -276,12 +276,10 @@ async fn check_tries_the_cloud_and_each_resource() {
     let closing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let closing_port = closing.local_addr().unwrap().port();
     std::thread::spawn(move || {
-        for stream in closing.incoming() {
-            // The client's hello read first: closed with unread bytes, the socket would send
-            // a reset rather than end the stream.
-            if let Ok(mut stream) = stream {
-                let _ = std::io::Read::read(&mut stream, &mut [0u8; 4096]);
-            }
+        // The client's hello read first: closed with unread bytes, the socket would send a
+        // reset rather than end the stream.
+        for mut stream in closing.incoming().flatten() {
+            let _ = std::io::Read::read(&mut stream, &mut [0u8; 4096]);
         }
     });
     let registry =
