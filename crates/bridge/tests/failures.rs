@@ -1,6 +1,7 @@
 //! What a caller sees when forwarding fails, through the real binaries: requests that are not
 //! safe to send twice are not retried on another instance, a tunnel lost mid-request is a 502,
-//! an internal API that never accepts the connection is a 502 after 10 s, and a bridge at
+//! an internal API that never accepts the connection (or never answers the TLS hello) is a 502
+//! after 10 s, and a bridge at
 //! `max_connections` queues for 5 s, then answers 503 with `Retry-After: 1`.
 
 use std::sync::atomic::Ordering;
@@ -144,6 +145,41 @@ async fn an_internal_api_that_never_accepts_is_502_after_10_s() {
             .await,
         1.0
     );
+}
+
+/// An https internal API that takes the connection and never answers the TLS hello (a wrong
+/// port, a stuck server) is a 502 after 10 s, not a wait until the cloud's forward timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_api_that_never_answers_the_hello_is_502_after_10_s() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    let rig = Rig::start_with(|_| {
+        format!("apis:\n  - name: internal\n    url: https://127.0.0.1:{port}\n")
+    })
+    .await;
+    let started = Instant::now();
+    let res = rig.get("/x").await;
+    let took = started.elapsed();
+    assert_eq!(res.status(), 502);
+    assert!(
+        took >= Duration::from_secs(10) && took < Duration::from_secs(15),
+        "answered after {took:?}"
+    );
+    let problem: serde_json::Value = res.json().await.unwrap();
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("connecting or its TLS handshake timed out")
+            && detail.contains("speaks TLS"),
+        "{problem}"
+    );
+    assert_eq!(rig.bridge.audit_records(1).await[0]["status"], 502);
+    silent.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

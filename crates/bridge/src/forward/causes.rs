@@ -42,6 +42,11 @@ fn caller_words(causes: &str) -> (&'static str, &'static str) {
             "it answered in plain text, not TLS",
             "Its port does not speak TLS: give the entry an http:// url if it serves plain HTTP, or the port where it speaks TLS",
         )
+    } else if has("no TLS session within") {
+        (
+            "connecting or its TLS handshake timed out",
+            "Check that the bridge host can connect to it and that the url's port speaks TLS (a plain-HTTP service waits for a request and never answers the TLS hello)",
+        )
     } else if has("handshake eof") {
         (
             "it closed the connection during the TLS handshake",
@@ -134,6 +139,16 @@ mod tests {
             "it closed the connection during the TLS handshake"
         );
         assert!(advice(eof).contains("speaks TLS"), "{}", advice(eof));
+        let stalled = "client error (Connect): no TLS session within 10 s: connecting or the TLS handshake timed out";
+        assert_eq!(
+            super::caller_summary(stalled),
+            "connecting or its TLS handshake timed out"
+        );
+        assert!(
+            advice(stalled).contains("speaks TLS"),
+            "{}",
+            advice(stalled)
+        );
         let refused = "client error (Connect): tcp connect error: Connection refused";
         assert_eq!(
             advice(refused),

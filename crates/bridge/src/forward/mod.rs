@@ -40,7 +40,6 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::Semaphore;
 
@@ -83,7 +82,7 @@ struct Resource {
     echoes: echo::Echoes,
 }
 
-type UpstreamClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Counted<Arc<AtomicU64>>>;
+type UpstreamClient = Client<upstream::Connector, Counted<Arc<AtomicU64>>>;
 
 fn upstream_client(tls_ca_file: Option<&std::path::Path>) -> UpstreamClient {
     Client::builder(TokioExecutor::new())

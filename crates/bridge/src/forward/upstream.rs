@@ -14,7 +14,8 @@ use url::Url;
 use super::counted::Counted;
 use super::kind::Kind;
 
-/// How long connecting to an internal system may take before the request gets a 502.
+/// How long connecting to an internal system may take, TCP and TLS handshake together, before
+/// the request gets a 502.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Headers never passed on: those of one hop, the caller's credentials, and those with which a
@@ -56,11 +57,14 @@ pub(super) const HOP: &[&str] = &[
     "authorization",
 ];
 
+/// The connector to internal systems: HTTP or HTTPS, the whole connect bounded in time.
+pub type Connector = Bounded<hyper_rustls::HttpsConnector<HttpConnector>>;
+
 /// HTTP and HTTPS to internal systems, shared by forwarding and `bridge check`. HTTPS trusts
 /// the entry's `tls_ca_file` when it has one, else the system roots. A `tls_ca_file` that
 /// cannot be read (checked at start, so only if it changed since) trusts nothing: the entry's
 /// requests fail rather than fall back to other roots.
-pub fn https_connector(tls_ca_file: Option<&Path>) -> hyper_rustls::HttpsConnector<HttpConnector> {
+pub fn https_connector(tls_ca_file: Option<&Path>) -> Connector {
     let roots = crate::ca::roots(tls_ca_file).unwrap_or_else(|e| {
         tracing::error!(cause = %e, "cannot read tls_ca_file: HTTPS to this resource will fail");
         rustls::RootCertStore::empty()
@@ -74,11 +78,67 @@ pub fn https_connector(tls_ca_file: Option<&Path>) -> hyper_rustls::HttpsConnect
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
     tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    hyper_rustls::HttpsConnectorBuilder::new()
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
-        .wrap_connector(tcp)
+        .wrap_connector(tcp);
+    Bounded {
+        inner: https,
+        limit: CONNECT_TIMEOUT,
+    }
+}
+
+/// A connector whose connects fail after `limit`: a server that takes the TCP connection and
+/// never answers the TLS hello (a wrong port, a stuck process) must not hold the caller until
+/// the cloud's forward timeout, nor a `max_connections` slot.
+#[derive(Clone)]
+pub struct Bounded<C> {
+    inner: C,
+    limit: Duration,
+}
+
+impl<C> tower::Service<http::Uri> for Bounded<C>
+where
+    C: tower::Service<http::Uri>,
+    C::Error: Into<tower::BoxError>,
+    C::Future: Send + 'static,
+{
+    type Response = C::Response;
+    type Error = tower::BoxError;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<C::Response, tower::BoxError>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    /// Plain HTTP keeps the TCP connector's own timeout and words; HTTPS is bounded whole.
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let tls = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
+        let connect = self.inner.call(uri);
+        let limit = self.limit;
+        Box::pin(async move {
+            if !tls {
+                return connect.await.map_err(Into::into);
+            }
+            match tokio::time::timeout(limit, connect).await {
+                Ok(done) => done.map_err(Into::into),
+                Err(_) => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "no TLS session within {} s: connecting or the TLS handshake timed out",
+                        limit.as_secs()
+                    ),
+                )
+                .into()),
+            }
+        })
+    }
 }
 
 fn unreachable_config() -> rustls::ClientConfig {

@@ -231,7 +231,7 @@ async fn ingest(
     inherit_resolves(state, principal.org_id, &mut events, is_array).await?;
     let new_events: Vec<NewEvent> = events
         .into_iter()
-        .map(|e| to_new_event(&state.store, e, received))
+        .map(|e| to_new_event(&state.store, principal.org_id, e, received))
         .collect();
     // The events own their data now; the raw body need not wait for the commit with them.
     drop(bytes);
@@ -328,11 +328,16 @@ async fn inherit_resolves(
     }
 }
 
-fn to_new_event(store: &Store, mut e: ValidEvent<'_>, received: DateTime<Utc>) -> NewEvent {
+fn to_new_event(
+    store: &Store,
+    org_id: i64,
+    mut e: ValidEvent<'_>,
+    received: DateTime<Utc>,
+) -> NewEvent {
     e.default_time(received);
     let occurred = e.occurred_at.unwrap_or(received);
     let field = |k: &str| e.get_str(k).map(Cow::into_owned);
-    let (id, seq) = store.new_event_id();
+    let (id, seq) = store.new_event_id(org_id);
     NewEvent {
         id,
         seq,

@@ -9,9 +9,12 @@
 //! order they arrived. Numbers come from one counter per process, seeded past the largest
 //! stored one; `cloud serve` holds the database file's lock ([`super::ServeLock`]), so no other
 //! process hands out the same numbers. On PostgreSQL, which appends to a B-tree index cheaply
-//! and may be shared by several `cloud` processes, ids are plain UUIDv7 (monotonic within a
-//! process too, by the `uuid` crate's counter).
+//! and may be shared by several `cloud` processes, ids carry a counter of each org's own in
+//! those 74 bits, random at each new millisecond: an org's ids grow in the order they are
+//! handed out, and say nothing of how many events other orgs stored meanwhile (the `uuid`
+//! crate's own counter is one per process, shared by all orgs, so it would).
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use uuid::Uuid;
@@ -19,10 +22,13 @@ use uuid::Uuid;
 /// Largest sequence number an id can carry.
 const MAX_SEQ: i64 = (1 << 62) - 1;
 
+/// How many orgs' counters are kept before those of past milliseconds are forgotten.
+const KEPT_ORGS: usize = 4096;
+
 /// Where new event ids come from.
 pub(crate) enum EventIds {
-    /// UUIDv7 from the `uuid` crate (PostgreSQL).
-    Random,
+    /// UUIDv7 with a counter per org (PostgreSQL): org → (last millisecond, its counter).
+    PerOrg(Mutex<HashMap<i64, (i64, u128)>>),
     /// UUIDv7 carrying the next sequence number (SQLite): (next number, last millisecond),
     /// taken together so that ids grow in the order they are handed out.
     Sequence(Mutex<(i64, i64)>),
@@ -34,10 +40,33 @@ impl EventIds {
         EventIds::Sequence(Mutex::new((next.max(1), 0)))
     }
 
-    /// A new id, and the sequence number it carries (SQLite).
-    pub(crate) fn next(&self) -> (String, Option<i64>) {
+    /// Ids with a counter per org, random at each new millisecond.
+    pub(crate) fn per_org() -> Self {
+        EventIds::PerOrg(Mutex::new(HashMap::new()))
+    }
+
+    /// A new id of org `org_id`, and the sequence number it carries (SQLite).
+    pub(crate) fn next(&self, org_id: i64) -> (String, Option<i64>) {
         match self {
-            EventIds::Random => (Uuid::now_v7().to_string(), None),
+            EventIds::PerOrg(orgs) => {
+                let now = chrono::Utc::now().timestamp_millis();
+                let (ms, counter) = {
+                    let mut orgs = orgs.lock().unwrap_or_else(|e| e.into_inner());
+                    if orgs.len() >= KEPT_ORGS && !orgs.contains_key(&org_id) {
+                        orgs.retain(|_, (ms, _)| *ms >= now);
+                    }
+                    let (last_ms, counter) = orgs.entry(org_id).or_insert((0, 0));
+                    if now > *last_ms {
+                        // 73 random bits: room to count up within the millisecond.
+                        *counter = Uuid::new_v4().as_u128() & ((1 << 73) - 1);
+                        *last_ms = now;
+                    } else {
+                        *counter += 1;
+                    }
+                    (*last_ms, *counter)
+                };
+                (with_counter(ms, counter), None)
+            }
             EventIds::Sequence(state) => {
                 let now = chrono::Utc::now().timestamp_millis();
                 let (seq, ms) = {
@@ -60,6 +89,18 @@ fn with_sequence(ms: i64, seq: i64) -> String {
     Uuid::from_u128(value).to_string()
 }
 
+/// The UUIDv7 of millisecond `ms` whose 74 other free bits hold `counter`: its upper 12 in
+/// `rand_a`, its lower 62 in `rand_b`.
+fn with_counter(ms: i64, counter: u128) -> String {
+    let ms = (ms as u128) & ((1 << 48) - 1);
+    let value = (ms << 80)
+        | (0x7 << 76)
+        | ((counter >> 62) << 64)
+        | (0b10 << 62)
+        | (counter & MAX_SEQ as u128);
+    Uuid::from_u128(value).to_string()
+}
+
 /// The sequence number an id would carry (any UUIDv7 gives one; the stored row's whole id
 /// must still match, since ids from before sequence numbers carry random bits there).
 pub(crate) fn sequence_of(id: &str) -> Option<i64> {
@@ -74,20 +115,47 @@ mod tests {
     #[test]
     fn sequence_ids_are_uuidv7_that_give_back_their_number() {
         let ids = EventIds::sequence_from(41);
-        let (first, seq) = ids.next();
+        let (first, seq) = ids.next(1);
         assert_eq!(seq, Some(41));
         let uuid = Uuid::parse_str(&first).unwrap();
         assert_eq!(uuid.get_version_num(), 7);
         assert_eq!(uuid.get_variant(), uuid::Variant::RFC4122);
         assert_eq!(sequence_of(&first), Some(41));
-        let (second, seq) = ids.next();
+        let (second, seq) = ids.next(1);
         assert_eq!(seq, Some(42));
         assert_eq!(sequence_of(&second), Some(42));
-        let later: Vec<String> = (0..1000).map(|_| ids.next().0).collect();
+        let later: Vec<String> = (0..1000).map(|_| ids.next(1).0).collect();
         assert!(
             std::iter::once(&second).chain(&later).is_sorted(),
             "ids grow in the order they are handed out"
         );
+    }
+
+    /// An org's ids count up by one within a millisecond however many ids other orgs took
+    /// meanwhile, so two of them tell nothing of the others' volume.
+    #[test]
+    fn an_org_s_ids_say_nothing_of_other_orgs() {
+        let ids = EventIds::per_org();
+        let counter = |id: &str| Uuid::parse_str(id).unwrap().as_u128() & ((1 << 74) - 1);
+        let millisecond = |id: &str| Uuid::parse_str(id).unwrap().as_u128() >> 80;
+        let counter = |id: &str| ((counter(id) >> 64) << 62) | (counter(id) & MAX_SEQ as u128);
+        for _ in 0..100 {
+            let (first, seq) = ids.next(1);
+            assert_eq!(seq, None);
+            for _ in 0..7 {
+                ids.next(2);
+            }
+            let (second, _) = ids.next(1);
+            let uuid = Uuid::parse_str(&second).unwrap();
+            assert_eq!(uuid.get_version_num(), 7);
+            assert_eq!(uuid.get_variant(), uuid::Variant::RFC4122);
+            assert!(first < second, "an org's ids grow: {first} {second}");
+            if millisecond(&first) == millisecond(&second) {
+                assert_eq!(counter(&second), counter(&first) + 1, "{first} {second}");
+                return;
+            }
+        }
+        panic!("no two ids in one millisecond in 100 tries");
     }
 
     #[test]

@@ -227,7 +227,7 @@ impl Store {
                     .await?;
                 ids::EventIds::sequence_from(last + 1)
             }
-            Db::Postgres(_) => ids::EventIds::Random,
+            Db::Postgres(_) => ids::EventIds::per_org(),
         };
         let writer = writer::spawn(db.clone(), sqlite_file, metrics);
         let target = match backend {
@@ -266,9 +266,10 @@ impl Store {
             .unwrap_or(false)
     }
 
-    /// A new event id, and on SQLite the sequence number it carries (see [`ids`]).
-    pub fn new_event_id(&self) -> (String, Option<i64>) {
-        self.ids.next()
+    /// A new event id of org `org_id`, and on SQLite the sequence number it carries (see
+    /// [`ids`]).
+    pub fn new_event_id(&self, org_id: i64) -> (String, Option<i64>) {
+        self.ids.next(org_id)
     }
 
     /// Queues a batch for the group commit and waits until it is durably committed.

@@ -70,7 +70,7 @@ async fn a_postgres_database_from_before_migration_3_is_upgraded_in_place() {
         let found = store.event(1, id).await.unwrap();
         assert_eq!(found.map(|e| e.id).as_ref(), Some(id));
     }
-    let (id, seq) = store.new_event_id();
+    let (id, seq) = store.new_event_id(1);
     assert_eq!(
         store.insert(custom_event(&id, seq, 10)).await.unwrap(),
         InsertOutcome::Stored
@@ -153,7 +153,7 @@ async fn events_stored_before_sequence_ids_are_still_found() {
         store.event(2, &legacy[0]).await.unwrap().is_none(),
         "org scoped"
     );
-    let (id, seq) = store.new_event_id();
+    let (id, seq) = store.new_event_id(1);
     assert_eq!(seq, Some(4), "numbers continue after the migrated rows");
     assert_eq!(
         store.insert(custom_event(&id, seq, 10)).await.unwrap(),

@@ -25,7 +25,6 @@ use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 use http_body_util::Empty;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use url::Url;
 
@@ -42,7 +41,7 @@ pub(super) struct RegistryKind {
     /// `{bridge}/{entry}/` for each of the bridge's other entries on this entry's registry
     /// (the same `url`): how a client names their repositories in a blob mount's `from`.
     same_registry: Vec<String>,
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    client: Client<super::upstream::Connector, Empty<Bytes>>,
     auth: std::sync::Mutex<AuthState>,
 }
 

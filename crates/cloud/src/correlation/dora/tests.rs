@@ -43,7 +43,7 @@ async fn store_with_org() -> (tempfile::TempDir, Store, i64) {
 /// Stores a successful deployment of `version` of the service `api` in production at `at`.
 async fn deploy(store: &Store, org: i64, version: &str, at: i64) -> Result<(), StorageError> {
     use crate::storage::{NewEvent, WriteBatch};
-    let (id, seq) = store.new_event_id();
+    let (id, seq) = store.new_event_id(org);
     let body = json!({"type": "deployment", "service": "api", "environment": "prod",
         "version": version, "status": "success"});
     store

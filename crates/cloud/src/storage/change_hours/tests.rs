@@ -46,7 +46,7 @@ const HEADS_SQL: &str = "INSERT INTO deploy_heads (org_id, service, environment,
 /// and the previous deployment read both, in order, in their environment and org only;
 /// the services' heads follow the new deployment.
 async fn check_upgraded(store: Store) {
-    let (id, seq) = store.new_event_id();
+    let (id, seq) = store.new_event_id(1);
     let mut later = event("deployment", "production", 10 * DAY + HOUR_MICROS, 0);
     (later.id, later.seq) = (id.clone(), seq);
     let batch = WriteBatch {
