@@ -399,6 +399,46 @@ async fn bad_input_is_named() {
     );
 }
 
+/// A withdrawal whose audit entry cannot be written is not made: the caller's retry finds the
+/// cause still there and withdraws it, audited.
+#[tokio::test]
+async fn a_withdrawal_is_never_left_unaudited() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    let t = cloud.tenant("acme");
+    let deployment = post(
+        &cloud,
+        &t,
+        0,
+        &json!({"type": "deployment", "service": "api", "environment": "production",
+        "version": "v1", "status": "success"}),
+    )
+    .await;
+    let alert = post(
+        &cloud,
+        &t,
+        10,
+        &json!({"type": "alert", "service": "api", "environment": "production",
+        "status": "triggered", "severity": "critical", "title": "Errors"}),
+    )
+    .await;
+    let cause = format!("/v1/alerts/{alert}/cause");
+    let confirm = Some(json!({"deploymentId": deployment}));
+    let (status, body) = call(&cloud, &t, reqwest::Method::POST, &cause, confirm).await;
+    assert_eq!(status, 200, "{body}");
+    // The audit table refuses the withdrawal's entry (a full disk, a failing database).
+    cloud.exec_sql(
+        "CREATE TRIGGER refuse_withdrawal BEFORE INSERT ON audit_log \
+         WHEN NEW.action = 'alert.withdraw_cause' BEGIN SELECT RAISE(ABORT, 'refused'); END",
+    );
+    let (status, body) = call(&cloud, &t, reqwest::Method::DELETE, &cause, None).await;
+    assert_eq!(status, 503, "{body}");
+    cloud.exec_sql("DROP TRIGGER refuse_withdrawal");
+    let (status, body) = call(&cloud, &t, reqwest::Method::DELETE, &cause, None).await;
+    assert_eq!(status, 204, "the retry withdraws it: {body}");
+    let line: Value = serde_json::from_str(&cloud.wait_log_line("alert.withdraw_cause")).unwrap();
+    assert_eq!(line["object"], format!("{alert} <- {deployment}"), "{line}");
+}
+
 /// A week of deployments of one service whose figures are worked out by hand in
 /// docs/correlation.md ("A worked example").
 #[tokio::test]

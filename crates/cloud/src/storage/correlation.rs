@@ -227,15 +227,37 @@ impl Store {
     ) -> Result<Option<String>, StorageError> {
         let sql = "DELETE FROM alert_causes WHERE org_id = $1 AND alert_id = $2 \
                    RETURNING deployment_id";
-        let withdrawn: Option<String> = on_writer!(&self.db, pool => sqlx::query_scalar(sql)
-            .bind(org_id)
-            .bind(alert_id)
-            .fetch_optional(pool)
-            .await?);
-        if let Some(deployment_id) = &withdrawn {
-            let object = cause_object(alert_id, deployment_id);
-            self.audit(org_id, actor, "alert.withdraw_cause", &object)
+        let action = "alert.withdraw_cause";
+        // As in confirm_cause: a withdrawal whose audit entry failed is not made, so that the
+        // caller's retry finds the cause still there and withdraws it audited.
+        let withdrawn: Option<String> = on_writer!(&self.db, pool => {
+            let mut tx = pool.begin().await?;
+            let withdrawn: Option<String> = sqlx::query_scalar(sql)
+                .bind(org_id)
+                .bind(alert_id)
+                .fetch_optional(&mut *tx)
                 .await?;
+            if let Some(deployment_id) = &withdrawn {
+                sqlx::query(super::audit::AUDIT_INSERT)
+                    .bind(org_id)
+                    .bind(now_micros())
+                    .bind(&actor.who)
+                    .bind(&actor.address)
+                    .bind(action)
+                    .bind(cause_object(alert_id, deployment_id))
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            withdrawn
+        });
+        if let Some(deployment_id) = &withdrawn {
+            super::audit::log_audit(
+                org_id,
+                actor,
+                action,
+                &cause_object(alert_id, deployment_id),
+            );
         }
         Ok(withdrawn)
     }
