@@ -89,12 +89,17 @@ pub fn filter_params(service: Option<&str>, environment: Option<&str>) -> Result
     Ok(())
 }
 
-/// A window `[since, until)` that holds nothing is a mistake in the query, said as such.
+/// A window `[since, until)` that holds nothing is a mistake in the query, said as such; two
+/// bounds that differ only beyond the microsecond are said to be equal there.
 pub fn window(since: Option<i64>, until: Option<i64>) -> Result<(), Problem> {
+    const BEFORE: &str =
+        "query parameter since must be before until (since is inclusive, until exclusive)";
     match (since, until) {
-        (Some(since), Some(until)) if since >= until => Err(Problem::bad_request(
-            "query parameter since must be before until (since is inclusive, until exclusive)",
-        )),
+        (Some(since), Some(until)) if since == until => Err(Problem::bad_request(format!(
+            "{BEFORE}; both are {} to the microsecond, at which times are compared",
+            crate::time::format_bound(since)
+        ))),
+        (Some(since), Some(until)) if since > until => Err(Problem::bad_request(BEFORE)),
         _ => Ok(()),
     }
 }
