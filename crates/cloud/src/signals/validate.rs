@@ -58,6 +58,14 @@ impl<'a> Checker<'_, 'a> {
     /// member is kept as an extra field, so without this hint the sender would read only that
     /// `key` is required.
     fn misspelt(&self, key: &str) -> String {
+        self.near_miss(key, true)
+            .map(|k| format!(" (the event has {k:?}: did you mean {key}?)"))
+            .unwrap_or_default()
+    }
+
+    /// A member that is `key` in another case or with a letter or two wrong; one longer than
+    /// `key` only when `longer` (`timestamps` may be a field of its own; `timestmap` is not).
+    fn near_miss(&self, key: &str, longer: bool) -> Option<&str> {
         let fold = |s: &str| -> String {
             (s.chars().filter(|c| !matches!(c, '_' | '-')))
                 .flat_map(char::to_lowercase)
@@ -68,9 +76,11 @@ impl<'a> Checker<'_, 'a> {
             .iter()
             .map(|(k, _)| std::borrow::Borrow::<str>::borrow(k))
             .filter(|k| *k != key)
-            .find(|k| fold(k) == fold(key) || strsim::damerau_levenshtein(k, key) <= most)
-            .map(|k| format!(" (the event has {k:?}: did you mean {key}?)"))
-            .unwrap_or_default()
+            .find(|k| {
+                fold(k) == fold(key)
+                    || ((longer || k.len() <= key.len())
+                        && strsim::damerau_levenshtein(k, key) <= most)
+            })
     }
 
     /// Whether a member is absent or null.
@@ -179,6 +189,18 @@ impl<'a> Checker<'_, 'a> {
     /// Parses an RFC 3339 time ([`crate::time::parse_rfc3339`]'s rule); one too far in the
     /// future is refused too.
     fn timestamp(&mut self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        // Optional, but a misspelt one would date the event silently at its receipt (and put a
+        // backfilled deployment in the wrong DORA window).
+        if self.missing("timestamp")
+            && let Some(k) = self.near_miss("timestamp", false)
+        {
+            let k = k.to_string();
+            self.fail(
+                "timestamp",
+                format!("the event has {k:?} but no timestamp: did you mean timestamp? (an event without one is dated when it is received; send the time as timestamp, or leave both out)"),
+            );
+            return None;
+        }
         if let Some(raw) = self.members.present("timestamp")
             && raw::string(raw).is_none()
         {

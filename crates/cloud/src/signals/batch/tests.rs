@@ -250,6 +250,31 @@ fn a_missing_field_sent_misspelt_is_named() {
     assert_eq!(e[0].detail, "service is required (a non-empty string)");
 }
 
+/// An optional `timestamp` sent misspelt would date the event at its receipt without a word:
+/// refused, naming the member; a longer field of the sender's own (`timestamps`) is no hint.
+#[test]
+fn a_misspelt_timestamp_is_refused_not_ignored() {
+    for member in ["timestmap", "Timestamp", "time_stamp", "timestap"] {
+        let mut event = json!({"type": "custom", "name": "x"});
+        event[member] = json!("2024-01-15T10:30:00Z");
+        let e = errors(event);
+        assert_eq!(e.len(), 1, "{member}: {e:?}");
+        assert_eq!(e[0].pointer, "/timestamp");
+        assert!(
+            e[0].detail.starts_with(&format!(
+                "the event has {member:?} but no timestamp: did you mean timestamp?"
+            )),
+            "{}",
+            e[0].detail
+        );
+    }
+    let own = json!({"type": "custom", "name": "x", "timestamps": ["2024-01-15T10:30:00Z"]});
+    assert!(parse(own.to_string().as_bytes(), now()).is_ok());
+    let both = json!({"type": "custom", "name": "x", "timestamp": "2024-01-15T10:30:00Z",
+        "Timestamp": "2024-01-15T10:30:00Z"});
+    assert!(parse(both.to_string().as_bytes(), now()).is_ok());
+}
+
 /// DORA reads `metadata.commitTimestamp`: a value it could not read is refused with the reason,
 /// not stored and left out of the lead time.
 #[test]
