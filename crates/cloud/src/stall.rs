@@ -150,6 +150,9 @@ pub async fn whole_body(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if content_length.is_some_and(|n| n > WHOLE_BODY as u64) {
+        // Read and dropped first, or an HTTP/2 client sees a reset instead of the 413.
+        let (parts, body) = request.into_parts();
+        crate::refused_body::drain_unread(&parts.headers, body).await;
         return too_large();
     }
     // Held until the handler is done with the body; a request without one (a GET) takes none.
@@ -187,7 +190,10 @@ pub async fn whole_body(
             next.run(request).await
         }
         Err(ReadError::Stalled) => crate::problem::Problem::body_stalled(pause).into_response(),
-        Err(ReadError::TooLarge) => too_large(),
+        Err(ReadError::TooLarge) => {
+            crate::refused_body::drain(body).await;
+            too_large()
+        }
         Err(ReadError::Body(e)) => {
             crate::problem::Problem::bad_request(format!("cannot read the request body: {e}"))
                 .into_response()

@@ -359,7 +359,8 @@ async fn one_org_holds_at_most_half_of_the_database_sessions() {
     }
 }
 
-/// A request refused on its head alone (wrong key, no `Content-Type`, too long, compressed) while its client is
+/// A request refused on its head alone (wrong key, no `Content-Type`, too long, compressed), or
+/// on reading past a route's limit, while its client is
 /// still sending the body: the client gets the refusal, not a reset stream. Debian's curl
 /// over HTTP/2 reports a stream reset after the answer as "Stream error in the HTTP/2 framing
 /// layer" and shows no status at all.
@@ -409,6 +410,27 @@ async fn a_refusal_reaches_a_client_still_sending_its_body() {
             ],
             "415",
         ),
+        // The JSON and form routes' 2 MiB, announced or found on reading.
+        (
+            format!("{}/v1/services/api/dependencies", cloud.https),
+            vec!["-X", "PUT", "-H", right.as_str(), "-H", json],
+            "413",
+        ),
+        (
+            format!("{}/v1/services/api/dependencies", cloud.https),
+            vec![
+                "-X",
+                "PUT",
+                "-H",
+                right.as_str(),
+                "-H",
+                json,
+                "-H",
+                "Transfer-Encoding: chunked",
+            ],
+            "413",
+        ),
+        (format!("{}/sign-in", cloud.https), vec![], "413"),
         (
             format!("{}/v1/bridges/dc1/apis/internal/upload", cloud.https),
             vec!["-H", wrong],
