@@ -509,6 +509,13 @@ async fn trailers_echoing_the_credentials_lose_those_lines() {
     })
     .await;
     assert!(!rig.bridge.log_text().contains(INTERNAL_PASSWORD));
+    // Both answers arrived whole, trailers and all: audited as whole, not as cut.
+    let records = rig.bridge.audit_records(2).await;
+    assert_eq!(records.len(), 2, "{records:?}");
+    for record in records {
+        assert_eq!(record["status"], 200, "{record}");
+        assert!(record.get("ended").is_none(), "{record}");
+    }
 }
 
 /// Answers every request on `tcp` with a chunked body whose trailers repeat the request's

@@ -46,8 +46,9 @@ impl<T: Tally> Body for Counted<T> {
                 if let Some(data) = frame.data_ref() {
                     self.tally.add(data.len() as u64);
                 }
-                // The caller may stop polling once the body says it has ended.
-                if self.inner.is_end_stream() {
+                // The caller may stop polling once the body says it has ended, or after
+                // trailers, which are always the last frame.
+                if frame.is_trailers() || self.inner.is_end_stream() {
                     self.tally.ended();
                 }
             }
