@@ -64,6 +64,14 @@ async fn the_bridge_page_shows_instances_makes_tokens_and_revokes() {
     assert_eq!(res.status(), 200);
     let created = res.text().await.unwrap();
     assert!(created.contains("sigbrt_") && created.contains("podman run"));
+    // The token goes to podman through its environment, never in its argv (`ps` shows that).
+    assert!(
+        created.contains(
+            "podman run -d --name bridge-dc2 --read-only \\\n  -e SERVICE_BRIDGE_TOKEN \\\n"
+        ),
+        "{created}"
+    );
+    assert!(!created.contains("-e SERVICE_BRIDGE_TOKEN="), "{created}");
     assert!(!created.contains("already had"), "{created}");
     let marker = "<pre tabindex=\"0\"><code>";
     let yaml_start = created.rfind(marker).unwrap() + marker.len();

@@ -274,8 +274,11 @@ pub async fn create(
     } else {
         "-p 127.0.0.1:8080:8080"
     };
+    // The token reaches podman through its environment (`-e NAME` takes the value from
+    // there): given as `-e NAME=VALUE`, it would be in podman's argv, which `ps` shows to
+    // every user of the host.
     let container = format!(
-        "podman run -d --name bridge-{name} --read-only \\\n  -e SERVICE_BRIDGE_TOKEN='{token}' \\\n  -e SERVICE_BRIDGE_CONFIG=/etc/bridge/bridge.yaml -v \"$PWD/bridge.yaml:/etc/bridge/bridge.yaml:ro\" \\\n{container_ca}  {network} localhost/signals-bridge:{release}",
+        "SERVICE_BRIDGE_TOKEN='{token}' podman run -d --name bridge-{name} --read-only \\\n  -e SERVICE_BRIDGE_TOKEN \\\n  -e SERVICE_BRIDGE_CONFIG=/etc/bridge/bridge.yaml -v \"$PWD/bridge.yaml:/etc/bridge/bridge.yaml:ro\" \\\n{container_ca}  {network} localhost/signals-bridge:{release}",
         release = state.release
     );
     let native = format!(
