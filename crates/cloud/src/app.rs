@@ -26,7 +26,7 @@ use crate::storage::Store;
 use crate::tls::{LocalCa, OwnCa};
 
 /// The service's limits, from the command line.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Limits {
     /// Events/s per signal key (0: none).
     pub signal_rate_limit: u32,
@@ -36,6 +36,8 @@ pub struct Limits {
     pub read_timeout: Duration,
     /// How long a forwarded request may wait for its response's headers.
     pub forward_timeout: Duration,
+    /// The bearer token `/metrics` asks for (`CLOUD_METRICS_TOKEN`); `None`: open to all.
+    pub metrics_token: Option<String>,
 }
 
 /// What the pages for people need from the command line.
@@ -122,6 +124,7 @@ impl App {
                 limits.signal_rate_limit,
                 limits.ingest_memory,
                 limits.read_timeout,
+                limits.metrics_token,
             ),
             correlation,
             dashboard: DashboardState::new(DashboardParts {

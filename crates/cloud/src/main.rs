@@ -396,6 +396,7 @@ async fn serve_with(args: ServeArgs) -> Result<(), Failure> {
         },
         webhook_first_retry: Duration::from_secs_f64(settings.webhook_first_retry),
         webhook_allow_private: args.webhook_allow_private,
+        metrics_token: settings.metrics_token,
     };
     let shutdown = cloud::shutdown::on_signal();
     server::run(options, prepared, tls_listener, http_listener, shutdown)

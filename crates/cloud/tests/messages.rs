@@ -397,6 +397,31 @@ fn every_bad_serve_option_is_said_at_once() {
     }
 }
 
+/// A metrics token that a scraper could not send, or that is short enough to guess, stops the
+/// start, saying what to give.
+#[test]
+fn a_metrics_token_too_short_or_blank_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    for (token, said) in [
+        (
+            "secret",
+            "CLOUD_METRICS_TOKEN: is 6 characters long; give 16 to 256",
+        ),
+        (
+            "  ",
+            "CLOUD_METRICS_TOKEN: is blank (empty or only whitespace)",
+        ),
+        (
+            "0123456789abcdef 0123",
+            "CLOUD_METRICS_TOKEN: holds a character other than visible ASCII",
+        ),
+    ] {
+        let stderr = refused_serve(&["--data-dir", data_dir], ("CLOUD_METRICS_TOKEN", token));
+        assert!(stderr.contains(said), "{token:?}: {stderr}");
+    }
+}
+
 /// `cloud serve` on a loopback port of the kernel's choosing without the plain listener, with
 /// `args` and the variable `env` set, which must refuse to start (exit 2); its stderr.
 fn refused_serve(args: &[&str], env: (&str, &str)) -> String {

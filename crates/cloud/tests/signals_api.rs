@@ -1141,6 +1141,48 @@ async fn events_sharing_a_time_list_in_arrival_order(backend: Backend) {
     assert_eq!(names, ["third", "second", "first"]);
 }
 
+/// With `CLOUD_METRICS_TOKEN` set, `/metrics` (whose figures count every org's events) answers
+/// that bearer token only; the probes stay open to load balancers.
+#[tokio::test]
+async fn metrics_ask_for_the_token_when_one_is_set() {
+    let token = "0123456789abcdef0123456789abcdef";
+    let cloud = Cloud::start_with_env(Backend::Sqlite, &[], &[("CLOUD_METRICS_TOKEN", token)]);
+    let t = cloud.tenant("acme");
+    let get = |path: &str, bearer: Option<&str>| {
+        let mut req = cloud.client().get(format!("{}{path}", cloud.https));
+        if let Some(bearer) = bearer {
+            req = req.bearer_auth(bearer);
+        }
+        req.send()
+    };
+    for bearer in [
+        None,
+        Some("0123456789abcdef0123456789abcdee"),
+        Some(t.api_key.as_str()),
+    ] {
+        let res = get("/metrics", bearer).await.unwrap();
+        assert_eq!(res.status(), StatusCode::UNAUTHORIZED, "{bearer:?}");
+        assert_eq!(
+            res.headers()["www-authenticate"],
+            "Bearer realm=\"metrics\""
+        );
+        let said = res.text().await.unwrap();
+        assert!(said.contains("CLOUD_METRICS_TOKEN"), "{said}");
+        assert!(!said.contains("signals_events_accepted_total"), "{said}");
+    }
+    let res = get("/metrics", Some(token)).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(
+        res.text()
+            .await
+            .unwrap()
+            .contains("signals_events_accepted_total")
+    );
+    for probe in ["/livez", "/readyz"] {
+        assert_eq!(get(probe, None).await.unwrap().status(), StatusCode::OK);
+    }
+}
+
 /// `/metrics` counts accepted events by type and refused requests by reason, and times
 /// requests by route and group commits; every event type and every reason is there from the
 /// start, at 0.

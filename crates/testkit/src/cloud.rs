@@ -22,6 +22,8 @@ pub struct Cloud {
     pub pg: Option<PgSchema>,
     /// Arguments added to `serve`, kept across restarts.
     pub extra_args: Vec<String>,
+    /// Environment variables added to `serve`'s, kept across restarts.
+    pub env: Vec<(String, String)>,
     child: Option<Child>,
     /// `http://127.0.0.1:PORT`
     pub http: String,
@@ -69,6 +71,18 @@ impl Cloud {
         Self::start_configured(backend, extra, Some(open_files))
     }
 
+    /// Starts a server with extra `serve` arguments and environment variables (for the
+    /// settings read from the environment only, such as `CLOUD_METRICS_TOKEN`).
+    pub fn start_with_env(backend: Backend, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut cloud = Self::unlaunched(backend, extra.iter().map(|s| s.to_string()).collect());
+        cloud.env = (env.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        cloud.pg = (backend == Backend::Postgres).then(PgSchema::create);
+        cloud.launch();
+        cloud
+    }
+
     fn start_configured(backend: Backend, extra: &[&str], open_files: Option<u64>) -> Self {
         let mut cloud = Self::unlaunched(backend, extra.iter().map(|s| s.to_string()).collect());
         cloud.pg = (backend == Backend::Postgres).then(PgSchema::create);
@@ -103,6 +117,7 @@ impl Cloud {
             data_dir: tempfile::tempdir().expect("tempdir"),
             pg: None,
             extra_args,
+            env: Vec::new(),
             child: None,
             http: String::new(),
             https: String::new(),
@@ -180,6 +195,7 @@ impl Cloud {
             .args(["--listen", &format!("127.0.0.1:{tls}")])
             .args(["--http-listen", &format!("127.0.0.1:{http}")])
             .args(&self.extra_args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn cloud");

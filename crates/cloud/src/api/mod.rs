@@ -48,6 +48,8 @@ pub struct Shared {
     pub read_timeout: std::time::Duration,
     /// Signal request bodies being ingested (`--ingest-memory-mb`).
     pub ingest_budget: budget::IngestBudget,
+    /// The bearer token `/metrics` asks for (`CLOUD_METRICS_TOKEN`); `None`: open to all.
+    pub metrics_token: Option<String>,
 }
 
 impl ApiState {
@@ -60,6 +62,7 @@ impl ApiState {
         signal_rate_limit: u32,
         ingest_memory: usize,
         read_timeout: std::time::Duration,
+        metrics_token: Option<String>,
     ) -> Self {
         let ingest_budget = budget::IngestBudget::new(ingest_memory, metrics.ingest_bytes());
         ApiState(Arc::new(Shared {
@@ -69,6 +72,7 @@ impl ApiState {
             limiter: RateLimiter::new(signal_rate_limit),
             read_timeout,
             ingest_budget,
+            metrics_token,
         }))
     }
 }

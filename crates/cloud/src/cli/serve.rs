@@ -109,6 +109,8 @@ pub struct ServeSettings {
     pub bridge_release: String,
     /// `--webhook-first-retry`, seconds.
     pub webhook_first_retry: f64,
+    /// `CLOUD_METRICS_TOKEN`: the bearer token `/metrics` asks for, when set.
+    pub metrics_token: Option<String>,
 }
 
 impl ServeArgs {
@@ -178,6 +180,11 @@ impl ServeArgs {
             "--webhook-first-retry",
             first_retry(&self.webhook_first_retry),
         );
+        let metrics_token = said(
+            &mut problems,
+            "CLOUD_METRICS_TOKEN",
+            metrics_token(std::env::var_os("CLOUD_METRICS_TOKEN")),
+        );
         if let (Some(tls), Some(Some(plain))) = (listen, http_listen)
             && same_port(tls, plain)
         {
@@ -197,6 +204,7 @@ impl ServeArgs {
             Some(public_url),
             Some(bridge_release),
             Some(webhook_first_retry),
+            Some(metrics_token),
         ) = (
             listen,
             http_listen,
@@ -209,6 +217,7 @@ impl ServeArgs {
             public_url,
             bridge_release,
             webhook_first_retry,
+            metrics_token,
         )
         else {
             return Err(problems);
@@ -228,8 +237,36 @@ impl ServeArgs {
             public_url,
             bridge_release,
             webhook_first_retry,
+            metrics_token,
         })
     }
+}
+
+/// The shortest `CLOUD_METRICS_TOKEN`: a scraper's secret, not a word to guess.
+const METRICS_TOKEN_MIN: usize = 16;
+
+/// `CLOUD_METRICS_TOKEN` (environment only, as a flag would show in `ps`): unset, or 16 to
+/// 256 visible ASCII characters, as a bearer token is sent.
+fn metrics_token(raw: Option<std::ffi::OsString>) -> Result<Option<String>, String> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    let Some(token) = raw.to_str() else {
+        return Err("is not UTF-8; give 16 to 256 visible ASCII characters".into());
+    };
+    if token.trim().is_empty() {
+        return Err("is blank (empty or only whitespace); give 16 to 256 visible ASCII characters (`openssl rand -hex 32`), or unset it to leave /metrics open".into());
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("holds a character other than visible ASCII (a space, a newline?); give 16 to 256 visible ASCII characters".into());
+    }
+    if !(METRICS_TOKEN_MIN..=256).contains(&token.len()) {
+        return Err(format!(
+            "is {} characters long; give 16 to 256 (`openssl rand -hex 32`)",
+            token.len()
+        ));
+    }
+    Ok(Some(token.to_string()))
 }
 
 /// `checked`'s value, or `None` with its problem (after `flag`) added to `problems`.

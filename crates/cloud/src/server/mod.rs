@@ -47,6 +47,8 @@ pub struct ServeOptions {
     pub webhook_first_retry: Duration,
     /// `--webhook-allow-private`: webhooks may reach non-public addresses.
     pub webhook_allow_private: bool,
+    /// `CLOUD_METRICS_TOKEN`: the bearer token `/metrics` asks for, when set.
+    pub metrics_token: Option<String>,
 }
 /// Connections of the cloud's own Git client at once (one per mirror being fetched).
 const INTERNAL_CONNECTIONS: usize = 64;
@@ -224,6 +226,7 @@ pub async fn run(
             ingest_memory: options.ingest_memory,
             read_timeout: options.header_read_timeout,
             forward_timeout: options.forward_timeout,
+            metrics_token: options.metrics_token.clone(),
         },
         options.publishing.clone(),
         git,
