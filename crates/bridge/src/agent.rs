@@ -111,14 +111,14 @@ impl Agent {
                 });
             }
             let failure = match self.session(shutdown, ever_connected).await {
-                Ok(uptime) => {
+                Ok((uptime, why)) => {
                     ever_connected = true;
                     repairing = false;
                     backoff.connection_ended(uptime);
                     if shutdown.is_cancelled() {
                         break;
                     }
-                    tracing::warn!(uptime_s = uptime.as_secs(), "tunnel lost; reconnecting");
+                    tracing::warn!(uptime_s = uptime.as_secs(), cause = %why, "tunnel lost; reconnecting");
                     self.status.set(Connection::Reconnecting);
                     Failure::Transient
                 }
@@ -155,17 +155,17 @@ impl Agent {
         self.status.set(Connection::Disconnected);
     }
 
-    /// One tunnel: connect, serve until it ends; returns how long it was up.
+    /// One tunnel: connect, serve until it ends; returns how long it was up and why it ended.
     async fn session(
         &self,
         shutdown: &CancellationToken,
         reconnect: bool,
-    ) -> Result<Duration, AgentError> {
+    ) -> Result<(Duration, String), AgentError> {
         // A shutdown while enrolling, dialling or upgrading ends the attempt at once: those
         // steps may each wait for their time-out (15–30 s) on a silent peer.
         let upgraded = tokio::select! {
             opened = self.open() => opened?,
-            _ = shutdown.cancelled() => return Ok(Duration::ZERO),
+            _ = shutdown.cancelled() => return Ok((Duration::ZERO, "shutdown".into())),
         };
         self.serve(upgraded, shutdown, reconnect).await
     }
@@ -193,13 +193,13 @@ impl Agent {
     }
 
     /// Serves the cloud's streams over an upgraded tunnel until it ends or `shutdown` drains
-    /// it; returns how long it was up.
+    /// it; returns how long it was up and why it ended.
     async fn serve(
         &self,
         upgraded: hyper::upgrade::Upgraded,
         shutdown: &CancellationToken,
         reconnect: bool,
-    ) -> Result<Duration, AgentError> {
+    ) -> Result<(Duration, String), AgentError> {
         let since = Instant::now();
         if reconnect {
             self.metrics.reconnections.inc();
@@ -233,18 +233,18 @@ impl Agent {
             hb.min(Duration::from_secs(1))
                 .max(Duration::from_millis(200)),
         );
-        loop {
+        let why = loop {
             tokio::select! {
                 result = &mut connection => {
-                    if let Err(e) = result {
-                        tracing::warn!(cause = %e, "tunnel closed");
-                    }
-                    break;
+                    break match result {
+                        Err(e) => crate::forward::causes(&e),
+                        Ok(()) => "the cloud (or a proxy on the way) closed the connection".to_string(),
+                    };
                 }
                 _ = watchdog.tick() => {
                     if self.status.heartbeat_age(since) > hb * 3 {
                         tracing::warn!(missed = 3, "no heartbeat from the cloud in three intervals; dropping the tunnel");
-                        break;
+                        break "no heartbeat from the cloud in three intervals".to_string();
                     }
                 }
                 _ = shutdown.cancelled() => {
@@ -261,15 +261,15 @@ impl Agent {
                     if tokio::time::timeout_at(deadline, self.forwarder.sessions_ended()).await.is_err() {
                         tracing::warn!("database sessions did not end within the drain time");
                     }
-                    break;
+                    break "shutdown".to_string();
                 }
             }
-        }
+        };
         self.metrics.set_connected(false);
         match self.status.take_revocation() {
             // The cloud closed it for good: a refusal, not a lost tunnel to dial again at once.
             Some(reason) if !shutdown.is_cancelled() => Err(AgentError::Unauthorized(reason)),
-            _ => Ok(since.elapsed()),
+            _ => Ok((since.elapsed(), why)),
         }
     }
 }

@@ -141,8 +141,9 @@ fn verify_audit(file: &std::path::Path, anchor: Option<String>) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        // The error names the file itself.
         Err(e @ bridge::audit::VerifyError::Read { .. }) => {
-            eprintln!("audit log {}: {e}", file.display());
+            eprintln!("audit log {e}");
             ExitCode::from(2)
         }
         Err(e) => {

@@ -36,18 +36,34 @@ pub fn prepare(dir: &Path) -> std::io::Result<()> {
 
 /// The saved certificate and key, when both files are there, parse and are a pair (instances
 /// sharing `state_dir` that enroll at the same moment may leave one's key beside the other's
-/// certificate: such a pair is not used, and the bridge enrolls again).
+/// certificate: such a pair is not used, and the bridge enrolls again). A saved certificate
+/// that cannot be used is logged, with why, before the bridge enrolls again.
 pub fn load(dir: &Path) -> Option<Saved> {
+    if !dir.join(CERT_FILE).exists() {
+        return None;
+    }
+    read_pair(dir)
+        .map_err(|why| {
+            tracing::warn!(state_dir = %dir.display(), cause = %why, "the client certificate saved in state_dir cannot be used; enrolling again");
+        })
+        .ok()
+}
+
+fn read_pair(dir: &Path) -> Result<Saved, String> {
     let chain = CertificateDer::pem_file_iter(dir.join(CERT_FILE))
-        .ok()?
-        .collect::<Result<Vec<_>, _>>()
-        .ok()?;
-    let key = PrivateKeyDer::from_pem_file(dir.join(KEY_FILE)).ok()?;
-    let pair = tunnel::tls::client_config(
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("{CERT_FILE}: {e}"))?;
+    if chain.is_empty() {
+        return Err(format!("{CERT_FILE} holds no PEM certificate"));
+    }
+    let key =
+        PrivateKeyDer::from_pem_file(dir.join(KEY_FILE)).map_err(|e| format!("{KEY_FILE}: {e}"))?;
+    tunnel::tls::client_config(
         tunnel::tls::Trust::Anyone,
         Some((chain.clone(), key.clone_key())),
-    );
-    (pair.is_ok() && !chain.is_empty()).then_some(Saved { chain, key })
+    )
+    .map_err(|e| format!("{CERT_FILE} and {KEY_FILE} are no pair: {e}"))?;
+    Ok(Saved { chain, key })
 }
 
 /// Saves a freshly enrolled certificate (PEM) and key (PEM).

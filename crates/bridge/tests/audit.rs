@@ -93,3 +93,19 @@ async fn the_chain_in_a_file_continues_across_a_restart() {
         "{said}"
     );
 }
+
+/// A file that cannot be read exits 2 (not 1, which says tampered with), naming it once.
+#[test]
+fn a_missing_audit_log_is_named_once_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nosuch.log");
+    let (code, said) = verify(&path);
+    assert_eq!(code, Some(2), "{said}");
+    assert_eq!(
+        said.trim_end(),
+        format!(
+            "audit log {}: cannot read: No such file or directory (os error 2)",
+            path.display()
+        )
+    );
+}

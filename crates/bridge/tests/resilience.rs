@@ -26,6 +26,14 @@ async fn bridge_reconnects_by_itself_when_the_cloud_restarts() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The log says why the tunnel went, not only that it did.
+    let lost = (rig.bridge.log_json().into_iter())
+        .find(|l| l["message"] == "tunnel lost; reconnecting")
+        .expect("a line saying the tunnel was lost");
+    assert!(
+        lost["cause"].as_str().is_some_and(|c| !c.is_empty()),
+        "{lost}"
+    );
     assert!(
         rig.bridge
             .metric("service_bridge_reconnections_total")

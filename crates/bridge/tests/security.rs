@@ -648,6 +648,41 @@ async fn an_operator_certificate_from_a_trusted_ca_opens_the_tunnel() {
 
 /// A cloud with org acme (id 1) and a token for bridge dc1, and bridge dc1 started, connected,
 /// with a certificate named `cn` of `lifetime` saved in its `state_dir` before its start.
+/// A saved certificate that cannot be read is said in the log (which file, and why) before the
+/// bridge enrolls again: it was replaced without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_saved_certificate_is_said_before_enrolling_again() {
+    let cloud = Cloud::start(Backend::Sqlite);
+    cloud.tenant("acme");
+    let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    let state = tempfile::tempdir().unwrap();
+    std::fs::write(state.path().join(bridge::state::CERT_FILE), "garbage\n").unwrap();
+    let bridge = BridgeProc::start(
+        &yaml_for(
+            &cloud,
+            "dc1",
+            &format!("state_dir: {}\n", state.path().display()),
+        ),
+        &[("SERVICE_BRIDGE_TOKEN", &token)],
+    );
+    bridge
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    let line = (bridge.log_json().into_iter())
+        .find(|l| {
+            l["message"]
+                == "the client certificate saved in state_dir cannot be used; enrolling again"
+        })
+        .unwrap_or_else(|| panic!("no warning: {}", bridge.log_text()));
+    assert!(
+        line["cause"]
+            .as_str()
+            .is_some_and(|c| c.contains(bridge::state::CERT_FILE)),
+        "{line}"
+    );
+    cloud.wait_log_line("bridge enrolled");
+}
+
 struct SavedCertificate {
     cloud: Cloud,
     state: tempfile::TempDir,

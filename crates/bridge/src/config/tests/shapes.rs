@@ -21,6 +21,23 @@ fn unknown_keys_are_errors_with_line_and_column() {
     assert!(!text.contains('\n'), "one line: {text}");
 }
 
+/// The cloud's URL takes no credentials (the bridge signs in with its token), and no URL
+/// takes port 0, which nothing can connect to.
+#[test]
+fn urls_with_credentials_or_port_0_say_what_to_give() {
+    let yaml = "token: t\nname: n\napi_url: https://u:p@cloud.example\napis:\n  - name: a\n    url: http://127.0.0.1:0\n";
+    let text = failure(yaml, &MapEnv::new());
+    assert!(
+        text.contains("bridge.yaml:3:10: api_url: the cloud's URL takes no credentials: the bridge signs in with its token"),
+        "{text}"
+    );
+    assert!(
+        text.contains("bridge.yaml:6:10: apis[0].url: port 0 is no port to connect to"),
+        "{text}"
+    );
+    assert!(!text.contains("u:p"), "{text}");
+}
+
 /// A second `sources:` does not add to the first: the error says to put every entry under one.
 #[test]
 fn a_resource_list_given_twice_says_to_list_its_entries_once() {
@@ -181,8 +198,8 @@ databases:
         "bridge.yaml:20:17: apis[1].allow[0].method: expected an HTTP method",
         "bridge.yaml:21:15: apis[1].allow[0].path: expected a path pattern starting with / or *",
         "bridge.yaml:23:15: apis[1].allow[1].path: expected a path pattern without ?query",
-        "bridge.yaml:24:5: apis[2].allow: an empty list (or the key with nothing under it) would admit every request",
-        "bridge.yaml:27:5: apis[3].allow: an empty list (or the key with nothing under it) would admit every request",
+        "bridge.yaml:24:5: apis[2].allow: an empty list (or the key with nothing under it) is refused: it reads as admitting no request",
+        "bridge.yaml:27:5: apis[3].allow: an empty list (or the key with nothing under it) is refused: it reads as admitting no request",
         "bridge.yaml:32:5: databases[0].database: required",
         "bridge.yaml:32:5: databases[0].credentials: required",
         "bridge.yaml:33:11: databases[0].port: expected a port from 1 to 65535, got 0",

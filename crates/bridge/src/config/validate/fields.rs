@@ -187,12 +187,19 @@ impl Ctx<'_> {
             );
         } else if url.host_str().is_none_or(str::is_empty) {
             self.fail(key, &given.origin, format!("{expected} with a host"));
-        } else if !url.username().is_empty() || url.password().is_some() {
+        } else if url.port() == Some(0) {
             self.fail(
                 key,
                 &given.origin,
-                "credentials belong in `auth`, not in the URL",
+                "port 0 is no port to connect to: give the port the server listens on (or none for the scheme's own)",
             );
+        } else if !url.username().is_empty() || url.password().is_some() {
+            let why = if key == "api_url" {
+                "the cloud's URL takes no credentials: the bridge signs in with its token (SERVICE_BRIDGE_TOKEN or `token:`)"
+            } else {
+                "credentials belong in `auth`, not in the URL"
+            };
+            self.fail(key, &given.origin, why);
         } else if url.query().is_some() || url.fragment().is_some() {
             self.fail(
                 key,
@@ -214,7 +221,7 @@ impl Ctx<'_> {
         entry: &Origin,
     ) -> Vec<AllowRule> {
         if list.is_some_and(Vec::is_empty) {
-            let msg = "an empty list (or the key with nothing under it) would admit every request, as no `allow` key does: list the rules to admit, or leave the key out to admit everything";
+            let msg = "an empty list (or the key with nothing under it) is refused: it reads as admitting no request, which no entry is for; list the rules to admit, or leave the key out to admit every request";
             self.fail(&format!("{key}.allow"), entry, msg);
         }
         let mut rules = Vec::new();
