@@ -397,6 +397,32 @@ fn every_bad_serve_option_is_said_at_once() {
     }
 }
 
+/// An open-file limit too low for storage and connections stops the start (exit 2), saying
+/// what to raise, instead of a server that runs and answers nothing.
+#[test]
+fn an_open_file_limit_too_low_to_work_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new("prlimit")
+        .args(["--nofile=40:40", "--"])
+        .arg(cloud_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the open-file limit is 40, even raised to its hard limit; `cloud serve` needs at least 160"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("ulimit -n"), "{stderr}");
+    assert!(
+        !dir.path().join("signals.db").exists(),
+        "refused before storage was touched"
+    );
+}
+
 /// A metrics token that a scraper could not send, or that is short enough to guess, stops the
 /// start, saying what to give.
 #[test]

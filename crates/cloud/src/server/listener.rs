@@ -30,11 +30,26 @@ pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
 /// TLS and CA files, logs.
 const RESERVED_FDS: u64 = 128;
 
+/// Fewest connections a listener's cap allows.
+const MIN_CONNECTIONS: usize = 16;
+
+/// Raises the soft open-file limit to the hard one; `Err((limit, needed))` when even that
+/// leaves fewer than [`RESERVED_FDS`] plus [`MIN_CONNECTIONS`] for two listeners: below it
+/// storage cannot open its files and `accept` fails with EMFILE, so `serve` refuses to start
+/// rather than run without working.
+pub(super) fn enough_open_files() -> Result<(), (u64, u64)> {
+    let needed = RESERVED_FDS + 2 * MIN_CONNECTIONS as u64;
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) if limit < needed => Err((limit, needed)),
+        _ => Ok(()),
+    }
+}
+
 /// Raises the soft open-file limit to the hard one (as Go and nginx setups do: the soft default
 /// of 1,024 is far below what a server needs), then caps each of `listeners` so that their
 /// connections together stay [`RESERVED_FDS`] under it: accepting does not fail with EMFILE,
-/// and storage can still open a connection. (Below a hard limit of ~160 the cap stays at 16
-/// per listener, and that margin shrinks.) Warns when the cap is well below the usual one.
+/// and storage can still open a connection ([`enough_open_files`] refused a limit too low for
+/// that at start). Warns when the cap is well below the usual one.
 pub(super) fn connection_cap(listeners: usize) -> usize {
     let limit = match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(limit) => limit,
@@ -46,7 +61,7 @@ pub(super) fn connection_cap(listeners: usize) -> usize {
     let per_listener = limit.saturating_sub(RESERVED_FDS) / listeners.max(1) as u64;
     let cap = usize::try_from(per_listener)
         .unwrap_or(MAX_CONNECTIONS)
-        .clamp(16, MAX_CONNECTIONS);
+        .clamp(MIN_CONNECTIONS, MAX_CONNECTIONS);
     if cap < MAX_CONNECTIONS * 9 / 10 {
         tracing::warn!(
             open_file_limit = limit,

@@ -92,6 +92,16 @@ pub enum ServeError {
         "stopped: the database did not answer within --drain-timeout, so storage was not flushed; events of requests that got no answer may be missing: their senders retry them (with an Idempotency-Key, never twice)"
     )]
     Unflushed,
+    /// The open-file limit leaves too few descriptors for storage and connections.
+    #[error(
+        "the open-file limit is {limit}, even raised to its hard limit; `cloud serve` needs at least {needed} (storage, TLS and log files, and 16 connections per listener): raise it (`ulimit -n 4096` in the shell that starts it, systemd LimitNOFILE=)"
+    )]
+    OpenFiles {
+        /// The limit after raising the soft limit to the hard one.
+        limit: u64,
+        /// The least it needs.
+        needed: u64,
+    },
     /// The data directory cannot be created.
     #[error(
         "--data-dir {dir}: cannot create it ({source}); check the parent directory's permissions or pass another --data-dir"
@@ -148,6 +158,9 @@ pub fn prepare(
         }
         None => None,
     };
+    if let Err((limit, needed)) = listener::enough_open_files() {
+        problems.push(ServeError::OpenFiles { limit, needed });
+    }
     if data_dir.exists() && !data_dir.is_dir() {
         problems.push(ServeError::DataDirIsFile(data_dir.display().to_string()));
     } else if matches!(backend, Some(Backend::Postgres(_))) && data_dir.join("signals.db").exists()
