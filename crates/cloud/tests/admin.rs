@@ -283,6 +283,9 @@ async fn serve_adds_no_tables_to_another_programs_postgres_schema() {
     let migrations = migrated(20240101000000, "theirs");
     // Another program numbering its migrations as cloud does.
     let numbered = migrated(3, "add col");
+    // A table of that name that is not sqlx's at all.
+    let unlike = PgSchema::create();
+    unlike.exec("CREATE TABLE _sqlx_migrations (version bigint)");
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().display().to_string();
     let serve = [&SERVE[..], &["--data-dir", &data]].concat();
@@ -290,6 +293,11 @@ async fn serve_adds_no_tables_to_another_programs_postgres_schema() {
         (&tables, "another program's tables (orders, users)", 2),
         (&migrations, "has version 20240101000000", 1),
         (&numbered, "has version 3, \"add col\"", 1),
+        (
+            &unlike,
+            "holds another program's table _sqlx_migrations (without the version and description columns of sqlx's)",
+            1,
+        ),
     ] {
         let (code, stderr) = cloud_on_url(&serve, &schema.url);
         assert_eq!(code, Some(2), "{stderr}");

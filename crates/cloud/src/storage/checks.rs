@@ -150,7 +150,7 @@ pub(super) async fn postgres_not_foreign(
     mode: OpenMode,
     ours: &sqlx::migrate::Migrator,
 ) -> Result<(), StorageError> {
-    let (tables, signals, migrations): (Vec<String>, bool, bool) = sqlx::query_as(
+    let (tables, signals, migrations, sqlx_shaped): (Vec<String>, bool, bool, bool) = sqlx::query_as(
         "SELECT \
            coalesce((SELECT array_agg(name ORDER BY name) FROM (SELECT c.relname AS name \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
@@ -161,7 +161,9 @@ pub(super) async fn postgres_not_foreign(
              ORDER BY c.relname LIMIT 5) t), '{}'), \
            (SELECT count(*) = 3 FROM pg_tables WHERE schemaname = $1 \
              AND tablename IN ('_sqlx_migrations', 'orgs', 'events')), \
-           EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = $1 AND tablename = '_sqlx_migrations')",
+           EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = $1 AND tablename = '_sqlx_migrations'), \
+           (SELECT count(*) = 2 FROM information_schema.columns WHERE table_schema = $1 \
+             AND table_name = '_sqlx_migrations' AND column_name IN ('version', 'description'))",
     )
     .bind(schema)
     .fetch_one(pool)
@@ -174,6 +176,11 @@ pub(super) async fn postgres_not_foreign(
         return Err(StorageError::Foreign(format!(
             "schema {schema:?} of {shown} holds another program's tables ({}) and no signals schema: `cloud` adds no tables to it; nothing was changed. {fix}",
             tables.join(", ")
+        )));
+    }
+    if migrations && !sqlx_shaped {
+        return Err(StorageError::Foreign(format!(
+            "schema {schema:?} of {shown} holds another program's table _sqlx_migrations (without the version and description columns of sqlx's) and no signals schema: `cloud` adds no tables to it; nothing was changed. {fix}"
         )));
     }
     if migrations {
