@@ -368,7 +368,7 @@ fn every_bad_serve_option_is_said_at_once() {
             "--bridge-release",
             "banana",
             "--forward-timeout",
-            "0",
+            "-1",
             "--tls-cert",
             missing,
             "--tls-key",
@@ -386,7 +386,7 @@ fn every_bad_serve_option_is_said_at_once() {
     );
     for said in [
         "--drain-timeout: \"soon\" is not a whole number from 0 to 86400",
-        "--forward-timeout: \"0\" is not a whole number from 1 to 86400",
+        "--forward-timeout: \"-1\" is not a whole number from 1 to 86400",
         "--bridge-release: \"banana\" is not a release number",
         "--tls-cert/--tls-key: ",
         "--client-ca: ",

@@ -41,28 +41,54 @@ pub struct ServeArgs {
     #[arg(long, env = "CLOUD_CLIENT_CA")]
     pub client_ca: Option<PathBuf>,
     /// Events per second per signal key (bursts of twice that); 0 turns the limit off.
-    #[arg(long, env = "CLOUD_SIGNAL_RATE_LIMIT", default_value = "1000")]
+    /// 0 to 4294967295.
+    #[arg(
+        long,
+        env = "CLOUD_SIGNAL_RATE_LIMIT",
+        default_value = "1000",
+        allow_negative_numbers = true
+    )]
     pub signal_rate_limit: String,
     /// MiB of signal request bodies ingested at once (parsed events and their commit take
     /// about five times that); more requests wait, up to --header-read-timeout, then get 503.
     /// Keeps memory bounded whatever the number of clients. 1 to 65536.
-    #[arg(long, env = "CLOUD_INGEST_MEMORY_MB", default_value = "4")]
+    #[arg(
+        long,
+        env = "CLOUD_INGEST_MEMORY_MB",
+        default_value = "4",
+        allow_negative_numbers = true
+    )]
     pub ingest_memory_mb: String,
-    /// Seconds in-flight requests may take to finish at shutdown.
-    #[arg(long, env = "CLOUD_DRAIN_TIMEOUT", default_value = "20")]
+    /// Seconds in-flight requests may take to finish at shutdown. 0 to 86400.
+    #[arg(
+        long,
+        env = "CLOUD_DRAIN_TIMEOUT",
+        default_value = "20",
+        allow_negative_numbers = true
+    )]
     pub drain_timeout: String,
     /// Seconds a client may take to send a request's headers; the longest pause in a signal's,
     /// a forwarded request's, a dashboard form's or a correlation JSON body (then 408); and how
     /// long an HTTP/2 connection may go without a new request before it is closed gracefully.
     /// 1 to 3600.
-    #[arg(long, env = "CLOUD_HEADER_READ_TIMEOUT", default_value = "30")]
+    #[arg(
+        long,
+        env = "CLOUD_HEADER_READ_TIMEOUT",
+        default_value = "30",
+        allow_negative_numbers = true
+    )]
     pub header_read_timeout: String,
     /// Seconds a request forwarded through a bridge may wait for the response's headers
     /// (a free tunnel stream included) before a 504; also the longest stretch in which its
     /// upload makes no progress (504), the longest pause in its response body (cut) and the
     /// longest its caller may leave that body unread (cut, freeing the bridge's slot).
     /// 1 to 86400.
-    #[arg(long, env = "CLOUD_FORWARD_TIMEOUT", default_value = "120")]
+    #[arg(
+        long,
+        env = "CLOUD_FORWARD_TIMEOUT",
+        default_value = "120",
+        allow_negative_numbers = true
+    )]
     pub forward_timeout: String,
     /// The dashboard's address as people and bridges reach it, such as
     /// https://signals.example.com: the base of the commands its pages show. Default: the
@@ -74,8 +100,13 @@ pub struct ServeArgs {
     #[arg(long, env = "CLOUD_BRIDGE_RELEASE", default_value = crate::live::VERSION)]
     pub bridge_release: String,
     /// Seconds before a failed webhook delivery is tried again; the wait doubles after each
-    /// failure (at most an hour), 8 attempts in all.
-    #[arg(long, env = "CLOUD_WEBHOOK_FIRST_RETRY", default_value = "10")]
+    /// failure (at most an hour), 8 attempts in all. 0.1 to 3600.
+    #[arg(
+        long,
+        env = "CLOUD_WEBHOOK_FIRST_RETRY",
+        default_value = "10",
+        allow_negative_numbers = true
+    )]
     pub webhook_first_retry: String,
     /// Let webhooks reach loopback, private, link-local and other non-public addresses (for
     /// receivers inside your own network). Off: a service for many orgs must not let an org's
