@@ -47,7 +47,7 @@ pub enum StorageError {
     Foreign(String),
     /// Another `cloud serve` holds the SQLite database.
     #[error(
-        "another `cloud serve` is using the database {0}; stop it, or give this one its own --data-dir"
+        "another `cloud serve` is using the database {0}; stop it, or give this one a database of its own (its own --data-dir, or with --database-url sqlite:FILE another file)"
     )]
     InUse(String),
     /// The lock file beside the SQLite database could not be opened or locked.
