@@ -321,3 +321,61 @@ async fn a_webhook_set_again_during_an_attempt_hears_of_the_alert_once() {
     testkit::wait_until("the next alert", || count(&next) == 1).await;
     assert_eq!(count(&alert), 1, "{:?}", bodies.lock().unwrap());
 }
+
+/// A receiver by hand that takes every connection, reads the request's head and never
+/// answers; returns its URL and how many requests reached it.
+async fn silent_receiver() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let arrived = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = arrived.clone();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let count = count.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                // Held open, unanswered, until the cloud gives up on it.
+                let _ = tcp.read(&mut buf).await;
+            });
+        }
+    });
+    (url, arrived)
+}
+
+/// A receiver that never answers holds at most 8 attempts at once (docs/notifications.md,
+/// "Delivery and retries"), and another org's notification goes out meanwhile.
+#[tokio::test]
+async fn a_receiver_that_never_answers_holds_8_attempts_and_delays_no_other_org() {
+    let (cloud, t) = cloud_for_webhooks(Backend::Sqlite);
+    let (url, arrived) = silent_receiver().await;
+    let held = || arrived.load(std::sync::atomic::Ordering::SeqCst);
+    set_webhook(&cloud, &url);
+    for i in 0..12 {
+        post_strong_suspect(&cloud, &t, &format!("svc{i}")).await;
+    }
+    testkit::wait_until("8 attempts held by the silent receiver", || held() >= 8).await;
+    // Another org's notification is delivered while the 8 wait (each for up to 10 s), and
+    // shows that the notifier went round again with 4 more of acme's due.
+    let other = cloud.tenant("other");
+    let receiver = Receiver::start(0).await;
+    cloud.admin(&[
+        "webhook",
+        "set",
+        "--org",
+        "other",
+        "--url",
+        &receiver.url,
+        "--webhook-allow-private",
+    ]);
+    strong_suspect(&cloud, &other, &receiver, "db").await;
+    assert_eq!(held(), 8, "attempts to one webhook at once");
+}
