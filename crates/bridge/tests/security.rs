@@ -646,8 +646,6 @@ async fn an_operator_certificate_from_a_trusted_ca_opens_the_tunnel() {
     }
 }
 
-/// A cloud with org acme (id 1) and a token for bridge dc1, and bridge dc1 started, connected,
-/// with a certificate named `cn` of `lifetime` saved in its `state_dir` before its start.
 /// A saved certificate that cannot be read is said in the log (which file, and why) before the
 /// bridge enrolls again: it was replaced without a word.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -683,6 +681,8 @@ async fn an_unreadable_saved_certificate_is_said_before_enrolling_again() {
     cloud.wait_log_line("bridge enrolled");
 }
 
+/// A cloud with org acme (id 1) and a token for bridge dc1, and bridge dc1 started, connected,
+/// with a certificate named `cn` of `lifetime` saved in its `state_dir` before its start.
 struct SavedCertificate {
     cloud: Cloud,
     state: tempfile::TempDir,

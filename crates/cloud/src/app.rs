@@ -37,7 +37,7 @@ pub struct Limits {
     /// How long a forwarded request may wait for its response's headers.
     pub forward_timeout: Duration,
     /// The bearer token `/metrics` asks for (`CLOUD_METRICS_TOKEN`); `None`: open to all.
-    pub metrics_token: Option<String>,
+    pub metrics_token: Option<crate::secrets::Hidden>,
 }
 
 /// What the pages for people need from the command line.

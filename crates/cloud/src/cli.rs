@@ -74,6 +74,7 @@ impl std::fmt::Debug for StorageArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the service.
+    #[command(after_help = serve::SERVE_AFTER_HELP)]
     Serve(ServeArgs),
     /// Manage organisations.
     #[command(subcommand)]

@@ -96,8 +96,10 @@ pub fn window(since: Option<i64>, until: Option<i64>) -> Result<(), Problem> {
         "query parameter since must be before until (since is inclusive, until exclusive)";
     match (since, until) {
         (Some(since), Some(until)) if since == until => Err(Problem::bad_request(format!(
-            "{BEFORE}; both are {} to the microsecond, at which times are compared",
-            crate::time::format_bound(since)
+            "{BEFORE}; to the microsecond, at which times are compared, both are {}",
+            chrono::DateTime::from_timestamp_micros(since)
+                .unwrap_or_default()
+                .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
         ))),
         (Some(since), Some(until)) if since > until => Err(Problem::bad_request(BEFORE)),
         _ => Ok(()),

@@ -130,6 +130,17 @@ pub fn parse(kind: Kind, token: &str) -> Option<(&str, &str)> {
 /// an unknown id costs the same work as a wrong secret and the answer's time tells nothing.
 pub const NO_HASH: [u8; 32] = [0; 32];
 
+/// A secret held in memory whose `Debug` shows none of it: the settings that carry one derive
+/// `Debug`, and a debug print of them must not leak it.
+#[derive(Clone)]
+pub struct Hidden(pub String);
+
+impl std::fmt::Debug for Hidden {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hidden(…)")
+    }
+}
+
 /// Equal in constant time (the length aside): a presented token, CSRF value or MAC against
 /// the one expected, so that the answer's time tells nothing of how much of it was right.
 pub fn same(a: &str, b: &str) -> bool {

@@ -162,7 +162,7 @@ pub async fn whole_body(
         .get::<crate::auth::PeerAddr>()
         .map(|p| p.0.ip());
     let bytes = content_length.map_or(WHOLE_BODY, |n| n as usize);
-    let _held = if empty {
+    let held = if empty {
         None
     } else {
         let Some(reservation) = crate::body_budget::FORMS.reserve(peer, bytes) else {
@@ -191,6 +191,8 @@ pub async fn whole_body(
         }
         Err(ReadError::Stalled) => crate::problem::Problem::body_stalled(pause).into_response(),
         Err(ReadError::TooLarge) => {
+            // The share goes back first: draining reads nothing into memory.
+            drop(held);
             crate::refused_body::drain(body).await;
             too_large()
         }

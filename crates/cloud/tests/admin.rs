@@ -283,9 +283,14 @@ async fn serve_adds_no_tables_to_another_programs_postgres_schema() {
     let migrations = migrated(20240101000000, "theirs");
     // Another program numbering its migrations as cloud does.
     let numbered = migrated(3, "add col");
-    // A table of that name that is not sqlx's at all.
+    // Tables of that name that are not sqlx's: other columns, or sqlx's names of other types.
     let unlike = PgSchema::create();
     unlike.exec("CREATE TABLE _sqlx_migrations (version bigint)");
+    let typed = PgSchema::create();
+    typed.exec(
+        "CREATE TABLE _sqlx_migrations (version int, description text); \
+         INSERT INTO _sqlx_migrations VALUES (1, 'x')",
+    );
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().display().to_string();
     let serve = [&SERVE[..], &["--data-dir", &data]].concat();
@@ -295,7 +300,12 @@ async fn serve_adds_no_tables_to_another_programs_postgres_schema() {
         (&numbered, "has version 3, \"add col\"", 1),
         (
             &unlike,
-            "holds another program's table _sqlx_migrations (without the version and description columns of sqlx's)",
+            "holds another program's table _sqlx_migrations (not of sqlx's columns and types)",
+            1,
+        ),
+        (
+            &typed,
+            "holds another program's table _sqlx_migrations (not of sqlx's columns and types)",
             1,
         ),
     ] {

@@ -86,7 +86,7 @@ async fn an_unknown_query_parameter_lists_the_known_ones_once() {
     assert_eq!(
         detail("/v1/dora?since=2024-02-01T00:00:00Z&until=2024-02-01T00:00:00Z").await,
         format!(
-            "{empty_window}; both are 2024-02-01T00:00:00.000Z to the microsecond, at which times are compared"
+            "{empty_window}; to the microsecond, at which times are compared, both are 2024-02-01T00:00:00.000000Z"
         )
     );
     // Bounds apart only beyond the microsecond are equal where they are compared, and said so.
@@ -94,7 +94,7 @@ async fn an_unknown_query_parameter_lists_the_known_ones_once() {
         detail("/v1/events?since=2024-03-01T00:00:00.0000011Z&until=2024-03-01T00:00:00.0000019Z")
             .await,
         format!(
-            "{empty_window}; both are 2024-03-01T00:00:00.000001Z to the microsecond, at which times are compared"
+            "{empty_window}; to the microsecond, at which times are compared, both are 2024-03-01T00:00:00.000001Z"
         )
     );
     // DORA's `until` defaults to now, and the message says so.
@@ -368,6 +368,8 @@ fn every_bad_serve_option_is_said_at_once() {
             "--bridge-release",
             "banana",
             "--forward-timeout",
+            "0",
+            "--ingest-memory-mb",
             "-1",
             "--tls-cert",
             missing,
@@ -381,12 +383,13 @@ fn every_bad_serve_option_is_said_at_once() {
         ("CLOUD_DRAIN_TIMEOUT", "soon"),
     );
     assert!(
-        stderr.contains("6 problems with `cloud serve`'s options; nothing was started"),
+        stderr.contains("7 problems with `cloud serve`'s options; nothing was started"),
         "{stderr}"
     );
     for said in [
         "--drain-timeout: \"soon\" is not a whole number from 0 to 86400",
-        "--forward-timeout: \"-1\" is not a whole number from 1 to 86400",
+        "--forward-timeout: \"0\" is not a whole number from 1 to 86400",
+        "--ingest-memory-mb: \"-1\" is not a whole number from 1 to 65536",
         "--bridge-release: \"banana\" is not a release number",
         "--tls-cert/--tls-key: ",
         "--client-ca: ",
@@ -416,7 +419,7 @@ fn an_open_file_limit_too_low_to_work_is_refused_at_start() {
         stderr.contains("the open-file limit is 40, even raised to its hard limit; `cloud serve` needs at least 160"),
         "{stderr}"
     );
-    assert!(stderr.contains("ulimit -n"), "{stderr}");
+    assert!(stderr.contains("ulimit -Hn"), "{stderr}");
     assert!(
         !dir.path().join("signals.db").exists(),
         "refused before storage was touched"

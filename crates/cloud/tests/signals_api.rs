@@ -1178,6 +1178,15 @@ async fn metrics_ask_for_the_token_when_one_is_set() {
             .unwrap()
             .contains("signals_events_accepted_total")
     );
+    // The scheme in any case, as curl users write it.
+    let res = cloud
+        .client()
+        .get(format!("{}/metrics", cloud.https))
+        .header("authorization", format!("bearer {token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
     for probe in ["/livez", "/readyz"] {
         assert_eq!(get(probe, None).await.unwrap().status(), StatusCode::OK);
     }

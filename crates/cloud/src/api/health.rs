@@ -34,11 +34,14 @@ pub async fn readyz(State(state): State<ApiState>) -> Response {
         body = String, content_type = "text/plain")))]
 pub async fn metrics(State(state): State<ApiState>, headers: HeaderMap) -> Response {
     if let Some(token) = &state.metrics_token {
+        // The scheme in any case, as for API keys (RFC 9110 11.1).
         let presented = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if !presented.is_some_and(|p| crate::secrets::same(p, token)) {
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim());
+        if !presented.is_some_and(|p| crate::secrets::same(p, &token.0)) {
             return (
                 StatusCode::UNAUTHORIZED,
                 [(header::WWW_AUTHENTICATE, "Bearer realm=\"metrics\"")],

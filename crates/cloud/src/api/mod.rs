@@ -49,7 +49,7 @@ pub struct Shared {
     /// Signal request bodies being ingested (`--ingest-memory-mb`).
     pub ingest_budget: budget::IngestBudget,
     /// The bearer token `/metrics` asks for (`CLOUD_METRICS_TOKEN`); `None`: open to all.
-    pub metrics_token: Option<String>,
+    pub metrics_token: Option<crate::secrets::Hidden>,
 }
 
 impl ApiState {
@@ -62,7 +62,7 @@ impl ApiState {
         signal_rate_limit: u32,
         ingest_memory: usize,
         read_timeout: std::time::Duration,
-        metrics_token: Option<String>,
+        metrics_token: Option<crate::secrets::Hidden>,
     ) -> Self {
         let ingest_budget = budget::IngestBudget::new(ingest_memory, metrics.ingest_bytes());
         ApiState(Arc::new(Shared {

@@ -115,6 +115,9 @@ pub struct ServeArgs {
     pub webhook_allow_private: bool,
 }
 
+/// What `serve --help` adds after the options: the setting read from the environment only.
+pub const SERVE_AFTER_HELP: &str = "Environment only: CLOUD_METRICS_TOKEN (16 to 256 visible ASCII characters) makes /metrics answer only Authorization: Bearer TOKEN (docs/operations.md, \"Metrics\").";
+
 /// `cloud serve`'s options once checked.
 #[derive(Debug, Clone)]
 pub struct ServeSettings {
@@ -141,7 +144,7 @@ pub struct ServeSettings {
     /// `--webhook-first-retry`, seconds.
     pub webhook_first_retry: f64,
     /// `CLOUD_METRICS_TOKEN`: the bearer token `/metrics` asks for, when set.
-    pub metrics_token: Option<String>,
+    pub metrics_token: Option<crate::secrets::Hidden>,
 }
 
 impl ServeArgs {
@@ -278,7 +281,9 @@ const METRICS_TOKEN_MIN: usize = 16;
 
 /// `CLOUD_METRICS_TOKEN` (environment only, as a flag would show in `ps`): unset, or 16 to
 /// 256 visible ASCII characters, as a bearer token is sent.
-fn metrics_token(raw: Option<std::ffi::OsString>) -> Result<Option<String>, String> {
+fn metrics_token(
+    raw: Option<std::ffi::OsString>,
+) -> Result<Option<crate::secrets::Hidden>, String> {
     let Some(raw) = raw else {
         return Ok(None);
     };
@@ -297,7 +302,7 @@ fn metrics_token(raw: Option<std::ffi::OsString>) -> Result<Option<String>, Stri
             token.len()
         ));
     }
-    Ok(Some(token.to_string()))
+    Ok(Some(crate::secrets::Hidden(token.to_string())))
 }
 
 /// `checked`'s value, or `None` with its problem (after `flag`) added to `problems`.

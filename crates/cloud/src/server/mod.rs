@@ -48,7 +48,7 @@ pub struct ServeOptions {
     /// `--webhook-allow-private`: webhooks may reach non-public addresses.
     pub webhook_allow_private: bool,
     /// `CLOUD_METRICS_TOKEN`: the bearer token `/metrics` asks for, when set.
-    pub metrics_token: Option<String>,
+    pub metrics_token: Option<crate::secrets::Hidden>,
 }
 /// Connections of the cloud's own Git client at once (one per mirror being fetched).
 const INTERNAL_CONNECTIONS: usize = 64;
@@ -94,7 +94,7 @@ pub enum ServeError {
     Unflushed,
     /// The open-file limit leaves too few descriptors for storage and connections.
     #[error(
-        "the open-file limit is {limit}, even raised to its hard limit; `cloud serve` needs at least {needed} (storage, TLS and log files, and 16 connections per listener): raise it (`ulimit -n 4096` in the shell that starts it, systemd LimitNOFILE=)"
+        "the open-file limit is {limit}, even raised to its hard limit; `cloud serve` needs at least {needed} (storage, TLS and log files, and 16 connections per listener): raise the hard limit (as root: `ulimit -Hn 4096` in the shell that starts it, /etc/security/limits.conf, or systemd LimitNOFILE=)"
     )]
     OpenFiles {
         /// The limit after raising the soft limit to the hard one.

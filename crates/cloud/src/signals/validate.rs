@@ -58,27 +58,30 @@ impl<'a> Checker<'_, 'a> {
     /// member is kept as an extra field, so without this hint the sender would read only that
     /// `key` is required.
     fn misspelt(&self, key: &str) -> String {
-        self.near_miss(key, true)
+        self.near_miss(key, false)
             .map(|k| format!(" (the event has {k:?}: did you mean {key}?)"))
             .unwrap_or_default()
     }
 
-    /// A member that is `key` in another case or with a letter or two wrong; one longer than
-    /// `key` only when `longer` (`timestamps` may be a field of its own; `timestmap` is not).
-    fn near_miss(&self, key: &str, longer: bool) -> Option<&str> {
+    /// A member that is `key` in another case or with a letter or two wrong; with `strict`
+    /// (for an optional field, where a match turns a stored event into a refused one), only
+    /// another case or spelling (`time_stamp`) or one letter wrong, missing or swapped with
+    /// the next (`timestmap`, `timestap`), never a longer name (`timestamps`, `timestart` and
+    /// `timestep` may be fields of the sender's own).
+    fn near_miss(&self, key: &str, strict: bool) -> Option<&str> {
         let fold = |s: &str| -> String {
             (s.chars().filter(|c| !matches!(c, '_' | '-')))
                 .flat_map(char::to_lowercase)
                 .collect()
         };
-        let most = if key.len() > 5 { 2 } else { 1 };
+        let most = if key.len() > 5 && !strict { 2 } else { 1 };
         self.members
             .iter()
             .map(|(k, _)| std::borrow::Borrow::<str>::borrow(k))
             .filter(|k| *k != key)
             .find(|k| {
                 fold(k) == fold(key)
-                    || ((longer || k.len() <= key.len())
+                    || ((!strict || k.len() <= key.len())
                         && strsim::damerau_levenshtein(k, key) <= most)
             })
     }
@@ -192,7 +195,7 @@ impl<'a> Checker<'_, 'a> {
         // Optional, but a misspelt one would date the event silently at its receipt (and put a
         // backfilled deployment in the wrong DORA window).
         if self.missing("timestamp")
-            && let Some(k) = self.near_miss("timestamp", false)
+            && let Some(k) = self.near_miss("timestamp", true)
         {
             let k = k.to_string();
             self.fail(

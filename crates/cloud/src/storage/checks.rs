@@ -162,8 +162,11 @@ pub(super) async fn postgres_not_foreign(
            (SELECT count(*) = 3 FROM pg_tables WHERE schemaname = $1 \
              AND tablename IN ('_sqlx_migrations', 'orgs', 'events')), \
            EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = $1 AND tablename = '_sqlx_migrations'), \
-           (SELECT count(*) = 2 FROM information_schema.columns WHERE table_schema = $1 \
-             AND table_name = '_sqlx_migrations' AND column_name IN ('version', 'description'))",
+           (SELECT count(*) = 6 FROM information_schema.columns WHERE table_schema = $1 \
+             AND table_name = '_sqlx_migrations' AND (column_name, data_type) IN \
+             (('version', 'bigint'), ('description', 'text'), \
+              ('installed_on', 'timestamp with time zone'), ('success', 'boolean'), \
+              ('checksum', 'bytea'), ('execution_time', 'bigint')))",
     )
     .bind(schema)
     .fetch_one(pool)
@@ -180,7 +183,7 @@ pub(super) async fn postgres_not_foreign(
     }
     if migrations && !sqlx_shaped {
         return Err(StorageError::Foreign(format!(
-            "schema {schema:?} of {shown} holds another program's table _sqlx_migrations (without the version and description columns of sqlx's) and no signals schema: `cloud` adds no tables to it; nothing was changed. {fix}"
+            "schema {schema:?} of {shown} holds another program's table _sqlx_migrations (not of sqlx's columns and types) and no signals schema: `cloud` adds no tables to it; nothing was changed. {fix}"
         )));
     }
     if migrations {

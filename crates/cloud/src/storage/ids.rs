@@ -22,9 +22,6 @@ use uuid::Uuid;
 /// Largest sequence number an id can carry.
 const MAX_SEQ: i64 = (1 << 62) - 1;
 
-/// How many orgs' counters are kept before those of past milliseconds are forgotten.
-const KEPT_ORGS: usize = 4096;
-
 /// Where new event ids come from.
 pub(crate) enum EventIds {
     /// UUIDv7 with a counter per org (PostgreSQL): org → (last millisecond, its counter).
@@ -51,10 +48,9 @@ impl EventIds {
             EventIds::PerOrg(orgs) => {
                 let now = chrono::Utc::now().timestamp_millis();
                 let (ms, counter) = {
+                    // One entry per org that posts, never forgotten (forgotten, a clock that
+                    // stepped back could give that org a smaller id than its last one).
                     let mut orgs = orgs.lock().unwrap_or_else(|e| e.into_inner());
-                    if orgs.len() >= KEPT_ORGS && !orgs.contains_key(&org_id) {
-                        orgs.retain(|_, (ms, _)| *ms >= now);
-                    }
                     let (last_ms, counter) = orgs.entry(org_id).or_insert((0, 0));
                     if now > *last_ms {
                         // 73 random bits: room to count up within the millisecond.
@@ -136,9 +132,10 @@ mod tests {
     #[test]
     fn an_org_s_ids_say_nothing_of_other_orgs() {
         let ids = EventIds::per_org();
-        let counter = |id: &str| Uuid::parse_str(id).unwrap().as_u128() & ((1 << 74) - 1);
-        let millisecond = |id: &str| Uuid::parse_str(id).unwrap().as_u128() >> 80;
-        let counter = |id: &str| ((counter(id) >> 64) << 62) | (counter(id) & MAX_SEQ as u128);
+        let bits = |id: &str| Uuid::parse_str(id).unwrap().as_u128();
+        let millisecond = |id: &str| bits(id) >> 80;
+        // rand_a (12 bits above the variant's 64) and rand_b (the low 62).
+        let counter = |id: &str| (((bits(id) >> 64) & 0xfff) << 62) | (bits(id) & MAX_SEQ as u128);
         for _ in 0..100 {
             let (first, seq) = ids.next(1);
             assert_eq!(seq, None);

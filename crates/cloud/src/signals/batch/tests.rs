@@ -251,10 +251,17 @@ fn a_missing_field_sent_misspelt_is_named() {
 }
 
 /// An optional `timestamp` sent misspelt would date the event at its receipt without a word:
-/// refused, naming the member; a longer field of the sender's own (`timestamps`) is no hint.
+/// refused, naming the member; a field that may be the sender's own (`timestamps`,
+/// `timestart`, `timestep`) is no hint.
 #[test]
 fn a_misspelt_timestamp_is_refused_not_ignored() {
-    for member in ["timestmap", "Timestamp", "time_stamp", "timestap"] {
+    for member in [
+        "timestmap",
+        "Timestamp",
+        "time_stamp",
+        "timestap",
+        "timestamo",
+    ] {
         let mut event = json!({"type": "custom", "name": "x"});
         event[member] = json!("2024-01-15T10:30:00Z");
         let e = errors(event);
@@ -268,8 +275,11 @@ fn a_misspelt_timestamp_is_refused_not_ignored() {
             e[0].detail
         );
     }
-    let own = json!({"type": "custom", "name": "x", "timestamps": ["2024-01-15T10:30:00Z"]});
-    assert!(parse(own.to_string().as_bytes(), now()).is_ok());
+    for own in ["timestamps", "timestart", "timestep", "lifestamp"] {
+        let mut event = json!({"type": "custom", "name": "x"});
+        event[own] = json!("2024-01-15T10:30:00Z");
+        assert!(parse(event.to_string().as_bytes(), now()).is_ok(), "{own}");
+    }
     let both = json!({"type": "custom", "name": "x", "timestamp": "2024-01-15T10:30:00Z",
         "Timestamp": "2024-01-15T10:30:00Z"});
     assert!(parse(both.to_string().as_bytes(), now()).is_ok());
