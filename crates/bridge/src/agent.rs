@@ -317,6 +317,32 @@ fn upgrade_failed(error: &hyper::Error) -> AgentError {
     ))
 }
 
+/// A Git source's `repositories` globs as the connect request announces them, taking their
+/// size (as JSON, about) from `room`: none for other kinds, for a source without globs (every
+/// path), or for one whose globs no longer fit (the cloud then checks no path for it).
+fn announced_globs(
+    cfg: &Config,
+    kind: tunnel::ResourceKind,
+    name: &str,
+    room: &mut usize,
+) -> Option<Vec<String>> {
+    if kind != tunnel::ResourceKind::Git {
+        return None;
+    }
+    // Non-ASCII percent-encoded, as a header value must be ASCII to be read: both sides
+    // compare globs decoded, so the glob means the same.
+    let globs: Vec<String> = (cfg.sources.iter().find(|s| s.name == name)?.repositories)
+        .iter()
+        .map(|g| percent_encoding::utf8_percent_encode(g, percent_encoding::CONTROLS).to_string())
+        .collect();
+    let size: usize = globs.iter().map(|g| g.len() + 3).sum();
+    if globs.is_empty() || size > *room {
+        return None;
+    }
+    *room -= size;
+    Some(globs)
+}
+
 /// `GET /v1/bridge/connect` with the bridge's token, name, instance, version, protocol,
 /// heartbeat and resources; asking for the tunnel, or with `check` for the cloud's checks alone.
 fn connect_request(
@@ -325,12 +351,14 @@ fn connect_request(
     authority: &str,
     check: bool,
 ) -> Result<hyper::Request<Empty<Bytes>>, AgentError> {
+    let mut room = tunnel::repositories::MAX_ANNOUNCED_GLOBS;
     let resources: Vec<tunnel::ResourceInfo> = cfg
         .resources()
         .into_iter()
         .map(|(kind, name)| tunnel::ResourceInfo {
             kind,
             name: name.to_string(),
+            repositories: announced_globs(cfg, kind, name, &mut room),
         })
         .collect();
     let mut request = hyper::Request::get(tunnel::CONNECT_PATH)

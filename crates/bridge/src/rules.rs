@@ -75,11 +75,7 @@ fn escapes_absent(text: &str) -> bool {
     !text.match_indices('%').any(|(at, _)| escape_at(text, at))
 }
 
-/// `text` with its `%XX` escapes decoded, read as UTF-8 (a byte sequence that is none becomes
-/// U+FFFD): what a path or a URL's user name means to the server that decodes it.
-pub fn decoded(text: &str) -> std::borrow::Cow<'_, str> {
-    percent_encoding::percent_decode_str(text).decode_utf8_lossy()
-}
+pub use tunnel::repositories::{decoded, glob};
 
 /// Whether a segment (decoded and normalised) is `.` or `..`, or may be read as one by some
 /// internal server: only dots once the part after a `;` (Java's parameters) or a `:` (NTFS's
@@ -161,31 +157,6 @@ pub fn allowed(rules: &[AllowRule], method: &str, path: &str) -> Option<String> 
             admits && glob(&r.path, path)
         })
         .map(|r| format!("{} {}", r.method, r.path))
-}
-
-/// Whether `text` matches `pattern`, in which `*` matches any run of characters (including
-/// `/`). Iterative, remembering only the last star: O(pattern × text) at worst, so no path can
-/// make a rule with several stars explode.
-pub fn glob(pattern: &str, text: &str) -> bool {
-    let (p, t) = (pattern.as_bytes(), text.as_bytes());
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && p[pi] == b'*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if pi < p.len() && p[pi] == t[ti] {
-            pi += 1;
-            ti += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == b'*')
 }
 
 #[cfg(test)]

@@ -68,7 +68,7 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
     let first_sha = server.commit("acme/api.git", "first-deploy.txt", "one\n");
     let url = server.url();
     let mut rig = Rig::start_full(backend, &[], |_| {
-        format!("sources:\n  - {{type: git, name: code, url: {url}, auth: {{type: token, token: {GIT_TOKEN}}}}}\n  - {{type: git, name: narrow, url: {url}, auth: {{type: token, token: {GIT_TOKEN}}}, allow: [{{method: GET, path: \"/team/*\"}}]}}\n")
+        format!("sources:\n  - {{type: git, name: code, url: {url}, auth: {{type: token, token: {GIT_TOKEN}}}}}\n  - {{type: git, name: narrow, url: {url}, auth: {{type: token, token: {GIT_TOKEN}}}, repositories: [\"acme/*\"], allow: [{{method: GET, path: \"/team/*\"}}]}}\n")
     })
     .await;
     let key = rig.tenant.api_key.clone();
@@ -227,6 +227,18 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
         page.contains("declares the Git sources code, narrow, not &#34;cdoe&#34;"),
         "{page}"
     );
+    let outside = [
+        ("repository", "acme/api"),
+        ("bridge", "dc1"),
+        ("source", "narrow"),
+        ("path", "other/api.git"),
+    ];
+    let (status, page) = dashboard::post(&web, &rig.cloud, &admin, action, &outside).await;
+    assert_eq!(status, 422);
+    assert!(
+        page.contains("path: bridge &#34;dc1&#34;&#39;s Git source &#34;narrow&#34; reaches only the repositories acme/*"),
+        "{page}"
+    );
     let (status, _) = dashboard::post(&web, &rig.cloud, &admin, action, &form).await;
     assert_eq!(status, 303);
     let (_, page) = dashboard::get(&web, format!("{}{action}", rig.cloud.https), &member).await;
@@ -335,6 +347,20 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
     let detail = problem["errors"][0]["detail"].as_str().unwrap();
     assert!(
         detail.contains("declares the Git sources code, narrow, not \"nosuch\""),
+        "{detail}"
+    );
+    let (_, listed) = get(&rig, &key, "/v1/repository-sources").await;
+    assert_eq!(listed["repositorySources"][0]["source"], "code", "{listed}");
+    // A path outside the source's `repositories` (announced by the bridge) is refused when
+    // mapped, naming the globs; the mapping in place stays.
+    let outside = json!({"repository": "acme/api", "bridge": "dc1", "source": "narrow", "path": "other/api.git"});
+    let (status, problem) = put_mapping(&rig, &outside).await;
+    assert_eq!(status, 422, "{problem}");
+    assert_eq!(problem["errors"][0]["pointer"], "/path", "{problem}");
+    let detail = problem["errors"][0]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("Git source \"narrow\" reaches only the repositories acme/*")
+            && detail.contains("\"other/api.git\" is none of them"),
         "{detail}"
     );
     let (_, listed) = get(&rig, &key, "/v1/repository-sources").await;

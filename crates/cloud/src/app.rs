@@ -262,6 +262,9 @@ impl LiveBridges for RelayBridges {
                     version: i.version,
                     connected_at: i.connected_at,
                     last_heartbeat: i.last_heartbeat,
+                    git_repositories: (i.resources.iter())
+                        .filter_map(|r| Some((r.name.clone(), r.repositories.clone()?)))
+                        .collect(),
                     resources: i
                         .resources
                         .into_iter()

@@ -18,6 +18,9 @@ pub struct LiveInstance {
     pub last_heartbeat: DateTime<Utc>,
     /// Its declared resources: (kind, name).
     pub resources: Vec<(&'static str, String)>,
+    /// Its Git sources that announced `repositories` globs: (source, globs). A source not
+    /// here reaches every path (or its bridge predates the announcement).
+    pub git_repositories: Vec<(String, Vec<String>)>,
 }
 
 /// The live tunnels.
@@ -65,6 +68,44 @@ pub fn undeclared_git_source(
     };
     Some(format!(
         "bridge {bridge:?} is connected and {has}, not {source:?}: name one of its sources, or add {source:?} to the bridge's `sources` and restart it"
+    ))
+}
+
+/// Why a repository mapping's `path` cannot be read through `bridge`'s Git source `source`:
+/// every instance connected here that declares the source announced its `repositories` globs,
+/// and none admits the path (the bridge would answer 404). `None` when one admits it, when one
+/// declares the source without globs (every path), or when none declares it here (see
+/// [`undeclared_git_source`]).
+pub fn unlisted_repository(
+    live: &dyn LiveBridges,
+    org_id: i64,
+    bridge: &str,
+    source: &str,
+    path: &str,
+) -> Option<String> {
+    let mut globs: Vec<String> = Vec::new();
+    for instance in live.instances(org_id) {
+        let declares = instance.bridge == bridge
+            && (instance.resources.iter())
+                .any(|(kind, name)| *kind == tunnel::ResourceKind::Git.as_str() && name == source);
+        if !declares {
+            continue;
+        }
+        let announced = (instance.git_repositories.into_iter()).find(|(name, _)| name == source);
+        match announced {
+            None => return None,
+            Some((_, theirs)) if tunnel::repositories::listed(&theirs, path) => return None,
+            Some((_, theirs)) => globs.extend(theirs),
+        }
+    }
+    if globs.is_empty() {
+        return None;
+    }
+    globs.sort_unstable();
+    globs.dedup();
+    Some(format!(
+        "bridge {bridge:?}'s Git source {source:?} reaches only the repositories {} (its `repositories` in the bridge's config), and {path:?} is none of them: check the path, or add it to that list and restart the bridge",
+        globs.join(", ")
     ))
 }
 

@@ -11,6 +11,7 @@ pub mod handshake;
 pub mod hop;
 pub mod oci;
 pub mod postgres;
+pub mod repositories;
 pub mod resource;
 pub mod roots;
 pub mod signals;

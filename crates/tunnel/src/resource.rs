@@ -101,6 +101,11 @@ pub struct ResourceInfo {
     pub kind: ResourceKind,
     /// Its unique name in the bridge's config.
     pub name: String,
+    /// A Git source's `repositories` globs, when it has some and they fit in
+    /// [`crate::repositories::MAX_ANNOUNCED_GLOBS`]: the cloud checks repository mappings
+    /// against them. Absent (older bridges, other kinds): any path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repositories: Option<Vec<String>>,
 }
 
 /// Splits a tunnel path `/{kind}/{name}/{rest…}` into its parts; `rest` keeps its leading `/`.

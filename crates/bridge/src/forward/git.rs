@@ -11,7 +11,8 @@ use url::Url;
 use super::kind::{Kind, Refusal};
 use super::upstream::path_under;
 use crate::config::GitSource;
-use crate::rules::{allowed, decoded, glob};
+use crate::rules::allowed;
+use tunnel::repositories::listed;
 
 /// Git's fetch service.
 const UPLOAD_PACK: &str = "git-upload-pack";
@@ -40,21 +41,6 @@ fn service<'a>(method: &Method, path: &'a str, query: Option<&str>) -> Option<(&
         }
     }
     None
-}
-
-/// Whether the repository path `repo` is one of the entry's `repositories` (every one when
-/// the list is empty); a `.git` suffix on either side does not matter. Both are compared
-/// percent-decoded: git sends `team/with%20space.git` (and `%c3%bc` in lowercase) for the
-/// `team/with space.git` an operator writes. Decoding adds no `/` or dot segment: the path's
-/// checks refuse encoded slashes, dots and percent signs before this.
-fn listed(globs: &[String], repo: &str) -> bool {
-    let repo = decoded(repo.trim_start_matches('/'));
-    let bare = repo.strip_suffix(".git").unwrap_or(&repo);
-    globs.is_empty()
-        || globs.iter().any(|g| {
-            let g = decoded(g);
-            glob(g.strip_suffix(".git").unwrap_or(&g), bare)
-        })
 }
 
 impl Kind for GitSource {
@@ -279,21 +265,5 @@ mod tests {
                 ))
             );
         }
-        let globs = vec!["team/*".to_string(), "infra/deploy.git".to_string()];
-        assert!(listed(&globs, "/team/lib.git"));
-        assert!(listed(&globs, "/team/lib"));
-        assert!(listed(&globs, "/infra/deploy"));
-        assert!(listed(&globs, "/infra/deploy.git"));
-        assert!(!listed(&globs, "/infra/other.git"));
-        assert!(listed(&[], "/anything"));
-        // Compared decoded, whichever side is encoded, in either hex case.
-        let odd = vec![
-            "team/with space.git".to_string(),
-            "team/%C3%BCn".to_string(),
-        ];
-        assert!(listed(&odd, "/team/with%20space.git"));
-        assert!(listed(&odd, "/team/%c3%bcn.git"));
-        assert!(listed(&odd, "/team/%C3%BCn"));
-        assert!(!listed(&odd, "/team/with%20spaces.git"));
     }
 }

@@ -120,6 +120,19 @@ pub async fn set_source(
             detail,
         }]));
     }
+    let unlisted = crate::live::unlisted_repository(
+        state.live.as_ref(),
+        principal.org_id,
+        &source.bridge,
+        &source.source,
+        &source.path,
+    );
+    if let Some(detail) = unlisted {
+        return Err(Problem::invalid(vec![FieldError {
+            pointer: "/path".into(),
+            detail,
+        }]));
+    }
     let earlier = state
         .store
         .repository_source(principal.org_id, &source.repository)

@@ -119,6 +119,17 @@ pub async fn set(
         let why = format!("Mapping not valid. source: {why}.");
         return list_page(&state, &me, Some((why, vec!["source"])), &form).await;
     }
+    let unlisted = crate::live::unlisted_repository(
+        state.live.as_ref(),
+        org_id,
+        &mapping.bridge,
+        &mapping.source,
+        &mapping.path,
+    );
+    if let Some(why) = unlisted {
+        let why = format!("Mapping not valid. path: {why}.");
+        return list_page(&state, &me, Some((why, vec!["path"])), &form).await;
+    }
     let what = format!(
         "{} -> {}/{}/{}",
         mapping.repository, mapping.bridge, mapping.source, mapping.path
