@@ -128,7 +128,9 @@ pub fn outdated(version: &str, release: &str) -> bool {
 }
 
 /// Checks a `--bridge-release` value: `MAJOR.MINOR.PATCH`, optionally with a suffix.
-pub fn parse_release(v: &str) -> Result<String, String> {
+pub fn parse_release(given: &str) -> Result<String, String> {
+    // A tag's `v` (v1.2.3) is no part of the number the bridges report.
+    let v = given.strip_prefix(['v', 'V']).unwrap_or(given);
     let core = v.split(['-', '+']).next().unwrap_or("");
     let parts: Vec<&str> = core.split('.').collect();
     if parts.len() == 3
@@ -139,7 +141,7 @@ pub fn parse_release(v: &str) -> Result<String, String> {
         Ok(v.to_string())
     } else {
         Err(format!(
-            "{v:?} is not a release number: expected MAJOR.MINOR.PATCH, such as {VERSION}"
+            "{given:?} is not a release number: expected MAJOR.MINOR.PATCH, such as {VERSION}"
         ))
     }
 }
@@ -147,6 +149,18 @@ pub fn parse_release(v: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tag_s_v_is_dropped_and_other_words_refused() {
+        assert_eq!(parse_release("v1.2.3").unwrap(), "1.2.3");
+        assert_eq!(parse_release("1.2.3-rc.1").unwrap(), "1.2.3-rc.1");
+        assert!(
+            parse_release("banana")
+                .unwrap_err()
+                .contains("\"banana\" is not a release")
+        );
+        assert!(parse_release("v1.2").is_err());
+    }
 
     #[test]
     fn releases_compare_by_number() {

@@ -1333,6 +1333,14 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
         page.contains("role=\"status\">Confirmation withdrawn: the deployment no longer counts"),
         "{page}"
     );
+    // The same form again (sent twice): nothing to withdraw, and the page says so.
+    let (status, to) = testkit::dashboard::post_to(&browser, &cloud, &admin, &withdraw, &[]).await;
+    assert_eq!(status, 303);
+    let (_, page) = get(&browser, format!("{}{to}", cloud.https), &admin).await;
+    assert!(
+        page.contains("role=\"status\">Nothing withdrawn: this alert has no confirmed cause"),
+        "{page}"
+    );
     // A cause confirmed through the API that is no suspect (three days before the alert) is
     // shown apart, and withdrawn there (in staging, so that production's figures stay).
     deploy["environment"] = json!("staging");

@@ -79,7 +79,7 @@ pub async fn confirm_cause(
         };
         return message(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "Not an alert and a deployment",
+            "Not a cause this alert can have",
             &format!(
                 "{why} A cause is a deployment of your org, confirmed for an alert of your org."
             ),
@@ -121,7 +121,7 @@ pub async fn withdraw_cause(
     match withdrawn {
         Ok(Some(_)) => said_on_event(&id, Done::CauseWithdrawn, &me),
         Ok(None) => match state.store.event(me.session.user.org_id, &id).await {
-            Ok(Some(_)) => back_to_event(&id),
+            Ok(Some(_)) => said_on_event(&id, Done::NothingToWithdraw, &me),
             // No event of this org: a 404 page, not a redirect to the event's own 404.
             Ok(None) => message(
                 StatusCode::NOT_FOUND,

@@ -35,16 +35,19 @@ pub enum Done {
     CauseConfirmed,
     /// An alert's confirmed cause withdrawn.
     CauseWithdrawn,
+    /// A withdrawal of a cause that was not (or no longer) confirmed: the form sent twice.
+    NothingToWithdraw,
 }
 
 impl Done {
-    const ALL: [Done; 6] = [
+    const ALL: [Done; 7] = [
         Done::BridgeRevoked,
         Done::KeyRevoked,
         Done::WebhookRemoved,
         Done::MappingRemoved,
         Done::CauseConfirmed,
         Done::CauseWithdrawn,
+        Done::NothingToWithdraw,
     ];
 
     fn code(self) -> &'static str {
@@ -55,6 +58,7 @@ impl Done {
             Done::MappingRemoved => "mapping-removed",
             Done::CauseConfirmed => "cause-confirmed",
             Done::CauseWithdrawn => "cause-withdrawn",
+            Done::NothingToWithdraw => "nothing-to-withdraw",
         }
     }
 
@@ -112,6 +116,9 @@ impl Done {
             Done::CauseWithdrawn => {
                 "Confirmation withdrawn: the deployment no longer counts as failed for this alert."
                     .into()
+            }
+            Done::NothingToWithdraw => {
+                "Nothing withdrawn: this alert has no confirmed cause (withdrawn already?).".into()
             }
         })
     }

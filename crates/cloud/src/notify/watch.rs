@@ -220,13 +220,20 @@ fn text(value: &serde_json::Value, key: &str) -> String {
 
 /// The one line of an `alert.suspect` notification: `api alert "Error rate": probably
 /// deployment api v2 (score 1): deployed 10 min before the alert; …`. A suspect without a
-/// version (a change) is named by the words it has.
+/// version (a change) is named by the words it has, its summary quoted.
 fn suspect_message(alert: &serde_json::Value, top: &serde_json::Value, score: f64) -> String {
-    let suspect: Vec<String> = ["type", "service", "version"]
+    let mut suspect: Vec<String> = ["type", "service", "version"]
         .iter()
         .map(|k| text(&top["event"], k))
         .filter(|w| !w.is_empty())
         .collect();
+    let summary = text(&top["event"], "summary");
+    if !summary.is_empty() {
+        suspect.push(format!(
+            "{:?}",
+            summary.chars().take(80).collect::<String>()
+        ));
+    }
     let reasons: Vec<&str> = top["reasons"]
         .as_array()
         .map(|r| r.iter().filter_map(serde_json::Value::as_str).collect())
@@ -253,11 +260,11 @@ mod tests {
             suspect_message(&alert, &deployment, 1.0),
             "api alert \"Error rate\": probably deployment api v2 (score 1): deployed 10 min before the alert; same service"
         );
-        let change =
-            json!({"event": {"type": "change", "service": "syn"}, "reasons": ["same service"]});
+        let change = json!({"event": {"type": "change", "service": "syn", "summary": "Flag on"},
+            "reasons": ["same service"]});
         assert_eq!(
             suspect_message(&alert, &change, 0.8),
-            "api alert \"Error rate\": probably change syn (score 0.8): same service"
+            "api alert \"Error rate\": probably change syn \"Flag on\" (score 0.8): same service"
         );
     }
 }
