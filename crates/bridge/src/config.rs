@@ -303,7 +303,16 @@ impl Config {
                 secret.expose(),
             ))
         });
+        let registries = (self.registries.iter().enumerate()).filter_map(|(i, r)| {
+            let login = r.auth.as_ref()?;
+            Some((
+                format!("registries[{i}].auth.password"),
+                &r.name,
+                login.password.expose(),
+            ))
+        });
         apis.chain(sources)
+            .chain(registries)
             .filter(|(_, _, secret)| {
                 // As the echo check reads a value: what follows its first word (`Token abc`)
                 // is looked for alone too.

@@ -1196,6 +1196,60 @@ fn serve_heads(
     });
 }
 
+/// A registry (or a debugging proxy before it) that repeats the entry's Basic login in an
+/// answer's header loses that header before the answer reaches the caller, and the bridge's
+/// log says so, as for an API or a Git source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_echoing_the_login_loses_that_header() {
+    let echo = listener().await;
+    let host = host_of(&echo);
+    serve_heads(echo, |head| {
+        let auth = head
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("authorization: ")
+                    .or(l.strip_prefix("Authorization: "))
+            })
+            .map(str::trim);
+        match auth {
+            None => "HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Basic realm=\"r\"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_string(),
+            Some(auth) => format!(
+                "HTTP/1.1 200 OK\r\nx-debug-auth: {auth}\r\nx-kept: 1\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}"
+            ),
+        }
+    });
+    let rig = Rig::start_with(move |_| {
+        format!(
+            "registries:\n  - name: echo\n    url: http://{host}\n    auth: {{username: puller, password: echo-REGPW-0001}}\n"
+        )
+    })
+    .await;
+    let res = rig
+        .cloud
+        .client()
+        .get(format!(
+            "{}/v2/dc1/echo/team/app/manifests/1.0",
+            rig.cloud.https
+        ))
+        .bearer_auth(&rig.tenant.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["x-kept"], "1");
+    assert!(
+        res.headers().get("x-debug-auth").is_none(),
+        "{:?}",
+        res.headers()
+    );
+    testkit::wait_until("the log line naming the echoing header", || {
+        let log = rig.bridge.log_text();
+        log.contains("echoed the entry's credentials") && log.contains("x-debug-auth")
+    })
+    .await;
+    assert!(!rig.bridge.log_text().contains("echo-REGPW-0001"));
+}
+
 /// A chain of redirects on the registry's own host is followed up to five long; a sixth
 /// redirect is a 502 that says so, not a loop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

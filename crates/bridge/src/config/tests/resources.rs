@@ -261,14 +261,16 @@ fn a_root_certificate_no_sslmode_uses_is_said() {
 
 #[test]
 fn a_secret_too_short_to_be_watched_for_is_said() {
-    let yaml = "name: n\ntoken: t\napis:\n  - {name: a, url: http://a, auth: {type: bearer, token: Zq5x}}\n  - {name: b, url: http://b, auth: {username: u, password: long-enough}}\n  - {name: c, url: http://c, auth: {type: header, name: Authorization, value: \"Token Zq5x\"}}\nsources:\n  - {name: g, url: http://g, auth: {token: abc1234}}\n";
+    let yaml = "name: n\ntoken: t\napis:\n  - {name: a, url: http://a, auth: {type: bearer, token: Zq5x}}\n  - {name: b, url: http://b, auth: {username: u, password: long-enough}}\n  - {name: c, url: http://c, auth: {type: header, name: Authorization, value: \"Token Zq5x\"}}\nsources:\n  - {name: g, url: http://g, auth: {token: abc1234}}\nregistries:\n  - {name: r, url: http://r, auth: {username: u, password: secret}}\n";
     let config = load(yaml, &MapEnv::new()).unwrap();
     let warnings = config.warnings();
-    assert_eq!(warnings.len(), 3, "{warnings:?}");
+    assert_eq!(warnings.len(), 4, "{warnings:?}");
     assert!(
         warnings[0].starts_with("apis[0].auth.token (a) is shorter than 8 characters")
             && warnings[1].starts_with("apis[2].auth.value (c) is shorter than 8 characters")
-            && warnings[2].starts_with("sources[0].auth.token (g) is shorter than 8 characters"),
+            && warnings[2].starts_with("sources[0].auth.token (g) is shorter than 8 characters")
+            && warnings[3]
+                .starts_with("registries[0].auth.password (r) is shorter than 8 characters"),
         "{warnings:?}"
     );
     assert!(

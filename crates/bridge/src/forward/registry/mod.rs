@@ -224,6 +224,12 @@ impl Kind for RegistryKind {
         &self.cfg.url
     }
 
+    /// The entry's Basic login: what a Basic registry gets on every request, and a registry
+    /// (or a debugging proxy before it) may repeat in an answer's header.
+    fn injected(&self) -> Option<String> {
+        self.basic()?.to_str().ok().map(str::to_string)
+    }
+
     fn tls_ca_file(&self) -> Option<&std::path::Path> {
         self.cfg.tls_ca_file.as_deref()
     }
