@@ -68,7 +68,7 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
     let first_sha = server.commit("acme/api.git", "first-deploy.txt", "one\n");
     let url = server.url();
     let mut rig = Rig::start_full(backend, &[], |_| {
-        format!("sources:\n  - {{type: git, name: code, url: {url}, auth: {{type: token, token: {GIT_TOKEN}}}}}\n  - {{type: git, name: narrow, url: {url}, auth: {{type: token, token: {GIT_TOKEN}}}, repositories: [\"acme/*\"], allow: [{{method: GET, path: \"/team/*\"}}]}}\n")
+        format!("sources:\n  - {{type: git, name: code, url: {url}, auth: {{type: token, token: {GIT_TOKEN}}}}}\n  - {{type: git, name: narrow, url: {url}, auth: {{type: token, token: {GIT_TOKEN}}}, repositories: [\"acme/*\"], allow: [{{method: GET, path: \"/team/*\"}}]}}\n  - {{type: git, name: single, url: {url}/acme/api.git, auth: {{type: token, token: {GIT_TOKEN}}}}}\n")
     })
     .await;
     let key = rig.tenant.api_key.clone();
@@ -224,7 +224,7 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
     let (status, page) = dashboard::post(&web, &rig.cloud, &admin, action, &typo).await;
     assert_eq!(status, 422);
     assert!(
-        page.contains("declares the Git sources code, narrow, not &#34;cdoe&#34;"),
+        page.contains("declares the Git sources code, narrow, single, not &#34;cdoe&#34;"),
         "{page}"
     );
     let outside = [
@@ -346,7 +346,7 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
     assert_eq!(problem["errors"][0]["pointer"], "/source", "{problem}");
     let detail = problem["errors"][0]["detail"].as_str().unwrap();
     assert!(
-        detail.contains("declares the Git sources code, narrow, not \"nosuch\""),
+        detail.contains("declares the Git sources code, narrow, single, not \"nosuch\""),
         "{detail}"
     );
     let (_, listed) = get(&rig, &key, "/v1/repository-sources").await;
@@ -374,6 +374,18 @@ async fn a_deployments_commits_come_through_the_bridge_and_feed_lead_time(backen
     assert!(
         detail.contains("refuses \"acme/api.git\" through source \"narrow\"")
             && detail.contains("matches no allow rule"),
+        "{detail}"
+    );
+    // A path under a one-repository source: the bridge's refusal, said as the bridge's (the
+    // repository is there), not as a repository the Git server lacks.
+    let single = json!({"repository": "acme/api", "bridge": "dc1", "source": "single", "path": "acme/api.git"});
+    assert_eq!(put_mapping(&rig, &single).await.0, 200);
+    let (status, problem) = get(&rig, &key, &format!("/v1/deployments/{made_up}/commits")).await;
+    assert_eq!(status, 409, "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("does not serve \"acme/api.git\" through source \"single\"")
+            && detail.contains("is one repository"),
         "{detail}"
     );
     // A path the Git server does not have: said as the server's, not as the bridge's sources.

@@ -231,9 +231,18 @@ pub fn summary(listed: &ListedCommits) -> Option<String> {
 
 /// Whether a `404`'s words are the relay's or the bridge's: the relay's for a source the bridge
 /// does not declare (`bridge "dc1" declares no Git source …`), the bridge's for a path outside
-/// the source's `repositories` (`… reachable through this bridge …`).
+/// the source's `repositories` (`… reachable through this bridge …`), a path under a
+/// one-repository source (`… is one repository …`) or none under a server root (`… is a
+/// server root …`).
 fn refused_by_bridge(said: &str) -> bool {
-    said.contains(" declares no ") || said.contains("reachable through this bridge")
+    [
+        " declares no ",
+        "reachable through this bridge",
+        " is one repository (its url ends in .git)",
+        " is a server root: name a repository",
+    ]
+    .iter()
+    .any(|words| said.contains(words))
 }
 
 /// A Git failure as the API reports it, naming the bridge and source.
