@@ -746,6 +746,49 @@ async fn revoking_a_key_ends_its_open_sessions() {
     rig.cloud.wait_log_line("its API key was revoked");
 }
 
+/// Revoking the bridge's token ends its tunnel at once, open database sessions with it: hyper
+/// kept the connection running for them, so the session went on until the bridge's heartbeats
+/// timed out (three intervals: 90 s by default; 30 s intervals here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_the_bridge_token_ends_its_open_sessions() {
+    let cluster = PgCluster::start(false);
+    let entries = format!("databases:\n{}", entry(&cluster, "orders", ""));
+    let mut rig = DbRig::start(&entries).await;
+    // The same bridge with the default heartbeat's pace, so that heartbeats cannot end it.
+    rig.bridge.signal("TERM");
+    rig.bridge.wait();
+    let yaml = yaml_for(&rig.cloud, "dc1", &entries)
+        .replace("heartbeat_interval: 1\n", "heartbeat_interval: 30\n");
+    rig.bridge = BridgeProc::start(
+        &yaml,
+        &[
+            ("SERVICE_BRIDGE_TOKEN", &rig.token),
+            ("DB_PASSWORD", PASSWORD),
+        ],
+    );
+    rig.bridge
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    let session = rig
+        .driver("orders", &rig.tenant.api_key, SslNegotiation::Postgres)
+        .await
+        .expect("a session");
+    session.simple_query("SELECT 1").await.unwrap();
+    let sleeping = tokio::spawn(async move { session.simple_query("SELECT pg_sleep(60)").await });
+    wait_for_sleeps(&cluster, "1").await;
+    rig.cloud
+        .admin(&["bridge-token", "revoke", "--org", "acme", "--name", "dc1"]);
+    let ended = tokio::time::timeout(Duration::from_secs(15), sleeping)
+        .await
+        .expect("the session outlived its bridge's token")
+        .unwrap();
+    assert!(ended.is_err(), "the statement finished");
+    rig.bridge
+        .wait_status("unauthorized", Duration::from_secs(10))
+        .await;
+    wait_for_sleeps(&cluster, "0").await;
+}
+
 /// A client that stops reading cannot keep a revoked key's session: the cloud stops waiting for
 /// it (the rest of the message in progress gets 5 s) and closes the session, so the statement
 /// stops on the server and the client reads an end after what was already on its way.

@@ -79,13 +79,16 @@ impl LoginError {
     pub fn public(&self) -> String {
         match self {
             LoginError::Dns { .. } | LoginError::Tcp { .. } => {
-                format!("{} failed: the bridge cannot reach it", self.step())
+                format!(
+                    "{} failed: the bridge cannot reach it",
+                    self.step().to_uppercase()
+                )
             }
             LoginError::Tls(_) => "TLS to it failed (see the entry's sslmode)".into(),
             // The server's words stay in the bridge's log: a pg_hba.conf refusal names the
             // bridge's internal address, the entry's user and database.
             LoginError::Auth { code, .. } => format!(
-                "it refused the bridge's login ({code}); fix databases[].credentials, or the server's pg_hba.conf (the bridge's log has the server's words)"
+                "the database refused the bridge's login (the server's SQLSTATE {code}); fix databases[].credentials, or the server's pg_hba.conf (the bridge's log has the server's words)"
             ),
             LoginError::DatabaseMissing { message, .. } => {
                 format!("{message}; fix databases[].database in the bridge's configuration")

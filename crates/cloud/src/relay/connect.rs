@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls_pki_types::CertificateDer;
+use tokio_util::sync::CancellationToken;
 use tunnel::ResourceInfo;
 use tunnel::coalesce::Coalesced;
 
@@ -199,6 +200,7 @@ struct Tunnel {
 }
 
 async fn run(state: RelayState, t: Tunnel, io: hyper::upgrade::Upgraded) {
+    let severed = CancellationToken::new();
     let handshake = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
         .keep_alive_interval(t.heartbeat.min(PING_EVERY))
@@ -211,7 +213,10 @@ async fn run(state: RelayState, t: Tunnel, io: hyper::upgrade::Upgraded) {
         .max_header_list_size(tunnel::MAX_TUNNEL_HEAD)
         .max_pending_accept_reset_streams(tunnel::MAX_RESET_STREAMS)
         .max_local_error_reset_streams(tunnel::MAX_RESET_STREAMS)
-        .handshake::<_, Body>(TokioIo::new(Coalesced::new(TokioIo::new(io))))
+        .handshake::<_, Body>(TokioIo::new(super::severable::Severable::new(
+            Coalesced::new(TokioIo::new(io)),
+            severed.clone(),
+        )))
         .await;
     let (sender, connection) = match handshake {
         Ok(pair) => pair,
@@ -230,6 +235,7 @@ async fn run(state: RelayState, t: Tunnel, io: hyper::upgrade::Upgraded) {
         in_flight: AtomicUsize::new(0),
         sender,
         closed: state.shutdown.child_token(),
+        severed,
         draining: std::sync::atomic::AtomicBool::new(false),
         revoking: std::sync::atomic::AtomicBool::new(false),
     });
@@ -332,6 +338,7 @@ async fn watch(state: RelayState, token_id: String, instance: Arc<Instance>, eve
                     if missed >= MAX_MISSED_HEARTBEATS {
                         tracing::warn!(instance = %instance.id, missed, "bridge missed heartbeats; dropping its tunnel");
                         instance.closed.cancel();
+                        instance.severed.cancel();
                         return;
                     }
                 }

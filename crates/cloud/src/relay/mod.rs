@@ -10,6 +10,7 @@ pub mod enroll;
 pub mod forward;
 mod refusals;
 pub mod registry;
+mod severable;
 
 use std::sync::Arc;
 use std::time::Duration;

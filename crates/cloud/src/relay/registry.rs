@@ -30,8 +30,12 @@ pub struct Instance {
     pub in_flight: AtomicUsize,
     /// HTTP/2 client over the upgraded connection (the cloud is the client).
     pub sender: hyper::client::conn::http2::SendRequest<Body>,
-    /// Cancelled to close the tunnel (revocation, missed heartbeats, shutdown).
+    /// Cancelled to close the tunnel (revocation, missed heartbeats, shutdown): it takes no
+    /// new stream, and the streams open on it may finish (a shutdown's drain).
     pub closed: CancellationToken,
+    /// Cancelled to end the tunnel's connection at once, its open streams too (a revoked
+    /// token, a bridge that stopped answering): hyper would keep it running for them.
+    pub severed: CancellationToken,
     /// The bridge is shutting down: its tunnel takes no new stream (HTTP/2 `GOAWAY`), though
     /// the streams in flight finish. New requests go to other instances.
     pub draining: AtomicBool,
@@ -66,6 +70,7 @@ impl Instance {
             }
         }
         self.closed.cancel();
+        self.severed.cancel();
         true
     }
 }

@@ -257,19 +257,23 @@ impl Forwarder {
         )
         .await;
         let stopped = self.stop.is_cancelled();
+        let lost = ended.starts_with(splice::TUNNEL_FAILED);
         self.end(audit, started, bytes, ended);
         // Closing the connection stops a running statement only when the server next writes to
-        // it: at shutdown the bridge cancels it (a cancel for an idle session does nothing),
-        // within a bound that keeps the drain short when the database does not answer.
-        if stopped && let Some((pid, key)) = backend_key {
+        // it: at shutdown, or when the tunnel stream failed (its client is gone), the bridge
+        // cancels it (a cancel for an idle session does nothing), within a bound that keeps
+        // the drain short when the database does not answer.
+        if (stopped || lost)
+            && let Some((pid, key)) = backend_key
+        {
             let cancel = postgres::cancel(&entry.db, pid, key);
             match tokio::time::timeout(SHUTDOWN_CANCEL, cancel).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    tracing::warn!(resource = %name, cause = %e, "cannot cancel the session's statement at shutdown")
+                    tracing::warn!(resource = %name, cause = %e, "cannot cancel the session's statement (the bridge stopping, or the tunnel lost)")
                 }
                 Err(_) => {
-                    tracing::warn!(resource = %name, "the session's statement was not cancelled at shutdown: the database did not answer within 2 s")
+                    tracing::warn!(resource = %name, "the session's statement was not cancelled (the bridge stopping, or the tunnel lost): the database did not answer within 2 s")
                 }
             }
         }

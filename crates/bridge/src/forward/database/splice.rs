@@ -14,8 +14,14 @@ use super::statements::Statements;
 /// idle sessions should not cost 100 × 128 KiB.
 const SPLICE_BUFFER: usize = 16 * 1024;
 
+/// What `ended` starts with when the tunnel stream failed under a session (the tunnel lost or
+/// closed): the client is gone, so a statement still running is the bridge's to cancel.
+pub(super) const TUNNEL_FAILED: &str = "tunnel stream failed";
+
 /// Copies bytes both ways until both directions end, first sending the server's `pending`
-/// bytes to the client. Returns how it ended and the bytes (from the client, to the client).
+/// bytes to the client, or until the tunnel stream fails (the server's side would wait for a
+/// running statement's end). Returns how it ended and the bytes (from the client, to the
+/// client).
 /// `statement` is called with each statement text the client sends, masked strictly when
 /// `strict` (see `Statements`) or once the server reports a setting that makes it so
 /// ([`Settings`]).
@@ -55,7 +61,7 @@ where
                         break Err(format!("database connection failed: {e}"));
                     }
                 }
-                Err(e) => break Err(format!("tunnel stream failed: {e}")),
+                Err(e) => break Err(format!("{TUNNEL_FAILED}: {e}")),
             }
         };
         let _ = server_w.shutdown().await;
@@ -69,7 +75,7 @@ where
         let mut result = client_w
             .write_all(&pending)
             .await
-            .map_err(|e| format!("tunnel stream failed: {e}"));
+            .map_err(|e| format!("{TUNNEL_FAILED}: {e}"));
         let mut buf = vec![0u8; SPLICE_BUFFER];
         while result.is_ok() {
             match server_r.read(&mut buf).await {
@@ -85,7 +91,7 @@ where
                     result = client_w
                         .write_all(&buf[..n])
                         .await
-                        .map_err(|e| format!("tunnel stream failed: {e}"));
+                        .map_err(|e| format!("{TUNNEL_FAILED}: {e}"));
                 }
                 Err(e) => result = Err(format!("database connection failed: {e}")),
             }
@@ -95,9 +101,26 @@ where
     };
     // The byte counts live outside the two futures, so a shutdown that drops them mid-copy
     // still reports what went through.
-    let both = async { tokio::join!(up, down) };
+    let both = async {
+        tokio::pin!(up, down);
+        tokio::select! {
+            (up_result, up_bytes) = &mut up => match up_result {
+                Err(e) if e.starts_with(TUNNEL_FAILED) => {
+                    (Err(e), up_bytes, Ok(()), down_total.load(Ordering::Relaxed))
+                }
+                up_result => {
+                    let (down_result, down_bytes) = down.await;
+                    (up_result, up_bytes, down_result, down_bytes)
+                }
+            },
+            (down_result, down_bytes) = &mut down => {
+                let (up_result, up_bytes) = up.await;
+                (up_result, up_bytes, down_result, down_bytes)
+            }
+        }
+    };
     tokio::select! {
-        ((up_result, up_bytes), (down_result, down_bytes)) = both => {
+        (up_result, up_bytes, down_result, down_bytes) = both => {
             let ended = match (up_result, down_result) {
                 (Ok(()), Ok(())) => "closed".to_string(),
                 (Err(e), _) | (_, Err(e)) => e,
