@@ -317,30 +317,49 @@ fn upgrade_failed(error: &hyper::Error) -> AgentError {
     ))
 }
 
-/// A Git source's `repositories` globs as the connect request announces them, taking their
-/// size (as JSON, about) from `room`: none for other kinds, for a source without globs (every
-/// path), or for one whose globs no longer fit (the cloud then checks no path for it).
-fn announced_globs(
-    cfg: &Config,
-    kind: tunnel::ResourceKind,
-    name: &str,
-    room: &mut usize,
-) -> Option<Vec<String>> {
-    if kind != tunnel::ResourceKind::Git {
-        return None;
-    }
-    // Non-ASCII percent-encoded, as a header value must be ASCII to be read: both sides
-    // compare globs decoded, so the glob means the same.
-    let globs: Vec<String> = (cfg.sources.iter().find(|s| s.name == name)?.repositories)
-        .iter()
-        .map(|g| percent_encoding::utf8_percent_encode(g, percent_encoding::CONTROLS).to_string())
+/// The resources the connect request announces: every entry's kind and name, and each Git
+/// source's `repositories` globs while the whole list stays within
+/// [`tunnel::repositories::MAX_ANNOUNCED`] bytes of JSON (the cloud reads a head of 16 KiB at
+/// most); a source whose globs no longer fit is announced without them, and the cloud then
+/// checks no mapping's path for it (logged once per connect).
+pub(crate) fn announced_resources(cfg: &Config) -> Vec<tunnel::ResourceInfo> {
+    let mut resources: Vec<tunnel::ResourceInfo> = cfg
+        .resources()
+        .into_iter()
+        .map(|(kind, name)| tunnel::ResourceInfo {
+            kind,
+            name: name.to_string(),
+            repositories: None,
+        })
         .collect();
-    let size: usize = globs.iter().map(|g| g.len() + 3).sum();
-    if globs.is_empty() || size > *room {
-        return None;
+    let json_len = |r: &[tunnel::ResourceInfo]| serde_json::to_string(r).map_or(0, |j| j.len());
+    let mut left_out = Vec::new();
+    for i in 0..resources.len() {
+        if resources[i].kind != tunnel::ResourceKind::Git {
+            continue;
+        }
+        let globs = (cfg.sources.iter())
+            .find(|s| s.name == resources[i].name)
+            .map(|s| &s.repositories)
+            .filter(|g| !g.is_empty());
+        let Some(globs) = globs else {
+            continue;
+        };
+        resources[i].repositories = Some(
+            globs
+                .iter()
+                .map(|g| tunnel::repositories::encoded(g))
+                .collect(),
+        );
+        if json_len(&resources) > tunnel::repositories::MAX_ANNOUNCED {
+            resources[i].repositories = None;
+            left_out.push(resources[i].name.clone());
+        }
     }
-    *room -= size;
-    Some(globs)
+    if !left_out.is_empty() {
+        tracing::warn!(sources = %left_out.join(", "), "these Git sources' repositories globs do not fit in the connect request and are not announced: the cloud takes any path when a repository is mapped to them (the bridge still refuses paths outside them)");
+    }
+    resources
 }
 
 /// `GET /v1/bridge/connect` with the bridge's token, name, instance, version, protocol,
@@ -351,16 +370,7 @@ fn connect_request(
     authority: &str,
     check: bool,
 ) -> Result<hyper::Request<Empty<Bytes>>, AgentError> {
-    let mut room = tunnel::repositories::MAX_ANNOUNCED_GLOBS;
-    let resources: Vec<tunnel::ResourceInfo> = cfg
-        .resources()
-        .into_iter()
-        .map(|(kind, name)| tunnel::ResourceInfo {
-            kind,
-            name: name.to_string(),
-            repositories: announced_globs(cfg, kind, name, &mut room),
-        })
-        .collect();
+    let resources = announced_resources(cfg);
     let mut request = hyper::Request::get(tunnel::CONNECT_PATH)
         .header("host", authority)
         .header("authorization", format!("Bearer {}", cfg.token.expose()))
@@ -424,6 +434,11 @@ async fn refusal(response: hyper::Response<hyper::body::Incoming>) -> AgentError
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     let reason = reason.unwrap_or_else(|| problem_detail(&body));
+    let reason = if status.as_u16() == 431 && reason.trim().is_empty() {
+        "the connect request's head is larger than the cloud reads (16 KiB): too many resources, or names too long; split the entries over two bridges".to_string()
+    } else {
+        reason
+    };
     if matches!(status.as_u16(), 401 | 403) {
         AgentError::Unauthorized(reason)
     } else {
@@ -461,5 +476,47 @@ pub async fn check_tunnel(cfg: &Config, identity: &Identity) -> Result<(), Agent
             })
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::MapEnv;
+
+    /// Each Git source's globs are announced while the list fits the cloud's head; those that
+    /// no longer fit are announced without them, and the list stays within the budget.
+    #[test]
+    fn globs_are_announced_while_the_resource_list_fits() {
+        let mut yaml = String::from("name: n\ntoken: t\nsources:\n");
+        for i in 0..150 {
+            yaml.push_str(&format!(
+                "  - {{name: source-with-a-long-name-{i:03}, url: http://g, repositories: [\"team-{i:03}/*\", \"tëam/x\"]}}\n"
+            ));
+        }
+        yaml.push_str("  - {name: all, url: http://g}\n");
+        let cfg = Config::from_yaml(&yaml, "bridge.yaml", &MapEnv::new()).unwrap();
+        let resources = announced_resources(&cfg);
+        assert_eq!(resources.len(), 151);
+        let json = serde_json::to_string(&resources).unwrap();
+        assert!(
+            json.len() <= tunnel::repositories::MAX_ANNOUNCED,
+            "{}",
+            json.len()
+        );
+        assert!(json.is_ascii(), "a header value must be ASCII");
+        let announced = resources
+            .iter()
+            .filter(|r| r.repositories.is_some())
+            .count();
+        assert!(announced > 20 && announced < 150, "{announced}");
+        assert_eq!(
+            resources[0].repositories.as_deref(),
+            Some(&["team-000/*".to_string(), "t%C3%ABam/x".to_string()][..])
+        );
+        assert!(
+            resources[150].repositories.is_none(),
+            "a source without globs"
+        );
     }
 }

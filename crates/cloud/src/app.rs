@@ -263,6 +263,7 @@ impl LiveBridges for RelayBridges {
                     connected_at: i.connected_at,
                     last_heartbeat: i.last_heartbeat,
                     git_repositories: (i.resources.iter())
+                        .filter(|r| r.kind == tunnel::ResourceKind::Git)
                         .filter_map(|r| Some((r.name.clone(), r.repositories.clone()?)))
                         .collect(),
                     resources: i

@@ -1338,7 +1338,7 @@ async fn a_strong_suspect_reaches_the_webhook_and_the_pages() {
     assert_eq!(status, 303);
     let (_, page) = get(&browser, format!("{}{to}", cloud.https), &admin).await;
     assert!(
-        page.contains("role=\"status\">Nothing withdrawn: this alert has no confirmed cause"),
+        page.contains("role=\"status\">Nothing withdrawn: no confirmed cause to withdraw"),
         "{page}"
     );
     // A cause confirmed through the API that is no suspect (three days before the alert) is

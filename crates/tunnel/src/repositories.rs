@@ -2,10 +2,20 @@
 //! others, and the cloud, told the globs when the bridge connects, refuses a repository
 //! mapping to one of them when it is made rather than at its first commits lookup.
 
-/// Most bytes of globs, all sources together, that the bridge announces: the connect request's
-/// head carries them, and the cloud reads a head of 16 KiB at most. A source whose globs no
-/// longer fit announces none, and the cloud then takes any path for it.
-pub const MAX_ANNOUNCED_GLOBS: usize = 4096;
+/// Most bytes of the JSON resource list, globs included, in which the bridge announces globs:
+/// the connect request's head carries it, and the cloud reads a head of 16 KiB at most (the
+/// token, names and other headers take the rest). A source whose globs no longer fit is
+/// announced without them, and the cloud then takes any path for it.
+pub const MAX_ANNOUNCED: usize = 12 * 1024;
+
+/// Which bytes of a glob [`encoded`] escapes: controls, `%` itself and (always) non-ASCII.
+const ESCAPED: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.add(b'%');
+
+/// A glob as the bridge announces it: a header value must be visible ASCII to be read, so
+/// controls, `%` and non-ASCII are percent-encoded; [`decoded`] gives the glob back exactly.
+pub fn encoded(glob: &str) -> String {
+    percent_encoding::utf8_percent_encode(glob, ESCAPED).to_string()
+}
 
 /// Whether `text` matches `pattern`, in which `*` matches any run of characters (including
 /// `/`). Iterative, remembering only the last star: O(pattern × text) at worst, so no path can
@@ -55,6 +65,23 @@ pub fn listed(globs: &[String], repo: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the bridge announces is what its config says, once decoded, whatever it holds.
+    #[test]
+    fn an_announced_glob_decodes_to_the_written_one() {
+        for glob in [
+            "team/*",
+            "tëam/*",
+            "pct%/x",
+            "%41cme/*",
+            "tab\there/*",
+            "q\"uote/*",
+        ] {
+            let sent = encoded(glob);
+            assert!(sent.bytes().all(|b| b.is_ascii_graphic()), "{sent}");
+            assert_eq!(decoded(&sent), glob);
+        }
+    }
 
     #[test]
     fn globs_admit_paths_with_or_without_git_and_decoded() {

@@ -102,8 +102,9 @@ pub struct ResourceInfo {
     /// Its unique name in the bridge's config.
     pub name: String,
     /// A Git source's `repositories` globs, when it has some and they fit in
-    /// [`crate::repositories::MAX_ANNOUNCED_GLOBS`]: the cloud checks repository mappings
-    /// against them. Absent (older bridges, other kinds): any path.
+    /// [`crate::repositories::MAX_ANNOUNCED`], each [`crate::repositories::encoded`]: the
+    /// cloud checks repository mappings against them. Absent (older bridges, other kinds,
+    /// globs that did not fit): any path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repositories: Option<Vec<String>>,
 }

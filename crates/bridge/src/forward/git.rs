@@ -197,7 +197,7 @@ impl Kind for GitSource {
             return None;
         }
         let how = if self.auth.is_some() {
-            "rejected the credentials in the entry's auth (wrong, expired, or lacking read access, or write access for a push?)"
+            "rejected the credentials in the entry's auth (wrong or expired, or lacking read access, or write access for a push?)"
         } else {
             "wants credentials and the entry has no auth"
         };

@@ -231,15 +231,13 @@ pub fn summary(listed: &ListedCommits) -> Option<String> {
 
 /// Whether a `404`'s words are the relay's or the bridge's: the relay's for a source the bridge
 /// does not declare (`bridge "dc1" declares no Git source …`), the bridge's for a path outside
-/// the source's `repositories` (`… reachable through this bridge …`), a path under a
-/// one-repository source (`… is one repository …`) or none under a server root (`… is a
-/// server root …`).
+/// the source's `repositories` (`… reachable through this bridge …`) or under a
+/// one-repository source (`… is one repository …`).
 fn refused_by_bridge(said: &str) -> bool {
     [
         " declares no ",
         "reachable through this bridge",
         " is one repository (its url ends in .git)",
-        " is a server root: name a repository",
     ]
     .iter()
     .any(|words| said.contains(words))
@@ -345,6 +343,7 @@ mod tests {
         for bridge in [
             "bridge \"dc1\" declares no Git source named \"cdoe\" in its `sources` list",
             "source \"code\" has no repository \"x.git\" reachable through this bridge (see the entry's repositories)",
+            "source \"one\" is one repository (its url ends in .git): clone …/git/one itself, with no path after it",
         ] {
             assert!(refused_by_bridge(bridge), "{bridge}");
         }

@@ -118,7 +118,7 @@ impl Done {
                     .into()
             }
             Done::NothingToWithdraw => {
-                "Nothing withdrawn: this alert has no confirmed cause (withdrawn already?).".into()
+                "Nothing withdrawn: no confirmed cause to withdraw (withdrawn already?).".into()
             }
         })
     }

@@ -228,11 +228,12 @@ fn suspect_message(alert: &serde_json::Value, top: &serde_json::Value, score: f6
         .filter(|w| !w.is_empty())
         .collect();
     let summary = text(&top["event"], "summary");
-    if !summary.is_empty() {
-        suspect.push(format!(
-            "{:?}",
-            summary.chars().take(80).collect::<String>()
-        ));
+    if text(&top["event"], "type") == "change" && !summary.is_empty() {
+        let mut cut: String = summary.chars().take(80).collect();
+        if cut.len() < summary.len() {
+            cut.push('…');
+        }
+        suspect.push(format!("{cut:?}"));
     }
     let reasons: Vec<&str> = top["reasons"]
         .as_array()

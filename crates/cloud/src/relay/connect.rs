@@ -144,10 +144,25 @@ pub async fn connect(State(state): State<RelayState>, mut req: Request) -> Respo
         return refuse(Problem::bad_request(why.clone()), &why);
     }
     let resources: Vec<ResourceInfo> = match header_str(&headers, tunnel::HEADER_RESOURCES)
-        .map(serde_json::from_str)
+        .map(serde_json::from_str::<Vec<ResourceInfo>>)
         .unwrap_or(Ok(Vec::new()))
     {
-        Ok(r) => r,
+        Ok(mut r) => {
+            // Globs as the bridge's config writes them (the header carries them encoded);
+            // only a Git source's count.
+            for resource in &mut r {
+                resource.repositories = resource
+                    .repositories
+                    .take()
+                    .filter(|_| resource.kind == tunnel::ResourceKind::Git)
+                    .map(|globs| {
+                        (globs.iter())
+                            .map(|g| tunnel::repositories::decoded(g).into_owned())
+                            .collect()
+                    });
+            }
+            r
+        }
         Err(e) => {
             let why = format!(
                 "header {} is not a JSON resource list: {e}",

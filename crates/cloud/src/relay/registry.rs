@@ -213,7 +213,9 @@ impl Registry {
             });
         }
         let list = departed.entry((org_id, bridge.to_string())).or_default();
-        list.retain(|d| fresh(d) && !instance.resources.contains(&d.1));
+        // The same resource whatever its globs: kind and name.
+        let same = |a: &ResourceInfo, b: &ResourceInfo| a.kind == b.kind && a.name == b.name;
+        list.retain(|d| fresh(d) && !instance.resources.iter().any(|r| same(r, &d.1)));
         list.extend(instance.resources.iter().map(|r| (now, r.clone())));
         let over = list.len().saturating_sub(MAX_DEPARTED);
         list.drain(..over);
