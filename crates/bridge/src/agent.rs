@@ -130,6 +130,13 @@ impl Agent {
                     tracing::error!(reason = %why, "the cloud rejected the bridge token or its certificate (see reason): check SERVICE_BRIDGE_TOKEN (wrong, expired or revoked?), SERVICE_BRIDGE_NAME, and that no TLS-inspecting proxy strips the client certificate. Retrying slowly");
                     Failure::Rejected
                 }
+                // A head too large for the cloud (431) is the configuration's to fix: said as
+                // such, and retried slowly, not as a network problem.
+                Err(e @ AgentError::Refused { status: 431, .. }) => {
+                    self.metrics.connection_errors.inc();
+                    tracing::error!(cause = %e, "the cloud refused the connect request as too large; retrying slowly");
+                    Failure::Rejected
+                }
                 Err(e) => {
                     if self.identity.attempt_failed(&e) && !repairing {
                         repairing = true;
@@ -321,7 +328,7 @@ fn upgrade_failed(error: &hyper::Error) -> AgentError {
 /// source's `repositories` globs while the whole list stays within
 /// [`tunnel::repositories::MAX_ANNOUNCED`] bytes of JSON (the cloud reads a head of 16 KiB at
 /// most); a source whose globs no longer fit is announced without them, and the cloud then
-/// checks no mapping's path for it (logged once per connect).
+/// checks no mapping's path for it (logged once per process).
 pub(crate) fn announced_resources(cfg: &Config) -> Vec<tunnel::ResourceInfo> {
     let mut resources: Vec<tunnel::ResourceInfo> = cfg
         .resources()
@@ -356,7 +363,8 @@ pub(crate) fn announced_resources(cfg: &Config) -> Vec<tunnel::ResourceInfo> {
             left_out.push(resources[i].name.clone());
         }
     }
-    if !left_out.is_empty() {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !left_out.is_empty() && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
         tracing::warn!(sources = %left_out.join(", "), "these Git sources' repositories globs do not fit in the connect request and are not announced: the cloud takes any path when a repository is mapped to them (the bridge still refuses paths outside them)");
     }
     resources

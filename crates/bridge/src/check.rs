@@ -16,6 +16,9 @@ use crate::{dial, forward, identity, postgres};
 
 /// How long one probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most bytes of the connect request's resource list that leave room in the cloud's 16 KiB
+/// head for the token, the other headers and the request line.
+const ANNOUNCED_MOST: usize = 15 * 1024;
 
 /// One line of the table.
 struct Row {
@@ -47,6 +50,14 @@ async fn probe_cloud(cfg: &Config) -> Row {
         dial::tls(tcp, &host, tls)
             .await
             .map_err(|e| e.to_string())?;
+        // The resources the connect request announces must fit the head the cloud reads.
+        let announced = serde_json::to_string(&crate::agent::announced_resources(cfg))
+            .map_or(0, |json| json.len());
+        if announced > ANNOUNCED_MOST {
+            return Err(format!(
+                "the connect request would announce {announced} bytes of resources, more than the cloud reads in a request's head ({ANNOUNCED_MOST} bytes, with room for the other headers): too many resources, or names too long; split the entries over two bridges"
+            ));
+        }
         // "ok" must mean "ready to connect": the token is proven too, by an enrollment whose
         // certificate is thrown away (nothing is saved, nothing changes on the cloud); or, for
         // a configured certificate, by the tunnel's own checks with it, and no tunnel.

@@ -150,6 +150,43 @@ fn check(yaml: &str) -> (Option<i32>, String) {
     )
 }
 
+/// A config whose resources the connect request could not carry (the cloud reads a head of
+/// 16 KiB) fails the cloud's row of `bridge check`, which said ok, and the bridge itself
+/// says why it cannot connect instead of blaming the network.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_resources_for_the_connect_request_are_said() {
+    let cloud = testkit::Cloud::start(testkit::Backend::Sqlite);
+    cloud.tenant("acme");
+    let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
+    let upstream = testkit::upstream::Upstream::start().await;
+    let mut apis = String::from("apis:\n");
+    for i in 0..300 {
+        apis.push_str(&format!(
+            "  - {{name: an-internal-api-with-a-rather-long-name-number-{i:04}, url: {}}}\n",
+            upstream.url
+        ));
+    }
+    let yaml = testkit::bridge::yaml_for(&cloud, "dc1", &format!("token: {token}\n{apis}"));
+    let (code, out) = check(&yaml);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("more than the cloud reads in a request's head"),
+        "{out}"
+    );
+    let bridge = testkit::bridge::BridgeProc::start(&yaml, &[]);
+    testkit::wait_until("the bridge saying its connect request is too large", || {
+        bridge
+            .log_text()
+            .contains("the cloud refused the connect request as too large")
+    })
+    .await;
+    assert!(
+        !bridge.log_text().contains("check api_url"),
+        "{}",
+        bridge.log_text()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_tries_the_cloud_and_each_resource() {
     let cloud = testkit::Cloud::start(testkit::Backend::Sqlite);

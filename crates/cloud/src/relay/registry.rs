@@ -216,7 +216,12 @@ impl Registry {
         // The same resource whatever its globs: kind and name.
         let same = |a: &ResourceInfo, b: &ResourceInfo| a.kind == b.kind && a.name == b.name;
         list.retain(|d| fresh(d) && !instance.resources.iter().any(|r| same(r, &d.1)));
-        list.extend(instance.resources.iter().map(|r| (now, r.clone())));
+        // Kind and name are what is looked up: the globs are not kept.
+        list.extend(instance.resources.iter().map(|r| {
+            let mut kept = r.clone();
+            kept.repositories = None;
+            (now, kept)
+        }));
         let over = list.len().saturating_sub(MAX_DEPARTED);
         list.drain(..over);
     }

@@ -2,7 +2,8 @@
 //! hyper keeps a client connection running while a stream on it is open (a database session
 //! may stay open for hours), so closing a tunnel whose token was revoked, or whose bridge
 //! stopped answering, must end the connection itself, not only stop sending on it: once the
-//! switch is thrown, the next read fails, and every stream of the tunnel fails with it.
+//! switch is thrown, the next read or write fails (a task waiting on either is woken), and
+//! every stream of the tunnel fails with it.
 
 use std::future::Future;
 use std::io::{self, IoSlice};
@@ -28,18 +29,27 @@ impl<T> Severable<T> {
     }
 }
 
+impl<T> Severable<T> {
+    /// The error every read and write gets once severed; registers `cx` for the switch
+    /// otherwise, so that an idle connection task, waiting to read or to write, is woken by it.
+    fn severed(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
+        self.severed.as_mut().poll(cx).is_ready().then(|| {
+            io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the tunnel was closed (its token revoked, or its bridge not answering)",
+            )
+        })
+    }
+}
+
 impl<T: AsyncRead + Unpin> AsyncRead for Severable<T> {
-    /// The connection task always has a read pending, so the switch wakes it at once.
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        if self.severed.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "the tunnel was closed (its token revoked, or its bridge not answering)",
-            )));
+        if let Some(e) = self.severed(cx) {
+            return Poll::Ready(Err(e));
         }
         Pin::new(&mut self.inner).poll_read(cx, buf)
     }
@@ -51,6 +61,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Severable<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        if let Some(e) = self.severed(cx) {
+            return Poll::Ready(Err(e));
+        }
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
@@ -59,6 +72,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Severable<T> {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        if let Some(e) = self.severed(cx) {
+            return Poll::Ready(Err(e));
+        }
         Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }
 
@@ -67,6 +83,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Severable<T> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Some(e) = self.severed(cx) {
+            return Poll::Ready(Err(e));
+        }
         Pin::new(&mut self.inner).poll_flush(cx)
     }
 
