@@ -1050,6 +1050,31 @@ async fn a_database_that_never_answers_is_said_to_be_silent() {
     );
 }
 
+/// A client that gives up while the bridge is still logging in (psql's connect_timeout) is said
+/// to have left, when it leaves: the cloud said it had been told, once the bridge's login
+/// failed (here 10 s later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_giving_up_during_the_login_is_said_to_have_left() {
+    let (entry, _held) = silent_database();
+    let rig = DbRig::start(&format!("databases:\n{entry}")).await;
+    let out = rig
+        .psql_cmd(&rig.conninfo("orders"), &["-c", "SELECT 1"])
+        .env("PGCONNECT_TIMEOUT", "2")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let line = rig.cloud.wait_log_line_within(
+        "the client closed its connection while the session waited to open",
+        Duration::from_secs(6),
+    );
+    assert!(line.contains("database session not opened"), "{line}");
+    assert!(
+        !rig.cloud.log_text().contains("the client was told"),
+        "{}",
+        rig.cloud.log_text()
+    );
+}
+
 /// Waits (up to 20 s) until `count` `pg_sleep` statements run on the cluster.
 /// Runs `psql` while every slot of `orders` is held, giving up after 2 s (its
 /// `connect_timeout`): it fails, and the bridge records that the client left before its stream

@@ -242,15 +242,26 @@ async fn relay<S>(
         return;
     }
     // The greeting: everything up to the first ReadyForQuery (or a FATAL error), with the
-    // server's BackendKeyData replaced by a key of the cloud's.
-    let greeted = tokio::time::timeout_at(
-        deadline,
-        greeting(front, client, &mut stream.io, target),
-    )
-    .await
-    .unwrap_or(Err(
-        "the bridge did not finish logging in to the database within 60 s; see the bridge's log",
-    ));
+    // server's BackendKeyData replaced by a key of the cloud's. The bridge may take up to
+    // 20 s logging in: a client that gives up meanwhile ends the stream, and the log says that
+    // it left, not that it was told (the bridge's own login runs to its end or time-out).
+    let greeted = {
+        let (mut reader, mut writer) = tokio::io::split(&mut *client);
+        tokio::select! {
+            greeted = tokio::time::timeout_at(
+                deadline,
+                greeting(front, &mut writer, &mut stream.io, target),
+            ) => greeted.unwrap_or(Err(
+                "the bridge did not finish logging in to the database within 60 s; see the bridge's log",
+            )),
+            left = super::waiting::client_left(&mut reader, &mut early) => {
+                tracing::info!(peer = %peer, bridge = %bridge, database = %database, why = left, "database session not opened");
+                // Said to a client that is still there (one that sent too much too early).
+                let _ = writer.write_all(&error_response("08P01", left)).await;
+                return;
+            }
+        }
+    };
     let registered = match greeted {
         Ok((registered, true)) => registered,
         // The server (or the bridge's login to it) refused the session; its error has reached
