@@ -655,17 +655,7 @@ async fn an_unreadable_saved_certificate_is_said_before_enrolling_again() {
     let token = cloud.admin(&["bridge-token", "create", "--org", "acme", "--name", "dc1"]);
     let state = tempfile::tempdir().unwrap();
     std::fs::write(state.path().join(bridge::state::CERT_FILE), "garbage\n").unwrap();
-    let bridge = BridgeProc::start(
-        &yaml_for(
-            &cloud,
-            "dc1",
-            &format!("state_dir: {}\n", state.path().display()),
-        ),
-        &[("SERVICE_BRIDGE_TOKEN", &token)],
-    );
-    bridge
-        .wait_status("connected", Duration::from_secs(20))
-        .await;
+    let bridge = connected_with_state(&cloud, &token, &state).await;
     let line = (bridge.log_json().into_iter())
         .find(|l| {
             l["message"]
@@ -679,6 +669,22 @@ async fn an_unreadable_saved_certificate_is_said_before_enrolling_again() {
         "{line}"
     );
     cloud.wait_log_line("bridge enrolled");
+}
+
+/// Bridge dc1 of `cloud` with `token` and `state` as its `state_dir`, once connected.
+async fn connected_with_state(cloud: &Cloud, token: &str, state: &tempfile::TempDir) -> BridgeProc {
+    let bridge = BridgeProc::start(
+        &yaml_for(
+            cloud,
+            "dc1",
+            &format!("state_dir: {}\n", state.path().display()),
+        ),
+        &[("SERVICE_BRIDGE_TOKEN", token)],
+    );
+    bridge
+        .wait_status("connected", Duration::from_secs(20))
+        .await;
+    bridge
 }
 
 /// A cloud with org acme (id 1) and a token for bridge dc1, and bridge dc1 started, connected,
@@ -703,17 +709,7 @@ impl SavedCertificate {
         let (cert, key) = certificate_for(&cloud, cn, lifetime);
         std::fs::write(state.path().join(bridge::state::CERT_FILE), &cert).unwrap();
         std::fs::write(state.path().join(bridge::state::KEY_FILE), &key).unwrap();
-        let bridge = BridgeProc::start(
-            &yaml_for(
-                &cloud,
-                "dc1",
-                &format!("state_dir: {}\n", state.path().display()),
-            ),
-            &[("SERVICE_BRIDGE_TOKEN", &token)],
-        );
-        bridge
-            .wait_status("connected", Duration::from_secs(20))
-            .await;
+        let bridge = connected_with_state(&cloud, &token, &state).await;
         SavedCertificate {
             cloud,
             state,

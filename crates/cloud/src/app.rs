@@ -262,8 +262,8 @@ impl LiveBridges for RelayBridges {
                     version: i.version,
                     connected_at: i.connected_at,
                     last_heartbeat: i.last_heartbeat,
+                    // Only a Git source keeps globs (the relay drops others' at connect).
                     git_repositories: (i.resources.iter())
-                        .filter(|r| r.kind == tunnel::ResourceKind::Git)
                         .filter_map(|r| Some((r.name.clone(), r.repositories.clone()?)))
                         .collect(),
                     resources: i
